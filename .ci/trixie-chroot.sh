@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Makes (or reuses) a Debian 13 (trixie) chroot with every k3chat dependency,
+# including KF6 SyntaxHighlighting and Qt 6.8, then builds and tests the project
+# inside it. Usage: .ci/trixie-chroot.sh SOURCE_DIR SHARED_DIR
+set -euo pipefail
+src=$(cd "$1" && pwd)
+shared=$(cd "$2" && pwd)
+root=${K3_TRIXIE_ROOT:-/var/cache/k3chat-ci/trixie}
+mirror=${K3_TRIXIE_MIRROR:-http://deb.debian.org/debian}
+stamp="$root/.k3chat-deps"
+want=$(sha256sum "$src/packaging/debian-packages.txt" | cut -c1-16)
+
+if [ ! -x "$root/usr/bin/apt-get" ]; then
+  echo "trixie: creating chroot at $root (debootstrap, a few minutes)"
+  rm -rf "$root"
+  mkdir -p "$(dirname "$root")"
+  debootstrap --variant=minbase trixie "$root" "$mirror" > "$root.debootstrap.log" 2>&1 ||
+    { tail -30 "$root.debootstrap.log"; exit 1; }
+else
+  echo "trixie: reusing chroot at $root"
+fi
+
+mounts=()
+cleanup() {
+  for ((i=${#mounts[@]}-1; i>=0; i--)); do umount -l "${mounts[$i]}" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+bind() { mkdir -p "$2"; mount --bind "$1" "$2"; mounts+=("$2"); }
+mount -t proc proc "$root/proc"; mounts+=("$root/proc")
+bind /dev "$root/dev"
+# A copy of the tree (not a bind mount): the host's build/ never mixes with this one,
+# and the chroot's build/ persists between runs for incremental builds.
+mkdir -p "$root/work/k3chat" "$root/work/shared" "$root/work/ccache"
+find "$root/work/k3chat" -mindepth 1 -maxdepth 1 ! -name build -exec rm -rf {} +
+tar -C "$src" --exclude=./build --exclude=./.git -cf - . | tar -C "$root/work/k3chat" -xf -
+bind "$shared" "$root/work/shared"
+cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "trixie: installing dependencies from packaging/debian-packages.txt"
+  chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+    bash /work/k3chat/packaging/install-deps.sh > "$root.deps.log" 2>&1 ||
+    { tail -30 "$root.deps.log"; exit 1; }
+  echo "$want" > "$stamp"
+fi
+
+# The build directory lives inside the chroot so it never mixes with the host's.
+chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+  CCACHE_DIR=/work/ccache CI="${CI:-}" \
+  bash -c 'cd /work/k3chat && bash .ci/build-and-test.sh'

@@ -1,0 +1,59 @@
+#include <QProcess>
+#include <QTest>
+
+#include <k3/version.hpp>
+
+struct Run {
+    int exitCode;
+    QString out;
+    QString err;
+};
+
+static Run runK3(const QStringList& args) {
+    QProcess p;
+    p.start(QStringLiteral(K3_CLI_PATH), args);
+    if (!p.waitForFinished(20000)) return {-1, {}, QStringLiteral("timed out")};
+    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2,
+            QString::fromUtf8(p.readAllStandardOutput()),
+            QString::fromUtf8(p.readAllStandardError())};
+}
+
+class TestK3Cli : public QObject {
+    Q_OBJECT
+private slots:
+    void versionPrintsAndExitsZero();
+    void helpPrintsUsageAndExitsZero();
+    void listPresetsNeedsNoModel();
+    void unknownFlagIsUsageError();
+};
+
+void TestK3Cli::versionPrintsAndExitsZero() {
+    const Run r = runK3({"--version"});
+    QCOMPARE(r.exitCode, 0);
+    QCOMPARE(r.out.trimmed(), QStringLiteral("k3 (k3chat) ") + QString::fromUtf8(k3::kVersion));
+}
+
+void TestK3Cli::helpPrintsUsageAndExitsZero() {
+    const Run r = runK3({"--help"});
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY2(r.out.contains(QStringLiteral("--list-presets")), qPrintable(r.out));
+    QVERIFY(r.out.contains(QStringLiteral("Exit codes: 0 ok")));
+}
+
+void TestK3Cli::listPresetsNeedsNoModel() {
+    const Run r = runK3({"--list-presets"});
+    QCOMPARE(r.exitCode, 0);
+    const QStringList lines = r.out.split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+    QCOMPARE(lines.size(), 8);
+    QVERIFY2(lines.at(2).startsWith(QStringLiteral("laptop")), qPrintable(lines.at(2)));
+    QVERIFY(lines.at(2).contains(QStringLiteral("3.00")));
+}
+
+void TestK3Cli::unknownFlagIsUsageError() {
+    const Run r = runK3({"--no-such-flag"});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains(QStringLiteral("--no-such-flag")), qPrintable(r.err));
+}
+
+QTEST_GUILESS_MAIN(TestK3Cli)
+#include "tst_k3cli.moc"

@@ -1,0 +1,91 @@
+#include <QAction>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QMenuBar>
+#include <QPlainTextEdit>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QStandardPaths>
+#include <QStatusBar>
+#include <QTest>
+
+#include "AboutDialog.h"
+#include "MainWindow.h"
+#include "chat/ConversationView.h"
+#include "chat/MessageComposer.h"
+
+class TestMainWindow : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void opensWithTitleAndEmptyConversation();
+    void menusArePresent();
+    void newChatShortcutClearsComposer();
+    void aboutNamesTheHighlightingState();
+    void remembersGeometry();
+};
+
+void TestMainWindow::initTestCase() {
+    QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
+    QCoreApplication::setApplicationName(QStringLiteral("tst_mainwindow"));
+    QStandardPaths::setTestModeEnabled(true); // never touch the user's settings
+    QSettings().clear();
+}
+
+void TestMainWindow::opensWithTitleAndEmptyConversation() {
+    MainWindow window;
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    QCOMPARE(window.windowTitle(), QStringLiteral("k3chat"));
+    QCOMPARE(window.conversationView()->messageCount(), 0);
+    QVERIFY(window.conversationView()->isVisible());
+    QCOMPARE(window.conversationList()->count(), 0);
+    QCOMPARE(window.statusBar()->currentMessage(), QStringLiteral("No model loaded"));
+    QVERIFY(!window.composer()->isReady());
+    QVERIFY(window.close());
+}
+
+void TestMainWindow::menusArePresent() {
+    MainWindow window;
+    QStringList titles;
+    for (QAction* action : window.menuBar()->actions()) titles << action->text();
+    QCOMPARE(titles, (QStringList{"&File", "&Edit", "&View", "&Model", "&Help"}));
+}
+
+void TestMainWindow::newChatShortcutClearsComposer() {
+    MainWindow window;
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    auto* editor = window.findChild<QPlainTextEdit*>(QStringLiteral("composerEditor"));
+    QVERIFY(editor);
+    editor->setFocus();
+    QTest::keyClicks(editor, QStringLiteral("draft"));
+    QCOMPARE(window.composer()->text(), QStringLiteral("draft"));
+    QTest::keySequence(&window, QKeySequence::New);
+    QCOMPARE(window.composer()->text(), QString());
+}
+
+void TestMainWindow::aboutNamesTheHighlightingState() {
+    const QString summary = AboutDialog::buildSummary();
+#ifdef K3_HAVE_KSYNTAXHIGHLIGHTING
+    QVERIFY(summary.contains(QStringLiteral("Code highlighting: KSyntaxHighlighting")));
+#else
+    QVERIFY(summary.contains(QStringLiteral("no KSyntaxHighlighting")));
+#endif
+    QVERIFY(summary.contains(QStringLiteral("CPU kernels: ")));
+}
+
+void TestMainWindow::remembersGeometry() {
+    {
+        MainWindow window;
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        window.resize(900, 640);
+        QVERIFY(window.close());
+    }
+    MainWindow again;
+    QCOMPARE(again.size(), QSize(900, 640));
+}
+
+QTEST_MAIN(TestMainWindow)
+#include "tst_mainwindow.moc"

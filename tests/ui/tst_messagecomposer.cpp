@@ -1,0 +1,64 @@
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QTest>
+
+#include "chat/MessageComposer.h"
+
+class TestMessageComposer : public QObject {
+    Q_OBJECT
+private slots:
+    void enterSendsWhenReady();
+    void shiftEnterAddsNewLine();
+    void notReadyKeepsText();
+    void blankMessageIsNotSent();
+};
+
+static QPlainTextEdit* editorOf(MessageComposer& c) {
+    return c.findChild<QPlainTextEdit*>(QStringLiteral("composerEditor"));
+}
+
+void TestMessageComposer::enterSendsWhenReady() {
+    MessageComposer composer;
+    composer.setReady(true);
+    QSignalSpy sent(&composer, &MessageComposer::sendRequested);
+    QTest::keyClicks(editorOf(composer), QStringLiteral("  hello K3 "));
+    QVERIFY(composer.findChild<QPushButton*>(QStringLiteral("sendButton"))->isEnabled());
+    QTest::keyClick(editorOf(composer), Qt::Key_Return);
+    QCOMPARE(sent.count(), 1);
+    QCOMPARE(sent.at(0).at(0).toString(), QStringLiteral("hello K3"));
+    QCOMPARE(composer.text(), QString());
+}
+
+void TestMessageComposer::shiftEnterAddsNewLine() {
+    MessageComposer composer;
+    composer.setReady(true);
+    QSignalSpy sent(&composer, &MessageComposer::sendRequested);
+    QTest::keyClicks(editorOf(composer), QStringLiteral("a"));
+    QTest::keyClick(editorOf(composer), Qt::Key_Return, Qt::ShiftModifier);
+    QTest::keyClicks(editorOf(composer), QStringLiteral("b"));
+    QCOMPARE(sent.count(), 0);
+    QCOMPARE(composer.text(), QStringLiteral("a\nb"));
+}
+
+void TestMessageComposer::notReadyKeepsText() {
+    MessageComposer composer;
+    QSignalSpy sent(&composer, &MessageComposer::sendRequested);
+    QTest::keyClicks(editorOf(composer), QStringLiteral("keep me"));
+    QVERIFY(!composer.findChild<QPushButton*>(QStringLiteral("sendButton"))->isEnabled());
+    QTest::keyClick(editorOf(composer), Qt::Key_Return);
+    QCOMPARE(sent.count(), 0);
+    QCOMPARE(composer.text(), QStringLiteral("keep me"));
+}
+
+void TestMessageComposer::blankMessageIsNotSent() {
+    MessageComposer composer;
+    composer.setReady(true);
+    QSignalSpy sent(&composer, &MessageComposer::sendRequested);
+    QTest::keyClicks(editorOf(composer), QStringLiteral("   "));
+    QTest::keyClick(editorOf(composer), Qt::Key_Return);
+    QCOMPARE(sent.count(), 0);
+}
+
+QTEST_MAIN(TestMessageComposer)
+#include "tst_messagecomposer.moc"
