@@ -80,11 +80,11 @@ void TestMainWindow::remembersGeometry() {
         MainWindow window;
         window.show();
         QVERIFY(QTest::qWaitForWindowExposed(&window));
-        window.resize(900, 640);
+        window.resize(700, 500); // fits the offscreen screen (800x600), which restoreGeometry clamps to
         QVERIFY(window.close());
     }
     MainWindow again;
-    QCOMPARE(again.size(), QSize(900, 640));
+    QCOMPARE(again.size(), QSize(700, 500));
 }
 
 QTEST_MAIN(TestMainWindow)
