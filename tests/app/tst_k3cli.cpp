@@ -1,6 +1,11 @@
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QProcess>
+#include <QTemporaryDir>
 #include <QTest>
 
+#include <k3/presets.hpp>
 #include <k3/version.hpp>
 
 struct Run {
@@ -25,6 +30,8 @@ private slots:
     void helpPrintsUsageAndExitsZero();
     void listPresetsNeedsNoModel();
     void unknownFlagIsUsageError();
+    void doctorJsonReport();
+    void doctorRefusesOutOfRangeSeconds();
 };
 
 void TestK3Cli::versionPrintsAndExitsZero() {
@@ -53,6 +60,31 @@ void TestK3Cli::unknownFlagIsUsageError() {
     const Run r = runK3({"--no-such-flag"});
     QCOMPARE(r.exitCode, 2);
     QVERIFY2(r.err.contains(QStringLiteral("--no-such-flag")), qPrintable(r.err));
+}
+
+void TestK3Cli::doctorJsonReport() {
+    QTemporaryDir dir;
+    const Run r = runK3({"doctor", dir.path(), "--json", "--disk-seconds", "0.2"});
+    QCOMPARE(r.exitCode, 0);
+    QJsonParseError error{};
+    const QJsonObject report = QJsonDocument::fromJson(r.out.toUtf8(), &error).object();
+    QCOMPARE(error.error, QJsonParseError::NoError);
+    QCOMPARE(report.value("can_run").toBool(), true);
+    QCOMPARE(report.value("model_dir").toString(), dir.path());
+    QCOMPARE(report.value("next_command").toString(), "k3 download " + dir.path());
+    const QString preset = report.value("recommended_preset").toString();
+    QVERIFY2(k3::findPreset(preset.toStdString()).has_value(), qPrintable(preset));
+    QStringList names;
+    for (const QJsonValue& c : report.value("checks").toArray())
+        names << c.toObject().value("name").toString();
+    QCOMPARE(names, (QStringList{"cpu", "memory", "disk-space", "disk-speed"}));
+    QVERIFY(report.value("disk").toObject().value("gb_per_s_qd16").toDouble() > 0);
+}
+
+void TestK3Cli::doctorRefusesOutOfRangeSeconds() {
+    const Run r = runK3({"doctor", "--disk-seconds", "100"});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains(QStringLiteral("disk-seconds")), qPrintable(r.err));
 }
 
 QTEST_GUILESS_MAIN(TestK3Cli)

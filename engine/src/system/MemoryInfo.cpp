@@ -10,8 +10,7 @@ namespace {
 
 // Value in bytes of a "Key:   123 kB" line, or nothing when the line is not that key.
 std::optional<std::uint64_t> meminfoField(std::string_view line, std::string_view key) {
-    if (line.size() <= key.size() || line.substr(0, key.size()) != key ||
-        line[key.size()] != ':')
+    if (line.size() <= key.size() || line.substr(0, key.size()) != key || line[key.size()] != ':')
         return std::nullopt;
     std::string_view rest = line.substr(key.size() + 1);
     while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);

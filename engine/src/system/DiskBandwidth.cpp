@@ -1,0 +1,166 @@
+#include "k3/doctor.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+namespace k3 {
+namespace {
+
+constexpr std::size_t kAlign = 4096;
+
+struct AlignedBuffer {
+    explicit AlignedBuffer(std::size_t bytes)
+        : data(static_cast<unsigned char*>(std::aligned_alloc(kAlign, bytes))) {
+        if (!data) throw std::runtime_error("out of memory for a disk benchmark buffer");
+    }
+    ~AlignedBuffer() { std::free(data); }
+    AlignedBuffer(const AlignedBuffer&) = delete;
+    AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+    unsigned char* data;
+};
+
+std::string errnoText(const std::string& what, const std::filesystem::path& path) {
+    return what + " " + path.string() + ": " + std::strerror(errno);
+}
+
+struct Fd {
+    int fd = -1;
+    ~Fd() {
+        if (fd >= 0) ::close(fd);
+    }
+};
+
+// The largest shard in `dir`, so the measurement reads the very bytes the engine will.
+std::optional<std::filesystem::path> largestShard(const std::filesystem::path& dir) {
+    std::error_code ec;
+    std::optional<std::filesystem::path> best;
+    std::uintmax_t bestSize = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+        if (entry.path().extension() != ".safetensors") continue;
+        const auto size = entry.file_size(ec);
+        if (!ec && size > bestSize) {
+            bestSize = size;
+            best = entry.path();
+        }
+    }
+    return best;
+}
+
+void writeScratchFile(const std::filesystem::path& path, std::uint64_t bytes) {
+    Fd out{::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)};
+    if (out.fd < 0) throw std::runtime_error(errnoText("cannot create", path));
+    std::vector<unsigned char> chunk(1u << 20);
+    std::mt19937_64 rng(42); // incompressible bytes: a compressing filesystem must not flatter
+    for (std::size_t i = 0; i + 8 <= chunk.size(); i += 8) {
+        const std::uint64_t v = rng();
+        std::memcpy(chunk.data() + i, &v, 8);
+    }
+    for (std::uint64_t done = 0; done < bytes; done += chunk.size()) {
+        if (::write(out.fd, chunk.data(), chunk.size()) != static_cast<ssize_t>(chunk.size()))
+            throw std::runtime_error(errnoText("cannot write", path));
+    }
+    if (::fsync(out.fd) != 0) throw std::runtime_error(errnoText("cannot fsync", path));
+}
+
+// Reads random whole blocks with `depth` reads in flight until a time or byte bound.
+double readAtDepth(int fd, std::uint64_t fileBytes, std::uint64_t block, int depth,
+                   const DiskBenchOptions& options, const std::atomic<bool>* cancel,
+                   std::uint64_t& totalBytes, const std::filesystem::path& path) {
+    const std::uint64_t blocks = fileBytes / block;
+    std::atomic<std::uint64_t> bytes{0};
+    std::atomic<bool> failed{false};
+    std::atomic<int> failedErrno{0};
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + std::chrono::duration<double>(options.maxSecondsPerDepth);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < depth; ++t) {
+        threads.emplace_back([&, t] {
+            AlignedBuffer buffer(block);
+            std::mt19937_64 rng(1000 + t);
+            while (!failed && std::chrono::steady_clock::now() < deadline &&
+                   bytes.load() < options.maxBytesPerDepth && !(cancel && cancel->load())) {
+                const std::uint64_t offset = (rng() % blocks) * block;
+                const ssize_t got = ::pread(fd, buffer.data, block, static_cast<off_t>(offset));
+                if (got != static_cast<ssize_t>(block)) {
+                    failedErrno = got < 0 ? errno : EIO;
+                    failed = true;
+                    return;
+                }
+                bytes += block;
+            }
+        });
+    }
+    for (auto& th : threads) th.join();
+    if (failed) {
+        errno = failedErrno;
+        throw std::runtime_error(errnoText("read failed while measuring", path));
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    totalBytes += bytes;
+    return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
+}
+
+} // namespace
+
+DiskBandwidth measureDiskBandwidth(const std::filesystem::path& dir,
+                                   const DiskBenchOptions& options,
+                                   const std::atomic<bool>* cancel) {
+    if (options.blockBytes == 0 || options.blockBytes % kAlign != 0)
+        throw std::runtime_error("disk benchmark block size must be a multiple of 4096, got " +
+                                 std::to_string(options.blockBytes));
+    DiskBandwidth result;
+    result.blockBytes = options.blockBytes;
+
+    std::filesystem::path file;
+    bool scratch = false;
+    if (auto shard = largestShard(dir);
+        shard && std::filesystem::file_size(*shard) >= 2 * options.blockBytes) {
+        file = *shard;
+    } else {
+        file = dir / (".k3-doctor-" + std::to_string(::getpid()) + ".tmp");
+        writeScratchFile(file, std::max(options.fileBytes, 2 * options.blockBytes));
+        scratch = true;
+    }
+    struct Remove {
+        std::filesystem::path path;
+        bool active;
+        ~Remove() {
+            std::error_code ec;
+            if (active) std::filesystem::remove(path, ec);
+        }
+    } removeScratch{file, scratch};
+    result.fileMeasured = file.string();
+
+    // O_DIRECT bypasses the page cache, as the engine's reads do; some filesystems
+    // (tmpfs, overlayfs) refuse it, and then the figure may be flattered by the cache.
+    Fd in{::open(file.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC)};
+    result.directIo = in.fd >= 0;
+    if (in.fd < 0 && errno == EINVAL) in.fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (in.fd < 0) throw std::runtime_error(errnoText("cannot open", file));
+    struct stat st {};
+    if (::fstat(in.fd, &st) != 0) throw std::runtime_error(errnoText("cannot stat", file));
+    if (!result.directIo) ::posix_fadvise(in.fd, 0, 0, POSIX_FADV_DONTNEED);
+
+    const auto start = std::chrono::steady_clock::now();
+    result.gbPerSecondQd1 =
+        readAtDepth(in.fd, static_cast<std::uint64_t>(st.st_size), options.blockBytes, 1, options,
+                    cancel, result.bytesRead, file);
+    result.gbPerSecondQd16 =
+        readAtDepth(in.fd, static_cast<std::uint64_t>(st.st_size), options.blockBytes, 16, options,
+                    cancel, result.bytesRead, file);
+    result.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return result;
+}
+
+} // namespace k3

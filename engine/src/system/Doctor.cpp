@@ -1,0 +1,199 @@
+#include "k3/doctor.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+
+namespace k3 {
+namespace {
+
+std::string gb(double bytes) {
+    char text[32];
+    if (bytes >= 1e12)
+        std::snprintf(text, sizeof text, "%.2f TB", bytes / 1e12);
+    else
+        std::snprintf(text, sizeof text, "%.1f GB", bytes / 1e9);
+    return text;
+}
+
+// The nearest existing folder at or above `path`: free space of a folder that does
+// not exist yet is the free space where it will be created.
+std::filesystem::path existingAncestor(std::filesystem::path path) {
+    std::error_code ec;
+    path = std::filesystem::absolute(path, ec);
+    while (!path.empty() && !std::filesystem::exists(path, ec)) {
+        if (path == path.parent_path()) break;
+        path = path.parent_path();
+    }
+    return path;
+}
+
+std::string shellQuote(const std::string& s) {
+    if (s.find_first_not_of(
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-~") ==
+        std::string::npos)
+        return s;
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+} // namespace
+
+const char* toString(CheckStatus status) {
+    switch (status) {
+    case CheckStatus::Ok:
+        return "ok";
+    case CheckStatus::Warning:
+        return "warning";
+    case CheckStatus::Fail:
+        return "fail";
+    }
+    return "?";
+}
+
+bool DoctorReport::canRun() const {
+    for (const auto& c : checks)
+        if (c.status == CheckStatus::Fail) return false;
+    return true;
+}
+
+DoctorReport runDoctor(const DoctorOptions& options) {
+    DoctorReport r;
+    r.modelDir = options.modelDir.empty() ? std::filesystem::current_path() : options.modelDir;
+    r.cpu = detectCpuFeatures();
+    r.memory = readMemoryInfo();
+
+    if (r.cpu.avx2 && r.cpu.fma)
+        r.checks.push_back(
+            {"cpu", CheckStatus::Ok, "CPU: " + r.cpu.summary() + ", the fast kernels run"});
+    else
+        r.checks.push_back({"cpu", CheckStatus::Warning,
+                            "CPU: no AVX2/FMA, the portable kernels run (same output, slower)"});
+
+    if (!r.memory) {
+        r.checks.push_back({"memory", CheckStatus::Fail,
+                            "RAM: /proc/meminfo has no MemTotal/MemAvailable, cannot size a plan"});
+    } else {
+        const double avail = static_cast<double>(r.memory->availableBytes);
+        r.recommendedPreset = recommendPreset(r.memory->availableBytes);
+        if (r.recommendedPreset)
+            r.checks.push_back({"memory", CheckStatus::Ok,
+                                "RAM: " + gb(avail) + " available -> preset " +
+                                    std::string(r.recommendedPreset->name)});
+        else
+            r.checks.push_back({"memory", CheckStatus::Fail,
+                                "RAM: " + gb(avail) +
+                                    " available; the smallest preset (ultra) needs about 4 GB. "
+                                    "Close other programs or add memory."});
+    }
+
+    std::error_code ec;
+    r.checkpointPresent =
+        std::filesystem::is_regular_file(r.modelDir / "config.json", ec) &&
+        std::filesystem::is_regular_file(r.modelDir / "model.safetensors.index.json", ec);
+    const auto space = std::filesystem::space(existingAncestor(r.modelDir), ec);
+    if (!ec) r.freeBytes = space.available;
+    if (r.checkpointPresent) {
+        r.checks.push_back(
+            {"checkpoint", CheckStatus::Ok, "Checkpoint: found at " + r.modelDir.string()});
+    } else if (!r.freeBytes) {
+        r.checks.push_back({"disk-space", CheckStatus::Warning,
+                            "Disk: cannot read free space at " + r.modelDir.string()});
+    } else if (*r.freeBytes >= kCheckpointBytes) {
+        r.checks.push_back({"disk-space", CheckStatus::Ok,
+                            "Disk: " + gb(double(*r.freeBytes)) + " free at " +
+                                r.modelDir.string() + ", " + gb(double(kCheckpointBytes)) +
+                                " needed"});
+    } else {
+        r.checks.push_back({"disk-space", CheckStatus::Warning,
+                            "Disk: " + gb(double(*r.freeBytes)) + " free at " +
+                                r.modelDir.string() + ", " + gb(double(kCheckpointBytes)) +
+                                " needed (short by " + gb(double(kCheckpointBytes - *r.freeBytes)) +
+                                "); choose another folder or free space"});
+    }
+
+    if (options.measureDisk) {
+        try {
+            const auto dir = r.checkpointPresent ? r.modelDir : existingAncestor(r.modelDir);
+            r.disk = measureDiskBandwidth(dir, options.disk);
+            char text[200];
+            std::snprintf(text, sizeof text,
+                          "Disk speed: %.2f GB/s at queue depth 16, %.2f GB/s at depth 1 (%s)",
+                          r.disk->gbPerSecondQd16, r.disk->gbPerSecondQd1,
+                          r.disk->directIo ? "O_DIRECT" : "buffered: O_DIRECT refused here");
+            // Below ~1 GB/s every token waits on the disk for tens of seconds more.
+            r.checks.push_back(
+                {"disk-speed",
+                 r.disk->gbPerSecondQd16 >= 1.0 ? CheckStatus::Ok : CheckStatus::Warning, text});
+        } catch (const std::exception& e) {
+            r.checks.push_back({"disk-speed", CheckStatus::Warning,
+                                std::string("Disk speed: not measured: ") + e.what()});
+        }
+    }
+
+    const std::string dir = shellQuote(r.modelDir.string());
+    const std::string trunk = shellQuote((r.modelDir / "trunk").string());
+    if (!r.canRun())
+        r.nextCommand.clear();
+    else if (!r.checkpointPresent)
+        r.nextCommand = "k3 download " + dir;
+    else if (!std::filesystem::is_regular_file(r.modelDir / "trunk" / "trunk.json", ec))
+        r.nextCommand = "k3 pack " + dir + " " + trunk;
+    else
+        r.nextCommand = "k3 " + dir + " --trunk " + trunk + " --preset " +
+                        std::string(r.recommendedPreset->name) + " --prompt 'Hello'";
+    return r;
+}
+
+std::string formatDoctorReport(const DoctorReport& r) {
+    std::string out;
+    for (const auto& c : r.checks) {
+        const char* mark = c.status == CheckStatus::Ok        ? "[ok]  "
+                           : c.status == CheckStatus::Warning ? "[!]   "
+                                                              : "[FAIL]";
+        out += std::string(mark) + " " + c.verdict + "\n";
+    }
+    if (r.canRun()) {
+        out += "Recommendation: preset " + std::string(r.recommendedPreset->name) + ".\n";
+        out += "Next: " + r.nextCommand + "\n";
+    } else {
+        out += "This computer cannot run Kimi K3 as it is; see the failed checks above.\n";
+    }
+    return out;
+}
+
+std::string doctorReportJson(const DoctorReport& r) {
+    nlohmann::json j;
+    j["cpu"] = {{"avx2", r.cpu.avx2},
+                {"fma", r.cpu.fma},
+                {"avx512f", r.cpu.avx512f},
+                {"summary", r.cpu.summary()}};
+    if (r.memory)
+        j["memory"] = {{"total_bytes", r.memory->totalBytes},
+                       {"available_bytes", r.memory->availableBytes}};
+    j["recommended_preset"] = r.recommendedPreset
+                                  ? nlohmann::json(std::string(r.recommendedPreset->name))
+                                  : nlohmann::json();
+    j["model_dir"] = r.modelDir.string();
+    j["checkpoint_present"] = r.checkpointPresent;
+    j["free_bytes"] = r.freeBytes ? nlohmann::json(*r.freeBytes) : nlohmann::json();
+    if (r.disk)
+        j["disk"] = {{"gb_per_s_qd1", r.disk->gbPerSecondQd1},
+                     {"gb_per_s_qd16", r.disk->gbPerSecondQd16},
+                     {"block_bytes", r.disk->blockBytes},
+                     {"bytes_read", r.disk->bytesRead},
+                     {"seconds", r.disk->seconds},
+                     {"direct_io", r.disk->directIo},
+                     {"file", r.disk->fileMeasured}};
+    auto checks = nlohmann::json::array();
+    for (const auto& c : r.checks)
+        checks.push_back(
+            {{"name", c.name}, {"status", toString(c.status)}, {"verdict", c.verdict}});
+    j["checks"] = checks;
+    j["can_run"] = r.canRun();
+    j["next_command"] = r.nextCommand;
+    return j.dump(2);
+}
+
+} // namespace k3
