@@ -3,6 +3,7 @@
 #include "AboutDialog.h"
 #include "chat/ConversationView.h"
 #include "chat/MessageComposer.h"
+#include "wizard/SetupWizard.h"
 
 #include <QApplication>
 #include <QCloseEvent>
@@ -67,7 +68,9 @@ void MainWindow::createMenus() {
 
     menuBar()->addMenu(tr("&Edit"));
     menuBar()->addMenu(tr("&View"));
-    menuBar()->addMenu(tr("&Model"));
+    QMenu* model = menuBar()->addMenu(tr("&Model"));
+    QAction* setup = model->addAction(tr("&Setup wizard…"), this, &MainWindow::showSetupWizard);
+    setup->setObjectName(QStringLiteral("setupWizardAction"));
     QMenu* help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("&About k3chat"), this, &MainWindow::showAbout);
 }
@@ -75,6 +78,12 @@ void MainWindow::createMenus() {
 void MainWindow::newChat() {
     m_composer->clear();
     m_composer->setFocus();
+}
+
+void MainWindow::showSetupWizard() {
+    auto* wizard = new SetupWizard(this);
+    wizard->setAttribute(Qt::WA_DeleteOnClose);
+    wizard->open();
 }
 
 void MainWindow::showAbout() {

@@ -22,6 +22,7 @@ public:
 public slots:
     void newChat();
     void showAbout();
+    void showSetupWizard();
 
 protected:
     void closeEvent(QCloseEvent* event) override;

@@ -1,0 +1,92 @@
+#include "wizard/SystemCheckPage.h"
+
+#include <QDir>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QListWidget>
+#include <QPushButton>
+#include <QStyle>
+#include <QVBoxLayout>
+#include <QtConcurrent>
+
+SystemCheckPage::SystemCheckPage(QWidget* parent)
+    : QWizardPage(parent), m_modelDir(QDir::homePath() + QStringLiteral("/k3model")),
+      m_status(new QLabel), m_checks(new QListWidget), m_recommendation(new QLabel),
+      m_rerun(new QPushButton(tr("Check again"))),
+      m_demo(new QPushButton(tr("Try the small demo model now"))) {
+    setTitle(tr("Check this computer"));
+    setSubTitle(tr("CPU, memory, free disk space and disk speed decide how fast Kimi K3 runs "
+                   "here. The answer is the same whatever the result; memory only buys speed."));
+    m_checks->setObjectName(QStringLiteral("doctorChecks"));
+    m_checks->setSelectionMode(QAbstractItemView::NoSelection);
+    m_checks->setWordWrap(true);
+    m_recommendation->setObjectName(QStringLiteral("doctorRecommendation"));
+    m_recommendation->setWordWrap(true);
+    m_recommendation->setTextFormat(Qt::PlainText);
+    m_recommendation->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_demo->setObjectName(QStringLiteral("demoButton"));
+
+    auto* buttons = new QHBoxLayout;
+    buttons->addWidget(m_demo);
+    buttons->addStretch(1);
+    buttons->addWidget(m_rerun);
+    auto* layout = new QVBoxLayout(this);
+    layout->addWidget(m_status);
+    layout->addWidget(m_checks, 1);
+    layout->addWidget(m_recommendation);
+    layout->addLayout(buttons);
+
+    connect(m_rerun, &QPushButton::clicked, this, &SystemCheckPage::runChecks);
+    connect(m_demo, &QPushButton::clicked, this, &SystemCheckPage::demoRequested);
+    connect(&m_watcher, &QFutureWatcher<k3::DoctorReport>::finished, this, [this] {
+        showReport(m_watcher.result());
+    });
+}
+
+void SystemCheckPage::initializePage() {
+    if (!m_report && !m_watcher.isRunning()) runChecks();
+}
+
+bool SystemCheckPage::isComplete() const { return m_report && m_report->canRun(); }
+
+void SystemCheckPage::runChecks() {
+    if (m_watcher.isRunning()) return;
+    m_report.reset();
+    m_checks->clear();
+    m_recommendation->clear();
+    m_rerun->setEnabled(false);
+    m_status->setText(tr("Checking this computer… (the disk is measured for a few seconds)"));
+    emit completeChanged();
+
+    k3::DoctorOptions options;
+    options.modelDir = m_modelDir.toStdString();
+    options.disk.maxSecondsPerDepth = m_diskSeconds;
+    // The doctor blocks for seconds (disk measurement): never on the GUI thread.
+    m_watcher.setFuture(QtConcurrent::run([options] { return k3::runDoctor(options); }));
+}
+
+void SystemCheckPage::showReport(const k3::DoctorReport& report) {
+    m_report = report;
+    m_rerun->setEnabled(true);
+    m_status->setText(tr("Checks finished."));
+    for (const k3::DoctorCheck& check : report.checks) {
+        QStyle::StandardPixmap icon = QStyle::SP_DialogApplyButton;
+        if (check.status == k3::CheckStatus::Warning) icon = QStyle::SP_MessageBoxWarning;
+        if (check.status == k3::CheckStatus::Fail) icon = QStyle::SP_MessageBoxCritical;
+        auto* item = new QListWidgetItem(style()->standardIcon(icon),
+                                         QString::fromStdString(check.verdict), m_checks);
+        item->setData(Qt::UserRole, QString::fromUtf8(k3::toString(check.status)));
+        item->setData(Qt::UserRole + 1, QString::fromStdString(check.name));
+    }
+    if (report.canRun())
+        m_recommendation->setText(
+            tr("Recommendation: preset \"%1\". Next on the command line: %2")
+                .arg(QString::fromUtf8(report.recommendedPreset->name.data(),
+                                       qsizetype(report.recommendedPreset->name.size())),
+                     QString::fromStdString(report.nextCommand)));
+    else
+        m_recommendation->setText(
+            tr("This computer cannot run Kimi K3 as it is: see the failed checks above."));
+    emit completeChanged();
+    emit checksFinished();
+}

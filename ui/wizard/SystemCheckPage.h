@@ -1,0 +1,48 @@
+#pragma once
+
+#include <QFutureWatcher>
+#include <QWizardPage>
+
+#include <k3/doctor.hpp>
+
+class QLabel;
+class QListWidget;
+class QPushButton;
+
+// Wizard page 1: runs the system doctor off the GUI thread (it measures the disk for a
+// few seconds) and shows each check with a clear verdict and the recommended preset.
+class SystemCheckPage : public QWizardPage {
+    Q_OBJECT
+public:
+    explicit SystemCheckPage(QWidget* parent = nullptr);
+
+    void initializePage() override;
+    bool isComplete() const override;
+
+    // Where the checkpoint will live; the doctor measures free space and speed there.
+    void setModelDir(const QString& dir) { m_modelDir = dir; }
+    bool isRunning() const { return m_watcher.isRunning(); }
+    const std::optional<k3::DoctorReport>& report() const { return m_report; }
+    QListWidget* checkList() const { return m_checks; }
+
+    // Seconds of disk reading per queue depth (short in tests).
+    void setDiskSeconds(double seconds) { m_diskSeconds = seconds; }
+
+signals:
+    void demoRequested();
+    void checksFinished();
+
+private:
+    void runChecks();
+    void showReport(const k3::DoctorReport& report);
+
+    QString m_modelDir;
+    double m_diskSeconds = 3.0;
+    QLabel* m_status;
+    QListWidget* m_checks;
+    QLabel* m_recommendation;
+    QPushButton* m_rerun;
+    QPushButton* m_demo;
+    QFutureWatcher<k3::DoctorReport> m_watcher;
+    std::optional<k3::DoctorReport> m_report;
+};
