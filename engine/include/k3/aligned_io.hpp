@@ -1,0 +1,53 @@
+#pragma once
+// Reading byte ranges of multi-GB shards without filling the page cache: O_DIRECT
+// through a 4096-aligned bounce buffer, widened outward to the enclosing aligned
+// window (tensors start wherever the previous one ended). Filesystems that refuse
+// O_DIRECT (tmpfs, some FUSE/network mounts: EINVAL on open or on read) fall back to
+// buffered pread. A short read or an I/O error is an IoError naming the file and
+// offset, never silent zeros.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+
+namespace k3 {
+
+class IoError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+inline constexpr std::size_t kDirectIoAlignment = 4096;
+
+class AlignedFile {
+public:
+    enum class Mode { Auto, Buffered };
+
+    explicit AlignedFile(const std::filesystem::path& path, Mode mode = Mode::Auto);
+    ~AlignedFile();
+    AlignedFile(const AlignedFile&) = delete;
+    AlignedFile& operator=(const AlignedFile&) = delete;
+
+    // Copy bytes [offset, offset + length) into dst. Thread-safe (pread only).
+    void read(std::uint64_t offset, void* dst, std::size_t length) const;
+
+    // True while reads go through O_DIRECT (false after a fallback).
+    bool direct() const { return directFd_ >= 0 && !directRefused_.load(); }
+    std::uint64_t size() const { return size_; }
+    const std::string& path() const { return path_; }
+
+private:
+    bool readDirect(std::uint64_t offset, void* dst, std::size_t length) const;
+    void readBuffered(std::uint64_t offset, void* dst, std::size_t length) const;
+
+    std::string path_;
+    int fd_ = -1;       // buffered descriptor, always open
+    int directFd_ = -1; // O_DIRECT descriptor, -1 when refused or not asked for
+    std::uint64_t size_ = 0;
+    mutable std::atomic<bool> directRefused_{false};
+};
+
+} // namespace k3

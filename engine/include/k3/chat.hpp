@@ -1,0 +1,188 @@
+#pragma once
+// The Kimi K3 chat format (XTML): rendering a conversation exactly as the official
+// Jinja template does, parsing the model's streamed output back into channels, and
+// JSONL transcripts.
+//
+// Invariants (each tied to a test in tests/engine/chat/):
+// - renderChat() is byte-identical to Kimi-K3.jinja rendered by Python jinja2 for
+//   every conversation it accepts (tst_chat_render, fixtures from
+//   tests/reference/chat/render_fixtures.py). What it cannot reproduce exactly
+//   (assistant tool calls, tool declarations, images, response formats) it cannot
+//   even express, and a tool message without a tool name is refused.
+// - Reasoning of EARLIER assistant turns is rendered again whenever thinking is on;
+//   thinking=false drops every think channel, never the stored reasoning.
+// - Special markers come only from the template, never from message text: encode
+//   renderChatSegments() so a user typing "<|open|>" stays ordinary text.
+// - ChatOutputParser gives the same result however the stream is cut into pieces
+//   (tst_chat_parse), and never throws on malformed output: it reports it.
+// - writeTranscript() replaces the file atomically: a failed or interrupted write
+//   leaves the previous file intact (tst_transcript).
+
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "k3/tokenizer.hpp"
+
+namespace k3 {
+
+// Every refusal in this area: bad options, unsupported messages, unreadable transcripts.
+class ChatError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// The special-token markers of XTML, as the tokenizer's added tokens spell them.
+namespace chatmarker {
+inline constexpr std::string_view openMark = "<|open|>";
+inline constexpr std::string_view closeMark = "<|close|>";
+inline constexpr std::string_view sepMark = "<|sep|>";
+inline constexpr std::string_view endOfMessage = "<|end_of_msg|>";
+inline constexpr std::string_view eos = "[EOS]";
+} // namespace chatmarker
+
+enum class ChatRole { System, User, Assistant, Tool };
+
+// "system", "user", "assistant", "tool".
+std::string_view chatRoleName(ChatRole role);
+// Nothing for any other name.
+std::optional<ChatRole> parseChatRole(std::string_view name);
+
+struct ChatMessage {
+    ChatRole role = ChatRole::User;
+    std::string content;
+    // Assistant only: the think channel. Empty (or whitespace only) renders an empty
+    // think channel, as the template does.
+    std::string reasoningContent;
+    // Optional speaker name (the template's name="..." attribute; empty = none). For a
+    // Tool message this is the tool's name and is required.
+    std::string name;
+
+    bool operator==(const ChatMessage&) const = default;
+};
+
+struct ChatRenderOptions {
+    bool thinking = true;
+    // "low", "medium", "high" or "max" (the template's default); nothing renders no
+    // thinking-effort message. Ignored (not even checked) when thinking is off.
+    std::optional<std::string> thinkingEffort = std::string("max");
+    // Ends with an open assistant message and its first channel (think, or response
+    // when thinking is off), ready for generation.
+    bool addGenerationPrompt = true;
+};
+
+struct ChatSegment {
+    enum class Kind { Text, Special };
+    Kind kind = Kind::Text;
+    std::string text; // ordinary text, or the marker itself ("<|open|>")
+
+    bool operator==(const ChatSegment&) const = default;
+};
+
+// The render as alternating runs: adjacent text is merged into one Text segment, so
+// encoding each Text segment on its own equals encoding the text between specials.
+// Throws ChatError for an unsupported thinking effort or a tool message without a name.
+std::vector<ChatSegment> renderChatSegments(const std::vector<ChatMessage>& messages,
+                                            const ChatRenderOptions& options = {});
+
+// The same render as one string (segments concatenated).
+std::string renderChat(const std::vector<ChatMessage>& messages,
+                       const ChatRenderOptions& options = {});
+
+// Token ids for a render: each Special segment becomes its added-token id and each Text
+// segment is encoded as ordinary text, so markers typed in a message stay text. (Never
+// use Tokenizer::encodeWithSpecial(renderChat(...)) for prompts holding user text.)
+// Throws ChatError when the tokenizer lacks one of the markers.
+std::vector<TokenId> encodeChatSegments(const Tokenizer& tokenizer,
+                                        const std::vector<ChatSegment>& segments);
+
+// What one fed piece added to each channel.
+struct ChatParseDelta {
+    std::string thinking;
+    std::string response;
+    bool endOfTurn = false; // this piece ended the turn
+};
+
+// Splits streamed assistant output into the think and response channels. Feed the
+// decoded pieces in order: ordinary text with feedText(), special tokens with
+// feedSpecial() (their marker, e.g. "<|close|>" or "[EOS]"). The turn ends at [EOS] or
+// <|end_of_msg|>. Malformed output (a missing close, an unexpected marker, text outside
+// any channel) never throws: it is recorded in problems() and parsing carries on.
+class ChatOutputParser {
+public:
+    enum class Start {
+        Think,    // the generation prompt opened the think channel (thinking on)
+        Response, // it opened the response channel directly (thinking off)
+        Message,  // inside the assistant message, no channel open yet
+    };
+    enum class Channel { None, Think, Response, Other };
+
+    explicit ChatOutputParser(Start start = Start::Think);
+    // The start that matches the generation prompt renderChat() produced.
+    static ChatOutputParser forOptions(const ChatRenderOptions& options);
+
+    ChatParseDelta feedText(std::string_view text);
+    ChatParseDelta feedSpecial(std::string_view marker);
+    ChatParseDelta feed(const ChatSegment& piece);
+    // The stream stopped (token limit, cancel): records whatever was left unfinished.
+    // Feeding after finish() is recorded as a problem and ignored.
+    void finish();
+
+    const std::string& thinking() const { return thinking_; }
+    const std::string& response() const { return response_; }
+    // Raw text of channels this parser does not interpret (e.g. "tools"), markers kept.
+    const std::string& otherChannels() const { return other_; }
+    bool endOfTurn() const { return mode_ == Mode::Done && !endMarker_.empty(); }
+    bool finished() const { return mode_ == Mode::Done; }
+    // "[EOS]" or "<|end_of_msg|>" once the turn ended; empty before.
+    const std::string& endMarker() const { return endMarker_; }
+    // The channel text currently goes to (for a live "Thinking…" indicator).
+    Channel channel() const;
+    // Human-readable descriptions of everything malformed, in the order seen.
+    const std::vector<std::string>& problems() const { return problems_; }
+
+private:
+    enum class Mode { Channel, Message, OpenHeader, CloseHeader, AfterMessage, Done };
+
+    void appendToChannel(std::string_view text, ChatParseDelta& delta);
+    void flushStray(ChatParseDelta& delta);
+    void finishHeader(ChatParseDelta& delta);
+    void abandonHeader(std::string_view why, ChatParseDelta& delta);
+    void endTurn(std::string_view marker, ChatParseDelta& delta);
+    void problem(std::string text);
+
+    Mode mode_ = Mode::Channel;
+    Channel channel_ = Channel::Think;
+    std::string otherTag_;            // tag name of the open Other channel
+    int otherDepth_ = 0;              // nested <|open|> inside an Other channel
+    std::string header_;              // text between <|open|>/<|close|> and <|sep|>
+    Channel closing_ = Channel::None; // the channel a CloseHeader closes
+    std::string stray_;               // text seen outside any channel, judged at the next marker
+    std::string thinking_;
+    std::string response_;
+    std::string other_;
+    std::string endMarker_;
+    bool fedAfterEnd_ = false;
+    std::vector<std::string> problems_;
+};
+
+// Transcripts: one JSON object per line, {"role","content","reasoning_content"} plus an
+// optional "name" (required for role "tool"). Blank lines are skipped. Unknown roles
+// and fields are refused, with the source, line number and field in the message.
+std::vector<ChatMessage> parseTranscript(std::string_view text,
+                                         const std::string& sourceName = "transcript");
+std::vector<ChatMessage> readTranscript(const std::filesystem::path& path);
+// One line per message, keys in the order role, name, content, reasoning_content
+// (reasoning_content on assistant lines only). Invalid UTF-8 becomes U+FFFD.
+std::string formatTranscript(const std::vector<ChatMessage>& messages);
+// Writes a temporary file beside `path`, fsyncs it, renames it over `path` and fsyncs
+// the directory. Throws ChatError naming the path; the old file is then untouched.
+void writeTranscript(const std::filesystem::path& path, const std::vector<ChatMessage>& messages);
+// The same atomic replace for any content (the file ends up mode 0600: transcripts hold
+// private conversations).
+void writeFileAtomically(const std::filesystem::path& path, std::string_view data);
+
+} // namespace k3

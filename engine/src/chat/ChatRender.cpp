@@ -1,0 +1,221 @@
+// Renders a conversation the way Kimi-K3.jinja does, restricted to what a text chat
+// needs. Each branch below names the template macro it mirrors.
+#include "k3/chat.hpp"
+
+#include <array>
+#include <cstdint>
+
+namespace k3 {
+
+std::string_view chatRoleName(ChatRole role) {
+    switch (role) {
+    case ChatRole::System:
+        return "system";
+    case ChatRole::User:
+        return "user";
+    case ChatRole::Assistant:
+        return "assistant";
+    case ChatRole::Tool:
+        return "tool";
+    }
+    return "unknown";
+}
+
+std::optional<ChatRole> parseChatRole(std::string_view name) {
+    for (ChatRole r : {ChatRole::System, ChatRole::User, ChatRole::Assistant, ChatRole::Tool})
+        if (chatRoleName(r) == name) return r;
+    return std::nullopt;
+}
+
+namespace {
+
+// Python's str.isspace(): the set jinja's `trim` filter strips.
+bool isPythonSpace(std::uint32_t cp) {
+    if ((cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20)) return true;
+    if (cp == 0x85 || cp == 0xA0 || cp == 0x1680) return true;
+    if (cp >= 0x2000 && cp <= 0x200A) return true;
+    return cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+// Decodes one UTF-8 sequence at s[i]; returns its length, or 0 when malformed.
+std::size_t decodeUtf8(std::string_view s, std::size_t i, std::uint32_t& cp) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    std::size_t len = b < 0x80           ? 1
+                      : (b >> 5) == 0x6  ? 2
+                      : (b >> 4) == 0xE  ? 3
+                      : (b >> 3) == 0x1E ? 4
+                                         : 0;
+    if (len == 0 || i + len > s.size()) return 0;
+    cp = len == 1 ? b : len == 2 ? (b & 0x1F) : len == 3 ? (b & 0x0F) : (b & 0x07);
+    for (std::size_t k = 1; k < len; ++k) {
+        const auto c = static_cast<unsigned char>(s[i + k]);
+        if ((c & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (c & 0x3F);
+    }
+    return len;
+}
+
+// True when jinja's `value|string|trim` would be empty. Only leading characters need
+// checking: the text is blank exactly when every character is a space.
+bool isBlankAsPython(std::string_view s) {
+    std::size_t i = 0;
+    while (i < s.size()) {
+        std::uint32_t cp = 0;
+        const std::size_t len = decodeUtf8(s, i, cp);
+        if (len == 0 || !isPythonSpace(cp)) return false;
+        i += len;
+    }
+    return true;
+}
+
+// The template's escape_attr: only & and " are escaped.
+std::string escapeAttr(std::string_view value) {
+    std::string out;
+    out.reserve(value.size());
+    for (char c : value) {
+        if (c == '&')
+            out += "&amp;";
+        else if (c == '"')
+            out += "&quot;";
+        else
+            out += c;
+    }
+    return out;
+}
+
+class SegmentWriter {
+public:
+    void text(std::string_view t) {
+        if (t.empty()) return;
+        if (segments_.empty() || segments_.back().kind != ChatSegment::Kind::Text)
+            segments_.push_back({ChatSegment::Kind::Text, {}});
+        segments_.back().text += t;
+    }
+    void special(std::string_view marker) {
+        segments_.push_back({ChatSegment::Kind::Special, std::string(marker)});
+    }
+    // open_tag(tag, attrs)
+    void openTag(std::string_view tag,
+                 std::initializer_list<std::pair<std::string_view, std::string>> attrs = {}) {
+        special(chatmarker::openMark);
+        text(tag);
+        for (const auto& [key, value] : attrs) {
+            text(" ");
+            text(key);
+            text("=\"");
+            text(escapeAttr(value));
+            text("\"");
+        }
+        special(chatmarker::sepMark);
+    }
+    // close_tag(tag)
+    void closeTag(std::string_view tag) {
+        special(chatmarker::closeMark);
+        text(tag);
+        special(chatmarker::sepMark);
+    }
+    void endOfMessage() { special(chatmarker::endOfMessage); }
+    std::vector<ChatSegment> take() { return std::move(segments_); }
+
+private:
+    std::vector<ChatSegment> segments_;
+};
+
+constexpr std::array<std::string_view, 4> kEfforts = {"low", "medium", "high", "max"};
+
+void writePlainMessage(SegmentWriter& w, const ChatMessage& m) {
+    if (m.name.empty())
+        w.openTag("message", {{"role", std::string(chatRoleName(m.role))}});
+    else
+        w.openTag("message", {{"role", std::string(chatRoleName(m.role))}, {"name", m.name}});
+    w.text(m.content);
+    w.closeTag("message");
+    w.endOfMessage();
+}
+
+} // namespace
+
+std::vector<ChatSegment> renderChatSegments(const std::vector<ChatMessage>& messages,
+                                            const ChatRenderOptions& options) {
+    const bool thinking = options.thinking;
+    bool effortMessage = false;
+    if (thinking && options.thinkingEffort) {
+        const std::string& effort = *options.thinkingEffort;
+        bool known = false;
+        for (auto e : kEfforts) known = known || e == effort;
+        if (!known)
+            throw ChatError("chat render: unsupported thinking_effort=" + effort +
+                            "; supported values are low, medium, high, and max");
+        effortMessage = true;
+    }
+
+    SegmentWriter w;
+    if (effortMessage) {
+        // internal_system_message('thinking-effort', ...)
+        w.openTag("message", {{"role", "system"}, {"type", "thinking-effort"}});
+        w.text("`thinking_effort` guides on how much to think in your thinking channel (not "
+               "including the response channel), supported values include `low`, `medium`, "
+               "`high`, and `max`.\nNow the system is invoked with `thinking_effort=");
+        w.text(*options.thinkingEffort);
+        w.text("`.");
+        w.closeTag("message");
+        w.endOfMessage();
+    }
+
+    // state.tool_index: reset by each assistant message, counted by tool messages.
+    int toolIndex = 0;
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        switch (m.role) {
+        case ChatRole::User:
+        case ChatRole::System:
+            writePlainMessage(w, m);
+            break;
+        case ChatRole::Assistant:
+            toolIndex = 0;
+            if (m.name.empty())
+                w.openTag("message", {{"role", "assistant"}});
+            else
+                w.openTag("message", {{"role", "assistant"}, {"name", m.name}});
+            // render_assistant: earlier turns keep their reasoning while thinking is on.
+            if (thinking) {
+                w.openTag("think");
+                if (!isBlankAsPython(m.reasoningContent)) w.text(m.reasoningContent);
+                w.closeTag("think");
+            }
+            w.openTag("response");
+            w.text(m.content);
+            w.closeTag("response");
+            w.closeTag("message");
+            w.endOfMessage();
+            break;
+        case ChatRole::Tool:
+            // render_tool_message without assistant tool_calls: the name must be given.
+            if (m.name.empty())
+                throw ChatError("chat render: message " + std::to_string(i) +
+                                " (role tool) has no tool name; tool messages need a name "
+                                "(assistant tool_calls are not supported)");
+            ++toolIndex;
+            w.openTag("message",
+                      {{"role", "tool"}, {"tool", m.name}, {"index", std::to_string(toolIndex)}});
+            w.text(m.content);
+            w.closeTag("message");
+            w.endOfMessage();
+            break;
+        }
+    }
+
+    if (options.addGenerationPrompt) {
+        w.openTag("message", {{"role", "assistant"}});
+        w.openTag(thinking ? "think" : "response");
+    }
+    return w.take();
+}
+
+std::string renderChat(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options) {
+    std::string out;
+    for (const ChatSegment& s : renderChatSegments(messages, options)) out += s.text;
+    return out;
+}
+
+} // namespace k3

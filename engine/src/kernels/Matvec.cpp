@@ -1,0 +1,188 @@
+// Public matvec entry points: argument checks, run-time path choice, OpenMP over rows.
+
+#include "kernels/MatvecRows.hpp"
+
+#include "k3/kernels.hpp"
+#include "k3/system.hpp"
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace k3 {
+
+namespace {
+
+// -1: automatic (decided on first use), otherwise the KernelPath value in force.
+std::atomic<int> gForcedPath{-1};
+
+bool cpuHasAvx2Fma() {
+#if defined(K3_HAVE_AVX2_PATH)
+    static const bool has = [] {
+        const CpuFeatures f = detectCpuFeatures();
+        return f.avx2 && f.fma;
+    }();
+    return has;
+#else
+    return false;
+#endif
+}
+
+KernelPath automaticPath() {
+    const char* force = std::getenv("K3_FORCE_SCALAR");
+    if (force && *force && std::strcmp(force, "0") != 0) return KernelPath::Scalar;
+    return cpuHasAvx2Fma() ? KernelPath::Avx2 : KernelPath::Scalar;
+}
+
+void checkMatvec(const char* what, const float* y, const float* x, const void* w, int rows,
+                 int cols) {
+    if (rows < 0 || cols < 0)
+        throw KernelError(std::string(what) + ": negative size rows=" + std::to_string(rows) +
+                          " cols=" + std::to_string(cols));
+    if ((rows > 0 && !y) || (rows > 0 && cols > 0 && (!x || !w)))
+        throw KernelError(std::string(what) + ": null buffer for rows=" + std::to_string(rows) +
+                          " cols=" + std::to_string(cols));
+}
+
+// Rows are independent and each has a fixed order, so the thread count cannot change
+// a result; small products stay on one thread where forking costs more than it saves.
+template <typename RowFn> void forRows(int rows, int cols, RowFn&& fn) {
+    const bool parallel = rows >= 16 && static_cast<long long>(rows) * cols >= (1LL << 15);
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int r = 0; r < rows; ++r) fn(r);
+}
+
+} // namespace
+
+const char* kernelPathName(KernelPath path) {
+    return path == KernelPath::Avx2 ? "AVX2+FMA" : "scalar";
+}
+
+bool kernelPathAvailable(KernelPath path) {
+    return path == KernelPath::Scalar || cpuHasAvx2Fma();
+}
+
+KernelPath kernelPath() {
+    const int forced = gForcedPath.load(std::memory_order_relaxed);
+    if (forced >= 0) return static_cast<KernelPath>(forced);
+    return automaticPath();
+}
+
+void setKernelPath(KernelPath path) {
+    if (!kernelPathAvailable(path))
+        throw KernelError(std::string("kernel path ") + kernelPathName(path) +
+                          " is not available on this CPU (" + detectCpuFeatures().summary() + ")");
+    gForcedPath.store(static_cast<int>(path), std::memory_order_relaxed);
+}
+
+void resetKernelPath() {
+    gForcedPath.store(-1, std::memory_order_relaxed);
+}
+
+// ---- weights ------------------------------------------------------------------------
+
+WeightView WeightView::f32(const float* w, int rows, int cols) {
+    return {WeightType::F32, w, nullptr, rows, cols};
+}
+
+WeightView WeightView::bf16(const std::uint16_t* w, int rows, int cols) {
+    return {WeightType::BF16, w, nullptr, rows, cols};
+}
+
+WeightView WeightView::mxfp4(const std::uint8_t* packed, const std::uint8_t* scales, int rows,
+                             int cols) {
+    return {WeightType::MXFP4, packed, scales, rows, cols};
+}
+
+WeightView WeightView::rowSlice(int first, int count) const {
+    if (first < 0 || count < 0 || first > rows - count)
+        throw KernelError("WeightView::rowSlice: rows [" + std::to_string(first) + ", " +
+                          std::to_string(first) + "+" + std::to_string(count) +
+                          ") outside a matrix of " + std::to_string(rows) + " rows");
+    WeightView v = *this;
+    v.rows = count;
+    const auto r = static_cast<std::size_t>(first);
+    switch (type) {
+    case WeightType::F32:
+        v.data = static_cast<const float*>(data) + r * cols;
+        break;
+    case WeightType::BF16:
+        v.data = static_cast<const std::uint16_t*>(data) + r * cols;
+        break;
+    case WeightType::MXFP4:
+        v.data = static_cast<const std::uint8_t*>(data) + r * mxfp4RowBytes(cols);
+        v.scales = scales + r * mxfp4ScalesPerRow(cols);
+        break;
+    }
+    return v;
+}
+
+std::size_t mxfp4RowBytes(int cols) {
+    return (static_cast<std::size_t>(cols) + 1) / 2;
+}
+
+std::size_t mxfp4ScalesPerRow(int cols) {
+    return (static_cast<std::size_t>(cols) + kMxfp4Group - 1) / kMxfp4Group;
+}
+
+float e8m0Scale(std::uint8_t s) {
+    return detail::e8m0(s);
+}
+
+float mxfp4Decode(const std::uint8_t* packedRow, const std::uint8_t* scaleRow, int col) {
+    const unsigned nib = (packedRow[col >> 1] >> ((col & 1) * 4)) & 0xFu;
+    return detail::kE2m1[nib] * e8m0Scale(scaleRow[col / kMxfp4Group]);
+}
+
+// ---- matvec -------------------------------------------------------------------------
+
+void matvecF32(float* y, const float* x, const float* w, int rows, int cols) {
+    checkMatvec("matvecF32", y, x, w, rows, cols);
+    auto dot = detail::dotF32Scalar;
+#if defined(K3_HAVE_AVX2_PATH)
+    if (kernelPath() == KernelPath::Avx2) dot = detail::dotF32Avx2;
+#endif
+    forRows(rows, cols,
+            [&](int r) { y[r] = dot(x, w + static_cast<std::size_t>(r) * cols, cols); });
+}
+
+void matvecBf16(float* y, const float* x, const std::uint16_t* w, int rows, int cols) {
+    checkMatvec("matvecBf16", y, x, w, rows, cols);
+    auto dot = detail::dotBf16Scalar;
+#if defined(K3_HAVE_AVX2_PATH)
+    if (kernelPath() == KernelPath::Avx2) dot = detail::dotBf16Avx2;
+#endif
+    forRows(rows, cols,
+            [&](int r) { y[r] = dot(x, w + static_cast<std::size_t>(r) * cols, cols); });
+}
+
+void matvecMxfp4(float* y, const float* x, const std::uint8_t* packed, const std::uint8_t* scales,
+                 int rows, int cols) {
+    checkMatvec("matvecMxfp4", y, x, packed, rows, cols);
+    if (rows > 0 && cols > 0 && !scales) throw KernelError("matvecMxfp4: null scales");
+    auto dot = detail::dotMxfp4Scalar;
+#if defined(K3_HAVE_AVX2_PATH)
+    if (kernelPath() == KernelPath::Avx2) dot = detail::dotMxfp4Avx2;
+#endif
+    const std::size_t rowBytes = mxfp4RowBytes(cols);
+    const std::size_t rowScales = mxfp4ScalesPerRow(cols);
+    forRows(rows, cols,
+            [&](int r) { y[r] = dot(x, packed + r * rowBytes, scales + r * rowScales, cols); });
+}
+
+void matvec(float* y, const float* x, const WeightView& w) {
+    switch (w.type) {
+    case WeightType::F32:
+        return matvecF32(y, x, static_cast<const float*>(w.data), w.rows, w.cols);
+    case WeightType::BF16:
+        return matvecBf16(y, x, static_cast<const std::uint16_t*>(w.data), w.rows, w.cols);
+    case WeightType::MXFP4:
+        return matvecMxfp4(y, x, static_cast<const std::uint8_t*>(w.data), w.scales, w.rows,
+                           w.cols);
+    }
+    throw KernelError("matvec: unknown weight type");
+}
+
+} // namespace k3

@@ -1,0 +1,136 @@
+#include "k3/aligned_io.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+namespace k3 {
+
+namespace {
+
+// Bounded bounce buffer: a 17 MB expert read does not need a 17 MB extra allocation.
+constexpr std::size_t kMaxWindow = std::size_t{8} << 20;
+
+struct FreeDeleter {
+    void operator()(void* p) const { std::free(p); }
+};
+
+std::string errnoText(int err) {
+    return std::strerror(err);
+}
+
+} // namespace
+
+AlignedFile::AlignedFile(const std::filesystem::path& path, Mode mode) : path_(path.string()) {
+    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) {
+        const int err = errno;
+        throw IoError(path_ + ": cannot open: " + errnoText(err));
+    }
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) {
+        const int err = errno;
+        ::close(fd_);
+        throw IoError(path_ + ": cannot stat: " + errnoText(err));
+    }
+    size_ = static_cast<std::uint64_t>(st.st_size);
+    if (mode == Mode::Auto) {
+        // EINVAL here means the filesystem has no O_DIRECT (tmpfs): stay buffered.
+        directFd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+    }
+}
+
+AlignedFile::~AlignedFile() {
+    if (directFd_ >= 0) ::close(directFd_);
+    if (fd_ >= 0) ::close(fd_);
+}
+
+void AlignedFile::read(std::uint64_t offset, void* dst, std::size_t length) const {
+    if (length == 0) return;
+    if (offset > size_ || length > size_ - offset)
+        throw IoError(path_ + ": read of " + std::to_string(length) + " bytes at offset " +
+                      std::to_string(offset) + " runs past the end of the file (" +
+                      std::to_string(size_) + " bytes)");
+    if (direct() && readDirect(offset, dst, length)) return;
+    readBuffered(offset, dst, length);
+}
+
+// False means "O_DIRECT refused, use the buffered path"; real failures throw.
+bool AlignedFile::readDirect(std::uint64_t offset, void* dst, std::size_t length) const {
+    constexpr std::uint64_t mask = kDirectIoAlignment - 1;
+    const std::size_t capacity =
+        std::min<std::size_t>(kMaxWindow, ((length + mask) & ~mask) + kDirectIoAlignment);
+    void* raw = nullptr;
+    if (::posix_memalign(&raw, kDirectIoAlignment, capacity) != 0)
+        throw IoError(path_ + ": cannot allocate a " + std::to_string(capacity) +
+                      "-byte aligned read buffer");
+    std::unique_ptr<void, FreeDeleter> buffer(raw);
+    auto* bytes = static_cast<unsigned char*>(raw);
+    auto* out = static_cast<unsigned char*>(dst);
+
+    std::uint64_t pos = offset;
+    std::size_t remaining = length;
+    while (remaining > 0) {
+        const std::uint64_t lo = pos & ~mask;
+        const std::uint64_t pad = pos - lo;
+        const std::uint64_t want = std::min<std::uint64_t>(pad + remaining, capacity);
+        const std::uint64_t window = (want + mask) & ~mask;
+        // The last window of a file runs past EOF, so a short count is fine as long as
+        // it covers the payload; a short count that does not is a real short read.
+        std::uint64_t got = 0;
+        while (got < window) {
+            const ssize_t r =
+                ::pread(directFd_, bytes + got, window - got, static_cast<off_t>(lo + got));
+            if (r < 0) {
+                const int err = errno;
+                if (err == EINTR) continue;
+                if (err == EINVAL && pos == offset && got == 0) {
+                    directRefused_.store(true);
+                    return false;
+                }
+                throw IoError(path_ + ": read error at offset " + std::to_string(lo + got) + ": " +
+                              errnoText(err));
+            }
+            if (r == 0) break;
+            got += static_cast<std::uint64_t>(r);
+            if (got % kDirectIoAlignment != 0) break; // only EOF gives an unaligned count
+        }
+        const std::uint64_t useful = std::min<std::uint64_t>(want - pad, remaining);
+        if (got < pad + useful)
+            throw IoError(path_ + ": short read at offset " + std::to_string(pos) + ": got " +
+                          std::to_string(got > pad ? got - pad : 0) + " of " +
+                          std::to_string(useful) + " bytes (file changed or truncated?)");
+        std::memcpy(out, bytes + pad, useful);
+        out += useful;
+        pos += useful;
+        remaining -= useful;
+    }
+    return true;
+}
+
+void AlignedFile::readBuffered(std::uint64_t offset, void* dst, std::size_t length) const {
+    auto* out = static_cast<unsigned char*>(dst);
+    std::size_t got = 0;
+    while (got < length) {
+        const ssize_t r = ::pread(fd_, out + got, length - got, static_cast<off_t>(offset + got));
+        if (r < 0) {
+            const int err = errno;
+            if (err == EINTR) continue;
+            throw IoError(path_ + ": read error at offset " + std::to_string(offset + got) + ": " +
+                          errnoText(err));
+        }
+        if (r == 0)
+            throw IoError(path_ + ": short read at offset " + std::to_string(offset + got) +
+                          ": got " + std::to_string(got) + " of " + std::to_string(length) +
+                          " bytes (file changed or truncated?)");
+        got += static_cast<std::size_t>(r);
+    }
+}
+
+} // namespace k3

@@ -1,0 +1,207 @@
+#include "model/ModelWeights.hpp"
+
+#include "k3/model.hpp"
+
+#include <cstring>
+
+namespace k3::model {
+namespace {
+
+const std::string kPrefix = "language_model.model.";
+
+std::string shapeText(const TensorInfo& t) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < t.rank; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+    return s + "]";
+}
+
+class Binder {
+public:
+    Binder(const Checkpoint& c, std::uint64_t& bytes) : ckpt_(c), bytes_(bytes) {}
+
+    // rows x cols; rank-3 [rows, 1, cols] (conv weights) is accepted as the same.
+    Matrix matrix(const std::string& name, int rows, int cols) {
+        const TensorInfo& t = ckpt_.at(name);
+        const bool rank2 = t.rank == 2 && t.shape[0] == std::uint64_t(rows) && t.shape[1] == std::uint64_t(cols);
+        const bool rank3 = t.rank == 3 && t.shape[0] == std::uint64_t(rows) && t.shape[1] == 1 &&
+                           t.shape[2] == std::uint64_t(cols);
+        if (!rank2 && !rank3)
+            throw ModelError("tensor " + name + " has shape " + shapeText(t) + ", expected [" +
+                             std::to_string(rows) + ", " + std::to_string(cols) + "] from config.json");
+        Matrix m;
+        m.rows = rows;
+        m.cols = cols;
+        if (t.dtype == DType::BF16 || t.dtype == DType::F32) {
+            m.dtype = t.dtype;
+            m.raw = ckpt_.readRaw(name);
+        } else if (t.dtype == DType::F16) {
+            const std::vector<float> wide = ckpt_.readFloats(name);
+            m.dtype = DType::F32;
+            m.raw.resize(wide.size() * sizeof(float));
+            std::memcpy(m.raw.data(), wide.data(), m.raw.size());
+        } else {
+            throw ModelError("tensor " + name + " has dtype " + std::string(dtypeName(t.dtype)) +
+                             ", expected a float type");
+        }
+        bytes_ += m.raw.size();
+        return m;
+    }
+
+    // A vector of at least n elements; the first n are kept (A_log ships head_dim
+    // values of which only the first num_heads are meaningful).
+    std::vector<float> vector(const std::string& name, int n, bool allowLonger = false) {
+        const TensorInfo& t = ckpt_.at(name);
+        const std::uint64_t numel = t.numel();
+        if (numel != std::uint64_t(n) && !(allowLonger && numel > std::uint64_t(n)))
+            throw ModelError("tensor " + name + " has shape " + shapeText(t) + ", expected " +
+                             std::to_string(n) + " elements from config.json");
+        std::vector<float> v = ckpt_.readFloats(name);
+        v.resize(std::size_t(n));
+        bytes_ += v.size() * sizeof(float);
+        return v;
+    }
+
+    PackedMatrix packed(const std::string& base, int rows, int cols) {
+        const std::string pName = base + ".weight_packed", sName = base + ".weight_scale";
+        const TensorInfo& p = ckpt_.at(pName);
+        const TensorInfo& s = ckpt_.at(sName);
+        const auto rowBytes = std::uint64_t(mxfp4RowBytes(cols));
+        const auto rowScales = std::uint64_t(mxfp4ScalesPerRow(cols));
+        if (p.dtype != DType::U8 || p.rank != 2 || p.shape[0] != std::uint64_t(rows) || p.shape[1] != rowBytes)
+            throw ModelError("tensor " + pName + " is " + std::string(dtypeName(p.dtype)) + " " +
+                             shapeText(p) + ", expected U8 [" + std::to_string(rows) + ", " +
+                             std::to_string(rowBytes) + "] (MXFP4, two weights per byte)");
+        if (s.dtype != DType::U8 || s.rank != 2 || s.shape[0] != std::uint64_t(rows) || s.shape[1] != rowScales)
+            throw ModelError("tensor " + sName + " is " + std::string(dtypeName(s.dtype)) + " " +
+                             shapeText(s) + ", expected U8 [" + std::to_string(rows) + ", " +
+                             std::to_string(rowScales) + "] (one E8M0 scale per 32 weights)");
+        PackedMatrix m;
+        m.rows = rows;
+        m.cols = cols;
+        const auto pr = ckpt_.readRaw(pName);
+        const auto sr = ckpt_.readRaw(sName);
+        m.packed.assign(reinterpret_cast<const std::uint8_t*>(pr.data()),
+                        reinterpret_cast<const std::uint8_t*>(pr.data()) + pr.size());
+        m.scales.assign(reinterpret_cast<const std::uint8_t*>(sr.data()),
+                        reinterpret_cast<const std::uint8_t*>(sr.data()) + sr.size());
+        bytes_ += m.packed.size() + m.scales.size();
+        return m;
+    }
+
+    int rowsOf(const std::string& name) {
+        const TensorInfo& t = ckpt_.at(name);
+        if (t.rank != 2) throw ModelError("tensor " + name + " has shape " + shapeText(t) + ", expected 2-D");
+        return int(t.shape[0]);
+    }
+
+private:
+    const Checkpoint& ckpt_;
+    std::uint64_t& bytes_;
+};
+
+// AttnRes scores proj . (rmsnorm(src) * norm): fold proj * norm once at load.
+std::vector<float> fold(Binder& b, const std::string& normName, const std::string& projName, int n) {
+    std::vector<float> norm = b.vector(normName, n);
+    const std::vector<float> proj = b.vector(projName, n);
+    for (int i = 0; i < n; ++i) norm[std::size_t(i)] *= proj[std::size_t(i)];
+    return norm;
+}
+
+void bindKda(Binder& b, const ModelConfig& c, const std::string& a, KdaWeights& w) {
+    const int E = c.hiddenSize, H = c.kdaNumHeads, D = c.kdaHeadDim, P = H * D, K = c.shortConvKernelSize;
+    w.q = b.matrix(a + "q_proj.weight", P, E);
+    w.k = b.matrix(a + "k_proj.weight", P, E);
+    w.v = b.matrix(a + "v_proj.weight", P, E);
+    w.g = b.matrix(a + "g_proj.weight", P, E);
+    w.o = b.matrix(a + "o_proj.weight", E, P);
+    w.fa = b.matrix(a + "f_a_proj.weight", D, E);
+    w.fb = b.matrix(a + "f_b_proj.weight", P, D);
+    w.b = b.matrix(a + "b_proj.weight", H, E);
+    w.qConv = b.vector(a + "q_conv1d.weight", P * K);
+    w.kConv = b.vector(a + "k_conv1d.weight", P * K);
+    w.vConv = b.vector(a + "v_conv1d.weight", P * K);
+    w.aLog = b.vector(a + "A_log", H, /*allowLonger=*/true);
+    w.dtBias = b.vector(a + "dt_bias", P);
+    w.oNorm = b.vector(a + "o_norm.weight", D);
+}
+
+void bindMla(Binder& b, const ModelConfig& c, const std::string& a, MlaWeights& w) {
+    const int E = c.hiddenSize, H = c.numAttentionHeads;
+    const int qk = c.qkNopeHeadDim + c.qkRopeHeadDim;
+    w.qa = b.matrix(a + "q_a_proj.weight", c.qLoraRank, E);
+    w.qaNorm = b.vector(a + "q_a_layernorm.weight", c.qLoraRank);
+    w.qb = b.matrix(a + "q_b_proj.weight", H * qk, c.qLoraRank);
+    w.kva = b.matrix(a + "kv_a_proj_with_mqa.weight", c.kvLoraRank + c.qkRopeHeadDim, E);
+    w.kvaNorm = b.vector(a + "kv_a_layernorm.weight", c.kvLoraRank);
+    w.kvb = b.matrix(a + "kv_b_proj.weight", H * (c.qkNopeHeadDim + c.vHeadDim), c.kvLoraRank);
+    if (c.mlaUseOutputGate) w.g = b.matrix(a + "g_proj.weight", H * c.vHeadDim, E);
+    w.o = b.matrix(a + "o_proj.weight", E, H * c.vHeadDim);
+}
+
+void bindMoe(Binder& b, const ModelConfig& c, const std::string& m, MoeWeightsStored& w) {
+    const int E = c.hiddenSize, L = c.routedExpertHiddenSize, I = c.moeIntermediateSize;
+    w.gate = b.matrix(m + "gate.weight", c.numExperts, E);
+    w.bias = b.vector(m + "gate.e_score_correction_bias", c.numExperts);
+    w.down = b.matrix(m + "routed_expert_down_proj.weight", L, E);
+    w.up = b.matrix(m + "routed_expert_up_proj.weight", E, L);
+    if (c.latentMoeUseNorm) w.norm = b.vector(m + "routed_expert_norm.weight", L);
+    w.hasShared = c.numSharedExperts > 0;
+    if (w.hasShared) {
+        const int SI = I * c.numSharedExperts; // the shared experts are one wider MLP
+        w.sharedGate = b.matrix(m + "shared_experts.gate_proj.weight", SI, E);
+        w.sharedUp = b.matrix(m + "shared_experts.up_proj.weight", SI, E);
+        w.sharedDown = b.matrix(m + "shared_experts.down_proj.weight", E, SI);
+    }
+    w.experts.resize(std::size_t(c.numExperts));
+    for (int e = 0; e < c.numExperts; ++e) {
+        const std::string x = m + "experts." + std::to_string(e) + ".";
+        auto& ex = w.experts[std::size_t(e)];
+        ex.w1 = b.packed(x + "w1", I, L);
+        ex.w3 = b.packed(x + "w3", I, L);
+        ex.w2 = b.packed(x + "w2", L, I);
+    }
+}
+
+} // namespace
+
+WeightView Matrix::view() const {
+    if (dtype == DType::BF16)
+        return WeightView::bf16(reinterpret_cast<const std::uint16_t*>(raw.data()), rows, cols);
+    return WeightView::f32(reinterpret_cast<const float*>(raw.data()), rows, cols);
+}
+
+WeightView PackedMatrix::view() const {
+    return WeightView::mxfp4(packed.data(), scales.data(), rows, cols);
+}
+
+ModelWeights bindWeights(const Checkpoint& ckpt, const ModelConfig& c, int layerCount) {
+    ModelWeights w;
+    Binder b(ckpt, w.bytes);
+    const int E = c.hiddenSize;
+    w.embed = b.matrix(kPrefix + "embed_tokens.weight", c.vocabSize, E);
+    w.lmHead = b.matrix("language_model.lm_head.weight", c.vocabSize, E);
+    w.finalNorm = b.vector(kPrefix + "norm.weight", E);
+    w.outputResFold = fold(b, kPrefix + "output_attn_res_norm.weight", kPrefix + "output_attn_res_proj.weight", E);
+    w.layers.resize(std::size_t(layerCount));
+    for (int L = 0; L < layerCount; ++L) {
+        LayerWeights& lw = w.layers[std::size_t(L)];
+        const std::string p = kPrefix + "layers." + std::to_string(L) + ".";
+        lw.spec = c.layers[std::size_t(L)];
+        lw.inputNorm = b.vector(p + "input_layernorm.weight", E);
+        lw.postNorm = b.vector(p + "post_attention_layernorm.weight", E);
+        lw.attnResFold = fold(b, p + "self_attention_res_norm.weight", p + "self_attention_res_proj.weight", E);
+        lw.mlpResFold = fold(b, p + "mlp_res_norm.weight", p + "mlp_res_proj.weight", E);
+        if (lw.spec.attention == AttentionKind::Kda) bindKda(b, c, p + "self_attn.", lw.kda);
+        else bindMla(b, c, p + "self_attn.", lw.mla);
+        if (lw.spec.mlp == MlpKind::Dense) {
+            lw.dense.gate = b.matrix(p + "mlp.gate_proj.weight", c.intermediateSize, E);
+            lw.dense.up = b.matrix(p + "mlp.up_proj.weight", c.intermediateSize, E);
+            lw.dense.down = b.matrix(p + "mlp.down_proj.weight", E, c.intermediateSize);
+        } else {
+            bindMoe(b, c, p + "block_sparse_moe.", lw.moe);
+        }
+    }
+    return w;
+}
+
+} // namespace k3::model

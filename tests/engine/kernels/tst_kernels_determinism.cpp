@@ -1,0 +1,233 @@
+// Same bits everywhere: the AVX2 and scalar matvec paths agree bit for bit, the
+// OpenMP thread count changes nothing, and both follow the reduction order documented
+// in k3/kernels.hpp (re-implemented here independently).
+
+#include "k3/kernels.hpp"
+
+#include <QTest>
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+using namespace k3;
+
+namespace {
+
+const int kRows[] = {1, 2, 3, 5, 8, 13, 31, 33, 64, 67};
+const int kCols[] = {1, 3, 7, 8, 9, 15, 31, 32, 33, 63, 65, 100, 257, 1000, 1031};
+
+// A random matrix in all three formats whose decoded values are identical.
+struct Matrix {
+    int rows = 0, cols = 0;
+    std::vector<float> f32;           // arbitrary floats
+    std::vector<std::uint16_t> bf16;  // arbitrary bf16
+    std::vector<float> bf16Wide;      // bf16 widened
+    std::vector<std::uint8_t> packed; // MXFP4
+    std::vector<std::uint8_t> scales;
+    std::vector<float> mxfp4Decoded; // MXFP4 decoded, 255-scale groups as 0
+};
+
+Matrix randomMatrix(int rows, int cols, std::mt19937& rng) {
+    Matrix m;
+    m.rows = rows;
+    m.cols = cols;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_int_distribution<int> byte(0, 255), scale(110, 135), rare(0, 19);
+    const std::size_t n = std::size_t(rows) * cols;
+    for (std::size_t i = 0; i < n; ++i) m.f32.push_back(normal(rng));
+    for (std::size_t i = 0; i < n; ++i) {
+        const float f = normal(rng);
+        std::uint32_t u;
+        std::memcpy(&u, &f, 4);
+        m.bf16.push_back(std::uint16_t(u >> 16));
+        m.bf16Wide.push_back(bf16ToFloat(m.bf16.back()));
+    }
+    const std::size_t rb = mxfp4RowBytes(cols), rs = mxfp4ScalesPerRow(cols);
+    m.packed.resize(rows * rb);
+    m.scales.resize(rows * rs);
+    for (auto& b : m.packed) b = std::uint8_t(byte(rng));
+    for (auto& s : m.scales) s = std::uint8_t(rare(rng) == 0 ? 255 : scale(rng));
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c)
+            m.mxfp4Decoded.push_back(mxfp4Decode(&m.packed[r * rb], &m.scales[r * rs], c));
+    return m;
+}
+
+std::vector<float> randomVector(int n, std::mt19937& rng) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(n);
+    for (auto& v : x) v = normal(rng);
+    return x;
+}
+
+// The three matvecs of one matrix on the path in force, concatenated.
+std::vector<float> runAll(const Matrix& m, const std::vector<float>& x) {
+    std::vector<float> y(3 * m.rows);
+    matvecF32(y.data(), x.data(), m.f32.data(), m.rows, m.cols);
+    matvecBf16(y.data() + m.rows, x.data(), m.bf16.data(), m.rows, m.cols);
+    matvecMxfp4(y.data() + 2 * m.rows, x.data(), m.packed.data(), m.scales.data(), m.rows, m.cols);
+    return y;
+}
+
+bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The documented order, written out independently of the engine.
+float documentedDot(const float* x, const float* w, int n) {
+    float lanes[32] = {};
+    for (int i = 0; i < n; ++i) lanes[i % 32] = std::fma(x[i], w[i], lanes[i % 32]);
+    float t[8];
+    for (int j = 0; j < 8; ++j) t[j] = (lanes[j] + lanes[j + 8]) + (lanes[j + 16] + lanes[j + 24]);
+    return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+}
+
+} // namespace
+
+class TestKernelsDeterminism : public QObject {
+    Q_OBJECT
+
+private slots:
+    void cleanup() {
+        resetKernelPath();
+        omp_set_num_threads(omp_get_num_procs());
+    }
+
+    void avx2MatchesScalarBitForBit() {
+        if (!kernelPathAvailable(KernelPath::Avx2))
+            QSKIP("this CPU has no AVX2+FMA (or the OS does not save YMM registers): only the "
+                  "scalar path exists, there is nothing to compare it with");
+        std::mt19937 rng(20240607);
+        int compared = 0;
+        for (int rows : kRows)
+            for (int cols : kCols) {
+                const Matrix m = randomMatrix(rows, cols, rng);
+                const auto x = randomVector(cols, rng);
+                setKernelPath(KernelPath::Scalar);
+                const auto scalar = runAll(m, x);
+                setKernelPath(KernelPath::Avx2);
+                const auto avx2 = runAll(m, x);
+                QVERIFY2(sameBits(scalar, avx2),
+                         qPrintable(QString("rows=%1 cols=%2").arg(rows).arg(cols)));
+                ++compared;
+            }
+        QCOMPARE(compared, int(std::size(kRows) * std::size(kCols)));
+    }
+
+    void bothPathsFollowTheDocumentedOrder() {
+        std::mt19937 rng(7);
+        for (int cols : kCols) {
+            const int rows = 3;
+            const Matrix m = randomMatrix(rows, cols, rng);
+            const auto x = randomVector(cols, rng);
+            std::vector<float> want(3 * rows);
+            for (int r = 0; r < rows; ++r) {
+                want[r] = documentedDot(x.data(), &m.f32[r * cols], cols);
+                want[rows + r] = documentedDot(x.data(), &m.bf16Wide[r * cols], cols);
+                want[2 * rows + r] = documentedDot(x.data(), &m.mxfp4Decoded[r * cols], cols);
+            }
+            for (KernelPath p : {KernelPath::Scalar, KernelPath::Avx2}) {
+                if (!kernelPathAvailable(p)) continue;
+                setKernelPath(p);
+                QVERIFY2(sameBits(runAll(m, x), want),
+                         qPrintable(QString("%1 cols=%2").arg(kernelPathName(p)).arg(cols)));
+            }
+            // ... and the order is a good dot product, not just a repeatable one.
+            for (int r = 0; r < rows; ++r) {
+                double ref = 0;
+                for (int c = 0; c < cols; ++c) ref += double(x[c]) * m.f32[r * cols + c];
+                QVERIFY(std::fabs(want[r] - ref) <= 1e-5 * (1 + std::sqrt(double(cols))));
+            }
+        }
+    }
+
+    void threadCountChangesNothing() {
+        std::mt19937 rng(99);
+        // Large enough that the row loop really forks (see forRows in Matvec.cpp).
+        const Matrix m = randomMatrix(67, 1031, rng);
+        const auto x = randomVector(1031, rng);
+        for (KernelPath p : {KernelPath::Scalar, KernelPath::Avx2}) {
+            if (!kernelPathAvailable(p)) continue;
+            setKernelPath(p);
+            omp_set_num_threads(1);
+            const auto one = runAll(m, x);
+            omp_set_num_threads(2);
+            const auto two = runAll(m, x);
+            omp_set_num_threads(4);
+            const auto four = runAll(m, x);
+            QVERIFY2(sameBits(one, two), kernelPathName(p));
+            QVERIFY2(sameBits(one, four), kernelPathName(p));
+        }
+    }
+
+    void nanScaleZeroesOnlyItsGroup() {
+        // 40 columns: one full group plus a partial group of 8.
+        const int cols = 40;
+        std::vector<std::uint8_t> packed(mxfp4RowBytes(cols), 0x22); // every weight 1.0
+        std::vector<std::uint8_t> scales = {255, 127};               // group 0 is NaN
+        std::vector<float> x(cols, 1.0f);
+        x[3] = INFINITY; // inside the dropped group: must not poison the row
+        for (KernelPath p : {KernelPath::Scalar, KernelPath::Avx2}) {
+            if (!kernelPathAvailable(p)) continue;
+            setKernelPath(p);
+            float y = -1;
+            matvecMxfp4(&y, x.data(), packed.data(), scales.data(), 1, cols);
+            QCOMPARE(y, 8.0f); // only the 8 weights of the partial group count
+        }
+        for (int s = 0; s < 255; ++s)
+            QCOMPARE(e8m0Scale(std::uint8_t(s)), std::ldexp(1.0f, s - 127));
+        QCOMPARE(e8m0Scale(127), 1.0f);
+        QCOMPARE(e8m0Scale(128), 2.0f);
+        QCOMPARE(e8m0Scale(0), std::ldexp(1.0f, -127));
+        QCOMPARE(e8m0Scale(255), 0.0f);
+        // Odd row length: the last byte's high nibble is padding, never read as a weight.
+        const std::uint8_t odd[2] = {0x71, 0xF3}; // elements 0.5, 6.0, 1.5, (pad -6)
+        const std::uint8_t one = 127;
+        const float xo[3] = {1.0f, 1.0f, 1.0f};
+        float yo = 0;
+        matvecMxfp4(&yo, xo, odd, &one, 1, 3);
+        QCOMPARE(yo, 8.0f);
+    }
+
+    void l2normIsASumOfSquares() {
+        float v[2] = {3.0f, 4.0f};
+        l2norm(v, 2, 0.0f);
+        QCOMPARE(v[0], 0.6f); // a mean of squares would give 0.8485
+        QCOMPARE(v[1], 0.8f);
+        float z[3] = {0.0f, 0.0f, 0.0f};
+        l2norm(z, 3); // eps 1e-6 keeps a zero vector finite
+        QCOMPARE(z[0], 0.0f);
+        float r[2] = {3.0f, 4.0f};
+        rmsnorm(r, r, nullptr, 2, 0.0f); // in place, mean of squares 12.5
+        QVERIFY(std::fabs(r[0] - 3.0f / std::sqrt(12.5f)) < 1e-6f);
+        QCOMPARE(sigmoid(-1000.0f), 0.0f);
+        QCOMPARE(sigmoid(1000.0f), 1.0f);
+    }
+
+    void forcedScalarByEnvironment() {
+        qputenv("K3_FORCE_SCALAR", "1");
+        resetKernelPath();
+        QCOMPARE(kernelPath(), KernelPath::Scalar);
+        qputenv("K3_FORCE_SCALAR", "0");
+        QCOMPARE(kernelPath(),
+                 kernelPathAvailable(KernelPath::Avx2) ? KernelPath::Avx2 : KernelPath::Scalar);
+        qunsetenv("K3_FORCE_SCALAR");
+    }
+
+    void badArgumentsThrow() {
+        float y = 0, x = 0, w = 0;
+        QVERIFY_THROWS_EXCEPTION(KernelError, matvecF32(&y, &x, &w, -1, 1));
+        QVERIFY_THROWS_EXCEPTION(KernelError, matvecF32(&y, nullptr, &w, 1, 1));
+        const WeightView v = WeightView::f32(&w, 1, 1);
+        QVERIFY_THROWS_EXCEPTION(KernelError, v.rowSlice(0, 2));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestKernelsDeterminism)
+#include "tst_kernels_determinism.moc"
