@@ -36,6 +36,7 @@ public:
     int length() const;              // positions fed so far
     void reset();                    // back to an empty conversation
     std::uint64_t cacheBytes() const; // bytes held by the MLA cache and KDA state
+    InferenceState clone() const;    // a snapshot to return to (prompt reuse)
 
 private:
     friend class Model;

@@ -34,6 +34,10 @@ void InferenceState::reset() {
     d_->layers = d_->fresh;
     d_->length = 0;
 }
+InferenceState InferenceState::clone() const {
+    return InferenceState(std::make_unique<Data>(*d_));
+}
+
 std::uint64_t InferenceState::cacheBytes() const {
     std::uint64_t n = 0;
     for (const auto& l : d_->layers)

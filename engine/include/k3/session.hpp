@@ -1,0 +1,134 @@
+#pragma once
+// The one seam between a front end (the k3 CLI, the desktop app) and the engine: a
+// loaded model with its tokenizer, a conversation's state, and generation that reports
+// each token to an observer. Sessions are used from one thread at a time; cancel is
+// the only thing another thread touches.
+
+#include "k3/chat.hpp"
+#include "k3/model.hpp"
+#include "k3/tokenizer.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace k3 {
+
+struct SessionOptions {
+    std::filesystem::path modelDir;
+    std::filesystem::path tokenizerDir; // empty: the model directory
+    bool loadTokenizer = true;          // false: ids in, ids out
+    int layerLimit = 0;                 // diagnostic: run only the first N layers
+};
+
+struct SamplingOptions {
+    float temperature = 0.0f; // 0: greedy
+    float topP = 1.0f;
+    std::uint64_t seed = 0;
+};
+
+// Where the time of one token went. I/O parts stay 0 while weights are all resident.
+struct TokenTiming {
+    double computeSeconds = 0;
+    double trunkIoSeconds = 0;
+    double expertIoSeconds = 0;
+    double totalSeconds() const { return computeSeconds + trunkIoSeconds + expertIoSeconds; }
+};
+
+struct TokenEvent {
+    TokenId id = 0;
+    int index = 0;              // 0-based among generated tokens
+    std::string thinkingDelta;  // text this token added to the think channel
+    std::string responseDelta;  // text this token added to the answer
+    TokenTiming timing;
+};
+
+struct SessionProgress {
+    std::string stage; // "prefill"
+    std::int64_t done = 0;
+    std::int64_t total = 0;
+};
+
+class SessionObserver {
+public:
+    virtual ~SessionObserver() = default;
+    virtual void onProgress(const SessionProgress&) {}
+    virtual void onToken(const TokenEvent&) {}
+};
+
+struct GenerateOptions {
+    ChatRenderOptions render;
+    SamplingOptions sampling;
+    int maxTokens = 1024;
+};
+
+struct GenerateResult {
+    ChatMessage reply;            // role assistant, content + reasoning_content
+    std::vector<TokenId> ids;     // generated ids, the end-of-turn marker included
+    int promptTokens = 0;
+    int reusedPositions = 0;      // prompt positions already in the state (not recomputed)
+    bool endOfTurn = false;       // the model ended its turn ([EOS] / <|end_of_msg|>)
+    bool cancelled = false;       // stopped by the cancel flag
+    int droppedExperts = 0;       // > 0 makes the run invalid
+    bool nonFinite = false;       // a NaN/Inf reached the logits: invalid
+    double prefillSeconds = 0;
+    double decodeSeconds = 0;
+    std::vector<std::string> problems; // malformed model output, as the parser saw it
+    bool valid() const { return droppedExperts == 0 && !nonFinite; }
+};
+
+class Session {
+public:
+    static Session open(const SessionOptions& options);
+
+    ~Session();
+    Session(Session&&) noexcept;
+    Session& operator=(Session&&) noexcept;
+
+    const ModelConfig& config() const;
+    const Model& model() const;
+    bool hasTokenizer() const;
+    const Tokenizer& tokenizer() const; // throws when opened without one
+
+    // Renders `history` (ending with the user's message), prefills what the state does
+    // not already hold, and generates the assistant's reply.
+    GenerateResult chat(const std::vector<ChatMessage>& history, const GenerateOptions& options,
+                        SessionObserver* observer = nullptr,
+                        const std::atomic<bool>* cancel = nullptr);
+
+    // Ids in, ids out: feeds `prompt` (reusing the state when it already holds a
+    // prefix of it) and generates up to maxTokens ids. Stops early only on cancel.
+    GenerateResult generateIds(std::span<const TokenId> prompt, const GenerateOptions& options,
+                               SessionObserver* observer = nullptr,
+                               const std::atomic<bool>* cancel = nullptr);
+
+    // The logits after the last fed position (vocab_size floats), e.g. for --dump-logits.
+    std::span<const float> lastLogits() const;
+    int positions() const; // positions held by the state
+    void reset();          // forget the conversation
+
+    struct Impl; // defined in Session.cpp
+
+private:
+    explicit Session(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+// Picks the next token: argmax when temperature is 0, else softmax(logits/T) restricted
+// to the smallest set whose probability reaches topP, drawn with `rng`.
+class Sampler {
+public:
+    explicit Sampler(const SamplingOptions& options);
+    TokenId sample(std::span<const float> logits);
+
+private:
+    SamplingOptions options_;
+    std::uint64_t state_;
+};
+
+} // namespace k3

@@ -1,0 +1,225 @@
+#include "k3/session.hpp"
+
+#include <chrono>
+#include <optional>
+
+namespace k3 {
+
+struct Session::Impl {
+    Model model;
+    std::optional<Tokenizer> tokenizer;
+    InferenceState state;
+    std::vector<TokenId> fed; // ids the state holds, in order
+    // The state right after the last prompt: a re-rendered history usually shares the
+    // prompt but not the generated tokens' exact ids, and KDA state cannot be rewound.
+    std::optional<InferenceState> promptSnapshot;
+    std::vector<TokenId> promptSnapshotIds;
+    std::vector<float> logits;
+
+    Impl(Model m) : model(std::move(m)), state(model.newState()) {
+        logits.assign(std::size_t(model.config().vocabSize), 0.0f);
+    }
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double secondsSince(Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+bool isPrefix(const std::vector<TokenId>& prefix, std::span<const TokenId> of) {
+    return prefix.size() <= of.size() && std::equal(prefix.begin(), prefix.end(), of.begin());
+}
+
+} // namespace
+
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Session::~Session() = default;
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+
+Session Session::open(const SessionOptions& options) {
+    ModelOptions mo;
+    mo.layerLimit = options.layerLimit;
+    auto impl = std::make_unique<Impl>(Model::load(options.modelDir, mo));
+    if (options.loadTokenizer) {
+        impl->tokenizer = Tokenizer::fromDirectory(options.tokenizerDir.empty() ? options.modelDir
+                                                                                : options.tokenizerDir);
+        if (impl->tokenizer->vocabSize() > std::size_t(impl->model.config().vocabSize))
+            throw ModelError("the tokenizer has " + std::to_string(impl->tokenizer->vocabSize()) +
+                             " tokens but the model's vocab_size is " +
+                             std::to_string(impl->model.config().vocabSize));
+    }
+    return Session(std::move(impl));
+}
+
+const ModelConfig& Session::config() const { return impl_->model.config(); }
+const Model& Session::model() const { return impl_->model; }
+bool Session::hasTokenizer() const { return impl_->tokenizer.has_value(); }
+const Tokenizer& Session::tokenizer() const {
+    if (!impl_->tokenizer) throw ModelError("this session was opened without a tokenizer");
+    return *impl_->tokenizer;
+}
+std::span<const float> Session::lastLogits() const { return impl_->logits; }
+int Session::positions() const { return impl_->state.length(); }
+
+void Session::reset() {
+    impl_->state.reset();
+    impl_->fed.clear();
+    impl_->promptSnapshot.reset();
+    impl_->promptSnapshotIds.clear();
+}
+
+// Brings the state to hold exactly `prompt`, reusing what it can. Returns the reused count.
+namespace {
+int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* observer,
+            const std::atomic<bool>* cancel, GenerateResult& result) {
+    // The logits of the last prompt position are needed, so at least one position is
+    // always recomputed.
+    const auto reusable = [&](const std::vector<TokenId>& ids) {
+        return !ids.empty() && ids.size() < prompt.size() && isPrefix(ids, prompt);
+    };
+    if (reusable(s.fed)) {
+        // keep the live state
+    } else if (s.promptSnapshot && reusable(s.promptSnapshotIds)) {
+        s.state = s.promptSnapshot->clone();
+        s.fed = s.promptSnapshotIds;
+    } else {
+        s.state.reset();
+        s.fed.clear();
+    }
+    const int reused = int(s.fed.size());
+    const auto total = std::int64_t(prompt.size() - s.fed.size());
+    std::int64_t done = 0;
+    for (std::size_t i = s.fed.size(); i < prompt.size(); ++i) {
+        if (cancel && cancel->load()) {
+            result.cancelled = true;
+            break;
+        }
+        const TokenStats st = s.model.forward(s.state, prompt[i], s.logits);
+        result.droppedExperts += st.droppedExperts;
+        result.nonFinite = result.nonFinite || st.nonFinite;
+        s.fed.push_back(prompt[i]);
+        if (observer) observer->onProgress({"prefill", ++done, total});
+    }
+    if (!result.cancelled) {
+        s.promptSnapshot = s.state.clone();
+        s.promptSnapshotIds = s.fed;
+    }
+    return reused;
+}
+} // namespace
+
+GenerateResult Session::generateIds(std::span<const TokenId> prompt, const GenerateOptions& options,
+                                    SessionObserver* observer, const std::atomic<bool>* cancel) {
+    Impl& s = *impl_;
+    GenerateResult result;
+    if (prompt.empty()) throw ModelError("the prompt is empty: give at least one token id");
+    result.promptTokens = int(prompt.size());
+    const auto t0 = Clock::now();
+    result.reusedPositions = prefill(s, prompt, observer, cancel, result);
+    result.prefillSeconds = secondsSince(t0);
+    Sampler sampler(options.sampling);
+    const auto t1 = Clock::now();
+    for (int i = 0; i < options.maxTokens && !result.cancelled; ++i) {
+        if (cancel && cancel->load()) {
+            result.cancelled = true;
+            break;
+        }
+        const auto tt = Clock::now();
+        const TokenId next = sampler.sample(s.logits);
+        result.ids.push_back(next);
+        // The last token's logits are not needed, so it is not fed.
+        if (i + 1 < options.maxTokens) {
+            const TokenStats st = s.model.forward(s.state, next, s.logits);
+            result.droppedExperts += st.droppedExperts;
+            result.nonFinite = result.nonFinite || st.nonFinite;
+            s.fed.push_back(next);
+        }
+        if (observer) {
+            TokenEvent ev;
+            ev.id = next;
+            ev.index = i;
+            ev.timing.computeSeconds = secondsSince(tt);
+            observer->onToken(ev);
+        }
+    }
+    result.decodeSeconds = secondsSince(t1);
+    return result;
+}
+
+GenerateResult Session::chat(const std::vector<ChatMessage>& history, const GenerateOptions& options,
+                             SessionObserver* observer, const std::atomic<bool>* cancel) {
+    Impl& s = *impl_;
+    const Tokenizer& tok = tokenizer();
+    const std::vector<TokenId> prompt = encodeChatSegments(tok, renderChatSegments(history, options.render));
+    GenerateResult result;
+    result.promptTokens = int(prompt.size());
+    const auto t0 = Clock::now();
+    result.reusedPositions = prefill(s, prompt, observer, cancel, result);
+    result.prefillSeconds = secondsSince(t0);
+
+    ChatOutputParser parser = ChatOutputParser::forOptions(options.render);
+    StreamDecoder decoder(tok);
+    Sampler sampler(options.sampling);
+    const auto t1 = Clock::now();
+    for (int i = 0; i < options.maxTokens && !result.cancelled; ++i) {
+        if (cancel && cancel->load()) {
+            result.cancelled = true;
+            break;
+        }
+        const auto tt = Clock::now();
+        const TokenId next = sampler.sample(s.logits);
+        result.ids.push_back(next);
+        ChatParseDelta delta;
+        if (tok.isAddedToken(next)) {
+            // Text held back for an incomplete UTF-8 sequence belongs before the marker.
+            const ChatParseDelta before = parser.feedText(decoder.flush());
+            delta = parser.feedSpecial(tok.tokenBytes(next));
+            delta.thinking = before.thinking + delta.thinking;
+            delta.response = before.response + delta.response;
+        } else {
+            delta = parser.feedText(decoder.push(next));
+        }
+        const bool done = delta.endOfTurn || parser.finished();
+        if (!done) {
+            const TokenStats st = s.model.forward(s.state, next, s.logits);
+            result.droppedExperts += st.droppedExperts;
+            result.nonFinite = result.nonFinite || st.nonFinite;
+            s.fed.push_back(next);
+        }
+        if (observer) {
+            TokenEvent ev;
+            ev.id = next;
+            ev.index = i;
+            ev.thinkingDelta = std::move(delta.thinking);
+            ev.responseDelta = std::move(delta.response);
+            ev.timing.computeSeconds = secondsSince(tt);
+            observer->onToken(ev);
+        }
+        if (done) {
+            result.endOfTurn = true;
+            break;
+        }
+    }
+    if (!result.endOfTurn) {
+        const ChatParseDelta tail = parser.feedText(decoder.flush());
+        if (observer && (!tail.thinking.empty() || !tail.response.empty())) {
+            TokenEvent ev;
+            ev.index = int(result.ids.size());
+            ev.thinkingDelta = tail.thinking;
+            ev.responseDelta = tail.response;
+            observer->onToken(ev);
+        }
+    }
+    parser.finish();
+    result.decodeSeconds = secondsSince(t1);
+    result.reply.role = ChatRole::Assistant;
+    result.reply.content = parser.response();
+    result.reply.reasoningContent = parser.thinking();
+    result.problems = parser.problems();
+    return result;
+}
+
+} // namespace k3
