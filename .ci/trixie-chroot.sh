@@ -36,6 +36,9 @@ tar -C "$src" --exclude=./build --exclude=./.git -cf - . | tar -C "$root/work/k3
 bind "$shared" "$root/work/shared"
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
 
+# Daemons (nginx) must not start inside the chroot while packages install.
+printf '#!/bin/sh\nexit 101\n' > "$root/usr/sbin/policy-rc.d"
+chmod +x "$root/usr/sbin/policy-rc.d"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "trixie: installing dependencies from packaging/debian-packages.txt"
   chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \

@@ -122,36 +122,52 @@ def e8m0_to_f32(scales):
     return v
 
 
-def mxfp4_decode(packed, scales, group=MXFP4_GROUP):
-    """packed U8 [rows, in/2], scales U8 [rows, in/group] -> float32 [rows, in].
+def mxfp4_decode(packed, scales, group=MXFP4_GROUP, cols=None):
+    """packed U8 [rows, ceil(in/2)], scales U8 [rows, ceil(in/group)] -> float32 [rows, in].
 
-    The LOW nibble is the EVEN element, the high nibble the odd one."""
+    The LOW nibble is the EVEN element, the high nibble the odd one. When the row
+    width is not a multiple of the group, the last group is partial (its scale covers
+    only the remaining elements); an odd width leaves the last high nibble unused.
+    cols (the true width) defaults to 2 * packed columns."""
     packed = np.asarray(packed, dtype=np.uint8)
     rows, half = packed.shape
+    n = 2 * half if cols is None else int(cols)
+    if not (2 * half - 1 <= n <= 2 * half):
+        raise ValueError(f"mxfp4: width {n} does not fit {half} packed bytes per row")
     vals = np.empty((rows, half * 2), dtype=np.float32)
     vals[:, 0::2] = E2M1[packed & 0x0F]
     vals[:, 1::2] = E2M1[packed >> 4]
     s = e8m0_to_f32(scales)
-    if s.shape[1] * group != vals.shape[1]:
-        raise ValueError(f"mxfp4: {s.shape[1]} scale groups do not cover {vals.shape[1]} elements")
-    return torch.from_numpy(vals * np.repeat(s, group, axis=1))
+    if s.shape[1] != -(-n // group):
+        raise ValueError(f"mxfp4: {s.shape[1]} scale groups do not cover {n} elements")
+    return torch.from_numpy(vals[:, :n] * np.repeat(s, group, axis=1)[:, :n])
 
 
 def mxfp4_encode(w, group=MXFP4_GROUP):
-    """float32 [rows, in] -> (packed U8, scales U8). Used only to make fixtures.
+    """float32 [rows, in] -> (packed U8 [rows, ceil(in/2)], scales U8 [rows, ceil(in/group)]).
 
-    Scale = 2^(floor(log2(amax)) - 2) so the largest element lands in [4, 8) and
-    rounds onto the E2M1 grid (max 6); nearest-value rounding, ties to the lower index."""
+    OCP MX: shared exponent floor(log2(amax)) - 2 (E2M1's emax), taken exactly with
+    frexp, so the largest element lands in [4, 8) and saturates at 6; elements round
+    to the nearest E2M1 value, ties to the even code. A partial last group is padded
+    with zeros (which change neither its amax nor its codes)."""
     w = np.asarray(w, dtype=np.float32)
     rows, n = w.shape
-    g = w.reshape(rows, n // group, group)
+    ng = -(-n // group)
+    pad = np.zeros((rows, ng * group), dtype=np.float32)
+    pad[:, :n] = w
+    g = pad.reshape(rows, ng, group)
     amax = np.abs(g).max(axis=2)
-    exp = np.where(amax > 0, np.floor(np.log2(np.maximum(amax, 1e-30))) - 2, -127)
+    _, e = np.frexp(amax)                      # amax = m * 2^e, m in [0.5, 1)
+    exp = np.where(amax > 0, e.astype(np.int64) - 1 - 2, -127)
     sbyte = np.clip(exp + 127, 0, 254).astype(np.uint8)
-    scaled = g / e8m0_to_f32(sbyte)[:, :, None]
+    scaled = (g / e8m0_to_f32(sbyte)[:, :, None]).astype(np.float32)
     mags = E2M1[:8]
-    idx = np.abs(np.abs(scaled)[..., None] - mags).argmin(axis=-1)
-    nib = (idx + np.where(scaled < 0, 8, 0)).astype(np.uint8).reshape(rows, n)
+    dist = np.abs(np.abs(scaled)[..., None] - mags)
+    nearest = dist == dist.min(axis=-1, keepdims=True)   # one code, or two adjacent on a tie
+    even = nearest & (np.arange(8) % 2 == 0)
+    idx = np.where(even.any(axis=-1), even.argmax(axis=-1), nearest.argmax(axis=-1))
+    nib = (idx + np.where(np.signbit(scaled) & (idx > 0), 8, 0)).astype(np.uint8)
+    nib = nib.reshape(rows, ng * group)[:, :2 * (-(-n // 2))]
     packed = (nib[:, 0::2] | (nib[:, 1::2] << 4)).astype(np.uint8)
     return packed, sbyte
 
@@ -547,8 +563,10 @@ class K3Model:
                 m = pre + "block_sparse_moe."
                 experts = []
                 for e in range(cfg.num_experts):
+                    lat, inter = cfg.routed_expert_hidden_size, cfg.moe_intermediate_size
                     experts.append(tuple(
-                        mxfp4_decode(*get(f"{m}experts.{e}.{w}")[1:]) for w in ("w1", "w3", "w2")))
+                        mxfp4_decode(*get(f"{m}experts.{e}.{w}")[1:], cols=c)
+                        for w, c in (("w1", lat), ("w3", lat), ("w2", inter))))
                 lw["moe"] = {
                     "gate": get(m + "gate.weight"), "bias": get(m + "gate.e_score_correction_bias"),
                     "down": get(m + "routed_expert_down_proj.weight"),

@@ -33,7 +33,7 @@ void TestModelGates::gates_data() {
     QTest::addColumn<QString>("dir");
     QTest::addColumn<bool>("scalar");
     int found = 0;
-    for (const char* root : {"/tests/fixtures/models", "/tests/fixtures/tiny", "/resources/demo"}) {
+    for (const char* root : {"/tests/fixtures/models", "/resources/demo"}) {
         QDir base(QStringLiteral(K3_SOURCE_DIR) + QLatin1String(root));
         QStringList dirs = base.entryList(QDir::Dirs | QDir::NoDotAndDotDot, QDir::Name);
         if (QFile::exists(base.filePath(QStringLiteral("expected.json")))) dirs = {QStringLiteral(".")};
@@ -111,23 +111,23 @@ void TestModelGates::gates() {
 
 void TestModelGates::refusesMissingTensor() {
     QTemporaryDir dir;
-    const QString src = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/tiny/tiny");
+    const QString src = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a");
     for (const QString& f : QDir(src).entryList(QDir::Files))
         QVERIFY(QFile::copy(src + QLatin1Char('/') + f, dir.filePath(f)));
     // Drop one tensor from the index: the model must name it instead of guessing.
     json index = readJson(dir.filePath(QStringLiteral("model.safetensors.index.json")));
-    index["weight_map"].erase("language_model.model.layers.2.self_attn.kv_b_proj.weight");
+    index["weight_map"].erase("language_model.model.layers.3.self_attn.kv_b_proj.weight");
     std::ofstream(dir.filePath(QStringLiteral("model.safetensors.index.json")).toStdString()) << index.dump();
     try {
         k3::Model::load(dir.path().toStdString());
         QFAIL("a checkpoint without kv_b_proj loaded");
     } catch (const std::exception& e) {
-        QVERIFY2(QString::fromUtf8(e.what()).contains(QStringLiteral("layers.2.self_attn.kv_b_proj.weight")), e.what());
+        QVERIFY2(QString::fromUtf8(e.what()).contains(QStringLiteral("layers.3.self_attn.kv_b_proj.weight")), e.what());
     }
 }
 
 void TestModelGates::layerLimitIsValidated() {
-    const std::string dir = K3_SOURCE_DIR "/tests/fixtures/tiny/tiny";
+    const std::string dir = K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a";
     const k3::Model two = k3::Model::load(dir, {2});
     QCOMPARE(two.layersBound(), 2);
     QVERIFY_THROWS_EXCEPTION(k3::ModelError, k3::Model::load(dir, {99}));

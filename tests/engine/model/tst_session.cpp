@@ -16,10 +16,12 @@ private slots:
     void tinyTopPIsGreedy();
     void cancelStopsBeforeWork();
     void observerSeesEveryToken();
+    void chatRendersEncodesAndGenerates();
 
 private:
-    std::string dir_ = K3_SOURCE_DIR "/tests/fixtures/tiny/tiny";
-    std::vector<k3::TokenId> prompt_, greedy_;
+    std::string dir_ = K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a";
+    std::vector<k3::TokenId> prompt_, greedy_, greedy20_;
+    std::string promptText_;
     k3::TokenId tfLast_ = -1;
 };
 
@@ -27,9 +29,12 @@ void TestSession::initTestCase() {
     std::ifstream in(dir_ + "/expected.json");
     const auto j = nlohmann::json::parse(in);
     prompt_ = j.at("prompt_ids").get<std::vector<k3::TokenId>>();
-    greedy_ = j.at("greedy").at("incremental").get<std::vector<k3::TokenId>>();
-    QCOMPARE(greedy_.size(), std::size_t(8));
-    tfLast_ = j.at("full_ids_teacher_forcing_argmax").back().get<k3::TokenId>();
+    greedy20_ = j.at("greedy").at("incremental").get<std::vector<k3::TokenId>>();
+    QCOMPARE(greedy20_.size(), std::size_t(20));
+    greedy_.assign(greedy20_.begin(), greedy20_.begin() + 8);
+    // The reference's prediction after prompt + 8 greedy ids (teacher forcing).
+    tfLast_ = j.at("full_ids_teacher_forcing_argmax").at(prompt_.size() + 8 - 1).get<k3::TokenId>();
+    promptText_ = j.at("prompt_text").get<std::string>();
 }
 
 static k3::Session openTiny(const std::string& dir) {
@@ -70,7 +75,7 @@ void TestSession::promptReuseGivesSameTokens() {
     g.maxTokens = 1;
     const k3::GenerateResult r2 = s.generateIds(all, g);
     QCOMPARE(r2.reusedPositions, int(all.size()) - 1);
-    QCOMPARE(r2.ids.front(), tfLast_); // the reference's prediction after all 18 ids
+    QCOMPARE(r2.ids.front(), tfLast_); // the reference's prediction after prompt + 8 ids
     // A different prompt starts over.
     const k3::GenerateResult r3 = s.generateIds(std::vector<k3::TokenId>{7, 8, 9}, g);
     QCOMPARE(r3.reusedPositions, 0);
@@ -133,6 +138,48 @@ void TestSession::observerSeesEveryToken() {
     QCOMPARE(rec.ids, greedy_);
     QCOMPARE(rec.lastDone, std::int64_t(prompt_.size()));
     QCOMPARE(rec.lastTotal, std::int64_t(prompt_.size()));
+}
+
+// The whole text path: the official template rendered in C++, encoded by our
+// tokenizer, gives the reference's prompt ids; the reply is the reference's 20 ids.
+void TestSession::chatRendersEncodesAndGenerates() {
+    k3::SessionOptions o;
+    o.modelDir = dir_;
+    k3::Session s = k3::Session::open(o);
+    const std::vector<k3::ChatMessage> history{{k3::ChatRole::User, "What is MXFP4?", "", ""}};
+    k3::GenerateOptions g;
+    g.render.thinking = false;
+    g.maxTokens = 20;
+    QCOMPARE(k3::renderChat(history, g.render), promptText_);
+    QCOMPARE(k3::encodeChatSegments(s.tokenizer(), k3::renderChatSegments(history, g.render)), prompt_);
+    struct Collect : k3::SessionObserver {
+        std::string response;
+        void onToken(const k3::TokenEvent& e) override { response += e.responseDelta; }
+    } collect;
+    const k3::GenerateResult r = s.chat(history, g, &collect);
+    QCOMPARE(r.promptTokens, int(prompt_.size()));
+    QCOMPARE(r.ids, greedy20_);
+    QVERIFY(!r.endOfTurn);
+    QCOMPARE(r.reply.role, k3::ChatRole::Assistant);
+    // Thinking off: the generated text is the answer, streamed piece by piece. This
+    // random model also emits reserved special tokens (ids >= numRanks): they are
+    // not text, so they are reported as problems and never shown.
+    std::vector<k3::TokenId> textIds;
+    int reserved = 0;
+    for (k3::TokenId id : greedy20_) {
+        if (std::size_t(id) < s.tokenizer().numRanks()) textIds.push_back(id);
+        else ++reserved;
+    }
+    QCOMPARE(reserved, 3); // ids 735, 824 and 847 are reserved special tokens
+    QCOMPARE(r.reply.content, k3::sanitizeUtf8(s.tokenizer().decode(textIds)));
+    int markerProblems = 0;
+    for (const std::string& p : r.problems)
+        if (p.find("<|reserved_token_") != std::string::npos) ++markerProblems;
+    QCOMPARE(markerProblems, reserved);
+    // ...and the turn did not end within 20 tokens, which the parser also reports.
+    QCOMPARE(int(r.problems.size()), reserved + 1);
+    QCOMPARE(collect.response, r.reply.content);
+    QVERIFY(r.reply.reasoningContent.empty());
 }
 
 QTEST_GUILESS_MAIN(TestSession)
