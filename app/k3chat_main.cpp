@@ -27,12 +27,40 @@ int main(int argc, char** argv) {
                                   QStringLiteral("Save a picture of the window to <file> "
                                                  "just before --quit-after closes it."),
                                   QStringLiteral("file"));
+    QCommandLineOption model(QStringLiteral("model"),
+                             QStringLiteral("Load the checkpoint in <dir> (default: the last one "
+                                            "used, else the bundled demo model)."),
+                             QStringLiteral("dir"));
+    QCommandLineOption ask(QStringLiteral("ask"),
+                           QStringLiteral("Send <text> once the model is loaded; with "
+                                          "--screenshot, the picture is taken when the answer "
+                                          "ends and the app quits."),
+                           QStringLiteral("text"));
     parser.addOption(quitAfter);
     parser.addOption(screenshot);
+    parser.addOption(model);
+    parser.addOption(ask);
     parser.process(app);
 
     MainWindow window;
     window.show();
+    if (parser.isSet(model)) window.loadModel(parser.value(model));
+    else window.loadStartupModel();
+
+    const QString shotPath = parser.value(screenshot);
+    if (parser.isSet(ask)) {
+        const QString question = parser.value(ask);
+        QObject::connect(&window, &MainWindow::modelReady, &window,
+                         [&window, question] { window.sendMessage(question); });
+        if (!shotPath.isEmpty())
+            QObject::connect(&window, &MainWindow::answerFinished, &window, [&window, shotPath] {
+                QTimer::singleShot(300, &window, [&window, shotPath] {
+                    const bool saved = window.grab().save(shotPath);
+                    window.close();
+                    if (!saved) QApplication::exit(1);
+                });
+            });
+    }
 
     if (parser.isSet(quitAfter)) {
         bool ok = false;
@@ -42,7 +70,6 @@ int main(int argc, char** argv) {
                       qPrintable(parser.value(quitAfter)));
             return 2;
         }
-        const QString shotPath = parser.value(screenshot);
         QTimer::singleShot(ms, &window, [&window, shotPath] {
             if (!shotPath.isEmpty() && !window.grab().save(shotPath)) {
                 qCritical("k3chat: could not write screenshot %s", qPrintable(shotPath));

@@ -1,12 +1,19 @@
 #include "MainWindow.h"
 
 #include "AboutDialog.h"
+#include "chat/ConversationModel.h"
 #include "chat/ConversationView.h"
 #include "chat/MessageComposer.h"
 #include "wizard/SetupWizard.h"
+#include "worker/EngineController.h"
 
 #include <QApplication>
 #include <QCloseEvent>
+#include <QDir>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QMessageBox>
+#include <QShortcut>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
@@ -20,7 +27,8 @@
 MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent), m_splitter(new QSplitter(Qt::Horizontal, this)),
       m_conversationList(new QListWidget), m_search(new QLineEdit),
-      m_conversation(new ConversationView), m_composer(new MessageComposer) {
+      m_conversation(new ConversationView), m_composer(new MessageComposer),
+      m_engine(new EngineController(this)) {
     setWindowTitle(tr("k3chat"));
     setWindowIcon(QIcon(QStringLiteral(":/k3chat/icons/k3chat.svg")));
 
@@ -52,6 +60,20 @@ MainWindow::MainWindow(QWidget* parent)
 
     createMenus();
     statusBar()->showMessage(tr("No model loaded"));
+
+    connect(m_composer, &MessageComposer::sendRequested, this, &MainWindow::send);
+    connect(m_composer, &MessageComposer::stopRequested, this, &MainWindow::stopGeneration);
+    auto* escape = new QShortcut(QKeySequence(Qt::Key_Escape), this);
+    connect(escape, &QShortcut::activated, this, &MainWindow::stopGeneration);
+    EngineWorker* worker = m_engine->worker();
+    connect(worker, &EngineWorker::modelLoaded, this, &MainWindow::onModelLoaded);
+    connect(worker, &EngineWorker::loadFailed, this, &MainWindow::onLoadFailed);
+    connect(worker, &EngineWorker::tokenGenerated, this, &MainWindow::onToken);
+    connect(worker, &EngineWorker::generationFinished, this, &MainWindow::onFinished);
+    connect(worker, &EngineWorker::generationFailed, this, &MainWindow::onFailed);
+    connect(worker, &EngineWorker::prefillProgress, this, [this](int done, int total) {
+        statusBar()->showMessage(tr("%1 · reading the prompt %2/%3").arg(m_modelName).arg(done).arg(total));
+    });
     resize(1100, 720);
     restoreState();
     m_composer->setFocus();
@@ -67,8 +89,17 @@ void MainWindow::createMenus() {
     quit->setShortcut(QKeySequence::Quit);
 
     menuBar()->addMenu(tr("&Edit"));
+    QAction* open = new QAction(tr("&Open model folder…"), this);
+    open->setShortcut(QKeySequence::Open);
+    connect(open, &QAction::triggered, this, &MainWindow::openModelFolder);
+    QAction* demo = new QAction(tr("Load the &demo model"), this);
+    demo->setObjectName(QStringLiteral("loadDemoAction"));
+    connect(demo, &QAction::triggered, this, &MainWindow::loadDemoModel);
     menuBar()->addMenu(tr("&View"));
     QMenu* model = menuBar()->addMenu(tr("&Model"));
+    model->addAction(open);
+    model->addAction(demo);
+    model->addSeparator();
     QAction* setup = model->addAction(tr("&Setup wizard…"), this, &MainWindow::showSetupWizard);
     setup->setObjectName(QStringLiteral("setupWizardAction"));
     QMenu* help = menuBar()->addMenu(tr("&Help"));
@@ -76,8 +107,133 @@ void MainWindow::createMenus() {
 }
 
 void MainWindow::newChat() {
+    stopGeneration();
+    m_conversation->conversation()->clear();
+    m_engine->resetConversation();
     m_composer->clear();
     m_composer->setFocus();
+}
+
+QString MainWindow::demoModelDirectory() {
+    const QStringList candidates{
+        QCoreApplication::applicationDirPath() + QStringLiteral("/../share/k3chat/demo"),
+#ifdef K3_SOURCE_DEMO_DIR
+        QStringLiteral(K3_SOURCE_DEMO_DIR),
+#endif
+    };
+    for (const QString& dir : candidates)
+        if (QFileInfo::exists(dir + QStringLiteral("/config.json"))) return QDir::cleanPath(dir);
+    return {};
+}
+
+void MainWindow::loadStartupModel() {
+    const QString last = QSettings().value(QStringLiteral("model/directory")).toString();
+    if (!last.isEmpty() && QFileInfo::exists(last + QStringLiteral("/config.json"))) loadModel(last);
+    else if (!demoModelDirectory().isEmpty()) loadDemoModel();
+}
+
+void MainWindow::openModelFolder() {
+    const QString dir = QFileDialog::getExistingDirectory(
+        this, tr("Choose a checkpoint folder (config.json, shards, tokenizer)"),
+        QSettings().value(QStringLiteral("model/directory"), QDir::homePath()).toString());
+    if (!dir.isEmpty()) loadModel(dir);
+}
+
+void MainWindow::loadDemoModel() {
+    const QString dir = demoModelDirectory();
+    if (dir.isEmpty()) {
+        QMessageBox::warning(this, tr("Demo model missing"),
+                             tr("The bundled demo model was not found next to k3chat. "
+                                "Reinstall k3chat or open a checkpoint folder instead."));
+        return;
+    }
+    loadModel(dir);
+}
+
+void MainWindow::loadModel(const QString& directory) {
+    stopGeneration();
+    m_composer->setReady(false);
+    m_modelName = QFileInfo(directory).fileName();
+    statusBar()->showMessage(tr("Loading %1…").arg(directory));
+    m_engine->loadModel(directory);
+}
+
+void MainWindow::stopGeneration() {
+    if (m_engine->isBusy()) m_engine->stop();
+}
+
+void MainWindow::onModelLoaded(const ModelInfo& info) {
+    QSettings().setValue(QStringLiteral("model/directory"), info.directory);
+    m_conversation->conversation()->clear();
+    // The demo was trained to answer directly, without a think channel.
+    if (info.directory == demoModelDirectory()) m_composer->setThinking(false);
+    m_composer->setReady(true);
+    m_conversation->setPlaceholderText(tr("Model ready. Type a message below."));
+    statusBar()->showMessage(tr("%1 · %2 layers · %3 MB of weights in memory")
+                                 .arg(m_modelName)
+                                 .arg(info.layers)
+                                 .arg(double(info.weightBytes) / 1e6, 0, 'f', 1));
+    emit modelReady();
+}
+
+void MainWindow::onLoadFailed(const QString& message) {
+    statusBar()->showMessage(tr("No model loaded"));
+    QMessageBox box(QMessageBox::Critical, tr("Could not load the model"),
+                    tr("The model could not be loaded. Check that the folder holds a complete "
+                       "checkpoint (config.json, every shard, the tokenizer files)."),
+                    QMessageBox::Ok, this);
+    box.setDetailedText(message);
+    box.exec();
+}
+
+void MainWindow::send(const QString& text) {
+    ConversationModel* conversation = m_conversation->conversation();
+    conversation->appendMessage(QStringLiteral("user"), text);
+    const QVector<ChatTurn> history = conversation->turns();
+    conversation->beginAssistantMessage();
+    m_tokensThisAnswer = 0;
+    m_firstTokenSeconds = 0;
+    m_tokenSeconds = 0;
+    GenerationSettings settings;
+    settings.thinking = m_composer->thinking();
+    settings.thinkingEffort = m_composer->thinkingEffort();
+    m_composer->setGenerating(true);
+    m_engine->generate(history, settings);
+}
+
+void MainWindow::onToken(int index, const QString& thinking, const QString& response, double seconds) {
+    m_conversation->conversation()->appendToLast(thinking, response);
+    m_tokensThisAnswer = index + 1;
+    if (index == 0) m_firstTokenSeconds = seconds;
+    m_tokenSeconds += seconds;
+    statusBar()->showMessage(tr("%1 · generating %2 · %3 s/token")
+                                 .arg(m_modelName)
+                                 .arg(m_tokensThisAnswer)
+                                 .arg(m_tokenSeconds / m_tokensThisAnswer, 0, 'f', 3));
+}
+
+void MainWindow::onFinished(const GenerationSummary& s) {
+    QString stats = tr("%n tokens", nullptr, s.generatedTokens);
+    stats += tr(" · prompt %1 s").arg(s.prefillSeconds, 0, 'f', 2);
+    if (s.generatedTokens > 0)
+        stats += tr(" · %1 s/token").arg(s.decodeSeconds / s.generatedTokens, 0, 'f', 3);
+    if (s.reusedPositions > 0) stats += tr(" · %1 positions reused").arg(s.reusedPositions);
+    if (s.cancelled) stats += tr(" · stopped");
+    if (!s.valid) stats += tr(" · RUN INVALID (an expert failed to load or a NaN appeared)");
+    m_conversation->conversation()->finishLast(stats);
+    m_composer->setGenerating(false);
+    statusBar()->showMessage(tr("%1 · ready").arg(m_modelName));
+    emit answerFinished();
+}
+
+void MainWindow::onFailed(const QString& message) {
+    m_conversation->conversation()->removeLast();
+    m_composer->setGenerating(false);
+    QMessageBox box(QMessageBox::Warning, tr("The answer failed"),
+                    tr("The engine stopped with an error; the conversation is kept."),
+                    QMessageBox::Ok, this);
+    box.setDetailedText(message);
+    box.exec();
 }
 
 void MainWindow::showSetupWizard() {

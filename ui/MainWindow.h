@@ -3,6 +3,9 @@
 #include <QMainWindow>
 
 class ConversationView;
+class EngineController;
+struct GenerationSummary;
+struct ModelInfo;
 class MessageComposer;
 class QListWidget;
 class QLineEdit;
@@ -18,17 +21,39 @@ public:
     ConversationView* conversationView() const { return m_conversation; }
     MessageComposer* composer() const { return m_composer; }
     QListWidget* conversationList() const { return m_conversationList; }
+    EngineController* engine() const { return m_engine; }
+
+    // The bundled demo model: next to the installed binary, or in the source tree.
+    static QString demoModelDirectory();
 
 public slots:
     void newChat();
     void showAbout();
     void showSetupWizard();
+    void openModelFolder();
+    void loadModel(const QString& directory);
+    void loadDemoModel();
+    void stopGeneration();
+    // Sends `text` as the user's next message (what Enter in the composer does).
+    void sendMessage(const QString& text) { send(text); }
+    // At start: the last model used, else the bundled demo, else nothing.
+    void loadStartupModel();
+
+signals:
+    void modelReady();
+    void answerFinished();
 
 protected:
     void closeEvent(QCloseEvent* event) override;
 
 private:
     void createMenus();
+    void send(const QString& text);
+    void onModelLoaded(const ModelInfo& info);
+    void onLoadFailed(const QString& message);
+    void onToken(int index, const QString& thinking, const QString& response, double seconds);
+    void onFinished(const GenerationSummary& summary);
+    void onFailed(const QString& message);
     void restoreState();
 
     QSplitter* m_splitter;
@@ -36,4 +61,9 @@ private:
     QLineEdit* m_search;
     ConversationView* m_conversation;
     MessageComposer* m_composer;
+    EngineController* m_engine;
+    QString m_modelName;
+    int m_tokensThisAnswer = 0;
+    double m_firstTokenSeconds = 0;
+    double m_tokenSeconds = 0;
 };

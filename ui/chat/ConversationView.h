@@ -2,24 +2,28 @@
 
 #include <QListView>
 
-class QStandardItemModel;
+class ConversationModel;
+class MessageDelegate;
 
-// The message list of the current conversation. Messages are rows of a model drawn
-// by the view, so long conversations stay fast; when there are none the view says
-// how to begin instead of showing a blank area.
+// The message list of the current conversation, drawn by MessageDelegate from
+// ConversationModel so long conversations stay fast. When empty, the view says how
+// to begin instead of showing a blank area.
 class ConversationView : public QListView {
     Q_OBJECT
 public:
     explicit ConversationView(QWidget* parent = nullptr);
 
+    ConversationModel* conversation() const { return m_messages; }
     int messageCount() const;
     QString placeholderText() const;
     void setPlaceholderText(const QString& text);
 
 protected:
     void paintEvent(QPaintEvent* event) override;
+    void resizeEvent(QResizeEvent* event) override;
 
 private:
-    QStandardItemModel* m_messages;
+    ConversationModel* m_messages;
+    MessageDelegate* m_delegate;
     QString m_placeholder;
 };

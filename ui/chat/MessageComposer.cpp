@@ -1,27 +1,51 @@
 #include "chat/MessageComposer.h"
 
+#include <QCheckBox>
+#include <QComboBox>
 #include <QHBoxLayout>
 #include <QKeyEvent>
+#include <QLabel>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QVBoxLayout>
 
 MessageComposer::MessageComposer(QWidget* parent)
     : QWidget(parent), m_editor(new QPlainTextEdit(this)),
-      m_sendButton(new QPushButton(tr("Send"), this)) {
+      m_sendButton(new QPushButton(tr("Send"), this)), m_think(new QCheckBox(tr("Think"), this)),
+      m_effort(new QComboBox(this)) {
     m_editor->setObjectName(QStringLiteral("composerEditor"));
     m_sendButton->setObjectName(QStringLiteral("sendButton"));
+    m_think->setObjectName(QStringLiteral("thinkCheck"));
+    m_effort->setObjectName(QStringLiteral("effortCombo"));
     m_editor->setPlaceholderText(tr("Type a message (Enter sends, Shift+Enter for a new line)"));
     m_editor->setTabChangesFocus(true);
-    m_editor->setMaximumHeight(120);
+    m_editor->setMaximumHeight(110);
     m_editor->installEventFilter(this);
+    m_think->setChecked(true);
+    m_think->setToolTip(tr("Let the model reason before it answers (shown collapsed)"));
+    m_effort->addItems({QStringLiteral("max"), QStringLiteral("high"), QStringLiteral("medium"),
+                        QStringLiteral("low")});
+    m_effort->setToolTip(tr("Thinking effort"));
 
-    auto* layout = new QHBoxLayout(this);
+    auto* options = new QHBoxLayout;
+    options->addWidget(m_think);
+    options->addWidget(new QLabel(tr("Effort:"), this));
+    options->addWidget(m_effort);
+    options->addStretch(1);
+    auto* input = new QHBoxLayout;
+    input->addWidget(m_editor, 1);
+    input->addWidget(m_sendButton, 0, Qt::AlignBottom);
+    auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
-    layout->addWidget(m_editor, 1);
-    layout->addWidget(m_sendButton, 0, Qt::AlignBottom);
+    layout->addLayout(options);
+    layout->addLayout(input);
 
-    connect(m_sendButton, &QPushButton::clicked, this, &MessageComposer::trySend);
+    connect(m_sendButton, &QPushButton::clicked, this, [this] {
+        if (m_generating) emit stopRequested();
+        else trySend();
+    });
     connect(m_editor, &QPlainTextEdit::textChanged, this, &MessageComposer::updateSendButton);
+    connect(m_think, &QCheckBox::toggled, m_effort, &QWidget::setEnabled);
     updateSendButton();
 }
 
@@ -33,6 +57,16 @@ void MessageComposer::setReady(bool ready) {
     m_ready = ready;
     updateSendButton();
 }
+
+void MessageComposer::setGenerating(bool generating) {
+    m_generating = generating;
+    m_sendButton->setText(generating ? tr("Stop") : tr("Send"));
+    updateSendButton();
+}
+
+bool MessageComposer::thinking() const { return m_think->isChecked(); }
+void MessageComposer::setThinking(bool on) { m_think->setChecked(on); }
+QString MessageComposer::thinkingEffort() const { return m_effort->currentText(); }
 
 bool MessageComposer::eventFilter(QObject* watched, QEvent* event) {
     if (watched == m_editor && event->type() == QEvent::KeyPress) {
@@ -48,12 +82,17 @@ bool MessageComposer::eventFilter(QObject* watched, QEvent* event) {
 
 void MessageComposer::trySend() {
     const QString message = text().trimmed();
-    if (!m_ready || message.isEmpty()) return;
+    if (!m_ready || m_generating || message.isEmpty()) return;
     emit sendRequested(message);
     clear();
 }
 
 void MessageComposer::updateSendButton() {
+    if (m_generating) {
+        m_sendButton->setEnabled(true);
+        m_sendButton->setToolTip(tr("Stop the answer (Esc)"));
+        return;
+    }
     m_sendButton->setEnabled(m_ready && !text().trimmed().isEmpty());
     m_sendButton->setToolTip(m_ready ? QString() : tr("Load a model first (Model menu)"));
 }

@@ -2,11 +2,14 @@
 
 #include <QWidget>
 
+class QCheckBox;
+class QComboBox;
 class QPlainTextEdit;
 class QPushButton;
 
 // The input box under the conversation: Enter sends, Shift+Enter adds a new line.
-// Sending stays disabled until a model is ready to answer.
+// While an answer streams the Send button becomes Stop. Sending stays disabled until
+// a model is ready to answer; typed text is never lost.
 class MessageComposer : public QWidget {
     Q_OBJECT
 public:
@@ -16,9 +19,16 @@ public:
     void clear();
     void setReady(bool ready);
     bool isReady() const { return m_ready; }
+    void setGenerating(bool generating);
+    bool isGenerating() const { return m_generating; }
+
+    bool thinking() const;
+    void setThinking(bool on);
+    QString thinkingEffort() const;
 
 signals:
     void sendRequested(const QString& text);
+    void stopRequested();
 
 protected:
     bool eventFilter(QObject* watched, QEvent* event) override;
@@ -29,5 +39,8 @@ private:
 
     QPlainTextEdit* m_editor;
     QPushButton* m_sendButton;
+    QCheckBox* m_think;
+    QComboBox* m_effort;
     bool m_ready = false;
+    bool m_generating = false;
 };

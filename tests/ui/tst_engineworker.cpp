@@ -1,0 +1,107 @@
+#include <QSignalSpy>
+#include <QTest>
+
+#include "worker/EngineController.h"
+
+// The engine on its own thread, driven the way the window drives it.
+class TestEngineWorker : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void loadsAndAnswers();
+    void stopEndsTheAnswer();
+    void destroyingWhileGeneratingJoinsCleanly();
+    void loadFailureNamesTheFile();
+
+private:
+    static bool load(EngineController& engine, const QString& dir);
+    QString m_model = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a");
+    QVector<ChatTurn> m_history{{QStringLiteral("user"), QStringLiteral("What is MXFP4?"), {}}};
+};
+
+void TestEngineWorker::initTestCase() { qRegisterMetaType<ModelInfo>(); }
+
+bool TestEngineWorker::load(EngineController& engine, const QString& dir) {
+    QSignalSpy loaded(engine.worker(), &EngineWorker::modelLoaded);
+    engine.loadModel(dir);
+    return loaded.wait(30000);
+}
+
+void TestEngineWorker::loadsAndAnswers() {
+    EngineController engine;
+    QSignalSpy busy(&engine, &EngineController::busyChanged);
+    QVERIFY(load(engine, m_model));
+    QSignalSpy tokens(engine.worker(), &EngineWorker::tokenGenerated);
+    QSignalSpy finished(engine.worker(), &EngineWorker::generationFinished);
+    GenerationSettings settings;
+    settings.thinking = false;
+    settings.maxTokens = 20;
+    engine.generate(m_history, settings);
+    QVERIFY(engine.isBusy());
+    QVERIFY(finished.wait(30000));
+    QVERIFY(!engine.isBusy());
+    const auto summary = finished.at(0).at(0).value<GenerationSummary>();
+    QCOMPARE(summary.generatedTokens, 20);
+    QCOMPARE(summary.promptTokens, 26); // the reference's prompt ids for this turn
+    QCOMPARE(tokens.count(), 20);
+    QString streamed;
+    for (int i = 0; i < tokens.count(); ++i) {
+        QCOMPARE(tokens.at(i).at(0).toInt(), i);
+        streamed += tokens.at(i).at(2).toString();
+    }
+    QCOMPARE(streamed, summary.content);
+    QVERIFY(!summary.cancelled);
+    QVERIFY(summary.valid);
+    // The signals arrived on this (GUI) thread: the engine thread is not this one.
+    QVERIFY(engine.worker()->thread() != QThread::currentThread());
+}
+
+void TestEngineWorker::stopEndsTheAnswer() {
+    EngineController engine;
+    QVERIFY(load(engine, m_model));
+    QSignalSpy tokens(engine.worker(), &EngineWorker::tokenGenerated);
+    QSignalSpy finished(engine.worker(), &EngineWorker::generationFinished);
+    GenerationSettings settings;
+    settings.thinking = false;
+    settings.maxTokens = 1'000'000; // would run for many minutes
+    engine.generate(m_history, settings);
+    QVERIFY(tokens.wait(30000));
+    engine.stop();
+    QVERIFY(finished.wait(10000));
+    const auto summary = finished.at(0).at(0).value<GenerationSummary>();
+    QVERIFY(summary.cancelled);
+    QVERIFY(summary.generatedTokens < 1'000'000);
+    // The conversation survives a stop: the next answer reuses the prompt positions.
+    QSignalSpy again(engine.worker(), &EngineWorker::generationFinished);
+    settings.maxTokens = 3;
+    engine.generate(m_history, settings);
+    QVERIFY(again.wait(30000));
+    QCOMPARE(again.at(0).at(0).value<GenerationSummary>().generatedTokens, 3);
+}
+
+void TestEngineWorker::destroyingWhileGeneratingJoinsCleanly() {
+    auto* engine = new EngineController;
+    QVERIFY(load(*engine, m_model));
+    QSignalSpy tokens(engine->worker(), &EngineWorker::tokenGenerated);
+    GenerationSettings settings;
+    settings.maxTokens = 1'000'000;
+    engine->generate(m_history, settings);
+    QVERIFY(tokens.wait(30000));
+    QElapsedTimer clock;
+    clock.start();
+    delete engine; // stops the answer and joins the thread
+    QVERIFY2(clock.elapsed() < 5000, "shutting down took more than 5 s");
+}
+
+void TestEngineWorker::loadFailureNamesTheFile() {
+    EngineController engine;
+    QSignalSpy failed(engine.worker(), &EngineWorker::loadFailed);
+    engine.loadModel(QStringLiteral("/nonexistent/k3model"));
+    QVERIFY(failed.wait(10000));
+    const QString message = failed.at(0).at(0).toString();
+    QVERIFY2(message.contains(QStringLiteral("/nonexistent/k3model/config.json")), qPrintable(message));
+    QVERIFY(!engine.isBusy());
+}
+
+QTEST_MAIN(TestEngineWorker)
+#include "tst_engineworker.moc"

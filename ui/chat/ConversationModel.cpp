@@ -1,0 +1,102 @@
+#include "chat/ConversationModel.h"
+
+ConversationModel::ConversationModel(QObject* parent) : QAbstractListModel(parent) {}
+
+int ConversationModel::rowCount(const QModelIndex& parent) const {
+    return parent.isValid() ? 0 : int(m_entries.size());
+}
+
+QVariant ConversationModel::data(const QModelIndex& index, int role) const {
+    if (!index.isValid() || index.row() >= m_entries.size()) return {};
+    const Entry& e = m_entries.at(index.row());
+    switch (role) {
+    case Qt::DisplayRole:
+    case ContentRole: return e.content;
+    case RoleNameRole: return e.role;
+    case ReasoningRole: return e.reasoning;
+    case ThinkingExpandedRole: return e.thinkingExpanded;
+    case StreamingRole: return e.streaming;
+    case ThinkingSecondsRole:
+        // While thinking streams, the count runs live.
+        if (e.streaming && !e.answerStarted && e.thinkingClock.isValid())
+            return e.thinkingClock.elapsed() / 1000.0;
+        return e.thinkingSeconds;
+    case StatsRole: return e.stats;
+    default: return {};
+    }
+}
+
+int ConversationModel::appendMessage(const QString& role, const QString& content) {
+    const int row = int(m_entries.size());
+    beginInsertRows({}, row, row);
+    Entry e;
+    e.role = role;
+    e.content = content;
+    m_entries.push_back(std::move(e));
+    endInsertRows();
+    return row;
+}
+
+int ConversationModel::beginAssistantMessage() {
+    const int row = appendMessage(QStringLiteral("assistant"), QString());
+    m_entries[row].streaming = true;
+    changed(row);
+    return row;
+}
+
+void ConversationModel::appendToLast(const QString& thinkingDelta, const QString& responseDelta) {
+    if (m_entries.isEmpty()) return;
+    Entry& e = m_entries.last();
+    if (!thinkingDelta.isEmpty()) {
+        if (!e.thinkingClock.isValid()) e.thinkingClock.start();
+        e.reasoning += thinkingDelta;
+    }
+    if (!responseDelta.isEmpty()) {
+        if (!e.answerStarted && e.thinkingClock.isValid())
+            e.thinkingSeconds = e.thinkingClock.elapsed() / 1000.0;
+        e.answerStarted = true;
+        e.content += responseDelta;
+    }
+    changed(int(m_entries.size()) - 1);
+}
+
+void ConversationModel::finishLast(const QString& stats) {
+    if (m_entries.isEmpty()) return;
+    Entry& e = m_entries.last();
+    if (e.thinkingClock.isValid() && !e.answerStarted) e.thinkingSeconds = e.thinkingClock.elapsed() / 1000.0;
+    e.streaming = false;
+    e.stats = stats;
+    changed(int(m_entries.size()) - 1);
+}
+
+void ConversationModel::removeLast() {
+    if (m_entries.isEmpty()) return;
+    const int row = int(m_entries.size()) - 1;
+    beginRemoveRows({}, row, row);
+    m_entries.removeLast();
+    endRemoveRows();
+}
+
+void ConversationModel::toggleThinking(int row) {
+    if (row < 0 || row >= m_entries.size()) return;
+    m_entries[row].thinkingExpanded = !m_entries[row].thinkingExpanded;
+    changed(row);
+}
+
+void ConversationModel::clear() {
+    beginResetModel();
+    m_entries.clear();
+    endResetModel();
+}
+
+QVector<ChatTurn> ConversationModel::turns() const {
+    QVector<ChatTurn> out;
+    for (const Entry& e : m_entries)
+        if (!e.streaming) out.push_back({e.role, e.content, e.reasoning});
+    return out;
+}
+
+void ConversationModel::changed(int row) {
+    const QModelIndex i = index(row);
+    emit dataChanged(i, i);
+}

@@ -1,0 +1,55 @@
+#pragma once
+
+#include <QAbstractListModel>
+#include <QElapsedTimer>
+#include <QVector>
+
+#include "worker/EngineWorker.h"
+
+// The messages of the open conversation. Model output is stored as plain text and
+// only ever rendered as Markdown with raw HTML disabled (MessageDelegate).
+class ConversationModel : public QAbstractListModel {
+    Q_OBJECT
+public:
+    enum Roles {
+        RoleNameRole = Qt::UserRole + 1, // "user", "assistant", "system"
+        ContentRole,
+        ReasoningRole,
+        ThinkingExpandedRole,
+        StreamingRole,
+        ThinkingSecondsRole, // -1 while no reasoning was seen
+        StatsRole,
+    };
+
+    explicit ConversationModel(QObject* parent = nullptr);
+
+    int rowCount(const QModelIndex& parent = {}) const override;
+    QVariant data(const QModelIndex& index, int role) const override;
+
+    int appendMessage(const QString& role, const QString& content);
+    // Starts an empty assistant message that tokens will stream into.
+    int beginAssistantMessage();
+    void appendToLast(const QString& thinkingDelta, const QString& responseDelta);
+    void finishLast(const QString& stats);
+    void removeLast();
+    void toggleThinking(int row);
+    void clear();
+
+    // The conversation as the engine should see it (streaming message excluded).
+    QVector<ChatTurn> turns() const;
+
+private:
+    struct Entry {
+        QString role;
+        QString content;
+        QString reasoning;
+        bool thinkingExpanded = false;
+        bool streaming = false;
+        double thinkingSeconds = -1;
+        QString stats;
+        QElapsedTimer thinkingClock;
+        bool answerStarted = false;
+    };
+    void changed(int row);
+    QVector<Entry> m_entries;
+};

@@ -1,0 +1,44 @@
+#include "worker/EngineController.h"
+
+#include <QMetaObject>
+
+EngineController::EngineController(QObject* parent) : QObject(parent), m_worker(new EngineWorker) {
+    m_thread.setObjectName(QStringLiteral("k3-engine"));
+    m_worker->moveToThread(&m_thread);
+    connect(&m_thread, &QThread::finished, m_worker, &QObject::deleteLater);
+    connect(m_worker, &EngineWorker::modelLoaded, this, [this] { setBusy(false); });
+    connect(m_worker, &EngineWorker::loadFailed, this, [this] { setBusy(false); });
+    connect(m_worker, &EngineWorker::generationFinished, this, [this] { setBusy(false); });
+    connect(m_worker, &EngineWorker::generationFailed, this, [this] { setBusy(false); });
+    m_thread.start();
+}
+
+EngineController::~EngineController() {
+    m_worker->requestStop();
+    m_thread.quit();
+    m_thread.wait();
+}
+
+void EngineController::loadModel(const QString& directory) {
+    setBusy(true);
+    QMetaObject::invokeMethod(m_worker, "loadModel", Qt::QueuedConnection, Q_ARG(QString, directory));
+}
+
+void EngineController::generate(const QVector<ChatTurn>& history, const GenerationSettings& settings) {
+    setBusy(true);
+    QMetaObject::invokeMethod(m_worker, "generate", Qt::QueuedConnection,
+                              Q_ARG(QVector<ChatTurn>, history),
+                              Q_ARG(GenerationSettings, settings));
+}
+
+void EngineController::stop() { m_worker->requestStop(); }
+
+void EngineController::resetConversation() {
+    QMetaObject::invokeMethod(m_worker, "resetConversation", Qt::QueuedConnection);
+}
+
+void EngineController::setBusy(bool busy) {
+    if (m_busy == busy) return;
+    m_busy = busy;
+    emit busyChanged(busy);
+}

@@ -1,0 +1,102 @@
+#include "worker/EngineWorker.h"
+
+#include <QThread>
+
+namespace {
+
+k3::ChatRole roleFromName(const QString& role) {
+    if (role == QLatin1String("system")) return k3::ChatRole::System;
+    if (role == QLatin1String("assistant")) return k3::ChatRole::Assistant;
+    return k3::ChatRole::User;
+}
+
+// Forwards engine callbacks (on this worker thread) as queued signals.
+class SignalObserver : public k3::SessionObserver {
+public:
+    explicit SignalObserver(EngineWorker* worker) : m_worker(worker) {}
+    void onProgress(const k3::SessionProgress& p) override {
+        emit m_worker->prefillProgress(int(p.done), int(p.total));
+    }
+    void onToken(const k3::TokenEvent& e) override {
+        emit m_worker->tokenGenerated(e.index, QString::fromStdString(e.thinkingDelta),
+                                      QString::fromStdString(e.responseDelta),
+                                      e.timing.totalSeconds());
+    }
+
+private:
+    EngineWorker* m_worker;
+};
+
+} // namespace
+
+EngineWorker::EngineWorker() {
+    qRegisterMetaType<ChatTurn>();
+    qRegisterMetaType<QVector<ChatTurn>>();
+    qRegisterMetaType<GenerationSettings>();
+    qRegisterMetaType<GenerationSummary>();
+    qRegisterMetaType<ModelInfo>();
+}
+
+EngineWorker::~EngineWorker() = default;
+
+void EngineWorker::loadModel(const QString& directory) {
+    try {
+        m_session.reset();
+        k3::SessionOptions options;
+        options.modelDir = directory.toStdString();
+        m_session.emplace(k3::Session::open(options));
+        ModelInfo info;
+        info.directory = directory;
+        info.summary = QString::fromStdString(m_session->config().summary());
+        info.layers = m_session->model().layersBound();
+        info.vocabSize = m_session->config().vocabSize;
+        info.weightBytes = m_session->model().weightBytes();
+        emit modelLoaded(info);
+    } catch (const std::exception& e) {
+        m_session.reset();
+        emit loadFailed(QString::fromUtf8(e.what()));
+    }
+}
+
+void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSettings& settings) {
+    // A stop pressed before this call started belongs to an earlier turn.
+    m_cancel.store(false);
+    if (!m_session) {
+        emit generationFailed(tr("No model is loaded."));
+        return;
+    }
+    std::vector<k3::ChatMessage> messages;
+    for (const ChatTurn& turn : history)
+        messages.push_back({roleFromName(turn.role), turn.content.toStdString(),
+                            turn.reasoning.toStdString(), {}});
+    k3::GenerateOptions options;
+    options.render.thinking = settings.thinking;
+    options.render.thinkingEffort = settings.thinkingEffort.toStdString();
+    options.sampling.temperature = settings.temperature;
+    options.sampling.topP = settings.topP;
+    options.sampling.seed = settings.seed;
+    options.maxTokens = settings.maxTokens;
+    try {
+        SignalObserver observer(this);
+        const k3::GenerateResult r = m_session->chat(messages, options, &observer, &m_cancel);
+        GenerationSummary s;
+        s.content = QString::fromStdString(r.reply.content);
+        s.reasoning = QString::fromStdString(r.reply.reasoningContent);
+        s.promptTokens = r.promptTokens;
+        s.reusedPositions = r.reusedPositions;
+        s.generatedTokens = int(r.ids.size());
+        s.endOfTurn = r.endOfTurn;
+        s.cancelled = r.cancelled;
+        s.valid = r.valid();
+        s.prefillSeconds = r.prefillSeconds;
+        s.decodeSeconds = r.decodeSeconds;
+        for (const std::string& p : r.problems) s.problems << QString::fromStdString(p);
+        emit generationFinished(s);
+    } catch (const std::exception& e) {
+        emit generationFailed(QString::fromUtf8(e.what()));
+    }
+}
+
+void EngineWorker::resetConversation() {
+    if (m_session) m_session->reset();
+}

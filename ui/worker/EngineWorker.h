@@ -1,0 +1,85 @@
+#pragma once
+
+#include <QObject>
+#include <QString>
+#include <QVector>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+
+#include <k3/session.hpp>
+
+// One chat turn as the UI sends it to the engine.
+struct ChatTurn {
+    QString role; // "system", "user", "assistant"
+    QString content;
+    QString reasoning;
+};
+
+struct GenerationSettings {
+    bool thinking = false;
+    QString thinkingEffort = QStringLiteral("max");
+    float temperature = 0.0f;
+    float topP = 1.0f;
+    quint64 seed = 0;
+    int maxTokens = 512;
+};
+
+struct GenerationSummary {
+    QString content;
+    QString reasoning;
+    int promptTokens = 0;
+    int reusedPositions = 0;
+    int generatedTokens = 0;
+    bool endOfTurn = false;
+    bool cancelled = false;
+    bool valid = true;
+    double prefillSeconds = 0;
+    double decodeSeconds = 0;
+    QStringList problems;
+};
+
+struct ModelInfo {
+    QString directory;
+    QString summary;
+    int layers = 0;
+    int vocabSize = 0;
+    quint64 weightBytes = 0;
+};
+
+Q_DECLARE_METATYPE(ChatTurn)
+Q_DECLARE_METATYPE(GenerationSettings)
+Q_DECLARE_METATYPE(GenerationSummary)
+Q_DECLARE_METATYPE(ModelInfo)
+
+// Owns the engine Session on a worker thread: commands arrive as queued slot calls,
+// results leave as signals. Nothing here ever runs on the GUI thread except
+// requestStop(), which only sets an atomic flag the engine polls between tokens.
+class EngineWorker : public QObject {
+    Q_OBJECT
+public:
+    EngineWorker();
+    ~EngineWorker() override;
+
+    // Thread-safe: the current prefill or generation stops within one token.
+    void requestStop() { m_cancel.store(true); }
+
+public slots:
+    void loadModel(const QString& directory);
+    void generate(const QVector<ChatTurn>& history, const GenerationSettings& settings);
+    void resetConversation();
+
+signals:
+    void modelLoaded(const ModelInfo& info);
+    void loadFailed(const QString& message);
+    void prefillProgress(int done, int total);
+    void tokenGenerated(int index, const QString& thinkingDelta, const QString& responseDelta,
+                        double seconds);
+    void generationFinished(const GenerationSummary& summary);
+    void generationFailed(const QString& message);
+
+private:
+    std::optional<k3::Session> m_session;
+    std::atomic<bool> m_cancel{false};
+};
