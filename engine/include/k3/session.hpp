@@ -120,11 +120,13 @@ private:
 };
 
 // Picks the next token: argmax when temperature is 0, else softmax(logits/T) restricted
-// to the smallest set whose probability reaches topP, drawn with `rng`.
+// to the smallest set whose probability reaches topP, drawn with PCG32 seeded by `seed`.
 class Sampler {
 public:
     explicit Sampler(const SamplingOptions& options);
     TokenId sample(std::span<const float> logits);
+    // The next raw PCG32 output (tests compare it with the published sequence).
+    std::uint32_t nextRandom32();
 
 private:
     SamplingOptions options_;

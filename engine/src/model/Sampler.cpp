@@ -7,18 +7,37 @@
 namespace k3 {
 namespace {
 
-// splitmix64: a fixed generator, so a seed gives the same tokens on every platform
-// (std:: distributions are not specified bit for bit).
-std::uint64_t nextRandom(std::uint64_t& state) {
-    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+// PCG32 (O'Neill, XSH-RR): a fixed generator, so a seed gives the same tokens on every
+// platform (std:: distributions are not specified bit for bit).
+constexpr std::uint64_t kPcgMultiplier = 6364136223846793005ull;
+// Stream 54, as in the PCG reference demo, so seed 42 reproduces its published outputs.
+constexpr std::uint64_t kPcgIncrement = (54ull << 1u) | 1u;
+
+std::uint32_t pcg32(std::uint64_t& state) {
+    const std::uint64_t old = state;
+    state = old * kPcgMultiplier + kPcgIncrement;
+    const auto xorshifted = static_cast<std::uint32_t>(((old >> 18u) ^ old) >> 27u);
+    const auto rot = static_cast<std::uint32_t>(old >> 59u);
+    return (xorshifted >> rot) | (xorshifted << ((32u - rot) & 31u));
+}
+
+// A uniform double in [0, 1) from two draws (53 bits).
+double uniform01(std::uint64_t& state) {
+    const std::uint64_t hi = pcg32(state) >> 5; // 27 bits
+    const std::uint64_t lo = pcg32(state) >> 6; // 26 bits
+    return double((hi << 26) | lo) * 0x1.0p-53;
 }
 
 } // namespace
 
-Sampler::Sampler(const SamplingOptions& options) : options_(options), state_(options.seed) {}
+Sampler::Sampler(const SamplingOptions& options) : options_(options), state_(0) {
+    // The reference seeding: advance once, add the seed, advance again.
+    pcg32(state_);
+    state_ += options.seed;
+    pcg32(state_);
+}
+
+std::uint32_t Sampler::nextRandom32() { return pcg32(state_); }
 
 TokenId Sampler::sample(std::span<const float> logits) {
     if (options_.temperature <= 0.0f) return TokenId(argmax(logits));
@@ -45,7 +64,7 @@ TokenId Sampler::sample(std::span<const float> logits) {
     }
     double kept = 0;
     for (std::size_t i = 0; i < keep; ++i) kept += p[i];
-    const double u = double(nextRandom(state_) >> 11) * 0x1.0p-53 * kept;
+    const double u = uniform01(state_) * kept;
     double acc = 0;
     for (std::size_t i = 0; i < keep; ++i) {
         acc += p[i];

@@ -14,6 +14,7 @@ private slots:
     void promptReuseGivesSameTokens();
     void samplingIsSeeded();
     void tinyTopPIsGreedy();
+    void pcg32MatchesReference();
     void cancelStopsBeforeWork();
     void observerSeesEveryToken();
     void chatRendersEncodesAndGenerates();
@@ -96,6 +97,16 @@ void TestSession::samplingIsSeeded() {
     const auto c = s.generateIds(prompt_, g).ids;
     QVERIFY(a != c);
     QVERIFY(a != greedy_);
+}
+
+// pcg32-demo (pcg32_srandom_r(&rng, 42, 54)) prints these first six outputs.
+void TestSession::pcg32MatchesReference() {
+    k3::SamplingOptions o;
+    o.seed = 42;
+    k3::Sampler sampler(o);
+    const std::uint32_t want[] = {0xa15c02b7u, 0x7b47f409u, 0xba1d3330u,
+                                  0x83d2f293u, 0xbfa4784bu, 0xcbed606eu};
+    for (std::uint32_t w : want) QCOMPARE(sampler.nextRandom32(), w);
 }
 
 void TestSession::tinyTopPIsGreedy() {
