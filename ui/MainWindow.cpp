@@ -2,6 +2,7 @@
 
 #include "AboutDialog.h"
 #include "chat/ConversationModel.h"
+#include "chat/ConversationStore.h"
 #include "chat/ConversationView.h"
 #include "chat/MessageComposer.h"
 #include "wizard/SetupWizard.h"
@@ -14,6 +15,7 @@
 #include <QFileInfo>
 #include <QMessageBox>
 #include <QShortcut>
+#include <QStandardPaths>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
@@ -28,7 +30,10 @@ MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent), m_splitter(new QSplitter(Qt::Horizontal, this)),
       m_conversationList(new QListWidget), m_search(new QLineEdit),
       m_conversation(new ConversationView), m_composer(new MessageComposer),
-      m_engine(new EngineController(this)) {
+      m_engine(new EngineController(this)),
+      m_store(std::make_unique<ConversationStore>(
+          QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) +
+          QStringLiteral("/conversations"))) {
     setWindowTitle(tr("k3chat"));
     setWindowIcon(QIcon(QStringLiteral(":/k3chat/icons/k3chat.svg")));
 
@@ -44,6 +49,13 @@ MainWindow::MainWindow(QWidget* parent)
     sideLayout->addWidget(m_search);
     sideLayout->addWidget(m_conversationList, 1);
     connect(newChatButton, &QPushButton::clicked, this, &MainWindow::newChat);
+    connect(m_conversationList, &QListWidget::itemActivated, this, [this](QListWidgetItem* item) {
+        openConversation(item->data(Qt::UserRole).toString());
+    });
+    connect(m_conversationList, &QListWidget::itemClicked, this, [this](QListWidgetItem* item) {
+        openConversation(item->data(Qt::UserRole).toString());
+    });
+    connect(m_search, &QLineEdit::textChanged, this, &MainWindow::refreshConversationList);
 
     auto* center = new QWidget;
     auto* centerLayout = new QVBoxLayout(center);
@@ -77,7 +89,10 @@ MainWindow::MainWindow(QWidget* parent)
     resize(1100, 720);
     restoreState();
     m_composer->setFocus();
+    refreshConversationList();
 }
+
+MainWindow::~MainWindow() = default;
 
 void MainWindow::createMenus() {
     QMenu* file = menuBar()->addMenu(tr("&File"));
@@ -110,6 +125,8 @@ void MainWindow::newChat() {
     stopGeneration();
     m_conversation->conversation()->clear();
     m_engine->resetConversation();
+    m_currentId.clear();
+    m_conversationList->clearSelection();
     m_composer->clear();
     m_composer->setFocus();
 }
@@ -124,6 +141,47 @@ QString MainWindow::demoModelDirectory() {
     for (const QString& dir : candidates)
         if (QFileInfo::exists(dir + QStringLiteral("/config.json"))) return QDir::cleanPath(dir);
     return {};
+}
+
+void MainWindow::refreshConversationList() {
+    const QString filter = m_search->text().trimmed();
+    m_conversationList->clear();
+    for (const ConversationStore::Summary& c : m_store->list()) {
+        if (!filter.isEmpty() && !c.title.contains(filter, Qt::CaseInsensitive)) continue;
+        auto* item = new QListWidgetItem(c.title, m_conversationList);
+        item->setData(Qt::UserRole, c.id);
+        item->setToolTip(QLocale().toString(c.modified, QLocale::ShortFormat));
+        if (c.id == m_currentId) item->setSelected(true);
+    }
+}
+
+void MainWindow::openConversation(const QString& id) {
+    if (id == m_currentId) return;
+    stopGeneration();
+    try {
+        const QVector<ChatTurn> turns = m_store->load(id);
+        m_conversation->conversation()->setTurns(turns);
+        m_currentId = id;
+        statusBar()->showMessage(tr("Opened \"%1\"").arg(ConversationStore::titleFor(turns)), 5000);
+    } catch (const std::exception& e) {
+        QMessageBox box(QMessageBox::Warning, tr("Could not open the conversation"),
+                        tr("The saved conversation could not be read; the file was left as it is."),
+                        QMessageBox::Ok, this);
+        box.setDetailedText(QString::fromUtf8(e.what()));
+        box.exec();
+    }
+}
+
+void MainWindow::saveConversation() {
+    const QVector<ChatTurn> turns = m_conversation->conversation()->turns();
+    if (turns.isEmpty()) return;
+    try {
+        const bool isNew = m_currentId.isEmpty();
+        m_currentId = m_store->save(m_currentId, turns);
+        if (isNew) refreshConversationList();
+    } catch (const std::exception& e) {
+        statusBar()->showMessage(tr("Could not save the conversation: %1").arg(QString::fromUtf8(e.what())));
+    }
 }
 
 void MainWindow::loadStartupModel() {
@@ -164,7 +222,6 @@ void MainWindow::stopGeneration() {
 
 void MainWindow::onModelLoaded(const ModelInfo& info) {
     QSettings().setValue(QStringLiteral("model/directory"), info.directory);
-    m_conversation->conversation()->clear();
     // The demo was trained to answer directly, without a think channel.
     if (info.directory == demoModelDirectory()) m_composer->setThinking(false);
     m_composer->setReady(true);
@@ -190,6 +247,7 @@ void MainWindow::send(const QString& text) {
     ConversationModel* conversation = m_conversation->conversation();
     conversation->appendMessage(QStringLiteral("user"), text);
     const QVector<ChatTurn> history = conversation->turns();
+    saveConversation(); // the question is on disk before the answer starts
     conversation->beginAssistantMessage();
     m_tokensThisAnswer = 0;
     m_firstTokenSeconds = 0;
@@ -222,6 +280,7 @@ void MainWindow::onFinished(const GenerationSummary& s) {
     if (!s.valid) stats += tr(" · RUN INVALID (an expert failed to load or a NaN appeared)");
     m_conversation->conversation()->finishLast(stats);
     m_composer->setGenerating(false);
+    saveConversation();
     statusBar()->showMessage(tr("%1 · ready").arg(m_modelName));
     emit answerFinished();
 }

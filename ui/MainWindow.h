@@ -2,6 +2,9 @@
 
 #include <QMainWindow>
 
+#include <memory>
+
+class ConversationStore;
 class ConversationView;
 class EngineController;
 struct GenerationSummary;
@@ -17,11 +20,14 @@ class MainWindow : public QMainWindow {
     Q_OBJECT
 public:
     explicit MainWindow(QWidget* parent = nullptr);
+    ~MainWindow() override;
 
     ConversationView* conversationView() const { return m_conversation; }
     MessageComposer* composer() const { return m_composer; }
     QListWidget* conversationList() const { return m_conversationList; }
     EngineController* engine() const { return m_engine; }
+    ConversationStore* store() const { return m_store.get(); }
+    const QString& currentConversationId() const { return m_currentId; }
 
     // The bundled demo model: next to the installed binary, or in the source tree.
     static QString demoModelDirectory();
@@ -34,6 +40,8 @@ public slots:
     void loadModel(const QString& directory);
     void loadDemoModel();
     void stopGeneration();
+    void openConversation(const QString& id);
+    void refreshConversationList();
     // Sends `text` as the user's next message (what Enter in the composer does).
     void sendMessage(const QString& text) { send(text); }
     // At start: the last model used, else the bundled demo, else nothing.
@@ -54,6 +62,7 @@ private:
     void onToken(int index, const QString& thinking, const QString& response, double seconds);
     void onFinished(const GenerationSummary& summary);
     void onFailed(const QString& message);
+    void saveConversation();
     void restoreState();
 
     QSplitter* m_splitter;
@@ -62,6 +71,8 @@ private:
     ConversationView* m_conversation;
     MessageComposer* m_composer;
     EngineController* m_engine;
+    std::unique_ptr<ConversationStore> m_store;
+    QString m_currentId; // empty: not saved yet
     QString m_modelName;
     int m_tokensThisAnswer = 0;
     double m_firstTokenSeconds = 0;

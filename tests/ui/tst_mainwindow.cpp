@@ -11,6 +11,8 @@
 
 #include "AboutDialog.h"
 #include "MainWindow.h"
+#include "chat/ConversationModel.h"
+#include "chat/ConversationStore.h"
 #include "chat/ConversationView.h"
 #include "chat/MessageComposer.h"
 
@@ -23,6 +25,7 @@ private slots:
     void newChatShortcutClearsComposer();
     void aboutNamesTheHighlightingState();
     void remembersGeometry();
+    void answerIsSavedAndListed();
 };
 
 void TestMainWindow::initTestCase() {
@@ -85,6 +88,35 @@ void TestMainWindow::remembersGeometry() {
     }
     MainWindow again;
     QCOMPARE(again.size(), QSize(700, 500));
+}
+
+// A whole turn through the real window: load, send, stream, save, list, reopen.
+void TestMainWindow::answerIsSavedAndListed() {
+    MainWindow window;
+    QSignalSpy ready(&window, &MainWindow::modelReady);
+    window.loadModel(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
+    QVERIFY(ready.wait(30000));
+    QVERIFY(window.composer()->isReady());
+    QCOMPARE(window.conversationList()->count(), 0);
+    window.composer()->setThinking(false);
+    QSignalSpy finished(&window, &MainWindow::answerFinished);
+    window.sendMessage(QStringLiteral("What is MXFP4?"));
+    QVERIFY(window.composer()->isGenerating());
+    QVERIFY(finished.wait(60000));
+    QVERIFY(!window.composer()->isGenerating());
+    QCOMPARE(window.conversationView()->messageCount(), 2);
+    QCOMPARE(window.conversationList()->count(), 1);
+    QCOMPARE(window.conversationList()->item(0)->text(), QStringLiteral("What is MXFP4?"));
+    const QString id = window.currentConversationId();
+    QCOMPARE(window.store()->load(id).size(), 2);
+    // A new chat empties the view; opening the saved one brings both messages back.
+    window.newChat();
+    QCOMPARE(window.conversationView()->messageCount(), 0);
+    window.openConversation(id);
+    QCOMPARE(window.conversationView()->messageCount(), 2);
+    QCOMPARE(window.conversationView()->conversation()->index(0).data(ConversationModel::ContentRole).toString(),
+             QStringLiteral("What is MXFP4?"));
+    window.store()->remove(id);
 }
 
 QTEST_MAIN(TestMainWindow)

@@ -89,6 +89,19 @@ void ConversationModel::clear() {
     endResetModel();
 }
 
+void ConversationModel::setTurns(const QVector<ChatTurn>& turns) {
+    beginResetModel();
+    m_entries.clear();
+    for (const ChatTurn& t : turns) {
+        Entry e;
+        e.role = t.role;
+        e.content = t.content;
+        e.reasoning = t.reasoning;
+        m_entries.push_back(std::move(e));
+    }
+    endResetModel();
+}
+
 QVector<ChatTurn> ConversationModel::turns() const {
     QVector<ChatTurn> out;
     for (const Entry& e : m_entries)

@@ -34,6 +34,7 @@ public:
     void removeLast();
     void toggleThinking(int row);
     void clear();
+    void setTurns(const QVector<ChatTurn>& turns);
 
     // The conversation as the engine should see it (streaming message excluded).
     QVector<ChatTurn> turns() const;

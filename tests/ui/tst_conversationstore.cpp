@@ -1,0 +1,69 @@
+#include <QFile>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include "chat/ConversationStore.h"
+
+class TestConversationStore : public QObject {
+    Q_OBJECT
+private slots:
+    void roundTripAndList();
+    void badTranscriptIsRefusedAndKept();
+    void titleIsTheFirstQuestion();
+};
+
+void TestConversationStore::roundTripAndList() {
+    QTemporaryDir dir;
+    ConversationStore store(dir.filePath(QStringLiteral("conversations")));
+    const QVector<ChatTurn> turns{{QStringLiteral("user"), QStringLiteral("Hi ✓"), {}},
+                                  {QStringLiteral("assistant"), QStringLiteral("Hello!"), QStringLiteral("greet")}};
+    const QString id = store.save({}, turns);
+    QVERIFY(!id.isEmpty());
+    const QVector<ChatTurn> back = store.load(id);
+    QCOMPARE(back.size(), 2);
+    QCOMPARE(back.at(0).content, QStringLiteral("Hi ✓"));
+    QCOMPARE(back.at(1).reasoning, QStringLiteral("greet"));
+    // Saving again under the same id replaces the file, never duplicates it.
+    QCOMPARE(store.save(id, turns + QVector<ChatTurn>{{QStringLiteral("user"), QStringLiteral("more"), {}}}), id);
+    QCOMPARE(store.list().size(), 1);
+    QCOMPARE(store.load(id).size(), 3);
+    const QString second = store.save({}, {{QStringLiteral("user"), QStringLiteral("Second"), {}}});
+    QVERIFY(second != id);
+    const auto list = store.list();
+    QCOMPARE(list.size(), 2);
+    QCOMPARE(list.front().title, QStringLiteral("Second")); // newest first
+    QVERIFY(store.remove(second));
+    QCOMPARE(store.list().size(), 1);
+}
+
+void TestConversationStore::badTranscriptIsRefusedAndKept() {
+    QTemporaryDir dir;
+    ConversationStore store(dir.path());
+    const QByteArray bad = "{\"role\":\"user\",\"content\":\"ok\"}\n{\"role\":\"wizard\",\"content\":\"x\"}\n";
+    QFile f(dir.filePath(QStringLiteral("broken.jsonl")));
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(bad);
+    f.close();
+    try {
+        store.load(QStringLiteral("broken"));
+        QFAIL("an invalid transcript loaded");
+    } catch (const std::exception& e) {
+        QVERIFY2(QString::fromUtf8(e.what()).contains(QStringLiteral("broken.jsonl:2: field \"role\"")), e.what());
+    }
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QCOMPARE(f.readAll(), bad); // untouched
+    QCOMPARE(store.list().size(), 1);
+    QVERIFY(store.list().front().title.contains(QStringLiteral("unreadable")));
+}
+
+void TestConversationStore::titleIsTheFirstQuestion() {
+    QCOMPARE(ConversationStore::titleFor({{QStringLiteral("system"), QStringLiteral("be brief"), {}},
+                                          {QStringLiteral("user"), QStringLiteral("  What is\nMXFP4? "), {}}}),
+             QStringLiteral("What is MXFP4?"));
+    const QString longTitle = ConversationStore::titleFor({{QStringLiteral("user"), QString(80, QLatin1Char('a')), {}}});
+    QCOMPARE(longTitle.size(), 48);
+    QVERIFY(longTitle.endsWith(QStringLiteral("…")));
+}
+
+QTEST_GUILESS_MAIN(TestConversationStore)
+#include "tst_conversationstore.moc"
