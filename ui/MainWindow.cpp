@@ -5,11 +5,13 @@
 #include "chat/ConversationStore.h"
 #include "chat/ConversationView.h"
 #include "chat/MessageComposer.h"
+#include "panels/TokenTimingPanel.h"
 #include "wizard/SetupWizard.h"
 #include "worker/EngineController.h"
 
 #include <QApplication>
 #include <QCloseEvent>
+#include <QDockWidget>
 #include <QDir>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -33,7 +35,8 @@ MainWindow::MainWindow(QWidget* parent)
       m_engine(new EngineController(this)),
       m_store(std::make_unique<ConversationStore>(
           QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) +
-          QStringLiteral("/conversations"))) {
+          QStringLiteral("/conversations"))),
+      m_timing(new TokenTimingPanel) {
     setWindowTitle(tr("k3chat"));
     setWindowIcon(QIcon(QStringLiteral(":/k3chat/icons/k3chat.svg")));
 
@@ -70,6 +73,7 @@ MainWindow::MainWindow(QWidget* parent)
     m_splitter->setSizes({220, 780});
     setCentralWidget(m_splitter);
 
+    createDocks();
     createMenus();
     statusBar()->showMessage(tr("No model loaded"));
 
@@ -82,17 +86,25 @@ MainWindow::MainWindow(QWidget* parent)
     connect(worker, &EngineWorker::loadFailed, this, &MainWindow::onLoadFailed);
     connect(worker, &EngineWorker::tokenGenerated, this, &MainWindow::onToken);
     connect(worker, &EngineWorker::generationFinished, this, &MainWindow::onFinished);
+    connect(worker, &EngineWorker::tokenTiming, m_timing, &TokenTimingPanel::addToken);
     connect(worker, &EngineWorker::generationFailed, this, &MainWindow::onFailed);
     connect(worker, &EngineWorker::prefillProgress, this, [this](int done, int total) {
         statusBar()->showMessage(tr("%1 · reading the prompt %2/%3").arg(m_modelName).arg(done).arg(total));
     });
     resize(1100, 720);
-    restoreState();
+    restoreWindowSettings();
     m_composer->setFocus();
     refreshConversationList();
 }
 
 MainWindow::~MainWindow() = default;
+
+void MainWindow::createDocks() {
+    auto* timingDock = new QDockWidget(tr("Per-token timing"), this);
+    timingDock->setObjectName(QStringLiteral("timingDock"));
+    timingDock->setWidget(m_timing);
+    addDockWidget(Qt::RightDockWidgetArea, timingDock);
+}
 
 void MainWindow::createMenus() {
     QMenu* file = menuBar()->addMenu(tr("&File"));
@@ -110,7 +122,8 @@ void MainWindow::createMenus() {
     QAction* demo = new QAction(tr("Load the &demo model"), this);
     demo->setObjectName(QStringLiteral("loadDemoAction"));
     connect(demo, &QAction::triggered, this, &MainWindow::loadDemoModel);
-    menuBar()->addMenu(tr("&View"));
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    for (QDockWidget* dock : findChildren<QDockWidget*>()) view->addAction(dock->toggleViewAction());
     QMenu* model = menuBar()->addMenu(tr("&Model"));
     model->addAction(open);
     model->addAction(demo);
@@ -271,7 +284,7 @@ void MainWindow::onToken(int index, const QString& thinking, const QString& resp
 }
 
 void MainWindow::onFinished(const GenerationSummary& s) {
-    QString stats = tr("%n tokens", nullptr, s.generatedTokens);
+    QString stats = s.generatedTokens == 1 ? tr("1 token") : tr("%1 tokens").arg(s.generatedTokens);
     stats += tr(" · prompt %1 s").arg(s.prefillSeconds, 0, 'f', 2);
     if (s.generatedTokens > 0)
         stats += tr(" · %1 s/token").arg(s.decodeSeconds / s.generatedTokens, 0, 'f', 3);
@@ -306,11 +319,13 @@ void MainWindow::showAbout() {
     dialog.exec();
 }
 
-void MainWindow::restoreState() {
+void MainWindow::restoreWindowSettings() {
     QSettings settings;
     if (const QByteArray geometry = settings.value("mainWindow/geometry").toByteArray();
         !geometry.isEmpty())
         restoreGeometry(geometry);
+    if (const QByteArray docks = settings.value("mainWindow/docks").toByteArray(); !docks.isEmpty())
+        QMainWindow::restoreState(docks);
     if (const QByteArray split = settings.value("mainWindow/splitter").toByteArray();
         !split.isEmpty())
         m_splitter->restoreState(split);
@@ -320,5 +335,6 @@ void MainWindow::closeEvent(QCloseEvent* event) {
     QSettings settings;
     settings.setValue("mainWindow/geometry", saveGeometry());
     settings.setValue("mainWindow/splitter", m_splitter->saveState());
+    settings.setValue("mainWindow/docks", saveState());
     event->accept();
 }

@@ -6,6 +6,7 @@
 
 class ConversationStore;
 class ConversationView;
+class TokenTimingPanel;
 class EngineController;
 struct GenerationSummary;
 struct ModelInfo;
@@ -27,6 +28,7 @@ public:
     QListWidget* conversationList() const { return m_conversationList; }
     EngineController* engine() const { return m_engine; }
     ConversationStore* store() const { return m_store.get(); }
+    TokenTimingPanel* timingPanel() const { return m_timing; }
     const QString& currentConversationId() const { return m_currentId; }
 
     // The bundled demo model: next to the installed binary, or in the source tree.
@@ -56,6 +58,7 @@ protected:
 
 private:
     void createMenus();
+    void createDocks();
     void send(const QString& text);
     void onModelLoaded(const ModelInfo& info);
     void onLoadFailed(const QString& message);
@@ -63,7 +66,7 @@ private:
     void onFinished(const GenerationSummary& summary);
     void onFailed(const QString& message);
     void saveConversation();
-    void restoreState();
+    void restoreWindowSettings();
 
     QSplitter* m_splitter;
     QListWidget* m_conversationList;
@@ -72,6 +75,7 @@ private:
     MessageComposer* m_composer;
     EngineController* m_engine;
     std::unique_ptr<ConversationStore> m_store;
+    TokenTimingPanel* m_timing;
     QString m_currentId; // empty: not saved yet
     QString m_modelName;
     int m_tokensThisAnswer = 0;

@@ -21,6 +21,8 @@ public:
         emit m_worker->tokenGenerated(e.index, QString::fromStdString(e.thinkingDelta),
                                       QString::fromStdString(e.responseDelta),
                                       e.timing.totalSeconds());
+        emit m_worker->tokenTiming(e.index, e.timing.computeSeconds, e.timing.trunkIoSeconds,
+                                   e.timing.expertIoSeconds);
     }
 
 private:

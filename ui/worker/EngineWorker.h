@@ -76,6 +76,8 @@ signals:
     void prefillProgress(int done, int total);
     void tokenGenerated(int index, const QString& thinkingDelta, const QString& responseDelta,
                         double seconds);
+    // Where the token's time went (the I/O parts are 0 while every weight is resident).
+    void tokenTiming(int index, double computeSeconds, double trunkIoSeconds, double expertIoSeconds);
     void generationFinished(const GenerationSummary& summary);
     void generationFailed(const QString& message);
 

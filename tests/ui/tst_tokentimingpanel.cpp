@@ -1,0 +1,32 @@
+#include <QTest>
+
+#include "panels/TokenTimingPanel.h"
+
+class TestTokenTimingPanel : public QObject {
+    Q_OBJECT
+private slots:
+    void keepsTheLastBarsAndAverages();
+    void aNewAnswerStartsAfresh();
+};
+
+void TestTokenTimingPanel::keepsTheLastBarsAndAverages() {
+    TokenTimingPanel panel;
+    QCOMPARE(panel.barCount(), 0);
+    QCOMPARE(panel.summaryText(), QStringLiteral("No tokens yet."));
+    for (int i = 0; i < 70; ++i) panel.addToken(i, 0.25, 0.5, 0.25);
+    QCOMPARE(panel.barCount(), TokenTimingPanel::kMaxBars);
+    QCOMPARE(panel.summaryText(), QStringLiteral("70 tokens · 1.000 s/token on average"));
+}
+
+void TestTokenTimingPanel::aNewAnswerStartsAfresh() {
+    TokenTimingPanel panel;
+    panel.addToken(0, 1.0, 0, 0);
+    panel.addToken(1, 3.0, 0, 0);
+    QCOMPARE(panel.summaryText(), QStringLiteral("2 tokens · 2.000 s/token on average"));
+    panel.addToken(0, 0.5, 0, 0); // index 0: the next answer
+    QCOMPARE(panel.barCount(), 1);
+    QCOMPARE(panel.summaryText(), QStringLiteral("1 token · 0.500 s/token on average"));
+}
+
+QTEST_MAIN(TestTokenTimingPanel)
+#include "tst_tokentimingpanel.moc"

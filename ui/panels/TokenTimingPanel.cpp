@@ -1,0 +1,83 @@
+#include "panels/TokenTimingPanel.h"
+
+#include <QBarSet>
+#include <QChart>
+#include <QChartView>
+#include <QLabel>
+#include <QStackedBarSeries>
+#include <QValueAxis>
+#include <QVBoxLayout>
+
+#include <algorithm>
+
+TokenTimingPanel::TokenTimingPanel(QWidget* parent)
+    : QWidget(parent), m_chart(new QChart), m_view(new QChartView(m_chart, this)),
+      m_series(new QStackedBarSeries), m_trunk(new QBarSet(tr("trunk I/O"))),
+      m_experts(new QBarSet(tr("expert I/O"))), m_compute(new QBarSet(tr("compute"))),
+      m_axisY(new QValueAxis), m_summary(new QLabel(this)) {
+    setObjectName(QStringLiteral("tokenTimingPanel"));
+    m_series->append(m_trunk);
+    m_series->append(m_experts);
+    m_series->append(m_compute);
+    m_series->setBarWidth(1.0);
+    m_chart->addSeries(m_series);
+    m_chart->addAxis(m_axisY, Qt::AlignLeft);
+    m_series->attachAxis(m_axisY);
+    m_axisY->setTitleText(tr("s"));
+    m_axisY->setLabelFormat(QStringLiteral("%.2g"));
+    m_chart->legend()->setAlignment(Qt::AlignBottom);
+    m_chart->setMargins(QMargins(2, 2, 2, 2));
+    m_chart->setBackgroundRoundness(0);
+    m_chart->setTheme(palette().color(QPalette::Window).lightness() < 128 ? QChart::ChartThemeDark
+                                                                           : QChart::ChartThemeLight);
+    m_view->setRenderHint(QPainter::Antialiasing);
+    m_view->setMinimumHeight(160);
+    m_summary->setWordWrap(true);
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(4, 4, 4, 4);
+    layout->addWidget(m_view, 1);
+    layout->addWidget(m_summary);
+    clear();
+}
+
+void TokenTimingPanel::clear() {
+    m_trunk->remove(0, m_trunk->count());
+    m_experts->remove(0, m_experts->count());
+    m_compute->remove(0, m_compute->count());
+    m_total = 0;
+    m_tokens = 0;
+    m_summary->setText(tr("No tokens yet."));
+    rescale();
+}
+
+void TokenTimingPanel::addToken(int index, double computeSeconds, double trunkIoSeconds,
+                                double expertIoSeconds) {
+    if (index == 0) clear();
+    if (m_compute->count() == kMaxBars) {
+        m_trunk->remove(0);
+        m_experts->remove(0);
+        m_compute->remove(0);
+    }
+    m_trunk->append(trunkIoSeconds);
+    m_experts->append(expertIoSeconds);
+    m_compute->append(computeSeconds);
+    m_total += computeSeconds + trunkIoSeconds + expertIoSeconds;
+    ++m_tokens;
+    m_summary->setText(summaryText());
+    rescale();
+}
+
+int TokenTimingPanel::barCount() const { return m_compute->count(); }
+
+QString TokenTimingPanel::summaryText() const {
+    if (m_tokens == 0) return tr("No tokens yet.");
+    const QString count = m_tokens == 1 ? tr("1 token") : tr("%1 tokens").arg(m_tokens);
+    return tr("%1 · %2 s/token on average").arg(count).arg(m_total / m_tokens, 0, 'f', 3);
+}
+
+void TokenTimingPanel::rescale() {
+    double top = 0;
+    for (int i = 0; i < m_compute->count(); ++i)
+        top = std::max(top, m_trunk->at(i) + m_experts->at(i) + m_compute->at(i));
+    m_axisY->setRange(0, top > 0 ? top * 1.1 : 1.0);
+}

@@ -1,0 +1,42 @@
+#pragma once
+
+#include <QWidget>
+
+class QBarSet;
+class QChart;
+class QChartView;
+class QLabel;
+class QStackedBarSeries;
+class QBarCategoryAxis;
+class QValueAxis;
+
+// Per-token timing as stacked bars: trunk I/O, expert I/O and compute, one bar per
+// token of the current answer (the last kMaxBars), updated as each token arrives and
+// kept after the answer ends.
+class TokenTimingPanel : public QWidget {
+    Q_OBJECT
+public:
+    static constexpr int kMaxBars = 64;
+
+    explicit TokenTimingPanel(QWidget* parent = nullptr);
+
+    void clear();
+    void addToken(int index, double computeSeconds, double trunkIoSeconds, double expertIoSeconds);
+
+    int barCount() const;
+    QString summaryText() const;
+
+private:
+    void rescale();
+
+    QChart* m_chart;
+    QChartView* m_view;
+    QStackedBarSeries* m_series;
+    QBarSet* m_trunk;
+    QBarSet* m_experts;
+    QBarSet* m_compute;
+    QValueAxis* m_axisY;
+    QLabel* m_summary;
+    double m_total = 0;
+    int m_tokens = 0;
+};
