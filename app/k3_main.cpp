@@ -1,26 +1,209 @@
 // k3: run Kimi K3 from a terminal. Exit codes (DESIGN.md): 0 ok, 1 load/forward
 // failure or memory refusal, 2 usage error or unreadable config, 4 run invalid.
+// This file maps the command line onto app/cli/Commands.hpp; the commands live there.
 #include <CLI/CLI.hpp>
 
+#include "cli/CliSupport.hpp"
+#include "cli/Commands.hpp"
+
+#include <k3/config.hpp>
 #include <k3/doctor.hpp>
+#include <k3/hub.hpp>
 #include <k3/presets.hpp>
+#include <k3/system.hpp>
 #include <k3/version.hpp>
 
 #include <cstdio>
 #include <iostream>
 
 namespace {
-constexpr int kExitUsage = 2;
+
+using k3cli::kExitUsage;
+
+// --preset and the two -gb flags set the same two numbers; a later flag wins.
+void resolveMemory(const CLI::App& app, const CLI::Option* presetOpt, const CLI::Option* trunkOpt,
+                   const CLI::Option* cacheOpt, double trunkGB, double cacheGB,
+                   k3cli::MemoryArgs& m) {
+    std::optional<k3::Preset> preset;
+    if (!m.preset.empty()) {
+        if (m.preset == "auto") {
+            const auto mem = k3::readMemoryInfo();
+            if (!mem)
+                throw k3cli::usageError("--preset auto: /proc/meminfo has no MemAvailable; "
+                                        "pick a preset by name (k3 --list-presets)");
+            preset = k3::recommendPreset(mem->availableBytes);
+            if (!preset)
+                throw k3cli::usageError("--preset auto: this machine has under 4 GB available; "
+                                        "no preset fits");
+        } else {
+            preset = k3::findPreset(m.preset);
+        }
+        m.resolvedPreset = std::string(preset->name);
+    }
+    int presetAt = -1, trunkAt = -1, cacheAt = -1;
+    const auto& order = app.parse_order();
+    for (int i = 0; i < int(order.size()); ++i) {
+        if (order[std::size_t(i)] == presetOpt) presetAt = i;
+        if (order[std::size_t(i)] == trunkOpt) trunkAt = i;
+        if (order[std::size_t(i)] == cacheOpt) cacheAt = i;
+    }
+    if (preset && presetAt > trunkAt)
+        m.trunkGB = preset->trunkGB;
+    else if (trunkAt >= 0)
+        m.trunkGB = trunkGB;
+    if (preset && presetAt > cacheAt)
+        m.cacheGB = preset->cacheGB;
+    else if (cacheAt >= 0)
+        m.cacheGB = cacheGB;
 }
+
+} // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"k3: run the 2.78-trillion-parameter Kimi K3 on one CPU by streaming its "
-                 "weights from disk.",
+                 "weights from disk.\n\n"
+                 "  k3 MODEL_DIR (--prompt TEXT | --prompt-file FILE | --ids 1,2,3) [options]\n"
+                 "  k3 MODEL_DIR --chat [--system TEXT] [--history FILE] [options]\n"
+                 "  k3 doctor [DIR]      k3 download DIR\n",
                  "k3"};
     app.set_version_flag("--version", std::string("k3 (k3chat) ") + k3::kVersion);
     bool listPresets = false;
     app.add_flag("--list-presets", listPresets,
                  "Print the memory presets (trunk GB / expert-cache GB) and exit");
+
+    k3cli::RunArgs run;
+    k3cli::ChatArgs chat;
+    k3cli::ModelArgs& model = run.model;
+    app.add_option("MODEL_DIR", model.modelDir,
+                   "The checkpoint folder: config.json and the .safetensors shards")
+        ->envname("K3_MODEL_DIR")
+        ->type_name("DIR");
+
+    const char* promptGroup = "Prompt (exactly one, except with --chat)";
+    std::string promptText, promptFile, idsText;
+    CLI::Option* promptOpt =
+        app.add_option("--prompt", promptText, "Text to continue, tokenized as is")
+            ->group(promptGroup)
+            ->type_name("TEXT");
+    CLI::Option* promptFileOpt =
+        app.add_option("--prompt-file", promptFile,
+                       "Read the text verbatim from FILE (use this for non-ASCII text)")
+            ->group(promptGroup)
+            ->type_name("FILE");
+    CLI::Option* idsOpt =
+        app.add_option("--ids", idsText, "Token ids in, ids out, e.g. 1008,10484,318")
+            ->group(promptGroup)
+            ->type_name("IDS");
+    CLI::Option* tokOpt =
+        app.add_option(
+               "--tok", model.tokenizerDir,
+               "Tokenizer folder (tiktoken.model, tokenizer_config.json); default MODEL_DIR")
+            ->group(promptGroup)
+            ->type_name("DIR");
+
+    const char* memoryGroup =
+        "Memory (validated and recorded in the run report; they take effect with the "
+        "streaming engine, this build keeps every weight resident)";
+    std::vector<std::string> presetNames;
+    for (const k3::Preset& p : k3::presets()) presetNames.emplace_back(p.name);
+    presetNames.emplace_back("auto");
+    double trunkGB = 0, cacheGB = 0;
+    CLI::Option* presetOpt =
+        app.add_option("--preset", model.memory.preset, "A named budget (k3 --list-presets)")
+            ->check(CLI::IsMember(presetNames))
+            ->group(memoryGroup)
+            ->type_name("NAME");
+    CLI::Option* trunkGbOpt =
+        app.add_option("--trunk-gb", trunkGB, "GB for the pinned trunk + ring")
+            ->check(CLI::Range(0.1, 1e6))
+            ->group(memoryGroup)
+            ->type_name("GB");
+    CLI::Option* cacheGbOpt =
+        app.add_option("--cache-gb", cacheGB, "GB for the routed-expert cache")
+            ->check(CLI::Range(0.0, 1e6))
+            ->group(memoryGroup)
+            ->type_name("GB");
+    app.add_option("--trunk", model.memory.trunkDir, "The packed trunk folder")
+        ->check(CLI::ExistingDirectory)
+        ->group(memoryGroup)
+        ->type_name("DIR");
+    app.add_option("--dump-cache-trace", model.memory.cacheTraceDir,
+                   "Write expert_hist.json and expert_trace.bin to DIR")
+        ->group(memoryGroup)
+        ->type_name("DIR");
+
+    const char* genGroup = "Generation";
+    CLI::Option* genOpt =
+        app.add_option("--gen", run.gen,
+                       "Tokens to generate, 1..4096 (default 16; --chat: 4096 per answer)")
+            ->check(CLI::Range(1, 4096))
+            ->group(genGroup)
+            ->type_name("N");
+    app.add_flag("--incremental", run.incremental,
+                 "Accepted for the seed's scripts: decoding here is always incremental")
+        ->group(genGroup);
+    double temperature = 1.0, topP = 0.95;
+    std::uint64_t seed = 0;
+    CLI::Option* temperatureOpt = app.add_option("--temperature", temperature,
+                                                 "Sample at this temperature (default 1.0 "
+                                                 "once sampling is on)")
+                                      ->check(CLI::Range(0.0, 100.0))
+                                      ->group(genGroup)
+                                      ->type_name("T");
+    CLI::Option* topPOpt = app.add_option("--top-p", topP, "Nucleus sampling mass (default 0.95)")
+                               ->check(CLI::Range(0.0, 1.0))
+                               ->group(genGroup)
+                               ->type_name("P");
+    CLI::Option* seedOpt =
+        app.add_option("--seed", seed, "Sampling seed (one stream per assistant turn)")
+            ->group(genGroup)
+            ->type_name("N");
+    app.add_flag("--greedy", model.sampling.greedy, "Argmax even when a sampling flag is given")
+        ->group(genGroup);
+
+    const char* chatGroup = "Chat (XTML, the official Kimi K3 format)";
+    bool chatMode = false;
+    std::string systemText;
+    app.add_flag("--chat", chatMode, "Talk to the model: a REPL with /help, /reset, /exit")
+        ->group(chatGroup);
+    CLI::Option* systemOpt = app.add_option("--system", systemText, "The system message")
+                                 ->group(chatGroup)
+                                 ->type_name("TEXT");
+    CLI::Option* historyOpt =
+        app.add_option("--history", chat.history,
+                       "JSONL transcript: resumed when it exists, saved after every turn")
+            ->group(chatGroup)
+            ->type_name("FILE");
+    CLI::Option* noThinkOpt =
+        app.add_flag("--no-think", chat.noThink, "Answer at once, without a think channel")
+            ->group(chatGroup);
+    CLI::Option* effortOpt = app.add_option("--thinking-effort", chat.thinkingEffort,
+                                            "low, medium, high or max "
+                                            "(default max)")
+                                 ->check(CLI::IsMember({"low", "medium", "high", "max"}))
+                                 ->group(chatGroup)
+                                 ->type_name("LEVEL");
+    CLI::Option* maxTokensOpt =
+        app.add_option("--max-tokens", chat.maxTokens, "Longest answer in tokens (default 4096)")
+            ->check(CLI::Range(1, 4096))
+            ->group(chatGroup)
+            ->type_name("N");
+
+    const char* diagGroup = "Diagnostics";
+    app.add_option("--layers", model.layers, "Bind and run only the first N layers")
+        ->check(CLI::Range(1, 1000000))
+        ->group(diagGroup)
+        ->type_name("N");
+    CLI::Option* outOpt =
+        app.add_option("--out", run.out, "The JSON run report (default k3_run.json)")
+            ->group(diagGroup)
+            ->type_name("FILE");
+    CLI::Option* dumpLogitsOpt =
+        app.add_option("--dump-logits", run.dumpLogits,
+                       "Write the first step's logits (vocab_size float32) to FILE")
+            ->group(diagGroup)
+            ->type_name("FILE");
+
     // k3 doctor [DIR]: can this machine run the model, which preset, how fast is the disk.
     CLI::App* doctor = app.add_subcommand(
         "doctor", "Check this computer: CPU, RAM -> preset, free space and measured disk speed "
@@ -29,15 +212,51 @@ int main(int argc, char** argv) {
     bool doctorJson = false;
     bool doctorNoDisk = false;
     double doctorSeconds = 3.0;
-    doctor->add_option("DIR", doctorDir, "Where the checkpoint is or will be (default: here)");
+    doctor->add_option("DIR", doctorDir, "Where the checkpoint is or will be (default: here)")
+        ->type_name("DIR");
     doctor->add_flag("--json", doctorJson, "Print the report as JSON (for the app)");
     doctor->add_flag("--no-disk-test", doctorNoDisk, "Skip the disk speed measurement");
-    doctor->add_option("--disk-seconds", doctorSeconds,
-                       "Seconds spent reading at each queue depth (default 3)")
+    doctor
+        ->add_option("--disk-seconds", doctorSeconds,
+                     "Seconds spent reading at each queue depth (default 3)")
         ->check(CLI::Range(0.1, 60.0));
 
+    // k3 download DIR: the checkpoint from the hub, resumable and verified.
+    CLI::App* download = app.add_subcommand(
+        "download", "Download the checkpoint into DIR: parallel, resumable, every file's size "
+                    "and sha256 verified. HF_TOKEN from the environment is used when set.");
+    k3cli::DownloadArgs dl;
+    download->add_option("DIR", dl.dir, "Destination folder (created when missing)")
+        ->required()
+        ->type_name("DIR");
+    download
+        ->add_option("--repo", dl.repo,
+                     std::string("Hub repository (default ") + k3::kDefaultHubRepo + ")")
+        ->type_name("OWNER/NAME");
+    download
+        ->add_option("--revision", dl.revision,
+                     "Commit or branch (default: the pinned "
+                     "release commit)")
+        ->envname("K3_REVISION")
+        ->type_name("REV");
+    download
+        ->add_option("--layers", dl.layers,
+                     "Only the shards layers 0..N-1 need (for development, not the model)")
+        ->check(CLI::Range(1, 1000000))
+        ->type_name("N");
+    download->add_option("--parallel", dl.parallel, "Files transferred at once (default 4)")
+        ->check(CLI::Range(1, 64))
+        ->type_name("N");
+    download
+        ->add_option("--endpoint", dl.endpoint,
+                     "Hub URL (default $HF_ENDPOINT, else https://huggingface.co)")
+        ->type_name("URL");
+
     app.footer("Exit codes: 0 ok, 1 load or forward failure or memory refusal, 2 usage error "
-               "or unreadable config, 4 run invalid.");
+               "or unreadable config, 4 run invalid (dropped expert or NaN; the report is "
+               "printed first), 130 stopped with Ctrl-C.\n"
+               "Environment: K3_MODEL_DIR (MODEL_DIR), HF_TOKEN and K3_REVISION (download), "
+               "OMP_NUM_THREADS.");
 
     try {
         app.parse(argc, argv);
@@ -46,21 +265,61 @@ int main(int argc, char** argv) {
         return code == 0 ? 0 : kExitUsage;
     }
 
-    if (*doctor) {
-        k3::DoctorOptions options;
-        options.modelDir = doctorDir;
-        options.measureDisk = !doctorNoDisk;
-        options.disk.maxSecondsPerDepth = doctorSeconds;
-        const k3::DoctorReport report = k3::runDoctor(options);
-        const std::string text =
-            doctorJson ? k3::doctorReportJson(report) + "\n" : k3::formatDoctorReport(report);
-        std::fputs(text.c_str(), stdout);
-        return report.canRun() ? 0 : 1;
+    try {
+        if (*doctor) {
+            k3::DoctorOptions options;
+            options.modelDir = doctorDir;
+            options.measureDisk = !doctorNoDisk;
+            options.disk.maxSecondsPerDepth = doctorSeconds;
+            const k3::DoctorReport report = k3::runDoctor(options);
+            const std::string text =
+                doctorJson ? k3::doctorReportJson(report) + "\n" : k3::formatDoctorReport(report);
+            std::fputs(text.c_str(), stdout);
+            return report.canRun() ? 0 : 1;
+        }
+        if (*download) return k3cli::runDownload(dl);
+        if (listPresets) {
+            std::fputs(k3::formatPresetTable().c_str(), stdout);
+            return 0;
+        }
+        if (argc == 1) {
+            std::cout << app.help();
+            return 0;
+        }
+
+        model.tokenizerGiven = tokOpt->count() > 0;
+        resolveMemory(app, presetOpt, trunkGbOpt, cacheGbOpt, trunkGB, cacheGB, model.memory);
+        if (temperatureOpt->count()) model.sampling.temperature = temperature;
+        if (topPOpt->count()) model.sampling.topP = topP;
+        if (seedOpt->count()) model.sampling.seed = seed;
+        if (model.sampling.topP && *model.sampling.topP <= 0.0)
+            throw k3cli::usageError("--top-p must be above 0 (1 keeps every token)");
+
+        if (chatMode) {
+            for (const CLI::Option* o : {promptOpt, promptFileOpt, idsOpt, outOpt, dumpLogitsOpt})
+                if (o->count())
+                    throw k3cli::usageError(o->get_name() +
+                                            " is for a batch run; --chat reads your messages "
+                                            "from the terminal");
+            chat.model = model;
+            if (systemOpt->count()) chat.system = systemText;
+            if (maxTokensOpt->count() == 0 && genOpt->count()) chat.maxTokens = run.gen;
+            return k3cli::runChat(chat);
+        }
+        for (const CLI::Option* o : {systemOpt, historyOpt, noThinkOpt, effortOpt, maxTokensOpt})
+            if (o->count()) throw k3cli::usageError(o->get_name() + " needs --chat");
+        if (promptOpt->count()) run.prompt = promptText;
+        if (promptFileOpt->count()) run.promptFile = promptFile;
+        if (idsOpt->count()) run.ids = idsText;
+        return k3cli::runBatch(run);
+    } catch (const k3cli::CommandError& error) {
+        k3cli::printError(error.message);
+        return error.exitCode;
+    } catch (const k3::ConfigError& error) {
+        k3cli::printError(error.what());
+        return kExitUsage;
+    } catch (const std::exception& error) {
+        k3cli::printError(error.what());
+        return k3cli::kExitFailure;
     }
-    if (listPresets) {
-        std::fputs(k3::formatPresetTable().c_str(), stdout);
-        return 0;
-    }
-    std::cout << app.help();
-    return 0;
 }

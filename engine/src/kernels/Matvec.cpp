@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace k3 {
 
@@ -48,10 +49,26 @@ void checkMatvec(const char* what, const float* y, const float* x, const void* w
 
 // Rows are independent and each has a fixed order, so the thread count cannot change
 // a result; small products stay on one thread where forking costs more than it saves.
+bool worthForking(int rows, int cols) {
+    return rows >= 16 && static_cast<long long>(rows) * cols >= (1LL << 15);
+}
+
 template <typename RowFn> void forRows(int rows, int cols, RowFn&& fn) {
-    const bool parallel = rows >= 16 && static_cast<long long>(rows) * cols >= (1LL << 15);
-#pragma omp parallel for schedule(static) if (parallel)
+#pragma omp parallel for schedule(static) if (worthForking(rows, cols))
     for (int r = 0; r < rows; ++r) fn(r);
+}
+
+// The SIMD kernels take rows in blocks (two rows share the x loads); a block boundary
+// only decides which rows run together, never how a row is summed.
+constexpr int kRowBlock = 8;
+
+template <typename BlockFn> void forRowBlocks(int rows, int cols, BlockFn&& fn) {
+    const int blocks = (rows + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(static) if (worthForking(rows, cols))
+    for (int b = 0; b < blocks; ++b) {
+        const int first = b * kRowBlock;
+        fn(first, rows - first < kRowBlock ? rows - first : kRowBlock);
+    }
 }
 
 } // namespace
@@ -150,26 +167,42 @@ void matvecF32(float* y, const float* x, const float* w, int rows, int cols) {
 
 void matvecBf16(float* y, const float* x, const std::uint16_t* w, int rows, int cols) {
     checkMatvec("matvecBf16", y, x, w, rows, cols);
-    auto dot = detail::dotBf16Scalar;
 #if defined(K3_HAVE_AVX2_PATH)
-    if (kernelPath() == KernelPath::Avx2) dot = detail::dotBf16Avx2;
+    if (kernelPath() == KernelPath::Avx2) {
+        std::vector<float> xp(static_cast<std::size_t>(cols));
+        detail::permuteXBf16Avx2(xp.data(), x, cols);
+        forRowBlocks(rows, cols, [&](int first, int count) {
+            detail::rowsBf16Avx2(y + first, x, xp.data(),
+                                 w + static_cast<std::size_t>(first) * cols, cols, count);
+        });
+        return;
+    }
 #endif
-    forRows(rows, cols,
-            [&](int r) { y[r] = dot(x, w + static_cast<std::size_t>(r) * cols, cols); });
+    forRows(rows, cols, [&](int r) {
+        y[r] = detail::dotBf16Scalar(x, w + static_cast<std::size_t>(r) * cols, cols);
+    });
 }
 
 void matvecMxfp4(float* y, const float* x, const std::uint8_t* packed, const std::uint8_t* scales,
                  int rows, int cols) {
     checkMatvec("matvecMxfp4", y, x, packed, rows, cols);
     if (rows > 0 && cols > 0 && !scales) throw KernelError("matvecMxfp4: null scales");
-    auto dot = detail::dotMxfp4Scalar;
-#if defined(K3_HAVE_AVX2_PATH)
-    if (kernelPath() == KernelPath::Avx2) dot = detail::dotMxfp4Avx2;
-#endif
     const std::size_t rowBytes = mxfp4RowBytes(cols);
     const std::size_t rowScales = mxfp4ScalesPerRow(cols);
-    forRows(rows, cols,
-            [&](int r) { y[r] = dot(x, packed + r * rowBytes, scales + r * rowScales, cols); });
+#if defined(K3_HAVE_AVX2_PATH)
+    if (kernelPath() == KernelPath::Avx2) {
+        std::vector<float> xp(static_cast<std::size_t>(cols));
+        detail::permuteXMxfp4Avx2(xp.data(), x, cols);
+        forRowBlocks(rows, cols, [&](int first, int count) {
+            detail::rowsMxfp4Avx2(y + first, x, xp.data(), packed + first * rowBytes, rowBytes,
+                                  scales + first * rowScales, rowScales, cols, count);
+        });
+        return;
+    }
+#endif
+    forRows(rows, cols, [&](int r) {
+        y[r] = detail::dotMxfp4Scalar(x, packed + r * rowBytes, scales + r * rowScales, cols);
+    });
 }
 
 void matvec(float* y, const float* x, const WeightView& w) {

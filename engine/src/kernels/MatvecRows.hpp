@@ -4,6 +4,7 @@
 // fold), so they return identical bits.
 
 #include <bit>
+#include <cstddef>
 #include <cstdint>
 
 namespace k3::detail {
@@ -31,8 +32,22 @@ float dotMxfp4Scalar(const float* x, const std::uint8_t* packed, const std::uint
 #if defined(__x86_64__)
 #define K3_HAVE_AVX2_PATH 1
 float dotF32Avx2(const float* x, const float* w, int n);
-float dotBf16Avx2(const float* x, const std::uint16_t* w, int n);
-float dotMxfp4Avx2(const float* x, const std::uint8_t* packed, const std::uint8_t* scales, int n);
+
+// The AVX2 BF16 and MXFP4 kernels widen weights in an order that is a fixed
+// permutation inside each 32-element block, so they read x through a copy permuted the
+// same way (built once per matvec, shared by every row); each lane still sees exactly
+// the elements i with i % 32 == lane, in increasing i. xp holds n floats; only its full
+// 32-blocks are written and read, the tail of a row reads x itself.
+void permuteXBf16Avx2(float* xp, const float* x, int n);
+void permuteXMxfp4Avx2(float* xp, const float* x, int n);
+// `count` consecutive rows of `n` columns into y[0..count); two rows at a time share
+// the x loads. Row r of BF16 starts at w + r * n; row r of MXFP4 at packed + r *
+// rowBytes with scales + r * rowScales.
+void rowsBf16Avx2(float* y, const float* x, const float* xp, const std::uint16_t* w, int n,
+                  int count);
+void rowsMxfp4Avx2(float* y, const float* x, const float* xp, const std::uint8_t* packed,
+                   std::size_t rowBytes, const std::uint8_t* scales, std::size_t rowScales, int n,
+                   int count);
 #endif
 
 } // namespace k3::detail

@@ -166,6 +166,77 @@ private slots:
         }
     }
 
+    void edgeValuesKeepBitIdentity() {
+        // Signed zero: every lane first underflows to -0 (negative x times the tiny
+        // weight 0.5 * 2^-127), then meets the weight -0 (nibble 8): fma(1, -0, -0) = -0
+        // keeps the sign, so a decode that turned -0 into +0 would give y = +0.
+        const int cols = 64;
+        std::vector<std::uint8_t> packed(mxfp4RowBytes(cols));
+        for (std::size_t b = 0; b < packed.size(); ++b) packed[b] = b < 16 ? 0x11 : 0x88;
+        const std::uint8_t zeroScales[2] = {0, 127}; // 2^-127 (subnormal), 1
+        std::vector<float> xz(cols, 1.0f);
+        for (int i = 0; i < 32; ++i) xz[i] = -1e-30f;
+        for (KernelPath p : {KernelPath::Scalar, KernelPath::Avx2}) {
+            if (!kernelPathAvailable(p)) continue;
+            setKernelPath(p);
+            float y = 1;
+            matvecMxfp4(&y, xz.data(), packed.data(), zeroScales, 1, cols);
+            QVERIFY2(y == 0.0f && std::signbit(y), kernelPathName(p));
+        }
+
+        // Extreme scales (subnormal 2^-127, 2^127 where 6 * 2^127 overflows to inf),
+        // every non-NaN bf16 pattern class, and x with zeros of both signs, subnormals,
+        // huge values and infinities (inf * 0 makes the default NaN on both paths).
+        std::mt19937 rng(424242);
+        std::uniform_int_distribution<int> byte(0, 255), pick(0, 9);
+        std::uniform_int_distribution<std::uint32_t> bits16(0, 0xFFFF);
+        const std::uint8_t edgeScales[] = {0, 1, 2, 100, 127, 150, 253, 254, 255};
+        const float edgeX[] = {0.0f, -0.0f, 1e-40f, -1e-45f, 1e30f, -1e38f, INFINITY, 3.5f};
+        for (int cols2 : {31, 64, 100, 1031}) {
+            const int rows = 7;
+            std::vector<float> x(cols2);
+            std::normal_distribution<float> normal(0.0f, 1.0f);
+            for (auto& v : x) v = pick(rng) < 2 ? edgeX[byte(rng) % std::size(edgeX)] : normal(rng);
+            std::vector<std::uint16_t> wb(std::size_t(rows) * cols2);
+            std::vector<float> wbWide(wb.size());
+            for (std::size_t i = 0; i < wb.size(); ++i) {
+                std::uint16_t h;
+                do h = std::uint16_t(bits16(rng));
+                while ((h & 0x7F80) == 0x7F80 && (h & 0x7F) != 0); // no NaN payloads
+                wb[i] = h;
+                wbWide[i] = bf16ToFloat(h);
+            }
+            const std::size_t rb = mxfp4RowBytes(cols2), rs = mxfp4ScalesPerRow(cols2);
+            std::vector<std::uint8_t> mp(rows * rb), ms(rows * rs);
+            for (auto& b : mp) b = std::uint8_t(byte(rng));
+            for (auto& sc : ms) sc = edgeScales[byte(rng) % std::size(edgeScales)];
+            std::vector<float> want(2 * rows);
+            for (int r = 0; r < rows; ++r) {
+                want[r] = documentedDot(x.data(), &wbWide[std::size_t(r) * cols2], cols2);
+                // The documented order over decoded weights, 255-scale groups skipped.
+                float lanes[32] = {};
+                for (int c = 0; c < cols2; ++c) {
+                    if (ms[r * rs + c / 32] == 255) continue;
+                    const float wv = mxfp4Decode(&mp[r * rb], &ms[r * rs], c);
+                    lanes[c % 32] = std::fma(x[c], wv, lanes[c % 32]);
+                }
+                float t[8];
+                for (int j = 0; j < 8; ++j)
+                    t[j] = (lanes[j] + lanes[j + 8]) + (lanes[j + 16] + lanes[j + 24]);
+                want[rows + r] = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+            }
+            for (KernelPath p : {KernelPath::Scalar, KernelPath::Avx2}) {
+                if (!kernelPathAvailable(p)) continue;
+                setKernelPath(p);
+                std::vector<float> got(2 * rows);
+                matvecBf16(got.data(), x.data(), wb.data(), rows, cols2);
+                matvecMxfp4(got.data() + rows, x.data(), mp.data(), ms.data(), rows, cols2);
+                QVERIFY2(sameBits(got, want),
+                         qPrintable(QString("%1 cols=%2").arg(kernelPathName(p)).arg(cols2)));
+            }
+        }
+    }
+
     void nanScaleZeroesOnlyItsGroup() {
         // 40 columns: one full group plus a partial group of 8.
         const int cols = 40;

@@ -1,0 +1,281 @@
+// `k3 MODEL_DIR --chat`: a REPL over Session::chat in the official XTML format, with a
+// JSONL transcript (--history) that is re-rendered and re-prefilled on restart.
+#include "CliSupport.hpp"
+#include "Commands.hpp"
+#include "SessionLoader.hpp"
+
+#include <k3/chat.hpp>
+#include <k3/session.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <random>
+#include <string>
+
+namespace k3cli {
+
+namespace {
+
+constexpr const char* kDim = "\033[2m";
+constexpr const char* kPlain = "\033[0m";
+
+const char* kHelp = "commands:\n"
+                    "  /help   this list\n"
+                    "  /reset  start a new conversation (keeps --system; rewrites --history)\n"
+                    "  /exit   leave (so does Ctrl-D, or Ctrl-C twice at the prompt)\n"
+                    "Ctrl-C while the model answers stops the answer; the conversation stays.\n";
+
+// Streams the two channels: the think channel dimmed on a terminal, between <think> and
+// </think> lines otherwise, then the answer.
+class ChatPrinter : public k3::SessionObserver {
+public:
+    explicit ChatPrinter(bool tty) : tty_(tty), progress_(stderrIsTty()) {}
+
+    void onProgress(const k3::SessionProgress& p) override {
+        if (!progress_ || !progressDue(p.done == p.total)) return;
+        std::fprintf(stderr, "\r%s %lld/%lld", p.stage.c_str(), (long long)p.done,
+                     (long long)p.total);
+        if (p.done == p.total) std::fprintf(stderr, "\r\033[2K");
+        std::fflush(stderr);
+    }
+
+    void onToken(const k3::TokenEvent& ev) override {
+        if (!ev.thinkingDelta.empty()) {
+            if (!inThink_) {
+                std::fputs(tty_ ? kDim : "<think>\n", stdout);
+                inThink_ = true;
+            }
+            std::fputs(shown(ev.thinkingDelta).c_str(), stdout);
+        }
+        if (!ev.responseDelta.empty()) {
+            closeThink();
+            std::fputs(shown(ev.responseDelta).c_str(), stdout);
+        }
+        std::fflush(stdout);
+    }
+
+    void finish() {
+        closeThink();
+        std::fputs("\n", stdout);
+        std::fflush(stdout);
+    }
+
+private:
+    std::string shown(const std::string& text) const { return tty_ ? terminalSafe(text) : text; }
+
+    void closeThink() {
+        if (!inThink_) return;
+        std::fputs(tty_ ? kPlain : "\n</think>", stdout);
+        std::fputs("\n", stdout);
+        inThink_ = false;
+    }
+
+    bool tty_;
+    bool progress_;
+    bool inThink_ = false;
+};
+
+std::vector<k3::ChatMessage> initialHistory(const ChatArgs& args) {
+    std::vector<k3::ChatMessage> history;
+    if (args.system) history.push_back({k3::ChatRole::System, *args.system, {}, {}});
+    return history;
+}
+
+void saveHistory(const ChatArgs& args, const std::vector<k3::ChatMessage>& history) {
+    if (args.history.empty()) return;
+    try {
+        k3::writeTranscript(args.history, history);
+    } catch (const std::exception& error) {
+        printWarning(std::string("the transcript was not saved: ") + error.what());
+    }
+}
+
+// The transcript on disk, checked against --system. Refusals are usage errors (exit 2).
+std::vector<k3::ChatMessage> loadHistory(const ChatArgs& args) {
+    std::error_code ec;
+    if (args.history.empty() || !std::filesystem::exists(args.history, ec))
+        return initialHistory(args);
+    std::vector<k3::ChatMessage> history;
+    try {
+        history = k3::readTranscript(args.history);
+    } catch (const std::exception& error) {
+        throw usageError(std::string("--history: ") + error.what());
+    }
+    if (args.system) {
+        const bool matches = !history.empty() && history.front().role == k3::ChatRole::System &&
+                             history.front().content == *args.system;
+        if (history.empty())
+            history = initialHistory(args);
+        else if (!matches)
+            throw usageError("--system does not match the first (system) message of " +
+                             args.history +
+                             "; drop --system to continue that conversation, or use another "
+                             "--history file");
+    }
+    return history;
+}
+
+// One stream per assistant turn, so replaying a transcript with the same seed repeats it.
+std::uint64_t turnSeed(std::uint64_t seed, std::size_t turn) {
+    std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * (turn + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+std::size_t assistantTurns(const std::vector<k3::ChatMessage>& history) {
+    std::size_t n = 0;
+    for (const auto& m : history) n += m.role == k3::ChatRole::Assistant;
+    return n;
+}
+
+} // namespace
+
+int runChat(const ChatArgs& args) {
+    std::vector<k3::ChatMessage> history = loadHistory(args);
+    LoadedSession loaded = openModel(args.model, TokenizerNeed::Required);
+    k3::Session& session = loaded.session;
+    const bool tty = stdoutIsTty();
+    const ResolvedSampling sampling = resolveSampling(args.model.sampling);
+    std::uint64_t seed = sampling.seed;
+    if (sampling.sampling && !sampling.seedGiven) seed = std::random_device{}();
+
+    k3::GenerateOptions options;
+    options.render.thinking = !args.noThink;
+    options.render.thinkingEffort = args.thinkingEffort;
+    options.maxTokens = args.maxTokens;
+    options.sampling.temperature = sampling.sampling ? sampling.temperature : 0.0f;
+    options.sampling.topP = sampling.sampling ? sampling.topP : 1.0f;
+
+    installInterruptHandler(false); // before the banner: from then on Ctrl-C is ours
+    int seen = interruptCount();    // presses dealt with (those that stopped an answer)
+    std::fprintf(stderr, "k3 chat: %s (%d layers, %s), %s%s. /help for commands.\n",
+                 args.model.modelDir.c_str(), session.model().layersBound(),
+                 formatDuration(loaded.loadSeconds).c_str(),
+                 args.noThink ? "thinking off" : ("thinking " + args.thinkingEffort).c_str(),
+                 sampling.sampling ? ", sampling" : ", greedy");
+
+    // A resumed conversation is prefilled now, so the first turn only adds its tail.
+    const bool resumed = history.size() > (args.system ? 1u : 0u);
+    if (!history.empty()) {
+        k3::ChatRenderOptions render = options.render;
+        render.addGenerationPrompt = false;
+        try {
+            const std::vector<k3::TokenId> ids = k3::encodeChatSegments(
+                session.tokenizer(), k3::renderChatSegments(history, render));
+            k3::GenerateOptions prefillOnly;
+            prefillOnly.maxTokens = 0;
+            ChatPrinter progress(tty);
+            const k3::GenerateResult r =
+                session.generateIds(ids, prefillOnly, &progress, &cancelFlag());
+            if (resumed)
+                std::fprintf(stderr,
+                             "[resumed %zu messages from %s: prefilled %d positions in %s]\n",
+                             history.size(), args.history.c_str(), session.positions(),
+                             formatDuration(r.prefillSeconds).c_str());
+            if (r.cancelled) session.reset();
+        } catch (const k3::ChatError& error) {
+            throw usageError("--history " + args.history + ": " + error.what());
+        } catch (const std::exception& error) {
+            throw CommandError{kExitFailure,
+                               std::string("the forward pass failed: ") + error.what()};
+        }
+    }
+
+    int exitCode = kExitOk;
+    int promptInterrupts = 0; // consecutive Ctrl-C at the prompt
+    for (;;) {
+        clearCancel();
+        std::string line;
+        bool got = false;
+        if (interruptCount() == seen) {
+            if (stdinIsTty()) {
+                std::fputs("> ", stdout);
+                std::fflush(stdout);
+            }
+            got = bool(std::getline(std::cin, line)); // Ctrl-C interrupts the read (EINTR)
+        }
+        if (interruptCount() != seen) { // Ctrl-C at the prompt, or just before it showed
+            seen = interruptCount();
+            std::cin.clear();
+            std::clearerr(stdin);
+            if (++promptInterrupts >= 2) {
+                std::fputs("\n", stderr);
+                break;
+            }
+            std::fputs("\n(Ctrl-C again or /exit to leave)\n", stderr);
+            if (!got) continue;
+        } else if (!got) {
+            break; // end of input
+        } else {
+            promptInterrupts = 0;
+        }
+        clearCancel();
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.find_first_not_of(" \t") == std::string::npos) continue;
+        if (line == "/exit" || line == "/quit") break;
+        if (line == "/help") {
+            std::fputs(kHelp, stdout);
+            std::fflush(stdout);
+            continue;
+        }
+        if (line == "/reset") {
+            history = initialHistory(args);
+            session.reset();
+            saveHistory(args, history);
+            std::fprintf(stderr, "[conversation reset]\n");
+            continue;
+        }
+        if (line.front() == '/' && line.find(' ') == std::string::npos) {
+            std::fprintf(stderr, "unknown command %s; /help lists the commands\n", line.c_str());
+            continue;
+        }
+
+        history.push_back({k3::ChatRole::User, k3::sanitizeUtf8(line), {}, {}});
+        options.sampling.seed = turnSeed(seed, assistantTurns(history));
+        ChatPrinter printer(tty);
+        k3::GenerateResult r;
+        try {
+            r = session.chat(history, options, &printer, &cancelFlag());
+        } catch (const k3::ChatError& error) {
+            history.pop_back();
+            printError(error.what());
+            continue;
+        } catch (const std::exception& error) {
+            history.pop_back();
+            saveHistory(args, history);
+            throw CommandError{kExitFailure,
+                               std::string("the forward pass failed: ") + error.what()};
+        }
+        printer.finish();
+        seen = interruptCount(); // a press during the answer stopped it; it is not a prompt press
+        if (r.cancelled && r.ids.empty()) {
+            history.pop_back(); // stopped before any answer: as if never sent
+            std::fprintf(stderr, "[stopped before the answer began; message dropped]\n");
+            continue;
+        }
+        history.push_back(r.reply);
+        saveHistory(args, history);
+        const char* how = r.cancelled ? "stopped" : r.endOfTurn ? "end of turn" : "token limit";
+        std::fprintf(stderr, "[reused %d of %d positions, %zu tokens in %s, %s]\n",
+                     r.reusedPositions, r.promptTokens, r.ids.size(),
+                     formatDuration(r.prefillSeconds + r.decodeSeconds).c_str(), how);
+        // A few are enough to tell malformed output; a random model makes hundreds.
+        for (std::size_t i = 0; i < r.problems.size() && i < 3; ++i)
+            std::fprintf(stderr, "[model output: %s]\n", r.problems[i].c_str());
+        if (r.problems.size() > 3)
+            std::fprintf(stderr, "[model output: %zu more problems]\n", r.problems.size() - 3);
+        if (!r.valid()) {
+            printError("RUN INVALID: " +
+                       (r.nonFinite ? std::string("a NaN or Inf reached the logits")
+                                    : std::to_string(r.droppedExperts) +
+                                          " routed expert(s) could not be loaded") +
+                       "; this answer is not the model's");
+            exitCode = kExitInvalid;
+        }
+    }
+    return exitCode;
+}
+
+} // namespace k3cli

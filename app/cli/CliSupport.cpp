@@ -1,0 +1,137 @@
+#include "CliSupport.hpp"
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+namespace k3cli {
+namespace {
+
+std::atomic<bool> gCancel{false};
+std::atomic<int> gInterrupts{0};
+volatile std::sig_atomic_t gHardExitOnSecond = 0;
+
+void onInterrupt(int) {
+    const int n = gInterrupts.fetch_add(1) + 1;
+    gCancel.store(true);
+    if (gHardExitOnSecond && n >= 2) _exit(kExitInterrupted);
+}
+
+} // namespace
+
+void printError(const std::string& message) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "k3: error: %s\n", message.c_str());
+}
+
+void printWarning(const std::string& message) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "k3: warning: %s\n", message.c_str());
+}
+
+bool stdoutIsTty() {
+    return isatty(STDOUT_FILENO) == 1;
+}
+bool stderrIsTty() {
+    return isatty(STDERR_FILENO) == 1;
+}
+bool stdinIsTty() {
+    return isatty(STDIN_FILENO) == 1;
+}
+
+void installInterruptHandler(bool hardExitOnSecond) {
+    gHardExitOnSecond = hardExitOnSecond ? 1 : 0;
+    struct sigaction action {};
+    action.sa_handler = onInterrupt;
+    sigemptyset(&action.sa_mask);
+    // No SA_RESTART: a blocked read of the chat prompt returns so the REPL can react.
+    action.sa_flags = 0;
+    sigaction(SIGINT, &action, nullptr);
+}
+
+const std::atomic<bool>& cancelFlag() {
+    return gCancel;
+}
+void clearCancel() {
+    gCancel.store(false);
+}
+int interruptCount() {
+    return gInterrupts.load();
+}
+
+std::uint64_t peakRssBytes() {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("VmHWM:", 0) != 0) continue;
+        try {
+            return std::stoull(line.substr(6)) * 1024; // the kernel reports kB
+        } catch (const std::exception&) {
+            return 0;
+        }
+    }
+    return 0;
+}
+
+std::string terminalSafe(const std::string& text) {
+    std::string out;
+    out.reserve(text.size());
+    char escape[8];
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const auto c = static_cast<unsigned char>(text[i]);
+        if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+            std::snprintf(escape, sizeof escape, "\\x%02x", c);
+            out += escape;
+        } else if (c == 0xc2 && i + 1 < text.size() &&
+                   static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+                   static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+            std::snprintf(escape, sizeof escape, "\\u%04x",
+                          static_cast<unsigned char>(text[i + 1]));
+            out += escape;
+            ++i;
+        } else {
+            out += char(c);
+        }
+    }
+    return out;
+}
+
+bool progressDue(bool last) {
+    using Clock = std::chrono::steady_clock;
+    static Clock::time_point previous{};
+    const auto now = Clock::now();
+    if (!last && now - previous < std::chrono::milliseconds(100)) return false;
+    previous = now;
+    return true;
+}
+
+std::string formatBytes(double bytes) {
+    char text[64];
+    if (bytes >= 1e9)
+        std::snprintf(text, sizeof text, "%.2f GB", bytes / 1e9);
+    else if (bytes >= 1e6)
+        std::snprintf(text, sizeof text, "%.1f MB", bytes / 1e6);
+    else if (bytes >= 1e3)
+        std::snprintf(text, sizeof text, "%.1f KB", bytes / 1e3);
+    else
+        std::snprintf(text, sizeof text, "%.0f B", bytes);
+    return text;
+}
+
+std::string formatDuration(double seconds) {
+    char text[64];
+    if (seconds < 0) return "?";
+    if (seconds < 60)
+        std::snprintf(text, sizeof text, "%.2f s", seconds);
+    else if (seconds < 3600)
+        std::snprintf(text, sizeof text, "%d min %02d s", int(seconds) / 60, int(seconds) % 60);
+    else
+        std::snprintf(text, sizeof text, "%d h %02d min", int(seconds) / 3600,
+                      (int(seconds) % 3600) / 60);
+    return text;
+}
+
+} // namespace k3cli

@@ -1,0 +1,59 @@
+#pragma once
+// What every `k3` command shares: exit codes, the one-paragraph error, terminal
+// detection, Ctrl-C, and the small formatters the reports use.
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace k3cli {
+
+// DESIGN.md "CLI": scripts rely on these.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;       // load or forward failure, download failure
+inline constexpr int kExitUsage = 2;         // usage error or a config that cannot be read
+inline constexpr int kExitInvalid = 4;       // the run finished but is not the model's output
+inline constexpr int kExitInterrupted = 130; // stopped with Ctrl-C (shell convention)
+
+// A command's failure: main prints the message as one paragraph and exits with the code.
+struct CommandError {
+    int exitCode = kExitFailure;
+    std::string message;
+};
+inline CommandError usageError(std::string message) {
+    return {kExitUsage, std::move(message)};
+}
+
+// "k3: error: MESSAGE" on stderr, as one paragraph (no stack of nested causes).
+void printError(const std::string& message);
+// "k3: warning: MESSAGE".
+void printWarning(const std::string& message);
+
+bool stdoutIsTty();
+bool stderrIsTty();
+bool stdinIsTty();
+
+// Ctrl-C: the first press sets the cancel flag (the current job stops at its next
+// check). With hardExitOnSecond, a second press ends the process at once.
+void installInterruptHandler(bool hardExitOnSecond);
+const std::atomic<bool>& cancelFlag();
+void clearCancel();
+int interruptCount();
+
+// Model output is text, never terminal commands: control characters (C0 except tab and
+// newline, DEL, and UTF-8 encoded C1) become visible escapes like "\x1b".
+std::string terminalSafe(const std::string& text);
+
+// Progress lines on a terminal are drawn at most this often (and at the end).
+bool progressDue(bool last);
+
+// Peak resident set of this process (VmHWM in /proc/self/status), 0 when unknown.
+std::uint64_t peakRssBytes();
+
+// "1.23 GB", "456.7 MB", "12.0 KB", "17 B" (decimal units, like the seed's report).
+std::string formatBytes(double bytes);
+// "0.42 s", "3 min 12 s", "1 h 04 min".
+std::string formatDuration(double seconds);
+
+} // namespace k3cli

@@ -1,0 +1,87 @@
+#pragma once
+// The `k3` commands as plain functions over parsed arguments, so main() only maps the
+// command line (CLI11) onto these structs. Each returns the process exit code.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace k3cli {
+
+// --preset / --trunk-gb / --cache-gb / --trunk / --dump-cache-trace. Validated and
+// recorded in the run report; they take effect with the streaming engine.
+struct MemoryArgs {
+    std::string preset;         // as asked ("auto" resolved into resolvedPreset)
+    std::string resolvedPreset; // the table entry the numbers came from, if any
+    std::optional<double> trunkGB;
+    std::optional<double> cacheGB;
+    std::string trunkDir;
+    std::string cacheTraceDir;
+};
+
+// Sampling as the seed defines it: greedy unless --temperature, --top-p or --seed is
+// given (then temperature 1.0 and top-p 0.95 unless given); --greedy forces argmax.
+struct SamplingArgs {
+    std::optional<double> temperature;
+    std::optional<double> topP;
+    std::optional<std::uint64_t> seed;
+    bool greedy = false;
+};
+
+struct ModelArgs {
+    std::string modelDir;
+    std::string tokenizerDir; // empty: the model directory
+    bool tokenizerGiven = false;
+    int layers = 0;
+    MemoryArgs memory;
+    SamplingArgs sampling;
+};
+
+struct RunArgs {
+    ModelArgs model;
+    std::optional<std::string> prompt;
+    std::optional<std::string> promptFile;
+    std::optional<std::string> ids;
+    int gen = 16;
+    bool incremental = false;
+    std::string out = "k3_run.json";
+    std::string dumpLogits;
+};
+
+struct ChatArgs {
+    ModelArgs model;
+    std::optional<std::string> system;
+    std::string history;
+    bool noThink = false;
+    std::string thinkingEffort = "max";
+    int maxTokens = 4096;
+};
+
+struct DownloadArgs {
+    std::string dir;
+    std::string repo;
+    std::string revision;
+    std::string endpoint;
+    int layers = 0;
+    int parallel = 4;
+};
+
+int runBatch(const RunArgs& args);
+int runChat(const ChatArgs& args);
+int runDownload(const DownloadArgs& args);
+
+// Shared by batch and chat (RunCommand.cpp).
+struct ResolvedSampling {
+    bool sampling = false; // false: greedy
+    float temperature = 0.0f;
+    float topP = 1.0f;
+    std::uint64_t seed = 0;
+    bool seedGiven = false;
+};
+ResolvedSampling resolveSampling(const SamplingArgs& args);
+
+// Comma-separated token ids ("1,2, 3"). Throws a usage CommandError naming the bad item.
+std::vector<std::int32_t> parseIdList(const std::string& text);
+
+} // namespace k3cli

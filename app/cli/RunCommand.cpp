@@ -1,0 +1,358 @@
+// `k3 MODEL_DIR (--prompt T | --prompt-file F | --ids 1,2,3) ...`: the seed's batch run.
+// Prints the plan, one line per token and a summary; writes the run report (--out).
+#include "CliSupport.hpp"
+#include "Commands.hpp"
+#include "SessionLoader.hpp"
+
+#include <k3/chat.hpp>
+#include <k3/presets.hpp>
+#include <k3/session.hpp>
+#include <k3/version.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace k3cli {
+
+namespace {
+
+constexpr std::size_t kMaxPromptTokens = 32768; // the seed's engine limit
+
+std::string readPromptFile(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw usageError("--prompt-file " + path + ": " + std::strerror(errno));
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (in.bad()) throw usageError("--prompt-file " + path + ": read error");
+    return text.str();
+}
+
+// Quoted and escaped, so a token's bytes are visible on one line.
+std::string jsonQuoted(const std::string& text) {
+    return nlohmann::ordered_json(text).dump(-1, ' ', false,
+                                             nlohmann::ordered_json::error_handler_t::replace);
+}
+
+struct TokenRecord {
+    k3::TokenId id = 0;
+    std::string piece;
+    double seconds = 0;
+};
+
+class BatchObserver : public k3::SessionObserver {
+public:
+    BatchObserver(const k3::Session& session, bool captureLogits)
+        : session_(session), captureLogits_(captureLogits), progress_(stderrIsTty()) {
+        if (session.hasTokenizer()) decoder_.emplace(session.tokenizer());
+    }
+
+    void onProgress(const k3::SessionProgress& p) override {
+        // Prefill reports after each fed position, so at the last one the logits are the
+        // first step's (what --dump-logits wants), before any token is sampled.
+        if (captureLogits_ && p.stage == "prefill" && p.done == p.total) {
+            const auto logits = session_.lastLogits();
+            firstLogits.assign(logits.begin(), logits.end());
+        }
+        if (progress_ && progressDue(p.done == p.total)) {
+            std::fprintf(stderr, "\r%s %lld/%lld", p.stage.c_str(), (long long)p.done,
+                         (long long)p.total);
+            if (p.done == p.total) std::fprintf(stderr, "\r\033[2K");
+            std::fflush(stderr);
+        }
+    }
+
+    void onToken(const k3::TokenEvent& ev) override {
+        TokenRecord record{ev.id, {}, ev.timing.totalSeconds()};
+        if (decoder_) record.piece = decoder_->push(ev.id);
+        // The last token is never fed, so its time is only the sampling: no rate for it.
+        char rate[32] = "-";
+        if (record.seconds > 1e-4) std::snprintf(rate, sizeof rate, "%.3f", 1.0 / record.seconds);
+        std::printf("%-6d %-10d %-12.3f %-10s %s\n", ev.index, int(ev.id), record.seconds, rate,
+                    decoder_ ? jsonQuoted(record.piece).c_str() : "");
+        std::fflush(stdout);
+        tokens.push_back(std::move(record));
+    }
+
+    std::string flushText() { return decoder_ ? decoder_->flush() : std::string(); }
+
+    std::vector<TokenRecord> tokens;
+    std::vector<float> firstLogits;
+
+private:
+    const k3::Session& session_;
+    bool captureLogits_;
+    bool progress_;
+    std::optional<k3::StreamDecoder> decoder_;
+};
+
+nlohmann::ordered_json planJson(const MemoryArgs& m, const k3::Session& session) {
+    nlohmann::ordered_json plan;
+    plan["streaming"] = false;
+    plan["resident_weight_bytes"] = session.model().weightBytes();
+    plan["preset"] = m.preset.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(m.preset);
+    plan["preset_resolved"] = m.resolvedPreset.empty() ? nlohmann::ordered_json()
+                                                       : nlohmann::ordered_json(m.resolvedPreset);
+    plan["trunk_gb"] = m.trunkGB ? nlohmann::ordered_json(*m.trunkGB) : nlohmann::ordered_json();
+    plan["cache_gb"] = m.cacheGB ? nlohmann::ordered_json(*m.cacheGB) : nlohmann::ordered_json();
+    plan["trunk_dir"] =
+        m.trunkDir.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(m.trunkDir);
+    plan["dump_cache_trace"] = m.cacheTraceDir.empty() ? nlohmann::ordered_json()
+                                                       : nlohmann::ordered_json(m.cacheTraceDir);
+    plan["note"] = "every weight is resident; --preset, --trunk-gb, --cache-gb, --trunk and "
+                   "--dump-cache-trace are recorded here and take effect with the streaming "
+                   "engine";
+    return plan;
+}
+
+void printPlan(const MemoryArgs& m, const k3::Session& session) {
+    std::printf("memory plan\n");
+    std::printf("  weights (resident)  %s\n",
+                formatBytes(double(session.model().weightBytes())).c_str());
+    if (!m.preset.empty() || m.trunkGB || m.cacheGB || !m.trunkDir.empty()) {
+        std::string asked = m.preset.empty() ? std::string() : "preset " + m.preset;
+        if (!m.resolvedPreset.empty() && m.resolvedPreset != m.preset)
+            asked += " (" + m.resolvedPreset + ")";
+        char numbers[96];
+        std::snprintf(numbers, sizeof numbers, "trunk %.2f GB / cache %.2f GB",
+                      m.trunkGB.value_or(0.0), m.cacheGB.value_or(0.0));
+        std::printf("  asked               %s%s%s\n", asked.c_str(), asked.empty() ? "" : ", ",
+                    numbers);
+        std::printf("                      (recorded: the memory dial takes effect with the "
+                    "streaming engine)\n");
+    }
+}
+
+} // namespace
+
+std::vector<std::int32_t> parseIdList(const std::string& text) {
+    std::vector<std::int32_t> ids;
+    std::size_t at = 0;
+    while (at <= text.size()) {
+        std::size_t comma = text.find(',', at);
+        if (comma == std::string::npos) comma = text.size();
+        std::string item = text.substr(at, comma - at);
+        const auto first = item.find_first_not_of(" \t");
+        const auto last = item.find_last_not_of(" \t");
+        item = first == std::string::npos ? std::string() : item.substr(first, last - first + 1);
+        std::int32_t value = 0;
+        const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+        if (item.empty() || ec != std::errc() || end != item.data() + item.size() || value < 0)
+            throw usageError("--ids \"" + text + "\": \"" + item + "\" (item " +
+                             std::to_string(ids.size() + 1) +
+                             ") is not a token id; give comma-separated non-negative integers, "
+                             "e.g. --ids 1008,10484,318");
+        ids.push_back(value);
+        at = comma + 1;
+    }
+    return ids;
+}
+
+ResolvedSampling resolveSampling(const SamplingArgs& args) {
+    ResolvedSampling r;
+    r.seedGiven = args.seed.has_value();
+    r.seed = args.seed.value_or(0);
+    const bool asked = args.temperature || args.topP || args.seed;
+    if (!asked || args.greedy) return r;
+    r.sampling = true;
+    r.temperature = float(args.temperature.value_or(1.0));
+    r.topP = float(args.topP.value_or(0.95));
+    if (r.temperature == 0.0f) r.sampling = false; // temperature 0 is argmax
+    return r;
+}
+
+int runBatch(const RunArgs& args) {
+    const int sources =
+        int(args.prompt.has_value()) + int(args.promptFile.has_value()) + int(args.ids.has_value());
+    if (sources != 1)
+        throw usageError(std::string(sources == 0 ? "no prompt given"
+                                                  : "more than one prompt "
+                                                    "given") +
+                         ": pass exactly one of --prompt TEXT, --prompt-file FILE or --ids "
+                         "1,2,3 (or --chat for a conversation)");
+    std::vector<k3::TokenId> promptIds;
+    std::string promptText;
+    if (args.ids) promptIds = parseIdList(*args.ids);
+    if (args.prompt) promptText = *args.prompt;
+    if (args.promptFile) promptText = readPromptFile(*args.promptFile);
+    if (!args.ids && promptText.empty())
+        throw usageError(std::string(args.prompt ? "--prompt" : "--prompt-file") +
+                         " is empty: give the text to continue");
+
+    // The ids are checked against the config before any weight is read.
+    const k3::ModelConfig config = readConfigOrThrow(args.model.modelDir);
+    for (std::size_t i = 0; i < promptIds.size(); ++i)
+        if (promptIds[i] >= config.vocabSize)
+            throw usageError("--ids: token id " + std::to_string(promptIds[i]) + " (item " +
+                             std::to_string(i + 1) + ") is outside 0.." +
+                             std::to_string(config.vocabSize - 1) + " (vocab_size)");
+
+    LoadedSession loaded =
+        openModel(args.model, args.ids ? TokenizerNeed::IfPresent : TokenizerNeed::Required);
+    k3::Session& session = loaded.session;
+    if (!args.ids) promptIds = session.tokenizer().encode(promptText);
+    if (promptIds.empty()) throw usageError("the prompt encodes to no tokens");
+    if (promptIds.size() > kMaxPromptTokens)
+        throw usageError("the prompt is " + std::to_string(promptIds.size()) +
+                         " tokens; the limit is " + std::to_string(kMaxPromptTokens));
+    if (args.ids && session.hasTokenizer())
+        promptText = k3::sanitizeUtf8(session.tokenizer().decode(promptIds));
+
+    const ResolvedSampling sampling = resolveSampling(args.model.sampling);
+    std::printf("Kimi K3, k3 %s, CPU\n", k3::kVersion);
+    std::printf("  model    : %s\n", args.model.modelDir.c_str());
+    std::printf("  config   : %s\n", session.config().summary().c_str());
+    std::printf("  prompt   : %zu tokens, generating %d (%s)\n", promptIds.size(), args.gen,
+                sampling.sampling ? "sampling" : "greedy");
+    std::printf("  loaded   : %d layers in %s\n\n", session.model().layersBound(),
+                formatDuration(loaded.loadSeconds).c_str());
+    printPlan(args.model.memory, session);
+    std::printf("\n%-6s %-10s %-12s %-10s %s\n", "STEP", "TOKEN", "SECONDS", "TOK/S", "TEXT");
+    std::printf("--------------------------------------------------------------------\n");
+    std::fflush(stdout);
+
+    installInterruptHandler(true);
+    BatchObserver observer(session, !args.dumpLogits.empty());
+    k3::GenerateOptions options;
+    options.maxTokens = args.gen;
+    options.sampling.temperature = sampling.sampling ? sampling.temperature : 0.0f;
+    options.sampling.topP = sampling.sampling ? sampling.topP : 1.0f;
+    options.sampling.seed = sampling.seed;
+    k3::GenerateResult result;
+    try {
+        result = session.generateIds(promptIds, options, &observer, &cancelFlag());
+    } catch (const std::exception& error) {
+        throw CommandError{kExitFailure, std::string("the forward pass failed: ") + error.what()};
+    }
+    const std::string tail = observer.flushText();
+    if (!tail.empty() && !observer.tokens.empty()) observer.tokens.back().piece += tail;
+    std::string text;
+    if (session.hasTokenizer()) text = k3::sanitizeUtf8(session.tokenizer().decode(result.ids));
+
+    const double total = result.prefillSeconds + result.decodeSeconds;
+    const std::uint64_t peak = peakRssBytes();
+    std::printf("--------------------------------------------------------------------\n");
+    if (session.hasTokenizer())
+        std::printf("\n--- generated text ---\n%s\n----------------------\n",
+                    (stdoutIsTty() ? terminalSafe(text) : text).c_str());
+    std::printf("%zu tokens in %.1f s, %.2f s/token average (prefill %d positions in %.2f s)\n",
+                result.ids.size(), total,
+                result.ids.empty() ? 0.0 : result.decodeSeconds / double(result.ids.size()),
+                result.promptTokens - result.reusedPositions, result.prefillSeconds);
+    std::printf("PEAK RSS for the whole run: %s   <- quote this, not the plan\n",
+                formatBytes(double(peak)).c_str());
+
+    std::vector<std::string> invalidReasons;
+    if (result.droppedExperts > 0)
+        invalidReasons.push_back(std::to_string(result.droppedExperts) +
+                                 " routed expert(s) could not be loaded");
+    if (result.nonFinite) invalidReasons.push_back("a NaN or Inf reached the logits");
+
+    nlohmann::ordered_json report;
+    report["k3_version"] = k3::kVersion;
+    const k3::ModelConfig& cfg = session.config();
+    report["model"] = {{"dir", args.model.modelDir},
+                       {"tokenizer_dir", loaded.tokenizerDir.empty()
+                                             ? nlohmann::ordered_json()
+                                             : nlohmann::ordered_json(loaded.tokenizerDir)},
+                       {"config_summary", cfg.summary()},
+                       {"layer_map", cfg.layerMapString()},
+                       {"num_hidden_layers", cfg.numHiddenLayers},
+                       {"layers_bound", session.model().layersBound()},
+                       {"hidden_size", cfg.hiddenSize},
+                       {"vocab_size", cfg.vocabSize},
+                       {"load_seconds", loaded.loadSeconds}};
+    report["options"] = {{"prompt_source", args.ids      ? "ids"
+                                           : args.prompt ? "prompt"
+                                                         : "prompt-file"},
+                         {"gen", args.gen},
+                         {"incremental", true},
+                         {"incremental_flag", args.incremental},
+                         {"layers", args.model.layers},
+                         {"out", args.out},
+                         {"dump_logits", args.dumpLogits.empty()
+                                             ? nlohmann::ordered_json()
+                                             : nlohmann::ordered_json(args.dumpLogits)},
+                         {"sampling",
+                          {{"greedy", !sampling.sampling},
+                           {"temperature", options.sampling.temperature},
+                           {"top_p", options.sampling.topP},
+                           {"seed", sampling.seedGiven ? nlohmann::ordered_json(sampling.seed)
+                                                       : nlohmann::ordered_json()}}}};
+    report["plan"] = planJson(args.model.memory, session);
+    report["prompt"] = {{"tokens", promptIds.size()}, {"ids", promptIds}};
+    if (session.hasTokenizer()) report["prompt"]["text"] = promptText;
+    nlohmann::ordered_json tokens = nlohmann::ordered_json::array();
+    for (std::size_t i = 0; i < observer.tokens.size(); ++i) {
+        const TokenRecord& t = observer.tokens[i];
+        nlohmann::ordered_json row = {{"step", i}, {"id", t.id}, {"seconds", t.seconds}};
+        row["text"] =
+            session.hasTokenizer() ? nlohmann::ordered_json(t.piece) : nlohmann::ordered_json();
+        tokens.push_back(std::move(row));
+    }
+    report["tokens"] = std::move(tokens);
+    report["ids"] = result.ids;
+    report["text"] =
+        session.hasTokenizer() ? nlohmann::ordered_json(text) : nlohmann::ordered_json();
+    report["timing"] = {{"prefill_seconds", result.prefillSeconds},
+                        {"decode_seconds", result.decodeSeconds},
+                        {"total_seconds", total},
+                        {"reused_positions", result.reusedPositions}};
+    report["peak_rss_bytes"] = peak;
+    report["valid"] = invalidReasons.empty();
+    report["invalid_reasons"] = invalidReasons;
+    report["dropped_experts"] = result.droppedExperts;
+    report["non_finite"] = result.nonFinite;
+    report["cancelled"] = result.cancelled;
+
+    int code = kExitOk;
+    try {
+        k3::writeFileAtomically(
+            args.out,
+            report.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
+        std::printf("run report: %s\n", args.out.c_str());
+    } catch (const std::exception& error) {
+        printError(std::string("cannot write the run report: ") + error.what());
+        code = kExitFailure;
+    }
+    if (!args.dumpLogits.empty()) {
+        if (observer.firstLogits.empty()) {
+            printError("--dump-logits " + args.dumpLogits +
+                       ": the run stopped before the first step's logits existed");
+            code = kExitFailure;
+        } else {
+            std::ofstream out(args.dumpLogits, std::ios::binary | std::ios::trunc);
+            out.write(reinterpret_cast<const char*>(observer.firstLogits.data()),
+                      std::streamsize(observer.firstLogits.size() * sizeof(float)));
+            out.close();
+            if (!out) {
+                printError("--dump-logits " + args.dumpLogits +
+                           ": cannot write: " + std::strerror(errno));
+                code = kExitFailure;
+            } else {
+                std::printf("first-step logits: %s (%zu float32)\n", args.dumpLogits.c_str(),
+                            observer.firstLogits.size());
+            }
+        }
+    }
+    std::fflush(stdout);
+    if (!invalidReasons.empty()) {
+        std::string why;
+        for (const std::string& r : invalidReasons) why += (why.empty() ? "" : "; ") + r;
+        printError("RUN INVALID: " + why + ". The output above is not the model's.");
+        return kExitInvalid;
+    }
+    if (result.cancelled) {
+        printError("stopped with Ctrl-C after " + std::to_string(result.ids.size()) +
+                   " tokens; the report holds what was generated");
+        return kExitInterrupted;
+    }
+    return code;
+}
+
+} // namespace k3cli

@@ -1,0 +1,76 @@
+#include "SessionLoader.hpp"
+
+#include "CliSupport.hpp"
+
+#include <k3/config.hpp>
+#include <k3/tokenizer.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+namespace fs = std::filesystem;
+
+namespace k3cli {
+
+k3::ModelConfig readConfigOrThrow(const std::string& modelDir) {
+    if (modelDir.empty())
+        throw usageError("MODEL_DIR is required: the folder holding config.json and the "
+                         ".safetensors shards (see k3 --help)");
+    std::error_code ec;
+    if (!fs::is_directory(modelDir, ec))
+        throw usageError("MODEL_DIR " + modelDir + " is not a folder");
+    try {
+        return k3::readModelConfig(fs::path(modelDir) / "config.json");
+    } catch (const k3::ConfigError& error) {
+        throw usageError(error.what());
+    }
+}
+
+LoadedSession openModel(const ModelArgs& args, TokenizerNeed need) {
+    const k3::ModelConfig config = readConfigOrThrow(args.modelDir);
+    if (args.layers < 0 || args.layers > config.numHiddenLayers)
+        throw usageError("--layers " + std::to_string(args.layers) + " is outside 1.." +
+                         std::to_string(config.numHiddenLayers) + " (num_hidden_layers of " +
+                         args.modelDir + "/config.json)");
+
+    const std::string tokDir = args.tokenizerDir.empty() ? args.modelDir : args.tokenizerDir;
+    const bool tokFiles = fs::exists(fs::path(tokDir) / "tiktoken.model") &&
+                          fs::exists(fs::path(tokDir) / "tokenizer_config.json");
+    bool loadTokenizer = false;
+    if (need == TokenizerNeed::Required || args.tokenizerGiven) {
+        if (!tokFiles)
+            throw usageError("the tokenizer folder " + tokDir +
+                             " lacks tiktoken.model or tokenizer_config.json; point --tok at "
+                             "the checkpoint folder (the tokenizer ships with it), or pass "
+                             "token ids with --ids");
+        loadTokenizer = true;
+    } else {
+        loadTokenizer = tokFiles;
+    }
+
+    k3::SessionOptions options;
+    options.modelDir = args.modelDir;
+    options.tokenizerDir = tokDir;
+    options.loadTokenizer = loadTokenizer;
+    options.layerLimit = args.layers;
+    if (stderrIsTty()) std::fprintf(stderr, "loading %s ...\r", args.modelDir.c_str());
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+        LoadedSession loaded{k3::Session::open(options), loadTokenizer ? tokDir : std::string(), 0};
+        loaded.loadSeconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (stderrIsTty()) std::fprintf(stderr, "\033[2K");
+        return loaded;
+    } catch (const k3::ConfigError& error) {
+        throw usageError(error.what());
+    } catch (const k3::TokenizerError& error) {
+        throw CommandError{kExitFailure,
+                           "cannot read the tokenizer in " + tokDir + ": " + error.what()};
+    } catch (const std::exception& error) {
+        throw CommandError{kExitFailure,
+                           "cannot load the model in " + args.modelDir + ": " + error.what()};
+    }
+}
+
+} // namespace k3cli

@@ -1,0 +1,293 @@
+// `k3 MODEL_DIR ...` batch runs and `k3 download` usage, on the committed tiny checkpoints.
+#include "K3Process.hpp"
+
+#include <QDir>
+#include <QFile>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <k3/tokenizer.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const QString kModels = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/");
+
+nlohmann::json readJson(const QString& path) {
+    std::ifstream in(path.toStdString());
+    return nlohmann::json::parse(in, nullptr, false);
+}
+
+QString idList(const std::vector<int>& ids) {
+    QStringList parts;
+    for (int id : ids) parts << QString::number(id);
+    return parts.join(QLatin1Char(','));
+}
+
+// A writable copy of a tiny checkpoint, to break one file of it.
+QString copyModel(const QTemporaryDir& tmp, const QString& name) {
+    const fs::path to = fs::path(tmp.path().toStdString()) / name.toStdString();
+    fs::copy(fs::path((kModels + name).toStdString()), to, fs::copy_options::recursive);
+    return QString::fromStdString(to.string());
+}
+
+} // namespace
+
+class TestK3Run : public QObject {
+    Q_OBJECT
+private slots:
+    void idsRunGivesReferenceGreedyIds_data();
+    void idsRunGivesReferenceGreedyIds();
+    void dumpLogitsMatchesReference();
+    void promptTextIsTokenizedAsIs();
+    void usageErrorsExitTwo_data();
+    void usageErrorsExitTwo();
+    void unreadableConfigExitsTwoNamingFile();
+    void missingTensorExitsOne();
+    void laterMemoryFlagWins();
+    void downloadUsageErrors();
+    void downloadUnreachableEndpointFailsClearly();
+};
+
+void TestK3Run::idsRunGivesReferenceGreedyIds_data() {
+    QTest::addColumn<QString>("model");
+    QTest::newRow("k3_tiny_a") << QStringLiteral("k3_tiny_a");
+    QTest::newRow("k3_tiny_b") << QStringLiteral("k3_tiny_b");
+}
+
+void TestK3Run::idsRunGivesReferenceGreedyIds() {
+    QFETCH(QString, model);
+    const QString dir = kModels + model;
+    const nlohmann::json expected = readJson(dir + "/expected.json");
+    const auto prompt = expected.at("prompt_ids").get<std::vector<int>>();
+    const auto greedy = expected.at("greedy").at("incremental").get<std::vector<int>>();
+    QCOMPARE(greedy.size(), std::size_t(20));
+
+    QTemporaryDir tmp;
+    const QString out = tmp.filePath("run.json");
+    const K3Run r =
+        runK3({dir, "--ids", idList(prompt), "--gen", "20", "--incremental", "--out", out});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    QVERIFY2(r.out.contains("PEAK RSS for the whole run"), qPrintable(r.out));
+
+    const nlohmann::json report = readJson(out);
+    QVERIFY(report.is_object());
+    QCOMPARE(report.at("ids").get<std::vector<int>>(), greedy);
+    QCOMPARE(report.at("prompt").at("ids").get<std::vector<int>>(), prompt);
+    QCOMPARE(report.at("prompt").at("tokens").get<int>(), int(prompt.size()));
+    QCOMPARE(report.at("valid").get<bool>(), true);
+    QCOMPARE(report.at("dropped_experts").get<int>(), 0);
+    QCOMPARE(report.at("non_finite").get<bool>(), false);
+    QCOMPARE(report.at("cancelled").get<bool>(), false);
+    QCOMPARE(report.at("options").at("gen").get<int>(), 20);
+    QCOMPARE(report.at("options").at("prompt_source").get<std::string>(), std::string("ids"));
+    QCOMPARE(report.at("options").at("sampling").at("greedy").get<bool>(), true);
+    QCOMPARE(report.at("model").at("layer_map").get<std::string>(),
+             expected.at("layer_map").get<std::string>());
+    QCOMPARE(report.at("model").at("layers_bound").get<int>(),
+             int(expected.at("layer_map").get<std::string>().size()));
+    QCOMPARE(report.at("plan").at("streaming").get<bool>(), false);
+    QVERIFY(report.at("plan").at("resident_weight_bytes").get<std::uint64_t>() > 100000);
+    QVERIFY(report.at("peak_rss_bytes").get<std::uint64_t>() > 1000000);
+    // One row per generated token, in order, and their pieces make up the text.
+    const auto& tokens = report.at("tokens");
+    QCOMPARE(tokens.size(), std::size_t(20));
+    std::string pieces;
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+        QCOMPARE(tokens[i].at("step").get<std::size_t>(), i);
+        QCOMPARE(tokens[i].at("id").get<int>(), greedy[i]);
+        QVERIFY(tokens[i].at("seconds").get<double>() >= 0.0);
+        pieces += tokens[i].at("text").get<std::string>();
+    }
+    const k3::Tokenizer tok = k3::Tokenizer::fromDirectory(dir.toStdString());
+    const std::vector<k3::TokenId> ids(greedy.begin(), greedy.end());
+    const std::string text = k3::sanitizeUtf8(tok.decode(ids));
+    QCOMPARE(report.at("text").get<std::string>(), text);
+    QCOMPARE(pieces, text);
+}
+
+void TestK3Run::dumpLogitsMatchesReference() {
+    const QString dir = kModels + "k3_tiny_a";
+    const nlohmann::json expected = readJson(dir + "/expected.json");
+    const auto prompt = expected.at("prompt_ids").get<std::vector<int>>();
+    QTemporaryDir tmp;
+    const QString logits = tmp.filePath("logits.f32");
+    const K3Run r = runK3({dir, "--ids", idList(prompt), "--gen", "3", "--out",
+                           tmp.filePath("run.json"), "--dump-logits", logits});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    QFile got(logits), want(dir + "/first_step_logits.f32");
+    QVERIFY(got.open(QIODevice::ReadOnly));
+    QVERIFY(want.open(QIODevice::ReadOnly));
+    const QByteArray g = got.readAll(), w = want.readAll();
+    QCOMPARE(g.size(), qsizetype(896 * sizeof(float)));
+    QCOMPARE(g.size(), w.size());
+    const auto* gf = reinterpret_cast<const float*>(g.constData());
+    const auto* wf = reinterpret_cast<const float*>(w.constData());
+    float maxAbs = 0;
+    for (int i = 0; i < 896; ++i) maxAbs = std::max(maxAbs, std::fabs(wf[i]));
+    for (int i = 0; i < 896; ++i)
+        QVERIFY2(std::fabs(gf[i] - wf[i]) <= 1e-4f * maxAbs,
+                 qPrintable(QString("logit %1: %2 vs reference %3").arg(i).arg(gf[i]).arg(wf[i])));
+    // The first step's argmax is the first greedy id.
+    QCOMPARE(int(std::max_element(gf, gf + 896) - gf),
+             expected.at("greedy").at("incremental").at(0).get<int>());
+}
+
+void TestK3Run::promptTextIsTokenizedAsIs() {
+    const QString dir = kModels + "k3_tiny_b";
+    // Marker spellings typed in a prompt stay text; non-ASCII comes verbatim from a file.
+    const std::string text = "What is MXFP4? <|open|> caf\xc3\xa9";
+    const k3::Tokenizer tok = k3::Tokenizer::fromDirectory(dir.toStdString());
+    const std::vector<k3::TokenId> want = tok.encode(text);
+    QVERIFY(want.size() > 5);
+    QTemporaryDir tmp;
+    QFile file(tmp.filePath("prompt.txt"));
+    QVERIFY(file.open(QIODevice::WriteOnly));
+    file.write(QByteArray::fromStdString(text));
+    file.close();
+    const QString out1 = tmp.filePath("a.json"), out2 = tmp.filePath("b.json");
+    const K3Run a =
+        runK3({dir, "--prompt", QString::fromStdString(text), "--gen", "2", "--out", out1});
+    QVERIFY2(a.exitCode == 0, qPrintable(a.err));
+    const K3Run b =
+        runK3({dir, "--prompt-file", file.fileName(), "--tok", dir, "--gen", "2", "--out", out2});
+    QVERIFY2(b.exitCode == 0, qPrintable(b.err));
+    for (const QString& out : {out1, out2}) {
+        const nlohmann::json report = readJson(out);
+        QCOMPARE(report.at("prompt").at("ids").get<std::vector<k3::TokenId>>(), want);
+        QCOMPARE(report.at("prompt").at("text").get<std::string>(), text);
+        QCOMPARE(report.at("ids").size(), std::size_t(2));
+    }
+    QCOMPARE(readJson(out1).at("options").at("prompt_source").get<std::string>(),
+             std::string("prompt"));
+    QCOMPARE(readJson(out2).at("options").at("prompt_source").get<std::string>(),
+             std::string("prompt-file"));
+    QVERIFY2(a.out.contains("--- generated text ---"), qPrintable(a.out));
+}
+
+void TestK3Run::usageErrorsExitTwo_data() {
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("message");
+    const QString dir = kModels + "k3_tiny_a";
+    QTest::newRow("no prompt") << QStringList{dir, "--gen", "2"} << "no prompt given";
+    QTest::newRow("two prompts") << QStringList{dir, "--prompt", "hi", "--ids", "1,2"}
+                                 << "more than one prompt";
+    QTest::newRow("bad ids") << QStringList{dir, "--ids", "1,x,3"} << "\"x\" (item 2)";
+    QTest::newRow("empty id") << QStringList{dir, "--ids", "1,,3"} << "(item 2)";
+    QTest::newRow("id outside vocab") << QStringList{dir, "--ids", "1,896"} << "896 (item 2)";
+    QTest::newRow("gen 0") << QStringList{dir, "--ids", "1", "--gen", "0"} << "--gen";
+    QTest::newRow("gen too large") << QStringList{dir, "--ids", "1", "--gen", "4097"} << "--gen";
+    QTest::newRow("layers too many")
+        << QStringList{dir, "--ids", "1", "--layers", "99"} << "--layers 99 is outside 1..14";
+    QTest::newRow("no model dir") << QStringList{"--ids", "1"} << "MODEL_DIR is required";
+    QTest::newRow("model dir missing")
+        << QStringList{"/nonexistent/k3", "--ids", "1"} << "/nonexistent/k3 is not a folder";
+    QTest::newRow("missing prompt file")
+        << QStringList{dir, "--prompt-file", "/nonexistent/p.txt"} << "/nonexistent/p.txt";
+    QTest::newRow("unknown preset")
+        << QStringList{dir, "--ids", "1", "--preset", "huge"} << "--preset";
+    QTest::newRow("history without chat")
+        << QStringList{dir, "--ids", "1", "--history", "h.jsonl"} << "--history needs --chat";
+    QTest::newRow("prompt with chat")
+        << QStringList{dir, "--chat", "--prompt", "hi"} << "--prompt is for a batch run";
+    QTest::newRow("tokenizer dir without files")
+        << QStringList{dir, "--prompt", "hi", "--tok", "/tmp"} << "lacks tiktoken.model";
+}
+
+void TestK3Run::usageErrorsExitTwo() {
+    QFETCH(QStringList, args);
+    QFETCH(QString, message);
+    QTemporaryDir tmp;
+    const K3Run r = runK3(args, {}, QProcessEnvironment::systemEnvironment(), tmp.path());
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains(message), qPrintable(r.err));
+    QVERIFY2(r.err.count(QLatin1Char('\n')) <= 2, qPrintable(r.err)); // one paragraph
+    QVERIFY(!QFile::exists(tmp.filePath("k3_run.json")));
+}
+
+void TestK3Run::unreadableConfigExitsTwoNamingFile() {
+    QTemporaryDir tmp;
+    const QString dir = copyModel(tmp, "k3_tiny_a");
+    QFile config(dir + "/config.json");
+    QVERIFY(config.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    config.write("{\"text_config\": {\"hidden_size\": 64}}");
+    config.close();
+    const K3Run r = runK3({dir, "--ids", "1,2", "--out", tmp.filePath("run.json")});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains(dir + "/config.json"), qPrintable(r.err));
+    QVERIFY2(r.err.contains("num_hidden_layers"), qPrintable(r.err));
+    QVERIFY(!QFile::exists(tmp.filePath("run.json")));
+}
+
+void TestK3Run::missingTensorExitsOne() {
+    QTemporaryDir tmp;
+    const QString dir = copyModel(tmp, "k3_tiny_a");
+    // Drop one tensor from the index: the binder must name it, not guess.
+    const std::string indexPath = (dir + "/model.safetensors.index.json").toStdString();
+    nlohmann::json index = readJson(QString::fromStdString(indexPath));
+    const std::string name = "language_model.model.norm.weight";
+    QVERIFY(index.at("weight_map").contains(name));
+    index["weight_map"].erase(name);
+    std::ofstream(indexPath) << index.dump();
+    const K3Run r = runK3({dir, "--ids", "1,2", "--out", tmp.filePath("run.json")});
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.contains("cannot load the model in " + dir), qPrintable(r.err));
+    QVERIFY2(r.err.contains(QString::fromStdString(name)), qPrintable(r.err));
+}
+
+void TestK3Run::laterMemoryFlagWins() {
+    const QString dir = kModels + "k3_tiny_a";
+    QTemporaryDir tmp;
+    const QString out1 = tmp.filePath("a.json"), out2 = tmp.filePath("b.json");
+    K3Run r = runK3({dir, "--ids", "1,2", "--gen", "1", "--preset", "desktop", "--cache-gb", "40",
+                     "--trunk", tmp.path(), "--out", out1});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    r = runK3({dir, "--ids", "1,2", "--gen", "1", "--cache-gb", "40", "--preset", "desktop",
+               "--out", out2});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    QVERIFY2(r.out.contains("takes effect with the streaming engine"), qPrintable(r.out));
+    const nlohmann::json a = readJson(out1).at("plan"), b = readJson(out2).at("plan");
+    QCOMPARE(a.at("preset").get<std::string>(), std::string("desktop"));
+    QCOMPARE(a.at("trunk_gb").get<double>(), 16.0);
+    QCOMPARE(a.at("cache_gb").get<double>(), 40.0);
+    QCOMPARE(a.at("trunk_dir").get<std::string>(), tmp.path().toStdString());
+    QCOMPARE(b.at("trunk_gb").get<double>(), 16.0);
+    QCOMPARE(b.at("cache_gb").get<double>(), 10.0);
+    QCOMPARE(b.at("streaming").get<bool>(), false);
+}
+
+void TestK3Run::downloadUsageErrors() {
+    K3Run r = runK3({"download"});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("DIR"), qPrintable(r.err));
+    r = runK3({"download", "/tmp/x", "--parallel", "0"});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("--parallel"), qPrintable(r.err));
+    r = runK3({"download", "/tmp/x", "--layers", "-3"});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("--layers"), qPrintable(r.err));
+}
+
+void TestK3Run::downloadUnreachableEndpointFailsClearly() {
+    QTemporaryDir tmp;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("HF_TOKEN", "hf_secretTokenValue123");
+    const K3Run r =
+        runK3({"download", tmp.filePath("model"), "--endpoint", "http://127.0.0.1:1"}, {}, env);
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.startsWith("k3: error: download failed: "), qPrintable(r.err));
+    QVERIFY2(r.err.contains("127.0.0.1:1"), qPrintable(r.err));
+    QVERIFY2(r.out.contains("using HF_TOKEN from the environment"), qPrintable(r.out));
+    QVERIFY(!r.out.contains("hf_secretTokenValue123"));
+    QVERIFY(!r.err.contains("hf_secretTokenValue123"));
+}
+
+QTEST_GUILESS_MAIN(TestK3Run)
+#include "tst_k3run.moc"
