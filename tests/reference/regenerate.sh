@@ -1,8 +1,10 @@
 #!/bin/sh
 # Rebuilds every committed fixture made by this folder, deterministically (fixed seeds):
 #   tests/fixtures/models/{k3_tiny_a,k3_tiny_b}/   make_tiny_checkpoints.py
-#   resources/demo/                                train_demo.py (only with K3_TRAIN_DEMO=1:
-#                                                  trains for STEPS steps on 2 threads)
+#   resources/demo/ weights + tokenizer            train_demo.py (only with K3_TRAIN_DEMO=1:
+#                                                  about 10 minutes of training, 1 thread)
+#   resources/demo/expected.json + .f32            train_demo.py --expected-only (always:
+#                                                  recomputed from the committed files)
 # Uses Debian's interpreter (python3-torch, python3-numpy, python3-jinja2).
 # Bit-for-bit reproducibility holds for the same torch build and BLAS.
 set -eu
@@ -11,5 +13,7 @@ py=${PYTHON:-/usr/bin/python3}
 cd "$here"
 "$py" make_tiny_checkpoints.py
 if [ "${K3_TRAIN_DEMO:-0}" = 1 ]; then
-    OMP_NUM_THREADS=2 "$py" train_demo.py
+    OMP_NUM_THREADS=1 "$py" train_demo.py          # trains, exports, writes expected.json
+else
+    OMP_NUM_THREADS=1 "$py" train_demo.py --expected-only
 fi

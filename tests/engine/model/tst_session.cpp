@@ -18,6 +18,7 @@ private slots:
     void cancelStopsBeforeWork();
     void observerSeesEveryToken();
     void chatRendersEncodesAndGenerates();
+    void demoAnswersAndReusesTheConversation();
 
 private:
     std::string dir_ = K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a";
@@ -191,6 +192,43 @@ void TestSession::chatRendersEncodesAndGenerates() {
     QCOMPARE(int(r.problems.size()), reserved + 1);
     QCOMPARE(collect.response, r.reply.content);
     QVERIFY(r.reply.reasoningContent.empty());
+}
+
+// The trained demo model: every prompt's answer is the reference's, the turn ends with
+// [EOS], and a follow-up turn re-renders the history into ids that extend what the
+// session already holds, so only the new tail is prefilled.
+void TestSession::demoAnswersAndReusesTheConversation() {
+    const std::string demo = K3_SOURCE_DIR "/resources/demo";
+    std::ifstream in(demo + "/expected.json");
+    const auto expected = nlohmann::json::parse(in);
+    k3::SessionOptions o;
+    o.modelDir = demo;
+    k3::Session s = k3::Session::open(o);
+    k3::GenerateOptions g;
+    g.render.thinking = false;
+    g.maxTokens = 64;
+    QVERIFY(expected.at("prompts").size() >= 3);
+    for (const auto& p : expected.at("prompts")) {
+        s.reset();
+        const std::vector<k3::ChatMessage> history{
+            {k3::ChatRole::User, p.at("question").get<std::string>(), "", ""}};
+        const k3::GenerateResult r = s.chat(history, g);
+        QVERIFY(r.endOfTurn);
+        QCOMPARE(r.ids, p.at("greedy_ids").get<std::vector<k3::TokenId>>());
+        QCOMPARE(r.reply.content, p.at("answer_text").get<std::string>());
+        QVERIFY(r.problems.empty());
+    }
+    // Two turns: the second prompt holds the first answer as the template renders it.
+    s.reset();
+    std::vector<k3::ChatMessage> history{{k3::ChatRole::User, "Hello!", "", ""}};
+    const k3::GenerateResult first = s.chat(history, g);
+    QVERIFY(first.endOfTurn);
+    const int held = s.positions();
+    history.push_back(first.reply);
+    history.push_back({k3::ChatRole::User, "What is MXFP4?", "", ""});
+    const k3::GenerateResult second = s.chat(history, g);
+    QCOMPARE(second.reusedPositions, held);
+    QVERIFY(second.promptTokens > held);
 }
 
 QTEST_GUILESS_MAIN(TestSession)
