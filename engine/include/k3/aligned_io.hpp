@@ -34,6 +34,11 @@ public:
     // Copy bytes [offset, offset + length) into dst. Thread-safe (pread only).
     void read(std::uint64_t offset, void* dst, std::size_t length) const;
 
+    // Zero-copy read of an aligned window straight into `dst`: offset, length and dst
+    // must all be multiples of kDirectIoAlignment (IoError otherwise). Returns the bytes
+    // read, fewer than `length` only where the window runs past the end of the file.
+    std::size_t readWindow(std::uint64_t offset, void* dst, std::size_t length) const;
+
     // True while reads go through O_DIRECT (false after a fallback).
     bool direct() const { return directFd_ >= 0 && !directRefused_.load(); }
     std::uint64_t size() const { return size_; }

@@ -192,6 +192,9 @@ struct LatentMoeWeights {
     WeightView sharedW1, sharedW3, sharedW2; // on the full width
     // Fetches routed expert e; false means it could not be loaded (counted as a drop).
     std::function<bool(int expert, ExpertWeights& out)> expert;
+    // Optional: told the chosen experts (selection order) before the first expert()
+    // call, so a streaming source can fetch them as one batch.
+    std::function<void(const int* experts, int count)> prefetch;
 };
 
 struct LatentMoeConfig {

@@ -6,9 +6,14 @@
 // full-sequence forward: every layer is causal, so both give the same logits.
 
 #include "k3/config.hpp"
+#include "k3/expert_cache.hpp"
+#include "k3/memory_plan.hpp"
+#include "k3/trunk.hpp"
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -22,8 +27,30 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// The defaults keep every weight resident, read from the checkpoint at load. The
+// memory dial: a packed trunk (trunkDir) streamed within trunkBytes, and routed experts
+// served by an expert cache. Every setting gives the same tokens and logits, bit for bit.
 struct ModelOptions {
     int layerLimit = 0; // bind and run only the first N layers (0: all), a diagnostic
+    std::filesystem::path trunkDir;  // packed trunk (k3 pack); empty: trunk from the checkpoint
+    std::uint64_t trunkBytes = std::numeric_limits<std::uint64_t>::max(); // pinned + ring
+    std::uint64_t expertCacheBytes = 0; // > 0: routed experts go through the expert cache
+    int expertCacheSlots = 0;           // > 0: exactly this many slots (overrides the bytes)
+    int contextLength = 4096;           // positions the plan's KV cache must hold
+    bool enforceMemoryPlan = false;     // refuse a plan over 95% of MemAvailable
+    bool recordCacheTrace = false;      // keep the expert request trace (--dump-cache-trace)
+    // Test hook (fault injection): true makes the read of that routed expert fail.
+    std::function<bool(int layer, int expert)> expertReadFault;
+};
+
+// Live figures of the memory dial, for the run report and the app's panels.
+struct MemoryStats {
+    bool trunkStreamed = false; // layers come from a packed trunk
+    bool expertsCached = false; // routed experts come through the cache
+    TrunkStats trunk;
+    CacheStats cache;
+    int cacheSlots = 0;
+    std::uint64_t cacheSlotBytes = 0;
 };
 
 // Per-conversation state: grows by one position per token fed.
@@ -64,6 +91,13 @@ public:
     std::uint64_t weightBytes() const; // bytes of tensors held in memory
 
     InferenceState newState() const;
+
+    // The plan computed at load, before anything was allocated.
+    const MemoryPlan& memoryPlan() const;
+    MemoryStats memoryStats() const;
+    void resetCacheStats();
+    // Writes DIR/expert_trace.bin and DIR/expert_hist.json (needs recordCacheTrace).
+    void writeCacheTrace(const std::filesystem::path& dir) const;
 
     // Feeds `token` at position state.length(); writes vocabSize logits.
     TokenStats forward(InferenceState& state, int token, std::span<float> logits) const;

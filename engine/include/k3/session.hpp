@@ -11,6 +11,8 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -24,6 +26,32 @@ struct SessionOptions {
     std::filesystem::path tokenizerDir; // empty: the model directory
     bool loadTokenizer = true;          // false: ids in, ids out
     int layerLimit = 0;                 // diagnostic: run only the first N layers
+    // The memory dial (see ModelOptions): defaults keep every weight resident.
+    std::filesystem::path trunkDir;
+    std::uint64_t trunkBytes = std::numeric_limits<std::uint64_t>::max();
+    std::uint64_t expertCacheBytes = 0;
+    int expertCacheSlots = 0;
+    int contextLength = 4096;
+    bool enforceMemoryPlan = false;
+    bool recordCacheTrace = false;
+    std::function<bool(int layer, int expert)> expertReadFault; // test hook
+};
+
+// The run report's memory figures: the plan (a forecast), what the trunk and the
+// expert cache did, and the measured peak RSS (the figure to quote).
+struct MemoryReport {
+    MemoryPlan plan;
+    bool trunkStreamed = false;
+    bool expertsCached = false;
+    TrunkStats trunk;
+    CacheStats cache;
+    int cacheSlots = 0;
+    std::uint64_t cacheSlotBytes = 0;
+    std::uint64_t peakRssBytes = 0; // getrusage(RUSAGE_SELF) ru_maxrss
+    double wallSeconds = 0;         // generation wall clock so far
+    double ioShare() const;         // (trunk wait + expert reads) / wall clock
+    // "cache ...", "trunk ...", "PEAK RSS ..." lines as the CLI prints them.
+    std::string format() const;
 };
 
 struct SamplingOptions {
@@ -59,6 +87,8 @@ public:
     virtual ~SessionObserver() = default;
     virtual void onProgress(const SessionProgress&) {}
     virtual void onToken(const TokenEvent&) {}
+    // After every fed token: live memory figures for the panels.
+    virtual void onMemory(const MemoryReport&) {}
 };
 
 struct GenerateOptions {
@@ -111,6 +141,8 @@ public:
     std::span<const float> lastLogits() const;
     int positions() const; // positions held by the state
     void reset();          // forget the conversation
+
+    MemoryReport memoryReport() const;
 
     struct Impl; // defined in Session.cpp
 

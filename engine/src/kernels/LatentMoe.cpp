@@ -48,6 +48,7 @@ int latentMoeForward(float* out, const float* x, const LatentMoeWeights& w,
     std::vector<float> wt(cfg.topK);
     routeTopK(idx.data(), wt.data(), x, w.gate, w.selectionBias, cfg.topK, cfg.renormalise,
               cfg.routedScale); // on the FULL width, not the latent
+    if (w.prefetch) w.prefetch(idx.data(), cfg.topK);
 
     std::vector<float> z(latent), acc(latent, 0.0f), eo(latent), scratch;
     matvec(z.data(), x, w.down);

@@ -114,6 +114,35 @@ bool AlignedFile::readDirect(std::uint64_t offset, void* dst, std::size_t length
     return true;
 }
 
+std::size_t AlignedFile::readWindow(std::uint64_t offset, void* dst, std::size_t length) const {
+    constexpr std::uint64_t mask = kDirectIoAlignment - 1;
+    if ((offset & mask) || (length & mask) || (reinterpret_cast<std::uintptr_t>(dst) & mask))
+        throw IoError(path_ + ": readWindow needs 4096-aligned offset, length and buffer (offset " +
+                      std::to_string(offset) + ", length " + std::to_string(length) + ")");
+    auto* out = static_cast<unsigned char*>(dst);
+    std::size_t got = 0;
+    bool useDirect = direct();
+    while (got < length) {
+        const int fd = useDirect ? directFd_ : fd_;
+        const ssize_t r = ::pread(fd, out + got, length - got, static_cast<off_t>(offset + got));
+        if (r < 0) {
+            const int err = errno;
+            if (err == EINTR) continue;
+            if (err == EINVAL && useDirect && got == 0) { // the filesystem refuses O_DIRECT
+                directRefused_.store(true);
+                useDirect = false;
+                continue;
+            }
+            throw IoError(path_ + ": read error at offset " + std::to_string(offset + got) + ": " +
+                          errnoText(err));
+        }
+        if (r == 0) break; // end of file
+        got += static_cast<std::size_t>(r);
+        if (useDirect && got % kDirectIoAlignment != 0) break; // only EOF gives an unaligned count
+    }
+    return got;
+}
+
 void AlignedFile::readBuffered(std::uint64_t offset, void* dst, std::size_t length) const {
     auto* out = static_cast<unsigned char*>(dst);
     std::size_t got = 0;

@@ -1,10 +1,16 @@
 #include "k3/model.hpp"
 
+#include "k3/aligned_io.hpp"
 #include "k3/kernels.hpp"
+#include "k3/system.hpp"
 #include "model/ModelWeights.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <optional>
 
 namespace k3 {
 
@@ -48,9 +54,60 @@ std::uint64_t InferenceState::cacheBytes() const {
 
 struct Model::Impl {
     ModelConfig config;
-    model::ModelWeights w;
+    model::ModelWeights w; // resident layers; with a trunk, the pinned prefix only
     float eps = 1e-5f;
+    int layerCount = 0;
+    MemoryPlan plan;
+    // The streamed trunk: layers past the pinned prefix are bound as they arrive.
+    std::unique_ptr<TrunkStreamer> trunk;
+    std::vector<std::vector<std::byte>> modelRecordBytes;
+    model::LayerWeights streamed;
+    // Routed experts: resident per layer (a trunk without a cache), or the cache.
+    std::vector<std::vector<model::ExpertWeightsStored>> residentExperts;
+    std::shared_ptr<CheckpointExpertStore> store;
+    std::unique_ptr<ExpertCache> cache;
+
+    const model::LayerWeights& layer(int L);
 };
+
+namespace {
+
+// A trunk record in memory as a tensor source: bytes are lent, not copied.
+class RecordSource : public model::TensorSource {
+public:
+    RecordSource(std::vector<std::pair<const TrunkRecord*, const std::byte*>> records)
+        : records_(std::move(records)) {}
+    const TensorInfo& info(const std::string& name) const override { return find(name).first->info; }
+    std::span<const std::byte> raw(const std::string& name, std::vector<std::byte>&) const override {
+        const auto [t, base] = find(name);
+        return {base + t->offset, std::size_t(t->info.nbytes)};
+    }
+
+private:
+    std::pair<const TrunkTensor*, const std::byte*> find(const std::string& name) const {
+        for (const auto& [r, base] : records_)
+            if (auto it = r->tensors.find(name); it != r->tensors.end()) return {&it->second, base};
+        throw ModelError("tensor " + name + " is not in the packed trunk (record " +
+                         (records_.empty() ? std::string("none") : records_.front().first->name) +
+                         "); re-pack the trunk from this checkpoint");
+    }
+    std::vector<std::pair<const TrunkRecord*, const std::byte*>> records_;
+};
+
+} // namespace
+
+const model::LayerWeights& Model::Impl::layer(int L) {
+    if (!trunk) return w.layers[std::size_t(L)];
+    if (trunk->pinned(L)) {
+        trunk->acquire(L); // counts the pinned hit; the binding is permanent
+        return w.layers[std::size_t(L)];
+    }
+    // Views into the ring slot: valid until the next streamed layer is acquired.
+    const RecordSource src({{&trunk->index().layers[std::size_t(L)], trunk->acquire(L)}});
+    std::uint64_t ignored = 0;
+    streamed = model::bindLayer(src, config, L, false, ignored);
+    return streamed;
+}
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
@@ -58,29 +115,154 @@ Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 
 const ModelConfig& Model::config() const { return impl_->config; }
-int Model::layersBound() const { return int(impl_->w.layers.size()); }
+int Model::layersBound() const { return impl_->layerCount; }
 std::uint64_t Model::weightBytes() const { return impl_->w.bytes; }
 
 Model Model::load(const std::filesystem::path& dir, const ModelOptions& options) {
     auto impl = std::make_unique<Impl>();
     impl->config = readModelConfig(dir / "config.json");
-    const int n = impl->config.numHiddenLayers;
+    const ModelConfig& c = impl->config;
+    const int n = c.numHiddenLayers;
     if (options.layerLimit < 0 || options.layerLimit > n)
         throw ModelError("--layers " + std::to_string(options.layerLimit) + " is outside 1.." +
                          std::to_string(n) + " (num_hidden_layers in " + (dir / "config.json").string() + ")");
     const int layers = options.layerLimit == 0 ? n : options.layerLimit;
+    impl->layerCount = layers;
+    impl->eps = float(c.rmsNormEps);
     const Checkpoint ckpt = Checkpoint::open(dir);
-    impl->w = model::bindWeights(ckpt, impl->config, layers);
-    impl->eps = float(impl->config.rmsNormEps);
+    const bool useTrunk = !options.trunkDir.empty();
+    const bool useCache = options.expertCacheBytes > 0 || options.expertCacheSlots > 0;
+
+    // Everything is added up before anything is allocated.
+    std::optional<TrunkIndex> index;
+    if (useTrunk) {
+        index = openTrunkIndex(options.trunkDir, dir);
+        index->layers.resize(std::size_t(layers));
+    }
+    PlanInputs in;
+    in.layerBytes.assign(std::size_t(layers), 0);
+    std::uint64_t expertBytes = 0;
+    for (const auto& [name, t] : ckpt.tensors()) {
+        const std::string prefix = "language_model.model.layers.";
+        if (name.rfind(prefix, 0) != 0) continue;
+        const int L = std::atoi(name.c_str() + prefix.size());
+        if (L < 0 || L >= layers) continue;
+        if (isRoutedExpertTensor(name)) expertBytes += t.nbytes;
+        else if (!useTrunk) in.layerBytes[std::size_t(L)] += t.nbytes;
+    }
+    if (useTrunk)
+        for (int L = 0; L < layers; ++L) in.layerBytes[std::size_t(L)] = index->layers[std::size_t(L)].bytes;
+    for (const char* name : {"language_model.model.embed_tokens.weight", "language_model.lm_head.weight",
+                             "language_model.model.norm.weight",
+                             "language_model.model.output_attn_res_norm.weight",
+                             "language_model.model.output_attn_res_proj.weight"})
+        if (const TensorInfo* t = ckpt.find(name)) in.modelBytes += t->nbytes;
+    if (useCache) {
+        impl->store = std::make_shared<CheckpointExpertStore>(ckpt, c, layers);
+        in.expertSlotBytes = impl->store->slotBytes();
+        in.expertCount = impl->store->totalExperts();
+    } else {
+        in.residentExpertBytes = expertBytes;
+    }
+    in.topK = c.numExpertsPerToken;
+    const std::uint64_t P = std::uint64_t(c.kdaNumHeads) * std::uint64_t(c.kdaHeadDim);
+    const std::uint64_t kdaState =
+        (P * std::uint64_t(c.kdaHeadDim) + 3 * P * std::uint64_t(std::max(0, c.shortConvKernelSize - 1))) * 4;
+    for (int L = 0; L < layers; ++L) {
+        if (c.layers[std::size_t(L)].attention == AttentionKind::Kda) in.stateBytes += kdaState;
+        else in.kvBytesPerPosition += std::uint64_t(c.kvLoraRank + c.qkRopeHeadDim) * 4;
+    }
+    in.contextLength = options.contextLength;
+    in.bufferBytes = (std::uint64_t(c.vocabSize) + 64ull * std::uint64_t(c.hiddenSize) +
+                      8ull * std::uint64_t(std::max<std::uint64_t>(P, std::uint64_t(c.intermediateSize)))) * 4;
+    in.streamed = useTrunk;
+    MemoryBudget budget;
+    budget.trunkBytes = useTrunk ? options.trunkBytes : std::numeric_limits<std::uint64_t>::max();
+    budget.cacheBytes = options.expertCacheSlots > 0
+                            ? std::uint64_t(options.expertCacheSlots) * in.expertSlotBytes
+                            : options.expertCacheBytes;
+    budget.source = "options";
+    const auto mem = readMemoryInfo();
+    impl->plan = planMemory(in, budget, mem ? mem->availableBytes : 0);
+    if (options.enforceMemoryPlan) enforceMemoryPlan(impl->plan);
+
+    if (useCache) {
+        if (options.expertReadFault) impl->store->failRead = options.expertReadFault;
+        CacheOptions co;
+        co.slotCount = std::max(1, impl->plan.cacheSlots);
+        co.recordTrace = options.recordCacheTrace;
+        impl->cache = std::make_unique<ExpertCache>(impl->store, co);
+    }
+    const model::CheckpointSource ckptSource(ckpt);
+    if (!useTrunk) {
+        model::bindModelTensors(ckptSource, c, impl->w);
+        for (int L = 0; L < layers; ++L)
+            impl->w.layers.push_back(model::bindLayer(ckptSource, c, L, !useCache, impl->w.bytes));
+        return Model(std::move(impl));
+    }
+
+    impl->trunk = std::make_unique<TrunkStreamer>(*index, impl->plan);
+    const TrunkIndex& ti = impl->trunk->index();
+    {
+        AlignedFile bin(ti.binPath);
+        std::vector<std::pair<const TrunkRecord*, const std::byte*>> records;
+        impl->modelRecordBytes.resize(ti.modelRecords.size());
+        for (std::size_t i = 0; i < ti.modelRecords.size(); ++i) {
+            auto& bytes = impl->modelRecordBytes[i];
+            bytes.resize(std::size_t(ti.modelRecords[i].bytes));
+            bin.read(ti.modelRecords[i].offset, bytes.data(), bytes.size());
+            records.emplace_back(&ti.modelRecords[i], bytes.data());
+            impl->w.bytes += bytes.size();
+        }
+        model::bindModelTensors(RecordSource(records), c, impl->w);
+    }
+    impl->w.layers.resize(std::size_t(layers));
+    for (int L = 0; L < layers && impl->trunk->pinned(L); ++L) {
+        const RecordSource src({{&ti.layers[std::size_t(L)], impl->trunk->pinnedData(L)}});
+        std::uint64_t lent = 0; // pinned bytes are counted by the streamer
+        impl->w.layers[std::size_t(L)] = model::bindLayer(src, c, L, false, lent);
+    }
+    if (!useCache) {
+        impl->residentExperts.resize(std::size_t(layers));
+        for (int L = 0; L < layers; ++L)
+            if (c.layers[std::size_t(L)].mlp == MlpKind::Moe)
+                impl->residentExperts[std::size_t(L)] =
+                    model::bindRoutedExperts(ckptSource, c, L, impl->w.bytes);
+    }
     return Model(std::move(impl));
+}
+
+const MemoryPlan& Model::memoryPlan() const { return impl_->plan; }
+
+MemoryStats Model::memoryStats() const {
+    MemoryStats m;
+    m.trunkStreamed = impl_->trunk != nullptr;
+    m.expertsCached = impl_->cache != nullptr;
+    if (impl_->trunk) m.trunk = impl_->trunk->stats();
+    if (impl_->cache) {
+        m.cache = impl_->cache->stats();
+        m.cacheSlots = impl_->cache->slotCount();
+        m.cacheSlotBytes = impl_->cache->slotBytes();
+    }
+    return m;
+}
+
+void Model::resetCacheStats() {
+    if (impl_->cache) impl_->cache->resetStats();
+}
+
+void Model::writeCacheTrace(const std::filesystem::path& dir) const {
+    if (!impl_->cache)
+        throw ModelError("no expert cache trace: the routed experts are resident (give a cache budget)");
+    impl_->cache->writeTrace(dir);
 }
 
 InferenceState Model::newState() const {
     const ModelConfig& c = impl_->config;
     auto d = std::make_unique<InferenceState::Data>();
-    d->layers.resize(impl_->w.layers.size());
+    d->layers.resize(std::size_t(impl_->layerCount));
     for (std::size_t L = 0; L < d->layers.size(); ++L) {
-        if (impl_->w.layers[L].spec.attention != AttentionKind::Kda) continue;
+        if (c.layers[L].attention != AttentionKind::Kda) continue;
         const std::size_t P = std::size_t(c.kdaNumHeads) * std::size_t(c.kdaHeadDim);
         LayerState& s = d->layers[L];
         s.S.assign(P * std::size_t(c.kdaHeadDim), 0.0f);
@@ -166,8 +348,17 @@ void mlaToken(float* out, const float* xn, const model::MlaWeights& w, LayerStat
     matvec(out, o.data(), w.o.view());
 }
 
+// Routed experts come from the layer's own binding, the resident per-layer set, or
+// the expert cache (a batch for the top-k, each expert pinned while it computes).
+struct ExpertSourceRef {
+    const std::vector<model::ExpertWeightsStored>* resident = nullptr;
+    ExpertCache* cache = nullptr;
+    const CheckpointExpertStore* store = nullptr;
+    int layer = 0;
+};
+
 int moeToken(float* out, const float* xn, const model::MoeWeightsStored& w, const ModelConfig& c,
-             float eps) {
+             float eps, const ExpertSourceRef& src) {
     LatentMoeWeights lw;
     lw.gate = w.gate.view();
     lw.selectionBias = w.bias.data();
@@ -179,14 +370,33 @@ int moeToken(float* out, const float* xn, const model::MoeWeightsStored& w, cons
         lw.sharedW3 = w.sharedUp.view();
         lw.sharedW2 = w.sharedDown.view();
     }
-    lw.expert = [&w](int e, ExpertWeights& ex) {
-        if (e < 0 || std::size_t(e) >= w.experts.size()) return false;
-        const auto& s = w.experts[std::size_t(e)];
-        ex.w1 = s.w1.view();
-        ex.w3 = s.w3.view();
-        ex.w2 = s.w2.view();
-        return true;
-    };
+    ExpertCache::Handle held;
+    if (src.cache) {
+        const int I = c.moeIntermediateSize, Lat = c.routedExpertHiddenSize;
+        lw.prefetch = [&](const int* ex, int n) { src.cache->prefetch(src.layer, {ex, std::size_t(n)}); };
+        lw.expert = [&src, &held, &c, I, Lat](int e, ExpertWeights& ex) {
+            src.cache->release(held); // the previous expert is done computing
+            if (e < 0 || e >= c.numExperts) return false;
+            held = src.cache->acquire(src.layer, e);
+            if (!held.data) return false; // a failed read: dropped, never silent
+            const ExpertLayout& lay = src.store->layout(src.layer, e);
+            const auto* b = reinterpret_cast<const std::uint8_t*>(held.data);
+            ex.w1 = WeightView::mxfp4(b + lay.w1Packed, b + lay.w1Scales, I, Lat);
+            ex.w3 = WeightView::mxfp4(b + lay.w3Packed, b + lay.w3Scales, I, Lat);
+            ex.w2 = WeightView::mxfp4(b + lay.w2Packed, b + lay.w2Scales, Lat, I);
+            return true;
+        };
+    } else {
+        const auto& experts = src.resident ? *src.resident : w.experts;
+        lw.expert = [&experts](int e, ExpertWeights& ex) {
+            if (e < 0 || std::size_t(e) >= experts.size()) return false;
+            const auto& s = experts[std::size_t(e)];
+            ex.w1 = s.w1.view();
+            ex.w3 = s.w3.view();
+            ex.w2 = s.w2.view();
+            return true;
+        };
+    }
     LatentMoeConfig cfg;
     cfg.topK = c.numExpertsPerToken;
     cfg.renormalise = c.moeRenormalize;
@@ -194,14 +404,29 @@ int moeToken(float* out, const float* xn, const model::MoeWeightsStored& w, cons
     cfg.rmsEps = eps;
     cfg.situBeta = float(c.activationSituBeta);
     cfg.situLinearBeta = float(c.activationSituLinearBeta);
-    return latentMoeForward(out, xn, lw, cfg);
+    int drops = 0;
+    try {
+        drops = latentMoeForward(out, xn, lw, cfg);
+    } catch (...) {
+        if (src.cache) {
+            src.cache->release(held);
+            src.cache->releaseBatch();
+        }
+        throw;
+    }
+    if (src.cache) {
+        src.cache->release(held);
+        src.cache->releaseBatch();
+    }
+    return drops;
 }
 
 } // namespace
 
 TokenStats Model::forward(InferenceState& state, int token, std::span<float> logits) const {
     const ModelConfig& c = impl_->config;
-    const auto& W = impl_->w;
+    Impl& impl = *impl_;
+    const auto& W = impl.w;
     const float eps = impl_->eps;
     const int E = c.hiddenSize;
     if (token < 0 || token >= c.vocabSize)
@@ -234,8 +459,8 @@ TokenStats Model::forward(InferenceState& state, int token, std::span<float> log
         attnRes(out, sources.data(), int(sources.size()), foldW.data(), E, eps);
     };
 
-    for (std::size_t L = 0; L < W.layers.size(); ++L) {
-        const LayerWeights& lw = W.layers[L];
+    for (std::size_t L = 0; L < std::size_t(impl.layerCount); ++L) {
+        const LayerWeights& lw = impl.layer(int(L));
         LayerState& ls = state.d_->layers[L];
         std::vector<float> partial = h;
         bool hasPartial = true;
@@ -258,8 +483,14 @@ TokenStats Model::forward(InferenceState& state, int token, std::span<float> log
         rmsnorm(xn.data(), x.data(), lw.postNorm.data(), E, eps);
         if (lw.spec.mlp == MlpKind::Dense)
             gluMlp(mlp.data(), xn.data(), lw.dense.gate, lw.dense.up, lw.dense.down, c);
-        else
-            stats.droppedExperts += moeToken(mlp.data(), xn.data(), lw.moe, c, eps);
+        else {
+            ExpertSourceRef src;
+            src.layer = int(L);
+            if (!impl.residentExperts.empty()) src.resident = &impl.residentExperts[L];
+            src.cache = impl.cache.get();
+            src.store = impl.store.get();
+            stats.droppedExperts += moeToken(mlp.data(), xn.data(), lw.moe, c, eps, src);
+        }
         for (int i = 0; i < E; ++i) h[std::size_t(i)] = partial[std::size_t(i)] + mlp[std::size_t(i)];
     }
 

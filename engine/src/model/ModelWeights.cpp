@@ -17,11 +17,11 @@ std::string shapeText(const TensorInfo& t) {
 
 class Binder {
 public:
-    Binder(const Checkpoint& c, std::uint64_t& bytes) : ckpt_(c), bytes_(bytes) {}
+    Binder(const TensorSource& c, std::uint64_t& bytes) : ckpt_(c), bytes_(bytes) {}
 
     // rows x cols; rank-3 [rows, 1, cols] (conv weights) is accepted as the same.
     Matrix matrix(const std::string& name, int rows, int cols) {
-        const TensorInfo& t = ckpt_.at(name);
+        const TensorInfo& t = ckpt_.info(name);
         const bool rank2 = t.rank == 2 && t.shape[0] == std::uint64_t(rows) && t.shape[1] == std::uint64_t(cols);
         const bool rank3 = t.rank == 3 && t.shape[0] == std::uint64_t(rows) && t.shape[1] == 1 &&
                            t.shape[2] == std::uint64_t(cols);
@@ -33,9 +33,15 @@ public:
         m.cols = cols;
         if (t.dtype == DType::BF16 || t.dtype == DType::F32) {
             m.dtype = t.dtype;
-            m.raw = ckpt_.readRaw(name);
+            std::vector<std::byte> owned;
+            const auto bytes = ckpt_.raw(name, owned);
+            if (!owned.empty()) m.raw = std::move(owned);
+            else m.lent = bytes.data();
         } else if (t.dtype == DType::F16) {
-            const std::vector<float> wide = ckpt_.readFloats(name);
+            std::vector<std::byte> owned;
+            const auto bytes = ckpt_.raw(name, owned);
+            std::vector<float> wide(std::size_t(t.numel()));
+            widenToFloat(t.dtype, bytes, wide);
             m.dtype = DType::F32;
             m.raw.resize(wide.size() * sizeof(float));
             std::memcpy(m.raw.data(), wide.data(), m.raw.size());
@@ -50,12 +56,15 @@ public:
     // A vector of at least n elements; the first n are kept (A_log ships head_dim
     // values of which only the first num_heads are meaningful).
     std::vector<float> vector(const std::string& name, int n, bool allowLonger = false) {
-        const TensorInfo& t = ckpt_.at(name);
+        const TensorInfo& t = ckpt_.info(name);
         const std::uint64_t numel = t.numel();
         if (numel != std::uint64_t(n) && !(allowLonger && numel > std::uint64_t(n)))
             throw ModelError("tensor " + name + " has shape " + shapeText(t) + ", expected " +
                              std::to_string(n) + " elements from config.json");
-        std::vector<float> v = ckpt_.readFloats(name);
+        std::vector<std::byte> owned;
+        const auto bytes = ckpt_.raw(name, owned);
+        std::vector<float> v(static_cast<std::size_t>(numel));
+        widenToFloat(t.dtype, bytes, v);
         v.resize(std::size_t(n));
         bytes_ += v.size() * sizeof(float);
         return v;
@@ -63,8 +72,8 @@ public:
 
     PackedMatrix packed(const std::string& base, int rows, int cols) {
         const std::string pName = base + ".weight_packed", sName = base + ".weight_scale";
-        const TensorInfo& p = ckpt_.at(pName);
-        const TensorInfo& s = ckpt_.at(sName);
+        const TensorInfo& p = ckpt_.info(pName);
+        const TensorInfo& s = ckpt_.info(sName);
         const auto rowBytes = std::uint64_t(mxfp4RowBytes(cols));
         const auto rowScales = std::uint64_t(mxfp4ScalesPerRow(cols));
         if (p.dtype != DType::U8 || p.rank != 2 || p.shape[0] != std::uint64_t(rows) || p.shape[1] != rowBytes)
@@ -78,8 +87,9 @@ public:
         PackedMatrix m;
         m.rows = rows;
         m.cols = cols;
-        const auto pr = ckpt_.readRaw(pName);
-        const auto sr = ckpt_.readRaw(sName);
+        std::vector<std::byte> pOwned, sOwned;
+        const auto pr = ckpt_.raw(pName, pOwned);
+        const auto sr = ckpt_.raw(sName, sOwned);
         m.packed.assign(reinterpret_cast<const std::uint8_t*>(pr.data()),
                         reinterpret_cast<const std::uint8_t*>(pr.data()) + pr.size());
         m.scales.assign(reinterpret_cast<const std::uint8_t*>(sr.data()),
@@ -89,13 +99,13 @@ public:
     }
 
     int rowsOf(const std::string& name) {
-        const TensorInfo& t = ckpt_.at(name);
+        const TensorInfo& t = ckpt_.info(name);
         if (t.rank != 2) throw ModelError("tensor " + name + " has shape " + shapeText(t) + ", expected 2-D");
         return int(t.shape[0]);
     }
 
 private:
-    const Checkpoint& ckpt_;
+    const TensorSource& ckpt_;
     std::uint64_t& bytes_;
 };
 
@@ -138,7 +148,21 @@ void bindMla(Binder& b, const ModelConfig& c, const std::string& a, MlaWeights& 
     w.o = b.matrix(a + "o_proj.weight", E, H * c.vHeadDim);
 }
 
-void bindMoe(Binder& b, const ModelConfig& c, const std::string& m, MoeWeightsStored& w) {
+std::vector<ExpertWeightsStored> routedExperts(Binder& b, const ModelConfig& c, const std::string& m) {
+    const int L = c.routedExpertHiddenSize, I = c.moeIntermediateSize;
+    std::vector<ExpertWeightsStored> experts(std::size_t(c.numExperts));
+    for (int e = 0; e < c.numExperts; ++e) {
+        const std::string x = m + "experts." + std::to_string(e) + ".";
+        auto& ex = experts[std::size_t(e)];
+        ex.w1 = b.packed(x + "w1", I, L);
+        ex.w3 = b.packed(x + "w3", I, L);
+        ex.w2 = b.packed(x + "w2", L, I);
+    }
+    return experts;
+}
+
+void bindMoe(Binder& b, const ModelConfig& c, const std::string& m, MoeWeightsStored& w,
+             bool withExperts) {
     const int E = c.hiddenSize, L = c.routedExpertHiddenSize, I = c.moeIntermediateSize;
     w.gate = b.matrix(m + "gate.weight", c.numExperts, E);
     w.bias = b.vector(m + "gate.e_score_correction_bias", c.numExperts);
@@ -152,55 +176,74 @@ void bindMoe(Binder& b, const ModelConfig& c, const std::string& m, MoeWeightsSt
         w.sharedUp = b.matrix(m + "shared_experts.up_proj.weight", SI, E);
         w.sharedDown = b.matrix(m + "shared_experts.down_proj.weight", E, SI);
     }
-    w.experts.resize(std::size_t(c.numExperts));
-    for (int e = 0; e < c.numExperts; ++e) {
-        const std::string x = m + "experts." + std::to_string(e) + ".";
-        auto& ex = w.experts[std::size_t(e)];
-        ex.w1 = b.packed(x + "w1", I, L);
-        ex.w3 = b.packed(x + "w3", I, L);
-        ex.w2 = b.packed(x + "w2", L, I);
-    }
+    if (withExperts) w.experts = routedExperts(b, c, m);
 }
 
 } // namespace
 
+const TensorInfo& CheckpointSource::info(const std::string& name) const { return ckpt_.at(name); }
+
+std::span<const std::byte> CheckpointSource::raw(const std::string& name,
+                                                 std::vector<std::byte>& owned) const {
+    owned = ckpt_.readRaw(name);
+    return owned;
+}
+
 WeightView Matrix::view() const {
+    const std::byte* p = data();
     if (dtype == DType::BF16)
-        return WeightView::bf16(reinterpret_cast<const std::uint16_t*>(raw.data()), rows, cols);
-    return WeightView::f32(reinterpret_cast<const float*>(raw.data()), rows, cols);
+        return WeightView::bf16(reinterpret_cast<const std::uint16_t*>(p), rows, cols);
+    return WeightView::f32(reinterpret_cast<const float*>(p), rows, cols);
 }
 
 WeightView PackedMatrix::view() const {
     return WeightView::mxfp4(packed.data(), scales.data(), rows, cols);
 }
 
-ModelWeights bindWeights(const Checkpoint& ckpt, const ModelConfig& c, int layerCount) {
-    ModelWeights w;
-    Binder b(ckpt, w.bytes);
+void bindModelTensors(const TensorSource& source, const ModelConfig& c, ModelWeights& w) {
+    Binder b(source, w.bytes);
     const int E = c.hiddenSize;
     w.embed = b.matrix(kPrefix + "embed_tokens.weight", c.vocabSize, E);
     w.lmHead = b.matrix("language_model.lm_head.weight", c.vocabSize, E);
     w.finalNorm = b.vector(kPrefix + "norm.weight", E);
     w.outputResFold = fold(b, kPrefix + "output_attn_res_norm.weight", kPrefix + "output_attn_res_proj.weight", E);
-    w.layers.resize(std::size_t(layerCount));
-    for (int L = 0; L < layerCount; ++L) {
-        LayerWeights& lw = w.layers[std::size_t(L)];
-        const std::string p = kPrefix + "layers." + std::to_string(L) + ".";
-        lw.spec = c.layers[std::size_t(L)];
-        lw.inputNorm = b.vector(p + "input_layernorm.weight", E);
-        lw.postNorm = b.vector(p + "post_attention_layernorm.weight", E);
-        lw.attnResFold = fold(b, p + "self_attention_res_norm.weight", p + "self_attention_res_proj.weight", E);
-        lw.mlpResFold = fold(b, p + "mlp_res_norm.weight", p + "mlp_res_proj.weight", E);
-        if (lw.spec.attention == AttentionKind::Kda) bindKda(b, c, p + "self_attn.", lw.kda);
-        else bindMla(b, c, p + "self_attn.", lw.mla);
-        if (lw.spec.mlp == MlpKind::Dense) {
-            lw.dense.gate = b.matrix(p + "mlp.gate_proj.weight", c.intermediateSize, E);
-            lw.dense.up = b.matrix(p + "mlp.up_proj.weight", c.intermediateSize, E);
-            lw.dense.down = b.matrix(p + "mlp.down_proj.weight", E, c.intermediateSize);
-        } else {
-            bindMoe(b, c, p + "block_sparse_moe.", lw.moe);
-        }
+}
+
+LayerWeights bindLayer(const TensorSource& source, const ModelConfig& c, int L, bool withExperts,
+                       std::uint64_t& bytes) {
+    Binder b(source, bytes);
+    const int E = c.hiddenSize;
+    LayerWeights lw;
+    const std::string p = kPrefix + "layers." + std::to_string(L) + ".";
+    lw.spec = c.layers[std::size_t(L)];
+    lw.inputNorm = b.vector(p + "input_layernorm.weight", E);
+    lw.postNorm = b.vector(p + "post_attention_layernorm.weight", E);
+    lw.attnResFold = fold(b, p + "self_attention_res_norm.weight", p + "self_attention_res_proj.weight", E);
+    lw.mlpResFold = fold(b, p + "mlp_res_norm.weight", p + "mlp_res_proj.weight", E);
+    if (lw.spec.attention == AttentionKind::Kda) bindKda(b, c, p + "self_attn.", lw.kda);
+    else bindMla(b, c, p + "self_attn.", lw.mla);
+    if (lw.spec.mlp == MlpKind::Dense) {
+        lw.dense.gate = b.matrix(p + "mlp.gate_proj.weight", c.intermediateSize, E);
+        lw.dense.up = b.matrix(p + "mlp.up_proj.weight", c.intermediateSize, E);
+        lw.dense.down = b.matrix(p + "mlp.down_proj.weight", E, c.intermediateSize);
+    } else {
+        bindMoe(b, c, p + "block_sparse_moe.", lw.moe, withExperts);
     }
+    return lw;
+}
+
+std::vector<ExpertWeightsStored> bindRoutedExperts(const TensorSource& source, const ModelConfig& c,
+                                                   int layer, std::uint64_t& bytes) {
+    Binder b(source, bytes);
+    return routedExperts(b, c, kPrefix + "layers." + std::to_string(layer) + ".block_sparse_moe.");
+}
+
+ModelWeights bindWeights(const Checkpoint& ckpt, const ModelConfig& c, int layerCount) {
+    ModelWeights w;
+    const CheckpointSource source(ckpt);
+    bindModelTensors(source, c, w);
+    w.layers.reserve(std::size_t(layerCount));
+    for (int L = 0; L < layerCount; ++L) w.layers.push_back(bindLayer(source, c, L, true, w.bytes));
     return w;
 }
 

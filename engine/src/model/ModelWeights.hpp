@@ -1,26 +1,53 @@
 #pragma once
 // Weights of the model bound by tensor name, each checked against the shape the
-// config implies. Held in memory in their stored format (BF16 / F32 / packed MXFP4);
-// the streaming trunk and expert cache replace this storage, not the forward pass.
+// config implies. Held in their stored format (BF16 / F32 / packed MXFP4), either owned
+// (read from the checkpoint) or lent by a TensorSource (a pinned or streamed trunk
+// record): the streaming trunk and expert cache replace this storage, not the forward.
 
 #include "k3/config.hpp"
 #include "k3/kernels.hpp"
 #include "k3/safetensors.hpp"
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 namespace k3::model {
 
+// Where a layer's tensors come from: the checkpoint (bytes are read and owned) or a
+// trunk record already in memory (bytes are lent, valid while the record is).
+class TensorSource {
+public:
+    virtual ~TensorSource() = default;
+    virtual const TensorInfo& info(const std::string& name) const = 0;
+    // The tensor's raw bytes. A source that cannot lend memory fills `owned` and
+    // returns a span over it.
+    virtual std::span<const std::byte> raw(const std::string& name,
+                                           std::vector<std::byte>& owned) const = 0;
+};
+
+class CheckpointSource : public TensorSource {
+public:
+    explicit CheckpointSource(const Checkpoint& c) : ckpt_(c) {}
+    const TensorInfo& info(const std::string& name) const override;
+    std::span<const std::byte> raw(const std::string& name,
+                                   std::vector<std::byte>& owned) const override;
+
+private:
+    const Checkpoint& ckpt_;
+};
+
 // A 2-D weight in BF16 or F32 (F16 is widened to F32 at load).
 struct Matrix {
     DType dtype = DType::F32;
-    std::vector<std::byte> raw;
+    std::vector<std::byte> raw;        // owned bytes, or empty when lent
+    const std::byte* lent = nullptr;   // lent bytes (a trunk record), when raw is empty
     int rows = 0;
     int cols = 0;
     WeightView view() const;
     std::uint64_t bytes() const { return raw.size(); }
+    const std::byte* data() const { return raw.empty() ? lent : raw.data(); }
 };
 
 struct PackedMatrix { // MXFP4: ceil(cols/2) bytes + ceil(cols/32) scales per row
@@ -82,5 +109,16 @@ struct ModelWeights {
 // Binds the first `layerCount` layers. Throws ModelError naming the tensor and the
 // expected/actual shape.
 ModelWeights bindWeights(const Checkpoint& checkpoint, const ModelConfig& config, int layerCount);
+
+// The pieces, for a trunk: the model-level tensors (embeddings, final norm, output
+// AttnRes, lm_head) and one layer. `withExperts` false leaves moe.experts empty (the
+// expert cache serves them). `bytes` counts owned bytes only.
+void bindModelTensors(const TensorSource& source, const ModelConfig& config, ModelWeights& w);
+LayerWeights bindLayer(const TensorSource& source, const ModelConfig& config, int layer,
+                       bool withExperts, std::uint64_t& bytes);
+// Layer `layer`'s routed experts alone (a streamed trunk with resident experts).
+std::vector<ExpertWeightsStored> bindRoutedExperts(const TensorSource& source,
+                                                   const ModelConfig& config, int layer,
+                                                   std::uint64_t& bytes);
 
 } // namespace k3::model

@@ -1,6 +1,9 @@
 #include "k3/session.hpp"
 
+#include <sys/resource.h>
+
 #include <chrono>
+#include <cstdio>
 #include <optional>
 
 namespace k3 {
@@ -15,6 +18,8 @@ struct Session::Impl {
     std::optional<InferenceState> promptSnapshot;
     std::vector<TokenId> promptSnapshotIds;
     std::vector<float> logits;
+    double wallSeconds = 0; // time spent feeding tokens
+    TokenTiming lastTiming;  // of the last fed token
 
     Impl(Model m) : model(std::move(m)), state(model.newState()) {
         logits.assign(std::size_t(model.config().vocabSize), 0.0f);
@@ -32,6 +37,17 @@ bool isPrefix(const std::vector<TokenId>& prefix, std::span<const TokenId> of) {
     return prefix.size() <= of.size() && std::equal(prefix.begin(), prefix.end(), of.begin());
 }
 
+std::uint64_t peakRss() {
+    struct rusage ru {};
+    if (::getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return std::uint64_t(ru.ru_maxrss) * 1024; // kilobytes on Linux
+}
+
+} // namespace
+
+namespace {
+// One forward, timed: the trunk wait and the expert reads are split out of the total.
+TokenStats feed(Session::Impl& s, TokenId id, SessionObserver* observer);
 } // namespace
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -42,6 +58,14 @@ Session& Session::operator=(Session&&) noexcept = default;
 Session Session::open(const SessionOptions& options) {
     ModelOptions mo;
     mo.layerLimit = options.layerLimit;
+    mo.trunkDir = options.trunkDir;
+    mo.trunkBytes = options.trunkBytes;
+    mo.expertCacheBytes = options.expertCacheBytes;
+    mo.expertCacheSlots = options.expertCacheSlots;
+    mo.contextLength = options.contextLength;
+    mo.enforceMemoryPlan = options.enforceMemoryPlan;
+    mo.recordCacheTrace = options.recordCacheTrace;
+    mo.expertReadFault = options.expertReadFault;
     auto impl = std::make_unique<Impl>(Model::load(options.modelDir, mo));
     if (options.loadTokenizer) {
         impl->tokenizer = Tokenizer::fromDirectory(options.tokenizerDir.empty() ? options.modelDir
@@ -71,6 +95,87 @@ void Session::reset() {
     impl_->promptSnapshotIds.clear();
 }
 
+MemoryReport Session::memoryReport() const {
+    MemoryReport r;
+    const Model& m = impl_->model;
+    r.plan = m.memoryPlan();
+    const MemoryStats st = m.memoryStats();
+    r.trunkStreamed = st.trunkStreamed;
+    r.expertsCached = st.expertsCached;
+    r.trunk = st.trunk;
+    r.cache = st.cache;
+    r.cacheSlots = st.cacheSlots;
+    r.cacheSlotBytes = st.cacheSlotBytes;
+    r.peakRssBytes = peakRss();
+    r.wallSeconds = impl_->wallSeconds;
+    return r;
+}
+
+double MemoryReport::ioShare() const {
+    return wallSeconds > 0 ? (trunk.waitSeconds + cache.readSeconds) / wallSeconds : 0;
+}
+
+std::string MemoryReport::format() const {
+    std::string out;
+    char buf[256];
+    if (expertsCached) {
+        std::snprintf(buf, sizeof buf,
+                      "cache\n  slots        : %d of %s = %s arena\n"
+                      "  requests     : %llu  hits %llu (%.2f%%)  misses %llu  evictions %llu\n"
+                      "                 TRUE resident hit rate %.2f%% (prefetch hits %llu)\n",
+                      cacheSlots, formatBytes(cacheSlotBytes).c_str(),
+                      formatBytes(std::uint64_t(cacheSlots) * cacheSlotBytes).c_str(),
+                      (unsigned long long)cache.requests, (unsigned long long)cache.hits,
+                      100.0 * cache.hitRate(), (unsigned long long)cache.misses,
+                      (unsigned long long)cache.evictions, 100.0 * cache.residentHitRate(),
+                      (unsigned long long)cache.prefetchHits);
+        out += buf;
+        std::snprintf(buf, sizeof buf, "  read from disk: %s in %.2f s (%llu reads, %llu failed)\n",
+                      formatBytes(cache.bytesRead).c_str(), cache.readSeconds,
+                      (unsigned long long)cache.diskReads, (unsigned long long)cache.failedReads);
+        out += buf;
+    } else {
+        out += "cache\n  routed experts resident (no cache)\n";
+    }
+    std::snprintf(buf, sizeof buf, "I/O share of wall clock: %.1f%%  (trunk %.2f s + experts %.2f s of %.2f s)\n",
+                  100.0 * ioShare(), trunk.waitSeconds, cache.readSeconds, wallSeconds);
+    out += buf;
+    if (trunkStreamed) {
+        const double mbps = trunk.ioSeconds > 0 ? double(trunk.bytesRead) / 1e6 / trunk.ioSeconds : 0;
+        std::snprintf(buf, sizeof buf,
+                      "trunk\n  pinned %d/%d layers, ring %d slots of %s\n"
+                      "  binds %llu, pinned hits %llu, reads %llu\n  read %s in %.2f s (%.0f MB/s)\n",
+                      trunk.pinnedLayers, trunk.totalLayers, trunk.ringSlots,
+                      formatBytes(trunk.ringSlotBytes).c_str(), (unsigned long long)trunk.binds,
+                      (unsigned long long)trunk.pinnedHits, (unsigned long long)trunk.reads,
+                      formatBytes(trunk.bytesRead).c_str(), trunk.ioSeconds, mbps);
+        out += buf;
+    } else {
+        out += "trunk\n  resident (no packed trunk)\n";
+    }
+    std::snprintf(buf, sizeof buf, "PEAK RSS for the whole run: %s   <- quote this, not the plan\n",
+                  formatBytes(peakRssBytes).c_str());
+    out += buf;
+    return out;
+}
+
+namespace {
+TokenStats feed(Session::Impl& s, TokenId id, SessionObserver* observer) {
+    const MemoryStats before = s.model.memoryStats();
+    const auto t0 = Clock::now();
+    const TokenStats st = s.model.forward(s.state, id, s.logits);
+    const double total = secondsSince(t0);
+    const MemoryStats after = s.model.memoryStats();
+    s.wallSeconds += total;
+    s.lastTiming.trunkIoSeconds = after.trunk.waitSeconds - before.trunk.waitSeconds;
+    s.lastTiming.expertIoSeconds = after.cache.readSeconds - before.cache.readSeconds;
+    s.lastTiming.computeSeconds =
+        std::max(0.0, total - s.lastTiming.trunkIoSeconds - s.lastTiming.expertIoSeconds);
+    (void)observer;
+    return st;
+}
+} // namespace
+
 // Brings the state to hold exactly `prompt`, reusing what it can. Returns the reused count.
 namespace {
 int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* observer,
@@ -97,7 +202,7 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
             result.cancelled = true;
             break;
         }
-        const TokenStats st = s.model.forward(s.state, prompt[i], s.logits);
+        const TokenStats st = feed(s, prompt[i], observer);
         result.droppedExperts += st.droppedExperts;
         result.nonFinite = result.nonFinite || st.nonFinite;
         s.fed.push_back(prompt[i]);
@@ -128,11 +233,12 @@ GenerateResult Session::generateIds(std::span<const TokenId> prompt, const Gener
             break;
         }
         const auto tt = Clock::now();
+        s.lastTiming = {};
         const TokenId next = sampler.sample(s.logits);
         result.ids.push_back(next);
         // The last token's logits are not needed, so it is not fed.
         if (i + 1 < options.maxTokens) {
-            const TokenStats st = s.model.forward(s.state, next, s.logits);
+            const TokenStats st = feed(s, next, observer);
             result.droppedExperts += st.droppedExperts;
             result.nonFinite = result.nonFinite || st.nonFinite;
             s.fed.push_back(next);
@@ -141,8 +247,11 @@ GenerateResult Session::generateIds(std::span<const TokenId> prompt, const Gener
             TokenEvent ev;
             ev.id = next;
             ev.index = i;
-            ev.timing.computeSeconds = secondsSince(tt);
+            ev.timing = s.lastTiming;
+            ev.timing.computeSeconds = std::max(
+                0.0, secondsSince(tt) - ev.timing.trunkIoSeconds - ev.timing.expertIoSeconds);
             observer->onToken(ev);
+            observer->onMemory(memoryReport());
         }
     }
     result.decodeSeconds = secondsSince(t1);
@@ -170,6 +279,7 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history, const Gene
             break;
         }
         const auto tt = Clock::now();
+        s.lastTiming = {};
         const TokenId next = sampler.sample(s.logits);
         result.ids.push_back(next);
         ChatParseDelta delta;
@@ -184,7 +294,7 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history, const Gene
         }
         const bool done = delta.endOfTurn || parser.finished();
         if (!done) {
-            const TokenStats st = s.model.forward(s.state, next, s.logits);
+            const TokenStats st = feed(s, next, observer);
             result.droppedExperts += st.droppedExperts;
             result.nonFinite = result.nonFinite || st.nonFinite;
             s.fed.push_back(next);
@@ -195,8 +305,11 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history, const Gene
             ev.index = i;
             ev.thinkingDelta = std::move(delta.thinking);
             ev.responseDelta = std::move(delta.response);
-            ev.timing.computeSeconds = secondsSince(tt);
+            ev.timing = s.lastTiming;
+            ev.timing.computeSeconds = std::max(
+                0.0, secondsSince(tt) - ev.timing.trunkIoSeconds - ev.timing.expertIoSeconds);
             observer->onToken(ev);
+            observer->onMemory(memoryReport());
         }
         if (done) {
             result.endOfTurn = true;

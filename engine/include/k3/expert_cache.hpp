@@ -1,0 +1,223 @@
+#pragma once
+// The routed-expert cache: a fixed arena of slots, each sized to one expert (aligned up
+// to 4096, plus room for the read to start on an aligned boundary), filled straight
+// from the checkpoint shards. A slot holds a key, or is EMPTY, or INFLIGHT (being read
+// into right now, never a victim, never handed out). A layer's top-k is fetched as a
+// batch: reservations are made serially (no two experts can take the same slot), the
+// reads run in parallel in disk-offset order, and only what arrived is published, into
+// the slot that was RESERVED for it. Slots in use are pinned.
+//
+// Hit counters separate TRUE resident hits (the expert was in memory before its layer
+// asked) from prefetch hits (the batch pulled it off disk moments earlier): the raw
+// hit rate of a prefetching cache reads near 100% at any size.
+//
+// Not thread-safe: one model thread drives it (the reads inside a batch are parallel).
+
+#include "k3/config.hpp"
+#include "k3/safetensors.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace k3 {
+
+class CacheError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// Where the bytes of routed experts come from.
+class ExpertStore {
+public:
+    virtual ~ExpertStore() = default;
+    // Bytes a slot must have to receive any expert (a multiple of 4096).
+    virtual std::size_t slotBytes() const = 0;
+    // Bytes of one expert's payload (what a read delivers, for the statistics).
+    virtual std::uint64_t expertBytes(int layer, int expert) const = 0;
+    // Sort key: reads of a batch are issued in this order (shard, then file offset).
+    virtual std::uint64_t diskOrder(int layer, int expert) const = 0;
+    // Reads the expert into `slot` (slotBytes(), 4096-aligned) and returns where its
+    // payload starts in the slot. Throws (IoError, CacheError) on a failed or short read.
+    virtual std::size_t read(int layer, int expert, std::byte* slot) const = 0;
+};
+
+// Offsets of an expert's six tensors from the start of its payload (MXFP4).
+struct ExpertLayout {
+    std::size_t w1Packed = 0, w1Scales = 0, w3Packed = 0, w3Scales = 0, w2Packed = 0, w2Scales = 0;
+};
+
+// Routed experts read from the checkpoint shards. An expert whose six tensors form one
+// contiguous run is one aligned O_DIRECT read into the slot (no copy); otherwise each
+// tensor is read separately. Shapes are checked against config.json at construction.
+class CheckpointExpertStore : public ExpertStore {
+public:
+    // checkShapes=false only for fixtures whose experts are bytes, not a model (the
+    // peer's cache fixture).
+    CheckpointExpertStore(const Checkpoint& checkpoint, const ModelConfig& config, int layerCount,
+                          bool checkShapes = true);
+    ~CheckpointExpertStore() override;
+
+    std::size_t slotBytes() const override { return slotBytes_; }
+    std::uint64_t expertBytes(int layer, int expert) const override;
+    std::uint64_t diskOrder(int layer, int expert) const override;
+    std::size_t read(int layer, int expert, std::byte* slot) const override;
+
+    const ExpertLayout& layout(int layer, int expert) const;
+    int experts() const { return numExperts_; }
+    bool hasLayer(int layer) const;
+    std::uint64_t totalExperts() const;
+
+    // Test hook: when set and returning true, the read of (layer, expert) fails as a
+    // short read would (fault injection; never set in production).
+    std::function<bool(int layer, int expert)> failRead;
+
+private:
+    struct Piece {
+        std::uint64_t fileOffset = 0;
+        std::uint64_t nbytes = 0;
+        std::size_t slotOffset = 0;
+        std::uint32_t shard = 0;
+    };
+    struct Entry {
+        std::uint32_t shard = 0;
+        bool contiguous = true;
+        std::uint64_t lo = 0, hi = 0; // contiguous: the run in the shard
+        std::vector<Piece> pieces;    // non-contiguous: one per tensor
+        ExpertLayout layout;
+        std::uint64_t bytes = 0;
+    };
+    const Entry& entry(int layer, int expert) const;
+
+    std::vector<std::filesystem::path> shardPaths_;
+    std::vector<std::vector<Entry>> entries_; // [layer][expert]; empty for dense layers
+    int numExperts_ = 0;
+    std::size_t slotBytes_ = 0;
+    struct Files;
+    std::unique_ptr<Files> files_;
+};
+
+// Eviction policy: which keyed, unpinned slot gives way. Pluggable; LRU first.
+class EvictionPolicy {
+public:
+    virtual ~EvictionPolicy() = default;
+    virtual void inserted(int slot) = 0; // a key was published into slot
+    virtual void used(int slot) = 0;     // a request hit it
+    virtual void removed(int slot) = 0;  // evicted or emptied
+    // A slot to evict among those `evictable` accepts (keyed and unpinned); -1 when none.
+    virtual int victim(const std::function<bool(int)>& evictable) = 0;
+};
+
+enum class CachePolicy { Lru };
+std::unique_ptr<EvictionPolicy> makeEvictionPolicy(CachePolicy policy, int slotCount);
+
+struct CacheStats {
+    std::uint64_t requests = 0;     // experts asked for by the forward
+    std::uint64_t hits = 0;         // served without a read on the request path
+    std::uint64_t residentHits = 0; // TRUE resident: in memory before the layer asked
+    std::uint64_t prefetchHits = 0; // read by the layer's batch just before use
+    std::uint64_t misses = 0;       // read synchronously on request (batch had no slot)
+    std::uint64_t evictions = 0;
+    std::uint64_t failedReads = 0;
+    std::uint64_t diskReads = 0;
+    std::uint64_t bytesRead = 0;
+    double readSeconds = 0; // wall time spent waiting for expert reads
+    double hitRate() const { return requests ? double(hits) / double(requests) : 0; }
+    double residentHitRate() const {
+        return requests ? double(residentHits) / double(requests) : 0;
+    }
+};
+
+struct CacheOptions {
+    int slotCount = 1;
+    CachePolicy policy = CachePolicy::Lru;
+    bool recordTrace = false; // keep every request for --dump-cache-trace
+    int readThreads = 0;      // parallel reads in a batch (0: up to 16, the doctor's QD16)
+};
+
+class ExpertCache {
+public:
+    static constexpr std::int64_t kEmpty = -1;
+    static constexpr std::int64_t kInflight = -2;
+
+    ExpertCache(std::shared_ptr<const ExpertStore> store, const CacheOptions& options);
+    ~ExpertCache();
+    ExpertCache(const ExpertCache&) = delete;
+    ExpertCache& operator=(const ExpertCache&) = delete;
+
+    // The batch: reserve slots for the missing experts serially, read them in parallel
+    // in disk-offset order, publish what arrived. Every expert of the batch that is
+    // resident afterwards stays pinned until acquired and released, or releaseBatch().
+    void prefetch(int layer, std::span<const int> experts);
+
+    struct Handle {
+        int slot = -1;
+        const std::byte* data = nullptr; // null: the read failed (a dropped expert)
+    };
+    // Pins and returns the expert (reading it now when the batch had no room for it).
+    Handle acquire(int layer, int expert);
+    void release(Handle& handle);
+    void releaseBatch(); // drops the pins prefetch() left on experts never acquired
+
+    CacheStats stats() const { return stats_; }
+    void resetStats() { stats_ = {}; }
+    int slotCount() const { return int(keys_.size()); }
+    std::size_t slotBytes() const { return slotBytes_; }
+    std::uint64_t arenaBytes() const;
+    std::int64_t slotKey(int slot) const { return keys_.at(std::size_t(slot)); }
+    int pins(int slot) const { return pins_.at(std::size_t(slot)); }
+    static std::int64_t key(int layer, int expert) {
+        return (std::int64_t(layer) << 32) | std::uint32_t(expert);
+    }
+
+    // Requests in order, as (layer, expert), when recordTrace was set.
+    const std::vector<std::pair<std::int32_t, std::int32_t>>& trace() const { return trace_; }
+    // DIR/expert_trace.bin (little-endian int32 pairs: layer, expert; the peer's format)
+    // and DIR/expert_hist.json (requests per layer and expert).
+    void writeTrace(const std::filesystem::path& dir) const;
+
+private:
+    int pickVictim();
+    std::byte* slotData(int slot) const;
+    void evict(int slot);
+    void publish(int slot, std::int64_t k, std::size_t dataOffset, bool byPrefetch);
+
+    std::shared_ptr<const ExpertStore> store_;
+    std::unique_ptr<EvictionPolicy> policy_;
+    std::size_t slotBytes_ = 0;
+    struct Arena;
+    std::unique_ptr<Arena> arena_;
+    std::vector<std::int64_t> keys_;
+    std::vector<int> pins_;
+    std::vector<std::size_t> dataOffset_;
+    std::vector<char> prefetched_; // published by a batch, not yet requested
+    std::vector<char> batchPinned_;
+    std::unordered_map<std::int64_t, int> where_;
+    CacheStats stats_;
+    bool recordTrace_ = false;
+    int readThreads_ = 16;
+    std::vector<std::pair<std::int32_t, std::int32_t>> trace_;
+};
+
+// Reads a trace in the peer's expert_trace.bin format. Throws CacheError.
+std::vector<std::pair<std::int32_t, std::int32_t>>
+readExpertTrace(const std::filesystem::path& file);
+
+struct TraceReplay {
+    int capacity = 0;
+    CacheStats stats;
+};
+// Replays a trace through the real cache logic (no bytes moved): consecutive requests
+// for one layer form a batch, as the forward issues them.
+TraceReplay replayExpertTrace(std::span<const std::pair<std::int32_t, std::int32_t>> trace,
+                              int capacity, CachePolicy policy = CachePolicy::Lru);
+
+} // namespace k3

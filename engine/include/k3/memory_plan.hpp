@@ -1,0 +1,110 @@
+#pragma once
+// The memory plan: every byte the run will hold, added up BEFORE anything is allocated
+// and compared with MemAvailable (not MemFree). A plan above 95% of what is available
+// is refused with the numbers and the options. The plan is a forecast; the run report's
+// peak RSS (getrusage) is the measured figure.
+//
+// The trunk budget buys a pinned PREFIX of layers plus a ring of streamed slots; the
+// pinned count and the slot size depend on each other (the slot must hold the largest
+// layer NOT pinned), so they are computed as a fixed point.
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace k3 {
+
+class MemoryRefusal : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// The budget the user asked for, in bytes. `automatic`: fill from MemAvailable, trunk first.
+struct MemoryBudget {
+    std::uint64_t trunkBytes = 0;
+    std::uint64_t cacheBytes = 0;
+    bool automatic = false;
+    std::string source; // "preset laptop, then --cache-gb 2" (for the report)
+};
+
+// One memory flag as given on the command line; later flags override earlier ones
+// (--preset server --cache-gb 40: the server trunk with a 40 GB cache).
+struct MemoryFlag {
+    enum class Kind { Preset, TrunkGB, CacheGB };
+    Kind kind = Kind::Preset;
+    std::string preset; // Kind::Preset: a preset name or "auto"
+    double gb = 0;      // Kind::TrunkGB / CacheGB (1 GB = 1e9 bytes, as the presets)
+};
+
+// Applies the flags in order. Throws MemoryRefusal for an unknown preset name (listing
+// the valid ones) or a negative / non-finite size. No flags: "auto".
+MemoryBudget resolveMemoryFlags(std::span<const MemoryFlag> flags);
+
+// What the plan needs to know about the model, from config.json and the packed trunk.
+struct PlanInputs {
+    std::vector<std::uint64_t> layerBytes; // each trunk layer record (payload bytes)
+    std::uint64_t modelBytes = 0;          // embeddings, final norm, output AttnRes, lm_head
+    std::uint64_t residentExpertBytes = 0; // routed experts held in memory (no cache)
+    std::uint64_t expertSlotBytes = 0;     // one routed expert, aligned up to 4096
+    std::uint64_t expertCount = 0;         // routed experts in the whole model
+    int topK = 0;
+    std::uint64_t stateBytes = 0;         // KDA recurrent + ShortConv state, all layers
+    std::uint64_t kvBytesPerPosition = 0; // MLA latent + rope, all MLA layers
+    int contextLength = 0;                // positions the KV cache must hold
+    std::uint64_t bufferBytes = 0;        // activations, logits, scratch
+    bool streamed = true;                 // false: everything resident (no --trunk)
+};
+
+struct MemoryPlan {
+    // trunk
+    int totalLayers = 0;
+    int pinnedLayers = 0;
+    std::uint64_t pinnedBytes = 0;
+    int ringSlots = 0;               // 2: one computing, the next in flight; 1: no overlap
+    std::uint64_t ringSlotBytes = 0; // aligned; holds the largest layer not pinned
+    std::uint64_t trunkBytes() const {
+        return pinnedBytes + std::uint64_t(ringSlots) * ringSlotBytes;
+    }
+    // the rest
+    std::uint64_t modelBytes = 0;
+    std::uint64_t residentExpertBytes = 0;
+    int cacheSlots = 0;
+    std::uint64_t expertSlotBytes = 0;
+    std::uint64_t cacheBytes() const { return std::uint64_t(cacheSlots) * expertSlotBytes; }
+    std::uint64_t stateBytes = 0;
+    std::uint64_t bufferBytes = 0;
+    std::uint64_t kvBytes = 0;
+    int contextLength = 0;
+    std::uint64_t total() const;
+    std::uint64_t available = 0;
+    MemoryBudget budget;
+
+    // "memory plan\n  trunk (STREAMED) ..." as the run report prints it.
+    std::string format() const;
+};
+
+inline constexpr double kPlanMaxShareOfAvailable = 0.95;
+
+// The pinned prefix for `budgetBytes`, as the fixed point with the ring slot size.
+// Fills totalLayers, pinnedLayers, pinnedBytes, ringSlots, ringSlotBytes. Throws
+// MemoryRefusal when the budget cannot hold even one slot for the largest unpinned
+// layer (the message gives both numbers).
+void planTrunk(MemoryPlan& plan, std::span<const std::uint64_t> layerBytes,
+               std::uint64_t budgetBytes);
+
+// Adds everything up. An automatic budget is filled from `availableBytes`: the trunk
+// first (pinning is worth more than cache), the rest to the cache. Does not refuse.
+MemoryPlan planMemory(const PlanInputs& inputs, const MemoryBudget& budget,
+                      std::uint64_t availableBytes);
+
+// Throws MemoryRefusal when the plan exceeds 95% of available memory: the message has
+// every component, the shortfall and the options. When the KV cache is what breaks the
+// plan, it says that this is a memory limit of this machine, not an engine ceiling.
+void enforceMemoryPlan(const MemoryPlan& plan);
+
+// "1.23 GB" / "456.00 MB" / "789 B".
+std::string formatBytes(std::uint64_t bytes);
+
+} // namespace k3

@@ -1,0 +1,41 @@
+#include "memory/AlignedBuffer.hpp"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <new>
+#include <string>
+
+namespace k3::memory {
+
+namespace {
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+}
+
+AlignedBuffer::AlignedBuffer(std::size_t bytes) {
+    if (bytes == 0) return;
+    const std::size_t align = bytes >= kHugePage ? kHugePage : 4096;
+    const std::size_t rounded = (bytes + align - 1) / align * align;
+    void* p = std::aligned_alloc(align, rounded);
+    if (!p) throw std::bad_alloc();
+    if (align == kHugePage) ::madvise(p, rounded, MADV_HUGEPAGE); // a hint; failure is harmless
+    data_ = static_cast<std::byte*>(p);
+    size_ = bytes;
+}
+
+AlignedBuffer::~AlignedBuffer() {
+    std::free(data_);
+}
+
+AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
+    if (this != &o) {
+        std::free(data_);
+        data_ = o.data_;
+        size_ = o.size_;
+        o.data_ = nullptr;
+        o.size_ = 0;
+    }
+    return *this;
+}
+
+} // namespace k3::memory

@@ -1,0 +1,154 @@
+#include "k3/aligned_io.hpp"
+#include "k3/expert_cache.hpp"
+#include "k3/kernels.hpp"
+#include "k3/pack.hpp"
+
+#include <algorithm>
+#include <array>
+#include <mutex>
+
+namespace k3 {
+namespace {
+
+constexpr std::uint64_t kMask = kDirectIoAlignment - 1;
+
+std::string shapeText(const TensorInfo& t) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < t.rank; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+    return s + "]";
+}
+
+const TensorInfo& expectU8(const Checkpoint& c, const std::string& name, std::uint64_t rows,
+                           std::uint64_t cols, bool check) {
+    const TensorInfo& t = c.at(name);
+    if (!check) return t;
+    if (t.dtype != DType::U8 || t.rank != 2 || t.shape[0] != rows || t.shape[1] != cols)
+        throw CacheError("tensor " + name + " is " + std::string(dtypeName(t.dtype)) + " " +
+                         shapeText(t) + ", expected U8 [" + std::to_string(rows) + ", " +
+                         std::to_string(cols) + "] from config.json");
+    return t;
+}
+
+} // namespace
+
+struct CheckpointExpertStore::Files {
+    std::vector<std::unique_ptr<AlignedFile>> files;
+};
+
+CheckpointExpertStore::CheckpointExpertStore(const Checkpoint& ckpt, const ModelConfig& c,
+                                             int layerCount, bool checkShapes)
+    : shardPaths_(ckpt.shardPaths()), numExperts_(c.numExperts), files_(std::make_unique<Files>()) {
+    const int I = c.moeIntermediateSize, Lat = c.routedExpertHiddenSize;
+    entries_.resize(std::size_t(layerCount));
+    std::vector<char> used(shardPaths_.size(), 0);
+    for (int L = 0; L < layerCount && L < int(c.layers.size()); ++L) {
+        if (c.layers[std::size_t(L)].mlp != MlpKind::Moe) continue;
+        auto& row = entries_[std::size_t(L)];
+        row.resize(std::size_t(numExperts_));
+        for (int e = 0; e < numExperts_; ++e) {
+            const std::string x = "language_model.model.layers." + std::to_string(L) +
+                                  ".block_sparse_moe.experts." + std::to_string(e) + ".";
+            // Slot layout order: w1 packed/scales, w3 packed/scales, w2 packed/scales.
+            const std::array<const TensorInfo*, 6> ts{
+                &expectU8(ckpt, x + "w1.weight_packed", I, mxfp4RowBytes(Lat), checkShapes),
+                &expectU8(ckpt, x + "w1.weight_scale", I, mxfp4ScalesPerRow(Lat), checkShapes),
+                &expectU8(ckpt, x + "w3.weight_packed", I, mxfp4RowBytes(Lat), checkShapes),
+                &expectU8(ckpt, x + "w3.weight_scale", I, mxfp4ScalesPerRow(Lat), checkShapes),
+                &expectU8(ckpt, x + "w2.weight_packed", Lat, mxfp4RowBytes(I), checkShapes),
+                &expectU8(ckpt, x + "w2.weight_scale", Lat, mxfp4ScalesPerRow(I), checkShapes)};
+            Entry& en = row[std::size_t(e)];
+            en.shard = ts[0]->shard;
+            std::uint64_t lo = ts[0]->offset, hi = 0, sum = 0;
+            bool oneShard = true;
+            for (const TensorInfo* t : ts) {
+                lo = std::min(lo, t->offset);
+                hi = std::max(hi, t->offset + t->nbytes);
+                sum += t->nbytes;
+                oneShard = oneShard && t->shard == en.shard;
+                used[t->shard] = 1;
+            }
+            en.contiguous = oneShard && hi - lo == sum; // headers never overlap, so no gap
+            std::array<std::size_t, 6> off{};
+            std::size_t window = 0;
+            if (en.contiguous) {
+                en.lo = lo;
+                en.hi = hi;
+                for (std::size_t i = 0; i < 6; ++i) off[i] = std::size_t(ts[i]->offset - lo);
+                window = std::size_t(alignUp(hi) - (lo & ~kMask));
+            } else {
+                std::size_t at = 0;
+                for (std::size_t i = 0; i < 6; ++i) {
+                    en.pieces.push_back({ts[i]->offset, ts[i]->nbytes, at, ts[i]->shard});
+                    off[i] = at;
+                    at += std::size_t(ts[i]->nbytes);
+                }
+                en.lo = ts[0]->offset;
+                window = std::size_t(alignUp(at));
+            }
+            en.layout = {off[0], off[1], off[2], off[3], off[4], off[5]};
+            en.bytes = sum;
+            slotBytes_ = std::max(slotBytes_, window);
+        }
+    }
+    slotBytes_ = std::size_t(alignUp(std::max<std::size_t>(slotBytes_, 1)));
+    files_->files.resize(shardPaths_.size());
+    for (std::size_t s = 0; s < shardPaths_.size(); ++s)
+        if (used[s]) files_->files[s] = std::make_unique<AlignedFile>(shardPaths_[s]);
+}
+
+CheckpointExpertStore::~CheckpointExpertStore() = default;
+
+bool CheckpointExpertStore::hasLayer(int layer) const {
+    return layer >= 0 && std::size_t(layer) < entries_.size() &&
+           !entries_[std::size_t(layer)].empty();
+}
+
+std::uint64_t CheckpointExpertStore::totalExperts() const {
+    std::uint64_t n = 0;
+    for (const auto& r : entries_) n += r.size();
+    return n;
+}
+
+const CheckpointExpertStore::Entry& CheckpointExpertStore::entry(int layer, int expert) const {
+    if (!hasLayer(layer) || expert < 0 || expert >= numExperts_)
+        throw CacheError("no routed expert " + std::to_string(expert) + " in layer " +
+                         std::to_string(layer));
+    return entries_[std::size_t(layer)][std::size_t(expert)];
+}
+
+const ExpertLayout& CheckpointExpertStore::layout(int layer, int expert) const {
+    return entry(layer, expert).layout;
+}
+
+std::uint64_t CheckpointExpertStore::expertBytes(int layer, int expert) const {
+    return entry(layer, expert).bytes;
+}
+
+std::uint64_t CheckpointExpertStore::diskOrder(int layer, int expert) const {
+    const Entry& en = entry(layer, expert);
+    return (std::uint64_t(en.shard) << 44) | en.lo;
+}
+
+std::size_t CheckpointExpertStore::read(int layer, int expert, std::byte* slot) const {
+    const Entry& en = entry(layer, expert);
+    if (failRead && failRead(layer, expert))
+        throw IoError("injected fault: short read of layer " + std::to_string(layer) + " expert " +
+                      std::to_string(expert));
+    if (en.contiguous) {
+        // The aligned window around the run goes straight into the slot: no bounce copy.
+        const AlignedFile& f = *files_->files[en.shard];
+        const std::uint64_t start = en.lo & ~kMask;
+        const std::size_t len = std::size_t(alignUp(en.hi) - start);
+        const std::size_t got = f.readWindow(start, slot, len);
+        if (got < en.hi - start)
+            throw IoError(f.path() + ": short read of layer " + std::to_string(layer) + " expert " +
+                          std::to_string(expert) + ": got " + std::to_string(got) + " of " +
+                          std::to_string(en.hi - start) + " bytes");
+        return std::size_t(en.lo - start);
+    }
+    for (const Piece& p : en.pieces)
+        files_->files[p.shard]->read(p.fileOffset, slot + p.slotOffset, std::size_t(p.nbytes));
+    return 0;
+}
+
+} // namespace k3

@@ -1,0 +1,260 @@
+#include "k3/memory_plan.hpp"
+
+#include "k3/pack.hpp"
+#include "k3/presets.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace k3 {
+namespace {
+
+constexpr double kGB = 1e9;
+
+std::uint64_t gbToBytes(double gb) {
+    return std::uint64_t(std::llround(gb * kGB));
+}
+
+std::string presetNames() {
+    std::string s;
+    for (const Preset& p : presets()) s += std::string(p.name) + ", ";
+    return s + "auto";
+}
+
+struct FixedPoint {
+    int pinned = 0;
+    std::uint64_t pinnedBytes = 0;
+    std::uint64_t slot = 0;
+    bool ok = false;
+};
+
+// Pinned count and slot size depend on each other: the ring slot must hold the largest
+// layer NOT pinned, and the ring's size decides how many layers can be pinned. Rather
+// than iterate from "nothing pinned" (which never discovers that pinning one big layer
+// shrinks the slot enough to pin more), every prefix length is checked with a suffix
+// maximum and the longest self-consistent one wins: that is the fixed point.
+FixedPoint fixedPoint(std::span<const std::uint64_t> layers, std::uint64_t budget, int ring) {
+    const std::size_t n = layers.size();
+    std::vector<std::uint64_t> suffixMax(n + 1, 0), prefix(n + 1, 0);
+    for (std::size_t i = n; i-- > 0;) suffixMax[i] = std::max(suffixMax[i + 1], layers[i]);
+    for (std::size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + alignUp(layers[i]);
+    FixedPoint fp;
+    for (std::size_t k = n; k-- > 0;) { // k pinned, layers k..n-1 streamed
+        const std::uint64_t slot = alignUp(std::max<std::uint64_t>(suffixMax[k], 1));
+        if (prefix[k] + slot * std::uint64_t(ring) <= budget) {
+            fp.pinned = int(k);
+            fp.pinnedBytes = prefix[k];
+            fp.slot = slot;
+            fp.ok = true;
+            return fp;
+        }
+    }
+    return fp;
+}
+
+void line(std::string& out, const char* label, std::uint64_t bytes, const std::string& note = {}) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "  %-18s %12s%s%s\n", label, formatBytes(bytes).c_str(),
+                  note.empty() ? "" : "  ", note.c_str());
+    out += buf;
+}
+
+} // namespace
+
+std::string formatBytes(std::uint64_t bytes) {
+    char buf[64];
+    if (bytes >= 1'000'000'000ull)
+        std::snprintf(buf, sizeof buf, "%.2f GB", double(bytes) / 1e9);
+    else if (bytes >= 1'000'000ull)
+        std::snprintf(buf, sizeof buf, "%.2f MB", double(bytes) / 1e6);
+    else if (bytes >= 1'000ull)
+        std::snprintf(buf, sizeof buf, "%.2f KB", double(bytes) / 1e3);
+    else
+        std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+    return buf;
+}
+
+MemoryBudget resolveMemoryFlags(std::span<const MemoryFlag> flags) {
+    MemoryBudget b;
+    b.automatic = true;
+    b.source = "auto";
+    bool first = true;
+    auto note = [&](const std::string& s) {
+        b.source = first ? s : b.source + ", then " + s;
+        first = false;
+    };
+    for (const MemoryFlag& f : flags) {
+        switch (f.kind) {
+        case MemoryFlag::Kind::Preset: {
+            if (f.preset == "auto") {
+                b.automatic = true;
+                note("preset auto");
+                break;
+            }
+            const auto p = findPreset(f.preset);
+            if (!p)
+                throw MemoryRefusal("unknown preset \"" + f.preset + "\"; the presets are " +
+                                    presetNames());
+            b.automatic = false;
+            b.trunkBytes = gbToBytes(p->trunkGB);
+            b.cacheBytes = gbToBytes(p->cacheGB);
+            note("preset " + f.preset);
+            break;
+        }
+        case MemoryFlag::Kind::TrunkGB:
+        case MemoryFlag::Kind::CacheGB: {
+            const bool trunk = f.kind == MemoryFlag::Kind::TrunkGB;
+            const char* flag = trunk ? "--trunk-gb" : "--cache-gb";
+            if (!std::isfinite(f.gb) || f.gb < 0 || f.gb > 1e6)
+                throw MemoryRefusal(std::string(flag) + " " + std::to_string(f.gb) +
+                                    " is not a size in GB between 0 and 1e6");
+            if (b.automatic) {
+                // A lone size flag on top of "auto" keeps the other number from the
+                // smallest ordinary preset rather than leaving it at zero.
+                const auto laptop = findPreset("laptop");
+                b.trunkBytes = gbToBytes(laptop->trunkGB);
+                b.cacheBytes = gbToBytes(laptop->cacheGB);
+                b.automatic = false;
+            }
+            (trunk ? b.trunkBytes : b.cacheBytes) = gbToBytes(f.gb);
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "%s %.2f", flag, f.gb);
+            note(buf);
+            break;
+        }
+        }
+    }
+    return b;
+}
+
+std::uint64_t MemoryPlan::total() const {
+    return trunkBytes() + modelBytes + residentExpertBytes + cacheBytes() + stateBytes +
+           bufferBytes + kvBytes;
+}
+
+void planTrunk(MemoryPlan& plan, std::span<const std::uint64_t> layers, std::uint64_t budget) {
+    plan.totalLayers = int(layers.size());
+    std::uint64_t all = 0, largest = 0;
+    for (auto b : layers) {
+        all += alignUp(b);
+        largest = std::max(largest, b);
+    }
+    if (budget >= all) { // everything pinned: no ring at all
+        plan.pinnedLayers = int(layers.size());
+        plan.pinnedBytes = all;
+        plan.ringSlots = 0;
+        plan.ringSlotBytes = 0;
+        return;
+    }
+    for (int ring : {2, 1}) {
+        const FixedPoint fp = fixedPoint(layers, budget, ring);
+        if (!fp.ok) continue;
+        plan.pinnedLayers = fp.pinned;
+        plan.pinnedBytes = fp.pinnedBytes;
+        plan.ringSlots = ring;
+        plan.ringSlotBytes = fp.slot;
+        return;
+    }
+    throw MemoryRefusal(
+        "the trunk budget of " + formatBytes(budget) +
+        " cannot hold one ring slot for the largest layer (" + formatBytes(alignUp(largest)) +
+        "); streaming a layer in pieces is not supported, so raise --trunk-gb "
+        "to at least " +
+        formatBytes(alignUp(largest)) + " (two slots, " + formatBytes(2 * alignUp(largest)) +
+        ", also overlap the next read with compute)");
+}
+
+MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uint64_t available) {
+    MemoryPlan plan;
+    plan.budget = budget;
+    plan.available = available;
+    plan.modelBytes = in.modelBytes;
+    plan.residentExpertBytes = in.residentExpertBytes;
+    plan.stateBytes = in.stateBytes;
+    plan.bufferBytes = in.bufferBytes;
+    plan.contextLength = in.contextLength;
+    plan.kvBytes = in.kvBytesPerPosition * std::uint64_t(std::max(0, in.contextLength));
+    plan.expertSlotBytes = in.expertSlotBytes;
+
+    std::uint64_t trunkBudget = budget.trunkBytes, cacheBudget = budget.cacheBytes;
+    if (budget.automatic) {
+        const std::uint64_t fixed = plan.modelBytes + plan.residentExpertBytes + plan.stateBytes +
+                                    plan.bufferBytes + plan.kvBytes;
+        const auto spendable = std::uint64_t(double(available) * 0.9);
+        const std::uint64_t rest = spendable > fixed ? spendable - fixed : 0;
+        std::uint64_t allLayers = 0;
+        for (auto b : in.layerBytes) allLayers += alignUp(b);
+        // Trunk first: a pinned layer saves a read on every token, an expert slot only
+        // on a repeat.
+        const std::uint64_t minCache = in.expertSlotBytes * std::uint64_t(std::max(1, in.topK));
+        trunkBudget = std::min(allLayers, rest > minCache ? rest - minCache : 0);
+        MemoryPlan probe;
+        try {
+            planTrunk(probe, in.layerBytes, trunkBudget);
+        } catch (const MemoryRefusal&) {
+            probe.ringSlotBytes = 0;
+        }
+        cacheBudget = rest > probe.trunkBytes() ? rest - probe.trunkBytes() : 0;
+    }
+    if (!in.streamed) trunkBudget = ~std::uint64_t{0};
+    planTrunk(plan, in.layerBytes, trunkBudget);
+
+    if (in.expertSlotBytes > 0 && in.expertCount > 0) {
+        std::uint64_t slots = cacheBudget / in.expertSlotBytes;
+        slots = std::clamp<std::uint64_t>(slots, 1, in.expertCount);
+        plan.cacheSlots = int(std::min<std::uint64_t>(slots, 1u << 30));
+    }
+    return plan;
+}
+
+std::string MemoryPlan::format() const {
+    std::string out = "memory plan (" + budget.source + ")\n";
+    char note[160];
+    std::snprintf(note, sizeof note, "%d/%d layers pinned (%s), ring %d x %s", pinnedLayers,
+                  totalLayers, formatBytes(pinnedBytes).c_str(), ringSlots,
+                  formatBytes(ringSlotBytes).c_str());
+    line(out, ringSlots ? "trunk (STREAMED)" : "trunk (PINNED)", trunkBytes(), note);
+    line(out, "embed + lm_head", modelBytes);
+    if (residentExpertBytes) line(out, "experts (RESIDENT)", residentExpertBytes);
+    std::snprintf(note, sizeof note, "%d slots x %s", cacheSlots,
+                  formatBytes(expertSlotBytes).c_str());
+    line(out, "expert cache", cacheBytes(), note);
+    line(out, "recurrent state", stateBytes);
+    line(out, "buffers", bufferBytes);
+    std::snprintf(note, sizeof note, "%d positions", contextLength);
+    line(out, "KV cache", kvBytes, note);
+    line(out, "TOTAL", total());
+    line(out, "available", available, "MemAvailable");
+    return out;
+}
+
+void enforceMemoryPlan(const MemoryPlan& plan) {
+    const double limit = double(plan.available) * kPlanMaxShareOfAvailable;
+    if (double(plan.total()) <= limit) return;
+    const auto limitBytes = std::uint64_t(limit);
+    std::string msg = "REFUSING TO START: this plan needs " + formatBytes(plan.total()) +
+                      " and 95% of the " + formatBytes(plan.available) + " available is " +
+                      formatBytes(limitBytes) + ", a shortfall of " +
+                      formatBytes(plan.total() - limitBytes) + ".\n" + plan.format();
+    const std::uint64_t withoutKv = plan.total() - plan.kvBytes;
+    if (plan.kvBytes > 0 && double(withoutKv) <= limit) {
+        const std::uint64_t perPos =
+            plan.contextLength > 0 ? plan.kvBytes / std::uint64_t(plan.contextLength) : 0;
+        const std::uint64_t fitPositions = perPos ? (limitBytes - withoutKv) / perPos : 0;
+        msg += "The KV cache for " + std::to_string(plan.contextLength) + " positions (" +
+               formatBytes(perPos) +
+               " each) is what does not fit. This is a memory limit of this "
+               "machine, not an engine ceiling: about " +
+               std::to_string(fitPositions) +
+               " positions fit here. Options: a shorter context, a smaller --cache-gb or "
+               "--trunk-gb, or a machine with more memory.";
+    } else {
+        msg += "Options: a smaller preset or --trunk-gb/--cache-gb (the output is the same at "
+               "every budget, only slower), close other programs, or a machine with more "
+               "memory.";
+    }
+    throw MemoryRefusal(msg);
+}
+
+} // namespace k3

@@ -1,0 +1,291 @@
+// The routed-expert cache against the peer's cache fixture (expert size 1632 bytes, not a
+// multiple of 4096; content derived from the expert index, so returning expert a's
+// bytes for expert b shows at once), and a replay of the peer's recorded expert trace.
+#include <QDir>
+#include <QTest>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include <k3/expert_cache.hpp>
+
+namespace {
+
+const std::string kFixture = K3_SHARED_DIR "/peer-fixtures/cache/model-00001-of-00001.safetensors";
+constexpr int kExperts = 24;
+constexpr std::size_t kExpertBytes = 1632;
+
+k3::ModelConfig fixtureConfig() {
+    k3::ModelConfig c;
+    c.numExperts = kExperts;
+    c.moeIntermediateSize = 8;
+    c.routedExpertHiddenSize = 128;
+    c.layers.resize(1);
+    c.layers[0].mlp = k3::MlpKind::Moe;
+    return c;
+}
+
+// Expert e's bytes straight from the file, through a plain stream (an independent path).
+std::vector<std::byte> expected(const k3::Checkpoint& ckpt, int e) {
+    const auto& t = ckpt.at("language_model.model.layers.0.block_sparse_moe.experts." +
+                            std::to_string(e) + ".w1.weight_packed");
+    std::ifstream in(kFixture, std::ios::binary);
+    in.seekg(std::streamoff(t.offset));
+    std::vector<std::byte> b(kExpertBytes);
+    in.read(reinterpret_cast<char*>(b.data()), std::streamsize(b.size()));
+    return b;
+}
+
+// Wraps the real store and checks, at every read, that the slot being read into is
+// INFLIGHT (reserved) and that no other slot holds the same key.
+class WatchingStore : public k3::ExpertStore {
+public:
+    WatchingStore(std::shared_ptr<k3::CheckpointExpertStore> s) : inner(std::move(s)) {}
+    std::size_t slotBytes() const override { return inner->slotBytes(); }
+    std::uint64_t expertBytes(int l, int e) const override { return inner->expertBytes(l, e); }
+    std::uint64_t diskOrder(int l, int e) const override { return inner->diskOrder(l, e); }
+    std::size_t read(int l, int e, std::byte* slot) const override {
+        readOrder.push_back(e);
+        if (cache) {
+            const auto base = reinterpret_cast<std::uintptr_t>(slot);
+            bool inflight = false;
+            for (int s = 0; s < cache->slotCount(); ++s) {
+                // Locate the slot by elimination: the reserved one is INFLIGHT.
+                if (cache->slotKey(s) == k3::ExpertCache::kInflight) inflight = true;
+                if (cache->slotKey(s) == k3::ExpertCache::key(l, e)) aliasing = true;
+            }
+            if (!inflight) readIntoNonInflight = true;
+            if (base % 4096 != 0) misaligned = true;
+        }
+        if (fail.count(e)) throw std::runtime_error("injected short read");
+        return inner->read(l, e, slot);
+    }
+    std::shared_ptr<k3::CheckpointExpertStore> inner;
+    const k3::ExpertCache* cache = nullptr;
+    mutable std::vector<int> readOrder;
+    mutable bool aliasing = false, readIntoNonInflight = false, misaligned = false;
+    std::set<int> fail;
+};
+
+} // namespace
+
+class TestExpertCache : public QObject {
+    Q_OBJECT
+private slots:
+    void slotSizeIsAlignedNotAssumed();
+    void noAliasingUnderEvictionPressure();
+    void hitCountersSeparateResidentFromPrefetch();
+    void failedReadIsReportedAndSlotFreed();
+    void batchPublishesIntoReservedSlots();
+    void traceRoundTrip();
+    void replayPeerTrace();
+};
+
+void TestExpertCache::slotSizeIsAlignedNotAssumed() {
+    const k3::Checkpoint ckpt = k3::Checkpoint::open(kFixture);
+    k3::CheckpointExpertStore store(ckpt, fixtureConfig(), 1, /*checkShapes=*/false);
+    QCOMPARE(store.expertBytes(0, 5), std::uint64_t(kExpertBytes));
+    QVERIFY(kExpertBytes % 4096 != 0);
+    QCOMPARE(store.slotBytes() % 4096, std::size_t(0));
+    // An expert's aligned read window can straddle a 4 KB boundary: two pages.
+    QCOMPARE(store.slotBytes(), std::size_t(8192));
+    QCOMPARE(store.layout(0, 3).w1Scales, std::size_t(512));
+    QCOMPARE(store.layout(0, 3).w2Packed, std::size_t(544)); // file order w1, w2, w3
+    QCOMPARE(store.layout(0, 3).w3Packed, std::size_t(1088));
+}
+
+void TestExpertCache::noAliasingUnderEvictionPressure() {
+    const k3::Checkpoint ckpt = k3::Checkpoint::open(kFixture);
+    auto inner = std::make_shared<k3::CheckpointExpertStore>(ckpt, fixtureConfig(), 1, false);
+    auto store = std::make_shared<WatchingStore>(inner);
+    std::vector<std::vector<std::byte>> want;
+    for (int e = 0; e < kExperts; ++e) want.push_back(expected(ckpt, e));
+    for (int e = 1; e < kExperts; ++e) QVERIFY(want[std::size_t(e)] != want[0]); // visible
+    k3::CacheOptions o;
+    o.slotCount = 5;
+    o.readThreads = 4;
+    k3::ExpertCache cache(store, o);
+    store->cache = &cache;
+    std::mt19937 rng(7);
+    std::uint64_t checked = 0;
+    for (int round = 0; round < 400; ++round) {
+        std::vector<int> batch(static_cast<std::size_t>(kExperts));
+        for (int e = 0; e < kExperts; ++e) batch[std::size_t(e)] = e;
+        std::shuffle(batch.begin(), batch.end(), rng);
+        batch.resize(std::size_t(1 + rng() % 7)); // sometimes more than the 5 slots
+        cache.prefetch(0, batch);
+        for (int e : batch) {
+            k3::ExpertCache::Handle h = cache.acquire(0, e);
+            QVERIFY(h.data);
+            QVERIFY(std::memcmp(h.data, want[std::size_t(e)].data(), kExpertBytes) == 0);
+            QCOMPARE(cache.slotKey(h.slot), k3::ExpertCache::key(0, e));
+            ++checked;
+            cache.release(h);
+        }
+        cache.releaseBatch();
+        for (int s = 0; s < cache.slotCount(); ++s) {
+            QVERIFY(cache.slotKey(s) != k3::ExpertCache::kInflight); // nothing left in flight
+            QCOMPARE(cache.pins(s), 0);
+        }
+        // Every key lives in exactly one slot.
+        std::vector<std::int64_t> keys;
+        for (int s = 0; s < cache.slotCount(); ++s)
+            if (cache.slotKey(s) >= 0) keys.push_back(cache.slotKey(s));
+        std::sort(keys.begin(), keys.end());
+        QVERIFY(std::adjacent_find(keys.begin(), keys.end()) == keys.end());
+    }
+    QVERIFY(checked > 1000);
+    QVERIFY(cache.stats().evictions > 500);
+    QVERIFY(cache.stats().misses > 0); // batches larger than the cache took the on-demand path
+    QVERIFY(!store->aliasing);
+    QVERIFY(!store->readIntoNonInflight);
+    QVERIFY(!store->misaligned);
+}
+
+void TestExpertCache::hitCountersSeparateResidentFromPrefetch() {
+    const k3::Checkpoint ckpt = k3::Checkpoint::open(kFixture);
+    auto store = std::make_shared<k3::CheckpointExpertStore>(ckpt, fixtureConfig(), 1, false);
+    k3::CacheOptions o;
+    o.slotCount = 4;
+    k3::ExpertCache cache(store, o);
+    auto step = [&](std::vector<int> batch) {
+        cache.prefetch(0, batch);
+        for (int e : batch) {
+            auto h = cache.acquire(0, e);
+            QVERIFY(h.data);
+            cache.release(h);
+        }
+        cache.releaseBatch();
+    };
+    step({1, 2});
+    k3::CacheStats s = cache.stats();
+    QCOMPARE(s.requests, std::uint64_t(2));
+    QCOMPARE(s.hits, std::uint64_t(2)); // the raw counter flatters...
+    QCOMPARE(s.prefetchHits, std::uint64_t(2));
+    QCOMPARE(s.residentHits, std::uint64_t(0)); // ...the TRUE resident one does not
+    step({2, 3});
+    s = cache.stats();
+    QCOMPARE(s.residentHits, std::uint64_t(1));
+    QCOMPARE(s.prefetchHits, std::uint64_t(3));
+    step({4, 5, 6}); // one empty slot, then the two least recently used (1, 2) give way
+    s = cache.stats();
+    QCOMPARE(s.evictions, std::uint64_t(2));
+    QCOMPARE(s.misses, std::uint64_t(0));
+    QCOMPARE(s.diskReads, std::uint64_t(6));
+    QCOMPARE(s.bytesRead, std::uint64_t(6 * kExpertBytes));
+    step({1});
+    QCOMPARE(cache.stats().residentHits, std::uint64_t(1)); // 1 was evicted: not resident
+    QCOMPARE(cache.stats().evictions, std::uint64_t(3));    // and 3 (now the LRU) gave way
+}
+
+void TestExpertCache::failedReadIsReportedAndSlotFreed() {
+    const k3::Checkpoint ckpt = k3::Checkpoint::open(kFixture);
+    auto inner = std::make_shared<k3::CheckpointExpertStore>(ckpt, fixtureConfig(), 1, false);
+    auto store = std::make_shared<WatchingStore>(inner);
+    store->fail = {7};
+    k3::CacheOptions o;
+    o.slotCount = 3;
+    k3::ExpertCache cache(store, o);
+    const std::vector<int> batch{6, 7, 8};
+    cache.prefetch(0, batch);
+    QCOMPARE(cache.stats().failedReads, std::uint64_t(1));
+    auto h6 = cache.acquire(0, 6);
+    QVERIFY(h6.data);
+    QVERIFY(std::memcmp(h6.data, expected(ckpt, 6).data(), kExpertBytes) == 0);
+    auto h7 = cache.acquire(0, 7); // retried on request, fails again: dropped, not faked
+    QVERIFY(!h7.data);
+    QCOMPARE(cache.stats().failedReads, std::uint64_t(2));
+    auto h8 = cache.acquire(0, 8);
+    QVERIFY(h8.data);
+    QVERIFY(std::memcmp(h8.data, expected(ckpt, 8).data(), kExpertBytes) == 0);
+    cache.release(h6);
+    cache.release(h8);
+    cache.releaseBatch();
+    int empty = 0;
+    for (int s = 0; s < cache.slotCount(); ++s)
+        empty += cache.slotKey(s) == k3::ExpertCache::kEmpty;
+    QCOMPARE(empty, 1); // the failed reservation went back to EMPTY
+}
+
+void TestExpertCache::batchPublishesIntoReservedSlots() {
+    // Fill slots so the reservations of the next batch are NOT slots 0..n-1: a publish
+    // into slot j (the seed's bug) instead of the reserved slot would alias here.
+    const k3::Checkpoint ckpt = k3::Checkpoint::open(kFixture);
+    auto store = std::make_shared<k3::CheckpointExpertStore>(ckpt, fixtureConfig(), 1, false);
+    k3::CacheOptions o;
+    o.slotCount = 6;
+    k3::ExpertCache cache(store, o);
+    const std::vector<int> first{10, 11, 12, 13};
+    cache.prefetch(0, first);
+    cache.releaseBatch();
+    const std::vector<int> second{20, 21, 10};
+    cache.prefetch(0, second);
+    for (int e : {20, 21, 10, 11, 12, 13}) {
+        auto h = cache.acquire(0, e);
+        QVERIFY(h.data);
+        QVERIFY2(std::memcmp(h.data, expected(ckpt, e).data(), kExpertBytes) == 0,
+                 qPrintable(QStringLiteral("expert %1 holds other bytes").arg(e)));
+        cache.release(h);
+    }
+    cache.releaseBatch();
+    QCOMPARE(cache.stats().evictions, std::uint64_t(0));
+}
+
+void TestExpertCache::traceRoundTrip() {
+    const k3::Checkpoint ckpt = k3::Checkpoint::open(kFixture);
+    auto store = std::make_shared<k3::CheckpointExpertStore>(ckpt, fixtureConfig(), 1, false);
+    k3::CacheOptions o;
+    o.slotCount = 2;
+    o.recordTrace = true;
+    k3::ExpertCache cache(store, o);
+    for (int e : {3, 9, 3, 23}) {
+        auto h = cache.acquire(0, e);
+        cache.release(h);
+    }
+    const std::string dir =
+        QDir::tempPath().toStdString() + "/k3_trace_" + std::to_string(::getpid());
+    cache.writeTrace(dir);
+    const auto t = k3::readExpertTrace(dir + "/expert_trace.bin");
+    QCOMPARE(t.size(), std::size_t(4));
+    QCOMPARE(t[1], (std::pair<std::int32_t, std::int32_t>(0, 9)));
+    QCOMPARE(t[3], (std::pair<std::int32_t, std::int32_t>(0, 23)));
+    std::ifstream hist(dir + "/expert_hist.json");
+    std::string text((std::istreambuf_iterator<char>(hist)), std::istreambuf_iterator<char>());
+    QVERIFY(text.find("\"3\": 2") != std::string::npos);
+    std::filesystem::remove_all(dir);
+}
+
+void TestExpertCache::replayPeerTrace() {
+    const auto trace = k3::readExpertTrace(K3_SHARED_DIR "/peer-fixtures/expert_trace.bin");
+    QCOMPARE(trace.size(), std::size_t(100096)); // as README.peer.md says
+    std::set<std::pair<int, int>> distinct(trace.begin(), trace.end());
+    QCOMPARE(distinct.size(), std::size_t(10010));
+    std::printf("capacity  requests  hits%%   TRUE resident%%  misses  evictions\n");
+    double previousResident = -1;
+    for (int cap : {16, 64, 256, 1024, 4096, 16384}) {
+        const k3::TraceReplay r = k3::replayExpertTrace(trace, cap);
+        const k3::CacheStats& s = r.stats;
+        std::printf("%8d  %8llu  %6.2f  %13.2f  %6llu  %9llu\n", cap,
+                    (unsigned long long)s.requests, 100 * s.hitRate(), 100 * s.residentHitRate(),
+                    (unsigned long long)s.misses, (unsigned long long)s.evictions);
+        QCOMPARE(s.requests, std::uint64_t(100096));
+        QCOMPARE(s.hits + s.misses, s.requests);
+        QVERIFY(s.residentHitRate() >= previousResident); // more slots never hurt here
+        previousResident = s.residentHitRate();
+    }
+    // With room for every distinct expert: each is read once, every repeat is resident.
+    const k3::TraceReplay all = k3::replayExpertTrace(trace, 16384);
+    QCOMPARE(all.stats.residentHits, std::uint64_t(100096 - 10010));
+    QCOMPARE(all.stats.prefetchHits, std::uint64_t(10010));
+    QCOMPARE(all.stats.evictions, std::uint64_t(0));
+}
+
+QTEST_GUILESS_MAIN(TestExpertCache)
+#include "tst_expert_cache.moc"

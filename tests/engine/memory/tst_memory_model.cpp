@@ -1,0 +1,256 @@
+// THE memory-dial test: on the committed tiny checkpoints, the same greedy ids and the
+// same last logits, bit for bit, at every budget: everything resident, a packed trunk
+// all pinned, one layer pinned + ring, nothing pinned, a one-slot ring, and expert caches
+// of 1 slot, top-k slots and every expert. Plus fault injection and a stale trunk.
+#include <QDir>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <fstream>
+
+#include <k3/model.hpp>
+#include <k3/pack.hpp>
+#include <k3/session.hpp>
+
+using nlohmann::json;
+
+namespace {
+
+struct Run {
+    std::vector<int> ids;
+    std::vector<float> lastLogits;
+    int dropped = 0;
+};
+
+Run greedy(const k3::Model& model, const std::vector<int>& prompt, int n) {
+    Run r;
+    std::vector<float> logits(std::size_t(model.config().vocabSize));
+    k3::InferenceState st = model.newState();
+    for (int id : prompt) r.dropped += model.forward(st, id, logits).droppedExperts;
+    for (int i = 0; i < n; ++i) {
+        const int next = k3::argmax(logits);
+        r.ids.push_back(next);
+        r.dropped += model.forward(st, next, logits).droppedExperts;
+    }
+    r.lastLogits = logits;
+    return r;
+}
+
+QString modelDir(const char* name) {
+    return QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/") + QLatin1String(name);
+}
+
+} // namespace
+
+class TestMemoryModel : public QObject {
+    Q_OBJECT
+private slots:
+    void sameBitsAtEveryBudget_data();
+    void sameBitsAtEveryBudget();
+    void failedExpertReadInvalidatesRun();
+    void staleTrunkIsRefused();
+    void sessionReportsMemory();
+};
+
+void TestMemoryModel::sameBitsAtEveryBudget_data() {
+    QTest::addColumn<QString>("name");
+    QTest::newRow("k3_tiny_a") << QStringLiteral("k3_tiny_a");
+    QTest::newRow("k3_tiny_b") << QStringLiteral("k3_tiny_b");
+}
+
+void TestMemoryModel::sameBitsAtEveryBudget() {
+    QFETCH(QString, name);
+    const std::string dir = modelDir(name.toUtf8().constData()).toStdString();
+    std::ifstream in(dir + "/expected.json");
+    const json expected = json::parse(in);
+    // A short prompt keeps this fast; tst_model_gates checks the full reference run.
+    auto prompt = expected.at("prompt_ids").get<std::vector<int>>();
+    prompt.resize(std::min<std::size_t>(prompt.size(), 12));
+    const std::vector<int> want(6, 0); // six generated tokens (ids come from the resident run)
+
+    QTemporaryDir tmp;
+    const std::string trunkDir = tmp.filePath(QStringLiteral("trunk")).toStdString();
+    k3::packTrunk(dir, trunkDir);
+    const k3::TrunkIndex idx = k3::openTrunkIndex(trunkDir, dir);
+    const int n = int(idx.layers.size());
+    std::uint64_t all = 0, largest = 0, largestAfter0 = 0;
+    for (int L = 0; L < n; ++L) {
+        all += k3::alignUp(idx.layers[std::size_t(L)].bytes);
+        largest = std::max(largest, idx.layers[std::size_t(L)].bytes);
+        if (L > 0) largestAfter0 = std::max(largestAfter0, idx.layers[std::size_t(L)].bytes);
+    }
+
+    const k3::Model resident = k3::Model::load(dir);
+    const Run ref = greedy(resident, prompt, int(want.size()));
+    QCOMPARE(ref.dropped, 0);
+    const int topK = resident.config().numExpertsPerToken;
+    const int experts = resident.config().numExperts;
+
+    struct Budget {
+        const char* what;
+        std::uint64_t trunk;
+        int cacheSlots;
+        int wantPinned; // -1: don't check
+        int wantRing;
+    };
+    const std::uint64_t a0 = k3::alignUp(idx.layers[0].bytes);
+    const std::vector<Budget> budgets{
+        {"all pinned, experts resident", all, 0, n, 0},
+        {"1 pinned + ring of 2", a0 + 2 * k3::alignUp(largestAfter0), 0, 1, 2},
+        {"nothing pinned, ring of 2", 2 * k3::alignUp(largest), 0, 0, 2},
+        {"nothing pinned, ring of 1", k3::alignUp(largest), 0, 0, 1},
+        {"nothing pinned, 1 expert slot", 2 * k3::alignUp(largest), 1, 0, 2},
+        {"1 pinned, top-k expert slots", a0 + 2 * k3::alignUp(largestAfter0), topK, 1, 2},
+        {"all pinned, every expert cached", all, experts * (n - 1), n, 0},
+        {"checkpoint trunk, 1 expert slot", 0, 1, -1, -1},
+    };
+    for (const Budget& b : budgets) {
+        k3::ModelOptions o;
+        if (b.trunk) {
+            o.trunkDir = trunkDir;
+            o.trunkBytes = b.trunk;
+        }
+        o.expertCacheSlots = b.cacheSlots;
+        const k3::Model m = k3::Model::load(dir, o);
+        if (b.wantPinned >= 0) {
+            QCOMPARE(m.memoryPlan().pinnedLayers, b.wantPinned);
+            QCOMPARE(m.memoryPlan().ringSlots, b.wantRing);
+        }
+        const Run r = greedy(m, prompt, int(want.size()));
+        QVERIFY2(r.ids == ref.ids, b.what);
+        QCOMPARE(r.dropped, 0);
+        QVERIFY2(std::memcmp(r.lastLogits.data(), ref.lastLogits.data(),
+                             r.lastLogits.size() * sizeof(float)) == 0,
+                 b.what);
+        const k3::MemoryStats s = m.memoryStats();
+        QCOMPARE(s.trunkStreamed, b.trunk != 0);
+        QCOMPARE(s.expertsCached, b.cacheSlots > 0);
+        const int tokens = int(prompt.size() + want.size());
+        if (b.trunk && b.wantPinned < n) {
+            // Every streamed layer is read once per token, plus the pinned prefix once;
+            // the read of the NEXT token's first streamed layer may have landed too.
+            const auto streamedLayers = std::uint64_t(n - b.wantPinned);
+            const std::uint64_t reads =
+                std::uint64_t(b.wantPinned) + streamedLayers * std::uint64_t(tokens);
+            QVERIFY2(
+                s.trunk.reads == reads || (b.wantRing == 2 && s.trunk.reads == reads + 1),
+                qPrintable(QStringLiteral("%1 reads, expected %2").arg(s.trunk.reads).arg(reads)));
+            QCOMPARE(s.trunk.pinnedHits, std::uint64_t(b.wantPinned) * std::uint64_t(tokens));
+        }
+        if (b.cacheSlots > 0) {
+            const auto requests =
+                std::uint64_t(tokens) * std::uint64_t(topK) * std::uint64_t(n - 1);
+            QCOMPARE(s.cache.requests, requests);
+            QCOMPARE(s.cache.hits + s.cache.misses, requests);
+            QCOMPARE(s.cache.residentHits + s.cache.prefetchHits, s.cache.hits);
+            QCOMPARE(s.cache.failedReads, std::uint64_t(0));
+            // One slot: consecutive requests never repeat a key, so nothing is ever resident.
+            if (b.cacheSlots == 1) QCOMPARE(s.cache.residentHits, std::uint64_t(0));
+            if (b.cacheSlots >= topK) QCOMPARE(s.cache.misses, std::uint64_t(0)); // the batch fits
+            if (b.cacheSlots == experts * (n - 1)) QCOMPARE(s.cache.evictions, std::uint64_t(0));
+        }
+    }
+}
+
+void TestMemoryModel::failedExpertReadInvalidatesRun() {
+    const std::string dir = modelDir("k3_tiny_b").toStdString();
+    k3::ModelOptions o;
+    o.expertCacheSlots = 2;
+    int faults = 0;
+    o.expertReadFault = [&faults](int layer, int expert) {
+        const bool fail = layer == 3 && expert % 2 == 0;
+        faults += fail;
+        return fail;
+    };
+    const k3::Model m = k3::Model::load(dir, o);
+    std::vector<float> logits(std::size_t(m.config().vocabSize));
+    k3::InferenceState st = m.newState();
+    const k3::TokenStats ts = m.forward(st, 5, logits);
+    QVERIFY(faults > 0);
+    QVERIFY(ts.droppedExperts > 0); // never a silent token
+    QVERIFY(m.memoryStats().cache.failedReads > 0);
+
+    // Through a Session: the result says invalid and still carries every figure.
+    k3::SessionOptions so;
+    so.modelDir = dir;
+    so.loadTokenizer = false;
+    so.expertCacheSlots = 2;
+    so.expertReadFault = o.expertReadFault;
+    k3::Session session = k3::Session::open(so);
+    const std::vector<k3::TokenId> prompt{5, 6, 7};
+    k3::GenerateOptions go;
+    go.maxTokens = 3;
+    const k3::GenerateResult r = session.generateIds(prompt, go);
+    QVERIFY(!r.valid());
+    QCOMPARE(int(r.ids.size()), 3);
+    QVERIFY(session.memoryReport().cache.failedReads > 0);
+}
+
+void TestMemoryModel::staleTrunkIsRefused() {
+    QTemporaryDir tmp;
+    const QString src = modelDir("k3_tiny_b");
+    const QString copy = tmp.filePath(QStringLiteral("model"));
+    QDir().mkpath(copy);
+    for (const QString& f : QDir(src).entryList(QDir::Files))
+        QVERIFY(QFile::copy(src + QLatin1Char('/') + f, copy + QLatin1Char('/') + f));
+    const std::string trunk = tmp.filePath(QStringLiteral("trunk")).toStdString();
+    k3::packTrunk(copy.toStdString(), trunk);
+    QVERIFY(k3::trunkIsCurrent(trunk, copy.toStdString()));
+    {
+        std::ofstream cfg((copy + QStringLiteral("/config.json")).toStdString(), std::ios::app);
+        cfg << "\n";
+    }
+    k3::ModelOptions o;
+    o.trunkDir = trunk;
+    try {
+        k3::Model::load(copy.toStdString(), o);
+        QFAIL("a stale trunk was accepted");
+    } catch (const k3::StaleTrunkError& e) {
+        QVERIFY2(std::string(e.what()).find("config.json changed") != std::string::npos, e.what());
+    }
+}
+
+void TestMemoryModel::sessionReportsMemory() {
+    const std::string dir = modelDir("k3_tiny_a").toStdString();
+    QTemporaryDir tmp;
+    const std::string trunk = tmp.filePath(QStringLiteral("trunk")).toStdString();
+    k3::packTrunk(dir, trunk);
+    k3::SessionOptions so;
+    so.modelDir = dir;
+    so.loadTokenizer = false;
+    so.trunkDir = trunk;
+    so.trunkBytes = 0; // smaller than one layer: refused with numbers
+    try {
+        k3::Session::open(so);
+        QFAIL("a trunk budget below one layer was accepted");
+    } catch (const k3::MemoryRefusal& e) {
+        QVERIFY2(std::string(e.what()).find("cannot hold one ring slot") != std::string::npos,
+                 e.what());
+    }
+    so.trunkBytes = 3ull << 20;
+    so.expertCacheSlots = 4;
+    k3::Session s = k3::Session::open(so);
+    struct Obs : k3::SessionObserver {
+        std::vector<k3::TokenEvent> tokens;
+        void onToken(const k3::TokenEvent& e) override { tokens.push_back(e); }
+    } obs;
+    const std::vector<k3::TokenId> prompt{3, 4, 5};
+    k3::GenerateOptions go;
+    go.maxTokens = 4;
+    const auto r = s.generateIds(prompt, go, &obs);
+    QVERIFY(r.valid());
+    QCOMPARE(int(obs.tokens.size()), 4);
+    const k3::MemoryReport rep = s.memoryReport();
+    QVERIFY(rep.plan.total() > 0);
+    QCOMPARE(rep.plan.cacheSlots, 4);
+    QVERIFY(rep.trunk.bytesRead > 0);
+    QVERIFY(rep.cache.requests > 0);
+    QVERIFY(rep.peakRssBytes > 0);
+    QVERIFY(rep.format().find("TRUE resident hit rate") != std::string::npos);
+}
+
+QTEST_GUILESS_MAIN(TestMemoryModel)
+#include "tst_memory_model.moc"

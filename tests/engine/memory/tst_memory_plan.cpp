@@ -1,0 +1,179 @@
+// The memory plan: the pinned-prefix fixed point, the flag resolver (later flags win),
+// and the refusals (numbers, options, the KV cache called a memory limit).
+#include <QTest>
+
+#include <k3/memory_plan.hpp>
+#include <k3/pack.hpp>
+
+using k3::MemoryFlag;
+
+class TestMemoryPlan : public QObject {
+    Q_OBJECT
+private slots:
+    void fixedPointShrinksTheSlot();
+    void everythingPinnedNeedsNoRing();
+    void ringOfOneWhenTwoDoNotFit();
+    void refusesBelowOneSlot();
+    void laterFlagsWin();
+    void unknownPresetIsNamed();
+    void refusalHasNumbersAndOptions();
+    void kvRefusalIsAMemoryLimit();
+    void autoPutsTrunkFirst();
+};
+
+static const std::uint64_t MB = 1'000'000;
+
+void TestMemoryPlan::fixedPointShrinksTheSlot() {
+    // The big layer 0 sizes the slot only while it is unpinned: pinning it lets the
+    // slot shrink to 8 MB, which frees room for more pinned layers.
+    const std::vector<std::uint64_t> layers{100 * MB, 8 * MB, 8 * MB, 8 * MB, 8 * MB, 8 * MB};
+    k3::MemoryPlan p;
+    k3::planTrunk(p, layers, 140 * MB);
+    QCOMPARE(p.ringSlots, 2);
+    QCOMPARE(p.ringSlotBytes, k3::alignUp(8 * MB));
+    // 140 MB - 2 x 8.004 MB ring = 123.99 MB: layer 0 (100.004) + two 8.004 MB layers.
+    QCOMPARE(p.pinnedLayers, 3);
+    QCOMPARE(p.pinnedBytes, k3::alignUp(100 * MB) + 2 * k3::alignUp(8 * MB));
+    QVERIFY(p.trunkBytes() <= 140 * MB); // the plan stays within the budget asked for
+}
+
+void TestMemoryPlan::everythingPinnedNeedsNoRing() {
+    const std::vector<std::uint64_t> layers{5000, 7000, 3000};
+    k3::MemoryPlan p;
+    k3::planTrunk(p, layers, 3 * 8192);
+    QCOMPARE(p.pinnedLayers, 3);
+    QCOMPARE(p.ringSlots, 0);
+    QCOMPARE(p.pinnedBytes, std::uint64_t(8192 + 8192 + 4096));
+}
+
+void TestMemoryPlan::ringOfOneWhenTwoDoNotFit() {
+    const std::vector<std::uint64_t> layers{10 * MB, 10 * MB};
+    k3::MemoryPlan p;
+    k3::planTrunk(p, layers, 15 * MB);
+    QCOMPARE(p.pinnedLayers, 0);
+    QCOMPARE(p.ringSlots, 1);
+    QCOMPARE(p.ringSlotBytes, k3::alignUp(10 * MB));
+}
+
+void TestMemoryPlan::refusesBelowOneSlot() {
+    const std::vector<std::uint64_t> layers{10 * MB, 20 * MB};
+    k3::MemoryPlan p;
+    try {
+        k3::planTrunk(p, layers, 5 * MB);
+        QFAIL("a budget below one layer was accepted");
+    } catch (const k3::MemoryRefusal& e) {
+        const std::string m = e.what();
+        QVERIFY2(m.find("5.00 MB") != std::string::npos, e.what());
+        QVERIFY2(m.find("20.00 MB") != std::string::npos, e.what());
+    }
+}
+
+void TestMemoryPlan::laterFlagsWin() {
+    std::vector<MemoryFlag> flags{{MemoryFlag::Kind::Preset, "server", 0},
+                                  {MemoryFlag::Kind::CacheGB, "", 40}};
+    k3::MemoryBudget b = k3::resolveMemoryFlags(flags);
+    QVERIFY(!b.automatic);
+    QCOMPARE(b.trunkBytes, std::uint64_t(110'000'000'000ull));
+    QCOMPARE(b.cacheBytes, std::uint64_t(40'000'000'000ull));
+    // And the other way round: the preset after the flag replaces it.
+    flags = {{MemoryFlag::Kind::CacheGB, "", 40}, {MemoryFlag::Kind::Preset, "laptop", 0}};
+    b = k3::resolveMemoryFlags(flags);
+    QCOMPARE(b.trunkBytes, std::uint64_t(3'000'000'000ull));
+    QCOMPARE(b.cacheBytes, std::uint64_t(1'000'000'000ull));
+    QVERIFY(k3::resolveMemoryFlags({}).automatic);
+    flags = {{MemoryFlag::Kind::Preset, "ultra", 0}, {MemoryFlag::Kind::TrunkGB, "", 1.5}};
+    b = k3::resolveMemoryFlags(flags);
+    QCOMPARE(b.trunkBytes, std::uint64_t(1'500'000'000ull));
+    QCOMPARE(b.cacheBytes, std::uint64_t(310'000'000ull));
+    QCOMPARE(b.source, std::string("preset ultra, then --trunk-gb 1.50"));
+}
+
+void TestMemoryPlan::unknownPresetIsNamed() {
+    const std::vector<MemoryFlag> flags{{MemoryFlag::Kind::Preset, "huge", 0}};
+    try {
+        k3::resolveMemoryFlags(flags);
+        QFAIL("unknown preset accepted");
+    } catch (const k3::MemoryRefusal& e) {
+        const std::string m = e.what();
+        QVERIFY(m.find("\"huge\"") != std::string::npos);
+        QVERIFY(m.find("workstation") != std::string::npos);
+    }
+    const std::vector<MemoryFlag> neg{{MemoryFlag::Kind::CacheGB, "", -1}};
+    QVERIFY_THROWS_EXCEPTION(k3::MemoryRefusal, k3::resolveMemoryFlags(neg));
+}
+
+static k3::PlanInputs inputs() {
+    k3::PlanInputs in;
+    in.layerBytes.assign(10, 100 * MB);
+    in.modelBytes = 50 * MB;
+    in.expertSlotBytes = 4 * MB;
+    in.expertCount = 1000;
+    in.topK = 4;
+    in.stateBytes = 10 * MB;
+    in.kvBytesPerPosition = 1 * MB;
+    in.contextLength = 0;
+    in.bufferBytes = 1 * MB;
+    return in;
+}
+
+void TestMemoryPlan::refusalHasNumbersAndOptions() {
+    k3::MemoryBudget b;
+    b.trunkBytes = 1000 * MB;
+    b.cacheBytes = 40 * MB;
+    const k3::MemoryPlan p = k3::planMemory(inputs(), b, 500 * MB);
+    QCOMPARE(p.pinnedLayers, 7); // 1000 - 2 x 100.0 ring = 799.9 MB: 7 layers
+    QCOMPARE(p.cacheSlots, 10);
+    QCOMPARE(p.total(), p.trunkBytes() + 50 * MB + 40 * MB + 10 * MB + 1 * MB);
+    try {
+        k3::enforceMemoryPlan(p);
+        QFAIL("over-budget plan accepted");
+    } catch (const k3::MemoryRefusal& e) {
+        const std::string m = e.what();
+        QVERIFY2(m.find("REFUSING TO START") != std::string::npos, e.what());
+        QVERIFY2(m.find("500.00 MB") != std::string::npos, e.what());
+        QVERIFY2(m.find("Options:") != std::string::npos, e.what());
+        QVERIFY2(m.find("not an engine ceiling") == std::string::npos, e.what());
+    }
+    // Within 95%: accepted.
+    const k3::MemoryPlan ok = k3::planMemory(inputs(), b, p.total() * 100 / 94);
+    k3::enforceMemoryPlan(ok);
+}
+
+void TestMemoryPlan::kvRefusalIsAMemoryLimit() {
+    k3::PlanInputs in = inputs();
+    in.contextLength = 2000; // 2 GB of KV cache
+    k3::MemoryBudget b;
+    b.trunkBytes = 300 * MB;
+    b.cacheBytes = 16 * MB;
+    const k3::MemoryPlan p = k3::planMemory(in, b, 1500 * MB);
+    QCOMPARE(p.kvBytes, 2000 * MB);
+    try {
+        k3::enforceMemoryPlan(p);
+        QFAIL("KV cache over budget accepted");
+    } catch (const k3::MemoryRefusal& e) {
+        const std::string m = e.what();
+        QVERIFY2(m.find("memory limit of this machine, not an engine ceiling") != std::string::npos,
+                 e.what());
+        QVERIFY2(m.find("2000 positions") != std::string::npos, e.what());
+        // 95% of 1500 = 1425 MB; the rest: a 2 x 100.004 MB ring + 50 + 16 + 10 + 1 MB.
+        QVERIFY2(m.find("about 1147 positions fit") != std::string::npos, e.what());
+    }
+}
+
+void TestMemoryPlan::autoPutsTrunkFirst() {
+    k3::MemoryBudget b;
+    b.automatic = true;
+    // 0.9 x 1000 = 900 MB spendable, minus 61 MB fixed = 839 MB; trunk first.
+    const k3::MemoryPlan p = k3::planMemory(inputs(), b, 1000 * MB);
+    QVERIFY(p.pinnedLayers >= 5);
+    QVERIFY(p.cacheSlots >= 4);
+    QVERIFY(p.total() <= 900 * MB);
+    // With room for everything, everything is pinned.
+    const k3::MemoryPlan big = k3::planMemory(inputs(), b, 100'000 * MB);
+    QCOMPARE(big.pinnedLayers, 10);
+    QCOMPARE(big.ringSlots, 0);
+    QCOMPARE(big.cacheSlots, 1000);
+}
+
+QTEST_GUILESS_MAIN(TestMemoryPlan)
+#include "tst_memory_plan.moc"
