@@ -17,9 +17,10 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include <tsl/ordered_map.h>
 
 namespace k3 {
 
@@ -82,13 +83,21 @@ struct TensorNameHash {
         return std::hash<std::string_view>{}(s);
     }
 };
-using TensorMap = std::unordered_map<std::string, TensorInfo, TensorNameHash, std::equal_to<>>;
+// Name -> value for half a million tensors: entries sit in one vector in insertion
+// order (index or header order), behind 8-byte buckets, so building, probing and
+// freeing cost a fraction of one heap node per entry. Iterate as pairs; modify a
+// value through it.value() (it->second is const).
+template <typename T>
+using NameMap = tsl::ordered_map<std::string, T, TensorNameHash, std::equal_to<>,
+                                 std::allocator<std::pair<std::string, T>>,
+                                 std::vector<std::pair<std::string, T>>, std::uint32_t>;
+using TensorMap = NameMap<TensorInfo>;
 
 // Parse a model.safetensors.index.json text: tensor name -> shard file name, with the
 // shard names validated (plain file names: no separators, no "..").
 struct ShardIndex {
-    std::vector<std::string> shardFiles; // distinct, in first-seen order
-    std::unordered_map<std::string, std::uint32_t, TensorNameHash, std::equal_to<>> tensorShard;
+    std::vector<std::string> shardFiles; // distinct, sorted by name
+    NameMap<std::uint32_t> tensorShard;
 };
 ShardIndex parseShardIndex(std::string_view json, const std::string& path);
 
@@ -118,7 +127,8 @@ public:
 
 private:
     Checkpoint();
-    void addShard(ShardHeader&& header, const ShardIndex* index);
+    static Checkpoint openIndexed(const std::filesystem::path& location,
+                                  const std::filesystem::path& indexPath);
     AlignedFile& file(std::uint32_t shard) const;
 
     std::vector<std::filesystem::path> shards_;

@@ -1,141 +1,70 @@
 #include "k3/aligned_io.hpp"
 #include "k3/safetensors.hpp"
 
-#include <nlohmann/json.hpp>
+#include "format/SafetensorsJson.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <regex>
-#include <sstream>
 
 namespace k3 {
 
 namespace {
 
-using nlohmann::json;
 namespace fs = std::filesystem;
 
-// A shard name from the index becomes a path under the model directory, so it must
-// be a plain file name: no separators, no "..", nothing that escapes the directory.
-bool isPlainFileName(std::string_view name) {
-    if (name.empty() || name == "." || name == "..") return false;
-    return name.find_first_of(std::string_view("/\\\0", 3)) == std::string_view::npos &&
-           name.find("..") == std::string_view::npos;
+// rank of a tensor the index lists but no header has supplied yet (real ranks are <= 6).
+constexpr std::uint8_t kNotYetInHeader = 0xff;
+
+// Shard numbers follow the file names, not the order tensors happen to appear in.
+void sortShards(std::vector<std::string>& shardFiles, std::vector<format::IndexEntry>& entries) {
+    std::vector<std::uint32_t> order(shardFiles.size());
+    for (std::uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](auto a, auto b) { return shardFiles[a] < shardFiles[b]; });
+    std::vector<std::uint32_t> remap(order.size());
+    std::vector<std::string> sorted(order.size());
+    for (std::uint32_t i = 0; i < order.size(); ++i) {
+        remap[order[i]] = i;
+        sorted[i] = std::move(shardFiles[order[i]]);
+    }
+    shardFiles = std::move(sorted);
+    for (auto& e : entries) e.shard = remap[e.shard];
 }
 
-// SAX walk of {"metadata": {...}, "weight_map": {"tensor": "shard file", ...}}: the
-// real index has half a million entries.
-class IndexHandler : public nlohmann::json_sax<json> {
-public:
-    IndexHandler(const std::string& path, ShardIndex& out) : path_(path), out_(out) {}
+// No index: every name must be unique across the shards.
+void addShard(TensorMap& tensors, const std::vector<fs::path>& shards,
+              std::span<const format::HeaderTensor> header, const std::string& path) {
+    const auto shard = static_cast<std::uint32_t>(shards.size() - 1);
+    for (const auto& t : header) {
+        auto [slot, added] = tensors.try_emplace(std::string(t.name), t.info);
+        if (!added)
+            throw FormatError(path + ": tensor \"" + slot->first + "\" is also in " +
+                              shards[slot->second.shard].string());
+        slot.value().shard = shard;
+    }
+}
 
-    std::string error;
-    bool sawWeightMap = false;
-
-    bool null() override { return scalar("null"); }
-    bool boolean(bool) override { return scalar("a boolean"); }
-    bool number_integer(number_integer_t) override { return scalar("a number"); }
-    bool number_unsigned(number_unsigned_t) override { return scalar("a number"); }
-    bool number_float(number_float_t, const string_t&) override { return scalar("a number"); }
-    bool binary(binary_t&) override { return scalar("binary data"); }
-    bool string(string_t& s) override {
-        if (skipDepth_ || consumeSkip()) return true;
-        if (depth_ != 2) return scalar("a string");
-        if (!isPlainFileName(s))
-            return fail("weight_map[\"" + tensor_ + "\"] = \"" + s +
-                        "\" is not a plain shard file name (no path separators or \"..\")");
-        auto [it, added] = shardIds_.try_emplace(s, static_cast<std::uint32_t>(shardIds_.size()));
-        if (added) out_.shardFiles.push_back(s);
-        if (!out_.tensorShard.try_emplace(std::move(tensor_), it->second).second)
-            return fail("weight_map lists a tensor twice");
-        return true;
+// With an index: `tensors` already holds every listed name; the header fills them in.
+// A name met twice means a duplicate in this header: the index maps a name to one shard.
+void fillFromHeader(TensorMap& tensors, const std::vector<std::string>& shardFiles,
+                    std::uint32_t shard, std::span<const format::HeaderTensor> header,
+                    const std::string& path) {
+    for (const auto& t : header) {
+        auto it = tensors.find(t.name);
+        if (it == tensors.end())
+            throw FormatError(path + ": tensor \"" + std::string(t.name) +
+                              "\" is not listed in the index's weight_map");
+        TensorInfo& info = it.value();
+        if (info.shard != shard)
+            throw FormatError(path + ": tensor \"" + std::string(t.name) +
+                              "\" is here, but the index maps it to " + shardFiles[info.shard]);
+        if (info.rank != kNotYetInHeader)
+            throw FormatError(path + ": tensor \"" + std::string(t.name) +
+                              "\": appears twice in the header");
+        info = t.info;
+        info.shard = shard;
     }
-    bool start_object(std::size_t) override {
-        if (skipDepth_) return ++skipDepth_, true;
-        if (skipNext_) return beginSkip();
-        if (depth_ == 0) return depth_ = 1, true;
-        if (depth_ == 1 && inWeightMap_) return depth_ = 2, true;
-        return scalar("an object");
-    }
-    bool end_object() override {
-        if (skipDepth_) return --skipDepth_, true;
-        --depth_;
-        if (depth_ == 1) inWeightMap_ = false;
-        return true;
-    }
-    bool start_array(std::size_t) override {
-        if (skipDepth_) return ++skipDepth_, true;
-        if (skipNext_) return beginSkip();
-        return scalar("an array");
-    }
-    bool end_array() override {
-        if (skipDepth_) --skipDepth_;
-        return true;
-    }
-    bool key(string_t& k) override {
-        if (skipDepth_) return true;
-        if (depth_ == 1) {
-            inWeightMap_ = k == "weight_map";
-            if (inWeightMap_) {
-                if (sawWeightMap) return fail("weight_map appears twice");
-                sawWeightMap = true;
-            }
-            skipNext_ = !inWeightMap_; // "metadata" and anything else: not ours
-            return true;
-        }
-        tensor_ = std::move(k);
-        return true;
-    }
-    bool parse_error(std::size_t position, const std::string&,
-                     const nlohmann::detail::exception& e) override {
-        if (error.empty())
-            error =
-                path_ + ": not valid JSON at byte " + std::to_string(position) + ": " + e.what();
-        return false;
-    }
-
-private:
-    bool consumeSkip() {
-        if (!skipNext_) return false;
-        skipNext_ = false;
-        return true;
-    }
-    bool beginSkip() {
-        skipNext_ = false;
-        skipDepth_ = 1;
-        return true;
-    }
-    bool scalar(const char* what) {
-        if (skipDepth_ || consumeSkip()) return true;
-        if (depth_ == 2)
-            return fail("weight_map[\"" + tensor_ + "\"] is " + what +
-                        ", expected a shard file name");
-        return fail(std::string("unexpected ") + what +
-                    (depth_ == 0 ? " at the top level" : " in weight_map"));
-    }
-    bool fail(const std::string& what) {
-        if (error.empty()) error = path_ + ": " + what;
-        return false;
-    }
-
-    const std::string& path_;
-    ShardIndex& out_;
-    std::unordered_map<std::string, std::uint32_t> shardIds_;
-    std::string tensor_;
-    int depth_ = 0;
-    int skipDepth_ = 0;
-    bool skipNext_ = false;
-    bool inWeightMap_ = false;
-};
-
-std::string readWholeFile(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw FormatError(path.string() + ": cannot open");
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (in.bad()) throw FormatError(path.string() + ": read error");
-    return std::move(text).str();
 }
 
 // model-NNNNN-of-MMMMM.safetensors in `dir`, complete and in order, or nothing.
@@ -169,25 +98,17 @@ std::vector<fs::path> numberedShards(const fs::path& dir) {
 } // namespace
 
 ShardIndex parseShardIndex(std::string_view text, const std::string& path) {
+    const format::PaddedText json = format::PaddedText::copyOf(text);
+    format::JsonScanner scanner;
     ShardIndex index;
-    IndexHandler handler(path, index);
-    const bool ok = json::sax_parse(text.begin(), text.end(), &handler);
-    if (!ok || !handler.error.empty())
-        throw FormatError(handler.error.empty() ? path + ": invalid index" : handler.error);
-    if (!handler.sawWeightMap) throw FormatError(path + ": no weight_map");
-    // Shard numbers follow the file names, not the order tensors happen to appear in.
-    std::vector<std::uint32_t> order(index.shardFiles.size());
-    for (std::uint32_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(),
-              [&](auto a, auto b) { return index.shardFiles[a] < index.shardFiles[b]; });
-    std::vector<std::uint32_t> remap(order.size());
-    std::vector<std::string> sorted(order.size());
-    for (std::uint32_t i = 0; i < order.size(); ++i) {
-        remap[order[i]] = i;
-        sorted[i] = index.shardFiles[order[i]];
-    }
-    index.shardFiles = std::move(sorted);
-    for (auto& [name, shard] : index.tensorShard) shard = remap[shard];
+    std::vector<format::IndexEntry> entries;
+    scanner.index(json, path, index.shardFiles, entries);
+    sortShards(index.shardFiles, entries);
+    index.tensorShard.reserve(entries.size());
+    for (const auto& e : entries)
+        if (!index.tensorShard.try_emplace(std::string(e.tensor), e.shard).second)
+            throw FormatError(path + ": weight_map lists tensor \"" + std::string(e.tensor) +
+                              "\" twice");
     return index;
 }
 
@@ -196,36 +117,62 @@ Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
 Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
 Checkpoint::~Checkpoint() = default;
 
-void Checkpoint::addShard(ShardHeader&& header, const ShardIndex* index) {
-    const auto shard = static_cast<std::uint32_t>(shards_.size() - 1);
-    for (auto& [name, info] : header.tensors) {
-        if (index) {
-            auto it = index->tensorShard.find(name);
-            if (it == index->tensorShard.end())
-                throw FormatError(header.path + ": tensor \"" + name +
-                                  "\" is not listed in the index's weight_map");
-            if (it->second != shard)
-                throw FormatError(header.path + ": tensor \"" + name +
-                                  "\" is here, but the index maps it to " +
-                                  index->shardFiles[it->second]);
-        }
-        info.shard = shard;
-        auto [slot, added] = tensors_.try_emplace(std::move(name), info);
-        if (!added)
-            throw FormatError(header.path + ": tensor \"" + slot->first + "\" is also in " +
-                              shards_[slot->second.shard].string());
-    }
-}
-
 Checkpoint Checkpoint::fromShards(const std::vector<fs::path>& shardFiles) {
     Checkpoint c;
+    format::JsonScanner scanner;
     for (const auto& path : shardFiles) {
-        ShardHeader header = readShardHeader(path);
+        const std::string name = path.string();
+        const format::HeaderText text = format::readHeaderText(path);
+        const auto& header = scanner.header(text.json, text.fileSize, name);
+        format::checkDuplicates(header, name);
+        format::checkOverlaps(header, 8 + text.json.size(), name);
         c.shards_.push_back(path);
-        c.addShard(std::move(header), nullptr);
+        addShard(c.tensors_, c.shards_, header, name);
     }
     c.description_ =
         shardFiles.size() == 1 ? shardFiles[0].string() : shardFiles[0].parent_path().string();
+    return c;
+}
+
+Checkpoint Checkpoint::openIndexed(const fs::path& location, const fs::path& indexPath) {
+    Checkpoint c;
+    c.description_ = location.string();
+    const std::string indexName = indexPath.string();
+    format::JsonScanner scanner;
+    std::vector<std::string> shardFiles;
+    {
+        std::vector<format::IndexEntry> entries; // views into the scanner: used up here
+        scanner.index(format::readPaddedFile(indexPath), indexName, shardFiles, entries);
+        sortShards(shardFiles, entries);
+        c.tensors_.reserve(entries.size());
+        TensorInfo pending;
+        pending.rank = kNotYetInHeader;
+        for (const auto& e : entries) {
+            pending.shard = e.shard;
+            if (!c.tensors_.try_emplace(std::string(e.tensor), pending).second)
+                throw FormatError(indexName + ": weight_map lists tensor \"" +
+                                  std::string(e.tensor) + "\" twice");
+        }
+    }
+    std::size_t filled = 0;
+    for (const auto& file : shardFiles) {
+        const fs::path path = location / file;
+        const std::string name = path.string();
+        const format::HeaderText text = format::readHeaderText(path);
+        const auto& header = scanner.header(text.json, text.fileSize, name);
+        const auto shard = static_cast<std::uint32_t>(c.shards_.size());
+        fillFromHeader(c.tensors_, shardFiles, shard, header, name);
+        format::checkOverlaps(header, 8 + text.json.size(), name);
+        c.shards_.push_back(path);
+        filled += header.size();
+    }
+    if (filled != c.tensors_.size()) {
+        for (const auto& [name, t] : c.tensors_)
+            if (t.rank == kNotYetInHeader)
+                throw FormatError(indexName + ": tensor \"" + name + "\" is mapped to " +
+                                  shardFiles[t.shard] +
+                                  " but that shard's header does not hold it");
+    }
     return c;
 }
 
@@ -236,26 +183,7 @@ Checkpoint Checkpoint::open(const fs::path& location) {
         throw FormatError(location.string() + ": no such checkpoint file or directory");
 
     const fs::path indexPath = location / "model.safetensors.index.json";
-    if (fs::exists(indexPath, ec)) {
-        const ShardIndex index = parseShardIndex(readWholeFile(indexPath), indexPath.string());
-        Checkpoint c;
-        c.description_ = location.string();
-        c.tensors_.reserve(index.tensorShard.size());
-        for (const auto& file : index.shardFiles) {
-            const fs::path path = location / file;
-            ShardHeader header = readShardHeader(path);
-            c.shards_.push_back(path);
-            c.addShard(std::move(header), &index);
-        }
-        if (c.tensors_.size() != index.tensorShard.size()) {
-            for (const auto& [name, shard] : index.tensorShard)
-                if (!c.tensors_.count(name))
-                    throw FormatError(indexPath.string() + ": tensor \"" + name +
-                                      "\" is mapped to " + index.shardFiles[shard] +
-                                      " but that shard's header does not hold it");
-        }
-        return c;
-    }
+    if (fs::exists(indexPath, ec)) return openIndexed(location, indexPath);
     if (fs::exists(location / "model.safetensors", ec))
         return fromShards({location / "model.safetensors"});
     auto numbered = numberedShards(location);
