@@ -550,9 +550,16 @@ Outcome Downloader::attempt(Job& job, hub::Sha256& hash, std::uint64_t& hashedBy
     }
     std::uint64_t size = t.offset + t.written;
     if (size < job.file.size) {
-        error = "the transfer ended at byte " + std::to_string(size) + " of " +
-                std::to_string(job.file.size);
-        return Outcome::Retry;
+        // curl said the response was complete (a cut connection is CURLE_PARTIAL_FILE or a
+        // timeout, retried above), so the server's file itself is short: retrying would
+        // fetch the same bytes forever.
+        fail(job, HubErrorKind::Verification,
+             job.file.name + ": the server's file ends at byte " + std::to_string(size) +
+                 " but the hub lists " + std::to_string(job.file.size) +
+                 " bytes (short file); the partial download is kept as " +
+                 partial.filename().string(),
+             false);
+        return Outcome::Fatal;
     }
     return Outcome::Done;
 }

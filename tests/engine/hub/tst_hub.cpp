@@ -195,6 +195,15 @@ private slots:
              {"k3/good", "k3/private", "k3/gated", "k3/norange", "k3/slow", "k3/stall"})
             writeListing(repo, siblings());
         writeListing("k3/badsha", siblings(kShard3));
+        // The listing promises 100 bytes more than the server has: a short file.
+        QJsonArray shortList;
+        for (const QJsonValue& v : siblings()) {
+            QJsonObject entry = v.toObject();
+            if (entry["rfilename"].toString() == "tokenizer.json")
+                entry["size"] = entry["size"].toInteger() + 100;
+            shortList.append(entry);
+        }
+        writeListing("k3/short", shortList);
         QJsonArray lost = siblings();
         lost.append(QJsonObject{{"rfilename", "missing.bin"}, {"size", 10}});
         writeListing("k3/lost", lost);
@@ -386,6 +395,19 @@ private slots:
         }
         verifySame(dest, kShard1);
         QVERIFY(result.summary().find("files 6/7") == 0);
+    }
+
+    void shortFileDetectedBySize() {
+        QString dest = newDest();
+        auto result = k3::downloadCheckpoint(options("k3/short", dest), nullptr, nullptr);
+        QVERIFY(!result.ok);
+        QVERIFY2(result.error.find("tokenizer.json") != std::string::npos, result.error.c_str());
+        bool sawFailed = false;
+        for (const auto& file : result.files)
+            if (file.name == "tokenizer.json") sawFailed = file.state == k3::FileState::Failed;
+        QVERIFY(sawFailed);
+        QVERIFY(!QFile::exists(dest + "/tokenizer.json")); // never looks complete
+        verifySame(dest, kShard1);
     }
 
     void httpErrorsAreClear() {
