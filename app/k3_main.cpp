@@ -252,6 +252,14 @@ int main(int argc, char** argv) {
                      "Hub URL (default $HF_ENDPOINT, else https://huggingface.co)")
         ->type_name("URL");
 
+    // k3 pack MODEL_DIR TRUNK_DIR: the one-time rewrite of the dense trunk.
+    CLI::App* pack = app.add_subcommand(
+        "pack", "Pack every layer's non-expert tensors of MODEL_DIR into TRUNK_DIR/trunk.bin "
+                "(one aligned read per layer) with trunk.json; needed once per checkpoint");
+    std::string packModel, packTrunk;
+    pack->add_option("MODEL_DIR", packModel, "The checkpoint folder")->required();
+    pack->add_option("TRUNK_DIR", packTrunk, "Where trunk.bin and trunk.json go")->required();
+
     app.footer("Exit codes: 0 ok, 1 load or forward failure or memory refusal, 2 usage error "
                "or unreadable config, 4 run invalid (dropped expert or NaN; the report is "
                "printed first), 130 stopped with Ctrl-C.\n"
@@ -278,6 +286,7 @@ int main(int argc, char** argv) {
             return report.canRun() ? 0 : 1;
         }
         if (*download) return k3cli::runDownload(dl);
+        if (*pack) return k3cli::runPack(packModel, packTrunk);
         if (listPresets) {
             std::fputs(k3::formatPresetTable().c_str(), stdout);
             return 0;

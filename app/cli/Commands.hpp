@@ -9,8 +9,9 @@
 
 namespace k3cli {
 
-// --preset / --trunk-gb / --cache-gb / --trunk / --dump-cache-trace. Validated and
-// recorded in the run report; they take effect with the streaming engine.
+// --preset / --trunk-gb / --cache-gb / --trunk / --dump-cache-trace. With --trunk the
+// trunk streams from the packed trunk within the trunk budget; a cache budget sends the
+// routed experts through the expert cache.
 struct MemoryArgs {
     std::string preset;         // as asked ("auto" resolved into resolvedPreset)
     std::string resolvedPreset; // the table entry the numbers came from, if any
@@ -83,5 +84,8 @@ ResolvedSampling resolveSampling(const SamplingArgs& args);
 
 // Comma-separated token ids ("1,2, 3"). Throws a usage CommandError naming the bad item.
 std::vector<std::int32_t> parseIdList(const std::string& text);
+
+// k3 pack MODEL_DIR TRUNK_DIR
+int runPack(const std::string& modelDir, const std::string& trunkDir);
 
 } // namespace k3cli

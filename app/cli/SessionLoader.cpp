@@ -54,6 +54,14 @@ LoadedSession openModel(const ModelArgs& args, TokenizerNeed need) {
     options.tokenizerDir = tokDir;
     options.loadTokenizer = loadTokenizer;
     options.layerLimit = args.layers;
+    // The memory dial: the same tokens at every budget, memory only buys speed.
+    if (!args.memory.trunkDir.empty()) {
+        options.trunkDir = args.memory.trunkDir;
+        if (args.memory.trunkGB) options.trunkBytes = std::uint64_t(*args.memory.trunkGB * 1e9);
+    }
+    if (args.memory.cacheGB && *args.memory.cacheGB > 0)
+        options.expertCacheBytes = std::uint64_t(*args.memory.cacheGB * 1e9);
+    options.recordCacheTrace = !args.memory.cacheTraceDir.empty();
     if (stderrIsTty()) std::fprintf(stderr, "loading %s ...\r", args.modelDir.c_str());
     const auto t0 = std::chrono::steady_clock::now();
     try {

@@ -53,6 +53,8 @@ private slots:
     void missingTensorExitsOne();
     void laterMemoryFlagWins();
     void downloadUsageErrors();
+    void packThenRunFromTheTrunk();
+    void packRefusesAFolderWithoutCheckpoint();
     void downloadUnreachableEndpointFailsClearly();
 };
 
@@ -60,6 +62,34 @@ void TestK3Run::idsRunGivesReferenceGreedyIds_data() {
     QTest::addColumn<QString>("model");
     QTest::newRow("k3_tiny_a") << QStringLiteral("k3_tiny_a");
     QTest::newRow("k3_tiny_b") << QStringLiteral("k3_tiny_b");
+}
+
+// k3 pack, then the same ids when the trunk streams from trunk.bin and the routed
+// experts go through the cache.
+void TestK3Run::packThenRunFromTheTrunk() {
+    const QString dir = kModels + QStringLiteral("k3_tiny_b");
+    const nlohmann::json expected = readJson(dir + "/expected.json");
+    QTemporaryDir tmp;
+    const QString trunk = tmp.filePath("trunk");
+    const K3Run packed = runK3({"pack", dir, trunk});
+    QVERIFY2(packed.exitCode == 0, qPrintable(packed.err));
+    QVERIFY2(packed.out.startsWith("packed 9 layers into " + trunk + "/trunk.bin"), qPrintable(packed.out));
+    QVERIFY(QFile::exists(trunk + "/trunk.json"));
+    const QString out = tmp.filePath("run.json");
+    const K3Run r = runK3({dir, "--trunk", trunk, "--trunk-gb", "0.1", "--cache-gb", "0.1", "--ids",
+                           idList(expected.at("prompt_ids").get<std::vector<int>>()), "--gen", "20",
+                           "--out", out});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    QCOMPARE(readJson(out).at("ids").get<std::vector<int>>(),
+             expected.at("greedy").at("incremental").get<std::vector<int>>());
+}
+
+void TestK3Run::packRefusesAFolderWithoutCheckpoint() {
+    QTemporaryDir tmp;
+    const K3Run r = runK3({"pack", tmp.path(), tmp.filePath("trunk")});
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.startsWith("k3 pack: "), qPrintable(r.err));
+    QVERIFY(!QFile::exists(tmp.filePath("trunk/trunk.json")));
 }
 
 void TestK3Run::idsRunGivesReferenceGreedyIds() {
