@@ -102,8 +102,8 @@ int main(int argc, char** argv) {
             ->type_name("DIR");
 
     const char* memoryGroup =
-        "Memory (validated and recorded in the run report; they take effect with the "
-        "streaming engine, this build keeps every weight resident)";
+        "Memory (the same tokens at every budget; memory only buys speed. --trunk DIR streams "
+        "the trunk packed by k3 pack; --cache-gb sends the routed experts through the cache)";
     std::vector<std::string> presetNames;
     for (const k3::Preset& p : k3::presets()) presetNames.emplace_back(p.name);
     presetNames.emplace_back("auto");

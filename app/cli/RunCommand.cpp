@@ -93,7 +93,8 @@ private:
 
 nlohmann::ordered_json planJson(const MemoryArgs& m, const k3::Session& session) {
     nlohmann::ordered_json plan;
-    plan["streaming"] = false;
+    plan["streaming"] = !m.trunkDir.empty();          // the trunk streams from trunk.bin
+    plan["expert_cache"] = m.cacheGB && *m.cacheGB > 0; // routed experts through the cache
     plan["resident_weight_bytes"] = session.model().weightBytes();
     plan["preset"] = m.preset.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(m.preset);
     plan["preset_resolved"] = m.resolvedPreset.empty() ? nlohmann::ordered_json()
@@ -104,9 +105,7 @@ nlohmann::ordered_json planJson(const MemoryArgs& m, const k3::Session& session)
         m.trunkDir.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(m.trunkDir);
     plan["dump_cache_trace"] = m.cacheTraceDir.empty() ? nlohmann::ordered_json()
                                                        : nlohmann::ordered_json(m.cacheTraceDir);
-    plan["note"] = "every weight is resident; --preset, --trunk-gb, --cache-gb, --trunk and "
-                   "--dump-cache-trace are recorded here and take effect with the streaming "
-                   "engine";
+    plan["memory"] = session.memoryReport().format();
     return plan;
 }
 
@@ -123,8 +122,9 @@ void printPlan(const MemoryArgs& m, const k3::Session& session) {
                       m.trunkGB.value_or(0.0), m.cacheGB.value_or(0.0));
         std::printf("  asked               %s%s%s\n", asked.c_str(), asked.empty() ? "" : ", ",
                     numbers);
-        std::printf("                      (recorded: the memory dial takes effect with the "
-                    "streaming engine)\n");
+        std::printf("                      %s\n", m.trunkDir.empty()
+                                                   ? "(trunk resident: give --trunk DIR to stream it)"
+                                                   : "(trunk streams from the packed trunk)");
     }
 }
 

@@ -15,13 +15,17 @@
 //  6. AttnRes keys are the RMS-normalised sources, values the RAW sources (attnRes).
 //
 // Matvec reduction order (all three weight types, both paths): y[r] = sum over i of
-// x[i] * w[r][i], where element i is accumulated with an explicit FMA into fp32 lane
-// (i % 32), each lane in increasing i, lanes starting at +0. The 32 lanes L are then
-// folded as t[j] = (L[j] + L[j+8]) + (L[j+16] + L[j+24]) for j < 8, and
-// y = ((t0 + t1) + (t2 + t3)) + ((t4 + t5) + (t6 + t7)). An MXFP4 weight is first
-// decoded exactly (E2M1 value times a power of two), so matvecMxfp4 equals matvecF32
-// over the decoded matrix bit for bit; an MXFP4 group whose scale byte is 255 is
-// skipped (it contributes nothing, even against an infinite x).
+// x[i] * w[r][i], where the product of element i is formed exactly in double (a float
+// times a float, or a decoded MXFP4 weight, always is) and added to double lane (i % 8),
+// each lane in increasing i, lanes starting at +0. The 8 lanes L are then folded as
+// ((L0 + L4) + (L2 + L6)) + ((L1 + L5) + (L3 + L7)) and rounded once to float. An MXFP4
+// weight is decoded exactly (E2M1 value times 2^(s - 127), formed in double, so it never
+// overflows), so matvecMxfp4 equals matvecF32 over the decoded matrix bit for bit where
+// the decoded weights are floats; an MXFP4 group whose scale byte is 255 is skipped (it
+// contributes nothing, even against an infinite x).
+// Why double (DESIGN allows fp32 lanes): 32 fp32 lanes lost up to ~200 ulp on the
+// shared-expert projections, which SiTU-GLU amplified past the peer moe fixture's
+// tolerance (1.43x); double lanes give 0.51x, as a float64 sequential sum does.
 //
 // The other kernels have a single (scalar) implementation; their order is the loop
 // order written in their .cpp, with the accumulator type stated there.

@@ -2,6 +2,7 @@
 // softmax weights scored on the normalised sources.
 
 #include "k3/kernels.hpp"
+#include "kernels/MathFunctions.hpp"
 
 #include <cmath>
 #include <string>
@@ -29,7 +30,7 @@ void attnRes(float* out, const float* const* sources, int nSources, const float*
         if (score[s] > m) m = score[s];
     double z = 0.0;
     for (int s = 0; s < nSources; ++s) {
-        score[s] = std::exp(score[s] - m);
+        score[s] = math::expF(score[s] - m);
         z += score[s];
     }
     // Accumulate aside so out may alias a source.

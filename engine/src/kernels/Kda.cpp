@@ -2,6 +2,7 @@
 // the delta-rule recurrence over a fixed-size per-head state.
 
 #include "k3/kernels.hpp"
+#include "kernels/MathFunctions.hpp"
 
 #include <cmath>
 #include <string>
@@ -39,12 +40,12 @@ void shortConvSilu(float* y, const float* x, const float* w, float* state, int c
 void kdaDecay(float* g, float* alpha, const float* z, const float* aLog, const float* dtBias,
               int heads, int headDim, float lowerBound) {
     for (int h = 0; h < heads; ++h) {
-        const float a = std::exp(aLog[h]); // PER HEAD: aLog is never indexed by channel
+        const float a = math::expF(aLog[h]); // PER HEAD: aLog is never indexed by channel
         for (int d = 0; d < headDim; ++d) {
             const int i = h * headDim + d;
             const float gi = lowerBound * sigmoid(a * (z[i] + dtBias[i]));
             g[i] = gi;
-            alpha[i] = std::exp(gi);
+            alpha[i] = math::expF(gi);
         }
     }
 }

@@ -58,7 +58,7 @@ template <typename RowFn> void forRows(int rows, int cols, RowFn&& fn) {
     for (int r = 0; r < rows; ++r) fn(r);
 }
 
-// The SIMD kernels take rows in blocks (two rows share the x loads); a block boundary
+// The SIMD kernels take rows in blocks (several rows share the x loads); a block boundary
 // only decides which rows run together, never how a row is summed.
 constexpr int kRowBlock = 8;
 
@@ -169,10 +169,10 @@ void matvecBf16(float* y, const float* x, const std::uint16_t* w, int rows, int 
     checkMatvec("matvecBf16", y, x, w, rows, cols);
 #if defined(K3_HAVE_AVX2_PATH)
     if (kernelPath() == KernelPath::Avx2) {
-        std::vector<float> xp(static_cast<std::size_t>(cols));
-        detail::permuteXBf16Avx2(xp.data(), x, cols);
+        std::vector<double> xd(static_cast<std::size_t>(cols));
+        detail::widenXBf16Avx2(xd.data(), x, cols);
         forRowBlocks(rows, cols, [&](int first, int count) {
-            detail::rowsBf16Avx2(y + first, x, xp.data(),
+            detail::rowsBf16Avx2(y + first, x, xd.data(),
                                  w + static_cast<std::size_t>(first) * cols, cols, count);
         });
         return;
@@ -191,10 +191,10 @@ void matvecMxfp4(float* y, const float* x, const std::uint8_t* packed, const std
     const std::size_t rowScales = mxfp4ScalesPerRow(cols);
 #if defined(K3_HAVE_AVX2_PATH)
     if (kernelPath() == KernelPath::Avx2) {
-        std::vector<float> xp(static_cast<std::size_t>(cols));
-        detail::permuteXMxfp4Avx2(xp.data(), x, cols);
+        std::vector<double> xd(static_cast<std::size_t>(cols));
+        detail::widenXMxfp4Avx2(xd.data(), x, cols);
         forRowBlocks(rows, cols, [&](int first, int count) {
-            detail::rowsMxfp4Avx2(y + first, x, xp.data(), packed + first * rowBytes, rowBytes,
+            detail::rowsMxfp4Avx2(y + first, x, xd.data(), packed + first * rowBytes, rowBytes,
                                   scales + first * rowScales, rowScales, cols, count);
         });
         return;

@@ -1,7 +1,7 @@
 #pragma once
 // Row dot products behind k3::matvec*, one set per instruction path. Both sets follow
-// the order documented in k3/kernels.hpp (32 fp32 lanes by i % 32, explicit FMA, fixed
-// fold), so they return identical bits.
+// the order documented in k3/kernels.hpp (8 double lanes by i % 8, exact products,
+// fixed fold, one rounding to float), so they return identical bits.
 
 #include <bit>
 #include <cstddef>
@@ -9,7 +9,7 @@
 
 namespace k3::detail {
 
-inline constexpr int kLanes = 32;
+inline constexpr int kLanes = 8;
 
 // E2M1 magnitudes indexed by the low three bits; bit 3 is the sign.
 inline constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
@@ -22,8 +22,14 @@ inline float e8m0(std::uint8_t s) {
     return std::bit_cast<float>(s == 0 ? 0x00400000u : static_cast<std::uint32_t>(s) << 23);
 }
 
-// The fixed fold of the 32 lanes into one value (shared by both paths).
-float foldLanes(const float* lanes);
+// E8M0 -> 2^(s - 127) as a double: every such power is a normal double, so E2M1 times
+// it is exact, even where the float product would overflow. 255 is never passed.
+inline double e8m0Double(std::uint8_t s) {
+    return std::bit_cast<double>(static_cast<std::uint64_t>(s + (1023 - 127)) << 52);
+}
+
+// The fixed fold of the 8 double lanes, rounded once to float (shared by both paths).
+float foldLanes(const double* lanes);
 
 float dotF32Scalar(const float* x, const float* w, int n);
 float dotBf16Scalar(const float* x, const std::uint16_t* w, int n);
@@ -33,19 +39,19 @@ float dotMxfp4Scalar(const float* x, const std::uint8_t* packed, const std::uint
 #define K3_HAVE_AVX2_PATH 1
 float dotF32Avx2(const float* x, const float* w, int n);
 
-// The AVX2 BF16 and MXFP4 kernels widen weights in an order that is a fixed
-// permutation inside each 32-element block, so they read x through a copy permuted the
-// same way (built once per matvec, shared by every row); each lane still sees exactly
-// the elements i with i % 32 == lane, in increasing i. xp holds n floats; only its full
-// 32-blocks are written and read, the tail of a row reads x itself.
-void permuteXBf16Avx2(float* xp, const float* x, int n);
-void permuteXMxfp4Avx2(float* xp, const float* x, int n);
+// The AVX2 BF16 and MXFP4 kernels read x through a copy widened to double once per
+// matvec (shared by every row). MXFP4's decode leaves each 8 weights in the order
+// (0, 2, 4, 6, 1, 3, 5, 7), so its copy is permuted the same way; each lane still sees
+// exactly the elements i with i % 8 == lane, in increasing i. xd holds n doubles; only
+// full 8-blocks (BF16) or 32-groups (MXFP4) are read, the tail of a row reads x itself.
+void widenXBf16Avx2(double* xd, const float* x, int n);
+void widenXMxfp4Avx2(double* xd, const float* x, int n);
 // `count` consecutive rows of `n` columns into y[0..count); two rows at a time share
 // the x loads. Row r of BF16 starts at w + r * n; row r of MXFP4 at packed + r *
 // rowBytes with scales + r * rowScales.
-void rowsBf16Avx2(float* y, const float* x, const float* xp, const std::uint16_t* w, int n,
+void rowsBf16Avx2(float* y, const float* x, const double* xd, const std::uint16_t* w, int n,
                   int count);
-void rowsMxfp4Avx2(float* y, const float* x, const float* xp, const std::uint8_t* packed,
+void rowsMxfp4Avx2(float* y, const float* x, const double* xd, const std::uint8_t* packed,
                    std::size_t rowBytes, const std::uint8_t* scales, std::size_t rowScales, int n,
                    int count);
 #endif

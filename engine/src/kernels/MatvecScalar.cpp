@@ -1,47 +1,45 @@
 // Portable matvec rows: the reference order, written one element at a time.
+//
+// A float times a float (or an MXFP4 weight, 2 significant bits times a power of two)
+// is exact in double, so `lane += double(w) * x` rounds once per element, exactly as
+// the AVX2 path's fma does.
 
 #include "kernels/MatvecRows.hpp"
 
 #include "k3/kernels.hpp"
 
-#include <cmath>
-
 namespace k3::detail {
 
-float foldLanes(const float* lanes) {
-    float t[8];
-    for (int j = 0; j < 8; ++j) t[j] = (lanes[j] + lanes[j + 8]) + (lanes[j + 16] + lanes[j + 24]);
-    return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+float foldLanes(const double* l) {
+    return static_cast<float>(((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])));
 }
 
 float dotF32Scalar(const float* x, const float* w, int n) {
-    float lanes[kLanes] = {};
-    for (int i = 0; i < n; ++i) lanes[i % kLanes] = std::fma(x[i], w[i], lanes[i % kLanes]);
+    double lanes[kLanes] = {};
+    for (int i = 0; i < n; ++i) lanes[i % kLanes] += double(w[i]) * double(x[i]);
     return foldLanes(lanes);
 }
 
 float dotBf16Scalar(const float* x, const std::uint16_t* w, int n) {
-    float lanes[kLanes] = {};
-    for (int i = 0; i < n; ++i)
-        lanes[i % kLanes] = std::fma(x[i], bf16ToFloat(w[i]), lanes[i % kLanes]);
+    double lanes[kLanes] = {};
+    for (int i = 0; i < n; ++i) lanes[i % kLanes] += double(bf16ToFloat(w[i])) * double(x[i]);
     return foldLanes(lanes);
 }
 
 float dotMxfp4Scalar(const float* x, const std::uint8_t* packed, const std::uint8_t* scales,
                      int n) {
-    float lanes[kLanes] = {};
+    double lanes[kLanes] = {};
     const int groups = (n + kMxfp4Group - 1) / kMxfp4Group;
     for (int g = 0; g < groups; ++g) {
         if (scales[g] == 255) continue; // NaN scale: the whole group is dropped
-        const float s = e8m0(scales[g]);
+        const double s = e8m0Double(scales[g]);
         const int begin = g * kMxfp4Group;
         const int end = begin + kMxfp4Group < n ? begin + kMxfp4Group : n;
         for (int i = begin; i < end; ++i) {
             // low nibble = EVEN element, high nibble = ODD element
             const unsigned nib = (packed[i >> 1] >> ((i & 1) * 4)) & 0xFu;
-            // E2M1 times a power of two is exact: the same value the f32 path would see.
-            const float wv = kE2m1[nib] * s;
-            lanes[i % kLanes] = std::fma(x[i], wv, lanes[i % kLanes]);
+            // Both products are exact in double: the decoded weight, then weight times x.
+            lanes[i % kLanes] += (double(kE2m1[nib]) * s) * double(x[i]);
         }
     }
     return foldLanes(lanes);

@@ -3,6 +3,7 @@
 // softmax, so the cache stays kv_lora + qk_rope floats per position.
 
 #include "k3/kernels.hpp"
+#include "kernels/MathFunctions.hpp"
 
 #include <cmath>
 #include <string>
@@ -76,7 +77,7 @@ void mlaAttend(float* out, const float* q, const float* latent, const float* rop
         }
         double z = 0.0;
         for (int s = 0; s < positions; ++s) {
-            sc[s] = std::exp(sc[s] - m);
+            sc[s] = math::expF(sc[s] - m);
             z += sc[s];
         }
         for (int s = 0; s < positions; ++s) {

@@ -1,4 +1,5 @@
 #include "k3/session.hpp"
+#include "kernels/MathFunctions.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -50,7 +51,7 @@ TokenId Sampler::sample(std::span<const float> logits) {
     std::vector<double> p(order.size());
     double sum = 0;
     for (std::size_t i = 0; i < order.size(); ++i) {
-        p[i] = std::exp((double(logits[std::size_t(order[i])]) - top) / options_.temperature);
+        p[i] = math::expD((double(logits[std::size_t(order[i])]) - top) / options_.temperature);
         sum += p[i];
     }
     std::size_t keep = order.size();

@@ -79,13 +79,28 @@ bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// The documented order, written out independently of the engine.
+// The documented order, written out independently of the engine: 8 double lanes by
+// i % 8 (std::fma of two widened floats: the product is exact), a fixed fold, one
+// rounding to float.
+float foldDocumented(const double* l) {
+    return float(((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])));
+}
+
+float documentedDot(const float* x, const double* w, int n) {
+    double lanes[8] = {};
+    for (int i = 0; i < n; ++i) lanes[i % 8] = std::fma(double(x[i]), w[i], lanes[i % 8]);
+    return foldDocumented(lanes);
+}
+
 float documentedDot(const float* x, const float* w, int n) {
-    float lanes[32] = {};
-    for (int i = 0; i < n; ++i) lanes[i % 32] = std::fma(x[i], w[i], lanes[i % 32]);
-    float t[8];
-    for (int j = 0; j < 8; ++j) t[j] = (lanes[j] + lanes[j + 8]) + (lanes[j + 16] + lanes[j + 24]);
-    return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+    const std::vector<double> wd(w, w + n);
+    return documentedDot(x, wd.data(), n);
+}
+
+// E2M1 by nibble (bit 3 = sign), independent of the engine's table.
+double e2m1(unsigned nib) {
+    const double mag[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+    return (nib & 8) ? -mag[nib & 7] : mag[nib & 7];
 }
 
 } // namespace
@@ -167,9 +182,10 @@ private slots:
     }
 
     void edgeValuesKeepBitIdentity() {
-        // Signed zero: every lane first underflows to -0 (negative x times the tiny
-        // weight 0.5 * 2^-127), then meets the weight -0 (nibble 8): fma(1, -0, -0) = -0
-        // keeps the sign, so a decode that turned -0 into +0 would give y = +0.
+        // Signed zero: every lane holds a tiny negative double (negative x times the
+        // weight 0.5 * 2^-127 does not underflow in double), then meets the weight -0
+        // (nibble 8); the sum is rounded once to float, where it becomes -0: the sign of
+        // a sum too small for a float must survive the final conversion.
         const int cols = 64;
         std::vector<std::uint8_t> packed(mxfp4RowBytes(cols));
         for (std::size_t b = 0; b < packed.size(); ++b) packed[b] = b < 16 ? 0x11 : 0x88;
@@ -184,7 +200,7 @@ private slots:
             QVERIFY2(y == 0.0f && std::signbit(y), kernelPathName(p));
         }
 
-        // Extreme scales (subnormal 2^-127, 2^127 where 6 * 2^127 overflows to inf),
+        // Extreme scales (subnormal 2^-127, 2^127 where 6 * 2^127 would overflow a float),
         // every non-NaN bf16 pattern class, and x with zeros of both signs, subnormals,
         // huge values and infinities (inf * 0 makes the default NaN on both paths).
         std::mt19937 rng(424242);
@@ -213,17 +229,17 @@ private slots:
             std::vector<float> want(2 * rows);
             for (int r = 0; r < rows; ++r) {
                 want[r] = documentedDot(x.data(), &wbWide[std::size_t(r) * cols2], cols2);
-                // The documented order over decoded weights, 255-scale groups skipped.
-                float lanes[32] = {};
+                // The documented order over weights decoded exactly in double (6 * 2^127
+                // stays finite there), 255-scale groups skipped.
+                double lanes[8] = {};
                 for (int c = 0; c < cols2; ++c) {
-                    if (ms[r * rs + c / 32] == 255) continue;
-                    const float wv = mxfp4Decode(&mp[r * rb], &ms[r * rs], c);
-                    lanes[c % 32] = std::fma(x[c], wv, lanes[c % 32]);
+                    const int sc = ms[r * rs + c / 32];
+                    if (sc == 255) continue;
+                    const unsigned nib = (mp[r * rb + c / 2] >> (4 * (c % 2))) & 0xFu;
+                    const double wv = e2m1(nib) * std::ldexp(1.0, sc - 127);
+                    lanes[c % 8] = std::fma(double(x[c]), wv, lanes[c % 8]);
                 }
-                float t[8];
-                for (int j = 0; j < 8; ++j)
-                    t[j] = (lanes[j] + lanes[j + 8]) + (lanes[j + 16] + lanes[j + 24]);
-                want[rows + r] = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+                want[rows + r] = foldDocumented(lanes);
             }
             for (KernelPath p : {KernelPath::Scalar, KernelPath::Avx2}) {
                 if (!kernelPathAvailable(p)) continue;
