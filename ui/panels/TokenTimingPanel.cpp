@@ -1,5 +1,6 @@
 #include "panels/TokenTimingPanel.h"
 
+#include <QBarCategoryAxis>
 #include <QBarSet>
 #include <QChart>
 #include <QChartView>
@@ -14,17 +15,23 @@ TokenTimingPanel::TokenTimingPanel(QWidget* parent)
     : QWidget(parent), m_chart(new QChart), m_view(new QChartView(m_chart, this)),
       m_series(new QStackedBarSeries), m_trunk(new QBarSet(tr("trunk I/O"))),
       m_experts(new QBarSet(tr("expert I/O"))), m_compute(new QBarSet(tr("compute"))),
-      m_axisY(new QValueAxis), m_summary(new QLabel(this)) {
+      m_axisX(new QBarCategoryAxis), m_axisY(new QValueAxis), m_summary(new QLabel(this)) {
     setObjectName(QStringLiteral("tokenTimingPanel"));
     m_series->append(m_trunk);
     m_series->append(m_experts);
     m_series->append(m_compute);
     m_series->setBarWidth(1.0);
     m_chart->addSeries(m_series);
+    // A category axis is what lays the bars out side by side; its labels would only
+    // repeat the token index, so they are hidden.
+    m_axisX->setLabelsVisible(false);
+    m_axisX->setGridLineVisible(false);
+    m_chart->addAxis(m_axisX, Qt::AlignBottom);
+    m_series->attachAxis(m_axisX);
     m_chart->addAxis(m_axisY, Qt::AlignLeft);
     m_series->attachAxis(m_axisY);
-    m_axisY->setTitleText(tr("s"));
-    m_axisY->setLabelFormat(QStringLiteral("%.2g"));
+    m_axisY->setTitleText(tr("seconds"));
+    m_axisY->setLabelFormat(QStringLiteral("%.3f"));
     m_chart->legend()->setAlignment(Qt::AlignBottom);
     m_chart->setMargins(QMargins(2, 2, 2, 2));
     m_chart->setBackgroundRoundness(0);
@@ -32,6 +39,7 @@ TokenTimingPanel::TokenTimingPanel(QWidget* parent)
                                                                            : QChart::ChartThemeLight);
     m_view->setRenderHint(QPainter::Antialiasing);
     m_view->setMinimumHeight(160);
+    setMinimumWidth(300);
     m_summary->setWordWrap(true);
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
@@ -80,4 +88,8 @@ void TokenTimingPanel::rescale() {
     for (int i = 0; i < m_compute->count(); ++i)
         top = std::max(top, m_trunk->at(i) + m_experts->at(i) + m_compute->at(i));
     m_axisY->setRange(0, top > 0 ? top * 1.1 : 1.0);
+    // One category per bar, or the axis spans a single slot and squeezes the bars.
+    QStringList categories;
+    for (int i = 0; i < m_compute->count(); ++i) categories << QString::number(i);
+    m_axisX->setCategories(categories);
 }

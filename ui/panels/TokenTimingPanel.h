@@ -35,6 +35,7 @@ private:
     QBarSet* m_trunk;
     QBarSet* m_experts;
     QBarSet* m_compute;
+    QBarCategoryAxis* m_axisX;
     QValueAxis* m_axisY;
     QLabel* m_summary;
     double m_total = 0;
