@@ -80,6 +80,7 @@ private slots:
     void generationPromptFollowsThinking();
     void refusesUnsupported();
     void rolesRoundTrip();
+    void idsMatchTheRealTiktoken();
 };
 
 void TestChatRender::fixturesCoverTheCases() {
@@ -231,6 +232,31 @@ void TestChatRender::rolesRoundTrip() {
         QVERIFY(k3::parseChatRole(k3::chatRoleName(r)) == r);
     QVERIFY(!k3::parseChatRole("developer"));
     QVERIFY(!k3::parseChatRole("User"));
+}
+
+// Id for id: our segment encoding of each render equals what the real tiktoken (npm,
+// tests/reference/tokenizer/gen_render_ids.mjs) gives for the template's string with
+// special tokens allowed, over the committed cl100k + K3-specials vocabulary.
+void TestChatRender::idsMatchTheRealTiktoken() {
+    const auto doc = loadFixtures();
+    std::ifstream in(K3_SOURCE_DIR "/tests/fixtures/chat/render_ids.json");
+    QVERIFY(in.good());
+    const auto oracle = nlohmann::json::parse(in);
+    const k3::Tokenizer tok = k3::Tokenizer::fromDirectory(K3_SOURCE_DIR "/tests/fixtures/tokenizer");
+    int compared = 0;
+    for (const auto& want : oracle.at("cases")) {
+        const std::string name = want.at("name").get<std::string>();
+        const nlohmann::json* found = nullptr;
+        for (const auto& c : doc.at("cases"))
+            if (c.at("name").get<std::string>() == name) found = &c;
+        QVERIFY2(found, name.c_str());
+        const auto segments = k3::renderChatSegments(toMessages(found->at("messages")),
+                                                     toOptions(found->at("options")));
+        const auto ids = k3::encodeChatSegments(tok, segments);
+        QVERIFY2(ids == want.at("ids").get<std::vector<k3::TokenId>>(), name.c_str());
+        ++compared;
+    }
+    QVERIFY(compared >= 30); // every render but the refusals and the user-typed-marker one
 }
 
 QTEST_GUILESS_MAIN(TestChatRender)
