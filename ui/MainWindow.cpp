@@ -5,6 +5,9 @@
 #include "chat/ConversationStore.h"
 #include "chat/ConversationView.h"
 #include "chat/MessageComposer.h"
+#include "panels/DiskIoPanel.h"
+#include "panels/ExpertCachePanel.h"
+#include "panels/MemoryPlanPanel.h"
 #include "panels/TokenTimingPanel.h"
 #include "wizard/SetupWizard.h"
 #include "worker/EngineController.h"
@@ -100,10 +103,23 @@ MainWindow::MainWindow(QWidget* parent)
 MainWindow::~MainWindow() = default;
 
 void MainWindow::createDocks() {
-    auto* timingDock = new QDockWidget(tr("Per-token timing"), this);
-    timingDock->setObjectName(QStringLiteral("timingDock"));
-    timingDock->setWidget(m_timing);
-    addDockWidget(Qt::RightDockWidgetArea, timingDock);
+    auto* plan = new MemoryPlanPanel;
+    auto* cache = new ExpertCachePanel;
+    auto* disk = new DiskIoPanel;
+    const auto dock = [this](const QString& title, const char* name, QWidget* panel) {
+        auto* d = new QDockWidget(title, this);
+        d->setObjectName(QString::fromLatin1(name));
+        d->setWidget(panel);
+        addDockWidget(Qt::RightDockWidgetArea, d);
+    };
+    dock(tr("Memory plan"), "memoryDock", plan);
+    dock(tr("Expert cache"), "cacheDock", cache);
+    dock(tr("Disk I/O"), "diskDock", disk);
+    dock(tr("Per-token timing"), "timingDock", m_timing);
+    EngineWorker* worker = m_engine->worker();
+    connect(worker, &EngineWorker::memoryUpdated, plan, &MemoryPlanPanel::setFigures);
+    connect(worker, &EngineWorker::memoryUpdated, cache, &ExpertCachePanel::setFigures);
+    connect(worker, &EngineWorker::memoryUpdated, disk, &DiskIoPanel::setFigures);
 }
 
 void MainWindow::createMenus() {

@@ -24,6 +24,9 @@ public:
         emit m_worker->tokenTiming(e.index, e.timing.computeSeconds, e.timing.trunkIoSeconds,
                                    e.timing.expertIoSeconds);
     }
+    void onMemory(const k3::MemoryReport& report) override {
+        emit m_worker->memoryUpdated(MemoryFigures::from(report));
+    }
 
 private:
     EngineWorker* m_worker;
@@ -31,12 +34,51 @@ private:
 
 } // namespace
 
+quint64 MemoryFigures::plannedBytes() const {
+    quint64 total = 0;
+    for (const Component& c : plan) total += c.bytes;
+    return total;
+}
+
+MemoryFigures MemoryFigures::from(const k3::MemoryReport& r) {
+    MemoryFigures f;
+    const k3::MemoryPlan& p = r.plan;
+    const auto add = [&f](const QString& name, std::uint64_t bytes) {
+        if (bytes > 0) f.plan.push_back({name, bytes});
+    };
+    add(QObject::tr("trunk pinned"), p.pinnedBytes);
+    add(QObject::tr("trunk ring"), std::uint64_t(p.ringSlots) * p.ringSlotBytes);
+    add(QObject::tr("embeddings + head"), p.modelBytes);
+    add(QObject::tr("experts resident"), p.residentExpertBytes);
+    add(QObject::tr("expert cache"), p.cacheBytes());
+    add(QObject::tr("recurrent state"), p.stateBytes);
+    add(QObject::tr("KV cache"), p.kvBytes);
+    add(QObject::tr("buffers"), p.bufferBytes);
+    f.availableBytes = p.available;
+    f.pinnedLayers = p.pinnedLayers;
+    f.totalLayers = p.totalLayers;
+    f.trunkStreamed = r.trunkStreamed;
+    f.expertsCached = r.expertsCached;
+    f.cacheRequests = r.cache.requests;
+    f.cacheHitRate = r.cache.hitRate();
+    f.cacheResidentHitRate = r.cache.residentHitRate();
+    f.cacheEvictions = r.cache.evictions;
+    f.trunkBytesRead = r.trunk.bytesRead;
+    f.expertBytesRead = r.cache.bytesRead;
+    f.ioSeconds = r.trunk.waitSeconds + r.cache.readSeconds;
+    f.wallSeconds = r.wallSeconds;
+    f.ioShare = r.ioShare();
+    f.peakRssBytes = r.peakRssBytes;
+    return f;
+}
+
 EngineWorker::EngineWorker() {
     qRegisterMetaType<ChatTurn>();
     qRegisterMetaType<QVector<ChatTurn>>();
     qRegisterMetaType<GenerationSettings>();
     qRegisterMetaType<GenerationSummary>();
     qRegisterMetaType<ModelInfo>();
+    qRegisterMetaType<MemoryFigures>();
 }
 
 EngineWorker::~EngineWorker() = default;
@@ -54,6 +96,7 @@ void EngineWorker::loadModel(const QString& directory) {
         info.vocabSize = m_session->config().vocabSize;
         info.weightBytes = m_session->model().weightBytes();
         emit modelLoaded(info);
+        emit memoryUpdated(MemoryFigures::from(m_session->memoryReport()));
     } catch (const std::exception& e) {
         m_session.reset();
         emit loadFailed(QString::fromUtf8(e.what()));

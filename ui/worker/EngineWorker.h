@@ -48,7 +48,35 @@ struct ModelInfo {
     quint64 weightBytes = 0;
 };
 
+// The engine's memory figures as the panels show them (from k3::MemoryReport).
+struct MemoryFigures {
+    struct Component {
+        QString name;
+        quint64 bytes = 0;
+    };
+    QVector<Component> plan; // each planned component, in drawing order
+    quint64 availableBytes = 0;
+    int pinnedLayers = 0;
+    int totalLayers = 0;
+    bool trunkStreamed = false;
+    bool expertsCached = false;
+    quint64 cacheRequests = 0;
+    double cacheHitRate = 0;
+    double cacheResidentHitRate = 0;
+    quint64 cacheEvictions = 0;
+    quint64 trunkBytesRead = 0;
+    quint64 expertBytesRead = 0;
+    double ioSeconds = 0;
+    double wallSeconds = 0;
+    double ioShare = 0;
+    quint64 peakRssBytes = 0;
+
+    quint64 plannedBytes() const;
+    static MemoryFigures from(const k3::MemoryReport& report);
+};
+
 Q_DECLARE_METATYPE(ChatTurn)
+Q_DECLARE_METATYPE(MemoryFigures)
 Q_DECLARE_METATYPE(GenerationSettings)
 Q_DECLARE_METATYPE(GenerationSummary)
 Q_DECLARE_METATYPE(ModelInfo)
@@ -79,6 +107,8 @@ signals:
     // Where the token's time went (the I/O parts are 0 while every weight is resident).
     void tokenTiming(int index, double computeSeconds, double trunkIoSeconds, double expertIoSeconds);
     void generationFinished(const GenerationSummary& summary);
+    // After the model loads and after every token: the plan and what it did.
+    void memoryUpdated(const MemoryFigures& figures);
     void generationFailed(const QString& message);
 
 private:

@@ -1,0 +1,71 @@
+#include <QLocale>
+#include <QTest>
+
+#include "panels/DiskIoPanel.h"
+#include "panels/ExpertCachePanel.h"
+#include "panels/MemoryPlanPanel.h"
+
+class TestEnginePanels : public QObject {
+    Q_OBJECT
+private slots:
+    void planListsEveryComponent();
+    void cacheShowsBothHitRates();
+    void diskShowsBytesRateAndShare();
+};
+
+static MemoryFigures sample() {
+    MemoryFigures f;
+    f.plan = {{QStringLiteral("trunk pinned"), 3'000'000'000ull},
+              {QStringLiteral("trunk ring"), 2'340'000'000ull},
+              {QStringLiteral("expert cache"), 1'000'000'000ull}};
+    f.availableBytes = 15'800'000'000ull;
+    f.pinnedLayers = 3;
+    f.totalLayers = 93;
+    f.trunkStreamed = true;
+    f.expertsCached = true;
+    f.cacheRequests = 1000;
+    f.cacheHitRate = 0.38;
+    f.cacheResidentHitRate = 0.12;
+    f.cacheEvictions = 1204;
+    f.trunkBytesRead = 100'000'000'000ull;
+    f.expertBytesRead = 34'000'000'000ull;
+    f.ioSeconds = 50;
+    f.ioShare = 0.71;
+    return f;
+}
+
+void TestEnginePanels::planListsEveryComponent() {
+    MemoryPlanPanel panel;
+    panel.setFigures(sample());
+    QCOMPARE(panel.figures().plannedBytes(), 6'340'000'000ull);
+    const QString text = panel.detailsText();
+    QVERIFY(text.contains(QStringLiteral("trunk pinned  3.00 GB")));
+    QVERIFY(text.contains(QStringLiteral("trunk ring  2.34 GB")));
+    QVERIFY(text.contains(QStringLiteral("planned 6.34 GB of 15.80 GB available")));
+    QVERIFY(text.contains(QStringLiteral("3 of 93 layers pinned, the rest streamed")));
+    panel.resize(300, 200);
+    QImage image(panel.size(), QImage::Format_ARGB32);
+    panel.render(&image); // paints the bar without crashing at any size
+}
+
+void TestEnginePanels::cacheShowsBothHitRates() {
+    ExpertCachePanel panel;
+    panel.setFigures(sample());
+    // Counts follow the user's locale ("1,204" in English).
+    QCOMPARE(panel.text(), QStringLiteral("hit 38.0%   resident 12.0%\nevictions %1\nrequests %2")
+                               .arg(QLocale().toString(1204), QLocale().toString(1000)));
+    MemoryFigures resident = sample();
+    resident.expertsCached = false;
+    panel.setFigures(resident);
+    QVERIFY(panel.text().startsWith(QStringLiteral("Every routed expert is resident")));
+}
+
+void TestEnginePanels::diskShowsBytesRateAndShare() {
+    DiskIoPanel panel;
+    panel.setFigures(sample());
+    QCOMPARE(panel.text(), QStringLiteral("134.000 GB read (trunk 100.000 GB, experts 34.000 GB)\n"
+                                          "2.68 GB/s while reading\nI/O 71% of wall clock"));
+}
+
+QTEST_MAIN(TestEnginePanels)
+#include "tst_enginepanels.moc"

@@ -1,0 +1,29 @@
+#include "panels/DiskIoPanel.h"
+
+#include <QLabel>
+#include <QVBoxLayout>
+
+DiskIoPanel::DiskIoPanel(QWidget* parent) : QWidget(parent), m_label(new QLabel(this)) {
+    setObjectName(QStringLiteral("diskIoPanel"));
+    setMinimumHeight(90); // three wrapped lines
+    m_label->setTextFormat(Qt::PlainText);
+    m_label->setWordWrap(true);
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(6, 6, 6, 6);
+    layout->addWidget(m_label);
+    layout->addStretch(1);
+    m_label->setText(tr("No model loaded."));
+}
+
+void DiskIoPanel::setFigures(const MemoryFigures& f) {
+    const double total = double(f.trunkBytesRead + f.expertBytesRead);
+    const double rate = f.ioSeconds > 0 ? total / f.ioSeconds / 1e9 : 0;
+    m_label->setText(tr("%1 GB read (trunk %2 GB, experts %3 GB)\n%4 GB/s while reading\nI/O %5% of wall clock")
+                         .arg(total / 1e9, 0, 'f', 3)
+                         .arg(double(f.trunkBytesRead) / 1e9, 0, 'f', 3)
+                         .arg(double(f.expertBytesRead) / 1e9, 0, 'f', 3)
+                         .arg(rate, 0, 'f', 2)
+                         .arg(f.ioShare * 100, 0, 'f', 0));
+}
+
+QString DiskIoPanel::text() const { return m_label->text(); }
