@@ -3,6 +3,8 @@
 #include "AboutDialog.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
+
+#include <k3/chat.hpp>
 #include "chat/ConversationView.h"
 #include "chat/MessageComposer.h"
 #include "panels/DiskIoPanel.h"
@@ -127,11 +129,17 @@ void MainWindow::createMenus() {
     QAction* newChatAction = file->addAction(tr("&New chat"), this, &MainWindow::newChat);
     newChatAction->setShortcut(QKeySequence::New);
     newChatAction->setObjectName(QStringLiteral("newChatAction"));
+    QAction* exportAction = file->addAction(tr("&Export conversation as Markdown…"), this,
+                                            &MainWindow::exportConversation);
+    exportAction->setObjectName(QStringLiteral("exportAction"));
     file->addSeparator();
     QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);
 
-    menuBar()->addMenu(tr("&Edit"));
+    QMenu* edit = menuBar()->addMenu(tr("&Edit"));
+    QAction* regen = edit->addAction(tr("&Regenerate the last answer"), this, &MainWindow::regenerate);
+    regen->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
+    regen->setObjectName(QStringLiteral("regenerateAction"));
     QAction* open = new QAction(tr("&Open model folder…"), this);
     open->setShortcut(QKeySequence::Open);
     connect(open, &QAction::triggered, this, &MainWindow::openModelFolder);
@@ -275,9 +283,12 @@ void MainWindow::onLoadFailed(const QString& message) {
 void MainWindow::send(const QString& text) {
     ConversationModel* conversation = m_conversation->conversation();
     conversation->appendMessage(QStringLiteral("user"), text);
-    const QVector<ChatTurn> history = conversation->turns();
     saveConversation(); // the question is on disk before the answer starts
-    conversation->beginAssistantMessage();
+    startAnswer(conversation->turns());
+}
+
+void MainWindow::startAnswer(const QVector<ChatTurn>& history) {
+    m_conversation->conversation()->beginAssistantMessage();
     m_tokensThisAnswer = 0;
     m_firstTokenSeconds = 0;
     m_tokenSeconds = 0;
@@ -286,6 +297,49 @@ void MainWindow::send(const QString& text) {
     settings.thinkingEffort = m_composer->thinkingEffort();
     m_composer->setGenerating(true);
     m_engine->generate(history, settings);
+}
+
+void MainWindow::regenerate() {
+    ConversationModel* conversation = m_conversation->conversation();
+    if (m_engine->isBusy() || !m_composer->isReady() || conversation->rowCount() == 0) return;
+    const QModelIndex last = conversation->index(conversation->rowCount() - 1);
+    if (last.data(ConversationModel::RoleNameRole).toString() != QLatin1String("assistant")) return;
+    conversation->removeLast();
+    startAnswer(conversation->turns());
+}
+
+QString MainWindow::conversationMarkdown(const QVector<ChatTurn>& turns) {
+    QString md = QStringLiteral("# ") + ConversationStore::titleFor(turns) + QStringLiteral("\n");
+    for (const ChatTurn& t : turns) {
+        const QString who = t.role == QLatin1String("user")        ? tr("You")
+                            : t.role == QLatin1String("assistant") ? tr("K3")
+                                                                    : tr("System");
+        md += QStringLiteral("\n## ") + who + QStringLiteral("\n\n");
+        if (!t.reasoning.isEmpty()) {
+            // The thinking, quoted so it reads as an aside.
+            for (const QString& line : t.reasoning.split(QLatin1Char('\n')))
+                md += QStringLiteral("> ") + line + QLatin1Char('\n');
+            md += QLatin1Char('\n');
+        }
+        md += t.content + QLatin1Char('\n');
+    }
+    return md;
+}
+
+void MainWindow::exportConversation() {
+    const QVector<ChatTurn> turns = m_conversation->conversation()->turns();
+    if (turns.isEmpty()) return;
+    const QString path = QFileDialog::getSaveFileName(
+        this, tr("Export the conversation as Markdown"),
+        QDir::homePath() + QLatin1Char('/') + ConversationStore::titleFor(turns) + QStringLiteral(".md"),
+        tr("Markdown (*.md)"));
+    if (path.isEmpty()) return;
+    try {
+        k3::writeFileAtomically(path.toStdString(), conversationMarkdown(turns).toStdString());
+        statusBar()->showMessage(tr("Exported to %1").arg(path), 5000);
+    } catch (const std::exception& e) {
+        QMessageBox::warning(this, tr("Export failed"), QString::fromUtf8(e.what()));
+    }
 }
 
 void MainWindow::onToken(int index, const QString& thinking, const QString& response, double seconds) {

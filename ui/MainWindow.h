@@ -5,6 +5,7 @@
 #include <memory>
 
 class ConversationStore;
+struct ChatTurn;
 class ConversationView;
 class TokenTimingPanel;
 class EngineController;
@@ -33,9 +34,13 @@ public:
 
     // The bundled demo model: next to the installed binary, or in the source tree.
     static QString demoModelDirectory();
+    // The conversation as Markdown, for File > Export.
+    static QString conversationMarkdown(const QVector<ChatTurn>& turns);
 
 public slots:
     void newChat();
+    void regenerate();
+    void exportConversation();
     void showAbout();
     void showSetupWizard();
     void openModelFolder();
@@ -60,6 +65,7 @@ private:
     void createMenus();
     void createDocks();
     void send(const QString& text);
+    void startAnswer(const QVector<ChatTurn>& history);
     void onModelLoaded(const ModelInfo& info);
     void onLoadFailed(const QString& message);
     void onToken(int index, const QString& thinking, const QString& response, double seconds);

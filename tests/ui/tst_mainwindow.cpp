@@ -26,6 +26,7 @@ private slots:
     void aboutNamesTheHighlightingState();
     void remembersGeometry();
     void answerIsSavedAndListed();
+    void markdownExport();
 };
 
 void TestMainWindow::initTestCase() {
@@ -83,11 +84,11 @@ void TestMainWindow::remembersGeometry() {
         MainWindow window;
         window.show();
         QVERIFY(QTest::qWaitForWindowExposed(&window));
-        window.resize(700, 500); // fits the offscreen screen (800x600), which restoreGeometry clamps to
+        window.resize(760, 580); // fits the offscreen screen (800x600), which restoreGeometry clamps to
         QVERIFY(window.close());
     }
     MainWindow again;
-    QCOMPARE(again.size(), QSize(700, 500));
+    QCOMPARE(again.size(), QSize(760, 580));
 }
 
 // A whole turn through the real window: load, send, stream, save, list, reopen.
@@ -116,7 +117,22 @@ void TestMainWindow::answerIsSavedAndListed() {
     QCOMPARE(window.conversationView()->messageCount(), 2);
     QCOMPARE(window.conversationView()->conversation()->index(0).data(ConversationModel::ContentRole).toString(),
              QStringLiteral("What is MXFP4?"));
+    // Regenerate replaces the last answer with a new one (same prompt, greedy: same text).
+    const QString first = window.conversationView()->conversation()->index(1).data(ConversationModel::ContentRole).toString();
+    QSignalSpy again(&window, &MainWindow::answerFinished);
+    window.regenerate();
+    QVERIFY(again.wait(60000));
+    QCOMPARE(window.conversationView()->messageCount(), 2);
+    QCOMPARE(window.conversationView()->conversation()->index(1).data(ConversationModel::ContentRole).toString(), first);
     window.store()->remove(id);
+}
+
+void TestMainWindow::markdownExport() {
+    const QString md = MainWindow::conversationMarkdown(
+        {{QStringLiteral("user"), QStringLiteral("What is MXFP4?"), {}},
+         {QStringLiteral("assistant"), QStringLiteral("Four-bit **weights**."), QStringLiteral("think\nmore")}});
+    QCOMPARE(md, QStringLiteral("# What is MXFP4?\n\n## You\n\nWhat is MXFP4?\n\n## K3\n\n> think\n> more\n\n"
+                                "Four-bit **weights**.\n"));
 }
 
 QTEST_MAIN(TestMainWindow)
