@@ -27,7 +27,7 @@ QString AboutDialog::buildSummary() {
                 .arg(QString::fromStdString(k3::detectCpuFeatures().summary()));
     text += tr("Qt %1\n").arg(QString::fromUtf8(qVersion()));
 #ifdef K3_HAVE_KSYNTAXHIGHLIGHTING
-    text += tr("Code highlighting: KSyntaxHighlighting\n");
+    text += tr("Code highlighting: KSyntaxHighlighting is available to this build\n");
 #else
     text += tr("Code highlighting: off (this build has no KSyntaxHighlighting; Debian 12 "
                "ships no KF6, so code blocks are shown in a monospace font)\n");

@@ -62,6 +62,9 @@ LoadedSession openModel(const ModelArgs& args, TokenizerNeed need) {
     if (args.memory.cacheGB && *args.memory.cacheGB > 0)
         options.expertCacheBytes = std::uint64_t(*args.memory.cacheGB * 1e9);
     options.recordCacheTrace = !args.memory.cacheTraceDir.empty();
+    // Refuse up front (exit 1, with the numbers and the options) a plan over 95% of
+    // MemAvailable, rather than swapping or being killed halfway through a run.
+    options.enforceMemoryPlan = true;
     if (stderrIsTty()) std::fprintf(stderr, "loading %s ...\r", args.modelDir.c_str());
     const auto t0 = std::chrono::steady_clock::now();
     try {
