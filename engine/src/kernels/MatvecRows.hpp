@@ -41,14 +41,14 @@ float dotF32Avx2(const float* x, const float* w, int n);
 
 // The AVX2 BF16 and MXFP4 kernels read x through a copy widened to double once per
 // matvec (shared by every row). MXFP4's decode leaves each 8 weights in the order
-// (0, 2, 4, 6, 1, 3, 5, 7), so its copy is permuted the same way; each lane still sees
+// (0, 2, 1, 3, 4, 6, 5, 7), so its copy is permuted the same way; each lane still sees
 // exactly the elements i with i % 8 == lane, in increasing i. xd holds n doubles; only
 // full 8-blocks (BF16) or 32-groups (MXFP4) are read, the tail of a row reads x itself.
 void widenXBf16Avx2(double* xd, const float* x, int n);
 void widenXMxfp4Avx2(double* xd, const float* x, int n);
-// `count` consecutive rows of `n` columns into y[0..count); two rows at a time share
-// the x loads. Row r of BF16 starts at w + r * n; row r of MXFP4 at packed + r *
-// rowBytes with scales + r * rowScales.
+// `count` consecutive rows of `n` columns into y[0..count); several rows per pass
+// (BF16: 4, MXFP4: 2) give independent fma chains. Row r of BF16 starts at w + r * n; row r of
+// MXFP4 at packed + r * rowBytes with scales + r * rowScales.
 void rowsBf16Avx2(float* y, const float* x, const double* xd, const std::uint16_t* w, int n,
                   int count);
 void rowsMxfp4Avx2(float* y, const float* x, const double* xd, const std::uint8_t* packed,
