@@ -381,6 +381,9 @@ void MainWindow::onFailed(const QString& message) {
 void MainWindow::showSetupWizard() {
     auto* wizard = new SetupWizard(this);
     wizard->setAttribute(Qt::WA_DeleteOnClose);
+    // TODO: pass the trunk folder and the trunk/cache budgets once loadModel takes a plan.
+    connect(wizard, &SetupWizard::setupFinished, this,
+            [this](const QString& modelDir) { loadModel(modelDir); });
     wizard->open();
 }
 

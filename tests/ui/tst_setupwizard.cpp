@@ -1,15 +1,38 @@
+#include <QDoubleSpinBox>
+#include <QFile>
 #include <QListWidget>
+#include <QPushButton>
+#include <QRegularExpression>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QTreeWidget>
 
+#include "MainWindow.h"
+#include "panels/MemoryPlanPanel.h"
+#include "wizard/MemoryPage.h"
+#include "wizard/ModelSourcePage.h"
+#include "wizard/PackPage.h"
 #include "wizard/SetupWizard.h"
 #include "wizard/SystemCheckPage.h"
+
+namespace {
+const QString kTinyModel = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a");
+}
 
 class TestSetupWizard : public QObject {
     Q_OBJECT
 private slots:
     void doctorRunsOffTheGuiThreadAndShowsVerdicts();
+    void modelSourceAcceptsTinyCheckpoint();
+    void modelSourceRejectsFolderWithoutConfig();
+    void downloadFromUnreachableHubShowsErrorAndStaysUsable();
+    void packPagePacksTinyCheckpoint();
+    void packPageRefusesFolderThatIsNoCheckpoint();
+    void memoryPagePlansTinyModelBeforeLoading();
+    void memoryPageWarnsWhenPlanDoesNotFit();
+    void wizardPassesTheChoicesAlongAndEmitsThemOnFinish();
+    void demoButtonOnFirstPageFinishesWithTheDemoModel();
 };
 
 void TestSetupWizard::doctorRunsOffTheGuiThreadAndShowsVerdicts() {
@@ -33,6 +56,236 @@ void TestSetupWizard::doctorRunsOffTheGuiThreadAndShowsVerdicts() {
     QCOMPARE(names, (QStringList{"cpu", "memory", "disk-space", "disk-speed"}));
     QCOMPARE(page->isComplete(), page->report()->canRun());
     QVERIFY(page->isComplete()); // 24 GB machines run the model
+}
+
+void TestSetupWizard::modelSourceAcceptsTinyCheckpoint() {
+    ModelSourcePage page;
+    QSignalSpy done(&page, &ModelSourcePage::validationFinished);
+    QVERIFY(!page.isComplete());
+    page.chooseFolder(kTinyModel);
+    QVERIFY(page.isValidating()); // off the GUI thread
+    QVERIFY(done.wait(10000));
+    QCOMPARE(done.takeFirst().at(0).toBool(), true);
+    QVERIFY(page.isComplete());
+    QCOMPARE(page.modelDir(), kTinyModel);
+    QVERIFY2(page.verdictText().startsWith(QStringLiteral("Valid checkpoint: ")),
+             qPrintable(page.verdictText()));
+    QVERIFY2(page.verdictText().contains(QStringLiteral("in 3 shard file(s)")),
+             qPrintable(page.verdictText()));
+}
+
+void TestSetupWizard::modelSourceRejectsFolderWithoutConfig() {
+    QTemporaryDir dir;
+    QFile stray(dir.filePath(QStringLiteral("model-00001-of-00001.safetensors")));
+    QVERIFY(stray.open(QIODevice::WriteOnly));
+    stray.close();
+    ModelSourcePage page;
+    QSignalSpy done(&page, &ModelSourcePage::validationFinished);
+    page.chooseFolder(kTinyModel);
+    QVERIFY(done.wait(10000));
+    QVERIFY(page.isComplete());
+    // A second, bad choice withdraws the first.
+    page.chooseFolder(dir.path());
+    QVERIFY(!page.isComplete());
+    QVERIFY(done.wait(10000));
+    QCOMPARE(done.last().at(0).toBool(), false);
+    QVERIFY(!page.isComplete());
+    QVERIFY(page.modelDir().isEmpty());
+    QVERIFY2(page.verdictText().startsWith(QStringLiteral("Not usable: ")),
+             qPrintable(page.verdictText()));
+    QVERIFY2(page.verdictText().contains(QStringLiteral("config.json")),
+             qPrintable(page.verdictText()));
+}
+
+void TestSetupWizard::downloadFromUnreachableHubShowsErrorAndStaysUsable() {
+    QTemporaryDir dir;
+    ModelSourcePage page;
+    page.setEndpoint(QStringLiteral("http://127.0.0.1:1"));
+    page.setDownloadTarget(dir.filePath(QStringLiteral("k3model")));
+    QSignalSpy finished(&page, &ModelSourcePage::downloadFinished);
+    page.startDownload();
+    QVERIFY(page.isDownloading());
+    QVERIFY(!page.startButton()->isEnabled());
+    QVERIFY(finished.wait(20000));
+    QCOMPARE(finished.takeFirst().at(0).toBool(), false);
+    QVERIFY2(page.downloadStatusText().startsWith(QStringLiteral("Download failed: ")),
+             qPrintable(page.downloadStatusText()));
+    QVERIFY2(page.downloadStatusText().contains(QStringLiteral("127.0.0.1")),
+             qPrintable(page.downloadStatusText()));
+    QVERIFY(!page.isComplete());
+    QCOMPARE(page.fileList()->topLevelItemCount(), 0);
+    // Still usable: Start is back and a local folder can still be chosen.
+    QVERIFY(page.startButton()->isEnabled());
+    QSignalSpy validated(&page, &ModelSourcePage::validationFinished);
+    page.chooseFolder(kTinyModel);
+    QVERIFY(validated.wait(10000));
+    QVERIFY(page.isComplete());
+}
+
+void TestSetupWizard::packPagePacksTinyCheckpoint() {
+    QTemporaryDir dir;
+    const QString trunk = dir.filePath(QStringLiteral("trunk"));
+    PackPage page;
+    page.setModelDir(kTinyModel);
+    page.setTrunkDir(trunk);
+    QVERIFY(!page.isComplete());
+    QSignalSpy finished(&page, &PackPage::packingFinished);
+    page.startPacking();
+    QVERIFY(page.isPacking());
+    QVERIFY(!page.isComplete());
+    QVERIFY(finished.wait(20000));
+    QCOMPARE(finished.takeFirst().at(0).toBool(), true);
+    QVERIFY2(page.isComplete(), qPrintable(page.statusText()));
+    QVERIFY(QFile::exists(trunk + QStringLiteral("/trunk.json")));
+    QVERIFY2(page.statusText().startsWith(QStringLiteral("Packed ")),
+             qPrintable(page.statusText()));
+    QCOMPARE(page.trunkDir(), trunk);
+    // The last progress update reached the bar: every record written.
+    QVERIFY2(
+        page.progressText().contains(QRegularExpression(QStringLiteral("^record (\\d+)/\\1 · "))),
+        qPrintable(page.progressText()));
+
+    // The packed trunk is found again, and the memory page plans it as streamed.
+    PackPage again;
+    again.setModelDir(kTinyModel);
+    again.setTrunkDir(trunk);
+    QVERIFY(again.isComplete());
+    MemoryPage memory;
+    QSignalSpy ready(&memory, &MemoryPage::planReady);
+    memory.setAvailableBytes(16'000'000'000ull);
+    memory.setModel(kTinyModel, trunk);
+    QVERIFY(ready.wait(10000));
+    QVERIFY(memory.hasPlan());
+    QVERIFY(memory.fits());
+    QVERIFY(memory.plan().totalLayers > 0);
+    QCOMPARE(memory.plan().pinnedLayers,
+             memory.plan().totalLayers); // auto pins all of a tiny model
+}
+
+void TestSetupWizard::packPageRefusesFolderThatIsNoCheckpoint() {
+    QTemporaryDir model, out;
+    PackPage page;
+    page.setModelDir(model.path());
+    page.setTrunkDir(out.filePath(QStringLiteral("trunk")));
+    QSignalSpy finished(&page, &PackPage::packingFinished);
+    page.startPacking();
+    QVERIFY(finished.wait(10000));
+    QCOMPARE(finished.takeFirst().at(0).toBool(), false);
+    QVERIFY(!page.isComplete());
+    QVERIFY2(page.statusText().startsWith(QStringLiteral("Not packed: ")),
+             qPrintable(page.statusText()));
+    QVERIFY2(page.statusText().contains(model.path()), qPrintable(page.statusText()));
+    QVERIFY(!QFile::exists(out.filePath(QStringLiteral("trunk/trunk.json"))));
+    // A small model may skip packing instead.
+    page.setSkipped(true);
+    QVERIFY(page.isComplete());
+    QVERIFY(page.trunkDir().isEmpty());
+}
+
+void TestSetupWizard::memoryPagePlansTinyModelBeforeLoading() {
+    MemoryPage page;
+    QSignalSpy ready(&page, &MemoryPage::planReady);
+    page.setAvailableBytes(16'000'000'000ull);
+    page.setModel(kTinyModel, QString());
+    QVERIFY(!page.isComplete());
+    QVERIFY(ready.wait(10000));
+    QVERIFY(page.hasPlan());
+    QVERIFY(page.fits());
+    QVERIFY(page.isComplete());
+    QVERIFY(page.warningText().isEmpty());
+    const MemoryFigures& f = page.planPanel()->figures();
+    QCOMPARE(f.availableBytes, quint64(16'000'000'000ull));
+    QVERIFY(f.plannedBytes() > 0);
+    QCOMPARE(f.plannedBytes(), quint64(page.plan().total()));
+    QStringList names;
+    for (const auto& c : f.plan) names << c.name;
+    // No trunk: every layer and every expert stays resident.
+    QVERIFY2(names.contains(QStringLiteral("trunk pinned")), qPrintable(names.join(u',')));
+    QVERIFY2(names.contains(QStringLiteral("experts resident")), qPrintable(names.join(u',')));
+    QVERIFY(!names.contains(QStringLiteral("trunk ring")));
+    QCOMPARE(page.plan().pinnedLayers, page.plan().totalLayers);
+    QCOMPARE(page.trunkBudgetBytes(), quint64(page.plan().trunkBytes()));
+
+    // A preset fills the spin boxes; the plan stays the same size for a resident model.
+    page.selectPreset(QStringLiteral("laptop"));
+    QVERIFY(page.fits());
+    QCOMPARE(page.findChild<QDoubleSpinBox*>(QStringLiteral("trunkGB"))->value(), 3.0);
+    QCOMPARE(page.findChild<QDoubleSpinBox*>(QStringLiteral("cacheGB"))->value(), 1.0);
+}
+
+void TestSetupWizard::memoryPageWarnsWhenPlanDoesNotFit() {
+    MemoryPage page;
+    QSignalSpy ready(&page, &MemoryPage::planReady);
+    page.setAvailableBytes(16'000'000'000ull);
+    page.setModel(kTinyModel, QString());
+    QVERIFY(ready.wait(10000));
+    QVERIFY(page.fits());
+    const quint64 total = page.plan().total();
+    // Just below what the plan needs at 95%: refused, with the numbers.
+    page.setAvailableBytes(quint64(double(total) / 0.95) - 4096);
+    QVERIFY(!page.fits());
+    QVERIFY2(page.warningText().startsWith(QStringLiteral("This plan will not fit: ")),
+             qPrintable(page.warningText()));
+    page.setAvailableBytes(quint64(double(total) / 0.95) + 4096);
+    QVERIFY(page.fits());
+    QVERIFY(page.warningText().isEmpty());
+}
+
+void TestSetupWizard::wizardPassesTheChoicesAlongAndEmitsThemOnFinish() {
+    SetupWizard wizard;
+    wizard.setStartId(SetupWizard::ModelSource);
+    QSignalSpy finished(&wizard, &SetupWizard::setupFinished);
+    wizard.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&wizard));
+    QCOMPARE(wizard.currentId(), int(SetupWizard::ModelSource));
+    QSignalSpy validated(wizard.modelSourcePage(), &ModelSourcePage::validationFinished);
+    wizard.modelSourcePage()->chooseFolder(kTinyModel);
+    QVERIFY(validated.wait(10000));
+    QCOMPARE(wizard.field(QStringLiteral("modelDir")).toString(), kTinyModel);
+    wizard.next();
+    QCOMPARE(wizard.currentId(), int(SetupWizard::Pack));
+    // The trunk folder defaults to MODEL_DIR/trunk; a tiny model may skip packing.
+    QCOMPARE(wizard.packPage()->modelDir(), kTinyModel);
+    QVERIFY(!wizard.packPage()->isComplete());
+    wizard.packPage()->setSkipped(true);
+    QVERIFY(wizard.packPage()->isComplete());
+    QSignalSpy ready(wizard.memoryPage(), &MemoryPage::planReady);
+    wizard.memoryPage()->setAvailableBytes(16'000'000'000ull);
+    wizard.next();
+    QCOMPARE(wizard.currentId(), int(SetupWizard::Memory));
+    QVERIFY(ready.wait(10000));
+    QVERIFY(wizard.memoryPage()->fits());
+    QVERIFY(wizard.memoryPage()->isComplete());
+    wizard.accept();
+    QCOMPARE(finished.count(), 1);
+    const QList<QVariant> args = finished.takeFirst();
+    QCOMPARE(args.at(0).toString(), kTinyModel);
+    QVERIFY(args.at(1).toString().isEmpty());
+    QCOMPARE(args.at(2).toULongLong(), quint64(wizard.memoryPage()->plan().trunkBytes()));
+    QVERIFY(args.at(2).toULongLong() > 0);
+    QCOMPARE(args.at(3).toULongLong(), quint64(wizard.memoryPage()->plan().cacheBytes()));
+}
+
+void TestSetupWizard::demoButtonOnFirstPageFinishesWithTheDemoModel() {
+    const QString demo = MainWindow::demoModelDirectory();
+    QVERIFY2(!demo.isEmpty(), "the source tree's demo model is found");
+    SetupWizard wizard;
+    QSignalSpy finished(&wizard, &SetupWizard::setupFinished);
+    auto* button = wizard.systemCheckPage()->findChild<QPushButton*>(QStringLiteral("demoButton"));
+    QVERIFY(button);
+    button->click();
+    QCOMPARE(finished.count(), 1);
+    QCOMPARE(finished.at(0).at(0).toString(), demo);
+    QVERIFY(finished.at(0).at(1).toString().isEmpty());
+    QCOMPARE(wizard.result(), int(QDialog::Accepted));
+
+    // Page 2's demo button picks the same folder, validated like any other.
+    ModelSourcePage page;
+    QSignalSpy validated(&page, &ModelSourcePage::validationFinished);
+    page.findChild<QPushButton*>(QStringLiteral("useDemoButton"))->click();
+    QVERIFY(validated.wait(10000));
+    QCOMPARE(validated.at(0).at(0).toBool(), true);
+    QCOMPARE(page.modelDir(), demo);
 }
 
 QTEST_MAIN(TestSetupWizard)

@@ -2,19 +2,36 @@
 
 #include <QWizard>
 
+class MemoryPage;
+class ModelSourcePage;
+class PackPage;
 class SystemCheckPage;
 
 // The first-run setup: check the computer, get the model, pack the trunk, choose memory.
-// Pages are added as each capability lands; every long step runs off the GUI thread.
+// Every long step runs off the GUI thread.
 class SetupWizard : public QWizard {
     Q_OBJECT
 public:
-    enum PageId { SystemCheck };
+    enum PageId { SystemCheck, ModelSource, Pack, Memory };
 
     explicit SetupWizard(QWidget* parent = nullptr);
 
     SystemCheckPage* systemCheckPage() const { return m_systemCheck; }
+    ModelSourcePage* modelSourcePage() const { return m_modelSource; }
+    PackPage* packPage() const { return m_pack; }
+    MemoryPage* memoryPage() const { return m_memory; }
+
+    void accept() override;
+
+signals:
+    // trunkDir is empty when packing was skipped (every weight stays in memory); zero
+    // budgets (the demo from page 1) mean the engine's defaults.
+    void setupFinished(const QString& modelDir, const QString& trunkDir, quint64 trunkBytes,
+                       quint64 cacheBytes);
 
 private:
     SystemCheckPage* m_systemCheck;
+    ModelSourcePage* m_modelSource;
+    PackPage* m_pack;
+    MemoryPage* m_memory;
 };

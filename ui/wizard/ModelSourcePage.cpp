@@ -1,0 +1,345 @@
+#include "wizard/ModelSourcePage.h"
+
+#include <QDir>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QRadioButton>
+#include <QStorageInfo>
+#include <QTreeWidget>
+#include <QVBoxLayout>
+#include <QtConcurrent>
+
+#include <filesystem>
+
+#include <k3/config.hpp>
+#include <k3/memory_plan.hpp>
+#include <k3/safetensors.hpp>
+
+#include "MainWindow.h"
+#include "wizard/HubDownloadBridge.h"
+
+namespace {
+QString bytesText(std::uint64_t bytes) {
+    return QString::fromStdString(k3::formatBytes(bytes));
+}
+
+QString durationText(double seconds) {
+    if (seconds < 0) return QObject::tr("unknown");
+    const qint64 s = qint64(seconds + 0.5);
+    if (s >= 3600) return QObject::tr("%1 h %2 min").arg(s / 3600).arg((s % 3600) / 60);
+    if (s >= 60) return QObject::tr("%1 min %2 s").arg(s / 60).arg(s % 60);
+    return QObject::tr("%1 s").arg(s);
+}
+
+enum Column { Name, Size, State, Progress };
+} // namespace
+
+ModelSourcePage::ModelSourcePage(QWidget* parent)
+    : QWizardPage(parent), m_haveIt(new QRadioButton(tr("I already have it"))),
+      m_downloadMode(new QRadioButton(tr("Download"))), m_haveItBox(new QWidget),
+      m_downloadBox(new QWidget), m_folder(new QLineEdit), m_verdict(new QLabel),
+      m_endpoint(new QLineEdit), m_repo(new QLineEdit(QString::fromUtf8(k3::kDefaultHubRepo))),
+      m_revision(new QLineEdit(QString::fromUtf8(k3::kDefaultHubRevision))),
+      m_target(new QLineEdit(QDir::homePath() + QStringLiteral("/k3model"))),
+      m_freeSpace(new QLabel), m_token(new QLineEdit), m_start(new QPushButton(tr("Start"))),
+      m_pause(new QPushButton(tr("Pause"))), m_files(new QTreeWidget), m_overall(new QProgressBar),
+      m_speed(new QLabel), m_downloadStatus(new QLabel),
+      m_cancel(std::make_shared<std::atomic<bool>>(false)) {
+    setTitle(tr("Get the model"));
+    setSubTitle(tr("Point to a checkpoint folder you already have, or download it from the hub."));
+    m_haveIt->setChecked(true);
+    m_folder->setObjectName(QStringLiteral("modelFolder"));
+    m_folder->setAccessibleName(tr("Checkpoint folder"));
+    m_verdict->setObjectName(QStringLiteral("folderVerdict"));
+    m_verdict->setWordWrap(true);
+    m_verdict->setTextFormat(Qt::PlainText);
+    m_verdict->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    // Room for the verdict and the config summary: the download box takes the stretch.
+    m_verdict->setMinimumHeight(3 * m_verdict->fontMetrics().lineSpacing());
+    m_endpoint->setPlaceholderText(
+        tr("default: $HF_ENDPOINT, else %1").arg(QString::fromUtf8(k3::kDefaultHubEndpoint)));
+    m_token->setEchoMode(QLineEdit::Password);
+    m_token->setAccessibleName(tr("Hub access token"));
+    m_token->setPlaceholderText(tr("optional; default: $HF_TOKEN"));
+    m_pause->setEnabled(false);
+    m_files->setObjectName(QStringLiteral("downloadFiles"));
+    m_files->setHeaderLabels({tr("File"), tr("Size"), tr("State"), tr("Progress")});
+    m_files->setRootIsDecorated(false);
+    m_files->header()->setSectionResizeMode(Name, QHeaderView::Stretch);
+    m_overall->setObjectName(QStringLiteral("downloadOverall"));
+    m_overall->setRange(0, 1000);
+    m_overall->setValue(0);
+    m_downloadStatus->setObjectName(QStringLiteral("downloadStatus"));
+    m_downloadStatus->setWordWrap(true);
+    m_downloadStatus->setTextFormat(Qt::PlainText);
+    m_downloadStatus->setTextInteractionFlags(Qt::TextSelectableByMouse);
+
+    auto* browse = new QPushButton(tr("Browse…"));
+    auto* folderRow = new QHBoxLayout;
+    folderRow->addWidget(m_folder, 1);
+    folderRow->addWidget(browse);
+    auto* haveLayout = new QVBoxLayout(m_haveItBox);
+    haveLayout->setContentsMargins(20, 0, 0, 0);
+    haveLayout->addLayout(folderRow);
+    haveLayout->addWidget(m_verdict);
+
+    auto* targetBrowse = new QPushButton(tr("Browse…"));
+    auto* targetRow = new QHBoxLayout;
+    targetRow->addWidget(m_target, 1);
+    targetRow->addWidget(targetBrowse);
+    auto* tokenNote =
+        new QLabel(tr("The token is kept in memory for this run only (keychain storage "
+                      "comes later) and is sent only to the hub."));
+    tokenNote->setWordWrap(true);
+    auto* form = new QFormLayout;
+    form->addRow(tr("Hub endpoint:"), m_endpoint);
+    form->addRow(tr("Repository:"), m_repo);
+    form->addRow(tr("Revision:"), m_revision);
+    form->addRow(tr("Target folder:"), targetRow);
+    form->addRow(QString(), m_freeSpace);
+    form->addRow(tr("Token:"), m_token);
+    form->addRow(QString(), tokenNote);
+    auto* controls = new QHBoxLayout;
+    controls->addWidget(m_start);
+    controls->addWidget(m_pause);
+    controls->addWidget(m_speed, 1);
+    auto* downloadLayout = new QVBoxLayout(m_downloadBox);
+    downloadLayout->setContentsMargins(20, 0, 0, 0);
+    downloadLayout->addLayout(form);
+    downloadLayout->addLayout(controls);
+    downloadLayout->addWidget(m_files, 1);
+    downloadLayout->addWidget(m_overall);
+    downloadLayout->addWidget(m_downloadStatus);
+
+    auto* demo = new QPushButton(tr("Use the bundled demo model"));
+    demo->setObjectName(QStringLiteral("useDemoButton"));
+    demo->setEnabled(!MainWindow::demoModelDirectory().isEmpty());
+    auto* layout = new QVBoxLayout(this);
+    layout->addWidget(m_haveIt);
+    layout->addWidget(m_haveItBox);
+    layout->addWidget(m_downloadMode);
+    layout->addWidget(m_downloadBox, 1);
+    layout->addWidget(demo, 0, Qt::AlignLeft);
+
+    connect(m_haveIt, &QRadioButton::toggled, this, &ModelSourcePage::updateMode);
+    connect(browse, &QPushButton::clicked, this, [this] {
+        const QString dir =
+            QFileDialog::getExistingDirectory(this, tr("Checkpoint folder"), m_folder->text());
+        if (!dir.isEmpty()) chooseFolder(dir);
+    });
+    connect(m_folder, &QLineEdit::editingFinished, this, [this] {
+        if (m_folder->text() != m_validDir) chooseFolder(m_folder->text());
+    });
+    connect(targetBrowse, &QPushButton::clicked, this, [this] {
+        const QString dir =
+            QFileDialog::getExistingDirectory(this, tr("Download into"), m_target->text());
+        if (!dir.isEmpty()) setDownloadTarget(dir);
+    });
+    connect(m_target, &QLineEdit::textChanged, this, &ModelSourcePage::updateFreeSpace);
+    connect(demo, &QPushButton::clicked, this, [this] {
+        m_haveIt->setChecked(true);
+        chooseFolder(MainWindow::demoModelDirectory());
+    });
+    connect(m_start, &QPushButton::clicked, this, &ModelSourcePage::startDownload);
+    connect(m_pause, &QPushButton::clicked, this, &ModelSourcePage::pauseDownload);
+    connect(&m_validation, &QFutureWatcher<Verdict>::finished, this,
+            [this] { showVerdict(m_validation.result()); });
+    connect(&m_download, &QFutureWatcher<k3::DownloadResult>::finished, this,
+            [this] { downloadDone(m_download.result()); });
+    updateMode();
+    updateFreeSpace();
+    registerField(QStringLiteral("modelDir"), this, "modelDir", SIGNAL(modelDirChanged(QString)));
+}
+
+ModelSourcePage::~ModelSourcePage() {
+    // The worker keeps its own references; it stops promptly and leaves .partial files.
+    m_cancel->store(true);
+}
+
+bool ModelSourcePage::isComplete() const {
+    return !m_validDir.isEmpty() && !m_downloading;
+}
+
+QString ModelSourcePage::verdictText() const {
+    return m_verdict->text();
+}
+QString ModelSourcePage::downloadStatusText() const {
+    return m_downloadStatus->text();
+}
+
+void ModelSourcePage::updateMode() {
+    m_haveItBox->setEnabled(m_haveIt->isChecked());
+    m_downloadBox->setEnabled(!m_haveIt->isChecked());
+}
+
+ModelSourcePage::Verdict ModelSourcePage::checkFolder(const QString& dir) {
+    Verdict v;
+    v.dir = dir;
+    try {
+        const std::filesystem::path path = dir.toStdString();
+        if (dir.isEmpty() || !std::filesystem::is_directory(path))
+            throw std::runtime_error(dir.toStdString() + " is not a folder");
+        const k3::ModelConfig config = k3::readModelConfig(path / "config.json");
+        const k3::Checkpoint ckpt = k3::Checkpoint::open(path);
+        v.ok = true;
+        v.message =
+            tr("Valid checkpoint: %1 tensors in %2 shard file(s), %3.\n%4")
+                .arg(ckpt.tensorCount())
+                .arg(ckpt.shardPaths().size())
+                .arg(bytesText(ckpt.totalTensorBytes()), QString::fromStdString(config.summary()));
+    } catch (const std::exception& e) {
+        v.message = QString::fromStdString(e.what());
+    }
+    return v;
+}
+
+void ModelSourcePage::chooseFolder(const QString& dir) {
+    m_folder->setText(dir);
+    if (!m_validDir.isEmpty()) {
+        m_validDir.clear();
+        emit modelDirChanged(m_validDir);
+    }
+    m_verdict->setStyleSheet(QString());
+    m_validating = true;
+    m_verdict->setText(tr("Checking %1…").arg(dir));
+    emit completeChanged();
+    // Opening a 1.56 TB checkpoint reads every shard header: never on the GUI thread.
+    m_validation.setFuture(QtConcurrent::run([dir] { return checkFolder(dir); }));
+}
+
+void ModelSourcePage::showVerdict(const Verdict& verdict) {
+    if (verdict.dir != m_folder->text()) return; // the user has moved on
+    m_validating = false;
+    m_verdict->setText(verdict.ok ? verdict.message : tr("Not usable: %1").arg(verdict.message));
+    m_verdict->setStyleSheet(verdict.ok ? QString() : QStringLiteral("color: #c0392b;"));
+    m_validDir = verdict.ok ? verdict.dir : QString();
+    emit modelDirChanged(m_validDir);
+    emit completeChanged();
+    emit validationFinished(verdict.ok);
+}
+
+void ModelSourcePage::setEndpoint(const QString& endpoint) {
+    m_endpoint->setText(endpoint);
+}
+
+void ModelSourcePage::setDownloadTarget(const QString& dir) {
+    m_target->setText(dir);
+}
+
+void ModelSourcePage::updateFreeSpace() {
+    // The nearest existing ancestor: the target is usually created by the download.
+    QDir dir(m_target->text());
+    while (!dir.exists() && !dir.isRoot() && dir.cdUp()) {
+    }
+    const QStorageInfo storage(dir);
+    m_freeSpace->setText(storage.isValid()
+                             ? tr("%1 free there").arg(bytesText(quint64(storage.bytesAvailable())))
+                             : tr("free space unknown"));
+}
+
+void ModelSourcePage::startDownload() {
+    if (m_downloading) return;
+    m_downloading = true;
+    m_downloadMode->setChecked(true);
+    m_cancel = std::make_shared<std::atomic<bool>>(false);
+    k3::DownloadOptions options;
+    options.endpoint = m_endpoint->text().trimmed().toStdString();
+    options.repo = m_repo->text().trimmed().toStdString();
+    options.revision = m_revision->text().trimmed().toStdString();
+    options.token = m_token->text().toStdString();
+    options.destination = m_target->text().toStdString();
+    m_start->setEnabled(false);
+    m_pause->setEnabled(true);
+    m_downloadStatus->setStyleSheet(QString());
+    m_downloadStatus->setText(tr("Asking the hub for the file list…"));
+    emit completeChanged();
+    auto bridge = std::make_shared<HubDownloadBridge>(this);
+    auto cancel = m_cancel;
+    m_download.setFuture(QtConcurrent::run([options, bridge, cancel] {
+        return k3::downloadCheckpoint(options, bridge.get(), cancel.get());
+    }));
+}
+
+void ModelSourcePage::pauseDownload() {
+    m_cancel->store(true);
+    m_pause->setEnabled(false);
+    m_downloadStatus->setText(tr("Pausing… (Start resumes from the partial files)"));
+}
+
+void ModelSourcePage::downloadDone(const k3::DownloadResult& result) {
+    m_downloading = false;
+    m_start->setEnabled(true);
+    m_start->setText(result.ok                                         ? tr("Start")
+                     : result.errorKind == k3::HubErrorKind::Cancelled ? tr("Resume")
+                                                                       : tr("Retry"));
+    m_pause->setEnabled(false);
+    QString text = QString::fromStdString(result.summary());
+    if (!result.ok && result.errorKind == k3::HubErrorKind::Cancelled)
+        text = tr("Paused. Start again to resume. %1").arg(text);
+    else if (!result.ok)
+        text = tr("Download failed: %1")
+                   .arg(QString::fromStdString(result.error.empty() ? result.summary()
+                                                                    : result.error));
+    m_downloadStatus->setText(text);
+    m_downloadStatus->setStyleSheet(result.ok || result.errorKind == k3::HubErrorKind::Cancelled
+                                        ? QString()
+                                        : QStringLiteral("color: #c0392b;"));
+    emit completeChanged();
+    emit downloadFinished(result.ok);
+    if (result.ok) chooseFolder(m_target->text());
+}
+
+QTreeWidgetItem* ModelSourcePage::rowFor(const QString& name) {
+    QTreeWidgetItem*& row = m_rows[name];
+    if (!row) {
+        row = new QTreeWidgetItem(m_files);
+        row->setText(Name, name);
+        auto* bar = new QProgressBar;
+        bar->setRange(0, 1000);
+        bar->setValue(0);
+        m_files->setItemWidget(row, Progress, bar);
+    }
+    return row;
+}
+
+void ModelSourcePage::showFileList(const std::vector<k3::HubFile>& files) {
+    m_files->clear();
+    m_rows.clear();
+    for (const k3::HubFile& f : files) {
+        QTreeWidgetItem* row = rowFor(QString::fromStdString(f.name));
+        row->setText(Size, bytesText(f.size));
+        row->setText(State, QString::fromUtf8(k3::fileStateName(k3::FileState::Queued)));
+    }
+    m_downloadStatus->setText(tr("%n file(s) to fetch.", nullptr, int(files.size())));
+}
+
+void ModelSourcePage::showFileProgress(const k3::FileProgress& progress) {
+    QTreeWidgetItem* row = rowFor(QString::fromStdString(progress.name));
+    row->setText(Size, bytesText(progress.bytesTotal));
+    row->setText(State, QString::fromUtf8(k3::fileStateName(progress.state)));
+    if (auto* bar = qobject_cast<QProgressBar*>(m_files->itemWidget(row, Progress)))
+        bar->setValue(progress.bytesTotal
+                          ? int(1000.0 * double(progress.bytesDone) / double(progress.bytesTotal))
+                          : (progress.state == k3::FileState::Done ? 1000 : 0));
+}
+
+void ModelSourcePage::showOverallProgress(const k3::OverallProgress& p) {
+    m_overall->setValue(p.bytesTotal ? int(1000.0 * double(p.bytesDone) / double(p.bytesTotal))
+                                     : 0);
+    m_overall->setFormat(tr("%1 / %2").arg(bytesText(p.bytesDone), bytesText(p.bytesTotal)));
+    m_speed->setText(
+        tr("files %1/%2 · %3/s · ETA %4")
+            .arg(p.filesDone)
+            .arg(p.filesTotal)
+            .arg(bytesText(std::uint64_t(p.bytesPerSecond)), durationText(p.etaSeconds)));
+}
+
+void ModelSourcePage::showLogLine(const QString& line) {
+    m_downloadStatus->setText(line);
+}

@@ -1,0 +1,189 @@
+#include "wizard/PackPage.h"
+
+#include <QCheckBox>
+#include <QCoreApplication>
+#include <QFileDialog>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPointer>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QVBoxLayout>
+#include <QtConcurrent>
+
+#include <k3/memory_plan.hpp>
+#include <k3/pack.hpp>
+
+PackPage::PackPage(QWidget* parent)
+    : QWizardPage(parent), m_trunk(new QLineEdit), m_pack(new QPushButton(tr("Pack"))),
+      m_cancelButton(new QPushButton(tr("Cancel"))), m_bar(new QProgressBar), m_status(new QLabel),
+      m_skip(new QCheckBox(tr("Skip (keep every weight in memory)"))),
+      m_cancel(std::make_shared<std::atomic<bool>>(false)) {
+    setTitle(tr("Pack the trunk"));
+    setSubTitle(tr("Every layer's attention, norms, router and shared experts are rewritten once "
+                   "into one file, so each layer comes back in a single read."));
+    m_trunk->setObjectName(QStringLiteral("trunkFolder"));
+    m_trunk->setAccessibleName(tr("Trunk folder"));
+    m_bar->setObjectName(QStringLiteral("packProgress"));
+    m_bar->setRange(0, 1);
+    m_bar->setValue(0);
+    m_bar->setFormat(QString());
+    m_status->setObjectName(QStringLiteral("packStatus"));
+    m_status->setWordWrap(true);
+    m_status->setTextFormat(Qt::PlainText);
+    m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_cancelButton->setEnabled(false);
+
+    auto* browse = new QPushButton(tr("Browse…"));
+    auto* row = new QHBoxLayout;
+    row->addWidget(new QLabel(tr("Trunk folder:")));
+    row->addWidget(m_trunk, 1);
+    row->addWidget(browse);
+    auto* buttons = new QHBoxLayout;
+    buttons->addWidget(m_pack);
+    buttons->addWidget(m_cancelButton);
+    buttons->addStretch(1);
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(row);
+    layout->addLayout(buttons);
+    layout->addWidget(m_bar);
+    layout->addWidget(m_status);
+    layout->addStretch(1);
+    layout->addWidget(m_skip);
+
+    connect(browse, &QPushButton::clicked, this, [this] {
+        const QString dir =
+            QFileDialog::getExistingDirectory(this, tr("Trunk folder"), m_trunk->text());
+        if (!dir.isEmpty()) setTrunkDir(dir);
+    });
+    connect(m_trunk, &QLineEdit::editingFinished, this, &PackPage::refreshExisting);
+    connect(m_pack, &QPushButton::clicked, this, &PackPage::startPacking);
+    connect(m_cancelButton, &QPushButton::clicked, this, &PackPage::cancelPacking);
+    connect(m_skip, &QCheckBox::toggled, this, [this] {
+        m_pack->setEnabled(!m_skip->isChecked() && !isPacking());
+        emit completeChanged();
+    });
+    connect(&m_watcher, &QFutureWatcher<Outcome>::finished, this,
+            [this] { packDone(m_watcher.result()); });
+    registerField(QStringLiteral("trunkDir"), this, "trunkDir");
+}
+
+PackPage::~PackPage() {
+    m_cancel->store(true);
+}
+
+void PackPage::initializePage() {
+    const QString dir = field(QStringLiteral("modelDir")).toString();
+    if (!dir.isEmpty() && dir != m_modelDir) setModelDir(dir);
+}
+
+bool PackPage::isComplete() const {
+    return !isPacking() && (m_packed || m_skip->isChecked());
+}
+
+void PackPage::setModelDir(const QString& dir) {
+    m_modelDir = dir;
+    m_trunk->setText(dir + QStringLiteral("/trunk"));
+    refreshExisting();
+}
+
+void PackPage::setTrunkDir(const QString& dir) {
+    m_trunk->setText(dir);
+    refreshExisting();
+}
+
+QString PackPage::trunkDir() const {
+    return m_skip->isChecked() ? QString() : m_trunk->text();
+}
+bool PackPage::skipped() const {
+    return m_skip->isChecked();
+}
+void PackPage::setSkipped(bool skip) {
+    m_skip->setChecked(skip);
+}
+QString PackPage::statusText() const {
+    return m_status->text();
+}
+QString PackPage::progressText() const {
+    return m_bar->text();
+}
+
+void PackPage::refreshExisting() {
+    // trunkIsCurrent only reads trunk.json and stats the shards: cheap enough here.
+    m_packed = !m_modelDir.isEmpty() && !m_trunk->text().isEmpty() &&
+               k3::trunkIsCurrent(m_trunk->text().toStdString(), m_modelDir.toStdString());
+    m_status->setText(m_packed ? tr("A current trunk is already packed there.") : QString());
+    emit completeChanged();
+}
+
+void PackPage::startPacking() {
+    if (isPacking()) return;
+    m_packed = false;
+    m_running = true;
+    m_cancel = std::make_shared<std::atomic<bool>>(false);
+    m_pack->setEnabled(false);
+    m_cancelButton->setEnabled(true);
+    m_status->setStyleSheet(QString());
+    m_status->setText(tr("Packing…"));
+    m_bar->setRange(0, 1);
+    m_bar->setValue(0);
+    emit completeChanged();
+    const std::string model = m_modelDir.toStdString();
+    const std::string trunk = m_trunk->text().toStdString();
+    auto cancel = m_cancel;
+    QPointer<PackPage> self(this);
+    m_watcher.setFuture(QtConcurrent::run([model, trunk, cancel, self] {
+        Outcome out;
+        const auto observer = [self](const k3::PackProgress& p) {
+            QMetaObject::invokeMethod(
+                QCoreApplication::instance(),
+                [self, done = p.recordsDone, total = p.recordsTotal, bytes = quint64(p.bytesDone),
+                 mbps = p.mbPerSecond] {
+                    if (self) self->showProgress(done, total, bytes, mbps);
+                },
+                Qt::QueuedConnection);
+        };
+        try {
+            if (model.empty()) throw k3::PackError("no checkpoint folder chosen (page 2)");
+            const k3::PackResult r = k3::packTrunk(model, trunk, observer, cancel.get());
+            out.ok = true;
+            out.message = tr("Packed %1 layers into %2 (%3) in %4 s.")
+                              .arg(r.layers)
+                              .arg(QString::fromStdString(trunk),
+                                   QString::fromStdString(k3::formatBytes(r.fileBytes)))
+                              .arg(r.seconds, 0, 'f', 1);
+        } catch (const std::exception& e) {
+            out.message = QString::fromStdString(e.what());
+        }
+        return out;
+    }));
+}
+
+void PackPage::cancelPacking() {
+    m_cancel->store(true);
+    m_cancelButton->setEnabled(false);
+    m_status->setText(tr("Cancelling…"));
+}
+
+void PackPage::showProgress(int done, int total, quint64 bytes, double mbPerSecond) {
+    if (!isPacking()) return; // a late update after the result
+    m_bar->setRange(0, std::max(1, total));
+    m_bar->setValue(done);
+    m_bar->setFormat(tr("record %1/%2 · %3 · %4 MB/s")
+                         .arg(done)
+                         .arg(total)
+                         .arg(QString::fromStdString(k3::formatBytes(bytes)))
+                         .arg(mbPerSecond, 0, 'f', 0));
+}
+
+void PackPage::packDone(const Outcome& outcome) {
+    m_running = false;
+    m_pack->setEnabled(!m_skip->isChecked());
+    m_cancelButton->setEnabled(false);
+    m_packed = outcome.ok;
+    m_status->setText(outcome.ok ? outcome.message : tr("Not packed: %1").arg(outcome.message));
+    m_status->setStyleSheet(outcome.ok ? QString() : QStringLiteral("color: #c0392b;"));
+    emit completeChanged();
+    emit packingFinished(outcome.ok);
+}

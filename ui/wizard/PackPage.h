@@ -1,0 +1,67 @@
+#pragma once
+
+#include <QFutureWatcher>
+#include <QWizardPage>
+
+#include <atomic>
+#include <memory>
+
+class QCheckBox;
+class QLabel;
+class QLineEdit;
+class QProgressBar;
+class QPushButton;
+
+// Wizard page 3: packs the trunk (every layer's non-expert tensors) into one file off
+// the GUI thread, with a bar over the records and MB/s; cancellable and restartable.
+// A bad checkpoint is refused with the engine's reason. Small models may skip packing.
+class PackPage : public QWizardPage {
+    Q_OBJECT
+    Q_PROPERTY(QString trunkDir READ trunkDir)
+public:
+    // What one packing run ended with.
+    struct Outcome {
+        bool ok = false;
+        QString message;
+    };
+
+    explicit PackPage(QWidget* parent = nullptr);
+    ~PackPage() override;
+
+    void initializePage() override;
+    bool isComplete() const override;
+
+    void setModelDir(const QString& dir);
+    QString modelDir() const { return m_modelDir; }
+    void setTrunkDir(const QString& dir);
+    // Empty when packing is skipped (every weight stays in memory).
+    QString trunkDir() const;
+    bool skipped() const;
+    void setSkipped(bool skip);
+
+    void startPacking();
+    void cancelPacking();
+    bool isPacking() const { return m_running; }
+    QString statusText() const;
+    QString progressText() const;
+
+signals:
+    void packingFinished(bool ok);
+
+private:
+    void showProgress(int done, int total, quint64 bytes, double mbPerSecond);
+    void packDone(const Outcome& outcome);
+    void refreshExisting();
+
+    QString m_modelDir;
+    QLineEdit* m_trunk;
+    QPushButton* m_pack;
+    QPushButton* m_cancelButton;
+    QProgressBar* m_bar;
+    QLabel* m_status;
+    QCheckBox* m_skip;
+    bool m_packed = false;
+    bool m_running = false; // until packDone: the future finishes before its queued updates arrive
+    QFutureWatcher<Outcome> m_watcher;
+    std::shared_ptr<std::atomic<bool>> m_cancel;
+};
