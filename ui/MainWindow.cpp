@@ -245,12 +245,13 @@ void MainWindow::loadDemoModel() {
     loadModel(dir);
 }
 
-void MainWindow::loadModel(const QString& directory) {
+void MainWindow::loadModel(const QString& directory, const QString& trunkDir, quint64 trunkBytes,
+                           quint64 cacheBytes) {
     stopGeneration();
     m_composer->setReady(false);
     m_modelName = QFileInfo(directory).fileName();
     statusBar()->showMessage(tr("Loading %1…").arg(directory));
-    m_engine->loadModel(directory);
+    m_engine->loadModel(directory, trunkDir, trunkBytes, cacheBytes);
 }
 
 void MainWindow::stopGeneration() {
@@ -381,9 +382,7 @@ void MainWindow::onFailed(const QString& message) {
 void MainWindow::showSetupWizard() {
     auto* wizard = new SetupWizard(this);
     wizard->setAttribute(Qt::WA_DeleteOnClose);
-    // TODO: pass the trunk folder and the trunk/cache budgets once loadModel takes a plan.
-    connect(wizard, &SetupWizard::setupFinished, this,
-            [this](const QString& modelDir) { loadModel(modelDir); });
+    connect(wizard, &SetupWizard::setupFinished, this, &MainWindow::loadModel);
     wizard->open();
 }
 

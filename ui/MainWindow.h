@@ -44,7 +44,8 @@ public slots:
     void showAbout();
     void showSetupWizard();
     void openModelFolder();
-    void loadModel(const QString& directory);
+    void loadModel(const QString& directory, const QString& trunkDir = {}, quint64 trunkBytes = 0,
+                   quint64 cacheBytes = 0);
     void loadDemoModel();
     void stopGeneration();
     void openConversation(const QString& id);

@@ -1,4 +1,7 @@
 #include <QSignalSpy>
+#include <QTemporaryDir>
+
+#include <k3/pack.hpp>
 #include <QTest>
 
 #include "worker/EngineController.h"
@@ -12,6 +15,7 @@ private slots:
     void stopEndsTheAnswer();
     void destroyingWhileGeneratingJoinsCleanly();
     void loadFailureNamesTheFile();
+    void streamedTrunkAndCacheGiveTheSameAnswer();
 
 private:
     static bool load(EngineController& engine, const QString& dir);
@@ -101,6 +105,37 @@ void TestEngineWorker::loadFailureNamesTheFile() {
     const QString message = failed.at(0).at(0).toString();
     QVERIFY2(message.contains(QStringLiteral("/nonexistent/k3model/config.json")), qPrintable(message));
     QVERIFY(!engine.isBusy());
+}
+
+// The budgets the wizard chose reach the engine: the trunk streams from trunk.bin, the
+// experts go through the cache, and the answer is the same as with everything resident.
+void TestEngineWorker::streamedTrunkAndCacheGiveTheSameAnswer() {
+    QTemporaryDir tmp;
+    const QString trunk = tmp.filePath(QStringLiteral("trunk"));
+    k3::packTrunk(m_model.toStdString(), trunk.toStdString());
+    GenerationSettings settings;
+    settings.thinking = false;
+    settings.maxTokens = 20;
+    QString answers[2];
+    bool streamed[2] = {true, false};
+    for (int run = 0; run < 2; ++run) {
+        EngineController engine;
+        QSignalSpy memory(engine.worker(), &EngineWorker::memoryUpdated);
+        QSignalSpy loaded(engine.worker(), &EngineWorker::modelLoaded);
+        if (run == 0) engine.loadModel(m_model);
+        else engine.loadModel(m_model, trunk, 300'000, 50'000); // 0.3 MB trunk, 50 kB cache
+        QVERIFY(loaded.wait(30000));
+        QVERIFY(memory.count() >= 1 || memory.wait(5000));
+        const auto figures = memory.last().at(0).value<MemoryFigures>();
+        streamed[run] = figures.trunkStreamed;
+        QSignalSpy finished(engine.worker(), &EngineWorker::generationFinished);
+        engine.generate(m_history, settings);
+        QVERIFY(finished.wait(30000));
+        answers[run] = finished.at(0).at(0).value<GenerationSummary>().content;
+    }
+    QVERIFY(!streamed[0]);
+    QVERIFY(streamed[1]);
+    QCOMPARE(answers[1], answers[0]);
 }
 
 QTEST_MAIN(TestEngineWorker)

@@ -19,9 +19,12 @@ EngineController::~EngineController() {
     m_thread.wait();
 }
 
-void EngineController::loadModel(const QString& directory) {
+void EngineController::loadModel(const QString& directory, const QString& trunkDir,
+                                 quint64 trunkBytes, quint64 cacheBytes) {
     setBusy(true);
-    QMetaObject::invokeMethod(m_worker, "loadModel", Qt::QueuedConnection, Q_ARG(QString, directory));
+    QMetaObject::invokeMethod(m_worker, "loadModel", Qt::QueuedConnection, Q_ARG(QString, directory),
+                              Q_ARG(QString, trunkDir), Q_ARG(quint64, trunkBytes),
+                              Q_ARG(quint64, cacheBytes));
 }
 
 void EngineController::generate(const QVector<ChatTurn>& history, const GenerationSettings& settings) {

@@ -17,7 +17,8 @@ public:
     EngineWorker* worker() const { return m_worker; }
     bool isBusy() const { return m_busy; }
 
-    void loadModel(const QString& directory);
+    void loadModel(const QString& directory, const QString& trunkDir = {}, quint64 trunkBytes = 0,
+                   quint64 cacheBytes = 0);
     void generate(const QVector<ChatTurn>& history, const GenerationSettings& settings);
     void stop();
     void resetConversation();

@@ -83,11 +83,19 @@ EngineWorker::EngineWorker() {
 
 EngineWorker::~EngineWorker() = default;
 
-void EngineWorker::loadModel(const QString& directory) {
+void EngineWorker::loadModel(const QString& directory, const QString& trunkDir, quint64 trunkBytes,
+                             quint64 cacheBytes) {
     try {
         m_session.reset();
         k3::SessionOptions options;
         options.modelDir = directory.toStdString();
+        // The memory dial chosen in the wizard: the same tokens, memory only buys speed.
+        if (!trunkDir.isEmpty()) {
+            options.trunkDir = trunkDir.toStdString();
+            if (trunkBytes > 0) options.trunkBytes = trunkBytes;
+        }
+        if (cacheBytes > 0) options.expertCacheBytes = cacheBytes;
+        options.enforceMemoryPlan = true;
         m_session.emplace(k3::Session::open(options));
         ModelInfo info;
         info.directory = directory;

@@ -94,7 +94,9 @@ public:
     void requestStop() { m_cancel.store(true); }
 
 public slots:
-    void loadModel(const QString& directory);
+    // trunkDir empty: every weight resident. Budgets of 0: the engine's defaults.
+    void loadModel(const QString& directory, const QString& trunkDir = {}, quint64 trunkBytes = 0,
+                   quint64 cacheBytes = 0);
     void generate(const QVector<ChatTurn>& history, const GenerationSettings& settings);
     void resetConversation();
 
