@@ -4,6 +4,8 @@
 #include <QDir>
 #include <QTest>
 
+#include <mutex>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,24 +53,29 @@ public:
     std::size_t slotBytes() const override { return inner->slotBytes(); }
     std::uint64_t expertBytes(int l, int e) const override { return inner->expertBytes(l, e); }
     std::uint64_t diskOrder(int l, int e) const override { return inner->diskOrder(l, e); }
+    // Called from the cache's reader threads at once: the bookkeeping takes a lock.
     std::size_t read(int l, int e, std::byte* slot) const override {
-        readOrder.push_back(e);
-        if (cache) {
-            const auto base = reinterpret_cast<std::uintptr_t>(slot);
-            bool inflight = false;
-            for (int s = 0; s < cache->slotCount(); ++s) {
-                // Locate the slot by elimination: the reserved one is INFLIGHT.
-                if (cache->slotKey(s) == k3::ExpertCache::kInflight) inflight = true;
-                if (cache->slotKey(s) == k3::ExpertCache::key(l, e)) aliasing = true;
+        {
+            std::lock_guard lock(mutex);
+            readOrder.push_back(e);
+            if (cache) {
+                const auto base = reinterpret_cast<std::uintptr_t>(slot);
+                bool inflight = false;
+                for (int s = 0; s < cache->slotCount(); ++s) {
+                    // Locate the slot by elimination: the reserved one is INFLIGHT.
+                    if (cache->slotKey(s) == k3::ExpertCache::kInflight) inflight = true;
+                    if (cache->slotKey(s) == k3::ExpertCache::key(l, e)) aliasing = true;
+                }
+                if (!inflight) readIntoNonInflight = true;
+                if (base % 4096 != 0) misaligned = true;
             }
-            if (!inflight) readIntoNonInflight = true;
-            if (base % 4096 != 0) misaligned = true;
         }
         if (fail.count(e)) throw std::runtime_error("injected short read");
         return inner->read(l, e, slot);
     }
     std::shared_ptr<k3::CheckpointExpertStore> inner;
     const k3::ExpertCache* cache = nullptr;
+    mutable std::mutex mutex;
     mutable std::vector<int> readOrder;
     mutable bool aliasing = false, readIntoNonInflight = false, misaligned = false;
     std::set<int> fail;
