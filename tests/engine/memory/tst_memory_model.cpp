@@ -6,6 +6,8 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <atomic>
+
 #include <nlohmann/json.hpp>
 
 #include <cstring>
@@ -159,10 +161,10 @@ void TestMemoryModel::failedExpertReadInvalidatesRun() {
     const std::string dir = modelDir("k3_tiny_b").toStdString();
     k3::ModelOptions o;
     o.expertCacheSlots = 2;
-    int faults = 0;
+    std::atomic<int> faults{0}; // called from the cache's reader threads
     o.expertReadFault = [&faults](int layer, int expert) {
         const bool fail = layer == 3 && expert % 2 == 0;
-        faults += fail;
+        faults += fail ? 1 : 0;
         return fail;
     };
     const k3::Model m = k3::Model::load(dir, o);
