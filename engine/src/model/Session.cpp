@@ -45,11 +45,6 @@ std::uint64_t peakRss() {
 
 } // namespace
 
-namespace {
-// One forward, timed: the trunk wait and the expert reads are split out of the total.
-TokenStats feed(Session::Impl& s, TokenId id, SessionObserver* observer);
-} // namespace
-
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;
@@ -160,7 +155,9 @@ std::string MemoryReport::format() const {
 }
 
 namespace {
-TokenStats feed(Session::Impl& s, TokenId id, SessionObserver* observer) {
+// Runs one position, records it as held by the state, adds its validity figures to
+// `result` and splits its time into trunk wait, expert reads and compute.
+void feed(Session::Impl& s, TokenId id, GenerateResult& result) {
     const MemoryStats before = s.model.memoryStats();
     const auto t0 = Clock::now();
     const TokenStats st = s.model.forward(s.state, id, s.logits);
@@ -171,8 +168,9 @@ TokenStats feed(Session::Impl& s, TokenId id, SessionObserver* observer) {
     s.lastTiming.expertIoSeconds = after.cache.readSeconds - before.cache.readSeconds;
     s.lastTiming.computeSeconds =
         std::max(0.0, total - s.lastTiming.trunkIoSeconds - s.lastTiming.expertIoSeconds);
-    (void)observer;
-    return st;
+    result.droppedExperts += st.droppedExperts;
+    result.nonFinite = result.nonFinite || st.nonFinite;
+    s.fed.push_back(id);
 }
 } // namespace
 
@@ -202,10 +200,7 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
             result.cancelled = true;
             break;
         }
-        const TokenStats st = feed(s, prompt[i], observer);
-        result.droppedExperts += st.droppedExperts;
-        result.nonFinite = result.nonFinite || st.nonFinite;
-        s.fed.push_back(prompt[i]);
+        feed(s, prompt[i], result);
         if (observer) observer->onProgress({"prefill", ++done, total});
     }
     if (!result.cancelled) {
@@ -238,10 +233,7 @@ GenerateResult Session::generateIds(std::span<const TokenId> prompt, const Gener
         result.ids.push_back(next);
         // The last token's logits are not needed, so it is not fed.
         if (i + 1 < options.maxTokens) {
-            const TokenStats st = feed(s, next, observer);
-            result.droppedExperts += st.droppedExperts;
-            result.nonFinite = result.nonFinite || st.nonFinite;
-            s.fed.push_back(next);
+            feed(s, next, result);
         }
         if (observer) {
             TokenEvent ev;
@@ -294,10 +286,7 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history, const Gene
         }
         const bool done = delta.endOfTurn || parser.finished();
         if (!done) {
-            const TokenStats st = feed(s, next, observer);
-            result.droppedExperts += st.droppedExperts;
-            result.nonFinite = result.nonFinite || st.nonFinite;
-            s.fed.push_back(next);
+            feed(s, next, result);
         }
         if (observer) {
             TokenEvent ev;
