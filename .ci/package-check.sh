@@ -6,6 +6,17 @@ cd "$(dirname "$0")/.."
 build=$1
 desktop-file-validate packaging/io.github.k3chat.k3chat.desktop
 appstreamcli validate --no-net packaging/io.github.k3chat.k3chat.metainfo.xml
+# The Flatpak manifest parses, names our app id, and never asks for home or host files.
+flatpak-builder --show-manifest packaging/flatpak/io.github.k3chat.k3chat.yml |
+  python3 -c '
+import json, sys
+m = json.load(sys.stdin)
+assert m["id"] == "io.github.k3chat.k3chat", m["id"]
+assert m["runtime"] == "org.kde.Platform", m["runtime"]
+wide = [a for a in m["finish-args"] if a.startswith("--filesystem")]
+assert not wide, "flatpak manifest asks for files: %s" % wide
+print("flatpak manifest: %s on %s//%s, %d modules, no --filesystem" %
+      (m["id"], m["runtime"], m["runtime-version"], len(m["modules"])))'
 (cd "$build" && cpack -G DEB > cpack.log 2>&1) || { tail -20 "$build/cpack.log"; exit 1; }
 deb=$(ls "$build"/k3chat_*.deb | head -1)
 echo "package: $deb ($(du -h "$deb" | cut -f1)); depends: $(dpkg-deb -f "$deb" Depends)"

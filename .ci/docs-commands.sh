@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The README's other commands, after the test command has built build/dev:
+#  - the app command (the main job), with the window offscreen and a timed quit;
+#  - the portable release preset (configured and its k3 built and run);
+#  - the oracle label on its own.
+# The asan workflow runs in .ci/sanitizers.sh. docs/user-guide.md maps each command to
+# the test or CI step that runs it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+app=$(grep -m1 -E '^packaging/install-deps.sh && cmake --workflow --preset app' README.md)
+[ -n "$app" ] || { echo "README.md has no app command"; exit 1; }
+echo "+ $app   (offscreen, --quit-after 4000)"
+home=$(mktemp -d)
+QT_QPA_PLATFORM=offscreen XDG_CONFIG_HOME="$home/config" XDG_DATA_HOME="$home/data" \
+  bash -c "$app --quit-after 4000"
+rm -rf "$home"
+
+echo "+ cmake --preset release && cmake --build build/release --target k3"
+cmake --preset release > /tmp/k3chat-release-configure.log
+cmake --build build/release -j2 --target k3 > /tmp/k3chat-release-build.log ||
+  { tail -30 /tmp/k3chat-release-build.log; exit 1; }
+build/release/app/k3 --version
+
+echo "+ ctest --test-dir build/dev -L oracle"
+ctest --test-dir build/dev -L oracle --output-on-failure --timeout 600 | tail -3
