@@ -128,7 +128,8 @@ int main(int argc, char** argv) {
         ->group(memoryGroup)
         ->type_name("DIR");
     app.add_option("--dump-cache-trace", model.memory.cacheTraceDir,
-                   "Write expert_hist.json and expert_trace.bin to DIR")
+                   "Write the expert-cache request trace to DIR: expert_requests.tsv (step, layer, "
+                   "expert, hit), expert_trace.bin and expert_hist.json (needs a cache)")
         ->group(memoryGroup)
         ->type_name("DIR");
 

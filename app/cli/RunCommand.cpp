@@ -93,7 +93,7 @@ private:
 
 nlohmann::ordered_json planJson(const MemoryArgs& m, const k3::Session& session) {
     nlohmann::ordered_json plan;
-    plan["streaming"] = !m.trunkDir.empty();          // the trunk streams from trunk.bin
+    plan["streaming"] = !m.trunkDir.empty();            // the trunk streams from trunk.bin
     plan["expert_cache"] = m.cacheGB && *m.cacheGB > 0; // routed experts through the cache
     plan["resident_weight_bytes"] = session.model().weightBytes();
     plan["preset"] = m.preset.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(m.preset);
@@ -122,9 +122,9 @@ void printPlan(const MemoryArgs& m, const k3::Session& session) {
                       m.trunkGB.value_or(0.0), m.cacheGB.value_or(0.0));
         std::printf("  asked               %s%s%s\n", asked.c_str(), asked.empty() ? "" : ", ",
                     numbers);
-        std::printf("                      %s\n", m.trunkDir.empty()
-                                                   ? "(trunk resident: give --trunk DIR to stream it)"
-                                                   : "(trunk streams from the packed trunk)");
+        std::printf("                      %s\n",
+                    m.trunkDir.empty() ? "(trunk resident: give --trunk DIR to stream it)"
+                                       : "(trunk streams from the packed trunk)");
     }
 }
 
@@ -183,6 +183,12 @@ int runBatch(const RunArgs& args) {
     if (!args.ids && promptText.empty())
         throw usageError(std::string(args.prompt ? "--prompt" : "--prompt-file") +
                          " is empty: give the text to continue");
+
+    const MemoryArgs& memory = args.model.memory;
+    if (!memory.cacheTraceDir.empty() && !(memory.cacheGB && *memory.cacheGB > 0))
+        throw usageError("--dump-cache-trace " + memory.cacheTraceDir +
+                         ": the trace records expert-cache requests, and this run has no "
+                         "expert cache; give --cache-gb X or a --preset with a cache");
 
     // The ids are checked against the config before any weight is read.
     const k3::ModelConfig config = readConfigOrThrow(args.model.modelDir);
@@ -309,8 +315,33 @@ int runBatch(const RunArgs& args) {
     report["dropped_experts"] = result.droppedExperts;
     report["non_finite"] = result.nonFinite;
     report["cancelled"] = result.cancelled;
+    const k3::MemoryReport mem = session.memoryReport();
+    if (mem.expertsCached)
+        report["cache"] = {{"requests", mem.cache.requests},
+                           {"hits", mem.cache.hits},
+                           {"resident_hits", mem.cache.residentHits},
+                           {"prefetch_hits", mem.cache.prefetchHits},
+                           {"misses", mem.cache.misses},
+                           {"failed_reads", mem.cache.failedReads},
+                           {"evictions", mem.cache.evictions},
+                           {"disk_reads", mem.cache.diskReads},
+                           {"bytes_read", mem.cache.bytesRead},
+                           {"slots", mem.cacheSlots}};
 
     int code = kExitOk;
+    if (!memory.cacheTraceDir.empty()) {
+        try {
+            session.model().writeCacheTrace(memory.cacheTraceDir);
+            std::printf("cache trace: %s/expert_requests.tsv (%llu requests)\n",
+                        memory.cacheTraceDir.c_str(), (unsigned long long)mem.cache.requests);
+            report["cache_trace"] = {{"dir", memory.cacheTraceDir},
+                                     {"requests_file", "expert_requests.tsv"},
+                                     {"records", mem.cache.requests}};
+        } catch (const std::exception& error) {
+            printError(std::string("--dump-cache-trace: ") + error.what());
+            code = kExitFailure;
+        }
+    }
     try {
         k3::writeFileAtomically(
             args.out,

@@ -4,7 +4,10 @@
 // window (tensors start wherever the previous one ended). Filesystems that refuse
 // O_DIRECT (tmpfs, some FUSE/network mounts: EINVAL on open or on read) fall back to
 // buffered pread. A short read or an I/O error is an IoError naming the file and
-// offset, never silent zeros.
+// offset, never silent zeros. Every read consults the fault-injection test hook
+// (k3/fault_injection.hpp) under the file's IoKind.
+
+#include "k3/fault_injection.hpp"
 
 #include <atomic>
 #include <cstddef>
@@ -26,7 +29,9 @@ class AlignedFile {
 public:
     enum class Mode { Auto, Buffered };
 
-    explicit AlignedFile(const std::filesystem::path& path, Mode mode = Mode::Auto);
+    // kind Any: Trunk for a file named trunk.bin, Shard otherwise (the fault hook's view).
+    explicit AlignedFile(const std::filesystem::path& path, Mode mode = Mode::Auto,
+                         IoKind kind = IoKind::Any);
     ~AlignedFile();
     AlignedFile(const AlignedFile&) = delete;
     AlignedFile& operator=(const AlignedFile&) = delete;
@@ -43,15 +48,19 @@ public:
     bool direct() const { return directFd_ >= 0 && !directRefused_.load(); }
     std::uint64_t size() const { return size_; }
     const std::string& path() const { return path_; }
+    IoKind kind() const { return kind_; }
 
 private:
-    bool readDirect(std::uint64_t offset, void* dst, std::size_t length) const;
-    void readBuffered(std::uint64_t offset, void* dst, std::size_t length) const;
+    bool readDirect(std::uint64_t offset, void* dst, std::size_t length,
+                    std::optional<IoFault>& fault) const;
+    void readBuffered(std::uint64_t offset, void* dst, std::size_t length,
+                      std::optional<IoFault>& fault) const;
 
     std::string path_;
     int fd_ = -1;       // buffered descriptor, always open
     int directFd_ = -1; // O_DIRECT descriptor, -1 when refused or not asked for
     std::uint64_t size_ = 0;
+    IoKind kind_ = IoKind::Shard;
     mutable std::atomic<bool> directRefused_{false};
 };
 

@@ -76,10 +76,6 @@ public:
     bool hasLayer(int layer) const;
     std::uint64_t totalExperts() const;
 
-    // Test hook: when set and returning true, the read of (layer, expert) fails as a
-    // short read would (fault injection; never set in production).
-    std::function<bool(int layer, int expert)> failRead;
-
 private:
     struct Piece {
         std::uint64_t fileOffset = 0;
@@ -136,6 +132,22 @@ struct CacheStats {
     }
 };
 
+// How one request was served, as the request trace records it.
+enum class CacheHit : std::uint8_t {
+    Resident, // in memory before the layer asked (a TRUE resident hit)
+    Prefetch, // read by the layer's batch just before use
+    Miss,     // read synchronously on request
+    Failed,   // the read failed: the expert was dropped (run invalid)
+};
+const char* cacheHitName(CacheHit hit); // "resident", "prefetch", "miss", "failed"
+
+struct CacheRequest {
+    std::int64_t step = 0; // the model's forward call (0-based: prompt positions, then tokens)
+    std::int32_t layer = 0;
+    std::int32_t expert = 0;
+    CacheHit hit = CacheHit::Miss;
+};
+
 struct CacheOptions {
     int slotCount = 1;
     CachePolicy policy = CachePolicy::Lru;
@@ -180,8 +192,13 @@ public:
 
     // Requests in order, as (layer, expert), when recordTrace was set.
     const std::vector<std::pair<std::int32_t, std::int32_t>>& trace() const { return trace_; }
-    // DIR/expert_trace.bin (little-endian int32 pairs: layer, expert; the peer's format)
-    // and DIR/expert_hist.json (requests per layer and expert).
+    // The same requests with their step and how each was served.
+    const std::vector<CacheRequest>& requests() const { return requests_; }
+    // Marks the start of the next forward step (the trace's step column).
+    void nextStep() { ++step_; }
+    // DIR/expert_requests.tsv (a header line "step<TAB>layer<TAB>expert<TAB>hit", then
+    // one line per request), DIR/expert_trace.bin (little-endian int32 pairs: layer,
+    // expert; the peer's format) and DIR/expert_hist.json (requests per layer and expert).
     void writeTrace(const std::filesystem::path& dir) const;
 
 private:
@@ -205,6 +222,8 @@ private:
     bool recordTrace_ = false;
     int readThreads_ = 16;
     std::vector<std::pair<std::int32_t, std::int32_t>> trace_;
+    std::vector<CacheRequest> requests_;
+    std::int64_t step_ = -1;
 };
 
 // Reads a trace in the peer's expert_trace.bin format. Throws CacheError.

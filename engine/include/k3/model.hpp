@@ -39,8 +39,6 @@ struct ModelOptions {
     int contextLength = 4096;           // positions the plan's KV cache must hold
     bool enforceMemoryPlan = false;     // refuse a plan over 95% of MemAvailable
     bool recordCacheTrace = false;      // keep the expert request trace (--dump-cache-trace)
-    // Test hook (fault injection): true makes the read of that routed expert fail.
-    std::function<bool(int layer, int expert)> expertReadFault;
 };
 
 // Live figures of the memory dial, for the run report and the app's panels.

@@ -34,7 +34,6 @@ struct SessionOptions {
     int contextLength = 4096;
     bool enforceMemoryPlan = false;
     bool recordCacheTrace = false;
-    std::function<bool(int layer, int expert)> expertReadFault; // test hook
 };
 
 // The run report's memory figures: the plan (a forecast), what the trunk and the

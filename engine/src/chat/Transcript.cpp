@@ -1,5 +1,6 @@
 // JSONL transcripts, compatible with the public engine's --history files.
 #include "k3/chat.hpp"
+#include "k3/fault_injection.hpp"
 
 #include <cerrno>
 #include <cstring>
@@ -132,7 +133,9 @@ std::string formatTranscript(const std::vector<ChatMessage>& messages) {
     return out;
 }
 
-void writeFileAtomically(const std::filesystem::path& path, std::string_view data) {
+namespace {
+
+void writeAtomically(const std::filesystem::path& path, std::string_view data, IoKind kind) {
     const std::filesystem::path dir =
         path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
     std::string tmpl = (dir / ("." + path.filename().string() + ".tmp.XXXXXX")).string();
@@ -147,8 +150,15 @@ void writeFileAtomically(const std::filesystem::path& path, std::string_view dat
         throw ChatError("cannot write " + path.string() + ": " + step + " failed: " + why);
     };
     std::size_t done = 0;
-    while (done < data.size()) {
-        const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    std::optional<IoFault> fault = faultFor(kind, path.string(), true);
+    while (done < data.size() || fault) {
+        ssize_t n = -1;
+        if (fault) { // the test hook: fail as a full (ENOSPC) or failing (EIO) disk would
+            errno = *fault == IoFault::NoSpace ? ENOSPC : EIO;
+            fault.reset();
+        } else {
+            n = ::write(fd, data.data() + done, data.size() - done);
+        }
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) fail("writing " + tmpl);
         done += static_cast<std::size_t>(n);
@@ -172,8 +182,14 @@ void writeFileAtomically(const std::filesystem::path& path, std::string_view dat
     }
 }
 
+} // namespace
+
+void writeFileAtomically(const std::filesystem::path& path, std::string_view data) {
+    writeAtomically(path, data, IoKind::File);
+}
+
 void writeTranscript(const std::filesystem::path& path, const std::vector<ChatMessage>& messages) {
-    writeFileAtomically(path, formatTranscript(messages));
+    writeAtomically(path, formatTranscript(messages), IoKind::Transcript);
 }
 
 } // namespace k3

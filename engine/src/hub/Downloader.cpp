@@ -3,14 +3,18 @@
 
 #include "hub/HubInternal.hpp"
 
+#include "k3/fault_injection.hpp"
+
 #include <curl/curl.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -107,6 +111,8 @@ struct Transfer {
     bool rangeIgnored = false;
     bool rangeWrong = false;
     bool writeFailed = false;
+    int writeErrno = 0; // why the write failed (ENOSPC: the disk is full)
+    std::string path;   // the .partial file, for the fault-injection test hook
     std::string contentRange;
 };
 
@@ -152,8 +158,14 @@ size_t onWrite(char* data, size_t size, size_t count, void* user) {
             }
         }
     }
+    if (const auto fault = faultFor(IoKind::Download, t->path, true)) {
+        t->writeFailed = true; // the test hook: as if the disk were full (or failing)
+        t->writeErrno = *fault == IoFault::NoSpace ? ENOSPC : EIO;
+        return 0;
+    }
     if (std::fwrite(data, 1, bytes, t->out) != bytes) {
         t->writeFailed = true;
+        t->writeErrno = errno;
         return 0;
     }
     try {
@@ -483,6 +495,7 @@ Outcome Downloader::attempt(Job& job, hub::Sha256& hash, std::uint64_t& hashedBy
     t.curl = curl;
     t.offset = offset;
     t.rangeAsked = offset > 0;
+    t.path = partial.string();
     std::string url = fileUrl(job.file.name);
     std::string range = std::to_string(offset) + "-";
     std::string agent = hub::userAgent();
@@ -517,13 +530,23 @@ Outcome Downloader::attempt(Job& job, hub::Sha256& hash, std::uint64_t& hashedBy
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_cleanup(curl);
     bool closed = std::fclose(out) == 0;
+    if (!closed && !t.writeErrno) t.writeErrno = errno;
     progressed = t.written > 0;
     if (t.rangeIgnored) {
         job.result.rangeIgnored = true;
         message(job.file.name + ": the server ignored the Range request, restarted from byte 0");
     }
     if (t.writeFailed || !closed) {
-        fail(job, HubErrorKind::Io, "cannot write " + partial.string() + " (disk full?)", true);
+        // What reached the disk stays as NAME.partial (never renamed to NAME: it is
+        // not verified); the next run hashes it and resumes with a Range request.
+        const bool full = t.writeErrno == ENOSPC;
+        fail(job, full ? HubErrorKind::DiskSpace : HubErrorKind::Io,
+             "cannot write " + partial.string() + ": " +
+                 (t.writeErrno ? std::strerror(t.writeErrno) : "write failed") +
+                 (full ? "; free some space and run the download again, it resumes where it "
+                         "stopped"
+                       : ""),
+             true);
         return Outcome::Fatal;
     }
     if (t.rangeWrong) {

@@ -25,9 +25,25 @@ std::string errnoText(int err) {
     return std::strerror(err);
 }
 
+// pread, unless the fault hook asked for this call to fail: then it fails the way the
+// disk would (EIO) or ends early (a short read), and the caller's real error path runs.
+ssize_t preadOrFault(int fd, void* dst, std::size_t n, off_t at, std::optional<IoFault>& fault) {
+    if (fault) {
+        const IoFault f = *fault;
+        fault.reset();
+        if (f == IoFault::ShortRead) return 0;
+        errno = EIO;
+        return -1;
+    }
+    return ::pread(fd, dst, n, at);
+}
+
 } // namespace
 
-AlignedFile::AlignedFile(const std::filesystem::path& path, Mode mode) : path_(path.string()) {
+AlignedFile::AlignedFile(const std::filesystem::path& path, Mode mode, IoKind kind)
+    : path_(path.string()), kind_(kind != IoKind::Any              ? kind
+                                  : path.filename() == "trunk.bin" ? IoKind::Trunk
+                                                                   : IoKind::Shard) {
     fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) {
         const int err = errno;
@@ -57,12 +73,14 @@ void AlignedFile::read(std::uint64_t offset, void* dst, std::size_t length) cons
         throw IoError(path_ + ": read of " + std::to_string(length) + " bytes at offset " +
                       std::to_string(offset) + " runs past the end of the file (" +
                       std::to_string(size_) + " bytes)");
-    if (direct() && readDirect(offset, dst, length)) return;
-    readBuffered(offset, dst, length);
+    std::optional<IoFault> fault = faultFor(kind_, path_, false);
+    if (direct() && readDirect(offset, dst, length, fault)) return;
+    readBuffered(offset, dst, length, fault);
 }
 
 // False means "O_DIRECT refused, use the buffered path"; real failures throw.
-bool AlignedFile::readDirect(std::uint64_t offset, void* dst, std::size_t length) const {
+bool AlignedFile::readDirect(std::uint64_t offset, void* dst, std::size_t length,
+                             std::optional<IoFault>& fault) const {
     constexpr std::uint64_t mask = kDirectIoAlignment - 1;
     const std::size_t capacity =
         std::min<std::size_t>(kMaxWindow, ((length + mask) & ~mask) + kDirectIoAlignment);
@@ -85,8 +103,8 @@ bool AlignedFile::readDirect(std::uint64_t offset, void* dst, std::size_t length
         // it covers the payload; a short count that does not is a real short read.
         std::uint64_t got = 0;
         while (got < window) {
-            const ssize_t r =
-                ::pread(directFd_, bytes + got, window - got, static_cast<off_t>(lo + got));
+            const ssize_t r = preadOrFault(directFd_, bytes + got, window - got,
+                                           static_cast<off_t>(lo + got), fault);
             if (r < 0) {
                 const int err = errno;
                 if (err == EINTR) continue;
@@ -122,9 +140,11 @@ std::size_t AlignedFile::readWindow(std::uint64_t offset, void* dst, std::size_t
     auto* out = static_cast<unsigned char*>(dst);
     std::size_t got = 0;
     bool useDirect = direct();
+    std::optional<IoFault> fault = faultFor(kind_, path_, false);
     while (got < length) {
         const int fd = useDirect ? directFd_ : fd_;
-        const ssize_t r = ::pread(fd, out + got, length - got, static_cast<off_t>(offset + got));
+        const ssize_t r =
+            preadOrFault(fd, out + got, length - got, static_cast<off_t>(offset + got), fault);
         if (r < 0) {
             const int err = errno;
             if (err == EINTR) continue;
@@ -143,11 +163,13 @@ std::size_t AlignedFile::readWindow(std::uint64_t offset, void* dst, std::size_t
     return got;
 }
 
-void AlignedFile::readBuffered(std::uint64_t offset, void* dst, std::size_t length) const {
+void AlignedFile::readBuffered(std::uint64_t offset, void* dst, std::size_t length,
+                               std::optional<IoFault>& fault) const {
     auto* out = static_cast<unsigned char*>(dst);
     std::size_t got = 0;
     while (got < length) {
-        const ssize_t r = ::pread(fd_, out + got, length - got, static_cast<off_t>(offset + got));
+        const ssize_t r =
+            preadOrFault(fd_, out + got, length - got, static_cast<off_t>(offset + got), fault);
         if (r < 0) {
             const int err = errno;
             if (err == EINTR) continue;

@@ -64,6 +64,20 @@ struct ExpertCache::Arena {
     memory::AlignedBuffer buffer;
 };
 
+const char* cacheHitName(CacheHit hit) {
+    switch (hit) {
+    case CacheHit::Resident:
+        return "resident";
+    case CacheHit::Prefetch:
+        return "prefetch";
+    case CacheHit::Miss:
+        return "miss";
+    case CacheHit::Failed:
+        return "failed";
+    }
+    return "?";
+}
+
 std::unique_ptr<EvictionPolicy> makeEvictionPolicy(CachePolicy policy, int slotCount) {
     switch (policy) {
     case CachePolicy::Lru:
@@ -202,15 +216,21 @@ void ExpertCache::prefetch(int layer, std::span<const int> experts) {
 ExpertCache::Handle ExpertCache::acquire(int layer, int expert) {
     const std::int64_t k = key(layer, expert);
     ++stats_.requests;
-    if (recordTrace_) trace_.emplace_back(layer, expert);
+    if (recordTrace_) {
+        trace_.emplace_back(layer, expert);
+        requests_.push_back({std::max<std::int64_t>(step_, 0), layer, expert, CacheHit::Miss});
+    }
     Handle h;
     if (auto it = where_.find(k); it != where_.end()) {
         const int s = it->second;
         ++stats_.hits;
-        if (prefetched_[std::size_t(s)])
+        const bool prefetched = prefetched_[std::size_t(s)] != 0;
+        if (prefetched)
             ++stats_.prefetchHits;
         else
             ++stats_.residentHits;
+        if (recordTrace_)
+            requests_.back().hit = prefetched ? CacheHit::Prefetch : CacheHit::Resident;
         prefetched_[std::size_t(s)] = 0;
         if (batchPinned_[std::size_t(s)]) { // the request takes over the batch's pin
             batchPinned_[std::size_t(s)] = 0;
@@ -242,6 +262,7 @@ ExpertCache::Handle ExpertCache::acquire(int layer, int expert) {
     if (!ok) {
         keys_[std::size_t(s)] = kEmpty;
         ++stats_.failedReads;
+        if (recordTrace_) requests_.back().hit = CacheHit::Failed;
         return h; // data == nullptr: the caller drops the expert and the run is invalid
     }
     stats_.bytesRead += store_->expertBytes(layer, expert);
@@ -272,6 +293,15 @@ std::byte* ExpertCache::slotData(int slot) const {
 
 void ExpertCache::writeTrace(const std::filesystem::path& dir) const {
     std::filesystem::create_directories(dir);
+    {
+        std::ofstream out(dir / "expert_requests.tsv", std::ios::trunc);
+        out << "step\tlayer\texpert\thit\n";
+        for (const CacheRequest& r : requests_)
+            out << r.step << '\t' << r.layer << '\t' << r.expert << '\t' << cacheHitName(r.hit)
+                << '\n';
+        out.close();
+        if (!out) throw CacheError((dir / "expert_requests.tsv").string() + ": write failed");
+    }
     {
         std::ofstream out(dir / "expert_trace.bin", std::ios::binary | std::ios::trunc);
         for (const auto& [l, e] : trace_) {

@@ -93,7 +93,9 @@ CheckpointExpertStore::CheckpointExpertStore(const Checkpoint& ckpt, const Model
     slotBytes_ = std::size_t(alignUp(std::max<std::size_t>(slotBytes_, 1)));
     files_->files.resize(shardPaths_.size());
     for (std::size_t s = 0; s < shardPaths_.size(); ++s)
-        if (used[s]) files_->files[s] = std::make_unique<AlignedFile>(shardPaths_[s]);
+        if (used[s])
+            files_->files[s] = std::make_unique<AlignedFile>(
+                shardPaths_[s], AlignedFile::Mode::Auto, IoKind::Expert);
 }
 
 CheckpointExpertStore::~CheckpointExpertStore() = default;
@@ -131,9 +133,7 @@ std::uint64_t CheckpointExpertStore::diskOrder(int layer, int expert) const {
 
 std::size_t CheckpointExpertStore::read(int layer, int expert, std::byte* slot) const {
     const Entry& en = entry(layer, expert);
-    if (failRead && failRead(layer, expert))
-        throw IoError("injected fault: short read of layer " + std::to_string(layer) + " expert " +
-                      std::to_string(expert));
+    const FaultExpertScope faultScope(layer, expert); // lets a test hook rule name the expert
     if (en.contiguous) {
         // The aligned window around the run goes straight into the slot: no bounce copy.
         const AlignedFile& f = *files_->files[en.shard];

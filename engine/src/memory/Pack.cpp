@@ -2,6 +2,7 @@
 
 #include "k3/aligned_io.hpp"
 #include "k3/config.hpp"
+#include "k3/fault_injection.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -185,8 +186,15 @@ TrunkRecord recordFromJson(const json& j, std::uint64_t fileBytes, const std::st
 
 void writeAll(int fd, const void* data, std::size_t n, std::uint64_t offset, const fs::path& path) {
     const auto* p = static_cast<const unsigned char*>(data);
+    std::optional<IoFault> fault = faultFor(IoKind::Pack, path.string(), true);
     while (n > 0) {
-        const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
+        ssize_t w = -1;
+        if (fault) { // the test hook: fail as a full (ENOSPC) or failing (EIO) disk would
+            errno = *fault == IoFault::NoSpace ? ENOSPC : EIO;
+            fault.reset();
+        } else {
+            w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
+        }
         if (w < 0) {
             if (errno == EINTR) continue;
             throw PackError(path.string() + ": write failed at offset " + std::to_string(offset) +
@@ -207,6 +215,7 @@ void writeFileAtomically(const fs::path& path, const std::string& text) {
         if (::fsync(fd) != 0) throw PackError(tmp.string() + ": fsync failed");
     } catch (...) {
         ::close(fd);
+        fs::remove(tmp); // a half-written trunk.json must not linger
         throw;
     }
     ::close(fd);

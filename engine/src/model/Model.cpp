@@ -187,7 +187,6 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
     if (options.enforceMemoryPlan) enforceMemoryPlan(impl->plan);
 
     if (useCache) {
-        if (options.expertReadFault) impl->store->failRead = options.expertReadFault;
         CacheOptions co;
         co.slotCount = std::max(1, impl->plan.cacheSlots);
         co.recordTrace = options.recordCacheTrace;
@@ -437,6 +436,7 @@ TokenStats Model::forward(InferenceState& state, int token, std::span<float> log
                          std::to_string(c.vocabSize));
     TokenStats stats;
     const int position = state.d_->length;
+    if (impl.cache) impl.cache->nextStep(); // the request trace's step column
 
     // The embedding row, widened exactly.
     std::vector<float> h(static_cast<std::size_t>(E));

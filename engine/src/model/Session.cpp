@@ -60,7 +60,6 @@ Session Session::open(const SessionOptions& options) {
     mo.contextLength = options.contextLength;
     mo.enforceMemoryPlan = options.enforceMemoryPlan;
     mo.recordCacheTrace = options.recordCacheTrace;
-    mo.expertReadFault = options.expertReadFault;
     auto impl = std::make_unique<Impl>(Model::load(options.modelDir, mo));
     if (options.loadTokenizer) {
         impl->tokenizer = Tokenizer::fromDirectory(options.tokenizerDir.empty() ? options.modelDir

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 
+#include <k3/fault_injection.hpp>
 #include <k3/model.hpp>
 #include <k3/pack.hpp>
 #include <k3/session.hpp>
@@ -162,11 +163,14 @@ void TestMemoryModel::failedExpertReadInvalidatesRun() {
     k3::ModelOptions o;
     o.expertCacheSlots = 2;
     std::atomic<int> faults{0}; // called from the cache's reader threads
-    o.expertReadFault = [&faults](int layer, int expert) {
+    k3::FaultRule rule; // the engine's one fault hook, narrowed to some experts
+    rule.kind = k3::IoKind::Expert;
+    rule.expertFilter = [&faults](int layer, int expert) {
         const bool fail = layer == 3 && expert % 2 == 0;
         faults += fail ? 1 : 0;
         return fail;
     };
+    const k3::ScopedFault armed(rule);
     const k3::Model m = k3::Model::load(dir, o);
     std::vector<float> logits(std::size_t(m.config().vocabSize));
     k3::InferenceState st = m.newState();
@@ -180,7 +184,6 @@ void TestMemoryModel::failedExpertReadInvalidatesRun() {
     so.modelDir = dir;
     so.loadTokenizer = false;
     so.expertCacheSlots = 2;
-    so.expertReadFault = o.expertReadFault;
     k3::Session session = k3::Session::open(so);
     const std::vector<k3::TokenId> prompt{5, 6, 7};
     k3::GenerateOptions go;

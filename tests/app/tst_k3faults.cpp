@@ -1,0 +1,198 @@
+// The real `k3` binary under injected I/O faults (K3_FAULT_INJECT, the engine's test
+// hook) and --dump-cache-trace. Exit codes as DESIGN.md gives them: an expert that
+// cannot be read makes the run invalid (exit 4, after the full report); a trunk read
+// error or a full disk while packing is a failure naming what broke (exit 1).
+#include "K3Process.hpp"
+
+#include <QDir>
+#include <QFile>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <set>
+
+#include <k3/chat.hpp>
+
+namespace {
+
+const QString kModels = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/");
+
+QProcessEnvironment faultEnv(const QString& spec) {
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert(QStringLiteral("K3_FAULT_INJECT"), spec);
+    return env;
+}
+
+nlohmann::json readJson(const QString& path) {
+    std::ifstream in(path.toStdString());
+    return nlohmann::json::parse(in, nullptr, false);
+}
+
+QByteArray readAll(const QString& path) {
+    QFile f(path);
+    return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
+} // namespace
+
+class TestK3Faults : public QObject {
+    Q_OBJECT
+private slots:
+    void expertReadFaultGivesExitFourAfterTheReport_data();
+    void expertReadFaultGivesExitFourAfterTheReport();
+    void trunkReadErrorNamesTheLayerAndExitsOne();
+    void packOutOfSpaceLeavesNoUsableTrunk();
+    void transcriptOutOfSpaceKeepsThePreviousTranscript();
+    void malformedFaultSpecExitsTwo();
+    void dumpCacheTraceWritesOneRecordPerRequest();
+    void dumpCacheTraceWithoutACacheIsAUsageError();
+};
+
+void TestK3Faults::expertReadFaultGivesExitFourAfterTheReport_data() {
+    QTest::addColumn<QString>("spec");
+    QTest::newRow("eio") << QStringLiteral("kind:expert,error:eio,after:3");
+    QTest::newRow("short read") << QStringLiteral("kind:expert,error:short,after:3");
+}
+
+void TestK3Faults::expertReadFaultGivesExitFourAfterTheReport() {
+    QFETCH(QString, spec);
+    QTemporaryDir tmp;
+    const QString out = tmp.filePath("run.json");
+    const K3Run r = runK3({kModels + "k3_tiny_b", "--ids", "5,6,7", "--gen", "4", "--cache-gb",
+                           "0.0001", "--out", out},
+                          {}, faultEnv(spec));
+    QVERIFY2(r.exitCode == 4, qPrintable(QString::number(r.exitCode) + " " + r.err));
+    QVERIFY2(r.err.contains("TEST HOOK: fault injection armed"), qPrintable(r.err));
+    // The full report came first: every step, the summary lines, the report file.
+    QVERIFY2(r.out.contains("4 tokens in "), qPrintable(r.out));
+    QVERIFY2(r.out.contains("PEAK RSS for the whole run"), qPrintable(r.out));
+    QVERIFY2(r.out.contains("run report: " + out), qPrintable(r.out));
+    QVERIFY2(r.err.contains("RUN INVALID: ") &&
+                 r.err.contains("routed expert(s) could not be loaded"),
+             qPrintable(r.err));
+    const nlohmann::json report = readJson(out);
+    QVERIFY(report.is_object());
+    QCOMPARE(report["valid"].get<bool>(), false);
+    QVERIFY(report["dropped_experts"].get<int>() > 0);
+    QCOMPARE(report["ids"].size(), std::size_t(4));
+    QVERIFY(report["cache"]["failed_reads"].get<int>() >= report["dropped_experts"].get<int>());
+    QVERIFY(report["invalid_reasons"][0].get<std::string>().find("could not be loaded") !=
+            std::string::npos);
+}
+
+void TestK3Faults::trunkReadErrorNamesTheLayerAndExitsOne() {
+    QTemporaryDir tmp;
+    const QString dir = kModels + "k3_tiny_b";
+    const QString trunk = tmp.filePath("trunk");
+    QCOMPARE(runK3({"pack", dir, trunk}).exitCode, 0);
+    const K3Run load = runK3(
+        {dir, "--trunk", trunk, "--ids", "5,6", "--gen", "2", "--out", tmp.filePath("a.json")}, {},
+        faultEnv("kind:trunk,error:eio"));
+    QCOMPARE(load.exitCode, 1);
+    QVERIFY2(load.err.contains("trunk layer 0: ") && load.err.contains("Input/output error"),
+             qPrintable(load.err));
+    // A short read of the fifth layer (k3's smallest trunk budget, 0.1 GB, pins all nine
+    // layers of this model at load; tst_fault_injection covers a layer failing mid-run).
+    const K3Run run = runK3({dir, "--trunk", trunk, "--trunk-gb", "0.1", "--ids", "5,6", "--gen",
+                             "2", "--out", tmp.filePath("b.json")},
+                            {}, faultEnv("kind:trunk,error:short,after:4"));
+    QCOMPARE(run.exitCode, 1);
+    QVERIFY2(run.err.contains("cannot load the model in " + dir + ": trunk layer 4: short read") &&
+                 run.err.contains("truncated trunk.bin? re-pack it"),
+             qPrintable(run.err));
+    QVERIFY(!QFile::exists(tmp.filePath("b.json"))); // a failed run writes no report
+}
+
+void TestK3Faults::packOutOfSpaceLeavesNoUsableTrunk() {
+    QTemporaryDir tmp;
+    const QString dir = kModels + "k3_tiny_b";
+    const QString trunk = tmp.filePath("trunk");
+    const K3Run pack = runK3({"pack", dir, trunk}, {}, faultEnv("kind:pack,error:enospc,after:2"));
+    QCOMPARE(pack.exitCode, 1);
+    QVERIFY2(pack.err.contains("k3 pack: ") && pack.err.contains("No space left on device"),
+             qPrintable(pack.err));
+    QVERIFY(!QFile::exists(trunk + "/trunk.json"));
+    QVERIFY(!QFile::exists(trunk + "/trunk.bin"));
+    const K3Run run = runK3({dir, "--trunk", trunk, "--ids", "5", "--gen", "1"});
+    QCOMPARE(run.exitCode, 1);
+    QVERIFY2(run.err.contains("trunk.json does not exist: pack the trunk first"),
+             qPrintable(run.err));
+}
+
+void TestK3Faults::transcriptOutOfSpaceKeepsThePreviousTranscript() {
+    QTemporaryDir tmp;
+    const QString history = tmp.filePath("chat.jsonl");
+    const QStringList args{kModels + "k3_tiny_a", "--chat", "--no-think", "--max-tokens", "3",
+                           "--history",           history};
+    QCOMPARE(runK3(args, "hi\n").exitCode, 0);
+    const QByteArray before = readAll(history);
+    QCOMPARE(k3::readTranscript(history.toStdString()).size(), std::size_t(2));
+    const K3Run full = runK3(args, "again\n", faultEnv("kind:transcript,error:enospc"));
+    QCOMPARE(full.exitCode, 0); // the conversation goes on; the warning says what was lost
+    QVERIFY2(full.err.contains("the transcript was not saved: cannot write " + history) &&
+                 full.err.contains("No space left on device"),
+             qPrintable(full.err));
+    QCOMPARE(readAll(history), before);
+    QCOMPARE(QDir(tmp.path()).entryList(QDir::Files | QDir::Hidden).size(), 1);
+}
+
+void TestK3Faults::malformedFaultSpecExitsTwo() {
+    const K3Run r = runK3({"--version"}, {}, faultEnv("kind:disk,error:eio"));
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("K3_FAULT_INJECT=\"kind:disk,error:eio\": unknown kind \"disk\""),
+             qPrintable(r.err));
+}
+
+void TestK3Faults::dumpCacheTraceWritesOneRecordPerRequest() {
+    QTemporaryDir tmp;
+    const QString out = tmp.filePath("run.json");
+    const QString traceDir = tmp.filePath("trace");
+    const K3Run r = runK3({kModels + "k3_tiny_b", "--ids", "5,6,7", "--gen", "3", "--cache-gb",
+                           "0.0001", "--dump-cache-trace", traceDir, "--out", out});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    const nlohmann::json report = readJson(out);
+    const auto requests = report["cache"]["requests"].get<std::uint64_t>();
+    QVERIFY(requests > 0);
+    QCOMPARE(report["cache_trace"]["records"].get<std::uint64_t>(), requests);
+    QVERIFY2(r.out.contains(QString("cache trace: %1/expert_requests.tsv (%2 requests)")
+                                .arg(traceDir)
+                                .arg(requests)),
+             qPrintable(r.out));
+
+    const QList<QByteArray> lines = readAll(traceDir + "/expert_requests.tsv").split('\n');
+    QCOMPARE(lines.first(), QByteArray("step\tlayer\texpert\thit"));
+    QCOMPARE(lines.last(), QByteArray()); // ends with a newline
+    QCOMPARE(std::uint64_t(lines.size() - 2), requests);
+    std::map<QByteArray, std::uint64_t> kinds;
+    qint64 lastStep = 0;
+    for (int i = 1; i < lines.size() - 1; ++i) {
+        const QList<QByteArray> f = lines[i].split('\t');
+        QCOMPARE(f.size(), 4);
+        const qint64 step = f[0].toLongLong();
+        QVERIFY(step >= lastStep); // in request order
+        lastStep = step;
+        ++kinds[f[3]];
+    }
+    // 3 prompt positions, then 2 fed tokens (the last sampled token is never fed): steps 0..4.
+    QCOMPARE(lastStep, qint64(4));
+    QCOMPARE(kinds[QByteArray("resident")], report["cache"]["resident_hits"].get<std::uint64_t>());
+    QCOMPARE(kinds[QByteArray("prefetch")], report["cache"]["prefetch_hits"].get<std::uint64_t>());
+    QCOMPARE(kinds[QByteArray("miss")], report["cache"]["misses"].get<std::uint64_t>());
+    QCOMPARE(kinds.count(QByteArray("failed")), std::size_t(0));
+    QCOMPARE(std::uint64_t(QFileInfo(traceDir + "/expert_trace.bin").size()), 8 * requests);
+    QCOMPARE(readJson(traceDir + "/expert_hist.json")["requests"].get<std::uint64_t>(), requests);
+}
+
+void TestK3Faults::dumpCacheTraceWithoutACacheIsAUsageError() {
+    QTemporaryDir tmp;
+    const K3Run r = runK3({kModels + "k3_tiny_b", "--ids", "5", "--gen", "1", "--dump-cache-trace",
+                           tmp.filePath("trace")});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("this run has no expert cache"), qPrintable(r.err));
+}
+
+QTEST_GUILESS_MAIN(TestK3Faults)
+#include "tst_k3faults.moc"
