@@ -8,11 +8,13 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 using namespace k3;
@@ -208,6 +210,33 @@ private slots:
             QVERIFY2(sameBits(one, two), kernelPathName(p));
             QVERIFY2(sameBits(one, four), kernelPathName(p));
         }
+    }
+
+    // The widened x lives in a reused per-thread buffer: callers on different threads
+    // (each with its own x) must never see each other's copy. The two callers start each
+    // round together so their matvecs overlap whenever both get a core.
+    void concurrentCallersKeepTheirOwnX() {
+        std::mt19937 rng(4242);
+        const Matrix a = randomMatrix(96, 2048, rng), b = randomMatrix(96, 2048, rng);
+        const auto xa = randomVector(2048, rng), xb = randomVector(2048, rng);
+        omp_set_num_threads(1);
+        const auto wantA = runAll(a, xa), wantB = runAll(b, xb);
+        QVERIFY(!sameBits(wantA, wantB));
+        constexpr int kRounds = 300;
+        std::atomic<int> bad{0}, started[kRounds] = {};
+        auto loop = [&](const Matrix& m, const std::vector<float>& x,
+                        const std::vector<float>& want) {
+            for (int i = 0; i < kRounds; ++i) {
+                started[i].fetch_add(1);
+                while (started[i].load() < 2) std::this_thread::yield();
+                if (!sameBits(runAll(m, x), want)) bad.fetch_add(1);
+            }
+        };
+        std::thread ta(loop, std::cref(a), std::cref(xa), std::cref(wantA));
+        std::thread tb(loop, std::cref(b), std::cref(xb), std::cref(wantB));
+        ta.join();
+        tb.join();
+        QCOMPARE(bad.load(), 0);
     }
 
     void edgeValuesKeepBitIdentity() {
