@@ -16,13 +16,16 @@
 //
 // Matvec reduction order (all three weight types, both paths): y[r] = sum over i of
 // x[i] * w[r][i], where the product of element i is formed exactly in double (a float
-// times a float, or a decoded MXFP4 weight, always is) and added to double lane (i % 8),
-// each lane in increasing i, lanes starting at +0. The 8 lanes L are then folded as
-// ((L0 + L4) + (L2 + L6)) + ((L1 + L5) + (L3 + L7)) and rounded once to float. An MXFP4
-// weight is decoded exactly (E2M1 value times 2^(s - 127), formed in double, so it never
-// overflows), so matvecMxfp4 equals matvecF32 over the decoded matrix bit for bit where
-// the decoded weights are floats; an MXFP4 group whose scale byte is 255 is skipped (it
-// contributes nothing, even against an infinite x).
+// times a float, or an E2M1 value times a float, always is) and added to double lane
+// (i % 8), each lane in increasing i, lanes starting at +0. The 8 lanes L are then folded
+// as ((L0 + L4) + (L2 + L6)) + ((L1 + L5) + (L3 + L7)) and rounded once to float.
+// MXFP4 adds one level per 32-weight group: for each lane, the exact products
+// e2m1(q[i]) * x[i] of the group's elements with i % 8 == lane are summed in double in
+// increasing i (starting at +0), and that partial sum times 2^(s - 127) (exact in double
+// for every E8M0 s) is added to the lane; groups in increasing order. A group whose scale
+// byte is 255 is skipped (it contributes nothing, even against an infinite x). So
+// matvecMxfp4 is a different (per-group) rounding sequence than matvecF32 over the
+// decoded matrix: equal within the usual dot-product error, not bit for bit.
 // Why double (DESIGN allows fp32 lanes): 32 fp32 lanes lost up to ~200 ulp on the
 // shared-expert projections, which SiTU-GLU amplified past the peer moe fixture's
 // tolerance (1.43x); double lanes give 0.51x, as a float64 sequential sum does.

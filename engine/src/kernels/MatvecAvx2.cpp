@@ -6,8 +6,10 @@
 // (F32, BF16: lanes 0-3 and 4-7; MXFP4: lanes 0,2,1,3 and 4,6,5,7, the order its
 // decode produces, with x permuted the same way). Each lane receives exactly its
 // elements, in increasing i, through fma(w, x, lane) whose product is exact in double,
-// so it rounds like the scalar path's lane + w * x and the bits are identical. Several
-// rows run per pass because one row's two dependent chains leave the FMA units idle.
+// so it rounds like the scalar path's lane + w * x and the bits are identical (MXFP4:
+// per group, fma(q, x, part) into partial lanes, then fma(part, 2^(s-127), lane), both
+// products exact, as addMxfp4Group in MatvecScalar.cpp). Several rows run per pass
+// because one row's dependent chains leave the FMA units idle.
 
 #include "kernels/MatvecRows.hpp"
 
@@ -104,9 +106,9 @@ K3_AVX2 inline void bf16Rows(float* y, const float* x, const double* xd, const s
 // MXFP4 straight to double: the nibbles index byte tables for the top 16 bits of each
 // E2M1 double, and one in-lane byte shuffle per 4 weights moves those 16 bits to the
 // top of a zeroed 64-bit slot. No float->double conversion (a two-step cross-lane
-// instruction) is left in the loop, and the double scale multiply is exact for every
-// E8M0 value. Per 8 elements, the two registers hold elements (0, 2, 1, 3) and
-// (4, 6, 5, 7): the order of widenXMxfp4Avx2 and of the two accumulators.
+// instruction) is left in the loop, and the scale is one exact multiply per group
+// (fused into the add to the lane), not one per weight. Per 8 elements, the two registers hold
+// elements (0, 2, 1, 3) and (4, 6, 5, 7): the order of widenXMxfp4Avx2 and of the two accumulators.
 struct MxConst {
     __m256i high, low, nibble, shifts;
     __m256i place[4];
@@ -144,16 +146,19 @@ K3_AVX2 inline void mxfp4Group(Acc2& a, const std::uint8_t* p, std::uint8_t scal
     const __m256i lo = _mm256_shuffle_epi8(c.low, idx);
     const __m256i w[2] = {_mm256_unpacklo_epi8(lo, hi),  // elements 0..15, 16 bits each
                           _mm256_unpackhi_epi8(lo, hi)}; // elements 16..31
-    const __m256d s = _mm256_set1_pd(e8m0Double(scale));
+    // The exact products q * x of each lane summed over the group (4 per lane), then the
+    // group's sum times 2^(s - 127) (exact) added to the lane: one multiply per group
+    // instead of one per weight, and the 4-deep chain no longer runs through the lanes.
+    __m256d part[2];
 #pragma GCC unroll 8
     for (int m = 0; m < 8; ++m) {
-        const __m256d v =
-            _mm256_mul_pd(_mm256_castsi256_pd(_mm256_shuffle_epi8(w[m / 4], c.place[m % 4])), s);
-        if (m % 2 == 0)
-            a.a0 = _mm256_fmadd_pd(v, _mm256_loadu_pd(xg + 4 * m), a.a0);
-        else
-            a.a1 = _mm256_fmadd_pd(v, _mm256_loadu_pd(xg + 4 * m), a.a1);
+        const __m256d v = _mm256_castsi256_pd(_mm256_shuffle_epi8(w[m / 4], c.place[m % 4]));
+        const __m256d xv = _mm256_loadu_pd(xg + 4 * m);
+        part[m % 2] = m < 2 ? _mm256_mul_pd(v, xv) : _mm256_fmadd_pd(v, xv, part[m % 2]);
     }
+    const __m256d s = _mm256_broadcast_sd(&kE8m0Doubles[scale]);
+    a.a0 = _mm256_fmadd_pd(part[0], s, a.a0);
+    a.a1 = _mm256_fmadd_pd(part[1], s, a.a1);
 }
 
 K3_AVX2 float finishMxfp4(const Acc2& a, const float* x, const std::uint8_t* packed,
@@ -165,13 +170,8 @@ K3_AVX2 float finishMxfp4(const Acc2& a, const float* x, const std::uint8_t* pac
     for (int j = 0; j < kLanes; ++j) lanes[kFrom[j]] = tmp[j];
     // The partial last group, if any, element by element exactly as the scalar path.
     const int begin = fullGroups * kMxfp4Group;
-    if (begin < n && scales[fullGroups] != 255) {
-        const double s = e8m0Double(scales[fullGroups]);
-        for (int i = begin; i < n; ++i) {
-            const unsigned nib = (packed[i >> 1] >> ((i & 1) * 4)) & 0xFu;
-            lanes[i % kLanes] += (double(kE2m1[nib]) * s) * double(x[i]);
-        }
-    }
+    if (begin < n && scales[fullGroups] != 255)
+        addMxfp4Group(lanes, x, packed, scales[fullGroups], begin, n);
     return foldLanes(lanes);
 }
 
@@ -243,16 +243,22 @@ K3_AVX2 void rowsBf16Avx2(float* y, const float* x, const double* xd, const std:
     for (; r < count; ++r) bf16Rows<1>(y + r, x, xd, w + r * static_cast<std::size_t>(n), n);
 }
 
-// Two rows per pass (measured on Zen 4 at the expert shapes: 1 row 14.8, 2 rows 18.1,
-// 3 rows 16.5, 4 rows 16.8 GFLOP/s per thread), then the rest one at a time.
+// Three rows per pass, then two or one (measured on Zen 4 at the expert shapes, one
+// thread, weights in L3, with per-group partial sums: 2 rows 21.0-21.4, 3 rows
+// 22.2-22.5 GFLOP/s; before partial sums 2 rows was best).
 K3_AVX2 void rowsMxfp4Avx2(float* y, const float* x, const double* xd, const std::uint8_t* packed,
                            std::size_t rowBytes, const std::uint8_t* scales, std::size_t rowScales,
                            int n, int count) {
     const MxConst c = mxConst();
     int r = 0;
-    for (; r + 2 <= count; r += 2)
+    for (; r + 3 <= count; r += 3)
+        mxfp4Rows<3>(y + r, x, xd, packed + r * rowBytes, rowBytes, scales + r * rowScales,
+                     rowScales, n, c);
+    if (r + 2 <= count) {
         mxfp4Rows<2>(y + r, x, xd, packed + r * rowBytes, rowBytes, scales + r * rowScales,
                      rowScales, n, c);
+        r += 2;
+    }
     for (; r < count; ++r)
         mxfp4Rows<1>(y + r, x, xd, packed + r * rowBytes, rowBytes, scales + r * rowScales,
                      rowScales, n, c);

@@ -1,8 +1,10 @@
 #pragma once
 // Row dot products behind k3::matvec*, one set per instruction path. Both sets follow
 // the order documented in k3/kernels.hpp (8 double lanes by i % 8, exact products,
-// fixed fold, one rounding to float), so they return identical bits.
+// MXFP4 summed per group then scaled exactly, fixed fold, one rounding to float), so
+// they return identical bits.
 
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -28,8 +30,23 @@ inline double e8m0Double(std::uint8_t s) {
     return std::bit_cast<double>(static_cast<std::uint64_t>(s + (1023 - 127)) << 52);
 }
 
+// e8m0Double for every byte (255 -> 0, never used): the SIMD kernels broadcast the
+// group scale straight from memory instead of building it in a general register.
+alignas(64) inline constexpr std::array<double, 256> kE8m0Doubles = [] {
+    std::array<double, 256> t{};
+    for (int s = 0; s < 255; ++s)
+        t[s] = std::bit_cast<double>(static_cast<std::uint64_t>(s + (1023 - 127)) << 52);
+    return t;
+}();
+
 // The fixed fold of the 8 double lanes, rounded once to float (shared by both paths).
 float foldLanes(const double* lanes);
+
+// One MXFP4 group (elements [begin, end), end - begin <= 32) into the 8 lanes, in the
+// documented order: per lane, the exact products E2M1 * x summed in increasing i from
+// +0, then that sum times 2^(scale - 127) (exact) added to the lane. scale != 255.
+void addMxfp4Group(double* lanes, const float* x, const std::uint8_t* packed, std::uint8_t scale,
+                   int begin, int end);
 
 float dotF32Scalar(const float* x, const float* w, int n);
 float dotBf16Scalar(const float* x, const std::uint16_t* w, int n);
@@ -47,7 +64,7 @@ float dotF32Avx2(const float* x, const float* w, int n);
 void widenXBf16Avx2(double* xd, const float* x, int n);
 void widenXMxfp4Avx2(double* xd, const float* x, int n);
 // `count` consecutive rows of `n` columns into y[0..count); several rows per pass
-// (BF16: 4, MXFP4: 2) give independent fma chains. Row r of BF16 starts at w + r * n; row r of
+// (BF16: 4, MXFP4: 3) give independent fma chains. Row r of BF16 starts at w + r * n; row r of
 // MXFP4 at packed + r * rowBytes with scales + r * rowScales.
 void rowsBf16Avx2(float* y, const float* x, const double* xd, const std::uint16_t* w, int n,
                   int count);

@@ -26,21 +26,27 @@ float dotBf16Scalar(const float* x, const std::uint16_t* w, int n) {
     return foldLanes(lanes);
 }
 
+void addMxfp4Group(double* lanes, const float* x, const std::uint8_t* packed, std::uint8_t scale,
+                   int begin, int end) {
+    double part[kLanes] = {};
+    for (int i = begin; i < end; ++i) {
+        // low nibble = EVEN element, high nibble = ODD element
+        const unsigned nib = (packed[i >> 1] >> ((i & 1) * 4)) & 0xFu;
+        part[i % kLanes] += double(kE2m1[nib]) * double(x[i]); // exact product
+    }
+    const double s = e8m0Double(scale);
+    for (int l = 0; l < kLanes; ++l) lanes[l] += part[l] * s; // exact product
+}
+
 float dotMxfp4Scalar(const float* x, const std::uint8_t* packed, const std::uint8_t* scales,
                      int n) {
     double lanes[kLanes] = {};
     const int groups = (n + kMxfp4Group - 1) / kMxfp4Group;
     for (int g = 0; g < groups; ++g) {
         if (scales[g] == 255) continue; // NaN scale: the whole group is dropped
-        const double s = e8m0Double(scales[g]);
         const int begin = g * kMxfp4Group;
-        const int end = begin + kMxfp4Group < n ? begin + kMxfp4Group : n;
-        for (int i = begin; i < end; ++i) {
-            // low nibble = EVEN element, high nibble = ODD element
-            const unsigned nib = (packed[i >> 1] >> ((i & 1) * 4)) & 0xFu;
-            // Both products are exact in double: the decoded weight, then weight times x.
-            lanes[i % kLanes] += (double(kE2m1[nib]) * s) * double(x[i]);
-        }
+        addMxfp4Group(lanes, x, packed, scales[g], begin,
+                      begin + kMxfp4Group < n ? begin + kMxfp4Group : n);
     }
     return foldLanes(lanes);
 }

@@ -8,11 +8,13 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 using namespace k3;
@@ -103,6 +105,25 @@ double e2m1(unsigned nib) {
     return (nib & 8) ? -mag[nib & 7] : mag[nib & 7];
 }
 
+// The documented MXFP4 order, written out independently: per 32-weight group and lane,
+// the exact products e2m1 * x summed from +0 in increasing i, then that sum times
+// 2^(s - 127) (exact) added to the lane; scale-255 groups skipped.
+float documentedMxfp4Dot(const float* x, const std::uint8_t* packed, const std::uint8_t* scales,
+                         int n) {
+    double lanes[8] = {};
+    for (int g = 0; g * 32 < n; ++g) {
+        if (scales[g] == 255) continue;
+        double part[8] = {};
+        for (int c = g * 32; c < n && c < g * 32 + 32; ++c) {
+            const unsigned nib = (packed[c / 2] >> (4 * (c % 2))) & 0xFu;
+            part[c % 8] = std::fma(double(x[c]), e2m1(nib), part[c % 8]);
+        }
+        const double s = std::ldexp(1.0, scales[g] - 127);
+        for (int l = 0; l < 8; ++l) lanes[l] = std::fma(part[l], s, lanes[l]);
+    }
+    return foldDocumented(lanes);
+}
+
 } // namespace
 
 class TestKernelsDeterminism : public QObject {
@@ -145,7 +166,9 @@ private slots:
             for (int r = 0; r < rows; ++r) {
                 want[r] = documentedDot(x.data(), &m.f32[r * cols], cols);
                 want[rows + r] = documentedDot(x.data(), &m.bf16Wide[r * cols], cols);
-                want[2 * rows + r] = documentedDot(x.data(), &m.mxfp4Decoded[r * cols], cols);
+                want[2 * rows + r] =
+                    documentedMxfp4Dot(x.data(), &m.packed[r * mxfp4RowBytes(cols)],
+                                       &m.scales[r * mxfp4ScalesPerRow(cols)], cols);
             }
             for (KernelPath p : {KernelPath::Scalar, KernelPath::Avx2}) {
                 if (!kernelPathAvailable(p)) continue;
@@ -158,6 +181,14 @@ private slots:
                 double ref = 0;
                 for (int c = 0; c < cols; ++c) ref += double(x[c]) * m.f32[r * cols + c];
                 QVERIFY(std::fabs(want[r] - ref) <= 1e-5 * (1 + std::sqrt(double(cols))));
+                // MXFP4's per-group order is as good: within a few float ulps of the
+                // exact dot product over the decoded weights.
+                double refq = 0, mag = 0;
+                for (int c = 0; c < cols; ++c) {
+                    refq += double(x[c]) * m.mxfp4Decoded[r * cols + c];
+                    mag += std::fabs(double(x[c]) * m.mxfp4Decoded[r * cols + c]);
+                }
+                QVERIFY(std::fabs(want[2 * rows + r] - refq) <= 2e-7 * mag + 1e-30);
             }
         }
     }
@@ -179,6 +210,33 @@ private slots:
             QVERIFY2(sameBits(one, two), kernelPathName(p));
             QVERIFY2(sameBits(one, four), kernelPathName(p));
         }
+    }
+
+    // The widened x lives in a reused per-thread buffer: callers on different threads
+    // (each with its own x) must never see each other's copy. The two callers start each
+    // round together so their matvecs overlap whenever both get a core.
+    void concurrentCallersKeepTheirOwnX() {
+        std::mt19937 rng(4242);
+        const Matrix a = randomMatrix(96, 2048, rng), b = randomMatrix(96, 2048, rng);
+        const auto xa = randomVector(2048, rng), xb = randomVector(2048, rng);
+        omp_set_num_threads(1);
+        const auto wantA = runAll(a, xa), wantB = runAll(b, xb);
+        QVERIFY(!sameBits(wantA, wantB));
+        constexpr int kRounds = 300;
+        std::atomic<int> bad{0}, started[kRounds] = {};
+        auto loop = [&](const Matrix& m, const std::vector<float>& x,
+                        const std::vector<float>& want) {
+            for (int i = 0; i < kRounds; ++i) {
+                started[i].fetch_add(1);
+                while (started[i].load() < 2) std::this_thread::yield();
+                if (!sameBits(runAll(m, x), want)) bad.fetch_add(1);
+            }
+        };
+        std::thread ta(loop, std::cref(a), std::cref(xa), std::cref(wantA));
+        std::thread tb(loop, std::cref(b), std::cref(xb), std::cref(wantB));
+        ta.join();
+        tb.join();
+        QCOMPARE(bad.load(), 0);
     }
 
     void edgeValuesKeepBitIdentity() {
@@ -229,17 +287,9 @@ private slots:
             std::vector<float> want(2 * rows);
             for (int r = 0; r < rows; ++r) {
                 want[r] = documentedDot(x.data(), &wbWide[std::size_t(r) * cols2], cols2);
-                // The documented order over weights decoded exactly in double (6 * 2^127
-                // stays finite there), 255-scale groups skipped.
-                double lanes[8] = {};
-                for (int c = 0; c < cols2; ++c) {
-                    const int sc = ms[r * rs + c / 32];
-                    if (sc == 255) continue;
-                    const unsigned nib = (mp[r * rb + c / 2] >> (4 * (c % 2))) & 0xFu;
-                    const double wv = e2m1(nib) * std::ldexp(1.0, sc - 127);
-                    lanes[c % 8] = std::fma(double(x[c]), wv, lanes[c % 8]);
-                }
-                want[rows + r] = foldDocumented(lanes);
+                // The documented MXFP4 order: E2M1 * x exact in double, 2^(s - 127)
+                // exact on each group's partial sums (6 * 2^127 stays finite there).
+                want[rows + r] = documentedMxfp4Dot(x.data(), &mp[r * rb], &ms[r * rs], cols2);
             }
             for (KernelPath p : {KernelPath::Scalar, KernelPath::Avx2}) {
                 if (!kernelPathAvailable(p)) continue;

@@ -393,17 +393,19 @@ private slots:
         }
         QVERIFY(differing > 0);
 
-        // The in-place matvec on those bytes equals the f32 matvec on the decoded values
-        // bit for bit, on every available path.
+        // The in-place matvec on those bytes gives the same bits on every available path
+        // and is a good dot product over the decoded values (its per-group order is not
+        // matvecF32's, see k3/kernels.hpp).
         std::vector<float> x(width);
         for (int c = 0; c < width; ++c) x[c] = std::sin(0.37f * float(c)) * 3.0f;
+        std::vector<float> first;
         for (KernelPath p : {KernelPath::Scalar, KernelPath::Avx2}) {
             if (!kernelPathAvailable(p)) continue;
             setKernelPath(p);
-            std::vector<float> yq(rows), yf(rows);
+            std::vector<float> yq(rows);
             matvecMxfp4(yq.data(), x.data(), packed.data(), scales.data(), rows, width);
-            matvecF32(yf.data(), x.data(), want.data(), rows, width);
-            QVERIFY2(std::memcmp(yq.data(), yf.data(), rows * sizeof(float)) == 0,
+            if (first.empty()) first = yq;
+            QVERIFY2(std::memcmp(yq.data(), first.data(), rows * sizeof(float)) == 0,
                      kernelPathName(p));
             for (int r = 0; r < rows; ++r) {
                 double ref = 0;
