@@ -6,6 +6,7 @@
 
 #include <k3/chat.hpp>
 #include "chat/ConversationView.h"
+#include "chat/FindBar.h"
 #include "chat/MessageComposer.h"
 #include "panels/DiskIoPanel.h"
 #include "panels/ExpertCachePanel.h"
@@ -36,7 +37,7 @@
 MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent), m_splitter(new QSplitter(Qt::Horizontal, this)),
       m_conversationList(new QListWidget), m_search(new QLineEdit),
-      m_conversation(new ConversationView), m_composer(new MessageComposer),
+      m_conversation(new ConversationView), m_composer(new MessageComposer), m_findBar(new FindBar),
       m_engine(new EngineController(this)),
       m_store(std::make_unique<ConversationStore>(
           QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) +
@@ -68,7 +69,22 @@ MainWindow::MainWindow(QWidget* parent)
     auto* center = new QWidget;
     auto* centerLayout = new QVBoxLayout(center);
     centerLayout->addWidget(m_conversation, 1);
+    centerLayout->addWidget(m_findBar);
     centerLayout->addWidget(m_composer);
+    connect(m_findBar, &FindBar::queryChanged, m_conversation, &ConversationView::find);
+    connect(m_findBar, &FindBar::nextRequested, m_conversation, &ConversationView::findNext);
+    connect(m_findBar, &FindBar::previousRequested, m_conversation, &ConversationView::findPrevious);
+    connect(m_findBar, &FindBar::closed, this, [this] {
+        m_conversation->clearFind();
+        m_composer->setFocus();
+    });
+    connect(m_conversation, &ConversationView::matchChanged, m_findBar, &FindBar::setResult);
+    connect(m_conversation, &ConversationView::findRequested, this, &MainWindow::showFindBar);
+    connect(m_conversation, &ConversationView::editLastMessageRequested, this,
+            &MainWindow::editLastMessage);
+    connect(m_conversation, &ConversationView::copied, this,
+            [this](const QString& what) { statusBar()->showMessage(tr("Copied %1").arg(what), 3000); });
+    connect(m_composer, &MessageComposer::editLastRequested, this, &MainWindow::editLastMessage);
 
     m_splitter->setObjectName(QStringLiteral("mainSplitter"));
     m_splitter->addWidget(sidebar);
@@ -85,7 +101,10 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_composer, &MessageComposer::sendRequested, this, &MainWindow::send);
     connect(m_composer, &MessageComposer::stopRequested, this, &MainWindow::stopGeneration);
     auto* escape = new QShortcut(QKeySequence(Qt::Key_Escape), this);
-    connect(escape, &QShortcut::activated, this, &MainWindow::stopGeneration);
+    connect(escape, &QShortcut::activated, this, [this] {
+        if (m_engine->isBusy()) stopGeneration();
+        else cancelEdit();
+    });
     EngineWorker* worker = m_engine->worker();
     connect(worker, &EngineWorker::modelLoaded, this, &MainWindow::onModelLoaded);
     connect(worker, &EngineWorker::loadFailed, this, &MainWindow::onLoadFailed);
@@ -140,6 +159,28 @@ void MainWindow::createMenus() {
     QAction* regen = edit->addAction(tr("&Regenerate the last answer"), this, &MainWindow::regenerate);
     regen->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
     regen->setObjectName(QStringLiteral("regenerateAction"));
+    // Up only works in the empty composer, so it is shown here but not bound globally.
+    QAction* editLast = edit->addAction(tr("&Edit the last message") + QStringLiteral("\t") + tr("Up"),
+                                        this, &MainWindow::editLastMessage);
+    editLast->setObjectName(QStringLiteral("editLastAction"));
+    edit->addSeparator();
+    edit->addAction(m_conversation->findChild<QAction*>(QStringLiteral("copyMessageAction")));
+    edit->addSeparator();
+    QAction* find = edit->addAction(tr("&Find in conversation…"), this, &MainWindow::showFindBar);
+    find->setObjectName(QStringLiteral("findAction"));
+    find->setShortcut(QKeySequence::Find);
+    QAction* findNext = edit->addAction(tr("Find &next"), this, [this] {
+        if (m_findBar->text().isEmpty()) showFindBar();
+        else m_conversation->findNext();
+    });
+    findNext->setObjectName(QStringLiteral("findNextAction"));
+    findNext->setShortcut(QKeySequence(Qt::Key_F3));
+    QAction* findPrevious = edit->addAction(tr("Find &previous"), this, [this] {
+        if (m_findBar->text().isEmpty()) showFindBar();
+        else m_conversation->findPrevious();
+    });
+    findPrevious->setObjectName(QStringLiteral("findPreviousAction"));
+    findPrevious->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F3));
     QAction* open = new QAction(tr("&Open model folder…"), this);
     open->setShortcut(QKeySequence::Open);
     connect(open, &QAction::triggered, this, &MainWindow::openModelFolder);
@@ -148,6 +189,13 @@ void MainWindow::createMenus() {
     connect(demo, &QAction::triggered, this, &MainWindow::loadDemoModel);
     QMenu* view = menuBar()->addMenu(tr("&View"));
     for (QDockWidget* dock : findChildren<QDockWidget*>()) view->addAction(dock->toggleViewAction());
+    view->addSeparator();
+    QAction* keepThinking = view->addAction(tr("&Keep thinking expanded"));
+    keepThinking->setObjectName(QStringLiteral("keepThinkingExpandedAction"));
+    keepThinking->setCheckable(true);
+    keepThinking->setChecked(QSettings().value(QStringLiteral("chat/keepThinkingExpanded"), false).toBool());
+    m_conversation->conversation()->setThinkingExpandedByDefault(keepThinking->isChecked());
+    connect(keepThinking, &QAction::toggled, this, &MainWindow::setKeepThinkingExpanded);
     QMenu* model = menuBar()->addMenu(tr("&Model"));
     model->addAction(open);
     model->addAction(demo);
@@ -160,6 +208,7 @@ void MainWindow::createMenus() {
 
 void MainWindow::newChat() {
     stopGeneration();
+    cancelEdit();
     m_conversation->conversation()->clear();
     m_engine->resetConversation();
     m_currentId.clear();
@@ -195,6 +244,7 @@ void MainWindow::refreshConversationList() {
 void MainWindow::openConversation(const QString& id) {
     if (id == m_currentId) return;
     stopGeneration();
+    cancelEdit();
     try {
         const QVector<ChatTurn> turns = m_store->load(id);
         m_conversation->conversation()->setTurns(turns);
@@ -283,6 +333,12 @@ void MainWindow::onLoadFailed(const QString& message) {
 
 void MainWindow::send(const QString& text) {
     ConversationModel* conversation = m_conversation->conversation();
+    if (m_editRow >= 0) {
+        // The edited question replaces the old one and everything that followed it.
+        conversation->removeFrom(m_editRow);
+        m_editRow = -1;
+        m_composer->setEditing(false);
+    }
     conversation->appendMessage(QStringLiteral("user"), text);
     saveConversation(); // the question is on disk before the answer starts
     startAnswer(conversation->turns());
@@ -307,6 +363,30 @@ void MainWindow::regenerate() {
     if (last.data(ConversationModel::RoleNameRole).toString() != QLatin1String("assistant")) return;
     conversation->removeLast();
     startAnswer(conversation->turns());
+}
+
+void MainWindow::editLastMessage() {
+    const int row = m_conversation->lastUserRow();
+    if (m_engine->isBusy() || row < 0) return;
+    m_editRow = row;
+    m_composer->setText(
+        m_conversation->conversation()->index(row).data(ConversationModel::ContentRole).toString());
+    m_composer->setEditing(true);
+    m_composer->setFocus();
+}
+
+void MainWindow::cancelEdit() {
+    if (m_editRow < 0) return;
+    m_editRow = -1;
+    m_composer->setEditing(false);
+    m_composer->clear();
+}
+
+void MainWindow::showFindBar() { m_findBar->open(); }
+
+void MainWindow::setKeepThinkingExpanded(bool on) {
+    QSettings().setValue(QStringLiteral("chat/keepThinkingExpanded"), on);
+    m_conversation->conversation()->setThinkingExpandedByDefault(on);
 }
 
 QString MainWindow::conversationMarkdown(const QVector<ChatTurn>& turns) {

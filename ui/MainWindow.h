@@ -12,6 +12,8 @@ class EngineController;
 struct GenerationSummary;
 struct ModelInfo;
 class MessageComposer;
+class FindBar;
+class QAction;
 class QListWidget;
 class QLineEdit;
 class QSplitter;
@@ -30,6 +32,7 @@ public:
     EngineController* engine() const { return m_engine; }
     ConversationStore* store() const { return m_store.get(); }
     TokenTimingPanel* timingPanel() const { return m_timing; }
+    FindBar* findBar() const { return m_findBar; }
     const QString& currentConversationId() const { return m_currentId; }
 
     // The bundled demo model: next to the installed binary, or in the source tree.
@@ -40,6 +43,13 @@ public:
 public slots:
     void newChat();
     void regenerate();
+    // Puts the last user message back in the composer; sending it then replaces that
+    // message and everything after it, and the answer is generated again.
+    void editLastMessage();
+    void cancelEdit();
+    void showFindBar();
+    // QSettings "chat/keepThinkingExpanded": thinking blocks start expanded.
+    void setKeepThinkingExpanded(bool on);
     void exportConversation();
     void showAbout();
     void showSetupWizard();
@@ -80,11 +90,13 @@ private:
     QLineEdit* m_search;
     ConversationView* m_conversation;
     MessageComposer* m_composer;
+    FindBar* m_findBar;
     EngineController* m_engine;
     std::unique_ptr<ConversationStore> m_store;
     TokenTimingPanel* m_timing;
     QString m_currentId; // empty: not saved yet
     QString m_modelName;
+    int m_editRow = -1; // the user message being edited; -1 when not editing
     int m_tokensThisAnswer = 0;
     double m_firstTokenSeconds = 0;
     double m_tokenSeconds = 0;

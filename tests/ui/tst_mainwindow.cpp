@@ -1,6 +1,7 @@
 #include <QAction>
 #include <QLineEdit>
 #include <QListWidget>
+#include <QMenu>
 #include <QMenuBar>
 #include <QPlainTextEdit>
 #include <QSettings>
@@ -14,7 +15,9 @@
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
 #include "chat/ConversationView.h"
+#include "chat/FindBar.h"
 #include "chat/MessageComposer.h"
+#include "chat/MessageDelegate.h"
 
 class TestMainWindow : public QObject {
     Q_OBJECT
@@ -27,7 +30,16 @@ private slots:
     void remembersGeometry();
     void answerIsSavedAndListed();
     void markdownExport();
+    void editMenuListsShortcuts();
+    void findBarCountsAndCloses();
+    void keepThinkingExpandedSetting();
 };
+
+namespace {
+QAction* actionNamed(const MainWindow& window, const char* name) {
+    return window.findChild<QAction*>(QString::fromLatin1(name));
+}
+} // namespace
 
 void TestMainWindow::initTestCase() {
     QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
@@ -133,6 +145,96 @@ void TestMainWindow::markdownExport() {
          {QStringLiteral("assistant"), QStringLiteral("Four-bit **weights**."), QStringLiteral("think\nmore")}});
     QCOMPARE(md, QStringLiteral("# What is MXFP4?\n\n## You\n\nWhat is MXFP4?\n\n## K3\n\n> think\n> more\n\n"
                                 "Four-bit **weights**.\n"));
+}
+
+void TestMainWindow::editMenuListsShortcuts() {
+    MainWindow window;
+    QCOMPARE(actionNamed(window, "findAction")->shortcut(), QKeySequence(QKeySequence::Find));
+    QCOMPARE(actionNamed(window, "findNextAction")->shortcut(), QKeySequence(Qt::Key_F3));
+    QCOMPARE(actionNamed(window, "findPreviousAction")->shortcut(),
+             QKeySequence(Qt::SHIFT | Qt::Key_F3));
+    QCOMPARE(actionNamed(window, "copyMessageAction")->shortcut(),
+             QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
+    QVERIFY(actionNamed(window, "editLastAction")->text().endsWith(QStringLiteral("\tUp")));
+    QMenu* edit = window.menuBar()->actions().at(1)->menu();
+    QVERIFY(edit->actions().contains(actionNamed(window, "copyMessageAction")));
+    QVERIFY(edit->actions().contains(actionNamed(window, "findAction")));
+    QMenu* view = window.menuBar()->actions().at(2)->menu();
+    QVERIFY(view->actions().contains(actionNamed(window, "keepThinkingExpandedAction")));
+    QVERIFY(!window.findBar()->field()->accessibleName().isEmpty());
+    QVERIFY(!window.findBar()
+                 ->findChild<QWidget*>(QStringLiteral("findNext"))
+                 ->accessibleName()
+                 .isEmpty());
+}
+
+void TestMainWindow::findBarCountsAndCloses() {
+    MainWindow window;
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    window.conversationView()->conversation()->setTurns(
+        {{QStringLiteral("user"), QStringLiteral("Explain cache locality."), {}},
+         {QStringLiteral("assistant"),
+          QStringLiteral("A **cache** line holds 64 bytes.\n\n```cpp\nint cache = 0;\n```"),
+          {}}});
+    FindBar* bar = window.findBar();
+    QVERIFY(!bar->isVisible());
+    QTest::keySequence(&window, QKeySequence::Find);
+    QVERIFY(bar->isVisible());
+    QTRY_VERIFY(bar->field()->hasFocus());
+    QTest::keyClicks(bar->field(), QStringLiteral("cache"));
+    QCOMPARE(bar->resultText(), QStringLiteral("1 of 3"));
+    QTest::keyClick(bar->field(), Qt::Key_Return);
+    QCOMPARE(bar->resultText(), QStringLiteral("2 of 3"));
+    QCOMPARE(window.conversationView()->currentIndex().row(), 1);
+    QTest::keyClick(bar->field(), Qt::Key_Return, Qt::ShiftModifier);
+    QCOMPARE(bar->resultText(), QStringLiteral("1 of 3"));
+    QTest::keyClick(bar->field(), Qt::Key_F3);
+    QTest::keyClick(bar->field(), Qt::Key_F3);
+    QCOMPARE(bar->resultText(), QStringLiteral("3 of 3"));
+    QTest::keyClick(bar->field(), Qt::Key_F3, Qt::ShiftModifier);
+    QCOMPARE(bar->resultText(), QStringLiteral("2 of 3"));
+    QTest::keyClicks(bar->field(), QStringLiteral("z"));
+    QCOMPARE(bar->resultText(), QStringLiteral("No matches"));
+    QTest::keyClick(bar->field(), Qt::Key_Escape);
+    QVERIFY(!bar->isVisible());
+    QCOMPARE(window.conversationView()->matchCount(), 0);
+    // Opening again keeps the text selected for a new search.
+    QTest::keySequence(&window, QKeySequence::Find);
+    QCOMPARE(bar->field()->selectedText(), QStringLiteral("cachez"));
+}
+
+void TestMainWindow::keepThinkingExpandedSetting() {
+    const QVector<ChatTurn> turns{
+        {QStringLiteral("user"), QStringLiteral("q"), {}},
+        {QStringLiteral("assistant"), QStringLiteral("a"), QStringLiteral("reasoning")}};
+    QSettings().remove(QStringLiteral("chat/keepThinkingExpanded"));
+    {
+        MainWindow window; // default: collapsed
+        QVERIFY(!actionNamed(window, "keepThinkingExpandedAction")->isChecked());
+        window.conversationView()->conversation()->setTurns(turns);
+        QVERIFY(!window.conversationView()
+                     ->conversation()
+                     ->index(1)
+                     .data(ConversationModel::ThinkingExpandedRole)
+                     .toBool());
+        actionNamed(window, "keepThinkingExpandedAction")->trigger();
+        QVERIFY(window.conversationView()
+                    ->conversation()
+                    ->index(1)
+                    .data(ConversationModel::ThinkingExpandedRole)
+                    .toBool());
+    }
+    QCOMPARE(QSettings().value(QStringLiteral("chat/keepThinkingExpanded")).toBool(), true);
+    MainWindow window;
+    QVERIFY(actionNamed(window, "keepThinkingExpandedAction")->isChecked());
+    window.conversationView()->conversation()->setTurns(turns);
+    const QModelIndex answer = window.conversationView()->conversation()->index(1);
+    QVERIFY(answer.data(ConversationModel::ThinkingExpandedRole).toBool());
+    QVERIFY(MessageDelegate::thinkingLabel(answer).startsWith(QStringLiteral("▾ Thought for ")));
+    actionNamed(window, "keepThinkingExpandedAction")->trigger();
+    QVERIFY(!answer.data(ConversationModel::ThinkingExpandedRole).toBool());
+    QCOMPARE(QSettings().value(QStringLiteral("chat/keepThinkingExpanded")).toBool(), false);
 }
 
 QTEST_MAIN(TestMainWindow)

@@ -32,6 +32,7 @@ int ConversationModel::appendMessage(const QString& role, const QString& content
     Entry e;
     e.role = role;
     e.content = content;
+    e.thinkingExpanded = m_expandThinking;
     m_entries.push_back(std::move(e));
     endInsertRows();
     return row;
@@ -77,6 +78,19 @@ void ConversationModel::removeLast() {
     endRemoveRows();
 }
 
+void ConversationModel::removeFrom(int row) {
+    if (row < 0 || row >= m_entries.size()) return;
+    beginRemoveRows({}, row, int(m_entries.size()) - 1);
+    m_entries.resize(row);
+    endRemoveRows();
+}
+
+void ConversationModel::setThinkingExpandedByDefault(bool expanded) {
+    m_expandThinking = expanded;
+    for (Entry& e : m_entries) e.thinkingExpanded = expanded;
+    if (!m_entries.isEmpty()) emit dataChanged(index(0), index(int(m_entries.size()) - 1));
+}
+
 void ConversationModel::toggleThinking(int row) {
     if (row < 0 || row >= m_entries.size()) return;
     m_entries[row].thinkingExpanded = !m_entries[row].thinkingExpanded;
@@ -97,6 +111,7 @@ void ConversationModel::setTurns(const QVector<ChatTurn>& turns) {
         e.role = t.role;
         e.content = t.content;
         e.reasoning = t.reasoning;
+        e.thinkingExpanded = m_expandThinking;
         m_entries.push_back(std::move(e));
     }
     endResetModel();

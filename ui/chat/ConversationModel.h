@@ -32,7 +32,12 @@ public:
     void appendToLast(const QString& thinkingDelta, const QString& responseDelta);
     void finishLast(const QString& stats);
     void removeLast();
+    // Drops message `row` and everything after it (editing an earlier message).
+    void removeFrom(int row);
     void toggleThinking(int row);
+    // Expands (or collapses) every thinking block, now and for messages added later.
+    void setThinkingExpandedByDefault(bool expanded);
+    bool thinkingExpandedByDefault() const { return m_expandThinking; }
     void clear();
     void setTurns(const QVector<ChatTurn>& turns);
 
@@ -53,4 +58,5 @@ private:
     };
     void changed(int row);
     QVector<Entry> m_entries;
+    bool m_expandThinking = false;
 };

@@ -7,7 +7,8 @@ class MessageDelegate;
 
 // The message list of the current conversation, drawn by MessageDelegate from
 // ConversationModel so long conversations stay fast. When empty, the view says how
-// to begin instead of showing a blank area.
+// to begin instead of showing a blank area. It owns the per-message actions (copy the
+// message or a code block, edit the last question) and find in conversation.
 class ConversationView : public QListView {
     Q_OBJECT
 public:
@@ -18,12 +19,53 @@ public:
     QString placeholderText() const;
     void setPlaceholderText(const QString& text);
 
+    // The message that Copy message acts on: the current one, else the last one; -1 if none.
+    int currentMessageRow() const;
+    // The last message the user wrote; -1 if none.
+    int lastUserRow() const;
+    // The code block's copy button, in viewport coordinates (tests click it).
+    QRect codeCopyButtonRect(int row, int block);
+
+    // Find in conversation, over the answers' text as shown (case-insensitive).
+    // Returns the number of matches and selects the first one.
+    int find(const QString& query);
+    void findNext();
+    void findPrevious();
+    void clearFind();
+    int matchCount() const { return int(m_matches.size()); }
+    int currentMatch() const { return m_current; } // 0-based; -1 without matches
+
+public slots:
+    void copyMessage(int row);
+    void copyCurrentMessage();
+    void copyCodeBlock(int row, int block);
+
+signals:
+    void editLastMessageRequested();
+    void findRequested();
+    // The clipboard now holds `what` (for the status bar).
+    void copied(const QString& what);
+    void matchChanged(int current, int total);
+
 protected:
     void paintEvent(QPaintEvent* event) override;
     void resizeEvent(QResizeEvent* event) override;
+    void contextMenuEvent(QContextMenuEvent* event) override;
 
 private:
+    struct Match {
+        int row;
+        int position;
+        int length;
+    };
+    QStyleOptionViewItem optionFor(const QModelIndex& index) const;
+    void collectMatches();
+    void showMatch();
+
     ConversationModel* m_messages;
     MessageDelegate* m_delegate;
     QString m_placeholder;
+    QString m_query;
+    QVector<Match> m_matches;
+    int m_current = -1;
 };

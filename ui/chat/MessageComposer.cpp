@@ -7,12 +7,13 @@
 #include <QLabel>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QTextCursor>
 #include <QVBoxLayout>
 
 MessageComposer::MessageComposer(QWidget* parent)
     : QWidget(parent), m_editor(new QPlainTextEdit(this)),
       m_sendButton(new QPushButton(tr("Send"), this)), m_think(new QCheckBox(tr("Think"), this)),
-      m_effort(new QComboBox(this)) {
+      m_effort(new QComboBox(this)), m_editingLabel(new QLabel(this)) {
     m_editor->setObjectName(QStringLiteral("composerEditor"));
     m_sendButton->setObjectName(QStringLiteral("sendButton"));
     m_think->setObjectName(QStringLiteral("thinkCheck"));
@@ -26,6 +27,15 @@ MessageComposer::MessageComposer(QWidget* parent)
     m_effort->addItems({QStringLiteral("max"), QStringLiteral("high"), QStringLiteral("medium"),
                         QStringLiteral("low")});
     m_effort->setToolTip(tr("Thinking effort"));
+    m_editor->setAccessibleName(tr("Message"));
+    m_sendButton->setAccessibleName(tr("Send"));
+    m_effort->setAccessibleName(tr("Thinking effort"));
+    m_editingLabel->setObjectName(QStringLiteral("editingLabel"));
+    m_editingLabel->setText(
+        tr("Editing your last message: Enter resends it and replaces the answer, "
+           "Esc cancels."));
+    m_editingLabel->setWordWrap(true);
+    m_editingLabel->hide();
 
     auto* options = new QHBoxLayout;
     options->addWidget(m_think);
@@ -38,20 +48,39 @@ MessageComposer::MessageComposer(QWidget* parent)
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addLayout(options);
+    layout->addWidget(m_editingLabel);
     layout->addLayout(input);
 
     connect(m_sendButton, &QPushButton::clicked, this, [this] {
-        if (m_generating) emit stopRequested();
-        else trySend();
+        if (m_generating)
+            emit stopRequested();
+        else
+            trySend();
     });
     connect(m_editor, &QPlainTextEdit::textChanged, this, &MessageComposer::updateSendButton);
     connect(m_think, &QCheckBox::toggled, m_effort, &QWidget::setEnabled);
     updateSendButton();
 }
 
-QString MessageComposer::text() const { return m_editor->toPlainText(); }
+QString MessageComposer::text() const {
+    return m_editor->toPlainText();
+}
 
-void MessageComposer::clear() { m_editor->clear(); }
+void MessageComposer::setText(const QString& text) {
+    m_editor->setPlainText(text);
+    m_editor->moveCursor(QTextCursor::End);
+}
+
+void MessageComposer::clear() {
+    m_editor->clear();
+}
+
+void MessageComposer::setEditing(bool editing) {
+    m_editing = editing;
+    m_editingLabel->setVisible(editing);
+    m_sendButton->setText(m_generating ? tr("Stop") : editing ? tr("Resend") : tr("Send"));
+    m_sendButton->setAccessibleName(m_sendButton->text());
+}
 
 void MessageComposer::setReady(bool ready) {
     m_ready = ready;
@@ -60,13 +89,20 @@ void MessageComposer::setReady(bool ready) {
 
 void MessageComposer::setGenerating(bool generating) {
     m_generating = generating;
-    m_sendButton->setText(generating ? tr("Stop") : tr("Send"));
+    m_sendButton->setText(generating ? tr("Stop") : m_editing ? tr("Resend") : tr("Send"));
+    m_sendButton->setAccessibleName(m_sendButton->text());
     updateSendButton();
 }
 
-bool MessageComposer::thinking() const { return m_think->isChecked(); }
-void MessageComposer::setThinking(bool on) { m_think->setChecked(on); }
-QString MessageComposer::thinkingEffort() const { return m_effort->currentText(); }
+bool MessageComposer::thinking() const {
+    return m_think->isChecked();
+}
+void MessageComposer::setThinking(bool on) {
+    m_think->setChecked(on);
+}
+QString MessageComposer::thinkingEffort() const {
+    return m_effort->currentText();
+}
 
 bool MessageComposer::eventFilter(QObject* watched, QEvent* event) {
     if (watched == m_editor && event->type() == QEvent::KeyPress) {
@@ -74,6 +110,11 @@ bool MessageComposer::eventFilter(QObject* watched, QEvent* event) {
         const bool enter = key->key() == Qt::Key_Return || key->key() == Qt::Key_Enter;
         if (enter && !(key->modifiers() & Qt::ShiftModifier)) {
             trySend();
+            return true;
+        }
+        if (key->key() == Qt::Key_Up && key->modifiers() == Qt::NoModifier && text().isEmpty() &&
+            !m_generating) {
+            emit editLastRequested();
             return true;
         }
     }

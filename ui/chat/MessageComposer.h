@@ -4,6 +4,7 @@
 
 class QCheckBox;
 class QComboBox;
+class QLabel;
 class QPlainTextEdit;
 class QPushButton;
 
@@ -16,7 +17,11 @@ public:
     explicit MessageComposer(QWidget* parent = nullptr);
 
     QString text() const;
+    void setText(const QString& text);
     void clear();
+    // Editing mode: the box holds an earlier message; sending replaces it (MainWindow).
+    void setEditing(bool editing);
+    bool isEditing() const { return m_editing; }
     void setReady(bool ready);
     bool isReady() const { return m_ready; }
     void setGenerating(bool generating);
@@ -29,6 +34,8 @@ public:
 signals:
     void sendRequested(const QString& text);
     void stopRequested();
+    // Up in an empty box: the user wants to edit their last message.
+    void editLastRequested();
 
 protected:
     bool eventFilter(QObject* watched, QEvent* event) override;
@@ -41,6 +48,8 @@ private:
     QPushButton* m_sendButton;
     QCheckBox* m_think;
     QComboBox* m_effort;
+    QLabel* m_editingLabel;
+    bool m_editing = false;
     bool m_ready = false;
     bool m_generating = false;
 };

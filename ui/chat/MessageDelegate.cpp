@@ -1,20 +1,29 @@
 #include "chat/MessageDelegate.h"
 
+#include "chat/CodeBlockHighlighter.h"
 #include "chat/ConversationModel.h"
 
+#include <QAbstractScrollArea>
 #include <QAbstractTextDocumentLayout>
 #include <QApplication>
 #include <QMouseEvent>
 #include <QPainter>
+#include <QStyleOptionButton>
+#include <QTextBlock>
 #include <QTextDocument>
 
 namespace {
 constexpr int kMargin = 12;
 constexpr int kGap = 4;
 
+bool isDark(const QPalette& palette) {
+    return palette.color(QPalette::Base).lightness() < 128;
+}
+
 int documentHeight(const QString& markdownOrText, bool markdown, const QFont& font, int width) {
     QTextDocument doc;
-    if (markdown) MessageDelegate::buildBody(doc, markdownOrText, font);
+    if (markdown)
+        MessageDelegate::buildBody(doc, markdownOrText, font);
     else {
         doc.setDefaultFont(font);
         doc.setPlainText(markdownOrText);
@@ -26,12 +35,14 @@ int documentHeight(const QString& markdownOrText, bool markdown, const QFont& fo
 
 MessageDelegate::MessageDelegate(QObject* parent) : QStyledItemDelegate(parent) {}
 
-void MessageDelegate::buildBody(QTextDocument& doc, const QString& markdown, const QFont& font) {
+void MessageDelegate::buildBody(QTextDocument& doc, const QString& markdown, const QFont& font,
+                                const QPalette& palette) {
     doc.setDefaultFont(font);
     doc.setDocumentMargin(0);
     // NoHTML: a model that writes <img src=...> or <a> tags gets them shown as text.
     doc.setMarkdown(markdown, QTextDocument::MarkdownFeatures(QTextDocument::MarkdownDialectGitHub |
-                                                               QTextDocument::MarkdownNoHTML));
+                                                              QTextDocument::MarkdownNoHTML));
+    CodeBlockHighlighter::highlight(doc, markdown, isDark(palette));
 }
 
 QString MessageDelegate::thinkingLabel(const QModelIndex& index) {
@@ -40,8 +51,7 @@ QString MessageDelegate::thinkingLabel(const QModelIndex& index) {
     const bool streaming = index.data(ConversationModel::StreamingRole).toBool();
     const bool answering = !index.data(ConversationModel::ContentRole).toString().isEmpty();
     const QString arrow = expanded ? QStringLiteral("▾ ") : QStringLiteral("▸ ");
-    if (streaming && !answering)
-        return arrow + QObject::tr("Thinking… %1 s").arg(qRound(seconds));
+    if (streaming && !answering) return arrow + QObject::tr("Thinking… %1 s").arg(qRound(seconds));
     return arrow + QObject::tr("Thought for %1 s").arg(qRound(seconds));
 }
 
@@ -64,7 +74,8 @@ MessageDelegate::Layout MessageDelegate::layout(const QStyleOptionViewItem& opti
         }
     }
     const QString content = index.data(ConversationModel::ContentRole).toString();
-    const int bodyHeight = content.isEmpty() ? 0 : documentHeight(content, true, option.font, width);
+    const int bodyHeight =
+        content.isEmpty() ? 0 : documentHeight(content, true, option.font, width);
     l.body = QRect(option.rect.left() + kMargin, y, width, bodyHeight);
     y += bodyHeight;
     if (!index.data(ConversationModel::StatsRole).toString().isEmpty()) {
@@ -79,12 +90,65 @@ MessageDelegate::Layout MessageDelegate::layout(const QStyleOptionViewItem& opti
     return l;
 }
 
+QVector<QRect> MessageDelegate::copyButtonsIn(const QTextDocument& doc, const QString& markdown,
+                                              const QRect& body, const QFont& font) const {
+    QVector<QRect> out;
+    const QFontMetrics fm(font);
+    const QSize size(fm.horizontalAdvance(tr("Copy")) + 16, fm.height() + 4);
+    for (const CodeBlockHighlighter::CodeBlock& code :
+         CodeBlockHighlighter::codeBlocks(doc, markdown)) {
+        const QRectF r =
+            doc.documentLayout()->blockBoundingRect(doc.findBlockByNumber(code.firstBlock));
+        out.push_back(QRect(
+            QPoint(body.left() + int(r.right()) - size.width() - 2, body.top() + int(r.top()) + 2),
+            size));
+    }
+    return out;
+}
+
+QVector<QRect> MessageDelegate::copyButtonRects(const QStyleOptionViewItem& option,
+                                                const QModelIndex& index) const {
+    const QString content = index.data(ConversationModel::ContentRole).toString();
+    if (content.isEmpty()) return {};
+    const Layout l = layout(option, index);
+    QTextDocument doc;
+    buildBody(doc, content, option.font, option.palette);
+    doc.setTextWidth(l.body.width());
+    return copyButtonsIn(doc, content, l.body, option.font);
+}
+
+QRect MessageDelegate::bodyTextRect(const QStyleOptionViewItem& option, const QModelIndex& index,
+                                    int position, int length) const {
+    const Layout l = layout(option, index);
+    QTextDocument doc;
+    buildBody(doc, index.data(ConversationModel::ContentRole).toString(), option.font,
+              option.palette);
+    doc.setTextWidth(l.body.width());
+    const QTextBlock block = doc.findBlock(position);
+    if (!block.isValid() || !block.layout()) return l.body;
+    const QRectF blockRect = doc.documentLayout()->blockBoundingRect(block);
+    const QTextLine line = block.layout()->lineForTextPosition(position - block.position());
+    if (!line.isValid()) return blockRect.translated(l.body.topLeft()).toRect();
+    const qreal x1 = line.cursorToX(position - block.position());
+    const qreal x2 = line.cursorToX(position + length - block.position());
+    return QRectF(blockRect.left() + x1, blockRect.top() + line.y(), std::max<qreal>(1, x2 - x1),
+                  line.height())
+        .translated(l.body.topLeft())
+        .toRect();
+}
+
 void MessageDelegate::paint(QPainter* painter, const QStyleOptionViewItem& option,
                             const QModelIndex& index) const {
     painter->save();
     const QPalette& pal = option.palette;
-    const bool user = index.data(ConversationModel::RoleNameRole).toString() == QLatin1String("user");
+    const bool user =
+        index.data(ConversationModel::RoleNameRole).toString() == QLatin1String("user");
     if (user) painter->fillRect(option.rect.adjusted(4, 2, -4, -2), pal.alternateBase());
+    if (option.state & QStyle::State_HasFocus) {
+        // The message that Copy message (Ctrl+Shift+C) acts on when the list has focus.
+        painter->setPen(QPen(pal.color(QPalette::Highlight), 1, Qt::DotLine));
+        painter->drawRect(option.rect.adjusted(4, 2, -5, -3));
+    }
     const Layout l = layout(option, index);
 
     QFont bold = option.font;
@@ -114,14 +178,42 @@ void MessageDelegate::paint(QPainter* painter, const QStyleOptionViewItem& optio
     const QString content = index.data(ConversationModel::ContentRole).toString();
     if (!content.isEmpty()) {
         QTextDocument doc;
-        buildBody(doc, content, option.font);
+        buildBody(doc, content, option.font, pal);
         doc.setTextWidth(l.body.width());
         QAbstractTextDocumentLayout::PaintContext ctx;
         ctx.palette = pal;
+        if (!m_findQuery.isEmpty()) {
+            QColor tint = pal.color(QPalette::Highlight);
+            tint.setAlpha(70);
+            for (QTextCursor c = doc.find(m_findQuery); !c.isNull(); c = doc.find(m_findQuery, c)) {
+                QAbstractTextDocumentLayout::Selection s;
+                s.cursor = c;
+                const bool current =
+                    index.row() == m_matchRow && c.selectionStart() == m_matchPosition;
+                s.format.setBackground(current ? pal.color(QPalette::Highlight) : tint);
+                if (current) s.format.setForeground(pal.color(QPalette::HighlightedText));
+                ctx.selections.push_back(s);
+            }
+        }
         painter->save();
         painter->translate(l.body.topLeft());
         doc.documentLayout()->draw(painter, ctx);
         painter->restore();
+        const QWidget* widget = option.widget;
+        QStyle* style = widget ? widget->style() : QApplication::style();
+        for (const QRect& r : copyButtonsIn(doc, content, l.body, option.font)) {
+            QStyleOptionButton button;
+            button.rect = r;
+            button.text = tr("Copy");
+            button.palette = pal;
+            button.fontMetrics = option.fontMetrics;
+            button.state = QStyle::State_Enabled | QStyle::State_Raised;
+            if (const auto* view = qobject_cast<const QAbstractScrollArea*>(widget);
+                view && (option.state & QStyle::State_MouseOver) &&
+                r.contains(view->viewport()->mapFromGlobal(QCursor::pos())))
+                button.state |= QStyle::State_MouseOver;
+            style->drawControl(QStyle::CE_PushButton, &button, painter, widget);
+        }
     }
     const QString stats = index.data(ConversationModel::StatsRole).toString();
     if (!stats.isEmpty()) {
@@ -134,7 +226,8 @@ void MessageDelegate::paint(QPainter* painter, const QStyleOptionViewItem& optio
     painter->restore();
 }
 
-QSize MessageDelegate::sizeHint(const QStyleOptionViewItem& option, const QModelIndex& index) const {
+QSize MessageDelegate::sizeHint(const QStyleOptionViewItem& option,
+                                const QModelIndex& index) const {
     const Layout l = layout(option, index);
     return {option.rect.width(), l.stats.bottom() - option.rect.top() + kMargin};
 }
@@ -143,10 +236,19 @@ bool MessageDelegate::editorEvent(QEvent* event, QAbstractItemModel* model,
                                   const QStyleOptionViewItem& option, const QModelIndex& index) {
     if (event->type() == QEvent::MouseButtonRelease) {
         const auto* mouse = static_cast<QMouseEvent*>(event);
+        const QPoint at = mouse->position().toPoint();
         const Layout l = layout(option, index);
-        if (!l.thinking.isNull() && l.thinking.contains(mouse->position().toPoint())) {
+        if (!l.thinking.isNull() && l.thinking.contains(at)) {
             emit thinkingToggled(index.row());
             return true;
+        }
+        if (l.body.contains(at)) {
+            const QVector<QRect> buttons = copyButtonRects(option, index);
+            for (int i = 0; i < buttons.size(); ++i)
+                if (buttons.at(i).contains(at)) {
+                    emit copyCodeRequested(index.row(), i);
+                    return true;
+                }
         }
     }
     return QStyledItemDelegate::editorEvent(event, model, option, index);

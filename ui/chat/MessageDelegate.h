@@ -5,7 +5,8 @@
 class QTextDocument;
 
 // Draws one chat message: who spoke, the collapsible thinking line, the answer as
-// Markdown (raw HTML off: model output is text, never markup) and the timing line.
+// Markdown (raw HTML off: model output is text, never markup) with highlighted code
+// blocks and a Copy button on each, find-in-conversation matches, and the timing line.
 class MessageDelegate : public QStyledItemDelegate {
     Q_OBJECT
 public:
@@ -17,16 +18,40 @@ public:
     bool editorEvent(QEvent* event, QAbstractItemModel* model, const QStyleOptionViewItem& option,
                      const QModelIndex& index) override;
 
-    // The answer as the view lays it out (tests read it back).
-    static void buildBody(QTextDocument& doc, const QString& markdown, const QFont& font);
+    // The answer as the view lays it out (tests read it back). The palette picks the
+    // light or dark code theme.
+    static void buildBody(QTextDocument& doc, const QString& markdown, const QFont& font,
+                          const QPalette& palette = QPalette());
     static QString thinkingLabel(const QModelIndex& index);
+
+    // The Copy buttons of the message's code blocks, in view coordinates, in block order.
+    QVector<QRect> copyButtonRects(const QStyleOptionViewItem& option,
+                                   const QModelIndex& index) const;
+    // Where the body text [position, position + length) is drawn, in view coordinates.
+    QRect bodyTextRect(const QStyleOptionViewItem& option, const QModelIndex& index, int position,
+                       int length) const;
+
+    // Find in conversation: every match of `query` is tinted; the current one
+    // (row, document position) is drawn as a selection.
+    void setFindQuery(const QString& query) { m_findQuery = query; }
+    void setCurrentMatch(int row, int position) {
+        m_matchRow = row;
+        m_matchPosition = position;
+    }
 
 signals:
     void thinkingToggled(int row);
+    void copyCodeRequested(int row, int block);
 
 private:
     struct Layout {
         QRect role, thinking, reasoning, body, stats;
     };
     Layout layout(const QStyleOptionViewItem& option, const QModelIndex& index) const;
+    QVector<QRect> copyButtonsIn(const QTextDocument& doc, const QString& markdown,
+                                 const QRect& body, const QFont& font) const;
+
+    QString m_findQuery;
+    int m_matchRow = -1;
+    int m_matchPosition = -1;
 };

@@ -1,0 +1,103 @@
+#include <QCoreApplication>
+#include <QPlainTextEdit>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QStandardPaths>
+#include <QTest>
+
+#include "MainWindow.h"
+#include "chat/ConversationModel.h"
+#include "chat/ConversationStore.h"
+#include "chat/ConversationView.h"
+#include "chat/MessageComposer.h"
+
+// Edit-and-resend through the real window and the tiny checkpoint (its own executable:
+// generating answers takes most of a test's time budget).
+class TestChatEditing : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void editAndResendReplacesTheLastExchange();
+};
+
+void TestChatEditing::initTestCase() {
+    QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
+    QCoreApplication::setApplicationName(QStringLiteral("tst_chatediting"));
+    QStandardPaths::setTestModeEnabled(true); // never touch the user's settings or chats
+    QSettings().clear();
+}
+
+// Up in the empty composer brings the last question back; sending it replaces that
+// question and its answer, and the transcript on disk says the same.
+void TestChatEditing::editAndResendReplacesTheLastExchange() {
+    MainWindow window;
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    QSignalSpy ready(&window, &MainWindow::modelReady);
+    window.loadModel(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
+    QVERIFY(ready.wait(30000));
+    window.composer()->setThinking(false);
+    // A saved two-exchange conversation, opened as from the sidebar.
+    const QString id =
+        window.store()->save({}, {{QStringLiteral("user"), QStringLiteral("First question"), {}},
+                                  {QStringLiteral("assistant"), QStringLiteral("First answer"), {}},
+                                  {QStringLiteral("user"), QStringLiteral("Second question"), {}},
+                                  {QStringLiteral("assistant"), QStringLiteral("Second answer"),
+                                   QStringLiteral("old thoughts")}});
+    const int savedChats = int(window.store()->list().size());
+    window.openConversation(id);
+    ConversationModel* conversation = window.conversationView()->conversation();
+    QCOMPARE(conversation->rowCount(), 4);
+
+    auto* editor = window.findChild<QPlainTextEdit*>(QStringLiteral("composerEditor"));
+    editor->setFocus();
+    QTest::keyClick(editor, Qt::Key_Up);
+    QVERIFY(window.composer()->isEditing());
+    QCOMPARE(window.composer()->text(), QStringLiteral("Second question"));
+    // Esc cancels the edit and leaves the conversation alone.
+    QTest::keyClick(editor, Qt::Key_Escape);
+    QVERIFY(!window.composer()->isEditing());
+    QCOMPARE(window.composer()->text(), QString());
+    QCOMPARE(conversation->rowCount(), 4);
+    // Up does nothing once the box holds text.
+    QTest::keyClicks(editor, QStringLiteral("x"));
+    QTest::keyClick(editor, Qt::Key_Up);
+    QVERIFY(!window.composer()->isEditing());
+    window.composer()->clear();
+
+    QTest::keyClick(editor, Qt::Key_Up);
+    editor->selectAll();
+    QTest::keyClicks(editor, QStringLiteral("Edited question"));
+    QSignalSpy finished(&window, &MainWindow::answerFinished);
+    QTest::keyClick(editor, Qt::Key_Return);
+    QVERIFY(window.composer()->isGenerating());
+    QVERIFY(!window.composer()->isEditing());
+    QCOMPARE(conversation->rowCount(), 4); // the old question and answer are gone already
+    QVERIFY(finished.wait(60000));
+    QCOMPARE(conversation->rowCount(), 4);
+    QCOMPARE(conversation->index(0).data(ConversationModel::ContentRole).toString(),
+             QStringLiteral("First question"));
+    QCOMPARE(conversation->index(1).data(ConversationModel::ContentRole).toString(),
+             QStringLiteral("First answer"));
+    QCOMPARE(conversation->index(2).data(ConversationModel::ContentRole).toString(),
+             QStringLiteral("Edited question"));
+    QCOMPARE(conversation->index(3).data(ConversationModel::RoleNameRole).toString(),
+             QStringLiteral("assistant"));
+    QVERIFY(conversation->index(3).data(ConversationModel::ContentRole).toString() !=
+            QStringLiteral("Second answer"));
+    QVERIFY(conversation->index(3).data(ConversationModel::ReasoningRole).toString().isEmpty());
+    QCOMPARE(window.currentConversationId(), id);
+    const QVector<ChatTurn> onDisk = window.store()->load(id);
+    const QVector<ChatTurn> shown = conversation->turns();
+    QCOMPARE(onDisk.size(), 4);
+    for (int i = 0; i < 4; ++i) {
+        QCOMPARE(onDisk.at(i).role, shown.at(i).role);
+        QCOMPARE(onDisk.at(i).content, shown.at(i).content);
+        QCOMPARE(onDisk.at(i).reasoning, shown.at(i).reasoning);
+    }
+    QCOMPARE(int(window.store()->list().size()), savedChats); // replaced in place, not saved as a new chat
+    window.store()->remove(id);
+}
+
+QTEST_MAIN(TestChatEditing)
+#include "tst_chatediting.moc"
