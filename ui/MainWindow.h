@@ -43,6 +43,8 @@ public slots:
     void exportConversation();
     void showAbout();
     void showSetupWizard();
+    // Edit > Preferences (Ctrl+,): opens the Settings dialog without blocking.
+    void showSettings();
     void openModelFolder();
     void loadModel(const QString& directory, const QString& trunkDir = {}, quint64 trunkBytes = 0,
                    quint64 cacheBytes = 0);
@@ -74,6 +76,8 @@ private:
     void onFailed(const QString& message);
     void saveConversation();
     void restoreWindowSettings();
+    // Theme and the composer's thinking defaults from the stored settings.
+    void applySettings();
 
     QSplitter* m_splitter;
     QListWidget* m_conversationList;
