@@ -1,6 +1,8 @@
 #include "MainWindow.h"
 
 #include "AboutDialog.h"
+#include "AppSettings.h"
+#include "SettingsDialog.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
 
@@ -17,6 +19,7 @@
 
 #include <QApplication>
 #include <QCloseEvent>
+#include <QComboBox>
 #include <QDockWidget>
 #include <QDir>
 #include <QFileDialog>
@@ -29,6 +32,7 @@
 #include <QListWidget>
 #include <QMenuBar>
 #include <QPushButton>
+#include <QRandomGenerator>
 #include <QSettings>
 #include <QSplitter>
 #include <QStatusBar>
@@ -117,6 +121,7 @@ MainWindow::MainWindow(QWidget* parent)
     });
     resize(1100, 720);
     restoreWindowSettings();
+    applySettings();
     m_composer->setFocus();
     refreshConversationList();
 }
@@ -181,6 +186,11 @@ void MainWindow::createMenus() {
     });
     findPrevious->setObjectName(QStringLiteral("findPreviousAction"));
     findPrevious->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F3));
+    edit->addSeparator();
+    QAction* preferences = edit->addAction(tr("&Preferences…"), this, &MainWindow::showSettings);
+    preferences->setObjectName(QStringLiteral("preferencesAction"));
+    preferences->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Comma));
+    preferences->setMenuRole(QAction::PreferencesRole);
     QAction* open = new QAction(tr("&Open model folder…"), this);
     open->setShortcut(QKeySequence::Open);
     connect(open, &QAction::triggered, this, &MainWindow::openModelFolder);
@@ -273,7 +283,12 @@ void MainWindow::saveConversation() {
 
 void MainWindow::loadStartupModel() {
     const QString last = QSettings().value(QStringLiteral("model/directory")).toString();
-    if (!last.isEmpty() && QFileInfo::exists(last + QStringLiteral("/config.json"))) loadModel(last);
+    // The trunk chosen in the wizard or Settings, when it is still there.
+    QString trunk = QSettings().value(QStringLiteral("model/trunkDir")).toString();
+    if (!trunk.isEmpty() && !QFileInfo::exists(trunk + QStringLiteral("/trunk.json")))
+        trunk.clear();
+    if (!last.isEmpty() && QFileInfo::exists(last + QStringLiteral("/config.json")))
+        loadModel(last, trunk);
     else if (!demoModelDirectory().isEmpty()) loadDemoModel();
 }
 
@@ -349,7 +364,9 @@ void MainWindow::startAnswer(const QVector<ChatTurn>& history) {
     m_tokensThisAnswer = 0;
     m_firstTokenSeconds = 0;
     m_tokenSeconds = 0;
-    GenerationSettings settings;
+    // Read again for every message: a change in Settings applies to the next one.
+    GenerationSettings settings =
+        AppSettings::load().generationSettings(QRandomGenerator::global()->generate64());
     settings.thinking = m_composer->thinking();
     settings.thinkingEffort = m_composer->thinkingEffort();
     m_composer->setGenerating(true);
@@ -463,7 +480,35 @@ void MainWindow::showSetupWizard() {
     auto* wizard = new SetupWizard(this);
     wizard->setAttribute(Qt::WA_DeleteOnClose);
     connect(wizard, &SetupWizard::setupFinished, this, &MainWindow::loadModel);
+    connect(wizard, &SetupWizard::setupFinished, this, [](const QString&, const QString& trunkDir) {
+        QSettings().setValue(QStringLiteral("model/trunkDir"), trunkDir);
+    });
     wizard->open();
+}
+
+void MainWindow::showSettings() {
+    const AppSettings before = AppSettings::load();
+    auto* dialog = new SettingsDialog(this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dialog, &QDialog::accepted, this, [this, before] {
+        const AppSettings after = AppSettings::load();
+        if (after.theme != before.theme || after.thinking != before.thinking ||
+            after.thinkingEffort != before.thinkingEffort)
+            applySettings();
+        if ((after.modelDir != before.modelDir || after.trunkDir != before.trunkDir) &&
+            !after.modelDir.isEmpty())
+            loadModel(after.modelDir, after.trunkDir);
+    });
+    dialog->open();
+}
+
+void MainWindow::applySettings() {
+    const AppSettings settings = AppSettings::load();
+    AppSettings::applyTheme(settings.theme);
+    m_composer->setThinking(settings.thinking);
+    // The composer has no effort setter yet; its combo box is found by name.
+    if (auto* effort = m_composer->findChild<QComboBox*>(QStringLiteral("effortCombo")))
+        effort->setCurrentText(settings.thinkingEffort);
 }
 
 void MainWindow::showAbout() {

@@ -53,6 +53,8 @@ public slots:
     void exportConversation();
     void showAbout();
     void showSetupWizard();
+    // Edit > Preferences (Ctrl+,): opens the Settings dialog without blocking.
+    void showSettings();
     void openModelFolder();
     void loadModel(const QString& directory, const QString& trunkDir = {}, quint64 trunkBytes = 0,
                    quint64 cacheBytes = 0);
@@ -84,6 +86,8 @@ private:
     void onFailed(const QString& message);
     void saveConversation();
     void restoreWindowSettings();
+    // Theme and the composer's thinking defaults from the stored settings.
+    void applySettings();
 
     QSplitter* m_splitter;
     QListWidget* m_conversationList;

@@ -1,9 +1,12 @@
+#include <QApplication>
 #include <QDoubleSpinBox>
 #include <QFile>
 #include <QListWidget>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QSettings>
 #include <QSignalSpy>
+#include <QStandardPaths>
 #include <QTemporaryDir>
 #include <QTest>
 #include <QTreeWidget>
@@ -13,6 +16,7 @@
 #include "wizard/MemoryPage.h"
 #include "wizard/ModelSourcePage.h"
 #include "wizard/PackPage.h"
+#include "wizard/PendingDownload.h"
 #include "wizard/SetupWizard.h"
 #include "wizard/SystemCheckPage.h"
 
@@ -23,6 +27,7 @@ const QString kTinyModel = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/
 class TestSetupWizard : public QObject {
     Q_OBJECT
 private slots:
+    void initTestCase();
     void doctorRunsOffTheGuiThreadAndShowsVerdicts();
     void modelSourceAcceptsTinyCheckpoint();
     void modelSourceRejectsFolderWithoutConfig();
@@ -34,6 +39,14 @@ private slots:
     void wizardPassesTheChoicesAlongAndEmitsThemOnFinish();
     void demoButtonOnFirstPageFinishesWithTheDemoModel();
 };
+
+void TestSetupWizard::initTestCase() {
+    // The source page remembers downloads in QSettings: never the user's own.
+    QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
+    QCoreApplication::setApplicationName(QStringLiteral("tst_setupwizard"));
+    QStandardPaths::setTestModeEnabled(true);
+    QSettings().clear();
+}
 
 void TestSetupWizard::doctorRunsOffTheGuiThreadAndShowsVerdicts() {
     QTemporaryDir dir;
@@ -114,6 +127,17 @@ void TestSetupWizard::downloadFromUnreachableHubShowsErrorAndStaysUsable() {
              qPrintable(page.downloadStatusText()));
     QVERIFY(!page.isComplete());
     QCOMPARE(page.fileList()->topLevelItemCount(), 0);
+    // A failed download stays remembered, so the next start offers to resume it.
+    const std::optional<PendingDownload> pending = PendingDownload::load();
+    QVERIFY(pending);
+    QCOMPARE(pending->destination, dir.filePath(QStringLiteral("k3model")));
+    QCOMPARE(pending->endpoint, QStringLiteral("http://127.0.0.1:1"));
+    QCOMPARE(pending->repo, QString::fromUtf8(k3::kDefaultHubRepo));
+    ModelSourcePage next;
+    QVERIFY(next.offersResume());
+    next.forgetPending();
+    QVERIFY(!next.offersResume());
+    QVERIFY(!PendingDownload::load());
     // Still usable: Start is back and a local folder can still be chosen.
     QVERIFY(page.startButton()->isEnabled());
     QSignalSpy validated(&page, &ModelSourcePage::validationFinished);
@@ -288,5 +312,11 @@ void TestSetupWizard::demoButtonOnFirstPageFinishesWithTheDemoModel() {
     QCOMPARE(page.modelDir(), demo);
 }
 
-QTEST_MAIN(TestSetupWizard)
+int main(int argc, char** argv) {
+    // Never touch the developer's real keychain (the source page reads the hub token).
+    qputenv("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/k3chat-test-bus");
+    QApplication app(argc, argv);
+    TestSetupWizard test;
+    return QTest::qExec(&test, argc, argv);
+}
 #include "tst_setupwizard.moc"

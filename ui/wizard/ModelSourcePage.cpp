@@ -23,6 +23,7 @@
 
 #include "MainWindow.h"
 #include "wizard/HubDownloadBridge.h"
+#include "wizard/TokenStore.h"
 
 namespace {
 QString bytesText(std::uint64_t bytes) {
@@ -49,8 +50,10 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
       m_target(new QLineEdit(QDir::homePath() + QStringLiteral("/k3model"))),
       m_freeSpace(new QLabel), m_token(new QLineEdit), m_start(new QPushButton(tr("Start"))),
       m_pause(new QPushButton(tr("Pause"))), m_files(new QTreeWidget), m_overall(new QProgressBar),
-      m_speed(new QLabel), m_downloadStatus(new QLabel),
-      m_cancel(std::make_shared<std::atomic<bool>>(false)) {
+      m_speed(new QLabel), m_downloadStatus(new QLabel), m_verification(new QLabel),
+      m_tokenNote(new QLabel), m_resumeBox(new QWidget), m_resumeLabel(new QLabel),
+      m_resumeButton(new QPushButton(tr("Resume download"))), m_tokenStore(new TokenStore(this)),
+      m_pending(PendingDownload::load()), m_cancel(std::make_shared<std::atomic<bool>>(false)) {
     setTitle(tr("Get the model"));
     setSubTitle(tr("Point to a checkpoint folder you already have, or download it from the hub."));
     m_haveIt->setChecked(true);
@@ -64,10 +67,19 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
     m_verdict->setMinimumHeight(3 * m_verdict->fontMetrics().lineSpacing());
     m_endpoint->setPlaceholderText(
         tr("default: $HF_ENDPOINT, else %1").arg(QString::fromUtf8(k3::kDefaultHubEndpoint)));
+    m_endpoint->setAccessibleName(tr("Hub endpoint"));
+    m_repo->setAccessibleName(tr("Repository"));
+    m_revision->setAccessibleName(tr("Revision"));
+    m_target->setAccessibleName(tr("Download target folder"));
+    m_token->setObjectName(QStringLiteral("hubToken"));
     m_token->setEchoMode(QLineEdit::Password);
     m_token->setAccessibleName(tr("Hub access token"));
     m_token->setPlaceholderText(tr("optional; default: $HF_TOKEN"));
+    m_start->setObjectName(QStringLiteral("startDownloadButton"));
+    m_pause->setObjectName(QStringLiteral("pauseDownloadButton"));
     m_pause->setEnabled(false);
+    m_speed->setObjectName(QStringLiteral("downloadSpeed"));
+    m_speed->setAccessibleName(tr("Download speed and time left"));
     m_files->setObjectName(QStringLiteral("downloadFiles"));
     m_files->setHeaderLabels({tr("File"), tr("Size"), tr("State"), tr("Progress")});
     m_files->setRootIsDecorated(false);
@@ -79,6 +91,32 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
     m_downloadStatus->setWordWrap(true);
     m_downloadStatus->setTextFormat(Qt::PlainText);
     m_downloadStatus->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_verification->setObjectName(QStringLiteral("downloadVerification"));
+    m_verification->setAccessibleName(tr("Verification"));
+    m_verification->setWordWrap(true);
+    m_verification->setTextFormat(Qt::PlainText);
+    m_tokenNote->setObjectName(QStringLiteral("tokenStatus"));
+    m_tokenNote->setWordWrap(true);
+    m_tokenNote->setTextFormat(Qt::PlainText);
+    m_tokenNote->setText(tr("Looking for a stored token in the system keychain…"));
+    m_resumeBox->setObjectName(QStringLiteral("resumeBox"));
+    m_resumeLabel->setWordWrap(true);
+    m_resumeLabel->setTextFormat(Qt::PlainText);
+    m_resumeButton->setObjectName(QStringLiteral("resumeDownloadButton"));
+    auto* forget = new QPushButton(tr("Forget it"));
+    forget->setObjectName(QStringLiteral("forgetDownloadButton"));
+    forget->setToolTip(tr("Stop offering this download; the files on disk stay as they are."));
+    auto* resumeLayout = new QHBoxLayout(m_resumeBox);
+    resumeLayout->setContentsMargins(0, 0, 0, 0);
+    resumeLayout->addWidget(m_resumeLabel, 1);
+    resumeLayout->addWidget(m_resumeButton);
+    resumeLayout->addWidget(forget);
+    if (m_pending)
+        m_resumeLabel->setText(
+            tr("An unfinished download of %1 (revision %2) into %3 can be resumed; the bytes "
+               "already on disk are kept.")
+                .arg(m_pending->repo, m_pending->revision.left(12), m_pending->destination));
+    m_resumeBox->setVisible(m_pending.has_value());
 
     auto* browse = new QPushButton(tr("Browse…"));
     auto* folderRow = new QHBoxLayout;
@@ -93,10 +131,6 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
     auto* targetRow = new QHBoxLayout;
     targetRow->addWidget(m_target, 1);
     targetRow->addWidget(targetBrowse);
-    auto* tokenNote =
-        new QLabel(tr("The token is kept in memory for this run only (keychain storage "
-                      "comes later) and is sent only to the hub."));
-    tokenNote->setWordWrap(true);
     auto* form = new QFormLayout;
     form->addRow(tr("Hub endpoint:"), m_endpoint);
     form->addRow(tr("Repository:"), m_repo);
@@ -104,7 +138,7 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
     form->addRow(tr("Target folder:"), targetRow);
     form->addRow(QString(), m_freeSpace);
     form->addRow(tr("Token:"), m_token);
-    form->addRow(QString(), tokenNote);
+    form->addRow(QString(), m_tokenNote);
     auto* controls = new QHBoxLayout;
     controls->addWidget(m_start);
     controls->addWidget(m_pause);
@@ -116,11 +150,13 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
     downloadLayout->addWidget(m_files, 1);
     downloadLayout->addWidget(m_overall);
     downloadLayout->addWidget(m_downloadStatus);
+    downloadLayout->addWidget(m_verification);
 
     auto* demo = new QPushButton(tr("Use the bundled demo model"));
     demo->setObjectName(QStringLiteral("useDemoButton"));
     demo->setEnabled(!MainWindow::demoModelDirectory().isEmpty());
     auto* layout = new QVBoxLayout(this);
+    layout->addWidget(m_resumeBox);
     layout->addWidget(m_haveIt);
     layout->addWidget(m_haveItBox);
     layout->addWidget(m_downloadMode);
@@ -148,6 +184,13 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
     });
     connect(m_start, &QPushButton::clicked, this, &ModelSourcePage::startDownload);
     connect(m_pause, &QPushButton::clicked, this, &ModelSourcePage::pauseDownload);
+    connect(m_resumeButton, &QPushButton::clicked, this, &ModelSourcePage::resumePending);
+    connect(forget, &QPushButton::clicked, this, &ModelSourcePage::forgetPending);
+    connect(m_tokenStore, &TokenStore::statusChanged, m_tokenNote, &QLabel::setText);
+    connect(m_tokenStore, &TokenStore::loaded, this, [this](const QString& token) {
+        if (m_token->text().isEmpty()) m_token->setText(token);
+    });
+    m_tokenStore->load();
     connect(&m_validation, &QFutureWatcher<Verdict>::finished, this,
             [this] { showVerdict(m_validation.result()); });
     connect(&m_download, &QFutureWatcher<k3::DownloadResult>::finished, this,
@@ -228,6 +271,45 @@ void ModelSourcePage::setEndpoint(const QString& endpoint) {
     m_endpoint->setText(endpoint);
 }
 
+void ModelSourcePage::setRepository(const QString& repo, const QString& revision) {
+    m_repo->setText(repo);
+    m_revision->setText(revision);
+}
+
+QString ModelSourcePage::speedText() const {
+    return m_speed->text();
+}
+
+QString ModelSourcePage::verificationText() const {
+    return m_verification->text();
+}
+
+QString ModelSourcePage::resumeText() const {
+    return m_pending ? m_resumeLabel->text() : QString();
+}
+
+QProgressBar* ModelSourcePage::fileBar(const QString& name) const {
+    QTreeWidgetItem* row = m_rows.value(name);
+    return row ? qobject_cast<QProgressBar*>(m_files->itemWidget(row, Progress)) : nullptr;
+}
+
+void ModelSourcePage::resumePending() {
+    if (!m_pending || m_downloading) return;
+    const PendingDownload p = *m_pending;
+    m_pending.reset();
+    m_resumeBox->hide();
+    m_endpoint->setText(p.endpoint);
+    setRepository(p.repo, p.revision);
+    setDownloadTarget(p.destination);
+    startDownload();
+}
+
+void ModelSourcePage::forgetPending() {
+    m_pending.reset();
+    m_resumeBox->hide();
+    PendingDownload::clear();
+}
+
 void ModelSourcePage::setDownloadTarget(const QString& dir) {
     m_target->setText(dir);
 }
@@ -254,6 +336,14 @@ void ModelSourcePage::startDownload() {
     options.revision = m_revision->text().trimmed().toStdString();
     options.token = m_token->text().toStdString();
     options.destination = m_target->text().toStdString();
+    // Entered once: kept in the keychain (or this run's memory), never in QSettings.
+    if (m_token->text() != m_tokenStore->token()) m_tokenStore->store(m_token->text());
+    // Remembered before the first byte so quitting at any point can be resumed.
+    PendingDownload{m_endpoint->text().trimmed(), m_repo->text().trimmed(),
+                    m_revision->text().trimmed(), QDir(m_target->text()).absolutePath()}
+        .save();
+    m_verifying.clear();
+    m_verification->clear();
     m_start->setEnabled(false);
     m_pause->setEnabled(true);
     m_downloadStatus->setStyleSheet(QString());
@@ -274,6 +364,9 @@ void ModelSourcePage::pauseDownload() {
 
 void ModelSourcePage::downloadDone(const k3::DownloadResult& result) {
     m_downloading = false;
+    m_lastResult = result;
+    if (result.ok) PendingDownload::clear();
+    showVerification(result);
     m_start->setEnabled(true);
     m_start->setText(result.ok                                         ? tr("Start")
                      : result.errorKind == k3::HubErrorKind::Cancelled ? tr("Resume")
@@ -293,6 +386,30 @@ void ModelSourcePage::downloadDone(const k3::DownloadResult& result) {
     emit completeChanged();
     emit downloadFinished(result.ok);
     if (result.ok) chooseFolder(m_target->text());
+}
+
+void ModelSourcePage::showVerification(const k3::DownloadResult& result) {
+    if (!result.ok && result.errorKind == k3::HubErrorKind::Cancelled) {
+        m_verification->setText(tr("Verification: continues when the download resumes."));
+        return;
+    }
+    int sized = 0, hashed = 0, withHash = 0;
+    for (const k3::FileResult& f : result.files) {
+        const bool done = f.state == k3::FileState::Done;
+        if (done && f.actualSize == f.expectedSize) ++sized;
+        if (f.expectedSha256.empty()) continue;
+        ++withHash;
+        if (done && f.actualSha256 == f.expectedSha256) ++hashed;
+    }
+    m_verification->setText(
+        tr("Verification: %1/%2 file sizes and %3/%4 sha256 sums match the hub.")
+            .arg(sized)
+            .arg(result.files.size())
+            .arg(hashed)
+            .arg(withHash));
+    m_verification->setStyleSheet(sized == int(result.files.size()) && hashed == withHash
+                                      ? QString()
+                                      : QStringLiteral("color: #c0392b;"));
 }
 
 QTreeWidgetItem* ModelSourcePage::rowFor(const QString& name) {
@@ -320,7 +437,15 @@ void ModelSourcePage::showFileList(const std::vector<k3::HubFile>& files) {
 }
 
 void ModelSourcePage::showFileProgress(const k3::FileProgress& progress) {
-    QTreeWidgetItem* row = rowFor(QString::fromStdString(progress.name));
+    const QString name = QString::fromStdString(progress.name);
+    QTreeWidgetItem* row = rowFor(name);
+    if (progress.state == k3::FileState::Verifying) {
+        m_verification->setText(tr("Verifying %1 (size and sha256)…").arg(name));
+        if (!m_verifying.contains(name)) {
+            m_verifying.insert(name);
+            emit verificationStarted(name);
+        }
+    }
     row->setText(Size, bytesText(progress.bytesTotal));
     row->setText(State, QString::fromUtf8(k3::fileStateName(progress.state)));
     if (auto* bar = qobject_cast<QProgressBar*>(m_files->itemWidget(row, Progress)))

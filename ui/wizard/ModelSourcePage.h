@@ -2,12 +2,16 @@
 
 #include <QFutureWatcher>
 #include <QHash>
+#include <QSet>
 #include <QWizardPage>
 
 #include <atomic>
 #include <memory>
+#include <optional>
 
 #include <k3/hub.hpp>
+
+#include "wizard/PendingDownload.h"
 
 class QLabel;
 class QLineEdit;
@@ -17,10 +21,14 @@ class QRadioButton;
 class QTreeWidget;
 class QTreeWidgetItem;
 class QWidget;
+class TokenStore;
 
 // Wizard page 2: an existing checkpoint folder (validated off the GUI thread: config
 // readable, every shard present) or a download from the hub with per-file rows, an
-// overall bar, speed and ETA. Pause cancels; Start again resumes from the .partial files.
+// overall bar, speed and ETA, then a verification line (sizes and sha256). Pause cancels;
+// Start again resumes from the .partial files. The download in progress is remembered in
+// QSettings (PendingDownload), so a later run offers "Resume download"; the token goes
+// to the system keychain through TokenStore.
 class ModelSourcePage : public QWizardPage {
     Q_OBJECT
     Q_PROPERTY(QString modelDir READ modelDir NOTIFY modelDirChanged)
@@ -44,15 +52,31 @@ public:
     QString verdictText() const;
     bool isValidating() const { return m_validating; }
 
-    // Download controls, public for tests (no network there: an unreachable endpoint).
+    // Download controls, public for tests (which serve a fake hub from a local nginx).
     void setEndpoint(const QString& endpoint);
+    void setRepository(const QString& repo, const QString& revision);
     void setDownloadTarget(const QString& dir);
     void startDownload();
     void pauseDownload();
     bool isDownloading() const { return m_downloading; }
     QString downloadStatusText() const;
+    QString speedText() const;
+    QString verificationText() const;
     QTreeWidget* fileList() const { return m_files; }
+    QProgressBar* overallBar() const { return m_overall; }
+    QProgressBar* fileBar(const QString& name) const;
     QPushButton* startButton() const { return m_start; }
+    QLineEdit* tokenField() const { return m_token; }
+    TokenStore* tokenStore() const { return m_tokenStore; }
+    // The last finished run (empty before one finishes).
+    const k3::DownloadResult& lastResult() const { return m_lastResult; }
+
+    // The unfinished download remembered from an earlier run, if any.
+    bool offersResume() const { return m_pending.has_value(); }
+    QString resumeText() const;
+    QPushButton* resumeButton() const { return m_resumeButton; }
+    void resumePending();
+    void forgetPending();
 
     static Verdict checkFolder(const QString& dir);
 
@@ -66,6 +90,8 @@ signals:
     void modelDirChanged(const QString& dir);
     void validationFinished(bool ok);
     void downloadFinished(bool ok);
+    // A file entered the sha256 step (first time per run).
+    void verificationStarted(const QString& name);
 
 private:
     void updateMode();
@@ -73,6 +99,7 @@ private:
     void downloadDone(const k3::DownloadResult& result);
     void updateFreeSpace();
     QTreeWidgetItem* rowFor(const QString& name);
+    void showVerification(const k3::DownloadResult& result);
 
     QRadioButton* m_haveIt;
     QRadioButton* m_downloadMode;
@@ -92,7 +119,16 @@ private:
     QProgressBar* m_overall;
     QLabel* m_speed;
     QLabel* m_downloadStatus;
+    QLabel* m_verification;
+    QLabel* m_tokenNote;
+    QWidget* m_resumeBox;
+    QLabel* m_resumeLabel;
+    QPushButton* m_resumeButton;
+    TokenStore* m_tokenStore;
     QHash<QString, QTreeWidgetItem*> m_rows;
+    QSet<QString> m_verifying; // files whose sha256 step was shown this run
+    std::optional<PendingDownload> m_pending;
+    k3::DownloadResult m_lastResult;
 
     QString m_validDir;
     bool m_validating = false;

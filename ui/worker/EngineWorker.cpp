@@ -2,6 +2,8 @@
 
 #include <QThread>
 
+#include <omp.h>
+
 namespace {
 
 k3::ChatRole roleFromName(const QString& role) {
@@ -129,6 +131,13 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
     options.sampling.topP = settings.topP;
     options.sampling.seed = settings.seed;
     options.maxTokens = settings.maxTokens;
+    // The OpenMP thread count is per calling thread: set here, it governs the engine's
+    // parallel regions for this message. 0 goes back to what this thread started with.
+    if (m_defaultThreads == 0) m_defaultThreads = omp_get_max_threads();
+    omp_set_num_threads(settings.threads > 0 ? settings.threads : m_defaultThreads);
+    GenerationSettings applied = settings;
+    applied.threads = omp_get_max_threads();
+    emit settingsApplied(applied);
     try {
         SignalObserver observer(this);
         const k3::GenerateResult r = m_session->chat(messages, options, &observer, &m_cancel);

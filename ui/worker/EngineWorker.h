@@ -24,6 +24,7 @@ struct GenerationSettings {
     float topP = 1.0f;
     quint64 seed = 0;
     int maxTokens = 512;
+    int threads = 0; // OpenMP threads for this message; 0: the default (every core)
 };
 
 struct GenerationSummary {
@@ -109,6 +110,9 @@ signals:
     // Where the token's time went (the I/O parts are 0 while every weight is resident).
     void tokenTiming(int index, double computeSeconds, double trunkIoSeconds, double expertIoSeconds);
     void generationFinished(const GenerationSummary& summary);
+    // Before the prompt is read: the settings as the engine gets them (threads: the
+    // OpenMP thread count now in force on the engine thread).
+    void settingsApplied(const GenerationSettings& settings);
     // After the model loads and after every token: the plan and what it did.
     void memoryUpdated(const MemoryFigures& figures);
     void generationFailed(const QString& message);
@@ -116,4 +120,5 @@ signals:
 private:
     std::optional<k3::Session> m_session;
     std::atomic<bool> m_cancel{false};
+    int m_defaultThreads = 0; // the engine thread's OpenMP default, read on first use
 };

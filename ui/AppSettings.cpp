@@ -1,0 +1,119 @@
+#include "AppSettings.h"
+
+#include <QApplication>
+#include <QPalette>
+#include <QSettings>
+#include <QStyle>
+#include <QStyleHints>
+
+#include <algorithm>
+
+namespace {
+// Keys, shared with MainWindow for model/directory.
+const QString kGreedy = QStringLiteral("sampling/greedy");
+const QString kTemperature = QStringLiteral("sampling/temperature");
+const QString kTopP = QStringLiteral("sampling/topP");
+const QString kFixedSeed = QStringLiteral("sampling/fixedSeed");
+const QString kSeed = QStringLiteral("sampling/seed");
+const QString kThinking = QStringLiteral("thinking/enabled");
+const QString kEffort = QStringLiteral("thinking/effort");
+const QString kTheme = QStringLiteral("appearance/theme");
+const QString kModelDir = QStringLiteral("model/directory");
+const QString kTrunkDir = QStringLiteral("model/trunkDir");
+const QString kThreads = QStringLiteral("engine/threads");
+
+QPalette darkPalette() {
+    QPalette p;
+    const QColor window(0x2b, 0x2b, 0x2b), base(0x1e, 0x1e, 0x1e), text(0xe6, 0xe6, 0xe6);
+    const QColor disabled(0x80, 0x80, 0x80), highlight(0x3d, 0x7a, 0xd6);
+    p.setColor(QPalette::Window, window);
+    p.setColor(QPalette::WindowText, text);
+    p.setColor(QPalette::Base, base);
+    p.setColor(QPalette::AlternateBase, window);
+    p.setColor(QPalette::ToolTipBase, base);
+    p.setColor(QPalette::ToolTipText, text);
+    p.setColor(QPalette::PlaceholderText, disabled);
+    p.setColor(QPalette::Text, text);
+    p.setColor(QPalette::Button, window);
+    p.setColor(QPalette::ButtonText, text);
+    p.setColor(QPalette::BrightText, Qt::red);
+    p.setColor(QPalette::Link, QColor(0x6c, 0xa8, 0xff));
+    p.setColor(QPalette::Highlight, highlight);
+    p.setColor(QPalette::HighlightedText, Qt::white);
+    for (QPalette::ColorRole role : {QPalette::WindowText, QPalette::Text, QPalette::ButtonText})
+        p.setColor(QPalette::Disabled, role, disabled);
+    return p;
+}
+} // namespace
+
+QStringList AppSettings::themes() {
+    return {QStringLiteral("system"), QStringLiteral("light"), QStringLiteral("dark")};
+}
+
+QStringList AppSettings::efforts() {
+    // The same choices as the composer's Effort box.
+    return {QStringLiteral("max"), QStringLiteral("high"), QStringLiteral("medium"),
+            QStringLiteral("low")};
+}
+
+AppSettings AppSettings::load() {
+    const QSettings s;
+    AppSettings a;
+    a.greedy = s.value(kGreedy, a.greedy).toBool();
+    a.temperature = std::clamp(s.value(kTemperature, a.temperature).toDouble(), 0.01, 2.0);
+    a.topP = std::clamp(s.value(kTopP, a.topP).toDouble(), 0.01, 1.0);
+    a.fixedSeed = s.value(kFixedSeed, a.fixedSeed).toBool();
+    a.seed = std::max(0, s.value(kSeed, a.seed).toInt());
+    a.thinking = s.value(kThinking, a.thinking).toBool();
+    const QString effort = s.value(kEffort, a.thinkingEffort).toString();
+    if (efforts().contains(effort)) a.thinkingEffort = effort;
+    const QString theme = s.value(kTheme, a.theme).toString();
+    if (themes().contains(theme)) a.theme = theme;
+    a.modelDir = s.value(kModelDir).toString();
+    a.trunkDir = s.value(kTrunkDir).toString();
+    a.threads = std::clamp(s.value(kThreads, a.threads).toInt(), 0, 1024);
+    return a;
+}
+
+void AppSettings::save() const {
+    QSettings s;
+    s.setValue(kGreedy, greedy);
+    s.setValue(kTemperature, temperature);
+    s.setValue(kTopP, topP);
+    s.setValue(kFixedSeed, fixedSeed);
+    s.setValue(kSeed, seed);
+    s.setValue(kThinking, thinking);
+    s.setValue(kEffort, thinkingEffort);
+    s.setValue(kTheme, theme);
+    s.setValue(kModelDir, modelDir);
+    s.setValue(kTrunkDir, trunkDir);
+    s.setValue(kThreads, threads);
+}
+
+GenerationSettings AppSettings::generationSettings(quint64 randomSeed) const {
+    GenerationSettings g;
+    g.thinking = thinking;
+    g.thinkingEffort = thinkingEffort;
+    g.temperature = greedy ? 0.0f : float(temperature);
+    g.topP = greedy ? 1.0f : float(topP);
+    g.seed = fixedSeed ? quint64(seed) : randomSeed;
+    g.threads = threads;
+    return g;
+}
+
+void AppSettings::applyTheme(const QString& theme) {
+    // The palette the platform gave us, kept for "system".
+    static const QPalette platform = QApplication::palette();
+    if (theme == QLatin1String("dark"))
+        QApplication::setPalette(darkPalette());
+    else if (theme == QLatin1String("light"))
+        QApplication::setPalette(QApplication::style()->standardPalette());
+    else
+        QApplication::setPalette(platform);
+#if QT_VERSION >= QT_VERSION_CHECK(6, 8, 0)
+    QGuiApplication::styleHints()->setColorScheme(
+        theme == QLatin1String("dark")    ? Qt::ColorScheme::Dark
+        : theme == QLatin1String("light") ? Qt::ColorScheme::Light
+                                          : Qt::ColorScheme::Unknown);
+#endif
+}
