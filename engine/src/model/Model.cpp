@@ -211,8 +211,9 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
         if (!t) continue;
         if ((name == embedName || name == headName) && streamTables) {
             const std::uint64_t rows = t->rank == 2 ? std::max<std::uint64_t>(1, t->shape[0]) : 1;
-            in.modelBytes +=
-                model::StreamedTable::bufferBytes(t->nbytes / rows, options.tableBlockBytes);
+            // The embedding reads one row; only lm_head needs the two block buffers.
+            in.modelBytes += model::StreamedTable::bufferBytes(
+                t->nbytes / rows, name == headName ? options.tableBlockBytes : 0);
         } else {
             in.modelBytes += t->nbytes;
         }
@@ -257,7 +258,7 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
     const model::CheckpointSource ckptSource(ckpt);
     if (streamTables) {
         // Shape and dtype are checked here as the resident binding would check them.
-        auto open = [&](const std::string& name) {
+        auto open = [&](const std::string& name, std::uint64_t blockBytes) {
             const TensorInfo& t = ckpt.at(name);
             if (t.rank != 2 || t.shape[0] != std::uint64_t(c.vocabSize) ||
                 t.shape[1] != std::uint64_t(c.hiddenSize))
@@ -272,11 +273,11 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
                 file = index->binPath;
                 offset = r->offset + r->tensors.find(name)->second.offset;
             }
-            return std::make_unique<model::StreamedTable>(
-                file, offset, t.dtype, c.vocabSize, c.hiddenSize, name, options.tableBlockBytes);
+            return std::make_unique<model::StreamedTable>(file, offset, t.dtype, c.vocabSize,
+                                                          c.hiddenSize, name, blockBytes);
         };
-        impl->embedTable = open(embedName);
-        impl->headTable = open(headName);
+        impl->embedTable = open(embedName, 0);
+        impl->headTable = open(headName, options.tableBlockBytes);
     }
     if (!useTrunk) {
         model::bindModelTensors(ckptSource, c, impl->w, !streamTables);

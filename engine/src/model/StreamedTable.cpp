@@ -43,13 +43,16 @@ StreamedTable::StreamedTable(const std::filesystem::path& file, std::uint64_t of
     }
     if (offset + rowBytes_ * std::uint64_t(rows) > file_->size())
         throw ModelError("tensor " + name + " runs past the end of " + file.string());
-    const std::uint64_t win = windowBytes(rowBytes_ * std::uint64_t(blockRows_));
-    buf_[0] = memory::AlignedBuffer(std::size_t(win));
-    buf_[1] = memory::AlignedBuffer(std::size_t(win));
+    if (blockBytes > 0) {
+        const std::uint64_t win = windowBytes(rowBytes_ * std::uint64_t(blockRows_));
+        buf_[0] = memory::AlignedBuffer(std::size_t(win));
+        buf_[1] = memory::AlignedBuffer(std::size_t(win));
+    }
     rowBuf_ = memory::AlignedBuffer(std::size_t(windowBytes(rowBytes_)));
 }
 
 std::uint64_t StreamedTable::bufferBytes(std::uint64_t rowBytes, std::uint64_t blockBytes) {
+    if (blockBytes == 0) return windowBytes(rowBytes);
     const std::uint64_t block = std::max(rowBytes, blockBytes / rowBytes * rowBytes);
     return 2 * windowBytes(block) + windowBytes(rowBytes);
 }
@@ -93,6 +96,8 @@ void StreamedTable::row(int r, float* out) const {
 }
 
 void StreamedTable::matvec(float* y, const float* x) const {
+    if (!buf_[0].data())
+        throw ModelError("tensor " + name_ + " was opened for rows only (no block buffers)");
     auto view = [&](const std::byte* p, int count) {
         return dtype_ == DType::BF16
                    ? WeightView::bf16(reinterpret_cast<const std::uint16_t*>(p), count, cols_)

@@ -20,6 +20,7 @@ namespace k3::model {
 class StreamedTable {
 public:
     // `offset`: the table's first byte in `file`. Refuses dtypes other than BF16/F32.
+    // blockBytes 0: rows only (the embedding), no block buffers for matvec.
     StreamedTable(const std::filesystem::path& file, std::uint64_t offset, DType dtype, int rows,
                   int cols, const std::string& name, std::uint64_t blockBytes);
 
@@ -28,7 +29,7 @@ public:
     // y[rows] = W x, in row blocks.
     void matvec(float* y, const float* x) const;
 
-    // Bytes this table holds in memory (the two block buffers and one row).
+    // Bytes this table holds in memory (the two block buffers, if any, and one row).
     static std::uint64_t bufferBytes(std::uint64_t rowBytes, std::uint64_t blockBytes);
     std::uint64_t bufferBytes() const;
     std::uint64_t bytesRead() const { return bytesRead_; }
