@@ -3,6 +3,7 @@
 #include "CliSupport.hpp"
 
 #include <k3/config.hpp>
+#include <k3/presets.hpp>
 #include <k3/tokenizer.hpp>
 
 #include <chrono>
@@ -62,6 +63,8 @@ LoadedSession openModel(const ModelArgs& args, TokenizerNeed need) {
     if (args.memory.cacheGB && *args.memory.cacheGB > 0)
         options.expertCacheBytes = std::uint64_t(*args.memory.cacheGB * 1e9);
     options.recordCacheTrace = !args.memory.cacheTraceDir.empty();
+    if (const auto p = k3::findPreset(args.memory.resolvedPreset); p && p->streamsModelTables)
+        options.streamModelTables = true; // ultra: embeddings and lm_head stay on disk
     // Refuse up front (exit 1, with the numbers and the options) a plan over 95% of
     // MemAvailable, rather than swapping or being killed halfway through a run.
     options.enforceMemoryPlan = true;

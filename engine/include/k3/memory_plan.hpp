@@ -45,6 +45,9 @@ MemoryBudget resolveMemoryFlags(std::span<const MemoryFlag> flags);
 // What the plan needs to know about the model, from config.json and the packed trunk.
 struct PlanInputs {
     std::vector<std::uint64_t> layerBytes; // each trunk layer record (payload bytes)
+    // Per layer, the slot bytes of its larger piece (attention | MLP); empty: a layer
+    // larger than the ring share is refused rather than streamed in pieces.
+    std::vector<std::uint64_t> layerPieceBytes;
     std::uint64_t modelBytes = 0;          // embeddings, final norm, output AttnRes, lm_head
     std::uint64_t residentExpertBytes = 0; // routed experts held in memory (no cache)
     std::uint64_t expertSlotBytes = 0;     // one routed expert, aligned up to 4096
@@ -55,6 +58,9 @@ struct PlanInputs {
     int contextLength = 0;                // positions the KV cache must hold
     std::uint64_t bufferBytes = 0;        // activations, logits, scratch
     bool streamed = true;                 // false: everything resident (no --trunk)
+    // Embeddings and lm_head stay on disk (the ultra preset): modelBytes then counts
+    // only the small model tensors and the bounded read buffers.
+    bool modelTablesStreamed = false;
 };
 
 struct MemoryPlan {
@@ -64,11 +70,15 @@ struct MemoryPlan {
     std::uint64_t pinnedBytes = 0;
     int ringSlots = 0;               // 2: one computing, the next in flight; 1: no overlap
     std::uint64_t ringSlotBytes = 0; // aligned; holds the largest layer not pinned
+    // A streamed layer larger than the slot arrives in two pieces (attention, MLP); the
+    // slot then holds the larger piece, so the budget is never silently overshot.
+    bool piecewise = false;
     std::uint64_t trunkBytes() const {
         return pinnedBytes + std::uint64_t(ringSlots) * ringSlotBytes;
     }
     // the rest
     std::uint64_t modelBytes = 0;
+    bool modelTablesStreamed = false;
     std::uint64_t residentExpertBytes = 0;
     int cacheSlots = 0;
     std::uint64_t expertSlotBytes = 0;
@@ -88,11 +98,13 @@ struct MemoryPlan {
 inline constexpr double kPlanMaxShareOfAvailable = 0.95;
 
 // The pinned prefix for `budgetBytes`, as the fixed point with the ring slot size.
-// Fills totalLayers, pinnedLayers, pinnedBytes, ringSlots, ringSlotBytes. Throws
-// MemoryRefusal when the budget cannot hold even one slot for the largest unpinned
-// layer (the message gives both numbers).
+// Fills totalLayers, pinnedLayers, pinnedBytes, ringSlots, ringSlotBytes, piecewise.
+// Whole layers first (a ring of 2, then of 1); when no slot fits the largest unpinned
+// layer and `pieceBytes` is given, layers over the slot stream in two pieces and the
+// slot is the ring's share of the budget (a ring of 2, then of 1). Throws MemoryRefusal
+// when the budget cannot hold even that (the message gives the numbers).
 void planTrunk(MemoryPlan& plan, std::span<const std::uint64_t> layerBytes,
-               std::uint64_t budgetBytes);
+               std::uint64_t budgetBytes, std::span<const std::uint64_t> pieceBytes = {});
 
 // Adds everything up. An automatic budget is filled from `availableBytes`: the trunk
 // first (pinning is worth more than cache), the rest to the cache. Does not refuse.

@@ -38,7 +38,11 @@ struct ModelOptions {
     int expertCacheSlots = 0;           // > 0: exactly this many slots (overrides the bytes)
     int contextLength = 4096;           // positions the plan's KV cache must hold
     bool enforceMemoryPlan = false;     // refuse a plan over 95% of MemAvailable
-    bool recordCacheTrace = false;      // keep the expert request trace (--dump-cache-trace)
+    // Leave embeddings and lm_head on disk (the ultra preset): one embedding row is read
+    // per token and lm_head streams in row blocks of tableBlockBytes (two buffers).
+    bool streamModelTables = false;
+    std::uint64_t tableBlockBytes = std::uint64_t{64} << 20;
+    bool recordCacheTrace = false; // keep the expert request trace (--dump-cache-trace)
 };
 
 // Live figures of the memory dial, for the run report and the app's panels.
@@ -49,6 +53,8 @@ struct MemoryStats {
     CacheStats cache;
     int cacheSlots = 0;
     std::uint64_t cacheSlotBytes = 0;
+    bool modelTablesStreamed = false; // embeddings and lm_head read from disk
+    std::uint64_t tableBytesRead = 0; // by the embedding rows and lm_head blocks
 };
 
 // Per-conversation state: grows by one position per token fed.

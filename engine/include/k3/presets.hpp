@@ -17,6 +17,7 @@ struct Preset {
     double cacheGB;          // routed-expert cache
     double minAvailableGB;   // MemAvailable at which the doctor recommends it
     std::string_view summary;
+    bool streamsModelTables = false; // embeddings and lm_head stay on disk (ultra)
 };
 
 // Every named preset, smallest first ("auto" is not a table entry: it is computed).

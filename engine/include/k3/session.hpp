@@ -34,6 +34,7 @@ struct SessionOptions {
     int contextLength = 4096;
     bool enforceMemoryPlan = false;
     bool recordCacheTrace = false;
+    bool streamModelTables = false; // embeddings and lm_head stay on disk (ultra)
 };
 
 // The run report's memory figures: the plan (a forecast), what the trunk and the

@@ -12,10 +12,14 @@
 #include "k3/memory_plan.hpp"
 #include "k3/pack.hpp"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace k3 {
 
@@ -23,6 +27,33 @@ class TrunkError : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
 };
+
+// A streamed layer larger than the ring slot arrives in two PIECES, in the order the
+// forward uses them: piece 0 holds everything but the MLP (norms, AttnRes, attention),
+// piece 1 the MLP (dense or the MoE's router, latent projections, shared experts). While
+// the attention computes on piece 0, piece 1 is already in flight (with a ring of 2).
+// Tensors of a piece are not contiguous in trunk.bin, so a piece is a few aligned
+// windows placed one after another in the slot.
+struct TrunkPiece {
+    struct Run {
+        std::uint64_t fileOffset = 0; // 4096-aligned, in trunk.bin
+        std::uint64_t bytes = 0;      // 4096-aligned
+        std::uint64_t slotOffset = 0; // where the window lands in the slot
+    };
+    std::vector<Run> runs;
+    std::uint64_t slotBytes = 0;                                // sum of the windows
+    std::uint64_t payloadBytes = 0;                             // the tensors' own bytes
+    std::map<std::string, std::uint64_t, std::less<>> tensorAt; // name -> offset in the slot
+};
+
+// True for the tensors of a layer's MLP piece (".mlp." and ".block_sparse_moe.").
+bool isMlpPieceTensor(std::string_view name);
+
+// The two pieces of one layer record (piece 0: everything else, piece 1: the MLP).
+std::array<TrunkPiece, 2> splitLayerRecord(const TrunkRecord& record);
+
+// The slot bytes the larger of a record's two pieces needs.
+std::uint64_t largestPieceBytes(const TrunkRecord& record);
 
 struct TrunkStats {
     int totalLayers = 0;
@@ -33,6 +64,8 @@ struct TrunkStats {
     std::uint64_t binds = 0;      // acquire() calls
     std::uint64_t pinnedHits = 0; // served from the pinned prefix
     std::uint64_t reads = 0;      // layer reads from trunk.bin (pinned load included)
+    std::uint64_t pieceReads = 0; // piece reads of layers larger than the slot
+    int piecewiseLayers = 0;      // streamed layers that arrive in two pieces
     std::uint64_t bytesRead = 0;
     double ioSeconds = 0;   // time the reader spent in read calls
     double waitSeconds = 0; // time the compute thread waited for a layer
@@ -49,8 +82,15 @@ public:
 
     // Layer L's record bytes, valid until acquire() of another streamed layer after the
     // next one. Starts the read of the next streamed layer (cyclic order). Throws
-    // TrunkError naming the layer when its read failed.
+    // TrunkError naming the layer when its read failed, or when the layer is piecewise.
     const std::byte* acquire(int layer);
+
+    // True when layer L is streamed in two pieces (it is larger than the ring slot).
+    bool piecewise(int layer) const;
+    // Piece p (0 or 1) of a piecewise layer, laid out as piece(layer, p) says; valid
+    // until the next acquire. Starts the read of the next piece or layer.
+    const std::byte* acquirePiece(int layer, int piece);
+    const TrunkPiece& piece(int layer, int piece) const;
 
     bool pinned(int layer) const;
     // A pinned layer's bytes (stable for the streamer's lifetime); null when not pinned.

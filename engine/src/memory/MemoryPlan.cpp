@@ -53,6 +53,37 @@ FixedPoint fixedPoint(std::span<const std::uint64_t> layers, std::uint64_t budge
     return fp;
 }
 
+// Piecewise: the slot must hold the larger piece of every streamed layer; the rest of
+// the budget after the pinned prefix is the ring, so layers up to the slot stay whole.
+// The longest prefix that leaves such a slot wins (a pinned layer saves a read).
+FixedPoint piecewiseFixedPoint(std::span<const std::uint64_t> layers,
+                               std::span<const std::uint64_t> pieces, std::uint64_t budget,
+                               int ring) {
+    const std::size_t n = layers.size();
+    std::vector<std::uint64_t> suffixPiece(n + 1, 0), suffixLayer(n + 1, 0), prefix(n + 1, 0);
+    for (std::size_t i = n; i-- > 0;) {
+        suffixPiece[i] =
+            std::max(suffixPiece[i + 1], alignUp(std::min(pieces[i], alignUp(layers[i]))));
+        suffixLayer[i] = std::max(suffixLayer[i + 1], alignUp(layers[i]));
+    }
+    for (std::size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + alignUp(layers[i]);
+    FixedPoint fp;
+    for (std::size_t k = n; k-- > 0;) {
+        if (prefix[k] > budget) continue;
+        const std::uint64_t share =
+            (budget - prefix[k]) / std::uint64_t(ring) / kTrunkAlignment * kTrunkAlignment;
+        const std::uint64_t slot = std::min(share, suffixLayer[k]);
+        if (slot >= std::max<std::uint64_t>(suffixPiece[k], kTrunkAlignment)) {
+            fp.pinned = int(k);
+            fp.pinnedBytes = prefix[k];
+            fp.slot = slot;
+            fp.ok = true;
+            return fp;
+        }
+    }
+    return fp;
+}
+
 void line(std::string& out, const char* label, std::uint64_t bytes, const std::string& note = {}) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "  %-18s %12s%s%s\n", label, formatBytes(bytes).c_str(),
@@ -133,8 +164,10 @@ std::uint64_t MemoryPlan::total() const {
            bufferBytes + kvBytes;
 }
 
-void planTrunk(MemoryPlan& plan, std::span<const std::uint64_t> layers, std::uint64_t budget) {
+void planTrunk(MemoryPlan& plan, std::span<const std::uint64_t> layers, std::uint64_t budget,
+               std::span<const std::uint64_t> pieces) {
     plan.totalLayers = int(layers.size());
+    plan.piecewise = false;
     std::uint64_t all = 0, largest = 0;
     for (auto b : layers) {
         all += alignUp(b);
@@ -147,22 +180,41 @@ void planTrunk(MemoryPlan& plan, std::span<const std::uint64_t> layers, std::uin
         plan.ringSlotBytes = 0;
         return;
     }
+    // Overlap first: a ring of 2 whole slots, else a ring of 2 where layers over the
+    // slot arrive in two pieces (every other layer still overlaps its read), and only
+    // then a ring of 1 (no overlap at all): whole, else in pieces.
+    const bool canSplit = pieces.size() == layers.size();
+    std::uint64_t largestPiece = 0;
+    if (canSplit)
+        for (std::size_t i = 0; i < layers.size(); ++i)
+            largestPiece = std::max(largestPiece, alignUp(std::min(pieces[i], alignUp(layers[i]))));
     for (int ring : {2, 1}) {
-        const FixedPoint fp = fixedPoint(layers, budget, ring);
+        FixedPoint fp = fixedPoint(layers, budget, ring);
+        bool split = false;
+        if (!fp.ok && canSplit) {
+            fp = piecewiseFixedPoint(layers, pieces, budget, ring);
+            split = fp.ok;
+        }
         if (!fp.ok) continue;
         plan.pinnedLayers = fp.pinned;
         plan.pinnedBytes = fp.pinnedBytes;
         plan.ringSlots = ring;
         plan.ringSlotBytes = fp.slot;
+        plan.piecewise = split;
         return;
     }
+    if (canSplit)
+        throw MemoryRefusal(
+            "the trunk budget of " + formatBytes(budget) +
+            " cannot hold one ring slot for the largest piece of a layer (" +
+            formatBytes(largestPiece) + ": a layer's attention or its MLP); raise " +
+            "--trunk-gb to at least " + formatBytes(largestPiece) + " (two slots, " +
+            formatBytes(2 * largestPiece) + ", also overlap the next read with compute)");
     throw MemoryRefusal(
         "the trunk budget of " + formatBytes(budget) +
         " cannot hold one ring slot for the largest layer (" + formatBytes(alignUp(largest)) +
-        "); streaming a layer in pieces is not supported, so raise --trunk-gb "
-        "to at least " +
-        formatBytes(alignUp(largest)) + " (two slots, " + formatBytes(2 * alignUp(largest)) +
-        ", also overlap the next read with compute)");
+        "); raise --trunk-gb to at least " + formatBytes(alignUp(largest)) + " (two slots, " +
+        formatBytes(2 * alignUp(largest)) + ", also overlap the next read with compute)");
 }
 
 MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uint64_t available) {
@@ -170,6 +222,7 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
     plan.budget = budget;
     plan.available = available;
     plan.modelBytes = in.modelBytes;
+    plan.modelTablesStreamed = in.modelTablesStreamed;
     plan.residentExpertBytes = in.residentExpertBytes;
     plan.stateBytes = in.stateBytes;
     plan.bufferBytes = in.bufferBytes;
@@ -191,14 +244,14 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
         trunkBudget = std::min(allLayers, rest > minCache ? rest - minCache : 0);
         MemoryPlan probe;
         try {
-            planTrunk(probe, in.layerBytes, trunkBudget);
+            planTrunk(probe, in.layerBytes, trunkBudget, in.layerPieceBytes);
         } catch (const MemoryRefusal&) {
             probe.ringSlotBytes = 0;
         }
         cacheBudget = rest > probe.trunkBytes() ? rest - probe.trunkBytes() : 0;
     }
     if (!in.streamed) trunkBudget = ~std::uint64_t{0};
-    planTrunk(plan, in.layerBytes, trunkBudget);
+    planTrunk(plan, in.layerBytes, trunkBudget, in.layerPieceBytes);
 
     if (in.expertSlotBytes > 0 && in.expertCount > 0) {
         std::uint64_t slots = cacheBudget / in.expertSlotBytes;
@@ -211,11 +264,13 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
 std::string MemoryPlan::format() const {
     std::string out = "memory plan (" + budget.source + ")\n";
     char note[160];
-    std::snprintf(note, sizeof note, "%d/%d layers pinned (%s), ring %d x %s", pinnedLayers,
+    std::snprintf(note, sizeof note, "%d/%d layers pinned (%s), ring %d x %s%s", pinnedLayers,
                   totalLayers, formatBytes(pinnedBytes).c_str(), ringSlots,
-                  formatBytes(ringSlotBytes).c_str());
+                  formatBytes(ringSlotBytes).c_str(),
+                  piecewise ? ", larger layers in 2 pieces" : "");
     line(out, ringSlots ? "trunk (STREAMED)" : "trunk (PINNED)", trunkBytes(), note);
-    line(out, "embed + lm_head", modelBytes);
+    line(out, "embed + lm_head", modelBytes,
+         modelTablesStreamed ? "STREAMED: one embedding row, lm_head in row blocks" : "");
     if (residentExpertBytes) line(out, "experts (RESIDENT)", residentExpertBytes);
     std::snprintf(note, sizeof note, "%d slots x %s", cacheSlots,
                   formatBytes(expertSlotBytes).c_str());

@@ -8,7 +8,7 @@ namespace {
 
 // Trunk/cache GB and thresholds from the seed's preset table and doctor rules.
 constexpr std::array<Preset, 6> kPresets{{
-    {"ultra", 2.5, 0.31, 4.0, "about 3 GB; streams embeddings and lm_head too"},
+    {"ultra", 2.5, 0.31, 4.0, "about 3 GB; streams embeddings and lm_head too", true},
     {"laptop", 3.0, 1.0, 10.0, "about 8.2 GB peak"},
     {"desktop", 16.0, 10.0, 32.0, "about 31.9 GB peak"},
     {"workstation", 60.0, 30.0, 96.0, "about 95.5 GB peak"},

@@ -20,11 +20,53 @@ double since(Clock::time_point t) {
 }
 } // namespace
 
+bool isMlpPieceTensor(std::string_view name) {
+    return name.find(".mlp.") != std::string_view::npos ||
+           name.find(".block_sparse_moe.") != std::string_view::npos;
+}
+
+std::array<TrunkPiece, 2> splitLayerRecord(const TrunkRecord& r) {
+    std::array<TrunkPiece, 2> pieces;
+    // Tensors in file order; each widened to its aligned window, overlapping or touching
+    // windows merged, the windows of a piece placed one after another in the slot.
+    std::vector<std::pair<std::uint64_t, const std::string*>> order[2];
+    for (const auto& [name, t] : r.tensors)
+        order[isMlpPieceTensor(name) ? 1 : 0].emplace_back(t.offset, &name);
+    for (int p = 0; p < 2; ++p) {
+        TrunkPiece& piece = pieces[std::size_t(p)];
+        std::sort(order[p].begin(), order[p].end());
+        for (const auto& [off, name] : order[p]) {
+            const TrunkTensor& t = r.tensors.find(*name)->second;
+            const std::uint64_t lo = (r.offset + off) / kTrunkAlignment * kTrunkAlignment;
+            const std::uint64_t hi = alignUp(r.offset + off + t.info.nbytes);
+            if (piece.runs.empty() || lo > piece.runs.back().fileOffset + piece.runs.back().bytes) {
+                piece.runs.push_back({lo, hi - lo, piece.slotBytes});
+                piece.slotBytes += hi - lo;
+            } else if (hi > piece.runs.back().fileOffset + piece.runs.back().bytes) {
+                const std::uint64_t grow =
+                    hi - (piece.runs.back().fileOffset + piece.runs.back().bytes);
+                piece.runs.back().bytes += grow;
+                piece.slotBytes += grow;
+            }
+            const TrunkPiece::Run& run = piece.runs.back();
+            piece.tensorAt[*name] = run.slotOffset + (r.offset + off - run.fileOffset);
+            piece.payloadBytes += t.info.nbytes;
+        }
+    }
+    return pieces;
+}
+
+std::uint64_t largestPieceBytes(const TrunkRecord& r) {
+    const auto p = splitLayerRecord(r);
+    return std::max(p[0].slotBytes, p[1].slotBytes);
+}
+
 struct TrunkStreamer::Impl {
     enum class State { Idle, Reading, Ready, Failed };
     struct Slot {
         memory::AlignedBuffer buf;
         int layer = -1;
+        int piece = -1; // -1: the whole layer
         State state = State::Idle;
         std::string error;
     };
@@ -36,6 +78,8 @@ struct TrunkStreamer::Impl {
     std::vector<std::size_t> pinnedOffset;
     std::vector<Slot> ring;
     int current = -1;
+    // Per streamed layer: its two pieces when it is larger than the slot, else empty.
+    std::vector<std::vector<TrunkPiece>> pieces;
 
     std::mutex m;
     std::condition_variable cv;
@@ -63,6 +107,30 @@ struct TrunkStreamer::Impl {
                              " bytes (truncated trunk.bin? re-pack it)");
     }
 
+    // The aligned windows of one piece, each straight into its place in the slot.
+    void readPiece(int L, int P, std::byte* dst, double& seconds) {
+        const TrunkPiece& piece = pieces[std::size_t(L)][std::size_t(P)];
+        const auto t0 = Clock::now();
+        for (const TrunkPiece::Run& run : piece.runs) {
+            std::size_t got = 0;
+            try {
+                got =
+                    file->readWindow(run.fileOffset, dst + run.slotOffset, std::size_t(run.bytes));
+            } catch (const std::exception& e) {
+                throw TrunkError("trunk layer " + std::to_string(L) + " piece " +
+                                 std::to_string(P) + ": " + e.what());
+            }
+            // Only the file's last window may come back short (it runs past the end).
+            if (got < run.bytes && run.fileOffset + got < index.fileBytes)
+                throw TrunkError("trunk layer " + std::to_string(L) + " piece " +
+                                 std::to_string(P) + ": short read from " + index.binPath.string() +
+                                 " at offset " + std::to_string(run.fileOffset) + ": got " +
+                                 std::to_string(got) + " of " + std::to_string(run.bytes) +
+                                 " bytes (truncated trunk.bin? re-pack it)");
+        }
+        seconds = since(t0);
+    }
+
     void readerLoop() {
         std::unique_lock lock(m);
         for (;;) {
@@ -71,12 +139,16 @@ struct TrunkStreamer::Impl {
             const int s = queue.front();
             queue.pop_front();
             const int L = ring[std::size_t(s)].layer;
+            const int P = ring[std::size_t(s)].piece;
             std::byte* dst = ring[std::size_t(s)].buf.data();
             lock.unlock();
             double secs = 0;
             std::string error;
             try {
-                readLayer(L, dst, secs);
+                if (P < 0)
+                    readLayer(L, dst, secs);
+                else
+                    readPiece(L, P, dst, secs);
             } catch (const std::exception& e) {
                 error = e.what();
             }
@@ -85,18 +157,22 @@ struct TrunkStreamer::Impl {
             slot.state = error.empty() ? State::Ready : State::Failed;
             slot.error = error;
             stats.ioSeconds += secs;
-            if (error.empty()) {
+            if (error.empty() && P < 0) {
                 ++stats.reads;
                 stats.bytesRead += index.layers[std::size_t(L)].bytes;
+            } else if (error.empty()) {
+                ++stats.pieceReads;
+                stats.bytesRead += pieces[std::size_t(L)][std::size_t(P)].slotBytes;
             }
             cv.notify_all();
         }
     }
 
     // Caller holds the lock; the slot is not Reading.
-    void request(int s, int L) {
+    void request(int s, int L, int P) {
         Slot& slot = ring[std::size_t(s)];
         slot.layer = L;
+        slot.piece = P;
         slot.state = State::Reading;
         slot.error.clear();
         queue.push_back(s);
@@ -108,6 +184,16 @@ struct TrunkStreamer::Impl {
         const int next = L + 1 < n ? L + 1 : pinnedCount; // the cycle restarts past the prefix
         return next < n ? next : -1;
     }
+    bool split(int L) const { return !pieces[std::size_t(L)].empty(); }
+    // The unit read after (L, P) in the cyclic order: the second piece, else the next layer.
+    std::pair<int, int> nextUnit(int L, int P) const {
+        if (P == 0) return {L, 1};
+        const int next = nextStreamed(L);
+        if (next < 0) return {-1, -1};
+        return {next, split(next) ? 0 : -1};
+    }
+
+    const std::byte* acquireUnit(int L, int P);
 };
 
 TrunkStreamer::TrunkStreamer(const TrunkIndex& index, const MemoryPlan& plan)
@@ -121,12 +207,24 @@ TrunkStreamer::TrunkStreamer(const TrunkIndex& index, const MemoryPlan& plan)
     if (d_->pinnedCount < n && plan.ringSlots < 1)
         throw TrunkError("the memory plan streams layers " + std::to_string(d_->pinnedCount) +
                          ".." + std::to_string(n - 1) + " but has no ring slot");
-    for (int L = d_->pinnedCount; L < n; ++L)
-        if (alignUp(index.layers[std::size_t(L)].bytes) > plan.ringSlotBytes)
-            throw TrunkError("trunk layer " + std::to_string(L) + " is " +
-                             std::to_string(index.layers[std::size_t(L)].bytes) +
+    d_->pieces.resize(std::size_t(n));
+    for (int L = d_->pinnedCount; L < n; ++L) {
+        const TrunkRecord& r = index.layers[std::size_t(L)];
+        if (alignUp(r.bytes) <= plan.ringSlotBytes) continue;
+        if (!plan.piecewise)
+            throw TrunkError("trunk layer " + std::to_string(L) + " is " + std::to_string(r.bytes) +
                              " bytes, more than the ring slot of " +
                              std::to_string(plan.ringSlotBytes));
+        const auto two = splitLayerRecord(r);
+        for (int p = 0; p < 2; ++p)
+            if (two[std::size_t(p)].slotBytes > plan.ringSlotBytes)
+                throw TrunkError(
+                    "trunk layer " + std::to_string(L) + " piece " + std::to_string(p) + " needs " +
+                    std::to_string(two[std::size_t(p)].slotBytes) +
+                    " bytes, more than the ring slot of " + std::to_string(plan.ringSlotBytes));
+        d_->pieces[std::size_t(L)].assign(two.begin(), two.end());
+        ++d_->stats.piecewiseLayers;
+    }
     try {
         d_->file = std::make_unique<AlignedFile>(index.binPath);
     } catch (const std::exception& e) {
@@ -186,13 +284,38 @@ TrunkStats TrunkStreamer::stats() const {
     return d_->stats;
 }
 
+bool TrunkStreamer::piecewise(int layer) const {
+    return layer >= 0 && layer < int(d_->pieces.size()) && d_->split(layer);
+}
+
+const TrunkPiece& TrunkStreamer::piece(int layer, int p) const {
+    if (!piecewise(layer) || p < 0 || p > 1)
+        throw TrunkError("trunk layer " + std::to_string(layer) + " has no piece " +
+                         std::to_string(p));
+    return d_->pieces[std::size_t(layer)][std::size_t(p)];
+}
+
 const std::byte* TrunkStreamer::acquire(int L) {
     Impl& d = *d_;
     if (L < 0 || L >= int(d.index.layers.size()))
         throw TrunkError("trunk layer " + std::to_string(L) + " does not exist (the trunk has " +
                          std::to_string(d.index.layers.size()) + ")");
+    if (d.split(L))
+        throw TrunkError("trunk layer " + std::to_string(L) +
+                         " is larger than the ring slot and streams in pieces: use acquirePiece");
+    return d.acquireUnit(L, -1);
+}
+
+const std::byte* TrunkStreamer::acquirePiece(int L, int p) {
+    if (!piecewise(L) || p < 0 || p > 1)
+        throw TrunkError("trunk layer " + std::to_string(L) + " has no piece " + std::to_string(p));
+    return d_->acquireUnit(L, p);
+}
+
+const std::byte* TrunkStreamer::Impl::acquireUnit(int L, int P) {
+    Impl& d = *this;
     std::unique_lock lock(d.m);
-    ++d.stats.binds;
+    if (P <= 0) ++d.stats.binds; // one bind per layer, however many pieces
     if (L < d.pinnedCount) {
         ++d.stats.pinnedHits;
         return d.pinnedArena.data() + d.pinnedOffset[std::size_t(L)];
@@ -202,13 +325,15 @@ const std::byte* TrunkStreamer::acquire(int L) {
     int s = -1;
     for (int i = 0; i < R; ++i) {
         const auto& slot = d.ring[std::size_t(i)];
-        if (slot.layer == L && (slot.state == State::Reading || slot.state == State::Ready)) s = i;
+        if (slot.layer == L && slot.piece == P &&
+            (slot.state == State::Reading || slot.state == State::Ready))
+            s = i;
     }
     const auto t0 = Clock::now();
     if (s < 0) { // not prefetched (first layer of the run, or out-of-order access)
         s = (R == 1 || d.current != 0) ? 0 : 1;
         d.cv.wait(lock, [&] { return d.ring[std::size_t(s)].state != State::Reading; });
-        d.request(s, L);
+        d.request(s, L, P);
     }
     d.cv.wait(lock, [&] { return d.ring[std::size_t(s)].state != State::Reading; });
     d.stats.waitSeconds += since(t0);
@@ -220,14 +345,15 @@ const std::byte* TrunkStreamer::acquire(int L) {
         throw TrunkError(err);
     }
     d.current = s;
-    // The next streamed layer goes into the other slot while this one computes.
+    // The next streamed unit goes into the other slot while this one computes.
     if (R >= 2) {
-        const int next = d.nextStreamed(L);
+        const auto [nextL, nextP] = d.nextUnit(L, P);
         const int other = s == 0 ? 1 : 0;
         Impl::Slot& o = d.ring[std::size_t(other)];
-        if (next >= 0 && next != L && o.state != State::Reading &&
-            !(o.layer == next && o.state == State::Ready))
-            d.request(other, next);
+        const bool same = nextL == L && nextP == P;
+        if (nextL >= 0 && !same && o.state != State::Reading &&
+            !(o.layer == nextL && o.piece == nextP && o.state == State::Ready))
+            d.request(other, nextL, nextP);
     }
     return slot.buf.data();
 }

@@ -4,6 +4,7 @@
 #include "k3/kernels.hpp"
 #include "k3/system.hpp"
 #include "model/ModelWeights.hpp"
+#include "model/StreamedTable.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -66,13 +67,43 @@ struct Model::Impl {
     std::vector<std::vector<model::ExpertWeightsStored>> residentExperts;
     std::shared_ptr<CheckpointExpertStore> store;
     std::unique_ptr<ExpertCache> cache;
+    // Embeddings and lm_head left on disk (ultra); null when resident.
+    std::unique_ptr<model::StreamedTable> embedTable, headTable;
 
     const model::LayerWeights& layer(int L);
+    // A piecewise streamed layer's MLP arrives now (piece 1), over its attention.
+    void enterMlp(int L);
 };
 
 namespace {
 
 // A trunk record in memory as a tensor source: bytes are lent, not copied.
+// One piece of a piecewise streamed layer in its ring slot.
+class PieceSource : public model::TensorSource {
+public:
+    PieceSource(const TrunkRecord& r, const TrunkPiece& p, const std::byte* base)
+        : record_(r), piece_(p), base_(base) {}
+    const TensorInfo& info(const std::string& name) const override {
+        const auto it = record_.tensors.find(name);
+        if (it == record_.tensors.end())
+            throw ModelError("tensor " + name + " is not in the packed trunk (record " +
+                             record_.name + "); re-pack the trunk from this checkpoint");
+        return it->second.info;
+    }
+    std::span<const std::byte> raw(const std::string& name,
+                                   std::vector<std::byte>&) const override {
+        const auto it = piece_.tensorAt.find(name);
+        if (it == piece_.tensorAt.end())
+            throw ModelError("tensor " + name + " is not in this piece of record " + record_.name);
+        return {base_ + it->second, std::size_t(info(name).nbytes)};
+    }
+
+private:
+    const TrunkRecord& record_;
+    const TrunkPiece& piece_;
+    const std::byte* base_;
+};
+
 class RecordSource : public model::TensorSource {
 public:
     RecordSource(std::vector<std::pair<const TrunkRecord*, const std::byte*>> records)
@@ -102,11 +133,25 @@ const model::LayerWeights& Model::Impl::layer(int L) {
         trunk->acquire(L); // counts the pinned hit; the binding is permanent
         return w.layers[std::size_t(L)];
     }
-    // Views into the ring slot: valid until the next streamed layer is acquired.
-    const RecordSource src({{&trunk->index().layers[std::size_t(L)], trunk->acquire(L)}});
     std::uint64_t ignored = 0;
+    const TrunkRecord& record = trunk->index().layers[std::size_t(L)];
+    if (trunk->piecewise(L)) { // the attention first; enterMlp brings the MLP
+        const PieceSource src(record, trunk->piece(L, 0), trunk->acquirePiece(L, 0));
+        streamed = model::bindLayer(src, config, L, false, ignored, /*withMlp=*/false);
+        return streamed;
+    }
+    // Views into the ring slot: valid until the next streamed layer is acquired.
+    const RecordSource src({{&record, trunk->acquire(L)}});
     streamed = model::bindLayer(src, config, L, false, ignored);
     return streamed;
+}
+
+void Model::Impl::enterMlp(int L) {
+    if (!trunk || !trunk->piecewise(L)) return;
+    const TrunkRecord& record = trunk->index().layers[std::size_t(L)];
+    const PieceSource src(record, trunk->piece(L, 1), trunk->acquirePiece(L, 1));
+    std::uint64_t ignored = 0;
+    model::bindLayerMlp(src, config, L, false, ignored, streamed);
 }
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -151,12 +196,29 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
         else if (!useTrunk) in.layerBytes[std::size_t(L)] += t.nbytes;
     }
     if (useTrunk)
-        for (int L = 0; L < layers; ++L) in.layerBytes[std::size_t(L)] = index->layers[std::size_t(L)].bytes;
-    for (const char* name : {"language_model.model.embed_tokens.weight", "language_model.lm_head.weight",
-                             "language_model.model.norm.weight",
-                             "language_model.model.output_attn_res_norm.weight",
-                             "language_model.model.output_attn_res_proj.weight"})
-        if (const TensorInfo* t = ckpt.find(name)) in.modelBytes += t->nbytes;
+        for (int L = 0; L < layers; ++L) {
+            in.layerBytes[std::size_t(L)] = index->layers[std::size_t(L)].bytes;
+            in.layerPieceBytes.push_back(largestPieceBytes(index->layers[std::size_t(L)]));
+        }
+    const std::string embedName = "language_model.model.embed_tokens.weight";
+    const std::string headName = "language_model.lm_head.weight";
+    const bool streamTables = options.streamModelTables;
+    for (const std::string& name :
+         {embedName, headName, std::string("language_model.model.norm.weight"),
+          std::string("language_model.model.output_attn_res_norm.weight"),
+          std::string("language_model.model.output_attn_res_proj.weight")}) {
+        const TensorInfo* t = ckpt.find(name);
+        if (!t) continue;
+        if ((name == embedName || name == headName) && streamTables) {
+            const std::uint64_t rows = t->rank == 2 ? std::max<std::uint64_t>(1, t->shape[0]) : 1;
+            // The embedding reads one row; only lm_head needs the two block buffers.
+            in.modelBytes += model::StreamedTable::bufferBytes(
+                t->nbytes / rows, name == headName ? options.tableBlockBytes : 0);
+        } else {
+            in.modelBytes += t->nbytes;
+        }
+    }
+    in.modelTablesStreamed = streamTables;
     if (useCache) {
         impl->store = std::make_shared<CheckpointExpertStore>(ckpt, c, layers);
         in.expertSlotBytes = impl->store->slotBytes();
@@ -193,8 +255,31 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
         impl->cache = std::make_unique<ExpertCache>(impl->store, co);
     }
     const model::CheckpointSource ckptSource(ckpt);
+    if (streamTables) {
+        // Shape and dtype are checked here as the resident binding would check them.
+        auto open = [&](const std::string& name, std::uint64_t blockBytes) {
+            const TensorInfo& t = ckpt.at(name);
+            if (t.rank != 2 || t.shape[0] != std::uint64_t(c.vocabSize) ||
+                t.shape[1] != std::uint64_t(c.hiddenSize))
+                throw ModelError("tensor " + name + " is not [" + std::to_string(c.vocabSize) +
+                                 ", " + std::to_string(c.hiddenSize) + "] as config.json implies");
+            std::filesystem::path file = ckpt.shardPaths()[t.shard];
+            std::uint64_t offset = t.offset;
+            if (useTrunk) { // the packed trunk's copy: one file for the whole run
+                const TrunkRecord* r = index->modelRecordFor(name);
+                if (!r || !r->tensors.count(name))
+                    throw ModelError("tensor " + name + " is not in the packed trunk; re-pack it");
+                file = index->binPath;
+                offset = r->offset + r->tensors.find(name)->second.offset;
+            }
+            return std::make_unique<model::StreamedTable>(file, offset, t.dtype, c.vocabSize,
+                                                          c.hiddenSize, name, blockBytes);
+        };
+        impl->embedTable = open(embedName, 0);
+        impl->headTable = open(headName, options.tableBlockBytes);
+    }
     if (!useTrunk) {
-        model::bindModelTensors(ckptSource, c, impl->w);
+        model::bindModelTensors(ckptSource, c, impl->w, !streamTables);
         for (int L = 0; L < layers; ++L)
             impl->w.layers.push_back(model::bindLayer(ckptSource, c, L, !useCache, impl->w.bytes));
         return Model(std::move(impl));
@@ -207,13 +292,16 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
         std::vector<std::pair<const TrunkRecord*, const std::byte*>> records;
         impl->modelRecordBytes.resize(ti.modelRecords.size());
         for (std::size_t i = 0; i < ti.modelRecords.size(); ++i) {
+            if (streamTables && (ti.modelRecords[i].tensors.count(embedName) ||
+                                 ti.modelRecords[i].tensors.count(headName)))
+                continue; // left on disk
             auto& bytes = impl->modelRecordBytes[i];
             bytes.resize(std::size_t(ti.modelRecords[i].bytes));
             bin.read(ti.modelRecords[i].offset, bytes.data(), bytes.size());
             records.emplace_back(&ti.modelRecords[i], bytes.data());
             impl->w.bytes += bytes.size();
         }
-        model::bindModelTensors(RecordSource(records), c, impl->w);
+        model::bindModelTensors(RecordSource(records), c, impl->w, !streamTables);
     }
     impl->w.layers.resize(std::size_t(layers));
     for (int L = 0; L < layers && impl->trunk->pinned(L); ++L) {
@@ -238,6 +326,9 @@ MemoryStats Model::memoryStats() const {
     m.trunkStreamed = impl_->trunk != nullptr;
     m.expertsCached = impl_->cache != nullptr;
     if (impl_->trunk) m.trunk = impl_->trunk->stats();
+    m.modelTablesStreamed = impl_->headTable != nullptr;
+    if (impl_->embedTable)
+        m.tableBytesRead = impl_->embedTable->bytesRead() + impl_->headTable->bytesRead();
     if (impl_->cache) {
         m.cache = impl_->cache->stats();
         m.cacheSlots = impl_->cache->slotCount();
@@ -440,7 +531,9 @@ TokenStats Model::forward(InferenceState& state, int token, std::span<float> log
 
     // The embedding row, widened exactly.
     std::vector<float> h(static_cast<std::size_t>(E));
-    {
+    if (impl.embedTable) {
+        impl.embedTable->row(token, h.data());
+    } else {
         const WeightView ev = W.embed.view().rowSlice(token, 1);
         for (int i = 0; i < E; ++i)
             h[std::size_t(i)] = ev.type == WeightType::BF16
@@ -481,6 +574,7 @@ TokenStats Model::forward(InferenceState& state, int token, std::span<float> log
         // Pre-MLP aggregation always runs: the partial block alone is a valid source set.
         aggregate(x.data(), &partial, lw.mlpResFold);
         rmsnorm(xn.data(), x.data(), lw.postNorm.data(), E, eps);
+        impl.enterMlp(int(L));
         if (lw.spec.mlp == MlpKind::Dense)
             gluMlp(mlp.data(), xn.data(), lw.dense.gate, lw.dense.up, lw.dense.down, c);
         else {
@@ -496,7 +590,10 @@ TokenStats Model::forward(InferenceState& state, int token, std::span<float> log
 
     aggregate(x.data(), &h, W.outputResFold);
     rmsnorm(xn.data(), x.data(), W.finalNorm.data(), E, eps);
-    matvec(logits.data(), xn.data(), W.lmHead.view());
+    if (impl.headTable)
+        impl.headTable->matvec(logits.data(), xn.data());
+    else
+        matvec(logits.data(), xn.data(), W.lmHead.view());
     for (float v : logits)
         if (!std::isfinite(v)) {
             stats.nonFinite = true;

@@ -200,17 +200,34 @@ WeightView PackedMatrix::view() const {
     return WeightView::mxfp4(packed.data(), scales.data(), rows, cols);
 }
 
-void bindModelTensors(const TensorSource& source, const ModelConfig& c, ModelWeights& w) {
+void bindModelTensors(const TensorSource& source, const ModelConfig& c, ModelWeights& w,
+                      bool withTables) {
     Binder b(source, w.bytes);
     const int E = c.hiddenSize;
-    w.embed = b.matrix(kPrefix + "embed_tokens.weight", c.vocabSize, E);
-    w.lmHead = b.matrix("language_model.lm_head.weight", c.vocabSize, E);
+    if (withTables) {
+        w.embed = b.matrix(kPrefix + "embed_tokens.weight", c.vocabSize, E);
+        w.lmHead = b.matrix("language_model.lm_head.weight", c.vocabSize, E);
+    }
     w.finalNorm = b.vector(kPrefix + "norm.weight", E);
     w.outputResFold = fold(b, kPrefix + "output_attn_res_norm.weight", kPrefix + "output_attn_res_proj.weight", E);
 }
 
+void bindLayerMlp(const TensorSource& source, const ModelConfig& c, int L, bool withExperts,
+                  std::uint64_t& bytes, LayerWeights& lw) {
+    Binder b(source, bytes);
+    const int E = c.hiddenSize;
+    const std::string p = kPrefix + "layers." + std::to_string(L) + ".";
+    if (lw.spec.mlp == MlpKind::Dense) {
+        lw.dense.gate = b.matrix(p + "mlp.gate_proj.weight", c.intermediateSize, E);
+        lw.dense.up = b.matrix(p + "mlp.up_proj.weight", c.intermediateSize, E);
+        lw.dense.down = b.matrix(p + "mlp.down_proj.weight", E, c.intermediateSize);
+    } else {
+        bindMoe(b, c, p + "block_sparse_moe.", lw.moe, withExperts);
+    }
+}
+
 LayerWeights bindLayer(const TensorSource& source, const ModelConfig& c, int L, bool withExperts,
-                       std::uint64_t& bytes) {
+                       std::uint64_t& bytes, bool withMlp) {
     Binder b(source, bytes);
     const int E = c.hiddenSize;
     LayerWeights lw;
@@ -222,13 +239,7 @@ LayerWeights bindLayer(const TensorSource& source, const ModelConfig& c, int L, 
     lw.mlpResFold = fold(b, p + "mlp_res_norm.weight", p + "mlp_res_proj.weight", E);
     if (lw.spec.attention == AttentionKind::Kda) bindKda(b, c, p + "self_attn.", lw.kda);
     else bindMla(b, c, p + "self_attn.", lw.mla);
-    if (lw.spec.mlp == MlpKind::Dense) {
-        lw.dense.gate = b.matrix(p + "mlp.gate_proj.weight", c.intermediateSize, E);
-        lw.dense.up = b.matrix(p + "mlp.up_proj.weight", c.intermediateSize, E);
-        lw.dense.down = b.matrix(p + "mlp.down_proj.weight", E, c.intermediateSize);
-    } else {
-        bindMoe(b, c, p + "block_sparse_moe.", lw.moe, withExperts);
-    }
+    if (withMlp) bindLayerMlp(source, c, L, withExperts, bytes, lw);
     return lw;
 }
 

@@ -113,9 +113,15 @@ ModelWeights bindWeights(const Checkpoint& checkpoint, const ModelConfig& config
 // The pieces, for a trunk: the model-level tensors (embeddings, final norm, output
 // AttnRes, lm_head) and one layer. `withExperts` false leaves moe.experts empty (the
 // expert cache serves them). `bytes` counts owned bytes only.
-void bindModelTensors(const TensorSource& source, const ModelConfig& config, ModelWeights& w);
+// `withTables` false leaves embed and lmHead empty (they are streamed from disk).
+void bindModelTensors(const TensorSource& source, const ModelConfig& config, ModelWeights& w,
+                      bool withTables = true);
+// `withMlp` false binds everything but the MLP (piece 0 of a piecewise streamed layer);
+// bindLayerMlp then binds the MLP into the same LayerWeights from piece 1.
 LayerWeights bindLayer(const TensorSource& source, const ModelConfig& config, int layer,
-                       bool withExperts, std::uint64_t& bytes);
+                       bool withExperts, std::uint64_t& bytes, bool withMlp = true);
+void bindLayerMlp(const TensorSource& source, const ModelConfig& config, int layer,
+                  bool withExperts, std::uint64_t& bytes, LayerWeights& lw);
 // Layer `layer`'s routed experts alone (a streamed trunk with resident experts).
 std::vector<ExpertWeightsStored> bindRoutedExperts(const TensorSource& source,
                                                    const ModelConfig& config, int layer,

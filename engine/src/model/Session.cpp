@@ -60,6 +60,7 @@ Session Session::open(const SessionOptions& options) {
     mo.contextLength = options.contextLength;
     mo.enforceMemoryPlan = options.enforceMemoryPlan;
     mo.recordCacheTrace = options.recordCacheTrace;
+    mo.streamModelTables = options.streamModelTables;
     auto impl = std::make_unique<Impl>(Model::load(options.modelDir, mo));
     if (options.loadTokenizer) {
         impl->tokenizer = Tokenizer::fromDirectory(options.tokenizerDir.empty() ? options.modelDir
@@ -144,6 +145,13 @@ std::string MemoryReport::format() const {
                       (unsigned long long)trunk.pinnedHits, (unsigned long long)trunk.reads,
                       formatBytes(trunk.bytesRead).c_str(), trunk.ioSeconds, mbps);
         out += buf;
+        if (trunk.piecewiseLayers > 0) {
+            std::snprintf(
+                buf, sizeof buf,
+                "  %d layers larger than the slot, streamed in 2 pieces (%llu piece reads)\n",
+                trunk.piecewiseLayers, (unsigned long long)trunk.pieceReads);
+            out += buf;
+        }
     } else {
         out += "trunk\n  resident (no packed trunk)\n";
     }

@@ -1,7 +1,10 @@
 // THE memory-dial test: on the committed tiny checkpoints, the same greedy ids and the
 // same last logits, bit for bit, at every budget: everything resident, a packed trunk
-// all pinned, one layer pinned + ring, nothing pinned, a one-slot ring, and expert caches
-// of 1 slot, top-k slots and every expert. Plus fault injection and a stale trunk.
+// all pinned, one layer pinned + ring, half pinned, nothing pinned, a one-slot ring,
+// layers larger than the ring share streamed in two pieces, the ultra shape (pieces, a
+// ring of 1, embeddings and lm_head read from disk in small row blocks, one expert
+// slot), and expert caches of 1 slot, top-k slots and every expert. Plus fault
+// injection and a stale trunk.
 #include <QDir>
 #include <QTemporaryDir>
 #include <QTest>
@@ -79,12 +82,23 @@ void TestMemoryModel::sameBitsAtEveryBudget() {
     k3::packTrunk(dir, trunkDir);
     const k3::TrunkIndex idx = k3::openTrunkIndex(trunkDir, dir);
     const int n = int(idx.layers.size());
-    std::uint64_t all = 0, largest = 0, largestAfter0 = 0;
+    std::uint64_t all = 0, largest = 0, largestAfter0 = 0, maxPiece = 0;
+    std::uint64_t half = 0, largestAfterHalf = 0;
     for (int L = 0; L < n; ++L) {
-        all += k3::alignUp(idx.layers[std::size_t(L)].bytes);
-        largest = std::max(largest, idx.layers[std::size_t(L)].bytes);
-        if (L > 0) largestAfter0 = std::max(largestAfter0, idx.layers[std::size_t(L)].bytes);
+        const std::uint64_t b = idx.layers[std::size_t(L)].bytes;
+        all += k3::alignUp(b);
+        largest = std::max(largest, b);
+        if (L > 0) largestAfter0 = std::max(largestAfter0, b);
+        if (L < n / 2)
+            half += k3::alignUp(b);
+        else
+            largestAfterHalf = std::max(largestAfterHalf, b);
+        maxPiece = std::max(maxPiece, k3::largestPieceBytes(idx.layers[std::size_t(L)]));
     }
+    // The piece budgets below are only meaningful if some layer exceeds the piece slot.
+    QVERIFY2(maxPiece < k3::alignUp(largest),
+             qPrintable(
+                 QStringLiteral("largest piece %1, largest layer %2").arg(maxPiece).arg(largest)));
 
     const k3::Model resident = k3::Model::load(dir);
     const Run ref = greedy(resident, prompt, int(want.size()));
@@ -96,8 +110,10 @@ void TestMemoryModel::sameBitsAtEveryBudget() {
         const char* what;
         std::uint64_t trunk;
         int cacheSlots;
-        int wantPinned; // -1: don't check
+        int wantPinned; // -1: don't check; -2: at least half the layers
         int wantRing;
+        bool wantPieces = false; // some streamed layer arrives in two pieces
+        bool tables = false;     // embeddings and lm_head streamed from disk (ultra)
     };
     const std::uint64_t a0 = k3::alignUp(idx.layers[0].bytes);
     const std::vector<Budget> budgets{
@@ -109,6 +125,14 @@ void TestMemoryModel::sameBitsAtEveryBudget() {
         {"1 pinned, top-k expert slots", a0 + 2 * k3::alignUp(largestAfter0), topK, 1, 2},
         {"all pinned, every expert cached", all, experts * (n - 1), n, 0},
         {"checkpoint trunk, 1 expert slot", 0, 1, -1, -1},
+        {"half pinned + ring of 2, top-k slots", half + 2 * k3::alignUp(largestAfterHalf), topK, -2,
+         2},
+        {"nothing pinned, layers in 2 pieces, ring of 2", 2 * maxPiece, 0, 0, 2, true},
+        {"ultra: pieces through a ring of 1, tables streamed, 1 expert slot", maxPiece, 1, 0, 1,
+         true, true},
+        {"all pinned, every expert cached, tables streamed", all, experts * (n - 1), n, 0, false,
+         true},
+        {"checkpoint trunk, tables streamed, resident experts", 0, 0, -1, -1, false, true},
     };
     for (const Budget& b : budgets) {
         k3::ModelOptions o;
@@ -117,11 +141,19 @@ void TestMemoryModel::sameBitsAtEveryBudget() {
             o.trunkBytes = b.trunk;
         }
         o.expertCacheSlots = b.cacheSlots;
+        o.streamModelTables = b.tables;
+        o.tableBlockBytes = 3 * 4096; // several lm_head blocks, the last one partial
         const k3::Model m = k3::Model::load(dir, o);
-        if (b.wantPinned >= 0) {
-            QCOMPARE(m.memoryPlan().pinnedLayers, b.wantPinned);
-            QCOMPARE(m.memoryPlan().ringSlots, b.wantRing);
+        const k3::MemoryPlan& plan = m.memoryPlan();
+        if (b.wantPinned >= 0) QCOMPARE(plan.pinnedLayers, b.wantPinned);
+        if (b.wantPinned == -2) QVERIFY(plan.pinnedLayers >= n / 2 && plan.pinnedLayers < n);
+        if (b.wantPinned != -1) QCOMPARE(plan.ringSlots, b.wantRing);
+        if (b.trunk) {
+            QCOMPARE(plan.piecewise, b.wantPieces);
+            QVERIFY2(plan.trunkBytes() <= b.trunk, b.what); // never over the budget asked for
+            QCOMPARE(m.memoryStats().trunk.piecewiseLayers > 0, b.wantPieces);
         }
+        QCOMPARE(plan.modelTablesStreamed, b.tables);
         const Run r = greedy(m, prompt, int(want.size()));
         QVERIFY2(r.ids == ref.ids, b.what);
         QCOMPARE(r.dropped, 0);
@@ -132,17 +164,31 @@ void TestMemoryModel::sameBitsAtEveryBudget() {
         QCOMPARE(s.trunkStreamed, b.trunk != 0);
         QCOMPARE(s.expertsCached, b.cacheSlots > 0);
         const int tokens = int(prompt.size() + want.size());
-        if (b.trunk && b.wantPinned < n) {
-            // Every streamed layer is read once per token, plus the pinned prefix once;
-            // the read of the NEXT token's first streamed layer may have landed too.
-            const auto streamedLayers = std::uint64_t(n - b.wantPinned);
-            const std::uint64_t reads =
-                std::uint64_t(b.wantPinned) + streamedLayers * std::uint64_t(tokens);
-            QVERIFY2(
-                s.trunk.reads == reads || (b.wantRing == 2 && s.trunk.reads == reads + 1),
-                qPrintable(QStringLiteral("%1 reads, expected %2").arg(s.trunk.reads).arg(reads)));
-            QCOMPARE(s.trunk.pinnedHits, std::uint64_t(b.wantPinned) * std::uint64_t(tokens));
+        if (b.trunk && plan.pinnedLayers < n) {
+            // Every streamed layer is read once per token (a piecewise one as two piece
+            // reads), plus the pinned prefix once; the read of the NEXT token's first
+            // streamed unit may have landed too.
+            const auto pinned = std::uint64_t(plan.pinnedLayers);
+            const auto split = std::uint64_t(s.trunk.piecewiseLayers);
+            const std::uint64_t whole = std::uint64_t(n) - pinned - split;
+            const std::uint64_t reads = pinned + whole * std::uint64_t(tokens);
+            const std::uint64_t pieceReads = 2 * split * std::uint64_t(tokens);
+            const std::uint64_t extra = (s.trunk.reads - reads) + (s.trunk.pieceReads - pieceReads);
+            QVERIFY2(s.trunk.reads >= reads && s.trunk.pieceReads >= pieceReads &&
+                         (extra == 0 || (plan.ringSlots == 2 && extra == 1)),
+                     qPrintable(QStringLiteral("%1 reads + %2 piece reads, expected %3 + %4")
+                                    .arg(s.trunk.reads)
+                                    .arg(s.trunk.pieceReads)
+                                    .arg(reads)
+                                    .arg(pieceReads)));
+            QCOMPARE(s.trunk.pinnedHits, pinned * std::uint64_t(tokens));
         }
+        // Streamed tables: one embedding row per token, the whole lm_head per token.
+        const auto rowBytes = std::uint64_t(m.config().hiddenSize) * 2; // BF16 tables
+        QCOMPARE(s.modelTablesStreamed, b.tables);
+        QCOMPARE(s.tableBytesRead, b.tables ? std::uint64_t(tokens) * rowBytes *
+                                                  (1 + std::uint64_t(m.config().vocabSize))
+                                            : std::uint64_t(0));
         if (b.cacheSlots > 0) {
             const auto requests =
                 std::uint64_t(tokens) * std::uint64_t(topK) * std::uint64_t(n - 1);

@@ -4,6 +4,7 @@
 
 #include <k3/memory_plan.hpp>
 #include <k3/pack.hpp>
+#include <k3/presets.hpp>
 
 using k3::MemoryFlag;
 
@@ -14,6 +15,8 @@ private slots:
     void everythingPinnedNeedsNoRing();
     void ringOfOneWhenTwoDoNotFit();
     void refusesBelowOneSlot();
+    void piecesWhenALayerExceedsTheShare();
+    void everyPresetPlansTheRealShapes();
     void laterFlagsWin();
     void unknownPresetIsNamed();
     void refusalHasNumbersAndOptions();
@@ -66,6 +69,104 @@ void TestMemoryPlan::refusesBelowOneSlot() {
         QVERIFY2(m.find("5.00 MB") != std::string::npos, e.what());
         QVERIFY2(m.find("20.00 MB") != std::string::npos, e.what());
     }
+}
+
+void TestMemoryPlan::piecesWhenALayerExceedsTheShare() {
+    // Layer 1 (50 MB) exceeds any slot a 45 MB budget allows; its larger piece is 20 MB.
+    // Order: two whole slots, two slots with pieces, one whole slot, one slot with pieces.
+    const std::vector<std::uint64_t> layers{10 * MB, 50 * MB, 10 * MB};
+    const std::vector<std::uint64_t> pieces{6 * MB, 20 * MB, 6 * MB};
+    k3::MemoryPlan p;
+    k3::planTrunk(p, layers, 45 * MB, pieces);
+    QVERIFY(p.piecewise);
+    QCOMPARE(p.pinnedLayers, 0); // pinning layer 0 would leave 17.5 MB slots
+    QCOMPARE(p.ringSlots, 2);
+    QCOMPARE(p.ringSlotBytes, 45 * MB / 2 / 4096 * 4096);
+    QVERIFY(p.trunkBytes() <= 45 * MB); // within the budget, never overshooting it
+    k3::planTrunk(p, layers, 24 * MB, pieces);
+    QVERIFY(p.piecewise);
+    QCOMPARE(p.ringSlots, 1); // two 20 MB slots do not fit in 24 MB
+    QCOMPARE(p.ringSlotBytes, 24 * MB / 4096 * 4096);
+    QVERIFY(p.trunkBytes() <= 24 * MB);
+    // Below the largest piece: refused with the piece's size.
+    try {
+        k3::planTrunk(p, layers, 17 * MB, pieces);
+        QFAIL("a budget below the largest piece was accepted");
+    } catch (const k3::MemoryRefusal& e) {
+        QVERIFY2(std::string(e.what()).find("largest piece") != std::string::npos, e.what());
+        QVERIFY2(std::string(e.what()).find("20.00 MB") != std::string::npos, e.what());
+    }
+    // 51 MB holds the big layer whole in ONE slot, but two 25.5 MB slots overlap every
+    // read with compute, the big layer's in two pieces: overlap wins.
+    k3::planTrunk(p, layers, 51 * MB, pieces);
+    QVERIFY(p.piecewise);
+    QCOMPARE(p.ringSlots, 2);
+    // Without pieces to fall back on, the same budget is one whole slot (no overlap).
+    k3::planTrunk(p, layers, 51 * MB);
+    QVERIFY(!p.piecewise);
+    QCOMPARE(p.ringSlots, 1);
+    QCOMPARE(p.ringSlotBytes, k3::alignUp(50 * MB));
+    // Pinning the big layer leaves two whole 10 MB slots: no pieces.
+    const std::vector<std::uint64_t> five{10 * MB, 50 * MB, 10 * MB, 10 * MB, 10 * MB};
+    const std::vector<std::uint64_t> fivePieces{6 * MB, 20 * MB, 6 * MB, 6 * MB, 6 * MB};
+    k3::planTrunk(p, five, 85 * MB, fivePieces); // 60 pinned + 2 x 10 of ring
+    QVERIFY(!p.piecewise);
+    QCOMPARE(p.pinnedLayers, 2);
+    QCOMPARE(p.ringSlots, 2);
+    QCOMPARE(p.ringSlotBytes, k3::alignUp(10 * MB));
+}
+
+// The released checkpoint's trunk, layer by layer, from reference/README.md: hidden
+// 7168, KDA 96 x 128, MLA (q 1536, kv 512, nope 128, rope 64, v 128), layer 0 dense
+// (33792), MoE router over 896 experts, latent 3584, two shared experts of 3072.
+void TestMemoryPlan::everyPresetPlansTheRealShapes() {
+    const std::uint64_t E = 7168, P = 96 * 128, D = 128, H = 96, bf = 2;
+    const std::uint64_t norms = 6 * E * bf;
+    const std::uint64_t kda =
+        (4 * P * E + E * P + D * E + P * D + H * E + 3 * P * 4 + P + D) * bf + 128 * 4;
+    const std::uint64_t mla = (1536 * E + 1536 + H * 192 * 1536 + 576 * E + 512 + H * 256 * 512 +
+                               H * 128 * E + E * H * 128) *
+                              bf;
+    const std::uint64_t dense = 3 * 33792 * E * bf;
+    const std::uint64_t moe = (896 * E + 2 * 3584 * E + 3584 + 3 * 6144 * E) * bf + 896 * 4;
+    std::vector<std::uint64_t> layers, pieces;
+    for (int L = 0; L < 93; ++L) {
+        const bool mlaLayer = (L + 1) % 4 == 0 || L == 92; // full_attn_layers 4,8,...,92,93
+        const std::uint64_t attn = norms + (mlaLayer ? mla : kda);
+        const std::uint64_t mlp = L == 0 ? dense : moe;
+        layers.push_back(attn + mlp);
+        pieces.push_back(k3::alignUp(std::max(attn, mlp)) + 8 * 4096); // window slack
+    }
+    QCOMPARE(layers[0], std::uint64_t(2'340'893'440)); // the seed: "largest layer run: 2.341 GB"
+    for (const k3::Preset& preset : k3::presets()) {
+        k3::MemoryPlan p;
+        const auto budget = std::uint64_t(preset.trunkGB * 1e9);
+        k3::planTrunk(p, layers, budget, pieces);
+        QVERIFY2(p.trunkBytes() <= budget, preset.name.data());
+        QVERIFY2(p.pinnedLayers < 93 || p.ringSlots == 0, preset.name.data());
+    }
+    // laptop (3 GB): two 1.5 GB slots, layer 0 (2.34 GB) in two pieces (the dense MLP,
+    // 1.45 GB, is its larger piece), every other layer whole and overlapped.
+    k3::MemoryPlan l;
+    k3::planTrunk(l, layers, 3'000'000'000ull, pieces);
+    QCOMPARE(l.ringSlots, 2);
+    QVERIFY(l.piecewise);
+    QCOMPARE(l.pinnedLayers, 0);
+    // ultra (2.5 GB) holds the 2.34 GB layer 0 whole in a ring of one.
+    k3::MemoryPlan u;
+    k3::planTrunk(u, layers, 2'500'000'000ull, pieces);
+    QCOMPARE(u.ringSlots, 1);
+    QVERIFY(!u.piecewise);
+    // 1.6 GB: below the largest layer, so layer 0 (and every layer over 1.6 GB) arrives in
+    // two pieces through a ring of one 1.6 GB slot; the dense MLP (1.45 GB) is the largest
+    // piece, so 1.4 GB is refused.
+    k3::MemoryPlan small;
+    k3::planTrunk(small, layers, 1'600'000'000ull, pieces);
+    QVERIFY(small.piecewise);
+    QCOMPARE(small.ringSlots, 1);
+    QVERIFY(small.trunkBytes() <= 1'600'000'000ull);
+    QVERIFY_THROWS_EXCEPTION(k3::MemoryRefusal,
+                             k3::planTrunk(small, layers, 1'400'000'000ull, pieces));
 }
 
 void TestMemoryPlan::laterFlagsWin() {

@@ -1,0 +1,418 @@
+#include "SynthCheckpoint.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace k3synth {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+// The released language model's widths (shared/reference/README.md).
+constexpr std::uint64_t kHidden = 7168, kVocab = 163840, kKdaHeads = 96, kHeadDim = 128;
+constexpr std::uint64_t kConv = 4, kALogShipped = 128;
+constexpr std::uint64_t kMlaHeads = 96, kQLora = 1536, kKvLora = 512, kNope = 128, kRope = 64,
+                        kV = 128;
+constexpr std::uint64_t kLatent = 3584, kMoeInter = 3072, kShared = 2, kDenseInter = 33792;
+constexpr int kTopK = 16;
+
+enum class Fill { Small, Gain, F32Small, Packed, Scale };
+enum class Dt { BF16, F32, U8 };
+
+struct Tensor {
+    std::string name;
+    Dt dtype;
+    std::vector<std::uint64_t> shape;
+    Fill fill;
+    std::uint64_t bytes() const {
+        std::uint64_t n = dtype == Dt::BF16 ? 2 : dtype == Dt::F32 ? 4 : 1;
+        for (auto d : shape) n *= d;
+        return n;
+    }
+};
+
+struct Shard {
+    std::vector<Tensor> tensors;
+};
+
+const char* dtName(Dt d) {
+    return d == Dt::BF16 ? "BF16" : d == Dt::F32 ? "F32" : "U8";
+}
+
+bool isMla(int layer, int layers) {
+    return (layer + 1) % 4 == 0 || layer + 1 == layers;
+}
+
+void addLayer(std::vector<Tensor>& t, int L, int layers) {
+    const std::string p = "language_model.model.layers." + std::to_string(L) + ".";
+    const std::uint64_t E = kHidden, P = kKdaHeads * kHeadDim;
+    auto bf = [&](const std::string& n, std::vector<std::uint64_t> s, Fill f = Fill::Small) {
+        t.push_back({p + n, Dt::BF16, std::move(s), f});
+    };
+    // The non-expert tensors first, as one contiguous run (the packer needs that).
+    bf("input_layernorm.weight", {E}, Fill::Gain);
+    bf("post_attention_layernorm.weight", {E}, Fill::Gain);
+    bf("self_attention_res_norm.weight", {E}, Fill::Gain);
+    bf("self_attention_res_proj.weight", {1, E});
+    bf("mlp_res_norm.weight", {E}, Fill::Gain);
+    bf("mlp_res_proj.weight", {1, E});
+    const std::string a = "self_attn.";
+    if (!isMla(L, layers)) {
+        for (const char* n : {"q_proj", "k_proj", "v_proj", "g_proj"})
+            bf(a + n + ".weight", {P, E});
+        bf(a + "o_proj.weight", {E, P});
+        for (const char* n : {"q_conv1d", "k_conv1d", "v_conv1d"})
+            bf(a + n + ".weight", {P, 1, kConv});
+        bf(a + "f_a_proj.weight", {kHeadDim, E});
+        bf(a + "f_b_proj.weight", {P, kHeadDim});
+        bf(a + "b_proj.weight", {kKdaHeads, E});
+        t.push_back({p + a + "A_log", Dt::F32, {kALogShipped}, Fill::F32Small});
+        bf(a + "dt_bias", {P});
+        bf(a + "o_norm.weight", {kHeadDim}, Fill::Gain);
+    } else {
+        bf(a + "q_a_proj.weight", {kQLora, E});
+        bf(a + "q_a_layernorm.weight", {kQLora}, Fill::Gain);
+        bf(a + "q_b_proj.weight", {kMlaHeads * (kNope + kRope), kQLora});
+        bf(a + "kv_a_proj_with_mqa.weight", {kKvLora + kRope, E});
+        bf(a + "kv_a_layernorm.weight", {kKvLora}, Fill::Gain);
+        bf(a + "kv_b_proj.weight", {kMlaHeads * (kNope + kV), kKvLora});
+        bf(a + "g_proj.weight", {kMlaHeads * kV, E});
+        bf(a + "o_proj.weight", {E, kMlaHeads * kV});
+    }
+}
+
+void addMlp(std::vector<Tensor>& t, int L, int experts) {
+    const std::string p = "language_model.model.layers." + std::to_string(L) + ".";
+    const std::uint64_t E = kHidden;
+    auto bf = [&](const std::string& n, std::vector<std::uint64_t> s, Fill f = Fill::Small) {
+        t.push_back({p + n, Dt::BF16, std::move(s), f});
+    };
+    if (L == 0) { // first_k_dense_replace = 1
+        bf("mlp.gate_proj.weight", {kDenseInter, E});
+        bf("mlp.up_proj.weight", {kDenseInter, E});
+        bf("mlp.down_proj.weight", {E, kDenseInter});
+        return;
+    }
+    const std::string m = "block_sparse_moe.";
+    bf(m + "gate.weight", {std::uint64_t(experts), E});
+    t.push_back({p + m + "gate.e_score_correction_bias",
+                 Dt::F32,
+                 {std::uint64_t(experts)},
+                 Fill::F32Small});
+    bf(m + "routed_expert_down_proj.weight", {kLatent, E});
+    bf(m + "routed_expert_up_proj.weight", {E, kLatent});
+    bf(m + "routed_expert_norm.weight", {kLatent}, Fill::Gain);
+    const std::uint64_t SI = kMoeInter * kShared;
+    bf(m + "shared_experts.gate_proj.weight", {SI, E});
+    bf(m + "shared_experts.up_proj.weight", {SI, E});
+    bf(m + "shared_experts.down_proj.weight", {E, SI});
+    // Routed experts after the trunk run: w1 = gate, w3 = up [3072, 3584]; w2 = down.
+    for (int e = 0; e < experts; ++e) {
+        const std::string x = p + m + "experts." + std::to_string(e) + ".";
+        for (const char* w : {"w1", "w2", "w3"}) {
+            const bool down = std::strcmp(w, "w2") == 0;
+            const std::uint64_t rows = down ? kLatent : kMoeInter,
+                                cols = down ? kMoeInter : kLatent;
+            t.push_back({x + w + ".weight_packed", Dt::U8, {rows, cols / 2}, Fill::Packed});
+            t.push_back({x + w + ".weight_scale", Dt::U8, {rows, cols / 32}, Fill::Scale});
+        }
+    }
+}
+
+// Shard 1: embeddings; one shard per layer; the last: final norm, output AttnRes, lm_head.
+std::vector<Shard> layout(const SynthOptions& o) {
+    std::vector<Shard> shards;
+    const std::string mp = "language_model.model.";
+    shards.push_back({{{mp + "embed_tokens.weight", Dt::BF16, {kVocab, kHidden}, Fill::Small}}});
+    for (int L = 0; L < o.layers; ++L) {
+        Shard s;
+        addLayer(s.tensors, L, o.layers);
+        addMlp(s.tensors, L, o.experts);
+        shards.push_back(std::move(s));
+    }
+    shards.push_back(
+        {{{mp + "norm.weight", Dt::BF16, {kHidden}, Fill::Gain},
+          {mp + "output_attn_res_norm.weight", Dt::BF16, {kHidden}, Fill::Gain},
+          {mp + "output_attn_res_proj.weight", Dt::BF16, {1, kHidden}, Fill::Small},
+          {"language_model.lm_head.weight", Dt::BF16, {kVocab, kHidden}, Fill::Small}}});
+    return shards;
+}
+
+// Random pools the tensors are cut from (16 MB each: large writes, no per-byte work).
+struct Pools {
+    static constexpr std::size_t kBytes = std::size_t{16} << 20;
+    std::vector<unsigned char> pool[5];
+    explicit Pools(std::uint64_t seed) {
+        std::mt19937_64 rng(seed);
+        for (int f = 0; f < 5; ++f) {
+            auto& v = pool[f];
+            v.resize(kBytes);
+            for (std::size_t i = 0; i < kBytes; i += 8) {
+                std::uint64_t r = rng();
+                unsigned char* out = v.data() + i;
+                switch (Fill(f)) {
+                case Fill::Small: // BF16 +-[2^-8, 2^-4): sign, exponent 119..122, mantissa
+                case Fill::Gain:  // BF16 +[0.5, 2): exponent 126..127
+                    for (int k = 0; k < 4; ++k, r >>= 16) {
+                        const unsigned mant = unsigned(r & 0x7f);
+                        const unsigned ex = Fill(f) == Fill::Gain ? 126 + unsigned((r >> 7) & 1)
+                                                                  : 119 + unsigned((r >> 7) & 3);
+                        const unsigned sign = Fill(f) == Fill::Gain ? 0 : unsigned((r >> 9) & 1);
+                        const auto h = std::uint16_t((sign << 15) | (ex << 7) | mant);
+                        std::memcpy(out + 2 * k, &h, 2);
+                    }
+                    break;
+                case Fill::F32Small: // F32 in [0, 1)
+                    for (int k = 0; k < 2; ++k, r >>= 32) {
+                        const float x = float(r & 0xffffff) / float(1 << 24);
+                        std::memcpy(out + 4 * k, &x, 4);
+                    }
+                    break;
+                case Fill::Packed: // any byte is two valid E2M1 codes
+                    std::memcpy(out, &r, 8);
+                    break;
+                case Fill::Scale: // E8M0 118..122: 2^-9..2^-5, never 255 (NaN)
+                    for (int k = 0; k < 8; ++k, r >>= 8)
+                        out[k] = (unsigned char)(118 + (r & 0xff) % 5);
+                    break;
+                }
+            }
+        }
+    }
+};
+
+void writeAll(int fd, const unsigned char* p, std::size_t n, const fs::path& path) {
+    while (n > 0) {
+        const ssize_t w = ::write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            throw std::runtime_error(path.string() + ": write failed: " + std::strerror(errno));
+        }
+        p += w;
+        n -= std::size_t(w);
+    }
+}
+
+// One shard file written through a 16 MB aligned staging buffer with O_DIRECT: on the
+// machines here buffered writes ran at a tenth of the disk (dirty-page throttling).
+// The last chunk is padded to 4096 and the file truncated back to its exact size.
+// Filesystems without O_DIRECT (tmpfs) get the same writes, buffered.
+class ShardWriter {
+public:
+    static constexpr std::size_t kChunk = std::size_t{16} << 20;
+    explicit ShardWriter(const fs::path& path) : path_(path) {
+        fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+        if (fd_ < 0 && errno == EINVAL)
+            fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd_ < 0)
+            throw std::runtime_error(path.string() + ": cannot create: " + std::strerror(errno));
+        void* p = nullptr;
+        if (::posix_memalign(&p, 4096, kChunk) != 0) {
+            ::close(fd_);
+            throw std::runtime_error("cannot allocate a 16 MB aligned write buffer");
+        }
+        buf_ = static_cast<unsigned char*>(p);
+    }
+    ~ShardWriter() {
+        if (fd_ >= 0) ::close(fd_);
+        std::free(buf_);
+    }
+    ShardWriter(const ShardWriter&) = delete;
+    ShardWriter& operator=(const ShardWriter&) = delete;
+    void append(const unsigned char* p, std::size_t n) {
+        while (n > 0) {
+            const std::size_t k = std::min(n, kChunk - used_);
+            std::memcpy(buf_ + used_, p, k);
+            used_ += k;
+            p += k;
+            n -= k;
+            if (used_ == kChunk) flush();
+        }
+    }
+    void finish() {
+        const std::uint64_t size = written_ + used_;
+        if (used_ > 0) {
+            const std::size_t padded = (used_ + 4095) / 4096 * 4096;
+            std::memset(buf_ + used_, 0, padded - used_);
+            used_ = padded;
+            flush();
+        }
+        const bool ok = ::ftruncate(fd_, off_t(size)) == 0;
+        const int err = errno;
+        const bool closed = ::close(fd_) == 0;
+        fd_ = -1;
+        if (!ok || !closed)
+            throw std::runtime_error(path_.string() + ": cannot finish: " + std::strerror(err));
+    }
+
+private:
+    void flush() {
+        writeAll(fd_, buf_, used_, path_);
+        written_ += used_;
+        used_ = 0;
+    }
+    fs::path path_;
+    int fd_ = -1;
+    unsigned char* buf_ = nullptr;
+    std::size_t used_ = 0;
+    std::uint64_t written_ = 0;
+};
+
+} // namespace
+
+std::uint64_t synthCheckpointBytes(const SynthOptions& o) {
+    std::uint64_t n = 0;
+    for (const Shard& s : layout(o))
+        for (const Tensor& t : s.tensors) n += t.bytes();
+    return n;
+}
+
+SynthResult writeSynthCheckpoint(const fs::path& dir, const SynthOptions& o,
+                                 const SynthProgress& progress) {
+    if (o.layers < 1 || o.layers > 93)
+        throw std::runtime_error("--layers " + std::to_string(o.layers) + " is outside 1..93");
+    if (o.experts < 1 || o.experts > 896)
+        throw std::runtime_error("--experts " + std::to_string(o.experts) + " is outside 1..896");
+    const auto t0 = std::chrono::steady_clock::now();
+    fs::create_directories(dir);
+    const std::vector<Shard> shards = layout(o);
+    const std::uint64_t total = synthCheckpointBytes(o);
+    const Pools pools(o.seed);
+    SynthResult res;
+    ordered_json weightMap = ordered_json::object();
+    char nameBuf[64];
+    std::uint64_t cursor = o.seed * 7919; // where in the pools the next tensor starts
+    for (std::size_t si = 0; si < shards.size(); ++si) {
+        std::snprintf(nameBuf, sizeof nameBuf, "model-%05zu-of-%05zu.safetensors", si + 1,
+                      shards.size());
+        const fs::path path = dir / nameBuf;
+        ordered_json header = ordered_json::object();
+        header["__metadata__"] = {{"format", "pt"}};
+        std::uint64_t off = 0;
+        for (const Tensor& t : shards[si].tensors) {
+            header[t.name] = {{"dtype", dtName(t.dtype)},
+                              {"shape", t.shape},
+                              {"data_offsets", {off, off + t.bytes()}}};
+            off += t.bytes();
+            weightMap[t.name] = nameBuf;
+        }
+        std::string h = header.dump();
+        h.append((8 - h.size() % 8) % 8, ' '); // data starts 8-aligned
+        ShardWriter out(path);
+        const std::uint64_t len = h.size();
+        unsigned char lenBytes[8];
+        for (int i = 0; i < 8; ++i) lenBytes[i] = (unsigned char)(len >> (8 * i)); // little-endian
+        out.append(lenBytes, 8);
+        out.append(reinterpret_cast<const unsigned char*>(h.data()), h.size());
+        for (const Tensor& t : shards[si].tensors) {
+            const auto& pool = pools.pool[int(t.fill)];
+            // Start on a multiple of the element size so every element stays valid.
+            std::size_t at = std::size_t(cursor % (Pools::kBytes / 2)) & ~std::size_t(7);
+            cursor = cursor * 6364136223846793005ull + 1442695040888963407ull;
+            for (std::uint64_t left = t.bytes(); left > 0;) {
+                const std::size_t n =
+                    std::size_t(std::min<std::uint64_t>(left, Pools::kBytes - at));
+                out.append(pool.data() + at, n);
+                left -= n;
+                at = 0;
+            }
+            res.bytes += t.bytes();
+            ++res.tensors;
+        }
+        out.finish();
+        ++res.shards;
+        if (progress) progress(res.bytes, total);
+    }
+    ordered_json index;
+    index["metadata"] = {{"total_size", res.bytes}};
+    index["weight_map"] = weightMap;
+    std::ofstream(dir / "model.safetensors.index.json") << index.dump(2) << "\n";
+
+    // config.json in the released nested shape; every language-model key in text_config.
+    ordered_json kda = ordered_json::array(), full = ordered_json::array();
+    for (int L = 0; L < o.layers; ++L) (isMla(L, o.layers) ? full : kda).push_back(L + 1);
+    ordered_json tc;
+    tc["model_type"] = "kimi_linear";
+    tc["hidden_size"] = kHidden;
+    tc["num_hidden_layers"] = o.layers;
+    tc["vocab_size"] = kVocab;
+    tc["rms_norm_eps"] = 1e-5;
+    tc["tie_word_embeddings"] = false;
+    tc["hidden_act"] = "situ";
+    tc["activation_situ_beta"] = 4.0;
+    tc["activation_situ_linear_beta"] = 25.0;
+    tc["num_attention_heads"] = kMlaHeads;
+    tc["q_lora_rank"] = kQLora;
+    tc["kv_lora_rank"] = kKvLora;
+    tc["qk_nope_head_dim"] = kNope;
+    tc["qk_rope_head_dim"] = kRope;
+    tc["v_head_dim"] = kV;
+    tc["mla_use_output_gate"] = true;
+    tc["mla_use_nope"] = true;
+    tc["num_experts"] = o.experts;
+    tc["num_experts_per_token"] = std::min(kTopK, o.experts);
+    tc["num_shared_experts"] = kShared;
+    tc["routed_expert_hidden_size"] = kLatent;
+    tc["moe_intermediate_size"] = kMoeInter;
+    tc["routed_scaling_factor"] = 1.0;
+    tc["moe_renormalize"] = true;
+    tc["latent_moe_use_norm"] = true;
+    tc["moe_router_activation_func"] = "sigmoid";
+    tc["num_expert_group"] = 1;
+    tc["topk_group"] = 1;
+    tc["first_k_dense_replace"] = 1;
+    tc["intermediate_size"] = kDenseInter;
+    tc["attn_res_block_size"] = 12;
+    tc["num_nextn_predict_layers"] = 0;
+    tc["max_position_embeddings"] = 262144;
+    tc["linear_attn_config"] = {
+        {"num_heads", kKdaHeads},    {"head_dim", kHeadDim}, {"short_conv_kernel_size", kConv},
+        {"gate_lower_bound", -5.0},  {"kda_layers", kda},    {"full_attn_layers", full},
+        {"use_full_rank_gate", true}};
+    tc["quantization_config"] = {
+        {"quant_method", "compressed-tensors"},
+        {"format", "mxfp4-pack-quantized"},
+        {"config_groups",
+         {{"group_0",
+           {{"targets", {"Linear"}},
+            {"format", "mxfp4-pack-quantized"},
+            {"weights",
+             {{"num_bits", 4},
+              {"type", "float"},
+              {"symmetric", true},
+              {"strategy", "group"},
+              {"group_size", 32},
+              {"scale_dtype", "uint8"},
+              {"dynamic", false}}},
+            {"input_activations", nullptr}}}}},
+        {"ignore",
+         {"language_model.lm_head", "re:.*self_attn.*", "re:.*mlp\\..*", "re:.*shared_experts.*",
+          "re:.*block_sparse_moe\\.gate$", "re:.*routed_expert_(down|up)_proj$"}}};
+    ordered_json cfg;
+    cfg["architectures"] = {"KimiK3ForConditionalGeneration"};
+    cfg["model_type"] = "kimi_k3";
+    cfg["bos_token_id"] = 163584;
+    cfg["eos_token_id"] = 163586;
+    cfg["pad_token_id"] = 163839;
+    cfg["text_config"] = tc;
+    std::ofstream(dir / "config.json") << cfg.dump(2) << "\n";
+    res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return res;
+}
+
+} // namespace k3synth

@@ -1,0 +1,42 @@
+#pragma once
+// A synthetic Kimi K3 checkpoint in the RELEASED format at the real widths: nested
+// config.json (text_config, linear_attn_config, quantization_config), shards named
+// model-000NN-of-000MM.safetensors with model.safetensors.index.json, the released
+// tensor names and dtypes (BF16 trunk, F32 A_log and router bias, MXFP4 routed experts
+// as U8 weight_packed + weight_scale, 17,547,264 bytes each), with a chosen number of
+// layers and routed experts per layer. Weights are random but valid: finite BF16 of
+// modest size, norm gains near 1, E8M0 scales in 2^-9..2^-5 (never the NaN code 255).
+//
+// Written at disk speed: each tensor's bytes are copied from a few pre-filled random
+// pools (nothing is generated per byte) into 16 MB O_DIRECT sequential writes.
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+
+namespace k3synth {
+
+struct SynthOptions {
+    int layers = 2;         // num_hidden_layers (layer 0 dense, the rest MoE)
+    int experts = 4;        // routed experts per MoE layer (num_experts)
+    std::uint64_t seed = 1; // the same seed writes the same bytes
+};
+
+struct SynthResult {
+    std::uint64_t bytes = 0; // tensor bytes written
+    int shards = 0;
+    int tensors = 0;
+    double seconds = 0;
+};
+
+// Called after each shard: (bytes so far, bytes in all).
+using SynthProgress = std::function<void(std::uint64_t done, std::uint64_t total)>;
+
+// Writes the checkpoint into `dir` (created). Throws std::runtime_error naming the file.
+SynthResult writeSynthCheckpoint(const std::filesystem::path& dir, const SynthOptions& options,
+                                 const SynthProgress& progress = {});
+
+// The bytes writeSynthCheckpoint would write (tensor data only), to check free space.
+std::uint64_t synthCheckpointBytes(const SynthOptions& options);
+
+} // namespace k3synth

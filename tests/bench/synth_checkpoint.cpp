@@ -1,0 +1,58 @@
+// Writes a synthetic Kimi K3 checkpoint in the released format at the real widths (see
+// SynthCheckpoint.hpp), for streaming benchmarks and full-width tests without the
+// 1.56 TB download.
+//
+//   synth_checkpoint OUT_DIR [--layers N=2] [--experts E=4] [--seed S=1]
+#include "SynthCheckpoint.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+int main(int argc, char** argv) {
+    if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
+        std::fprintf(stderr,
+                     "usage: synth_checkpoint OUT_DIR [--layers N] [--experts E] [--seed S]\n");
+        return 2;
+    }
+    k3synth::SynthOptions o;
+    for (int i = 2; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (i + 1 >= argc) {
+            std::fprintf(stderr, "synth_checkpoint: %s needs a value\n", a.c_str());
+            return 2;
+        }
+        char* end = nullptr;
+        const long long v = std::strtoll(argv[++i], &end, 10);
+        if (!end || *end || v < 0) {
+            std::fprintf(stderr, "synth_checkpoint: %s %s is not a number\n", a.c_str(), argv[i]);
+            return 2;
+        }
+        if (a == "--layers")
+            o.layers = int(v);
+        else if (a == "--experts")
+            o.experts = int(v);
+        else if (a == "--seed")
+            o.seed = std::uint64_t(v);
+        else {
+            std::fprintf(stderr, "synth_checkpoint: unknown option %s\n", a.c_str());
+            return 2;
+        }
+    }
+    try {
+        std::printf("writing %.2f GB (%d layers x %d experts, real widths) to %s\n",
+                    double(k3synth::synthCheckpointBytes(o)) / 1e9, o.layers, o.experts, argv[1]);
+        const auto r =
+            k3synth::writeSynthCheckpoint(argv[1], o, [](std::uint64_t done, std::uint64_t total) {
+                std::fprintf(stderr, "\r  %.2f / %.2f GB", double(done) / 1e9, double(total) / 1e9);
+            });
+        std::fprintf(stderr, "\n");
+        std::printf("wrote %d tensors in %d shards, %.2f GB in %.1f s (%.2f GB/s)\n", r.tensors,
+                    r.shards, double(r.bytes) / 1e9, r.seconds, double(r.bytes) / 1e9 / r.seconds);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "synth_checkpoint: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}

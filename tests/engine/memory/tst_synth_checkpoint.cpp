@@ -1,0 +1,104 @@
+// The synthetic full-width checkpoint (tests/bench/SynthCheckpoint.*): 2 layers x 4
+// experts at the REAL widths (hidden 7168, vocab 163840, 96 KDA heads, the MLA latent,
+// 17,547,264-byte experts). The engine's reader indexes it and its config validation
+// accepts it, the packer packs it, and one token decodes through the streamer with
+// layer 0 (2.34 GB) larger than the ring share (two pieces), embeddings and lm_head
+// streamed from disk (ultra) and a two-slot expert cache.
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <SynthCheckpoint.hpp>
+
+#include <k3/config.hpp>
+#include <k3/model.hpp>
+#include <k3/pack.hpp>
+#include <k3/safetensors.hpp>
+
+#include <cmath>
+#include <filesystem>
+
+class TestSynthCheckpoint : public QObject {
+    Q_OBJECT
+private slots:
+    void writesIndexesPacksAndDecodes();
+};
+
+void TestSynthCheckpoint::writesIndexesPacksAndDecodes() {
+    QTemporaryDir tmp(QStringLiteral(K3_BINARY_DIR "/synth-XXXXXX"));
+    QVERIFY(tmp.isValid());
+    const std::filesystem::path dir = tmp.filePath(QStringLiteral("model")).toStdString();
+    k3synth::SynthOptions so;
+    so.layers = 2;
+    so.experts = 4;
+    const std::uint64_t bytes = k3synth::synthCheckpointBytes(so);
+    // The checkpoint and its packed trunk side by side need twice its size.
+    const auto space = std::filesystem::space(tmp.path().toStdString());
+    if (space.available < 2 * bytes + (4ull << 30))
+        QSKIP(qPrintable(QStringLiteral("needs %1 GB free next to the build, has %2 GB")
+                             .arg(double(2 * bytes + (4ull << 30)) / 1e9)
+                             .arg(double(space.available) / 1e9)));
+    const k3synth::SynthResult w = k3synth::writeSynthCheckpoint(dir, so);
+    QCOMPARE(w.bytes, bytes);
+    QCOMPARE(w.shards, 4); // embeddings, layer 0, layer 1, the head
+
+    // The reader and the config validation: the released shape, the real widths.
+    const k3::ModelConfig c = k3::readModelConfig(dir / "config.json");
+    QCOMPARE(c.shape, k3::ConfigShape::Nested);
+    QCOMPARE(c.hiddenSize, 7168);
+    QCOMPARE(c.vocabSize, 163840);
+    QCOMPARE(c.numHiddenLayers, 2);
+    QCOMPARE(c.numExperts, 4);
+    QCOMPARE(c.kdaNumHeads, 96);
+    QVERIFY(c.layers[0].attention == k3::AttentionKind::Kda);
+    QVERIFY(c.layers[0].mlp == k3::MlpKind::Dense);
+    QVERIFY(c.layers[1].attention == k3::AttentionKind::Mla);
+    QVERIFY(c.layers[1].mlp == k3::MlpKind::Moe);
+    const k3::Checkpoint ckpt = k3::Checkpoint::open(dir);
+    QCOMPARE(int(ckpt.tensorCount()), w.tensors);
+    QCOMPARE(ckpt.totalTensorBytes(), bytes);
+    std::uint64_t expert = 0;
+    for (const char* m : {"w1", "w2", "w3"})
+        for (const char* part : {".weight_packed", ".weight_scale"})
+            expert +=
+                ckpt.at(std::string("language_model.model.layers.1.block_sparse_moe.experts.3.") +
+                        m + part)
+                    .nbytes;
+    QCOMPARE(expert, std::uint64_t(17'547'264)); // one released expert
+
+    // Packed: layer 0 (KDA + the dense MLP) is the seed's 2.341 GB largest layer run.
+    const std::filesystem::path trunk = tmp.filePath(QStringLiteral("trunk")).toStdString();
+    const k3::PackResult pr = k3::packTrunk(dir, trunk);
+    QCOMPARE(pr.layers, 2);
+    QCOMPARE(pr.largestLayerBytes, std::uint64_t(2'340'893'440));
+
+    // One decode step: a 1.6 GB trunk budget (below layer 0), tables on disk, 2 slots.
+    k3::ModelOptions o;
+    o.trunkDir = trunk;
+    o.trunkBytes = 1'600'000'000;
+    o.streamModelTables = true;
+    o.expertCacheSlots = 2;
+    const k3::Model model = k3::Model::load(dir, o);
+    const k3::MemoryPlan& plan = model.memoryPlan();
+    QVERIFY(plan.piecewise);
+    QCOMPARE(plan.pinnedLayers, 0);
+    QCOMPARE(plan.ringSlots, 1);
+    QVERIFY(plan.trunkBytes() <= o.trunkBytes);
+    QVERIFY(plan.modelTablesStreamed);
+    QVERIFY2(plan.modelBytes < (200ull << 20), plan.format().c_str()); // not 4.7 GB of tables
+    std::vector<float> logits(std::size_t(c.vocabSize));
+    k3::InferenceState st = model.newState();
+    const k3::TokenStats ts = model.forward(st, 163584, logits);
+    QCOMPARE(ts.droppedExperts, 0);
+    QVERIFY(!ts.nonFinite);
+    const int next = k3::argmax(logits);
+    QVERIFY(next >= 0 && next < c.vocabSize);
+    const k3::MemoryStats ms = model.memoryStats();
+    QCOMPARE(ms.trunk.piecewiseLayers, 1); // layer 0 only: layer 1 (0.84 GB) fits whole
+    QCOMPARE(ms.trunk.pieceReads, std::uint64_t(2));
+    QCOMPARE(ms.trunk.reads, std::uint64_t(1));
+    QCOMPARE(ms.cache.requests, std::uint64_t(4)); // top-k = all 4 experts of layer 1
+    QCOMPARE(ms.tableBytesRead, std::uint64_t(7168) * 2 * (1 + 163840));
+}
+
+QTEST_GUILESS_MAIN(TestSynthCheckpoint)
+#include "tst_synth_checkpoint.moc"
