@@ -1,12 +1,31 @@
 // k3chat: the desktop app.
 #include "MainWindow.h"
+#include "chat/ConversationStore.h"
 
 #include <QApplication>
 #include <QCommandLineParser>
+#include <QMessageBox>
+#include <QPixmap>
 #include <QScreen>
 #include <QTimer>
 
+#include <k3/chat.hpp>
 #include <k3/version.hpp>
+
+namespace {
+// On a real display (X11, e.g. Xvfb) the picture is what the screen shows over the
+// window, so an open dialog such as the setup wizard is in it; elsewhere (offscreen)
+// the window draws itself.
+QPixmap windowPicture(QWidget& window) {
+    if (QGuiApplication::platformName() == QLatin1String("xcb") && window.screen()) {
+        const QRect frame = window.frameGeometry();
+        QPixmap shot =
+            window.screen()->grabWindow(0, frame.x(), frame.y(), frame.width(), frame.height());
+        if (!shot.isNull()) return shot;
+    }
+    return window.grab();
+}
+} // namespace
 
 int main(int argc, char** argv) {
     QApplication app(argc, argv);
@@ -39,13 +58,47 @@ int main(int argc, char** argv) {
     parser.addOption(quitAfter);
     parser.addOption(screenshot);
     parser.addOption(model);
+    QCommandLineOption conversation(QStringLiteral("conversation"),
+                                    QStringLiteral("Import the JSONL transcript <file> (the "
+                                                   "format of k3 --chat --history) as a new "
+                                                   "conversation and open it; the file itself "
+                                                   "is not changed."),
+                                    QStringLiteral("file"));
     parser.addOption(ask);
+    parser.addOption(conversation);
+    QCommandLineOption setup(QStringLiteral("setup"),
+                             QStringLiteral("Open the setup wizard at start (it also opens by "
+                                            "itself on the first run)."));
+    parser.addOption(setup);
     parser.process(app);
 
     MainWindow window;
     window.show();
-    if (parser.isSet(model)) window.loadModel(parser.value(model));
-    else window.loadStartupModel();
+    if (parser.isSet(conversation)) {
+        const QString file = parser.value(conversation);
+        try {
+            QVector<ChatTurn> turns;
+            for (const k3::ChatMessage& m : k3::readTranscript(file.toStdString()))
+                turns.append({QString::fromUtf8(k3::chatRoleName(m.role)),
+                              QString::fromStdString(m.content),
+                              QString::fromStdString(m.reasoningContent)});
+            window.openConversation(window.store()->save({}, turns));
+        } catch (const std::exception& e) {
+            // Reported, and the file is left as it is (the store only ever reads it).
+            qWarning("k3chat: %s", e.what());
+            auto* box = new QMessageBox(QMessageBox::Warning,
+                                        QObject::tr("Could not import the conversation"),
+                                        QString::fromUtf8(e.what()), QMessageBox::Ok, &window);
+            box->setAttribute(Qt::WA_DeleteOnClose);
+            box->open(); // not exec(): --quit-after must still be able to close the app
+        }
+    }
+    if (parser.isSet(model))
+        window.loadModel(parser.value(model));
+    else
+        window.loadStartupModel();
+
+    if (parser.isSet(setup)) QTimer::singleShot(0, &window, &MainWindow::showSetupWizard);
 
     const QString shotPath = parser.value(screenshot);
     if (parser.isSet(ask)) {
@@ -55,7 +108,7 @@ int main(int argc, char** argv) {
         if (!shotPath.isEmpty())
             QObject::connect(&window, &MainWindow::answerFinished, &window, [&window, shotPath] {
                 QTimer::singleShot(300, &window, [&window, shotPath] {
-                    const bool saved = window.grab().save(shotPath);
+                    const bool saved = windowPicture(window).save(shotPath);
                     window.close();
                     if (!saved) QApplication::exit(1);
                 });
@@ -71,7 +124,7 @@ int main(int argc, char** argv) {
             return 2;
         }
         QTimer::singleShot(ms, &window, [&window, shotPath] {
-            if (!shotPath.isEmpty() && !window.grab().save(shotPath)) {
+            if (!shotPath.isEmpty() && !windowPicture(window).save(shotPath)) {
                 qCritical("k3chat: could not write screenshot %s", qPrintable(shotPath));
                 QApplication::exit(1);
                 return;

@@ -6,7 +6,6 @@
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
 
-#include <k3/chat.hpp>
 #include "chat/ConversationView.h"
 #include "chat/FindBar.h"
 #include "chat/MessageComposer.h"
@@ -16,26 +15,28 @@
 #include "panels/TokenTimingPanel.h"
 #include "wizard/SetupWizard.h"
 #include "worker/EngineController.h"
+#include <k3/chat.hpp>
 
 #include <QApplication>
 #include <QCloseEvent>
 #include <QComboBox>
-#include <QDockWidget>
 #include <QDir>
+#include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
-#include <QMessageBox>
-#include <QShortcut>
-#include <QStandardPaths>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
 #include <QMenuBar>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QRandomGenerator>
 #include <QSettings>
+#include <QShortcut>
 #include <QSplitter>
+#include <QStandardPaths>
 #include <QStatusBar>
+#include <QTimer>
 #include <QVBoxLayout>
 
 MainWindow::MainWindow(QWidget* parent)
@@ -77,7 +78,8 @@ MainWindow::MainWindow(QWidget* parent)
     centerLayout->addWidget(m_composer);
     connect(m_findBar, &FindBar::queryChanged, m_conversation, &ConversationView::find);
     connect(m_findBar, &FindBar::nextRequested, m_conversation, &ConversationView::findNext);
-    connect(m_findBar, &FindBar::previousRequested, m_conversation, &ConversationView::findPrevious);
+    connect(m_findBar, &FindBar::previousRequested, m_conversation,
+            &ConversationView::findPrevious);
     connect(m_findBar, &FindBar::closed, this, [this] {
         m_conversation->clearFind();
         m_composer->setFocus();
@@ -86,8 +88,9 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_conversation, &ConversationView::findRequested, this, &MainWindow::showFindBar);
     connect(m_conversation, &ConversationView::editLastMessageRequested, this,
             &MainWindow::editLastMessage);
-    connect(m_conversation, &ConversationView::copied, this,
-            [this](const QString& what) { statusBar()->showMessage(tr("Copied %1").arg(what), 3000); });
+    connect(m_conversation, &ConversationView::copied, this, [this](const QString& what) {
+        statusBar()->showMessage(tr("Copied %1").arg(what), 3000);
+    });
     connect(m_composer, &MessageComposer::editLastRequested, this, &MainWindow::editLastMessage);
 
     m_splitter->setObjectName(QStringLiteral("mainSplitter"));
@@ -106,8 +109,10 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_composer, &MessageComposer::stopRequested, this, &MainWindow::stopGeneration);
     auto* escape = new QShortcut(QKeySequence(Qt::Key_Escape), this);
     connect(escape, &QShortcut::activated, this, [this] {
-        if (m_engine->isBusy()) stopGeneration();
-        else cancelEdit();
+        if (m_engine->isBusy())
+            stopGeneration();
+        else
+            cancelEdit();
     });
     EngineWorker* worker = m_engine->worker();
     connect(worker, &EngineWorker::modelLoaded, this, &MainWindow::onModelLoaded);
@@ -117,7 +122,8 @@ MainWindow::MainWindow(QWidget* parent)
     connect(worker, &EngineWorker::tokenTiming, m_timing, &TokenTimingPanel::addToken);
     connect(worker, &EngineWorker::generationFailed, this, &MainWindow::onFailed);
     connect(worker, &EngineWorker::prefillProgress, this, [this](int done, int total) {
-        statusBar()->showMessage(tr("%1 · reading the prompt %2/%3").arg(m_modelName).arg(done).arg(total));
+        statusBar()->showMessage(
+            tr("%1 · reading the prompt %2/%3").arg(m_modelName).arg(done).arg(total));
     });
     resize(1100, 720);
     restoreWindowSettings();
@@ -161,12 +167,14 @@ void MainWindow::createMenus() {
     quit->setShortcut(QKeySequence::Quit);
 
     QMenu* edit = menuBar()->addMenu(tr("&Edit"));
-    QAction* regen = edit->addAction(tr("&Regenerate the last answer"), this, &MainWindow::regenerate);
+    QAction* regen =
+        edit->addAction(tr("&Regenerate the last answer"), this, &MainWindow::regenerate);
     regen->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
     regen->setObjectName(QStringLiteral("regenerateAction"));
     // Up only works in the empty composer, so it is shown here but not bound globally.
-    QAction* editLast = edit->addAction(tr("&Edit the last message") + QStringLiteral("\t") + tr("Up"),
-                                        this, &MainWindow::editLastMessage);
+    QAction* editLast =
+        edit->addAction(tr("&Edit the last message") + QStringLiteral("\t") + tr("Up"), this,
+                        &MainWindow::editLastMessage);
     editLast->setObjectName(QStringLiteral("editLastAction"));
     edit->addSeparator();
     edit->addAction(m_conversation->findChild<QAction*>(QStringLiteral("copyMessageAction")));
@@ -175,14 +183,18 @@ void MainWindow::createMenus() {
     find->setObjectName(QStringLiteral("findAction"));
     find->setShortcut(QKeySequence::Find);
     QAction* findNext = edit->addAction(tr("Find &next"), this, [this] {
-        if (m_findBar->text().isEmpty()) showFindBar();
-        else m_conversation->findNext();
+        if (m_findBar->text().isEmpty())
+            showFindBar();
+        else
+            m_conversation->findNext();
     });
     findNext->setObjectName(QStringLiteral("findNextAction"));
     findNext->setShortcut(QKeySequence(Qt::Key_F3));
     QAction* findPrevious = edit->addAction(tr("Find &previous"), this, [this] {
-        if (m_findBar->text().isEmpty()) showFindBar();
-        else m_conversation->findPrevious();
+        if (m_findBar->text().isEmpty())
+            showFindBar();
+        else
+            m_conversation->findPrevious();
     });
     findPrevious->setObjectName(QStringLiteral("findPreviousAction"));
     findPrevious->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F3));
@@ -198,12 +210,14 @@ void MainWindow::createMenus() {
     demo->setObjectName(QStringLiteral("loadDemoAction"));
     connect(demo, &QAction::triggered, this, &MainWindow::loadDemoModel);
     QMenu* view = menuBar()->addMenu(tr("&View"));
-    for (QDockWidget* dock : findChildren<QDockWidget*>()) view->addAction(dock->toggleViewAction());
+    for (QDockWidget* dock : findChildren<QDockWidget*>())
+        view->addAction(dock->toggleViewAction());
     view->addSeparator();
     QAction* keepThinking = view->addAction(tr("&Keep thinking expanded"));
     keepThinking->setObjectName(QStringLiteral("keepThinkingExpandedAction"));
     keepThinking->setCheckable(true);
-    keepThinking->setChecked(QSettings().value(QStringLiteral("chat/keepThinkingExpanded"), false).toBool());
+    keepThinking->setChecked(
+        QSettings().value(QStringLiteral("chat/keepThinkingExpanded"), false).toBool());
     m_conversation->conversation()->setThinkingExpandedByDefault(keepThinking->isChecked());
     connect(keepThinking, &QAction::toggled, this, &MainWindow::setKeepThinkingExpanded);
     QMenu* model = menuBar()->addMenu(tr("&Model"));
@@ -277,7 +291,8 @@ void MainWindow::saveConversation() {
         m_currentId = m_store->save(m_currentId, turns);
         if (isNew) refreshConversationList();
     } catch (const std::exception& e) {
-        statusBar()->showMessage(tr("Could not save the conversation: %1").arg(QString::fromUtf8(e.what())));
+        statusBar()->showMessage(
+            tr("Could not save the conversation: %1").arg(QString::fromUtf8(e.what())));
     }
 }
 
@@ -289,7 +304,15 @@ void MainWindow::loadStartupModel() {
         trunk.clear();
     if (!last.isEmpty() && QFileInfo::exists(last + QStringLiteral("/config.json")))
         loadModel(last, trunk);
-    else if (!demoModelDirectory().isEmpty()) loadDemoModel();
+    else if (!demoModelDirectory().isEmpty())
+        loadDemoModel();
+    // First run: the wizard opens over the demo (which loads behind it), so a new user
+    // can chat at once (its first page's demo button) or set up the real model.
+    QSettings settings;
+    if (!settings.value(QStringLiteral("setup/firstRunDone"), false).toBool()) {
+        settings.setValue(QStringLiteral("setup/firstRunDone"), true);
+        QTimer::singleShot(0, this, &MainWindow::showSetupWizard);
+    }
 }
 
 void MainWindow::openModelFolder() {
@@ -399,7 +422,9 @@ void MainWindow::cancelEdit() {
     m_composer->clear();
 }
 
-void MainWindow::showFindBar() { m_findBar->open(); }
+void MainWindow::showFindBar() {
+    m_findBar->open();
+}
 
 void MainWindow::setKeepThinkingExpanded(bool on) {
     QSettings().setValue(QStringLiteral("chat/keepThinkingExpanded"), on);
@@ -411,7 +436,7 @@ QString MainWindow::conversationMarkdown(const QVector<ChatTurn>& turns) {
     for (const ChatTurn& t : turns) {
         const QString who = t.role == QLatin1String("user")        ? tr("You")
                             : t.role == QLatin1String("assistant") ? tr("K3")
-                                                                    : tr("System");
+                                                                   : tr("System");
         md += QStringLiteral("\n## ") + who + QStringLiteral("\n\n");
         if (!t.reasoning.isEmpty()) {
             // The thinking, quoted so it reads as an aside.
@@ -427,10 +452,11 @@ QString MainWindow::conversationMarkdown(const QVector<ChatTurn>& turns) {
 void MainWindow::exportConversation() {
     const QVector<ChatTurn> turns = m_conversation->conversation()->turns();
     if (turns.isEmpty()) return;
-    const QString path = QFileDialog::getSaveFileName(
-        this, tr("Export the conversation as Markdown"),
-        QDir::homePath() + QLatin1Char('/') + ConversationStore::titleFor(turns) + QStringLiteral(".md"),
-        tr("Markdown (*.md)"));
+    const QString path =
+        QFileDialog::getSaveFileName(this, tr("Export the conversation as Markdown"),
+                                     QDir::homePath() + QLatin1Char('/') +
+                                         ConversationStore::titleFor(turns) + QStringLiteral(".md"),
+                                     tr("Markdown (*.md)"));
     if (path.isEmpty()) return;
     try {
         k3::writeFileAtomically(path.toStdString(), conversationMarkdown(turns).toStdString());
@@ -440,7 +466,8 @@ void MainWindow::exportConversation() {
     }
 }
 
-void MainWindow::onToken(int index, const QString& thinking, const QString& response, double seconds) {
+void MainWindow::onToken(int index, const QString& thinking, const QString& response,
+                         double seconds) {
     m_conversation->conversation()->appendToLast(thinking, response);
     m_tokensThisAnswer = index + 1;
     if (index == 0) m_firstTokenSeconds = seconds;
@@ -477,6 +504,11 @@ void MainWindow::onFailed(const QString& message) {
 }
 
 void MainWindow::showSetupWizard() {
+    if (auto* open = findChild<SetupWizard*>(); open && open->isVisible()) {
+        open->raise(); // one wizard at a time
+        open->activateWindow();
+        return;
+    }
     auto* wizard = new SetupWizard(this);
     wizard->setAttribute(Qt::WA_DeleteOnClose);
     connect(wizard, &SetupWizard::setupFinished, this, &MainWindow::loadModel);
@@ -529,6 +561,8 @@ void MainWindow::restoreWindowSettings() {
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
+    // An open wizard is a separate window: it must not keep the app alive.
+    for (SetupWizard* wizard : findChildren<SetupWizard*>()) wizard->close();
     QSettings settings;
     settings.setValue("mainWindow/geometry", saveGeometry());
     settings.setValue("mainWindow/splitter", m_splitter->saveState());

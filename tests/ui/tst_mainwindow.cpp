@@ -18,6 +18,7 @@
 #include "chat/FindBar.h"
 #include "chat/MessageComposer.h"
 #include "chat/MessageDelegate.h"
+#include "wizard/SetupWizard.h"
 
 class TestMainWindow : public QObject {
     Q_OBJECT
@@ -33,6 +34,9 @@ private slots:
     void editMenuListsShortcuts();
     void findBarCountsAndCloses();
     void keepThinkingExpandedSetting();
+    void escapeStopsTheAnswerMidway();
+    void sidebarSearchFiltersByTitle();
+    void firstRunOpensTheWizardOverTheDemo();
 };
 
 namespace {
@@ -84,7 +88,8 @@ void TestMainWindow::newChatShortcutClearsComposer() {
 void TestMainWindow::aboutNamesTheHighlightingState() {
     const QString summary = AboutDialog::buildSummary();
 #ifdef K3_HAVE_KSYNTAXHIGHLIGHTING
-    QVERIFY(summary.contains(QStringLiteral("Code highlighting: KSyntaxHighlighting is available")));
+    QVERIFY(
+        summary.contains(QStringLiteral("Code highlighting: KSyntaxHighlighting is available")));
 #else
     QVERIFY(summary.contains(QStringLiteral("no KSyntaxHighlighting")));
 #endif
@@ -96,7 +101,8 @@ void TestMainWindow::remembersGeometry() {
         MainWindow window;
         window.show();
         QVERIFY(QTest::qWaitForWindowExposed(&window));
-        window.resize(760, 580); // fits the offscreen screen (800x600), which restoreGeometry clamps to
+        window.resize(760,
+                      580); // fits the offscreen screen (800x600), which restoreGeometry clamps to
         QVERIFY(window.close());
     }
     MainWindow again;
@@ -127,24 +133,39 @@ void TestMainWindow::answerIsSavedAndListed() {
     QCOMPARE(window.conversationView()->messageCount(), 0);
     window.openConversation(id);
     QCOMPARE(window.conversationView()->messageCount(), 2);
-    QCOMPARE(window.conversationView()->conversation()->index(0).data(ConversationModel::ContentRole).toString(),
+    QCOMPARE(window.conversationView()
+                 ->conversation()
+                 ->index(0)
+                 .data(ConversationModel::ContentRole)
+                 .toString(),
              QStringLiteral("What is MXFP4?"));
     // Regenerate replaces the last answer with a new one (same prompt, greedy: same text).
-    const QString first = window.conversationView()->conversation()->index(1).data(ConversationModel::ContentRole).toString();
+    const QString first = window.conversationView()
+                              ->conversation()
+                              ->index(1)
+                              .data(ConversationModel::ContentRole)
+                              .toString();
     QSignalSpy again(&window, &MainWindow::answerFinished);
     window.regenerate();
     QVERIFY(again.wait(60000));
     QCOMPARE(window.conversationView()->messageCount(), 2);
-    QCOMPARE(window.conversationView()->conversation()->index(1).data(ConversationModel::ContentRole).toString(), first);
+    QCOMPARE(window.conversationView()
+                 ->conversation()
+                 ->index(1)
+                 .data(ConversationModel::ContentRole)
+                 .toString(),
+             first);
     window.store()->remove(id);
 }
 
 void TestMainWindow::markdownExport() {
     const QString md = MainWindow::conversationMarkdown(
         {{QStringLiteral("user"), QStringLiteral("What is MXFP4?"), {}},
-         {QStringLiteral("assistant"), QStringLiteral("Four-bit **weights**."), QStringLiteral("think\nmore")}});
-    QCOMPARE(md, QStringLiteral("# What is MXFP4?\n\n## You\n\nWhat is MXFP4?\n\n## K3\n\n> think\n> more\n\n"
-                                "Four-bit **weights**.\n"));
+         {QStringLiteral("assistant"), QStringLiteral("Four-bit **weights**."),
+          QStringLiteral("think\nmore")}});
+    QCOMPARE(md, QStringLiteral(
+                     "# What is MXFP4?\n\n## You\n\nWhat is MXFP4?\n\n## K3\n\n> think\n> more\n\n"
+                     "Four-bit **weights**.\n"));
 }
 
 void TestMainWindow::editMenuListsShortcuts() {
@@ -235,6 +256,87 @@ void TestMainWindow::keepThinkingExpandedSetting() {
     actionNamed(window, "keepThinkingExpandedAction")->trigger();
     QVERIFY(!answer.data(ConversationModel::ThinkingExpandedRole).toBool());
     QCOMPARE(QSettings().value(QStringLiteral("chat/keepThinkingExpanded")).toBool(), false);
+}
+
+// Esc in the window stops a running answer within a token; the footer says "stopped".
+void TestMainWindow::escapeStopsTheAnswerMidway() {
+    MainWindow window;
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    QSignalSpy ready(&window, &MainWindow::modelReady);
+    window.loadModel(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
+    QVERIFY(ready.wait(30000));
+    window.composer()->setThinking(false);
+    QSignalSpy finished(&window, &MainWindow::answerFinished);
+    window.sendMessage(QStringLiteral("Tell me about KDA."));
+    // The tiny model never ends its turn by itself: only the 512-token limit would.
+    QTRY_VERIFY_WITH_TIMEOUT(
+        window.statusBar()->currentMessage().contains(QStringLiteral("generating")), 30000);
+    QTest::keyClick(&window, Qt::Key_Escape);
+    QVERIFY(finished.wait(10000));
+    const QModelIndex answer = window.conversationView()->conversation()->index(1);
+    const QString stats = answer.data(ConversationModel::StatsRole).toString();
+    QVERIFY2(stats.contains(QStringLiteral("stopped")), qPrintable(stats));
+    const int tokens = stats.section(QLatin1Char(' '), 0, 0).toInt();
+    QVERIFY2(tokens >= 1 && tokens < 512, qPrintable(stats));
+    QVERIFY(!window.composer()->isGenerating());
+    window.store()->remove(window.currentConversationId());
+}
+
+// The sidebar's search field keeps the conversations whose title contains the text.
+void TestMainWindow::sidebarSearchFiltersByTitle() {
+    MainWindow window;
+    const QStringList titles{QStringLiteral("Packing the trunk"), QStringLiteral("MXFP4 scales"),
+                             QStringLiteral("Why pack twice?")};
+    QStringList ids;
+    for (const QString& title : titles) {
+        const QString id =
+            window.store()->save({}, {{QStringLiteral("user"), title, {}},
+                                      {QStringLiteral("assistant"), QStringLiteral("ok"), {}}});
+        QVERIFY(!id.isEmpty());
+        ids << id;
+    }
+    window.refreshConversationList();
+    QCOMPARE(window.conversationList()->count(), 3);
+    auto* search = window.findChild<QLineEdit*>(QStringLiteral("conversationSearch"));
+    QVERIFY(search);
+    QTest::keyClicks(search, QStringLiteral("PACK"));
+    QCOMPARE(window.conversationList()->count(), 2);
+    QStringList shown;
+    for (int i = 0; i < window.conversationList()->count(); ++i)
+        shown << window.conversationList()->item(i)->text();
+    shown.sort();
+    QCOMPARE(shown,
+             QStringList({QStringLiteral("Packing the trunk"), QStringLiteral("Why pack twice?")}));
+    search->clear();
+    QCOMPARE(window.conversationList()->count(), 3);
+    for (const QString& id : ids) window.store()->remove(id);
+}
+
+// The first start opens the setup wizard over the demo (loading behind it); later
+// starts do not, and asking again raises the open wizard instead of a second one.
+void TestMainWindow::firstRunOpensTheWizardOverTheDemo() {
+    QSettings().remove(QStringLiteral("setup/firstRunDone"));
+    QSettings().remove(QStringLiteral("model/directory"));
+    {
+        MainWindow window;
+        window.show();
+        QSignalSpy ready(&window, &MainWindow::modelReady);
+        window.loadStartupModel();
+        QTRY_COMPARE_WITH_TIMEOUT(window.findChildren<SetupWizard*>().size(), 1, 5000);
+        QVERIFY(window.findChild<SetupWizard*>()->isVisible());
+        window.showSetupWizard();
+        QCOMPARE(window.findChildren<SetupWizard*>().size(), 1);
+        QVERIFY(ready.wait(30000)); // the demo loaded behind the wizard
+        window.close();
+        QTRY_VERIFY(!window.findChild<SetupWizard*>() ||
+                    !window.findChild<SetupWizard*>()->isVisible());
+    }
+    MainWindow again;
+    again.show();
+    again.loadStartupModel();
+    QTest::qWait(200);
+    QVERIFY(again.findChildren<SetupWizard*>().isEmpty());
 }
 
 QTEST_MAIN(TestMainWindow)

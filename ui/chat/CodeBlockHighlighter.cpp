@@ -157,7 +157,8 @@ void CodeBlockHighlighter::highlight(QTextDocument& doc, const QString& markdown
     const ksh::Theme theme =
         repository().defaultTheme(dark ? ksh::Repository::DarkTheme : ksh::Repository::LightTheme);
     monoFormat.setForeground(QColor::fromRgba(theme.textColor(ksh::Theme::Normal)));
-    background = QColor::fromRgba(theme.editorColor(ksh::Theme::BackgroundColor));
+    // The palette tint, not the theme's editor background: the light theme's is white,
+    // which would make the block vanish into the message area.
 #endif
     for (const CodeBlock& code : blocks) {
         QTextCursor c(doc.findBlockByNumber(code.firstBlock));
