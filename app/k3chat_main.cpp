@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
                               QString::fromStdString(m.content),
                               QString::fromStdString(m.reasoningContent)});
             window.openConversation(window.store()->save({}, turns));
+            window.refreshConversationList();
         } catch (const std::exception& e) {
             // Reported, and the file is left as it is (the store only ever reads it).
             qWarning("k3chat: %s", e.what());

@@ -349,7 +349,10 @@ void MainWindow::stopGeneration() {
 void MainWindow::onModelLoaded(const ModelInfo& info) {
     QSettings().setValue(QStringLiteral("model/directory"), info.directory);
     // The demo was trained to answer directly, without a think channel.
-    if (info.directory == demoModelDirectory()) m_composer->setThinking(false);
+    const QString demo = demoModelDirectory();
+    if (!demo.isEmpty() &&
+        QFileInfo(info.directory).canonicalFilePath() == QFileInfo(demo).canonicalFilePath())
+        m_composer->setThinking(false);
     m_composer->setReady(true);
     m_conversation->setPlaceholderText(tr("Model ready. Type a message below."));
     statusBar()->showMessage(tr("%1 · %2 layers · %3 MB of weights in memory")

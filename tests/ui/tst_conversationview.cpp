@@ -97,6 +97,10 @@ void TestConversationView::thinkingLabelAndToggle() {
     m.toggleThinking(0);
     QVERIFY(i.data(ConversationModel::ThinkingExpandedRole).toBool());
     QVERIFY(MessageDelegate::thinkingLabel(i).startsWith(QStringLiteral("▾ ")));
+    // Opened from disk: the reasoning is there, its duration is not.
+    m.setTurns({{QStringLiteral("user"), QStringLiteral("Q"), {}},
+                {QStringLiteral("assistant"), QStringLiteral("A"), QStringLiteral("because")}});
+    QCOMPARE(MessageDelegate::thinkingLabel(m.index(1)), QStringLiteral("▸ Thoughts"));
 }
 
 void TestConversationView::turnsExcludeTheStreamingMessage() {

@@ -252,7 +252,7 @@ void TestMainWindow::keepThinkingExpandedSetting() {
     window.conversationView()->conversation()->setTurns(turns);
     const QModelIndex answer = window.conversationView()->conversation()->index(1);
     QVERIFY(answer.data(ConversationModel::ThinkingExpandedRole).toBool());
-    QVERIFY(MessageDelegate::thinkingLabel(answer).startsWith(QStringLiteral("▾ Thought for ")));
+    QVERIFY(MessageDelegate::thinkingLabel(answer).startsWith(QStringLiteral("▾ Thoughts")));
     actionNamed(window, "keepThinkingExpandedAction")->trigger();
     QVERIFY(!answer.data(ConversationModel::ThinkingExpandedRole).toBool());
     QCOMPARE(QSettings().value(QStringLiteral("chat/keepThinkingExpanded")).toBool(), false);

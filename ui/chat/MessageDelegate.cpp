@@ -52,6 +52,8 @@ QString MessageDelegate::thinkingLabel(const QModelIndex& index) {
     const bool answering = !index.data(ConversationModel::ContentRole).toString().isEmpty();
     const QString arrow = expanded ? QStringLiteral("▾ ") : QStringLiteral("▸ ");
     if (streaming && !answering) return arrow + QObject::tr("Thinking… %1 s").arg(qRound(seconds));
+    // A conversation opened from disk has its reasoning but not how long it took.
+    if (seconds < 0) return arrow + QObject::tr("Thoughts");
     return arrow + QObject::tr("Thought for %1 s").arg(qRound(seconds));
 }
 
