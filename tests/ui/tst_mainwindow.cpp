@@ -327,7 +327,7 @@ void TestMainWindow::firstRunOpensTheWizardOverTheDemo() {
         QVERIFY(window.findChild<SetupWizard*>()->isVisible());
         window.showSetupWizard();
         QCOMPARE(window.findChildren<SetupWizard*>().size(), 1);
-        QVERIFY(ready.wait(30000)); // the demo loaded behind the wizard
+        QVERIFY(ready.count() > 0 || ready.wait(30000)); // the demo loaded behind the wizard
         window.close();
         QTRY_VERIFY(!window.findChild<SetupWizard*>() ||
                     !window.findChild<SetupWizard*>()->isVisible());

@@ -14,8 +14,10 @@ void TestTokenTimingPanel::keepsTheLastBarsAndAverages() {
     QCOMPARE(panel.barCount(), 0);
     QCOMPARE(panel.summaryText(), QStringLiteral("No tokens yet."));
     for (int i = 0; i < 70; ++i) panel.addToken(i, 0.25, 0.5, 0.25);
-    QCOMPARE(panel.barCount(), TokenTimingPanel::kMaxBars);
+    QCOMPARE(panel.barCount(), 70); // one bar per token of the answer
     QCOMPARE(panel.summaryText(), QStringLiteral("70 tokens · 1.000 s/token on average"));
+    for (int i = 70; i < TokenTimingPanel::kMaxBars + 6; ++i) panel.addToken(i, 0.25, 0.5, 0.25);
+    QCOMPARE(panel.barCount(), TokenTimingPanel::kMaxBars); // then the newest
 }
 
 void TestTokenTimingPanel::aNewAnswerStartsAfresh() {

@@ -6,8 +6,8 @@
 #include <QChartView>
 #include <QLabel>
 #include <QStackedBarSeries>
-#include <QValueAxis>
 #include <QVBoxLayout>
+#include <QValueAxis>
 
 #include <algorithm>
 
@@ -35,8 +35,9 @@ TokenTimingPanel::TokenTimingPanel(QWidget* parent)
     m_chart->legend()->setAlignment(Qt::AlignBottom);
     m_chart->setMargins(QMargins(2, 2, 2, 2));
     m_chart->setBackgroundRoundness(0);
-    m_chart->setTheme(palette().color(QPalette::Window).lightness() < 128 ? QChart::ChartThemeDark
-                                                                           : QChart::ChartThemeLight);
+    m_chart->setTheme(palette().color(QPalette::Window).lightness() < 128
+                          ? QChart::ChartThemeDark
+                          : QChart::ChartThemeLight);
     m_view->setRenderHint(QPainter::Antialiasing);
     m_view->setMinimumHeight(160);
     setMinimumWidth(300);
@@ -52,6 +53,7 @@ void TokenTimingPanel::clear() {
     m_trunk->remove(0, m_trunk->count());
     m_experts->remove(0, m_experts->count());
     m_compute->remove(0, m_compute->count());
+    m_axisX->clear();
     m_total = 0;
     m_tokens = 0;
     m_summary->setText(tr("No tokens yet."));
@@ -61,21 +63,34 @@ void TokenTimingPanel::clear() {
 void TokenTimingPanel::addToken(int index, double computeSeconds, double trunkIoSeconds,
                                 double expertIoSeconds) {
     if (index == 0) clear();
-    if (m_compute->count() == kMaxBars) {
+    const bool full = m_compute->count() == kMaxBars;
+    if (full) {
         m_trunk->remove(0);
         m_experts->remove(0);
         m_compute->remove(0);
+        m_axisX->remove(m_axisX->at(0));
     }
     m_trunk->append(trunkIoSeconds);
     m_experts->append(expertIoSeconds);
     m_compute->append(computeSeconds);
+    // One category per bar, or the axis spans a single slot and squeezes the bars.
+    m_axisX->append(QString::number(m_tokens));
     m_total += computeSeconds + trunkIoSeconds + expertIoSeconds;
     ++m_tokens;
     m_summary->setText(summaryText());
-    rescale();
+    const double height = computeSeconds + trunkIoSeconds + expertIoSeconds;
+    // Growing the axis is O(1) per token; only dropping the oldest bar needs a rescan.
+    if (full) {
+        rescale();
+    } else if (height > m_top) {
+        m_top = height;
+        m_axisY->setRange(0, m_top * 1.1);
+    }
 }
 
-int TokenTimingPanel::barCount() const { return m_compute->count(); }
+int TokenTimingPanel::barCount() const {
+    return m_compute->count();
+}
 
 QString TokenTimingPanel::summaryText() const {
     if (m_tokens == 0) return tr("No tokens yet.");
@@ -84,12 +99,8 @@ QString TokenTimingPanel::summaryText() const {
 }
 
 void TokenTimingPanel::rescale() {
-    double top = 0;
+    m_top = 0;
     for (int i = 0; i < m_compute->count(); ++i)
-        top = std::max(top, m_trunk->at(i) + m_experts->at(i) + m_compute->at(i));
-    m_axisY->setRange(0, top > 0 ? top * 1.1 : 1.0);
-    // One category per bar, or the axis spans a single slot and squeezes the bars.
-    QStringList categories;
-    for (int i = 0; i < m_compute->count(); ++i) categories << QString::number(i);
-    m_axisX->setCategories(categories);
+        m_top = std::max(m_top, m_trunk->at(i) + m_experts->at(i) + m_compute->at(i));
+    m_axisY->setRange(0, m_top > 0 ? m_top * 1.1 : 1.0);
 }

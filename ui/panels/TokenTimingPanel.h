@@ -11,12 +11,12 @@ class QBarCategoryAxis;
 class QValueAxis;
 
 // Per-token timing as stacked bars: trunk I/O, expert I/O and compute, one bar per
-// token of the current answer (the last kMaxBars), updated as each token arrives and
-// kept after the answer ends.
+// token of the current answer (up to kMaxBars, far more than the app asks for;
+// beyond that the newest), updated as each token arrives and kept after the answer.
 class TokenTimingPanel : public QWidget {
     Q_OBJECT
 public:
-    static constexpr int kMaxBars = 64;
+    static constexpr int kMaxBars = 4096;
 
     explicit TokenTimingPanel(QWidget* parent = nullptr);
 
@@ -40,4 +40,5 @@ private:
     QLabel* m_summary;
     double m_total = 0;
     int m_tokens = 0;
+    double m_top = 0; // the tallest bar shown: the y axis tops out just above it
 };
