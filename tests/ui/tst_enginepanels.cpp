@@ -27,6 +27,8 @@ static MemoryFigures sample() {
     f.cacheHitRate = 0.38;
     f.cacheResidentHitRate = 0.12;
     f.cacheEvictions = 1204;
+    f.cacheSlots = 57;
+    f.cacheSlotBytes = 17'547'264; // one K3 expert
     f.trunkBytesRead = 100'000'000'000ull;
     f.expertBytesRead = 34'000'000'000ull;
     f.ioSeconds = 50;
@@ -52,8 +54,11 @@ void TestEnginePanels::cacheShowsBothHitRates() {
     ExpertCachePanel panel;
     panel.setFigures(sample());
     // Counts follow the user's locale ("1,204" in English).
-    QCOMPARE(panel.text(), QStringLiteral("hit 38.0%   resident 12.0%\nevictions %1\nrequests %2")
-                               .arg(QLocale().toString(1204), QLocale().toString(1000)));
+    QCOMPARE(
+        panel.text(),
+        QStringLiteral("hit 38.0%   TRUE resident 12.0%\nevictions %1\nrequests %2\ncapacity 57 "
+                       "experts (1000.2 MB)")
+            .arg(QLocale().toString(1204), QLocale().toString(1000)));
     MemoryFigures resident = sample();
     resident.expertsCached = false;
     panel.setFigures(resident);
@@ -64,7 +69,8 @@ void TestEnginePanels::diskShowsBytesRateAndShare() {
     DiskIoPanel panel;
     panel.setFigures(sample());
     QCOMPARE(panel.text(), QStringLiteral("134.000 GB read (trunk 100.000 GB, experts 34.000 GB)\n"
-                                          "2.68 GB/s while reading\nI/O 71% of wall clock"));
+                                          "2.68 GB/s while reading\nI/O 71% of wall clock\n"
+                                          "trunk layers pinned 3 of 93, the rest streamed"));
 }
 
 QTEST_MAIN(TestEnginePanels)

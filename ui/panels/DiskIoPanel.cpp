@@ -18,12 +18,21 @@ DiskIoPanel::DiskIoPanel(QWidget* parent) : QWidget(parent), m_label(new QLabel(
 void DiskIoPanel::setFigures(const MemoryFigures& f) {
     const double total = double(f.trunkBytesRead + f.expertBytesRead);
     const double rate = f.ioSeconds > 0 ? total / f.ioSeconds / 1e9 : 0;
-    m_label->setText(tr("%1 GB read (trunk %2 GB, experts %3 GB)\n%4 GB/s while reading\nI/O %5% of wall clock")
-                         .arg(total / 1e9, 0, 'f', 3)
-                         .arg(double(f.trunkBytesRead) / 1e9, 0, 'f', 3)
-                         .arg(double(f.expertBytesRead) / 1e9, 0, 'f', 3)
-                         .arg(rate, 0, 'f', 2)
-                         .arg(f.ioShare * 100, 0, 'f', 0));
+    const QString trunk = f.trunkStreamed ? tr("trunk layers pinned %1 of %2, the rest streamed")
+                                                .arg(f.pinnedLayers)
+                                                .arg(f.totalLayers)
+                                          : tr("trunk resident (%1 layers)").arg(f.totalLayers);
+    m_label->setText(
+        tr("%1 GB read (trunk %2 GB, experts %3 GB)\n%4 GB/s while reading\nI/O %5% of "
+           "wall clock\n%6")
+            .arg(total / 1e9, 0, 'f', 3)
+            .arg(double(f.trunkBytesRead) / 1e9, 0, 'f', 3)
+            .arg(double(f.expertBytesRead) / 1e9, 0, 'f', 3)
+            .arg(rate, 0, 'f', 2)
+            .arg(f.ioShare * 100, 0, 'f', 0)
+            .arg(trunk));
 }
 
-QString DiskIoPanel::text() const { return m_label->text(); }
+QString DiskIoPanel::text() const {
+    return m_label->text();
+}

@@ -22,11 +22,19 @@ void ExpertCachePanel::setFigures(const MemoryFigures& f) {
         return;
     }
     const QLocale locale;
-    m_label->setText(tr("hit %1%   resident %2%\nevictions %3\nrequests %4")
-                         .arg(f.cacheHitRate * 100, 0, 'f', 1)
-                         .arg(f.cacheResidentHitRate * 100, 0, 'f', 1)
-                         .arg(locale.toString(qulonglong(f.cacheEvictions)))
-                         .arg(locale.toString(qulonglong(f.cacheRequests))));
+    // "resident" is the TRUE resident hit rate: experts already in memory before their
+    // layer asked, not the ones its own batch prefetched just in time.
+    m_label->setText(
+        tr("hit %1%   TRUE resident %2%\nevictions %3\nrequests %4\ncapacity %5 experts "
+           "(%6 MB)")
+            .arg(f.cacheHitRate * 100, 0, 'f', 1)
+            .arg(f.cacheResidentHitRate * 100, 0, 'f', 1)
+            .arg(locale.toString(qulonglong(f.cacheEvictions)))
+            .arg(locale.toString(qulonglong(f.cacheRequests)))
+            .arg(locale.toString(f.cacheSlots))
+            .arg(double(f.cacheSlots) * double(f.cacheSlotBytes) / 1e6, 0, 'f', 1));
 }
 
-QString ExpertCachePanel::text() const { return m_label->text(); }
+QString ExpertCachePanel::text() const {
+    return m_label->text();
+}

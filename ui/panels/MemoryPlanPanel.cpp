@@ -43,10 +43,13 @@ void MemoryPlanPanel::setFigures(const MemoryFigures& figures) {
 QString MemoryPlanPanel::detailsText() const {
     const MemoryFigures& f = m_figures;
     QStringList rows;
-    for (const MemoryFigures::Component& c : f.plan) rows << QStringLiteral("%1  %2").arg(c.name, gb(c.bytes));
+    for (const MemoryFigures::Component& c : f.plan)
+        rows << QStringLiteral("%1  %2").arg(c.name, gb(c.bytes));
     rows << tr("planned %1 of %2 available").arg(gb(f.plannedBytes()), gb(f.availableBytes));
     if (f.totalLayers > 0)
-        rows << (f.trunkStreamed ? tr("%1 of %2 layers pinned, the rest streamed").arg(f.pinnedLayers).arg(f.totalLayers)
+        rows << (f.trunkStreamed ? tr("%1 of %2 layers pinned, the rest streamed")
+                                       .arg(f.pinnedLayers)
+                                       .arg(f.totalLayers)
                                  : tr("all %1 layers resident").arg(f.totalLayers));
     if (f.peakRssBytes > 0) rows << tr("peak RSS %1").arg(gb(f.peakRssBytes));
     return rows.join(QLatin1Char('\n'));
@@ -58,7 +61,8 @@ void MemoryPlanPanel::paintEvent(QPaintEvent*) {
     painter.fillRect(bar, palette().color(QPalette::AlternateBase));
     painter.setPen(palette().color(QPalette::Mid));
     painter.drawRect(bar.adjusted(0, 0, -1, -1));
-    const double scale = double(std::max<quint64>(m_figures.availableBytes, m_figures.plannedBytes()));
+    const double scale =
+        double(std::max<quint64>(m_figures.availableBytes, m_figures.plannedBytes()));
     if (scale <= 0) return;
     double x = bar.left();
     for (int i = 0; i < m_figures.plan.size(); ++i) {
@@ -68,7 +72,8 @@ void MemoryPlanPanel::paintEvent(QPaintEvent*) {
     }
     // The engine refuses a plan above 95% of MemAvailable.
     if (m_figures.availableBytes > 0) {
-        const double limit = bar.left() + bar.width() * 0.95 * double(m_figures.availableBytes) / scale;
+        const double limit =
+            bar.left() + bar.width() * 0.95 * double(m_figures.availableBytes) / scale;
         painter.setPen(QPen(Qt::red, 2));
         painter.drawLine(QPointF(limit, bar.top() - 3), QPointF(limit, bar.bottom() + 3));
     }

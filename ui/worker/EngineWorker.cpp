@@ -65,6 +65,8 @@ MemoryFigures MemoryFigures::from(const k3::MemoryReport& r) {
     f.cacheHitRate = r.cache.hitRate();
     f.cacheResidentHitRate = r.cache.residentHitRate();
     f.cacheEvictions = r.cache.evictions;
+    f.cacheSlots = r.cacheSlots;
+    f.cacheSlotBytes = r.cacheSlotBytes;
     f.trunkBytesRead = r.trunk.bytesRead;
     f.expertBytesRead = r.cache.bytesRead;
     f.ioSeconds = r.trunk.waitSeconds + r.cache.readSeconds;
@@ -122,8 +124,10 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
     }
     std::vector<k3::ChatMessage> messages;
     for (const ChatTurn& turn : history)
-        messages.push_back({roleFromName(turn.role), turn.content.toStdString(),
-                            turn.reasoning.toStdString(), {}});
+        messages.push_back({roleFromName(turn.role),
+                            turn.content.toStdString(),
+                            turn.reasoning.toStdString(),
+                            {}});
     k3::GenerateOptions options;
     options.render.thinking = settings.thinking;
     options.render.thinkingEffort = settings.thinkingEffort.toStdString();

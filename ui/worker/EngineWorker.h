@@ -65,6 +65,8 @@ struct MemoryFigures {
     double cacheHitRate = 0;
     double cacheResidentHitRate = 0;
     quint64 cacheEvictions = 0;
+    int cacheSlots = 0;         // the cache's capacity in experts
+    quint64 cacheSlotBytes = 0; // one slot: the expert's size, aligned up
     quint64 trunkBytesRead = 0;
     quint64 expertBytesRead = 0;
     double ioSeconds = 0;
@@ -108,7 +110,8 @@ signals:
     void tokenGenerated(int index, const QString& thinkingDelta, const QString& responseDelta,
                         double seconds);
     // Where the token's time went (the I/O parts are 0 while every weight is resident).
-    void tokenTiming(int index, double computeSeconds, double trunkIoSeconds, double expertIoSeconds);
+    void tokenTiming(int index, double computeSeconds, double trunkIoSeconds,
+                     double expertIoSeconds);
     void generationFinished(const GenerationSummary& summary);
     // Before the prompt is read: the settings as the engine gets them (threads: the
     // OpenMP thread count now in force on the engine thread).
