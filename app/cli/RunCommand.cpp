@@ -43,6 +43,8 @@ struct TokenRecord {
     k3::TokenId id = 0;
     std::string piece;
     double seconds = 0;
+    double cacheHitPercent = -1; // this step's expert requests served from memory; -1: none
+    double gbRead = 0;           // trunk + expert bytes read from disk so far
 };
 
 class BatchObserver : public k3::SessionObserver {
@@ -59,6 +61,11 @@ public:
             const auto logits = session_.lastLogits();
             firstLogits.assign(logits.begin(), logits.end());
         }
+        if (p.stage == "prefill" && p.done == p.total) { // the prompt's requests are not a step's
+            const k3::MemoryReport memory = session_.memoryReport();
+            seenRequests_ = memory.cache.requests;
+            seenHits_ = memory.cache.hits;
+        }
         if (progress_ && progressDue(p.done == p.total)) {
             std::fprintf(stderr, "\r%s %lld/%lld", p.stage.c_str(), (long long)p.done,
                          (long long)p.total);
@@ -70,10 +77,25 @@ public:
     void onToken(const k3::TokenEvent& ev) override {
         TokenRecord record{ev.id, {}, ev.timing.totalSeconds()};
         if (decoder_) record.piece = decoder_->push(ev.id);
+        // The session has just fed this token (its timing is that forward's): the cache
+        // counters' growth since the previous token is this step's hit rate.
+        const k3::MemoryReport memory = session_.memoryReport();
+        if (memory.expertsCached) {
+            const std::uint64_t requests = memory.cache.requests - seenRequests_;
+            const std::uint64_t hits = memory.cache.hits - seenHits_;
+            if (requests > 0) record.cacheHitPercent = 100.0 * double(hits) / double(requests);
+            seenRequests_ = memory.cache.requests;
+            seenHits_ = memory.cache.hits;
+        }
+        record.gbRead = double(memory.trunk.bytesRead + memory.cache.bytesRead) / 1e9;
         // The last token is never fed, so its time is only the sampling: no rate for it.
         char rate[32] = "-";
         if (record.seconds > 1e-4) std::snprintf(rate, sizeof rate, "%.3f", 1.0 / record.seconds);
-        std::printf("%-6d %-10d %-12.3f %-10s %s\n", ev.index, int(ev.id), record.seconds, rate,
+        char hit[16] = "-";
+        if (record.cacheHitPercent >= 0)
+            std::snprintf(hit, sizeof hit, "%.1f", record.cacheHitPercent);
+        std::printf("%-6d %-10d %-10.3f %-7s %-9.3f %-9s %s\n", ev.index, int(ev.id),
+                    record.seconds, hit, record.gbRead, rate,
                     decoder_ ? jsonQuoted(record.piece).c_str() : "");
         std::fflush(stdout);
         tokens.push_back(std::move(record));
@@ -89,6 +111,7 @@ private:
     bool captureLogits_;
     bool progress_;
     std::optional<k3::StreamDecoder> decoder_;
+    std::uint64_t seenRequests_ = 0, seenHits_ = 0;
 };
 
 nlohmann::ordered_json planJson(const MemoryArgs& m, const k3::Session& session) {
@@ -110,7 +133,8 @@ nlohmann::ordered_json planJson(const MemoryArgs& m, const k3::Session& session)
 }
 
 void printPlan(const MemoryArgs& m, const k3::Session& session) {
-    std::printf("memory plan\n");
+    // Everything added up before anything was allocated (the engine's plan).
+    std::printf("%s", session.memoryReport().plan.format().c_str());
     std::printf("  weights (resident)  %s\n",
                 formatBytes(double(session.model().weightBytes())).c_str());
     if (!m.preset.empty() || m.trunkGB || m.cacheGB || !m.trunkDir.empty()) {
@@ -218,7 +242,8 @@ int runBatch(const RunArgs& args) {
     std::printf("  loaded   : %d layers in %s\n\n", session.model().layersBound(),
                 formatDuration(loaded.loadSeconds).c_str());
     printPlan(args.model.memory, session);
-    std::printf("\n%-6s %-10s %-12s %-10s %s\n", "STEP", "TOKEN", "SECONDS", "TOK/S", "TEXT");
+    std::printf("\n%-6s %-10s %-10s %-7s %-9s %-9s %s\n", "STEP", "TOKEN", "SECONDS", "HIT %",
+                "GB READ", "TOK/S", "TEXT");
     std::printf("--------------------------------------------------------------------\n");
     std::fflush(stdout);
 
@@ -250,8 +275,9 @@ int runBatch(const RunArgs& args) {
                 result.ids.size(), total,
                 result.ids.empty() ? 0.0 : result.decodeSeconds / double(result.ids.size()),
                 result.promptTokens - result.reusedPositions, result.prefillSeconds);
-    std::printf("PEAK RSS for the whole run: %s   <- quote this, not the plan\n",
-                formatBytes(double(peak)).c_str());
+    // Cache and trunk summaries, the I/O share of wall clock and PEAK RSS.
+    const k3::MemoryReport summary = session.memoryReport();
+    std::fputs(summary.format().c_str(), stdout);
 
     std::vector<std::string> invalidReasons;
     if (result.droppedExperts > 0)
@@ -297,6 +323,10 @@ int runBatch(const RunArgs& args) {
     for (std::size_t i = 0; i < observer.tokens.size(); ++i) {
         const TokenRecord& t = observer.tokens[i];
         nlohmann::ordered_json row = {{"step", i}, {"id", t.id}, {"seconds", t.seconds}};
+        row["cache_hit_percent"] = t.cacheHitPercent >= 0
+                                       ? nlohmann::ordered_json(t.cacheHitPercent)
+                                       : nlohmann::ordered_json();
+        row["gb_read"] = t.gbRead;
         row["text"] =
             session.hasTokenizer() ? nlohmann::ordered_json(t.piece) : nlohmann::ordered_json();
         tokens.push_back(std::move(row));
@@ -316,6 +346,16 @@ int runBatch(const RunArgs& args) {
     report["non_finite"] = result.nonFinite;
     report["cancelled"] = result.cancelled;
     const k3::MemoryReport mem = session.memoryReport();
+    report["trunk"] = {{"streamed", mem.trunkStreamed},
+                       {"pinned_layers", mem.trunk.pinnedLayers},
+                       {"total_layers", mem.trunk.totalLayers},
+                       {"ring_slots", mem.trunk.ringSlots},
+                       {"ring_slot_bytes", mem.trunk.ringSlotBytes},
+                       {"reads", mem.trunk.reads},
+                       {"bytes_read", mem.trunk.bytesRead},
+                       {"read_seconds", mem.trunk.ioSeconds},
+                       {"wait_seconds", mem.trunk.waitSeconds}};
+    report["io_share"] = mem.ioShare();
     if (mem.expertsCached)
         report["cache"] = {{"requests", mem.cache.requests},
                            {"hits", mem.cache.hits},
@@ -326,7 +366,10 @@ int runBatch(const RunArgs& args) {
                            {"evictions", mem.cache.evictions},
                            {"disk_reads", mem.cache.diskReads},
                            {"bytes_read", mem.cache.bytesRead},
-                           {"slots", mem.cacheSlots}};
+                           {"slots", mem.cacheSlots},
+                           {"slot_bytes", mem.cacheSlotBytes},
+                           {"hit_rate", mem.cache.hitRate()},
+                           {"true_resident_hit_rate", mem.cache.residentHitRate()}};
 
     int code = kExitOk;
     if (!memory.cacheTraceDir.empty()) {

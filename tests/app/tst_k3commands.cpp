@@ -173,6 +173,25 @@ void TestK3Commands::packThenRunWithPresetLaptop() {
     QVERIFY2(r.out.contains("PEAK RSS"), qPrintable(r.out));
     QCOMPARE(QString::fromStdString(run.at("plan").at("preset").get<std::string>()),
              QStringLiteral("laptop"));
+    // The run report: the plan before, a line per token with its cache hit % and GB read,
+    // the cache and trunk summaries and the I/O share after.
+    QVERIFY2(
+        r.out.contains(QRegularExpression(R"((?s)memory plan.*\n\s+expert cache\s+[0-9.]+ [KMG]?B.*\n\s+KV cache\s+[0-9.]+ [KMG]?B)")),
+        qPrintable(r.out));
+    QVERIFY2(r.out.contains("STEP   TOKEN      SECONDS    HIT %   GB READ"), qPrintable(r.out));
+    QVERIFY2(r.out.contains("TRUE resident hit rate"), qPrintable(r.out));
+    QVERIFY2(r.out.contains("I/O share of wall clock"), qPrintable(r.out));
+    QVERIFY2(r.out.contains(QRegularExpression(R"(pinned 14/14 layers)")), qPrintable(r.out));
+    const auto& tokens = run.at("tokens");
+    QCOMPARE(tokens.size(), std::size_t(6));
+    QVERIFY(tokens.at(0).at("gb_read").get<double>() > 0);
+    QVERIFY(tokens.at(0).at("cache_hit_percent").get<double>() >= 0);
+    QVERIFY(tokens.at(0).at("cache_hit_percent").get<double>() <= 100);
+    QCOMPARE(run.at("trunk").at("pinned_layers").get<int>(), 14);
+    QCOMPARE(run.at("trunk").at("total_layers").get<int>(), 14);
+    QVERIFY(run.at("cache").at("requests").get<int>() > 0);
+    const double share = run.at("io_share").get<double>();
+    QVERIFY(share >= 0 && share <= 1);
 }
 
 void TestK3Commands::presetAutoRunsTheReferenceIds() {
