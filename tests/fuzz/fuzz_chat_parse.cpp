@@ -82,8 +82,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             rest.remove_prefix(std::min(n, rest.size()));
         }
     }
-    whole.parser.finish();
-    cut.parser.finish();
+    whole.add(whole.parser.finish());
+    cut.add(cut.parser.finish());
     whole.check();
     cut.check();
     k3fuzz::check(whole.parser.thinking() == cut.parser.thinking(), "thinking depends on the cut");
