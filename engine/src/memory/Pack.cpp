@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 namespace k3 {
@@ -176,7 +177,15 @@ TrunkRecord recordFromJson(const json& j, std::uint64_t fileBytes, const std::st
             tt.info.shape[i] = shape[i].get<std::uint64_t>();
         if (tt.offset > r.bytes || tt.info.nbytes > r.bytes - tt.offset)
             throw PackError(where + ": tensor " + n + " lies outside record " + r.name);
-        if (tt.info.numel() * dtypeSize(tt.info.dtype) != tt.info.nbytes)
+        // Multiplied with a wrap check: a shape whose product wraps to nbytes would
+        // otherwise pass and send kernels far past the record.
+        std::uint64_t bytes = dtypeSize(tt.info.dtype);
+        for (const std::uint64_t d : tt.info.dims()) {
+            if (d != 0 && bytes > std::numeric_limits<std::uint64_t>::max() / d)
+                throw PackError(where + ": tensor " + n + " has a shape too large to address");
+            bytes *= d;
+        }
+        if (bytes != tt.info.nbytes)
             throw PackError(where + ": tensor " + n + " nbytes disagrees with its shape and dtype");
         r.tensors.emplace(n, tt);
     }
