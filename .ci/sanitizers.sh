@@ -8,6 +8,8 @@
 #          look like races between OpenMP workers; with one OpenMP thread the kernels
 #          run on the calling thread and every race between OUR threads (expert and
 #          trunk readers, the engine worker, downloads) is still seen.
+#          die_after_fork=0: tst_hub starts nginx with QProcess (fork + exec) while
+#          threads run; TSan would otherwise stop the process at the fork.
 # Usage: .ci/sanitizers.sh [asan] [tsan]   (default: both). One summary line per leg.
 set -uo pipefail
 cd "$(dirname "$0")/.."
