@@ -128,8 +128,10 @@ public:
     ChatParseDelta feedSpecial(std::string_view marker);
     ChatParseDelta feed(const ChatSegment& piece);
     // The stream stopped (token limit, cancel): records whatever was left unfinished.
+    // Returns the text it released into a channel (stray text or an unfinished tag held
+    // back until now), so deltas still add up to thinking() and response().
     // Feeding after finish() is recorded as a problem and ignored.
-    void finish();
+    ChatParseDelta finish();
 
     const std::string& thinking() const { return thinking_; }
     const std::string& response() const { return response_; }

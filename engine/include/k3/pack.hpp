@@ -87,6 +87,11 @@ struct TrunkIndex {
 TrunkIndex openTrunkIndex(const std::filesystem::path& trunkDir,
                           const std::filesystem::path& modelDir = {});
 
+// The same checks on trunk.json's text, for a trunk.bin of binBytes in trunkDir (the
+// folder only names files in messages and fills binPath; nothing is read).
+TrunkIndex parseTrunkIndex(std::string_view json, std::uint64_t binBytes,
+                           const std::filesystem::path& trunkDir);
+
 // True when trunkDir holds a complete trunk for modelDir (no exception).
 bool trunkIsCurrent(const std::filesystem::path& trunkDir, const std::filesystem::path& modelDir);
 

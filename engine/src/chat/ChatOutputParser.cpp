@@ -276,18 +276,19 @@ ChatParseDelta ChatOutputParser::feedSpecial(std::string_view marker) {
     return delta;
 }
 
-void ChatOutputParser::finish() {
-    if (mode_ == Mode::Done) return;
-    ChatParseDelta ignored;
+ChatParseDelta ChatOutputParser::finish() {
+    ChatParseDelta delta;
+    if (mode_ == Mode::Done) return delta;
     if (mode_ == Mode::OpenHeader || mode_ == Mode::CloseHeader)
-        abandonHeader("stream ended inside the tag", ignored);
-    flushStray(ignored);
+        abandonHeader("stream ended inside the tag", delta);
+    flushStray(delta);
     if (mode_ == Mode::Channel && channel_ == Channel::Think)
         problem("stream ended inside the think channel (no end of turn)");
     else
         problem("stream ended without [EOS] or <|end_of_msg|>");
     mode_ = Mode::Done;
     channel_ = Channel::None;
+    return delta;
 }
 
 } // namespace k3

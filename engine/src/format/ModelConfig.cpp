@@ -304,7 +304,7 @@ ModelConfig parseModelConfig(std::string_view jsonText, std::string_view sourceN
     json root;
     try {
         root = json::parse(jsonText.begin(), jsonText.end());
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) { // parse_error, and out_of_range for 1e999
         throw ConfigError(std::string(sourceName) + ": not valid JSON: " + e.what());
     }
     if (!root.is_object())

@@ -85,10 +85,14 @@ const char* typeWords(sj::json_type type) {
 }
 
 // A shard name from the index becomes a path under the model directory, so it must
-// be a plain file name: no separators, no "..", nothing that escapes the directory.
+// be a plain file name: no separators, no "..", nothing that escapes the directory;
+// and no control characters, which the downloader refuses too (isSafeFileName) and
+// which would reach the terminal through every message that names the shard.
 bool isPlainFileName(std::string_view name) {
     if (name.empty() || name == "." || name == "..") return false;
-    return name.find_first_of(std::string_view("/\\\0", 3)) == std::string_view::npos &&
+    for (const char c : name)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
+    return name.find_first_of("/\\") == std::string_view::npos &&
            name.find("..") == std::string_view::npos;
 }
 
@@ -401,8 +405,8 @@ void JsonScanner::index(const PaddedText& json, const std::string& path,
                 if (!isPlainFileName(shard))
                     throw FormatError(path + ": weight_map[\"" + std::string(tensor) + "\"] = \"" +
                                       std::string(shard) +
-                                      "\" is not a plain shard file name (no path separators "
-                                      "or \"..\")");
+                                      "\" is not a plain shard file name (no path separators, "
+                                      "control characters or \"..\")");
                 auto [it, added] =
                     shardIds.try_emplace(shard, static_cast<std::uint32_t>(shardFiles.size()));
                 if (added) shardFiles.emplace_back(shard);

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 namespace k3 {
@@ -178,7 +179,15 @@ TrunkRecord recordFromJson(const json& j, std::uint64_t fileBytes, const std::st
             tt.info.shape[i] = shape[i].get<std::uint64_t>();
         if (tt.offset > r.bytes || tt.info.nbytes > r.bytes - tt.offset)
             throw PackError(where + ": tensor " + n + " lies outside record " + r.name);
-        if (tt.info.numel() * dtypeSize(tt.info.dtype) != tt.info.nbytes)
+        // Multiplied with a wrap check: a shape whose product wraps to nbytes would
+        // otherwise pass and send kernels far past the record.
+        std::uint64_t bytes = dtypeSize(tt.info.dtype);
+        for (const std::uint64_t d : tt.info.dims()) {
+            if (d != 0 && bytes > std::numeric_limits<std::uint64_t>::max() / d)
+                throw PackError(where + ": tensor " + n + " has a shape too large to address");
+            bytes *= d;
+        }
+        if (bytes != tt.info.nbytes)
             throw PackError(where + ": tensor " + n + " nbytes disagrees with its shape and dtype");
         r.tensors.emplace(n, tt);
     }
@@ -284,27 +293,21 @@ const TrunkRecord* TrunkIndex::modelRecordFor(std::string_view tensor) const {
     return nullptr;
 }
 
-TrunkIndex openTrunkIndex(const fs::path& trunkDir, const fs::path& modelDir) {
-    const fs::path jsonPath = trunkDir / "trunk.json";
-    const std::string where = jsonPath.string();
-    if (!fs::exists(jsonPath))
-        throw PackError(where + " does not exist: pack the trunk first (k3 pack MODEL_DIR " +
-                        trunkDir.string() + ")");
+TrunkIndex parseTrunkIndex(std::string_view jsonText, std::uint64_t binBytes,
+                           const fs::path& trunkDir) {
+    const std::string where = (trunkDir / "trunk.json").string();
     TrunkIndex idx;
     idx.binPath = trunkDir / "trunk.bin";
-    std::error_code ec;
-    const auto binSize = fs::file_size(idx.binPath, ec);
-    if (ec) throw PackError(idx.binPath.string() + ": cannot stat (" + ec.message() + ")");
     try {
-        const json j = json::parse(readWholeFile(jsonPath));
+        const json j = json::parse(jsonText);
         if (j.at("format").get<std::string>() != "k3-trunk" ||
             j.at("version").get<int>() != kTrunkFormatVersion)
             throw StaleTrunkError(where + ": not a version " + std::to_string(kTrunkFormatVersion) +
                                   " k3 trunk; re-pack it");
         idx.fileBytes = j.at("file_bytes").get<std::uint64_t>();
-        if (idx.fileBytes != binSize)
+        if (idx.fileBytes != binBytes)
             throw PackError(where + " describes " + std::to_string(idx.fileBytes) +
-                            " bytes but trunk.bin has " + std::to_string(binSize) +
+                            " bytes but trunk.bin has " + std::to_string(binBytes) +
                             " (an interrupted pack?); re-pack it");
         idx.source = identityFromJson(j.at("source"));
         for (const auto& r : j.at("records")) {
@@ -324,6 +327,20 @@ TrunkIndex openTrunkIndex(const fs::path& trunkDir, const fs::path& modelDir) {
     } catch (const json::exception& e) {
         throw PackError(where + ": malformed (" + e.what() + ")");
     }
+    return idx;
+}
+
+TrunkIndex openTrunkIndex(const fs::path& trunkDir, const fs::path& modelDir) {
+    const fs::path jsonPath = trunkDir / "trunk.json";
+    if (!fs::exists(jsonPath))
+        throw PackError(jsonPath.string() +
+                        " does not exist: pack the trunk first (k3 pack MODEL_DIR " +
+                        trunkDir.string() + ")");
+    std::error_code ec;
+    const fs::path binPath = trunkDir / "trunk.bin";
+    const auto binSize = fs::file_size(binPath, ec);
+    if (ec) throw PackError(binPath.string() + ": cannot stat (" + ec.message() + ")");
+    TrunkIndex idx = parseTrunkIndex(readWholeFile(jsonPath), binSize, trunkDir);
     if (!modelDir.empty()) {
         const std::string diff = checkpointIdentity(modelDir).differenceFrom(idx.source);
         if (!diff.empty())

@@ -19,7 +19,7 @@ struct Session::Impl {
     std::vector<TokenId> promptSnapshotIds;
     std::vector<float> logits;
     double wallSeconds = 0; // time spent feeding tokens
-    TokenTiming lastTiming;  // of the last fed token
+    TokenTiming lastTiming; // of the last fed token
 
     Impl(Model m) : model(std::move(m)), state(model.newState()) {
         logits.assign(std::size_t(model.config().vocabSize), 0.0f);
@@ -63,8 +63,8 @@ Session Session::open(const SessionOptions& options) {
     mo.streamModelTables = options.streamModelTables;
     auto impl = std::make_unique<Impl>(Model::load(options.modelDir, mo));
     if (options.loadTokenizer) {
-        impl->tokenizer = Tokenizer::fromDirectory(options.tokenizerDir.empty() ? options.modelDir
-                                                                                : options.tokenizerDir);
+        impl->tokenizer = Tokenizer::fromDirectory(
+            options.tokenizerDir.empty() ? options.modelDir : options.tokenizerDir);
         if (impl->tokenizer->vocabSize() > std::size_t(impl->model.config().vocabSize))
             throw ModelError("the tokenizer has " + std::to_string(impl->tokenizer->vocabSize()) +
                              " tokens but the model's vocab_size is " +
@@ -73,15 +73,25 @@ Session Session::open(const SessionOptions& options) {
     return Session(std::move(impl));
 }
 
-const ModelConfig& Session::config() const { return impl_->model.config(); }
-const Model& Session::model() const { return impl_->model; }
-bool Session::hasTokenizer() const { return impl_->tokenizer.has_value(); }
+const ModelConfig& Session::config() const {
+    return impl_->model.config();
+}
+const Model& Session::model() const {
+    return impl_->model;
+}
+bool Session::hasTokenizer() const {
+    return impl_->tokenizer.has_value();
+}
 const Tokenizer& Session::tokenizer() const {
     if (!impl_->tokenizer) throw ModelError("this session was opened without a tokenizer");
     return *impl_->tokenizer;
 }
-std::span<const float> Session::lastLogits() const { return impl_->logits; }
-int Session::positions() const { return impl_->state.length(); }
+std::span<const float> Session::lastLogits() const {
+    return impl_->logits;
+}
+int Session::positions() const {
+    return impl_->state.length();
+}
 
 void Session::reset() {
     impl_->state.reset();
@@ -132,18 +142,21 @@ std::string MemoryReport::format() const {
     } else {
         out += "cache\n  routed experts resident (no cache)\n";
     }
-    std::snprintf(buf, sizeof buf, "I/O share of wall clock: %.1f%%  (trunk %.2f s + experts %.2f s of %.2f s)\n",
+    std::snprintf(buf, sizeof buf,
+                  "I/O share of wall clock: %.1f%%  (trunk %.2f s + experts %.2f s of %.2f s)\n",
                   100.0 * ioShare(), trunk.waitSeconds, cache.readSeconds, wallSeconds);
     out += buf;
     if (trunkStreamed) {
-        const double mbps = trunk.ioSeconds > 0 ? double(trunk.bytesRead) / 1e6 / trunk.ioSeconds : 0;
-        std::snprintf(buf, sizeof buf,
-                      "trunk\n  pinned %d/%d layers, ring %d slots of %s\n"
-                      "  binds %llu, pinned hits %llu, reads %llu\n  read %s in %.2f s (%.0f MB/s)\n",
-                      trunk.pinnedLayers, trunk.totalLayers, trunk.ringSlots,
-                      formatBytes(trunk.ringSlotBytes).c_str(), (unsigned long long)trunk.binds,
-                      (unsigned long long)trunk.pinnedHits, (unsigned long long)trunk.reads,
-                      formatBytes(trunk.bytesRead).c_str(), trunk.ioSeconds, mbps);
+        const double mbps =
+            trunk.ioSeconds > 0 ? double(trunk.bytesRead) / 1e6 / trunk.ioSeconds : 0;
+        std::snprintf(
+            buf, sizeof buf,
+            "trunk\n  pinned %d/%d layers, ring %d slots of %s\n"
+            "  binds %llu, pinned hits %llu, reads %llu\n  read %s in %.2f s (%.0f MB/s)\n",
+            trunk.pinnedLayers, trunk.totalLayers, trunk.ringSlots,
+            formatBytes(trunk.ringSlotBytes).c_str(), (unsigned long long)trunk.binds,
+            (unsigned long long)trunk.pinnedHits, (unsigned long long)trunk.reads,
+            formatBytes(trunk.bytesRead).c_str(), trunk.ioSeconds, mbps);
         out += buf;
         if (trunk.piecewiseLayers > 0) {
             std::snprintf(
@@ -247,8 +260,8 @@ GenerateResult Session::generateIds(std::span<const TokenId> prompt, const Gener
             ev.id = next;
             ev.index = i;
             ev.timing = s.lastTiming;
-            ev.timing.computeSeconds = std::max(
-                0.0, secondsSince(tt) - ev.timing.trunkIoSeconds - ev.timing.expertIoSeconds);
+            ev.timing.computeSeconds = std::max(0.0, secondsSince(tt) - ev.timing.trunkIoSeconds -
+                                                         ev.timing.expertIoSeconds);
             observer->onToken(ev);
             observer->onMemory(memoryReport());
         }
@@ -257,11 +270,13 @@ GenerateResult Session::generateIds(std::span<const TokenId> prompt, const Gener
     return result;
 }
 
-GenerateResult Session::chat(const std::vector<ChatMessage>& history, const GenerateOptions& options,
-                             SessionObserver* observer, const std::atomic<bool>* cancel) {
+GenerateResult Session::chat(const std::vector<ChatMessage>& history,
+                             const GenerateOptions& options, SessionObserver* observer,
+                             const std::atomic<bool>* cancel) {
     Impl& s = *impl_;
     const Tokenizer& tok = tokenizer();
-    const std::vector<TokenId> prompt = encodeChatSegments(tok, renderChatSegments(history, options.render));
+    const std::vector<TokenId> prompt =
+        encodeChatSegments(tok, renderChatSegments(history, options.render));
     GenerateResult result;
     result.promptTokens = int(prompt.size());
     const auto t0 = Clock::now();
@@ -302,8 +317,8 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history, const Gene
             ev.thinkingDelta = std::move(delta.thinking);
             ev.responseDelta = std::move(delta.response);
             ev.timing = s.lastTiming;
-            ev.timing.computeSeconds = std::max(
-                0.0, secondsSince(tt) - ev.timing.trunkIoSeconds - ev.timing.expertIoSeconds);
+            ev.timing.computeSeconds = std::max(0.0, secondsSince(tt) - ev.timing.trunkIoSeconds -
+                                                         ev.timing.expertIoSeconds);
             observer->onToken(ev);
             observer->onMemory(memoryReport());
         }
@@ -313,7 +328,12 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history, const Gene
         }
     }
     if (!result.endOfTurn) {
-        const ChatParseDelta tail = parser.feedText(decoder.flush());
+        // The decoder's held-back bytes, then whatever the parser held until the end:
+        // the observer must see every byte that lands in the reply.
+        ChatParseDelta tail = parser.feedText(decoder.flush());
+        const ChatParseDelta released = parser.finish();
+        tail.thinking += released.thinking;
+        tail.response += released.response;
         if (observer && (!tail.thinking.empty() || !tail.response.empty())) {
             TokenEvent ev;
             ev.index = int(result.ids.size());

@@ -36,7 +36,11 @@ Result run(Start start, const std::vector<ChatSegment>& pieces, bool callFinish)
         r.deltaResponse += d.response;
         r.endSignals += d.endOfTurn;
     }
-    if (callFinish) p.finish();
+    if (callFinish) {
+        const auto d = p.finish();
+        r.deltaThinking += d.thinking;
+        r.deltaResponse += d.response;
+    }
     r.thinking = p.thinking();
     r.response = p.response();
     r.other = p.otherChannels();
@@ -144,6 +148,7 @@ private slots:
     void parsesWhatTheRendererWrites();
     void overlongHeaderIsGivenBack();
     void startInsideMessage();
+    void finishReleasesHeldText();
 };
 
 void TestChatParse::wellFormedTurn() {
@@ -325,6 +330,24 @@ void TestChatParse::startInsideMessage() {
     QCOMPARE(r.thinking, std::string("t"));
     QCOMPARE(r.response, std::string("Hi"));
     QVERIFY(r.problems.empty());
+}
+
+// Found by fuzz_chat_parse: text held back as stray (or an unfinished tag) reached
+// response() at finish() without a delta, so a streaming view missed it.
+void TestChatParse::finishReleasesHeldText() {
+    ChatOutputParser p(Start::Message);
+    QVERIFY(p.feedText("]").response.empty()); // stray text waits for the next marker
+    const auto d = p.finish();
+    QCOMPARE(d.response, std::string("]"));
+    QCOMPARE(p.response(), std::string("]"));
+
+    ChatOutputParser q(Start::Response);
+    QCOMPARE(q.feedText("ok").response, std::string("ok"));
+    q.feedSpecial(k3::chatmarker::closeMark);
+    q.feedText("respo"); // an unfinished close tag: given back to the channel at the end
+    QCOMPARE(q.finish().response, std::string("respo"));
+    QCOMPARE(q.response(), std::string("okrespo"));
+    QVERIFY(q.finish().response.empty()); // a second finish releases nothing
 }
 
 QTEST_GUILESS_MAIN(TestChatParse)

@@ -344,6 +344,11 @@ private slots:
         QVERIFY(
             refusal("{\"text_config\": 3}", "tc.json").find("tc.json: text_config is integer 3") ==
             0);
+        // Found by fuzz_model_config: a number too large for a double escaped as
+        // nlohmann's out_of_range instead of a ConfigError.
+        QVERIFY(
+            refusal("{\"pad_token_id\": 1E4444}", "big.json").find("big.json: not valid JSON") ==
+            0);
         const std::string m = refusalOfFile("/nonexistent/dir/config.json");
         QVERIFY2(m.find("/nonexistent/dir/config.json: cannot open") == 0, m.c_str());
     }

@@ -135,6 +135,15 @@ private slots:
         QVERIFY2(m.find("weight_map[\"a\"] = \"\" is not a plain shard file name") !=
                      std::string::npos,
                  m.c_str());
+        // Found by fuzz_shard_index: a DEL (or any control character) in a shard name
+        // was accepted here while the downloader refused the same index.
+        m = openWith("{\"weight_map\":{\"a\":\"s\x7f"
+                     "1.safetensors\"}}");
+        QVERIFY2(m.find("is not a plain shard file name (no path separators, control characters") !=
+                     std::string::npos,
+                 m.c_str());
+        m = openWith("{\"weight_map\":{\"a\":\"s\\u001b[31m.safetensors\"}}");
+        QVERIFY2(m.find("is not a plain shard file name") != std::string::npos, m.c_str());
         QCOMPARE(openWith(R"({"metadata":{"x":[{}]},"weight_map":{"a":"s1.safetensors"}})"),
                  std::string("(accepted)"));
     }

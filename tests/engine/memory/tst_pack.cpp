@@ -55,6 +55,7 @@ private slots:
     void refusesNonContiguousLayer();
     void cancelLeavesNothingValid();
     void truncatedBinIsRefused();
+    void wrappingShapeIsRefused();
 };
 
 void TestPack::packsAlignedExactCopies() {
@@ -150,6 +151,33 @@ void TestPack::truncatedBinIsRefused() {
         QFAIL("a truncated trunk.bin was accepted");
     } catch (const k3::PackError& e) {
         QVERIFY2(std::string(e.what()).find("re-pack") != std::string::npos, e.what());
+    }
+}
+
+// A crafted trunk.json whose shape product wraps around 2^64 to its nbytes (here 0)
+// must be refused: kernels trust the shape.
+void TestPack::wrappingShapeIsRefused() {
+    QTemporaryDir tmp;
+    const std::string trunk = tmp.filePath(QStringLiteral("t")).toStdString();
+    k3::packTrunk(kTinyA, trunk);
+    std::ifstream in(trunk + "/trunk.json");
+    json j = json::parse(in);
+    const std::uint64_t binBytes = j.at("file_bytes").get<std::uint64_t>();
+    const k3::TrunkIndex ok = k3::parseTrunkIndex(j.dump(), binBytes, trunk);
+    QCOMPARE(ok.layers.size(), std::size_t(ok.source.numLayers));
+    QCOMPARE(ok.binPath.string(), trunk + "/trunk.bin");
+
+    auto& tensor = j["records"][0]["tensors"].begin().value();
+    tensor["dtype"] = "F32";
+    tensor["shape"] = {std::uint64_t{1} << 62, 4};
+    tensor["nbytes"] = 0;
+    try {
+        k3::parseTrunkIndex(j.dump(), binBytes, trunk);
+        QFAIL("a shape whose byte count wraps to 0 was accepted");
+    } catch (const k3::PackError& e) {
+        QVERIFY2(std::string(e.what()).find("has a shape too large to address") !=
+                     std::string::npos,
+                 e.what());
     }
 }
 
