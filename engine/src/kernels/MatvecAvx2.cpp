@@ -48,10 +48,18 @@ alignas(16) constexpr std::array<std::uint8_t, 16> kE2m1Low = e2m1DoubleByte(48)
 
 // Bytes ahead that each weight row is prefetched; the rows are streamed once,
 // so this hides DRAM latency the hardware prefetcher leaves exposed with few threads.
-constexpr int kPrefetchBytes = 512; // measured (fp32 lanes): 0, 256, 512, 1024, 2048, 4096
+// BF16 (4 rows of 14 KB per pass): measured with fp32 lanes, 0..4096, 512 best.
+constexpr int kPrefetchBytes = 512;
+// MXFP4 rows are short (1.5-1.75 KB) and a pass reads 3 of them side by side, so 512
+// bytes ahead is too little of the stream to cover a DRAM latency: in the cold 16-expert
+// cycle (2 threads, Zen 4, same run) one matvec took 0.55 ms at 6144 bytes ahead vs 0.68
+// at 512 (1.24x; 1 thread 1.25x); 4096-12288 is a plateau, 1024 no better than 512,
+// 2048 in between. 6144 reaches into the rows of the next pass, which is where the
+// stream goes next since rows are contiguous. NTA and T1 hints were no faster than T0.
+constexpr int kMxfp4PrefetchBytes = 6144;
 
-K3_AVX2 inline void prefetch(const void* p) {
-    _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+template <int Ahead = kPrefetchBytes> K3_AVX2 inline void prefetch(const void* p) {
+    _mm_prefetch(static_cast<const char*>(p) + Ahead, _MM_HINT_T0);
 }
 
 struct Acc2 {
@@ -196,7 +204,8 @@ K3_AVX2 inline void mxfp4Rows(float* y, const float* x, const double* xd,
         const double* xg = xd + g * kMxfp4Group;
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
-            if ((g & 3) == 0) prefetch(row[r] + g * groupBytes); // one line per 4 groups
+            if ((g & 3) == 0)
+                prefetch<kMxfp4PrefetchBytes>(row[r] + g * groupBytes); // a line per 4 groups
             // NaN scale: the whole group is dropped
             if (sc[r][g] != 255) mxfp4Group(a[r], row[r] + g * groupBytes, sc[r][g], xg, c);
         }
