@@ -1,4 +1,6 @@
 #include <QSignalSpy>
+
+#include "QueuedSpy.h"
 #include <QTemporaryDir>
 
 #include <k3/pack.hpp>
@@ -26,7 +28,7 @@ private:
 void TestEngineWorker::initTestCase() { qRegisterMetaType<ModelInfo>(); }
 
 bool TestEngineWorker::load(EngineController& engine, const QString& dir) {
-    QSignalSpy loaded(engine.worker(), &EngineWorker::modelLoaded);
+    QueuedSpy loaded(engine.worker(), &EngineWorker::modelLoaded);
     engine.loadModel(dir);
     return loaded.wait(30000);
 }
@@ -35,8 +37,8 @@ void TestEngineWorker::loadsAndAnswers() {
     EngineController engine;
     QSignalSpy busy(&engine, &EngineController::busyChanged);
     QVERIFY(load(engine, m_model));
-    QSignalSpy tokens(engine.worker(), &EngineWorker::tokenGenerated);
-    QSignalSpy finished(engine.worker(), &EngineWorker::generationFinished);
+    QueuedSpy tokens(engine.worker(), &EngineWorker::tokenGenerated);
+    QueuedSpy finished(engine.worker(), &EngineWorker::generationFinished);
     GenerationSettings settings;
     settings.thinking = false;
     settings.maxTokens = 20;
@@ -63,8 +65,8 @@ void TestEngineWorker::loadsAndAnswers() {
 void TestEngineWorker::stopEndsTheAnswer() {
     EngineController engine;
     QVERIFY(load(engine, m_model));
-    QSignalSpy tokens(engine.worker(), &EngineWorker::tokenGenerated);
-    QSignalSpy finished(engine.worker(), &EngineWorker::generationFinished);
+    QueuedSpy tokens(engine.worker(), &EngineWorker::tokenGenerated);
+    QueuedSpy finished(engine.worker(), &EngineWorker::generationFinished);
     GenerationSettings settings;
     settings.thinking = false;
     settings.maxTokens = 1'000'000; // would run for many minutes
@@ -76,7 +78,7 @@ void TestEngineWorker::stopEndsTheAnswer() {
     QVERIFY(summary.cancelled);
     QVERIFY(summary.generatedTokens < 1'000'000);
     // The conversation survives a stop: the next answer reuses the prompt positions.
-    QSignalSpy again(engine.worker(), &EngineWorker::generationFinished);
+    QueuedSpy again(engine.worker(), &EngineWorker::generationFinished);
     settings.maxTokens = 3;
     engine.generate(m_history, settings);
     QVERIFY(again.wait(30000));
@@ -86,7 +88,7 @@ void TestEngineWorker::stopEndsTheAnswer() {
 void TestEngineWorker::destroyingWhileGeneratingJoinsCleanly() {
     auto* engine = new EngineController;
     QVERIFY(load(*engine, m_model));
-    QSignalSpy tokens(engine->worker(), &EngineWorker::tokenGenerated);
+    QueuedSpy tokens(engine->worker(), &EngineWorker::tokenGenerated);
     GenerationSettings settings;
     settings.maxTokens = 1'000'000;
     engine->generate(m_history, settings);
@@ -99,7 +101,7 @@ void TestEngineWorker::destroyingWhileGeneratingJoinsCleanly() {
 
 void TestEngineWorker::loadFailureNamesTheFile() {
     EngineController engine;
-    QSignalSpy failed(engine.worker(), &EngineWorker::loadFailed);
+    QueuedSpy failed(engine.worker(), &EngineWorker::loadFailed);
     engine.loadModel(QStringLiteral("/nonexistent/k3model"));
     QVERIFY(failed.wait(10000));
     const QString message = failed.at(0).at(0).toString();
@@ -120,15 +122,15 @@ void TestEngineWorker::streamedTrunkAndCacheGiveTheSameAnswer() {
     bool streamed[2] = {true, false};
     for (int run = 0; run < 2; ++run) {
         EngineController engine;
-        QSignalSpy memory(engine.worker(), &EngineWorker::memoryUpdated);
-        QSignalSpy loaded(engine.worker(), &EngineWorker::modelLoaded);
+        QueuedSpy memory(engine.worker(), &EngineWorker::memoryUpdated);
+        QueuedSpy loaded(engine.worker(), &EngineWorker::modelLoaded);
         if (run == 0) engine.loadModel(m_model);
         else engine.loadModel(m_model, trunk, 300'000, 50'000); // 0.3 MB trunk, 50 kB cache
         QVERIFY(loaded.wait(30000));
         QVERIFY(memory.count() >= 1 || memory.wait(5000));
         const auto figures = memory.last().at(0).value<MemoryFigures>();
         streamed[run] = figures.trunkStreamed;
-        QSignalSpy finished(engine.worker(), &EngineWorker::generationFinished);
+        QueuedSpy finished(engine.worker(), &EngineWorker::generationFinished);
         engine.generate(m_history, settings);
         QVERIFY(finished.wait(30000));
         answers[run] = finished.at(0).at(0).value<GenerationSummary>().content;

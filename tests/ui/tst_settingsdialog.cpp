@@ -13,6 +13,8 @@
 #include <QPushButton>
 #include <QSettings>
 #include <QSignalSpy>
+
+#include "QueuedSpy.h"
 #include <QSpinBox>
 #include <QStandardPaths>
 #include <QTest>
@@ -173,7 +175,7 @@ void TestSettingsDialog::savedSettingsReachTheWorkerWithTheNextMessage() {
     window.show();
     QVERIFY(QTest::qWaitForWindowActive(&window));
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    QSignalSpy applied(window.engine()->worker(), &EngineWorker::settingsApplied);
+    QueuedSpy applied(window.engine()->worker(), &EngineWorker::settingsApplied);
     QSignalSpy finished(&window, &MainWindow::answerFinished);
     const auto openSettings = [&window]() -> SettingsDialog* {
         window.activateWindow(); // the shortcut needs the window active again after a dialog
