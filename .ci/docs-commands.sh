@@ -2,6 +2,7 @@
 # The README's other commands, after the test command has built build/dev:
 #  - the app command (the main job), with the window offscreen and a timed quit;
 #  - the portable release preset (configured and its k3 built and run);
+#  - the screenshots script (real windows under Xvfb);
 #  - the oracle label on its own.
 # The asan workflow runs in .ci/sanitizers.sh. docs/user-guide.md maps each command to
 # the test or CI step that runs it.
@@ -21,6 +22,19 @@ cmake --preset release > /tmp/k3chat-release-configure.log
 cmake --build build/release -j2 --target k3 > /tmp/k3chat-release-build.log ||
   { tail -30 /tmp/k3chat-release-build.log; exit 1; }
 build/release/app/k3 --version
+
+echo "+ docs/make-screenshots.sh (real windows under Xvfb)"
+bash docs/make-screenshots.sh build/dev
+python3 - <<'PY'
+import struct
+for name in ("docs/screenshot-wizard.png", "docs/screenshot-main.png"):
+    with open(name, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", name + " is not a PNG"
+    w, h = struct.unpack(">II", head[16:24])
+    assert w >= 800 and h >= 500, "%s is only %dx%d" % (name, w, h)
+    print("%s: %dx%d" % (name, w, h))
+PY
 
 echo "+ ctest --test-dir build/dev -L oracle"
 ctest --test-dir build/dev -L oracle --output-on-failure --timeout 600 | tail -3
