@@ -6,6 +6,7 @@
 #include "k3/fault_injection.hpp"
 
 #include <curl/curl.h>
+#include <openssl/crypto.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -691,6 +692,12 @@ DownloadResult Downloader::run() {
 
 DownloadResult downloadCheckpoint(const DownloadOptions& options, DownloadObserver* observer,
                                   const std::atomic<bool>* cancel) {
+    // libcurl and the sha256 leave OpenSSL state (its error queue) in the calling thread.
+    // The caller's thread may be a pool thread that lives on (the app's wizard), so the
+    // state is released here, not at thread exit; OpenSSL makes it again if needed.
+    struct ReleaseOpenSslThreadState {
+        ~ReleaseOpenSslThreadState() { OPENSSL_thread_stop(); }
+    } release;
     Downloader downloader(options, observer, cancel);
     return downloader.run();
 }
