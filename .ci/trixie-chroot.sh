@@ -32,7 +32,9 @@ bind /dev "$root/dev"
 # and the chroot's build/ persists between runs for incremental builds.
 mkdir -p "$root/work/k3chat" "$root/work/shared" "$root/work/ccache"
 find "$root/work/k3chat" -mindepth 1 -maxdepth 1 ! -name build -exec rm -rf {} +
-tar -C "$src" --exclude=./build --exclude=./.git -cf - . | tar -C "$root/work/k3chat" -xf -
+# -m: the copies get the current time, so ninja never trusts an object built from an
+# older tree whose sources happened to have older times (ccache keeps rebuilds cheap).
+tar -C "$src" --exclude=./build --exclude=./.git -cf - . | tar -C "$root/work/k3chat" -m -xf -
 bind "$shared" "$root/work/shared"
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
 
