@@ -1,3 +1,4 @@
+#include <QDateTime>
 #include <QFile>
 #include <QTemporaryDir>
 #include <QTest>
@@ -27,6 +28,14 @@ void TestConversationStore::roundTripAndList() {
     QCOMPARE(store.save(id, turns + QVector<ChatTurn>{{QStringLiteral("user"), QStringLiteral("more"), {}}}), id);
     QCOMPARE(store.list().size(), 1);
     QCOMPARE(store.load(id).size(), 3);
+    // Newest first means by modification time; two saves within the file system's clock
+    // tick get the same time, so the first file is dated a minute back.
+    {
+        QFile first(store.directory() + QStringLiteral("/") + id + QStringLiteral(".jsonl"));
+        QVERIFY(first.open(QIODevice::ReadWrite));
+        QVERIFY(first.setFileTime(QDateTime::currentDateTime().addSecs(-60),
+                                  QFileDevice::FileModificationTime));
+    }
     const QString second = store.save({}, {{QStringLiteral("user"), QStringLiteral("Second"), {}}});
     QVERIFY(second != id);
     const auto list = store.list();

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <type_traits>
 
 namespace k3 {
 namespace {
@@ -124,13 +125,37 @@ json identityJson(const CheckpointIdentity& id) {
     return {{"shards", shards}, {"config_fnv1a64", id.configHash}, {"num_layers", id.numLayers}};
 }
 
+// nlohmann converts a floating-point number to an integer with a plain cast, which is
+// undefined for e.g. 1e300 (the fuzzer's find), so every integer field is checked to be
+// an integer within the target type's range first.
+template <typename T> T integerValue(const json& v, const std::string& what) {
+    static_assert(std::is_integral_v<T>);
+    if (!v.is_number_integer()) throw PackError(what + " is not an integer");
+    if (v.is_number_unsigned()) {
+        const std::uint64_t u = v.get<std::uint64_t>();
+        if (u > std::uint64_t(std::numeric_limits<T>::max()))
+            throw PackError(what + " is out of range: " + std::to_string(u));
+        return T(u);
+    }
+    const std::int64_t i = v.get<std::int64_t>();
+    if (i < std::int64_t(std::numeric_limits<T>::min()) ||
+        (i > 0 && std::uint64_t(i) > std::uint64_t(std::numeric_limits<T>::max())))
+        throw PackError(what + " is out of range: " + std::to_string(i));
+    return T(i);
+}
+
+template <typename T> T integerAt(const json& j, const char* key, const std::string& where) {
+    return integerValue<T>(j.at(key), where + ": \"" + key + "\"");
+}
+
 CheckpointIdentity identityFromJson(const json& j) {
     CheckpointIdentity id;
     for (const auto& s : j.at("shards"))
-        id.shards.push_back({s.at("name").get<std::string>(), s.at("size").get<std::uint64_t>(),
-                             s.at("mtime_ns").get<std::int64_t>()});
+        id.shards.push_back({s.at("name").get<std::string>(),
+                             integerAt<std::uint64_t>(s, "size", "source shard"),
+                             integerAt<std::int64_t>(s, "mtime_ns", "source shard")});
     id.configHash = j.at("config_fnv1a64").get<std::string>();
-    id.numLayers = j.at("num_layers").get<int>();
+    id.numLayers = integerAt<int>(j, "num_layers", "source");
     return id;
 }
 
@@ -154,9 +179,9 @@ json recordJson(const Run& r, std::uint64_t offset) {
 TrunkRecord recordFromJson(const json& j, std::uint64_t fileBytes, const std::string& where) {
     TrunkRecord r;
     r.name = j.at("name").get<std::string>();
-    r.layer = j.at("layer").get<int>();
-    r.offset = j.at("offset").get<std::uint64_t>();
-    r.bytes = j.at("bytes").get<std::uint64_t>();
+    r.layer = integerAt<int>(j, "layer", where + ": record " + r.name);
+    r.offset = integerAt<std::uint64_t>(j, "offset", where + ": record " + r.name);
+    r.bytes = integerAt<std::uint64_t>(j, "bytes", where + ": record " + r.name);
     if (r.offset % kTrunkAlignment != 0)
         throw PackError(where + ": record " + r.name + " offset " + std::to_string(r.offset) +
                         " is not 4096-aligned");
@@ -166,8 +191,8 @@ TrunkRecord recordFromJson(const json& j, std::uint64_t fileBytes, const std::st
                         std::to_string(fileBytes) + " bytes)");
     for (const auto& [n, t] : j.at("tensors").items()) {
         TrunkTensor tt;
-        tt.offset = t.at("offset").get<std::uint64_t>();
-        tt.info.nbytes = t.at("nbytes").get<std::uint64_t>();
+        tt.offset = integerAt<std::uint64_t>(t, "offset", where + ": tensor " + n);
+        tt.info.nbytes = integerAt<std::uint64_t>(t, "nbytes", where + ": tensor " + n);
         const auto dt = parseDType(t.at("dtype").get<std::string>());
         if (!dt) throw PackError(where + ": tensor " + n + " has an unknown dtype");
         tt.info.dtype = *dt;
@@ -176,7 +201,8 @@ TrunkRecord recordFromJson(const json& j, std::uint64_t fileBytes, const std::st
             throw PackError(where + ": tensor " + n + " has rank " + std::to_string(shape.size()));
         tt.info.rank = std::uint8_t(shape.size());
         for (std::size_t i = 0; i < shape.size(); ++i)
-            tt.info.shape[i] = shape[i].get<std::uint64_t>();
+            tt.info.shape[i] =
+                integerValue<std::uint64_t>(shape[i], where + ": tensor " + n + " shape");
         if (tt.offset > r.bytes || tt.info.nbytes > r.bytes - tt.offset)
             throw PackError(where + ": tensor " + n + " lies outside record " + r.name);
         // Multiplied with a wrap check: a shape whose product wraps to nbytes would
@@ -301,10 +327,10 @@ TrunkIndex parseTrunkIndex(std::string_view jsonText, std::uint64_t binBytes,
     try {
         const json j = json::parse(jsonText);
         if (j.at("format").get<std::string>() != "k3-trunk" ||
-            j.at("version").get<int>() != kTrunkFormatVersion)
+            integerAt<int>(j, "version", where) != kTrunkFormatVersion)
             throw StaleTrunkError(where + ": not a version " + std::to_string(kTrunkFormatVersion) +
                                   " k3 trunk; re-pack it");
-        idx.fileBytes = j.at("file_bytes").get<std::uint64_t>();
+        idx.fileBytes = integerAt<std::uint64_t>(j, "file_bytes", where);
         if (idx.fileBytes != binBytes)
             throw PackError(where + " describes " + std::to_string(idx.fileBytes) +
                             " bytes but trunk.bin has " + std::to_string(binBytes) +

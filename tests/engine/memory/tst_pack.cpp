@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <functional>
 
 #include <k3/pack.hpp>
 
@@ -56,6 +57,7 @@ private slots:
     void cancelLeavesNothingValid();
     void truncatedBinIsRefused();
     void wrappingShapeIsRefused();
+    void nonIntegerNumbersAreRefused();
 };
 
 void TestPack::packsAlignedExactCopies() {
@@ -179,6 +181,35 @@ void TestPack::wrappingShapeIsRefused() {
                      std::string::npos,
                  e.what());
     }
+}
+
+// Numbers too large for an integer parse as floating point; converting one to an integer
+// was undefined (the fuzzer's find): each field now says it is not an integer.
+void TestPack::nonIntegerNumbersAreRefused() {
+    QTemporaryDir tmp;
+    const std::string trunk = tmp.filePath(QStringLiteral("t")).toStdString();
+    k3::packTrunk(kTinyA, trunk);
+    std::ifstream in(trunk + "/trunk.json");
+    const json good = json::parse(in);
+    const std::uint64_t binBytes = good.at("file_bytes").get<std::uint64_t>();
+    const auto refusal = [&](const std::function<void(json&)>& edit) {
+        json j = good;
+        edit(j);
+        try {
+            k3::parseTrunkIndex(j.dump(), binBytes, trunk);
+        } catch (const k3::PackError& e) {
+            return std::string(e.what());
+        }
+        return std::string("accepted");
+    };
+    std::string e = refusal([](json& j) { j["source"]["shards"][0]["size"] = 7.5e300; });
+    QVERIFY2(e.find("\"size\" is not an integer") != std::string::npos, e.c_str());
+    e = refusal([](json& j) { j["records"][0]["offset"] = 1e30; });
+    QVERIFY2(e.find("\"offset\" is not an integer") != std::string::npos, e.c_str());
+    e = refusal([](json& j) { j["records"][0]["layer"] = std::int64_t{1} << 40; });
+    QVERIFY2(e.find("\"layer\" is out of range") != std::string::npos, e.c_str());
+    e = refusal([](json& j) { j["records"][0]["bytes"] = -4096; });
+    QVERIFY2(e.find("\"bytes\" is out of range") != std::string::npos, e.c_str());
 }
 
 QTEST_GUILESS_MAIN(TestPack)
