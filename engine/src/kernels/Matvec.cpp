@@ -59,7 +59,7 @@ template <typename RowFn> void forRows(int rows, int cols, RowFn&& fn) {
 
 // The SIMD kernels take rows in blocks (several rows share the x loads); a block boundary
 // only decides which rows run together, never how a row is summed. 12 is a multiple of
-// both passes (MXFP4: 3 rows, BF16: 4), so no block ends in a slower short pass (8 did:
+// both passes (MXFP4: 3 rows, BF16: 6), so no block ends in a slower short pass (8 did:
 // 3+3+2; same-run 12 vs 8 was 1.02-1.04x on the MXFP4 expert shapes, 1 and 2 threads).
 constexpr int kRowBlock = 12;
 

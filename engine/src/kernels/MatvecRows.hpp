@@ -64,7 +64,7 @@ float dotF32Avx2(const float* x, const float* w, int n);
 void widenXBf16Avx2(double* xd, const float* x, int n);
 void widenXMxfp4Avx2(double* xd, const float* x, int n);
 // `count` consecutive rows of `n` columns into y[0..count); several rows per pass
-// (BF16: 4, MXFP4: 3) give independent fma chains. Row r of BF16 starts at w + r * n; row r of
+// (BF16: 6, MXFP4: 3) give independent fma chains. Row r of BF16 starts at w + r * n; row r of
 // MXFP4 at packed + r * rowBytes with scales + r * rowScales.
 void rowsBf16Avx2(float* y, const float* x, const double* xd, const std::uint16_t* w, int n,
                   int count);
