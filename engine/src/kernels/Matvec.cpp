@@ -196,10 +196,11 @@ void matvecBf16(float* y, const float* x, const std::uint16_t* w, int rows, int 
     checkMatvec("matvecBf16", y, x, w, rows, cols);
 #if defined(K3_HAVE_AVX2_PATH)
     if (kernelPath() == KernelPath::Avx2) {
-        double* xd = widenedXBuffer(cols);
-        detail::widenXBf16Avx2(xd, x, cols);
+        // The buffer holds cols doubles: room for the cols floats of the permuted x.
+        float* xp = reinterpret_cast<float*>(widenedXBuffer(cols));
+        detail::permuteXBf16Avx2(xp, x, cols);
         forRowBlocks(rows, cols, [&](int first, int count) {
-            detail::rowsBf16Avx2(y + first, x, xd, w + static_cast<std::size_t>(first) * cols, cols,
+            detail::rowsBf16Avx2(y + first, x, xp, w + static_cast<std::size_t>(first) * cols, cols,
                                  count);
         });
         return;

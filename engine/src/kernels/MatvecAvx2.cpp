@@ -18,6 +18,7 @@
 #if defined(K3_HAVE_AVX2_PATH)
 
 #include <array>
+#include <cmath>
 #include <immintrin.h>
 
 #define K3_AVX2 __attribute__((target("avx2,fma")))
@@ -86,47 +87,73 @@ K3_AVX2 inline void storeAcc(const Acc2& a, double* lanes) {
     _mm256_storeu_pd(lanes + 4, a.a1);
 }
 
-// A bf16 is the top half of a float: a zero word interleaved below each of 8 weights
-// (one in-lane unpack per 4) makes elements 0-3 and 4-7 floats, each widened exactly to
-// double. This is the cheapest exact widening found: it replaced a zero-extend plus a
-// shift per 4 (1.39x in L2, 1 thread), and building the doubles from the bits with
-// integer ops (shuffle, shift, mask, plus an inf/NaN check) was no faster.
-K3_AVX2 inline __m256d bf16Low4(__m128i v) {
-    return _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), v)));
-}
-K3_AVX2 inline __m256d bf16High4(__m128i v) {
-    return _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpackhi_epi16(_mm_setzero_si128(), v)));
-}
-
-K3_AVX2 float finishBf16(const Acc2& a, const float* x, const std::uint16_t* w, int full, int n) {
+// The last block, if partial: its float lanes so far (lo, hi), then the tail elements one
+// at a time into the lane i % 16 as the scalar path, then the block's flush and the fold.
+// After full blocks only, lo and hi are zero and there is no tail: nothing is added.
+K3_AVX2 float finishBf16(const Acc2& a, __m256 lo, __m256 hi, const float* x,
+                         const std::uint16_t* w, int full, int n) {
     double lanes[kLanes];
     storeAcc(a, lanes);
-    for (int i = full; i < n; ++i) lanes[i % kLanes] += double(bf16ToFloat(w[i])) * double(x[i]);
+    if (n % kBf16Block == 0) return foldLanes(lanes);
+    alignas(32) float slots[16];
+    _mm256_store_ps(slots, lo);
+    _mm256_store_ps(slots + 8, hi);
+    constexpr int kLaneOfSlot[16] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
+    float s[16];
+    for (int j = 0; j < 16; ++j) s[kLaneOfSlot[j]] = slots[j];
+    for (int i = full; i < n; ++i) s[i % 16] = std::fma(bf16ToFloat(w[i]), x[i], s[i % 16]);
+    flushBf16Block(lanes, s);
     return foldLanes(lanes);
 }
 
-// R rows of BF16 in one pass, sharing the x loads (2R accumulators).
+// R rows of BF16 in one pass (the order of k3/kernels.hpp: float lanes per block, then
+// double lanes), sharing the x loads. A bf16 is the top half of a float: interleaving a
+// zero word below each of 16 weights (one in-lane unpack per 8) gives the floats of
+// elements (0-3, 8-11) and (4-7, 12-15), which xp holds x permuted to match; so each
+// float register slot is one float lane i % 16, multiplied in place with one fma per 8
+// weights. At the end of a block, slots 0-3 / 4-7 of the low register are float lanes
+// 0-3 / 8-11 and go to double lanes 0-3 in that order (4-7 / 12-15 of the high one to
+// double lanes 4-7), as flushBf16Block does.
 template <int R>
-K3_AVX2 inline void bf16Rows(float* y, const float* x, const double* xd, const std::uint16_t* w,
+K3_AVX2 inline void bf16Rows(float* y, const float* x, const float* xp, const std::uint16_t* w,
                              int n) {
-    const int full = n / kLanes * kLanes;
+    const int full = n / 16 * 16;
     const std::size_t nextPassBytes = static_cast<std::size_t>(kBf16Rows) * n * sizeof(*w);
+    const __m256i zero = _mm256_setzero_si256();
     Acc2 a[R];
+    __m256 lo[R], hi[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) a[r] = zeroAcc();
-    for (int i = 0; i < full; i += kLanes) {
-        const __m256d x0 = _mm256_loadu_pd(xd + i), x1 = _mm256_loadu_pd(xd + i + 4);
+    for (int r = 0; r < R; ++r) {
+        a[r] = zeroAcc();
+        lo[r] = hi[r] = _mm256_setzero_ps();
+    }
+    for (int b = 0; b < full; b += kBf16Block) {
+        const int end = full - b < kBf16Block ? full : b + kBf16Block;
+        for (int i = b; i < end; i += 16) {
+            const __m256 xlo = _mm256_load_ps(xp + i), xhi = _mm256_load_ps(xp + i + 8);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const std::uint16_t* p = w + r * static_cast<std::size_t>(n) + i;
+                if ((i & 31) == 0) prefetchNextPass(p, nextPassBytes); // a line per 32 weights
+                const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+                lo[r] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v)), xlo,
+                                        lo[r]);
+                hi[r] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v)), xhi,
+                                        hi[r]);
+            }
+        }
+        if (end - b < kBf16Block) break; // a partial last block ends in finishBf16
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-            const std::uint16_t* p = w + r * static_cast<std::size_t>(n) + i;
-            if ((i & 31) == 0) prefetchNextPass(p, nextPassBytes); // a line per 32 weights
-            const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-            a[r].a0 = _mm256_fmadd_pd(bf16Low4(v), x0, a[r].a0);
-            a[r].a1 = _mm256_fmadd_pd(bf16High4(v), x1, a[r].a1);
+            a[r].a0 = _mm256_add_pd(a[r].a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo[r])));
+            a[r].a0 = _mm256_add_pd(a[r].a0, _mm256_cvtps_pd(_mm256_extractf128_ps(lo[r], 1)));
+            a[r].a1 = _mm256_add_pd(a[r].a1, _mm256_cvtps_pd(_mm256_castps256_ps128(hi[r])));
+            a[r].a1 = _mm256_add_pd(a[r].a1, _mm256_cvtps_pd(_mm256_extractf128_ps(hi[r], 1)));
+            lo[r] = hi[r] = _mm256_setzero_ps();
         }
     }
     for (int r = 0; r < R; ++r)
-        y[r] = finishBf16(a[r], x, w + r * static_cast<std::size_t>(n), full, n);
+        y[r] = finishBf16(a[r], lo[r], hi[r], x, w + r * static_cast<std::size_t>(n), full, n);
 }
 
 // MXFP4 straight to double: the nibbles index byte tables for the top 16 bits of each
@@ -248,9 +275,13 @@ K3_AVX2 float dotF32Avx2(const float* x, const float* w, int n) {
     return foldLanes(lanes);
 }
 
-K3_AVX2 void widenXBf16Avx2(double* xd, const float* x, int n) {
-    for (int b = 0; b + 4 <= n; b += 4)
-        _mm256_storeu_pd(xd + b, _mm256_cvtps_pd(_mm_loadu_ps(x + b)));
+// Per 16 elements: (0-3, 8-11, 4-7, 12-15), the order bf16Rows unpacks weights in.
+K3_AVX2 void permuteXBf16Avx2(float* xp, const float* x, int n) {
+    for (int b = 0; b + 16 <= n; b += 16) {
+        const __m256 first = _mm256_loadu_ps(x + b), second = _mm256_loadu_ps(x + b + 8);
+        _mm256_store_ps(xp + b, _mm256_permute2f128_ps(first, second, 0x20));     // 0-3, 8-11
+        _mm256_store_ps(xp + b + 8, _mm256_permute2f128_ps(first, second, 0x31)); // 4-7, 12-15
+    }
 }
 
 // Per 8 elements (0, 2, 1, 3, 4, 6, 5, 7): the order mxfp4Group builds its doubles in.
@@ -264,12 +295,12 @@ K3_AVX2 void widenXMxfp4Avx2(double* xd, const float* x, int n) {
 // sixteen YMM registers), then the rest one at a time. From DRAM, 2 threads, 12288x7168,
 // same run with the next-pass prefetch: 4 rows 5.3-5.6 ms, 6 rows 5.1-5.2, 8 rows (which
 // spill accumulators) 5.2.
-K3_AVX2 void rowsBf16Avx2(float* y, const float* x, const double* xd, const std::uint16_t* w, int n,
+K3_AVX2 void rowsBf16Avx2(float* y, const float* x, const float* xp, const std::uint16_t* w, int n,
                           int count) {
     int r = 0;
     for (; r + kBf16Rows <= count; r += kBf16Rows)
-        bf16Rows<kBf16Rows>(y + r, x, xd, w + r * static_cast<std::size_t>(n), n);
-    for (; r < count; ++r) bf16Rows<1>(y + r, x, xd, w + r * static_cast<std::size_t>(n), n);
+        bf16Rows<kBf16Rows>(y + r, x, xp, w + r * static_cast<std::size_t>(n), n);
+    for (; r < count; ++r) bf16Rows<1>(y + r, x, xp, w + r * static_cast<std::size_t>(n), n);
 }
 
 // Three rows per pass, then two or one (measured on Zen 4 at the expert shapes, one

@@ -1,8 +1,8 @@
 #pragma once
 // Row dot products behind k3::matvec*, one set per instruction path. Both sets follow
 // the order documented in k3/kernels.hpp (8 double lanes by i % 8, exact products,
-// MXFP4 summed per group then scaled exactly, fixed fold, one rounding to float), so
-// they return identical bits.
+// BF16 summed in 16 float lanes per block first, MXFP4 summed per group then scaled
+// exactly, fixed fold, one rounding to float), so they return identical bits.
 
 #include <array>
 #include <bit>
@@ -42,6 +42,14 @@ alignas(64) inline constexpr std::array<double, 256> kE8m0Doubles = [] {
 // The fixed fold of the 8 double lanes, rounded once to float (shared by both paths).
 float foldLanes(const double* lanes);
 
+// The end of a BF16 block: double lane L takes float lane L, then float lane L + 8.
+inline void flushBf16Block(double* lanes, const float* s) {
+    for (int l = 0; l < kLanes; ++l) {
+        lanes[l] += double(s[l]);
+        lanes[l] += double(s[l + kLanes]);
+    }
+}
+
 // One MXFP4 group (elements [begin, end), end - begin <= 32) into the 8 lanes, in the
 // documented order: per lane, the exact products E2M1 * x summed in increasing i from
 // +0, then that sum times 2^(scale - 127) (exact) added to the lane. scale != 255.
@@ -56,17 +64,19 @@ float dotMxfp4Scalar(const float* x, const std::uint8_t* packed, const std::uint
 #define K3_HAVE_AVX2_PATH 1
 float dotF32Avx2(const float* x, const float* w, int n);
 
-// The AVX2 BF16 and MXFP4 kernels read x through a copy widened to double once per
-// matvec (shared by every row). MXFP4's decode leaves each 8 weights in the order
-// (0, 2, 1, 3, 4, 6, 5, 7), so its copy is permuted the same way; each lane still sees
-// exactly the elements i with i % 8 == lane, in increasing i. xd holds n doubles; only
-// full 8-blocks (BF16) or 32-groups (MXFP4) are read, the tail of a row reads x itself.
-void widenXBf16Avx2(double* xd, const float* x, int n);
+// The AVX2 BF16 and MXFP4 kernels read x through a copy made once per matvec (shared by
+// every row). BF16's unpack leaves each 16 weights as (0-3, 8-11) and (4-7, 12-15), so
+// its float copy is permuted the same way and each register slot stays one float lane
+// (i % 16). MXFP4's decode leaves each 8 weights in the order (0, 2, 1, 3, 4, 6, 5, 7),
+// so its copy, widened to double, is permuted that way; each lane still sees exactly the
+// elements i with i % 8 == lane, in increasing i. Only full 16-chunks (BF16) or
+// 32-groups (MXFP4) are read, the tail of a row reads x itself.
+void permuteXBf16Avx2(float* xp, const float* x, int n);
 void widenXMxfp4Avx2(double* xd, const float* x, int n);
 // `count` consecutive rows of `n` columns into y[0..count); several rows per pass
 // (BF16: 6, MXFP4: 3) give independent fma chains. Row r of BF16 starts at w + r * n; row r of
 // MXFP4 at packed + r * rowBytes with scales + r * rowScales.
-void rowsBf16Avx2(float* y, const float* x, const double* xd, const std::uint16_t* w, int n,
+void rowsBf16Avx2(float* y, const float* x, const float* xp, const std::uint16_t* w, int n,
                   int count);
 void rowsMxfp4Avx2(float* y, const float* x, const double* xd, const std::uint8_t* packed,
                    std::size_t rowBytes, const std::uint8_t* scales, std::size_t rowScales, int n,

@@ -8,6 +8,8 @@
 
 #include "k3/kernels.hpp"
 
+#include <cmath>
+
 namespace k3::detail {
 
 float foldLanes(const double* l) {
@@ -20,9 +22,17 @@ float dotF32Scalar(const float* x, const float* w, int n) {
     return foldLanes(lanes);
 }
 
+// std::fma: one rounding per element, as the AVX2 path's vfmadd (where the CPU has no
+// FMA, the C library computes it exactly in software).
 float dotBf16Scalar(const float* x, const std::uint16_t* w, int n) {
     double lanes[kLanes] = {};
-    for (int i = 0; i < n; ++i) lanes[i % kLanes] += double(bf16ToFloat(w[i])) * double(x[i]);
+    for (int b = 0; b < n; b += kBf16Block) {
+        float s[2 * kLanes] = {};
+        const int end = n - b < kBf16Block ? n : b + kBf16Block;
+        for (int i = b; i < end; ++i)
+            s[i % (2 * kLanes)] = std::fma(bf16ToFloat(w[i]), x[i], s[i % (2 * kLanes)]);
+        flushBf16Block(lanes, s);
+    }
     return foldLanes(lanes);
 }
 

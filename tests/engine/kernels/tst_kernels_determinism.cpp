@@ -22,7 +22,7 @@ using namespace k3;
 namespace {
 
 const int kRows[] = {1, 2, 3, 5, 8, 13, 31, 33, 64, 67};
-const int kCols[] = {1, 3, 7, 8, 9, 15, 31, 32, 33, 63, 65, 100, 257, 1000, 1031};
+const int kCols[] = {1, 3, 7, 8, 9, 15, 31, 32, 33, 63, 65, 100, 128, 257, 384, 1000, 1031};
 
 // A random matrix in all three formats whose decoded values are identical.
 struct Matrix {
@@ -99,6 +99,19 @@ float documentedDot(const float* x, const float* w, int n) {
     return documentedDot(x, wd.data(), n);
 }
 
+// The documented BF16 order, written out independently: blocks of 128 elements, 16 float
+// lanes by i % 16 each taking std::fma(w, x, lane) from +0, then per block double lane L
+// += lane L, += lane L + 8; the same fold. w is the bf16 weights widened to float.
+float documentedBf16Dot(const float* x, const float* w, int n) {
+    double lanes[8] = {};
+    for (int b = 0; b < n; b += 128) {
+        float f[16] = {};
+        for (int i = b; i < n && i < b + 128; ++i) f[i % 16] = std::fma(w[i], x[i], f[i % 16]);
+        for (int l = 0; l < 8; ++l) lanes[l] = (lanes[l] + double(f[l])) + double(f[l + 8]);
+    }
+    return foldDocumented(lanes);
+}
+
 // E2M1 by nibble (bit 3 = sign), independent of the engine's table.
 double e2m1(unsigned nib) {
     const double mag[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
@@ -165,7 +178,7 @@ private slots:
             std::vector<float> want(3 * rows);
             for (int r = 0; r < rows; ++r) {
                 want[r] = documentedDot(x.data(), &m.f32[r * cols], cols);
-                want[rows + r] = documentedDot(x.data(), &m.bf16Wide[r * cols], cols);
+                want[rows + r] = documentedBf16Dot(x.data(), &m.bf16Wide[r * cols], cols);
                 want[2 * rows + r] =
                     documentedMxfp4Dot(x.data(), &m.packed[r * mxfp4RowBytes(cols)],
                                        &m.scales[r * mxfp4ScalesPerRow(cols)], cols);
@@ -181,6 +194,19 @@ private slots:
                 double ref = 0;
                 for (int c = 0; c < cols; ++c) ref += double(x[c]) * m.f32[r * cols + c];
                 QVERIFY(std::fabs(want[r] - ref) <= 1e-5 * (1 + std::sqrt(double(cols))));
+                // BF16's float blocks: each float lane sums at most 8 products per block,
+                // so the error is at most about 8 float roundings of the magnitudes plus
+                // the final one: 9 * 2^-24 * sum |w x| (10 for second-order terms).
+                double refb = 0, magb = 0;
+                for (int c = 0; c < cols; ++c) {
+                    refb += double(x[c]) * m.bf16Wide[r * cols + c];
+                    magb += std::fabs(double(x[c]) * m.bf16Wide[r * cols + c]);
+                }
+                QVERIFY2(std::fabs(want[rows + r] - refb) <= 10 * 0x1p-24 * magb,
+                         qPrintable(QString("bf16 cols=%1 error %2 of sum |wx| %3")
+                                        .arg(cols)
+                                        .arg(std::fabs(want[rows + r] - refb))
+                                        .arg(magb)));
                 // MXFP4's per-group order is as good: within a few float ulps of the
                 // exact dot product over the decoded weights.
                 double refq = 0, mag = 0;
@@ -266,7 +292,7 @@ private slots:
         std::uniform_int_distribution<std::uint32_t> bits16(0, 0xFFFF);
         const std::uint8_t edgeScales[] = {0, 1, 2, 100, 127, 150, 253, 254, 255};
         const float edgeX[] = {0.0f, -0.0f, 1e-40f, -1e-45f, 1e30f, -1e38f, INFINITY, 3.5f};
-        for (int cols2 : {31, 64, 100, 1031}) {
+        for (int cols2 : {31, 64, 100, 256, 1031}) {
             const int rows = 7;
             std::vector<float> x(cols2);
             std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -286,7 +312,7 @@ private slots:
             for (auto& sc : ms) sc = edgeScales[byte(rng) % std::size(edgeScales)];
             std::vector<float> want(2 * rows);
             for (int r = 0; r < rows; ++r) {
-                want[r] = documentedDot(x.data(), &wbWide[std::size_t(r) * cols2], cols2);
+                want[r] = documentedBf16Dot(x.data(), &wbWide[std::size_t(r) * cols2], cols2);
                 // The documented MXFP4 order: E2M1 * x exact in double, 2^(s - 127)
                 // exact on each group's partial sums (6 * 2^127 stays finite there).
                 want[rows + r] = documentedMxfp4Dot(x.data(), &mp[r * rb], &ms[r * rs], cols2);
