@@ -8,8 +8,10 @@
 // elements, in increasing i, through fma(w, x, lane) whose product is exact in double,
 // so it rounds like the scalar path's lane + w * x and the bits are identical (MXFP4:
 // per group, fma(q, x, part) into partial lanes, then fma(part, 2^(s-127), lane), both
-// products exact, as addMxfp4Group in MatvecScalar.cpp). Several rows run per pass
-// because one row's dependent chains leave the FMA units idle.
+// products exact, as addMxfp4Group in MatvecScalar.cpp; BF16: float fma into 16 float
+// lanes per block, as std::fma in dotBf16Scalar, then the block's lanes added to the
+// double lanes). Several rows run per pass because one row's dependent chains leave the
+// FMA units idle.
 
 #include "kernels/MatvecRows.hpp"
 
@@ -51,8 +53,9 @@ alignas(16) constexpr std::array<std::uint8_t, 16> kE2m1Low = e2m1DoubleByte(48)
 // further on, the next rows this thread reads: blocks are contiguous per thread), into
 // L2. That starts every line a whole pass (6 x 14 KB at K3's widths) before it is read,
 // where a fixed distance ahead in the same row left DRAM latency exposed. Measured
-// same-run, 2 threads, 12288x7168 from DRAM (Zen 4): 5.2 ms vs 5.9 ms with 512 bytes
-// ahead in the same row (T0), 6.2 ms with none; T0/T2/NTA hints were no better than T1.
+// same-run with the double-lane kernel, 2 threads, 12288x7168 from DRAM (Zen 4): 5.2 ms
+// vs 5.9 ms with 512 bytes ahead in the same row (T0), 6.2 ms with none; T0/T2/NTA hints
+// were no better than T1.
 constexpr int kBf16Rows = 6;
 // MXFP4 rows are short (1.5-1.75 KB) and a pass reads 3 of them side by side, so 512
 // bytes ahead is too little of the stream to cover a DRAM latency: in the cold 16-expert
@@ -291,10 +294,10 @@ K3_AVX2 void widenXMxfp4Avx2(double* xd, const float* x, int n) {
                                                        _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
-// Six rows per pass (twelve accumulators, two x vectors, a zero and a temporary fill the
-// sixteen YMM registers), then the rest one at a time. From DRAM, 2 threads, 12288x7168,
-// same run with the next-pass prefetch: 4 rows 5.3-5.6 ms, 6 rows 5.1-5.2, 8 rows (which
-// spill accumulators) 5.2.
+// Six rows per pass, then the rest one at a time. The twelve float accumulators stay in
+// registers; the double lanes, touched once per block, may be spilled. Same run, weights
+// in L2, 1 thread: 3, 4 and 6 rows 52.8, 54.6 and 56.4 GB/s of weights; from DRAM the
+// row count matters less than the prefetch (docs/measurements.md, "BF16 float blocks").
 K3_AVX2 void rowsBf16Avx2(float* y, const float* x, const float* xp, const std::uint16_t* w, int n,
                           int count) {
     int r = 0;

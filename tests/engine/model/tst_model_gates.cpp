@@ -36,7 +36,8 @@ void TestModelGates::gates_data() {
     for (const char* root : {"/tests/fixtures/models", "/resources/demo"}) {
         QDir base(QStringLiteral(K3_SOURCE_DIR) + QLatin1String(root));
         QStringList dirs = base.entryList(QDir::Dirs | QDir::NoDotAndDotDot, QDir::Name);
-        if (QFile::exists(base.filePath(QStringLiteral("expected.json")))) dirs = {QStringLiteral(".")};
+        if (QFile::exists(base.filePath(QStringLiteral("expected.json"))))
+            dirs = {QStringLiteral(".")};
         for (const QString& d : dirs) {
             const QString path = QDir::cleanPath(base.filePath(d));
             if (!QFile::exists(path + QStringLiteral("/expected.json"))) continue;
@@ -52,8 +53,10 @@ void TestModelGates::gates_data() {
 void TestModelGates::gates() {
     QFETCH(QString, dir);
     QFETCH(bool, scalar);
-    if (scalar) k3::setKernelPath(k3::KernelPath::Scalar);
-    else k3::resetKernelPath();
+    if (scalar)
+        k3::setKernelPath(k3::KernelPath::Scalar);
+    else
+        k3::resetKernelPath();
     const json expected = readJson(dir + QStringLiteral("/expected.json"));
     const k3::Model model = k3::Model::load(dir.toStdString());
     const int vocab = model.config().vocabSize;
@@ -61,7 +64,8 @@ void TestModelGates::gates() {
 
     // Teacher forcing over prompt + generated span: the argmax at every position.
     const std::vector<int> fullIds = expected.at("full_ids").get<std::vector<int>>();
-    const std::vector<int> wantTf = expected.at("full_ids_teacher_forcing_argmax").get<std::vector<int>>();
+    const std::vector<int> wantTf =
+        expected.at("full_ids_teacher_forcing_argmax").get<std::vector<int>>();
     const std::vector<int> prompt = expected.at("prompt_ids").get<std::vector<int>>();
     QCOMPARE(wantTf.size(), fullIds.size());
     k3::InferenceState tf = model.newState();
@@ -76,23 +80,28 @@ void TestModelGates::gates() {
 
     // The last prompt position's logits, element by element.
     const json& fs = expected.at("first_step_logits");
-    std::ifstream raw((dir + QStringLiteral("/") + QString::fromStdString(fs.at("file").get<std::string>())).toStdString(),
-                      std::ios::binary);
+    std::ifstream raw(
+        (dir + QStringLiteral("/") + QString::fromStdString(fs.at("file").get<std::string>()))
+            .toStdString(),
+        std::ios::binary);
     std::vector<float> want(static_cast<std::size_t>(vocab));
     raw.read(reinterpret_cast<char*>(want.data()), std::streamsize(want.size() * sizeof(float)));
     QVERIFY(raw.good());
     double worst = 0;
     for (int i = 0; i < vocab; ++i) {
-        const double err = std::fabs(double(lastPromptLogits[std::size_t(i)]) - want[std::size_t(i)]);
+        const double err =
+            std::fabs(double(lastPromptLogits[std::size_t(i)]) - want[std::size_t(i)]);
         // The reference accumulates in double; the engine's matvecs in double lanes, BF16
         // through float blocks (k3/kernels.hpp).
         worst = std::max(worst, err / (1e-4 + 1e-4 * std::fabs(want[std::size_t(i)])));
     }
     qInfo("worst last-prompt logit error: %.4fx tolerance", worst);
-    QVERIFY2(worst <= 1.0, qPrintable(QStringLiteral("worst logit error %1x tolerance").arg(worst)));
+    QVERIFY2(worst <= 1.0,
+             qPrintable(QStringLiteral("worst logit error %1x tolerance").arg(worst)));
 
     // Greedy decoding from a fresh state: prefill, then one token at a time.
-    const std::vector<int> wantGreedy = expected.at("greedy").at("incremental").get<std::vector<int>>();
+    const std::vector<int> wantGreedy =
+        expected.at("greedy").at("incremental").get<std::vector<int>>();
     k3::InferenceState inc = model.newState();
     for (int id : prompt) model.forward(inc, id, logits);
     std::vector<int> got;
@@ -119,12 +128,15 @@ void TestModelGates::refusesMissingTensor() {
     // Drop one tensor from the index: the model must name it instead of guessing.
     json index = readJson(dir.filePath(QStringLiteral("model.safetensors.index.json")));
     index["weight_map"].erase("language_model.model.layers.3.self_attn.kv_b_proj.weight");
-    std::ofstream(dir.filePath(QStringLiteral("model.safetensors.index.json")).toStdString()) << index.dump();
+    std::ofstream(dir.filePath(QStringLiteral("model.safetensors.index.json")).toStdString())
+        << index.dump();
     try {
         k3::Model::load(dir.path().toStdString());
         QFAIL("a checkpoint without kv_b_proj loaded");
     } catch (const std::exception& e) {
-        QVERIFY2(QString::fromUtf8(e.what()).contains(QStringLiteral("layers.3.self_attn.kv_b_proj.weight")), e.what());
+        QVERIFY2(QString::fromUtf8(e.what()).contains(
+                     QStringLiteral("layers.3.self_attn.kv_b_proj.weight")),
+                 e.what());
     }
 }
 
