@@ -118,6 +118,13 @@ void matvecMxfp4(float* y, const float* x, const std::uint8_t* packed, const std
                  int rows, int cols);
 void matvec(float* y, const float* x, const WeightView& w);
 
+// ---- multi-column products: Y[t] = W . X[t] for t in [0, columns) ---------------------
+// x: [columns][w.cols], y: [columns][w.rows], both contiguous. Column t of y has exactly
+// the bits matvec(y + t * rows, x + t * cols, w) gives (the same per-row order above), at
+// every column count, path and thread count; the weights are read once for all columns
+// (MXFP4 groups decoded once). This is what a chunk of positions runs on.
+void matmat(float* y, const float* x, const WeightView& w, int columns);
+
 // ---- elementwise and norms -------------------------------------------------------------
 
 float sigmoid(float x);

@@ -246,4 +246,10 @@ void matvec(float* y, const float* x, const WeightView& w) {
     throw KernelError("matvec: unknown weight type");
 }
 
+void matmat(float* y, const float* x, const WeightView& w, int columns) {
+    if (columns < 0) throw KernelError("matmat: negative column count " + std::to_string(columns));
+    for (int t = 0; t < columns; ++t)
+        matvec(y + static_cast<std::size_t>(t) * w.rows, x + static_cast<std::size_t>(t) * w.cols, w);
+}
+
 } // namespace k3
