@@ -114,8 +114,10 @@ int main(int argc, char** argv) {
             ->group(memoryGroup)
             ->type_name("NAME");
     CLI::Option* trunkGbOpt =
-        app.add_option("--trunk-gb", trunkGB, "GB for the pinned trunk + ring")
-            ->check(CLI::Range(0.1, 1e6))
+        app.add_option("--trunk-gb", trunkGB,
+                       "GB for the pinned trunk + ring (0: stream every layer through the "
+                       "smallest ring)")
+            ->check(CLI::Range(0.0, 1e6))
             ->group(memoryGroup)
             ->type_name("GB");
     CLI::Option* cacheGbOpt =
@@ -191,6 +193,12 @@ int main(int argc, char** argv) {
             ->type_name("N");
 
     const char* diagGroup = "Diagnostics";
+    app.add_option("--prefill-chunk", model.prefillChunk,
+                   "Prompt positions per forward pass, 1..4096 (default: what the memory plan "
+                   "holds, up to 64); the same tokens at every size")
+        ->check(CLI::Range(1, 4096))
+        ->group(memoryGroup)
+        ->type_name("N");
     app.add_option("--layers", model.layers, "Bind and run only the first N layers")
         ->check(CLI::Range(1, 1000000))
         ->group(diagGroup)

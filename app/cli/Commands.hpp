@@ -35,6 +35,7 @@ struct ModelArgs {
     std::string tokenizerDir; // empty: the model directory
     bool tokenizerGiven = false;
     int layers = 0;
+    int prefillChunk = 0; // --prefill-chunk (0: the plan's)
     MemoryArgs memory;
     SamplingArgs sampling;
 };

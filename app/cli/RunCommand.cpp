@@ -271,10 +271,15 @@ int runBatch(const RunArgs& args) {
     if (session.hasTokenizer())
         std::printf("\n--- generated text ---\n%s\n----------------------\n",
                     (stdoutIsTty() ? terminalSafe(text) : text).c_str());
-    std::printf("%zu tokens in %.1f s, %.2f s/token average (prefill %d positions in %.2f s)\n",
-                result.ids.size(), total,
-                result.ids.empty() ? 0.0 : result.decodeSeconds / double(result.ids.size()),
-                result.promptTokens - result.reusedPositions, result.prefillSeconds);
+    std::printf("%zu tokens in %.1f s, %.2f s/token average\n", result.ids.size(), total,
+                result.ids.empty() ? 0.0 : result.decodeSeconds / double(result.ids.size()));
+    const double positionsPerSecond =
+        result.prefillSeconds > 0 ? result.prefillPositions / result.prefillSeconds : 0.0;
+    std::printf("prefill: %d positions in %d chunks of up to %d, trunk %.3f GB, experts %.3f GB "
+                "read, %.2f s, %.2f positions/s\n",
+                result.prefillPositions, result.prefillChunks, session.prefillChunk(),
+                double(result.prefillTrunkBytes) / 1e9, double(result.prefillExpertBytes) / 1e9,
+                result.prefillSeconds, positionsPerSecond);
     // Cache and trunk summaries, the I/O share of wall clock and PEAK RSS.
     const k3::MemoryReport summary = session.memoryReport();
     std::fputs(summary.format().c_str(), stdout);
@@ -339,6 +344,14 @@ int runBatch(const RunArgs& args) {
                         {"decode_seconds", result.decodeSeconds},
                         {"total_seconds", total},
                         {"reused_positions", result.reusedPositions}};
+    report["prefill"] = {{"positions", result.prefillPositions},
+                         {"chunks", result.prefillChunks},
+                         {"chunk_size", session.prefillChunk()},
+                         {"reused_positions", result.reusedPositions},
+                         {"trunk_bytes", result.prefillTrunkBytes},
+                         {"expert_bytes", result.prefillExpertBytes},
+                         {"seconds", result.prefillSeconds},
+                         {"positions_per_second", positionsPerSecond}};
     report["peak_rss_bytes"] = peak;
     report["valid"] = invalidReasons.empty();
     report["invalid_reasons"] = invalidReasons;

@@ -55,6 +55,7 @@ LoadedSession openModel(const ModelArgs& args, TokenizerNeed need) {
     options.tokenizerDir = tokDir;
     options.loadTokenizer = loadTokenizer;
     options.layerLimit = args.layers;
+    options.prefillChunk = args.prefillChunk;
     // The memory dial: the same tokens at every budget, memory only buys speed.
     if (!args.memory.trunkDir.empty()) {
         options.trunkDir = args.memory.trunkDir;

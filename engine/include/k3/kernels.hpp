@@ -198,6 +198,10 @@ void attnResBeforeMlp(float* out, const float* const* blocks, int nBlocks, const
 // below every number. idx/weight: [topK], in selection order (best first).
 void routeTopK(int* idx, float* weight, const float* x, const WeightView& gate, const float* bias,
                int topK, bool renormalise, float routedScale);
+// The same selection from the gate's raw logits (gate . x), already computed: a chunk
+// computes every position's logits with one matmat.
+void routeTopKFromLogits(int* idx, float* weight, const float* logits, int experts,
+                         const float* bias, int topK, bool renormalise, float routedScale);
 
 // ---- latent MoE (one token) ------------------------------------------------------------
 

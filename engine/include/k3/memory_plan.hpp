@@ -56,7 +56,11 @@ struct PlanInputs {
     std::uint64_t stateBytes = 0;         // KDA recurrent + ShortConv state, all layers
     std::uint64_t kvBytesPerPosition = 0; // MLA latent + rope, all MLA layers
     int contextLength = 0;                // positions the KV cache must hold
-    std::uint64_t bufferBytes = 0;        // activations, logits, scratch
+    std::uint64_t bufferBytes = 0;        // logits and scratch of one position
+    // Activations and expert-union scratch per position of a chunk; the plan sizes the
+    // chunk from it (requestedChunk positions, fewer when memory does not hold them).
+    std::uint64_t chunkBytesPerPosition = 0;
+    int requestedChunk = 0; // 0: kDefaultPrefillChunk
     bool streamed = true;                 // false: everything resident (no --trunk)
     // Embeddings and lm_head stay on disk (the ultra preset): modelBytes then counts
     // only the small model tensors and the bounded read buffers.
@@ -84,7 +88,9 @@ struct MemoryPlan {
     std::uint64_t expertSlotBytes = 0;
     std::uint64_t cacheBytes() const { return std::uint64_t(cacheSlots) * expertSlotBytes; }
     std::uint64_t stateBytes = 0;
-    std::uint64_t bufferBytes = 0;
+    std::uint64_t bufferBytes = 0; // the chunk's activations included
+    int chunkPositions = 1;        // positions a prefill chunk holds at this budget
+    int requestedChunk = 0;        // what was asked (0: the default)
     std::uint64_t kvBytes = 0;
     int contextLength = 0;
     std::uint64_t total() const;
@@ -96,13 +102,17 @@ struct MemoryPlan {
 };
 
 inline constexpr double kPlanMaxShareOfAvailable = 0.95;
+// Positions per prefill chunk unless asked otherwise: past ~64 the trunk read is already
+// spread thin and the activations grow linearly.
+inline constexpr int kDefaultPrefillChunk = 64;
 
 // The pinned prefix for `budgetBytes`, as the fixed point with the ring slot size.
 // Fills totalLayers, pinnedLayers, pinnedBytes, ringSlots, ringSlotBytes, piecewise.
 // Whole layers first (a ring of 2, then of 1); when no slot fits the largest unpinned
 // layer and `pieceBytes` is given, layers over the slot stream in two pieces and the
-// slot is the ring's share of the budget (a ring of 2, then of 1). Throws MemoryRefusal
-// when the budget cannot hold even that (the message gives the numbers).
+// slot is the ring's share of the budget (a ring of 2, then of 1). A budget of 0 asks for
+// the smallest ring: nothing pinned, one slot of the largest piece (or layer). Throws
+// MemoryRefusal when the budget cannot hold even that (the message gives the numbers).
 void planTrunk(MemoryPlan& plan, std::span<const std::uint64_t> layerBytes,
                std::uint64_t budgetBytes, std::span<const std::uint64_t> pieceBytes = {});
 

@@ -37,6 +37,7 @@ struct ModelOptions {
     std::uint64_t expertCacheBytes = 0; // > 0: routed experts go through the expert cache
     int expertCacheSlots = 0;           // > 0: exactly this many slots (overrides the bytes)
     int contextLength = 4096;           // positions the plan's KV cache must hold
+    int prefillChunk = 0;               // positions per chunk (0: kDefaultPrefillChunk)
     bool enforceMemoryPlan = false;     // refuse a plan over 95% of MemAvailable
     // Leave embeddings and lm_head on disk (the ultra preset): one embedding row is read
     // per token and lm_head streams in row blocks of tableBlockBytes (two buffers).
@@ -105,6 +106,12 @@ public:
 
     // Feeds `token` at position state.length(); writes vocabSize logits.
     TokenStats forward(InferenceState& state, int token, std::span<float> logits) const;
+    // Feeds a chunk of T tokens at positions state.length() .. + T - 1: each trunk layer
+    // is bound once for the chunk and each unique routed expert fetched once. `logits`
+    // holds vocabSize floats (the last position's) or T x vocabSize ([T][vocab], every
+    // position's). Every position gets exactly the bits T one-token calls give.
+    TokenStats forward(InferenceState& state, std::span<const int> tokens,
+                       std::span<float> logits) const;
 
 private:
     struct Impl;

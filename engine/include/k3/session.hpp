@@ -32,6 +32,7 @@ struct SessionOptions {
     std::uint64_t expertCacheBytes = 0;
     int expertCacheSlots = 0;
     int contextLength = 4096;
+    int prefillChunk = 0; // positions per prefill chunk (0: the plan's)
     bool enforceMemoryPlan = false;
     bool recordCacheTrace = false;
     bool streamModelTables = false; // embeddings and lm_head stay on disk (ultra)
@@ -76,10 +77,16 @@ struct TokenEvent {
     TokenTiming timing;
 };
 
+// After each prefill chunk: positions read so far of this prompt, and what it cost.
 struct SessionProgress {
     std::string stage; // "prefill"
     std::int64_t done = 0;
     std::int64_t total = 0;
+    int chunks = 0;               // chunks fed so far
+    double seconds = 0;           // since the prefill started
+    std::uint64_t trunkBytes = 0; // trunk bytes read so far by this prefill
+    std::uint64_t expertBytes = 0;
+    double positionsPerSecond() const { return seconds > 0 ? double(done) / seconds : 0; }
 };
 
 class SessionObserver {
@@ -107,6 +114,10 @@ struct GenerateResult {
     int droppedExperts = 0;       // > 0 makes the run invalid
     bool nonFinite = false;       // a NaN/Inf reached the logits: invalid
     double prefillSeconds = 0;
+    int prefillPositions = 0;           // positions computed (the prompt less the reused ones)
+    int prefillChunks = 0;              // forward calls they took
+    std::uint64_t prefillTrunkBytes = 0; // read from the packed trunk during the prefill
+    std::uint64_t prefillExpertBytes = 0; // routed experts read during the prefill
     double decodeSeconds = 0;
     std::vector<std::string> problems; // malformed model output, as the parser saw it
     bool valid() const { return droppedExperts == 0 && !nonFinite; }
@@ -140,6 +151,7 @@ public:
     // The logits after the last fed position (vocab_size floats), e.g. for --dump-logits.
     std::span<const float> lastLogits() const;
     int positions() const; // positions held by the state
+    int prefillChunk() const; // positions per prefill chunk in force
     void reset();          // forget the conversation
 
     MemoryReport memoryReport() const;

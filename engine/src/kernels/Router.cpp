@@ -22,14 +22,20 @@ bool better(float a, float b) {
 
 void routeTopK(int* idx, float* weight, const float* x, const WeightView& gate, const float* bias,
                int topK, bool renormalise, float routedScale) {
-    const int E = gate.rows;
+    std::vector<float> logits(static_cast<std::size_t>(gate.rows));
+    matvec(logits.data(), x, gate);
+    routeTopKFromLogits(idx, weight, logits.data(), gate.rows, bias, topK, renormalise,
+                        routedScale);
+}
+
+void routeTopKFromLogits(int* idx, float* weight, const float* logits, int E, const float* bias,
+                         int topK, bool renormalise, float routedScale) {
     if (topK < 1 || topK > E)
         throw KernelError("routeTopK: top-k " + std::to_string(topK) + " outside 1.." +
                           std::to_string(E) + " experts");
     std::vector<float> score(E), choice(E);
-    matvec(score.data(), x, gate);
     for (int e = 0; e < E; ++e) {
-        score[e] = sigmoid(score[e]);                   // the UNBIASED score
+        score[e] = sigmoid(logits[e]);                  // the UNBIASED score
         choice[e] = score[e] + (bias ? bias[e] : 0.0f); // the SELECTION score
     }
     std::vector<char> taken(E, 0);

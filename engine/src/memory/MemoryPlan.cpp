@@ -188,6 +188,14 @@ void planTrunk(MemoryPlan& plan, std::span<const std::uint64_t> layers, std::uin
     if (canSplit)
         for (std::size_t i = 0; i < layers.size(); ++i)
             largestPiece = std::max(largestPiece, alignUp(std::min(pieces[i], alignUp(layers[i]))));
+    if (budget == 0) { // "stream everything through the smallest ring": one slot, no overlap
+        plan.pinnedLayers = 0;
+        plan.pinnedBytes = 0;
+        plan.ringSlots = 1;
+        plan.piecewise = canSplit && largestPiece < alignUp(largest);
+        plan.ringSlotBytes = plan.piecewise ? largestPiece : alignUp(std::max<std::uint64_t>(largest, 1));
+        return;
+    }
     for (int ring : {2, 1}) {
         FixedPoint fp = fixedPoint(layers, budget, ring);
         bool split = false;
@@ -225,7 +233,10 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
     plan.modelTablesStreamed = in.modelTablesStreamed;
     plan.residentExpertBytes = in.residentExpertBytes;
     plan.stateBytes = in.stateBytes;
-    plan.bufferBytes = in.bufferBytes;
+    plan.requestedChunk = in.requestedChunk;
+    plan.chunkPositions = in.requestedChunk > 0 ? in.requestedChunk : kDefaultPrefillChunk;
+    // The requested chunk first, so an automatic budget leaves room for it.
+    plan.bufferBytes = in.bufferBytes + in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
     plan.contextLength = in.contextLength;
     plan.kvBytes = in.kvBytesPerPosition * std::uint64_t(std::max(0, in.contextLength));
     plan.expertSlotBytes = in.expertSlotBytes;
@@ -258,6 +269,18 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
         slots = std::clamp<std::uint64_t>(slots, 1, in.expertCount);
         plan.cacheSlots = int(std::min<std::uint64_t>(slots, 1u << 30));
     }
+    // A bigger chunk never takes the plan past 95% of what is available: it shrinks to
+    // what fits next to the budgets asked for (one position at worst).
+    if (in.chunkBytesPerPosition > 0 && available > 0) {
+        const auto limit = std::uint64_t(double(available) * kPlanMaxShareOfAvailable);
+        const std::uint64_t without =
+            plan.total() - in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
+        const std::uint64_t fits = limit > without ? (limit - without) / in.chunkBytesPerPosition : 0;
+        plan.chunkPositions =
+            int(std::clamp<std::uint64_t>(fits, 1, std::uint64_t(plan.chunkPositions)));
+        plan.bufferBytes =
+            in.bufferBytes + in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
+    }
     return plan;
 }
 
@@ -276,7 +299,9 @@ std::string MemoryPlan::format() const {
                   formatBytes(expertSlotBytes).c_str());
     line(out, "expert cache", cacheBytes(), note);
     line(out, "recurrent state", stateBytes);
-    line(out, "buffers", bufferBytes);
+    std::snprintf(note, sizeof note, "a prefill chunk holds %d positions%s", chunkPositions,
+                  requestedChunk > chunkPositions ? " (fewer than asked: memory)" : "");
+    line(out, "buffers", bufferBytes, note);
     std::snprintf(note, sizeof note, "%d positions", contextLength);
     line(out, "KV cache", kvBytes, note);
     line(out, "TOTAL", total());

@@ -3,6 +3,7 @@
 #include "k3/aligned_io.hpp"
 #include "k3/kernels.hpp"
 #include "k3/system.hpp"
+#include "model/ChunkLayers.hpp"
 #include "model/ModelWeights.hpp"
 #include "model/StreamedTable.hpp"
 
@@ -18,18 +19,10 @@ namespace k3 {
 using model::LayerWeights;
 using model::Matrix;
 
-// What one layer carries from token to token.
-struct LayerState {
-    // KDA: recurrent state [heads][dk][dv] and ShortConv history [channels][kernel-1].
-    std::vector<float> S, qConv, kConv, vConv;
-    // MLA: the whole per-position cache is the normed latent plus the unrotated rope.
-    std::vector<float> latent, rope;
-};
-
 struct InferenceState::Data {
-    std::vector<LayerState> layers;
+    std::vector<model::LayerState> layers;
     int length = 0;
-    std::vector<LayerState> fresh; // the zero state, kept to reset without a model
+    std::vector<model::LayerState> fresh; // the zero state, kept to reset without a model
 };
 
 InferenceState::InferenceState(std::unique_ptr<Data> data) : d_(std::move(data)) {}
@@ -73,6 +66,8 @@ struct Model::Impl {
     const model::LayerWeights& layer(int L);
     // A piecewise streamed layer's MLP arrives now (piece 1), over its attention.
     void enterMlp(int L);
+    // h[T][hidden] = the embedding rows of `tokens`, widened exactly.
+    void embed(std::span<const int> tokens, float* h) const;
 };
 
 namespace {
@@ -237,6 +232,20 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
     in.contextLength = options.contextLength;
     in.bufferBytes = (std::uint64_t(c.vocabSize) + 64ull * std::uint64_t(c.hiddenSize) +
                       8ull * std::uint64_t(std::max<std::uint64_t>(P, std::uint64_t(c.intermediateSize)))) * 4;
+    {
+        // One position of a chunk: the residual stream and its AttnRes block snapshots,
+        // the attention and MLP intermediates, the router logits and the expert union's
+        // per-position outputs (top-k latents), with room for the kernels' widened x.
+        const auto u = [](int v) { return std::uint64_t(std::max(0, v)); };
+        const std::uint64_t blocks = u(layers) / std::max<std::uint64_t>(1, u(c.attnResBlockSize)) + 2;
+        const std::uint64_t widest = std::max(
+            {P, u(c.intermediateSize), u(c.numAttentionHeads) * u(c.qkNopeHeadDim + c.qkRopeHeadDim),
+             u(c.numAttentionHeads) * u(c.vHeadDim), 2 * u(c.moeIntermediateSize)});
+        in.chunkBytesPerPosition =
+            4 * ((12 + blocks) * u(c.hiddenSize) + 10 * widest + u(c.numExperts) +
+                 (u(c.numExpertsPerToken) + 4) * u(c.routedExpertHiddenSize));
+        in.requestedChunk = options.prefillChunk;
+    }
     in.streamed = useTrunk;
     MemoryBudget budget;
     budget.trunkBytes = useTrunk ? options.trunkBytes : std::numeric_limits<std::uint64_t>::max();
@@ -354,7 +363,7 @@ InferenceState Model::newState() const {
     for (std::size_t L = 0; L < d->layers.size(); ++L) {
         if (c.layers[L].attention != AttentionKind::Kda) continue;
         const std::size_t P = std::size_t(c.kdaNumHeads) * std::size_t(c.kdaHeadDim);
-        LayerState& s = d->layers[L];
+        model::LayerState& s = d->layers[L];
         s.S.assign(P * std::size_t(c.kdaHeadDim), 0.0f);
         const std::size_t hist = P * std::size_t(c.shortConvKernelSize - 1);
         s.qConv.assign(hist, 0.0f);
@@ -367,239 +376,131 @@ InferenceState Model::newState() const {
 
 namespace {
 
-void mv(std::vector<float>& y, const Matrix& w, const float* x) {
-    y.resize(std::size_t(w.rows));
-    matvec(y.data(), x, w.view());
-}
-
-// down(situGlu(gate x, up x)): the dense layer 0 and the shared experts.
-void gluMlp(float* out, const float* x, const Matrix& gate, const Matrix& up, const Matrix& down,
-            const ModelConfig& c) {
-    std::vector<float> g, u;
-    mv(g, gate, x);
-    mv(u, up, x);
-    situGlu(g.data(), g.data(), u.data(), gate.rows, float(c.activationSituBeta),
-            float(c.activationSituLinearBeta));
-    matvec(out, g.data(), down.view());
-}
-
-void kdaToken(float* out, const float* xn, const model::KdaWeights& w, LayerState& s,
-              const ModelConfig& c, float eps) {
-    const int H = c.kdaNumHeads, D = c.kdaHeadDim, P = H * D, K = c.shortConvKernelSize;
-    std::vector<float> q, k, v, z, a, beta, gate;
-    mv(q, w.q, xn);
-    mv(k, w.k, xn);
-    mv(v, w.v, xn);
-    shortConvSilu(q.data(), q.data(), w.qConv.data(), s.qConv.data(), P, K, 1);
-    shortConvSilu(k.data(), k.data(), w.kConv.data(), s.kConv.data(), P, K, 1);
-    shortConvSilu(v.data(), v.data(), w.vConv.data(), s.vConv.data(), P, K, 1);
-    mv(beta, w.b, xn);
-    mv(a, w.fa, xn);
-    mv(z, w.fb, a.data());
-    std::vector<float> alpha(static_cast<std::size_t>(P)), g(static_cast<std::size_t>(P));
-    kdaDecay(g.data(), alpha.data(), z.data(), w.aLog.data(), w.dtBias.data(), H, D,
-             float(c.gateLowerBound));
-    const float qScale = 1.0f / std::sqrt(float(D));
-    std::vector<float> o(static_cast<std::size_t>(P));
-    for (int h = 0; h < H; ++h) {
-        float* qh = q.data() + h * D;
-        float* kh = k.data() + h * D;
-        l2norm(qh, D);
-        l2norm(kh, D);
-        for (int i = 0; i < D; ++i) qh[i] *= qScale;
-        kdaStep(s.S.data() + std::size_t(h) * D * D, o.data() + h * D, qh, kh, v.data() + h * D,
-                alpha.data() + h * D, sigmoid(beta[std::size_t(h)]), D, D);
-        // RMSNorm per head FIRST, then the output gate.
-        rmsnorm(o.data() + h * D, o.data() + h * D, w.oNorm.data(), D, eps);
-    }
-    mv(gate, w.g, xn);
-    for (int i = 0; i < P; ++i) o[std::size_t(i)] *= sigmoid(gate[std::size_t(i)]);
-    matvec(out, o.data(), w.o.view());
-}
-
-void mlaToken(float* out, const float* xn, const model::MlaWeights& w, LayerState& s,
-              const ModelConfig& c, float eps, int position) {
-    const int H = c.numAttentionHeads, R = c.qkRopeHeadDim, C = c.kvLoraRank;
-    std::vector<float> qa, q, kv, gate;
-    mv(qa, w.qa, xn);
-    rmsnorm(qa.data(), qa.data(), w.qaNorm.data(), c.qLoraRank, eps);
-    mv(q, w.qb, qa.data());
-    mv(kv, w.kva, xn);
-    rmsnorm(kv.data(), kv.data(), w.kvaNorm.data(), C, eps); // the latent part only
-    s.latent.insert(s.latent.end(), kv.begin(), kv.begin() + C);
-    s.rope.insert(s.rope.end(), kv.begin() + C, kv.begin() + C + R);
-    std::vector<float> o(std::size_t(H) * std::size_t(c.vHeadDim));
-    const MlaShape shape{H, c.qkNopeHeadDim, R, C, c.vHeadDim};
-    mlaAttend(o.data(), q.data(), s.latent.data(), s.rope.data(), position + 1, w.kvb.view(), shape);
-    if (c.mlaUseOutputGate) {
-        mv(gate, w.g, xn);
-        for (std::size_t i = 0; i < o.size(); ++i) o[i] *= sigmoid(gate[i]);
-    }
-    matvec(out, o.data(), w.o.view());
-}
-
-// Routed experts come from the layer's own binding, the resident per-layer set, or
-// the expert cache (a batch for the top-k, each expert pinned while it computes).
-struct ExpertSourceRef {
-    const std::vector<model::ExpertWeightsStored>* resident = nullptr;
-    ExpertCache* cache = nullptr;
-    const CheckpointExpertStore* store = nullptr;
-    int layer = 0;
-};
-
-int moeToken(float* out, const float* xn, const model::MoeWeightsStored& w, const ModelConfig& c,
-             float eps, const ExpertSourceRef& src) {
-    LatentMoeWeights lw;
-    lw.gate = w.gate.view();
-    lw.selectionBias = w.bias.data();
-    lw.down = w.down.view();
-    lw.up = w.up.view();
-    lw.latentNorm = w.norm.empty() ? nullptr : w.norm.data();
-    if (w.hasShared) {
-        lw.sharedW1 = w.sharedGate.view();
-        lw.sharedW3 = w.sharedUp.view();
-        lw.sharedW2 = w.sharedDown.view();
-    }
-    ExpertCache::Handle held;
-    if (src.cache) {
-        const int I = c.moeIntermediateSize, Lat = c.routedExpertHiddenSize;
-        lw.prefetch = [&](const int* ex, int n) { src.cache->prefetch(src.layer, {ex, std::size_t(n)}); };
-        lw.expert = [&src, &held, &c, I, Lat](int e, ExpertWeights& ex) {
-            src.cache->release(held); // the previous expert is done computing
-            if (e < 0 || e >= c.numExperts) return false;
-            held = src.cache->acquire(src.layer, e);
-            if (!held.data) return false; // a failed read: dropped, never silent
-            const ExpertLayout& lay = src.store->layout(src.layer, e);
-            const auto* b = reinterpret_cast<const std::uint8_t*>(held.data);
-            ex.w1 = WeightView::mxfp4(b + lay.w1Packed, b + lay.w1Scales, I, Lat);
-            ex.w3 = WeightView::mxfp4(b + lay.w3Packed, b + lay.w3Scales, I, Lat);
-            ex.w2 = WeightView::mxfp4(b + lay.w2Packed, b + lay.w2Scales, Lat, I);
-            return true;
-        };
-    } else {
-        const auto& experts = src.resident ? *src.resident : w.experts;
-        lw.expert = [&experts](int e, ExpertWeights& ex) {
-            if (e < 0 || std::size_t(e) >= experts.size()) return false;
-            const auto& s = experts[std::size_t(e)];
-            ex.w1 = s.w1.view();
-            ex.w3 = s.w3.view();
-            ex.w2 = s.w2.view();
-            return true;
-        };
-    }
-    LatentMoeConfig cfg;
-    cfg.topK = c.numExpertsPerToken;
-    cfg.renormalise = c.moeRenormalize;
-    cfg.routedScale = float(c.routedScalingFactor);
-    cfg.rmsEps = eps;
-    cfg.situBeta = float(c.activationSituBeta);
-    cfg.situLinearBeta = float(c.activationSituLinearBeta);
-    int drops = 0;
-    try {
-        drops = latentMoeForward(out, xn, lw, cfg);
-    } catch (...) {
-        if (src.cache) {
-            src.cache->release(held);
-            src.cache->releaseBatch();
-        }
-        throw;
-    }
-    if (src.cache) {
-        src.cache->release(held);
-        src.cache->releaseBatch();
-    }
-    return drops;
+void checkChunk(const ModelConfig& c, std::span<const int> tokens, std::span<float> logits) {
+    if (tokens.empty()) throw ModelError("forward: an empty chunk (give at least one token id)");
+    for (int token : tokens)
+        if (token < 0 || token >= c.vocabSize)
+            throw ModelError("token id " + std::to_string(token) + " is outside 0.." +
+                             std::to_string(c.vocabSize - 1) + " (vocab_size)");
+    const std::size_t V = std::size_t(c.vocabSize);
+    if (logits.size() != V && logits.size() != V * tokens.size())
+        throw ModelError("logits buffer holds " + std::to_string(logits.size()) +
+                         " floats; a chunk of " + std::to_string(tokens.size()) +
+                         " positions needs vocab_size (" + std::to_string(V) + ") or " +
+                         std::to_string(tokens.size()) + " x vocab_size");
 }
 
 } // namespace
 
+void Model::Impl::embed(std::span<const int> tokens, float* h) const {
+    const int E = config.hiddenSize;
+    for (std::size_t t = 0; t < tokens.size(); ++t) {
+        float* row = h + t * std::size_t(E);
+        if (embedTable) { // the embedding row, widened exactly
+            embedTable->row(tokens[t], row);
+            continue;
+        }
+        const WeightView ev = w.embed.view().rowSlice(tokens[t], 1);
+        for (int i = 0; i < E; ++i)
+            row[i] = ev.type == WeightType::BF16
+                         ? bf16ToFloat(static_cast<const std::uint16_t*>(ev.data)[i])
+                         : static_cast<const float*>(ev.data)[i];
+    }
+}
+
 TokenStats Model::forward(InferenceState& state, int token, std::span<float> logits) const {
+    return forward(state, std::span<const int>(&token, 1), logits);
+}
+
+TokenStats Model::forward(InferenceState& state, std::span<const int> tokens,
+                          std::span<float> logits) const {
     const ModelConfig& c = impl_->config;
     Impl& impl = *impl_;
     const auto& W = impl.w;
-    const float eps = impl_->eps;
-    const int E = c.hiddenSize;
-    if (token < 0 || token >= c.vocabSize)
-        throw ModelError("token id " + std::to_string(token) + " is outside 0.." +
-                         std::to_string(c.vocabSize - 1) + " (vocab_size)");
-    if (logits.size() != std::size_t(c.vocabSize))
-        throw ModelError("logits buffer holds " + std::to_string(logits.size()) + " floats, vocab_size is " +
-                         std::to_string(c.vocabSize));
+    const float eps = impl.eps;
+    checkChunk(c, tokens, logits);
+    const int E = c.hiddenSize, T = int(tokens.size());
+    const std::size_t TE = std::size_t(T) * std::size_t(E);
     TokenStats stats;
-    const int position = state.d_->length;
+    const int first = state.d_->length;
     if (impl.cache) impl.cache->nextStep(); // the request trace's step column
 
-    // The embedding row, widened exactly.
-    std::vector<float> h(static_cast<std::size_t>(E));
-    if (impl.embedTable) {
-        impl.embedTable->row(token, h.data());
-    } else {
-        const WeightView ev = W.embed.view().rowSlice(token, 1);
-        for (int i = 0; i < E; ++i)
-            h[std::size_t(i)] = ev.type == WeightType::BF16
-                                    ? bf16ToFloat(static_cast<const std::uint16_t*>(ev.data)[i])
-                                    : static_cast<const float*>(ev.data)[i];
-    }
-
-    // Attention residuals: completed block snapshots plus the running partial block.
+    std::vector<float> h(TE), x(TE), xn(TE), att(TE), mlp(TE), partial;
+    impl.embed(tokens, h.data());
+    // Attention residuals, per position: completed block snapshots plus the running
+    // partial block ([T][E] each).
     std::vector<std::vector<float>> blocks;
-    std::vector<float> x(static_cast<std::size_t>(E)), xn(static_cast<std::size_t>(E)), att(static_cast<std::size_t>(E)), mlp(static_cast<std::size_t>(E));
     std::vector<const float*> sources;
-    auto aggregate = [&](float* out, const std::vector<float>* partial, const std::vector<float>& foldW) {
+    auto aggregate = [&](float* out, const float* part, const std::vector<float>& fold, int t) {
         sources.clear();
-        for (const auto& b : blocks) sources.push_back(b.data());
-        if (partial) sources.push_back(partial->data());
-        attnRes(out, sources.data(), int(sources.size()), foldW.data(), E, eps);
+        for (const auto& b : blocks) sources.push_back(b.data() + std::size_t(t) * E);
+        if (part) sources.push_back(part + std::size_t(t) * E);
+        attnRes(out + std::size_t(t) * E, sources.data(), int(sources.size()), fold.data(), E, eps);
+    };
+    auto norm = [&](float* out, const float* in, const std::vector<float>& weight) {
+        for (int t = 0; t < T; ++t)
+            rmsnorm(out + std::size_t(t) * E, in + std::size_t(t) * E, weight.data(), E, eps);
     };
 
     for (std::size_t L = 0; L < std::size_t(impl.layerCount); ++L) {
-        const LayerWeights& lw = impl.layer(int(L));
-        LayerState& ls = state.d_->layers[L];
-        std::vector<float> partial = h;
+        const LayerWeights& lw = impl.layer(int(L)); // bound once for the whole chunk
+        model::LayerState& ls = state.d_->layers[L];
+        partial = h;
         bool hasPartial = true;
         // Pre-attention aggregation is skipped while no block exists.
-        if (!blocks.empty()) aggregate(x.data(), &partial, lw.attnResFold);
-        else x = h;
+        if (!blocks.empty())
+            for (int t = 0; t < T; ++t) aggregate(x.data(), partial.data(), lw.attnResFold, t);
+        else
+            x = h;
         if (int(L) % c.attnResBlockSize == 0) { // block boundary: snapshot, start afresh
             blocks.push_back(partial);
             hasPartial = false;
         }
-        rmsnorm(xn.data(), x.data(), lw.inputNorm.data(), E, eps);
-        if (lw.spec.attention == AttentionKind::Kda) kdaToken(att.data(), xn.data(), lw.kda, ls, c, eps);
-        else mlaToken(att.data(), xn.data(), lw.mla, ls, c, eps, position);
+        norm(xn.data(), x.data(), lw.inputNorm);
+        if (lw.spec.attention == AttentionKind::Kda)
+            model::kdaChunk(att.data(), xn.data(), T, lw.kda, ls, c, eps);
+        else
+            model::mlaChunk(att.data(), xn.data(), T, lw.mla, ls, c, eps, first);
         if (hasPartial)
-            for (int i = 0; i < E; ++i) partial[std::size_t(i)] += att[std::size_t(i)];
+            for (std::size_t i = 0; i < TE; ++i) partial[i] += att[i];
         else
             partial = att;
         // Pre-MLP aggregation always runs: the partial block alone is a valid source set.
-        aggregate(x.data(), &partial, lw.mlpResFold);
-        rmsnorm(xn.data(), x.data(), lw.postNorm.data(), E, eps);
+        for (int t = 0; t < T; ++t) aggregate(x.data(), partial.data(), lw.mlpResFold, t);
+        norm(xn.data(), x.data(), lw.postNorm);
         impl.enterMlp(int(L));
-        if (lw.spec.mlp == MlpKind::Dense)
-            gluMlp(mlp.data(), xn.data(), lw.dense.gate, lw.dense.up, lw.dense.down, c);
-        else {
-            ExpertSourceRef src;
+        if (lw.spec.mlp == MlpKind::Dense) {
+            model::gluChunk(mlp.data(), xn.data(), T, lw.dense.gate, lw.dense.up, lw.dense.down, c);
+        } else {
+            model::ExpertSource src;
             src.layer = int(L);
             if (!impl.residentExperts.empty()) src.resident = &impl.residentExperts[L];
             src.cache = impl.cache.get();
             src.store = impl.store.get();
-            stats.droppedExperts += moeToken(mlp.data(), xn.data(), lw.moe, c, eps, src);
+            stats.droppedExperts += model::moeChunk(mlp.data(), xn.data(), T, lw.moe, c, eps, src);
         }
-        for (int i = 0; i < E; ++i) h[std::size_t(i)] = partial[std::size_t(i)] + mlp[std::size_t(i)];
+        for (std::size_t i = 0; i < TE; ++i) h[i] = partial[i] + mlp[i];
     }
 
-    aggregate(x.data(), &h, W.outputResFold);
-    rmsnorm(xn.data(), x.data(), W.finalNorm.data(), E, eps);
+    // The logits of every position, or of the last one only.
+    const bool all = logits.size() != std::size_t(c.vocabSize) || T == 1;
+    const int from = all ? 0 : T - 1, count = T - from;
+    for (int t = from; t < T; ++t) {
+        aggregate(x.data(), h.data(), W.outputResFold, t);
+        rmsnorm(xn.data() + std::size_t(t) * E, x.data() + std::size_t(t) * E, W.finalNorm.data(),
+                E, eps);
+    }
+    const float* xl = xn.data() + std::size_t(from) * E;
     if (impl.headTable)
-        impl.headTable->matvec(logits.data(), xn.data());
+        impl.headTable->matmat(logits.data(), xl, count);
     else
-        matvec(logits.data(), xn.data(), W.lmHead.view());
+        matmat(logits.data(), xl, W.lmHead.view(), count);
     for (float v : logits)
         if (!std::isfinite(v)) {
             stats.nonFinite = true;
             break;
         }
-    state.d_->length = position + 1;
+    state.d_->length = first + T;
     return stats;
 }
 

@@ -18,6 +18,7 @@ struct Session::Impl {
     std::optional<InferenceState> promptSnapshot;
     std::vector<TokenId> promptSnapshotIds;
     std::vector<float> logits;
+    int chunk = 1;          // positions per prefill chunk
     double wallSeconds = 0; // time spent feeding tokens
     TokenTiming lastTiming; // of the last fed token
 
@@ -58,10 +59,12 @@ Session Session::open(const SessionOptions& options) {
     mo.expertCacheBytes = options.expertCacheBytes;
     mo.expertCacheSlots = options.expertCacheSlots;
     mo.contextLength = options.contextLength;
+    mo.prefillChunk = options.prefillChunk;
     mo.enforceMemoryPlan = options.enforceMemoryPlan;
     mo.recordCacheTrace = options.recordCacheTrace;
     mo.streamModelTables = options.streamModelTables;
     auto impl = std::make_unique<Impl>(Model::load(options.modelDir, mo));
+    impl->chunk = std::max(1, impl->model.memoryPlan().chunkPositions);
     if (options.loadTokenizer) {
         impl->tokenizer = Tokenizer::fromDirectory(
             options.tokenizerDir.empty() ? options.modelDir : options.tokenizerDir);
@@ -91,6 +94,9 @@ std::span<const float> Session::lastLogits() const {
 }
 int Session::positions() const {
     return impl_->state.length();
+}
+int Session::prefillChunk() const {
+    return impl_->chunk;
 }
 
 void Session::reset() {
@@ -175,12 +181,13 @@ std::string MemoryReport::format() const {
 }
 
 namespace {
-// Runs one position, records it as held by the state, adds its validity figures to
-// `result` and splits its time into trunk wait, expert reads and compute.
-void feed(Session::Impl& s, TokenId id, GenerateResult& result) {
+// Runs a chunk of positions (one, when decoding), records them as held by the state,
+// adds their validity figures to `result` and splits the time into trunk wait, expert
+// reads and compute. The logits are the last position's.
+void feed(Session::Impl& s, std::span<const TokenId> ids, GenerateResult& result) {
     const MemoryStats before = s.model.memoryStats();
     const auto t0 = Clock::now();
-    const TokenStats st = s.model.forward(s.state, id, s.logits);
+    const TokenStats st = s.model.forward(s.state, ids, s.logits);
     const double total = secondsSince(t0);
     const MemoryStats after = s.model.memoryStats();
     s.wallSeconds += total;
@@ -190,7 +197,11 @@ void feed(Session::Impl& s, TokenId id, GenerateResult& result) {
         std::max(0.0, total - s.lastTiming.trunkIoSeconds - s.lastTiming.expertIoSeconds);
     result.droppedExperts += st.droppedExperts;
     result.nonFinite = result.nonFinite || st.nonFinite;
-    s.fed.push_back(id);
+    s.fed.insert(s.fed.end(), ids.begin(), ids.end());
+}
+
+void feed(Session::Impl& s, TokenId id, GenerateResult& result) {
+    feed(s, std::span<const TokenId>(&id, 1), result);
 }
 } // namespace
 
@@ -213,16 +224,33 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
         s.fed.clear();
     }
     const int reused = int(s.fed.size());
-    const auto total = std::int64_t(prompt.size() - s.fed.size());
-    std::int64_t done = 0;
-    for (std::size_t i = s.fed.size(); i < prompt.size(); ++i) {
+    SessionProgress progress;
+    progress.stage = "prefill";
+    progress.total = std::int64_t(prompt.size() - s.fed.size());
+    const MemoryStats start = s.model.memoryStats();
+    const auto t0 = Clock::now();
+    // Chunks: each reads the trunk once and each of its experts once. Cancel is checked
+    // between chunks; the state then holds whole chunks, which the next turn reuses.
+    for (std::size_t i = s.fed.size(); i < prompt.size();) {
         if (cancel && cancel->load()) {
             result.cancelled = true;
             break;
         }
-        feed(s, prompt[i], result);
-        if (observer) observer->onProgress({"prefill", ++done, total});
+        const std::size_t n = std::min(std::size_t(s.chunk), prompt.size() - i);
+        feed(s, prompt.subspan(i, n), result);
+        i += n;
+        const MemoryStats now = s.model.memoryStats();
+        progress.done += std::int64_t(n);
+        ++progress.chunks;
+        progress.seconds = secondsSince(t0);
+        progress.trunkBytes = now.trunk.bytesRead - start.trunk.bytesRead;
+        progress.expertBytes = now.cache.bytesRead - start.cache.bytesRead;
+        if (observer) observer->onProgress(progress);
     }
+    result.prefillPositions = int(progress.done);
+    result.prefillChunks = progress.chunks;
+    result.prefillTrunkBytes = progress.trunkBytes;
+    result.prefillExpertBytes = progress.expertBytes;
     if (!result.cancelled) {
         s.promptSnapshot = s.state.clone();
         s.promptSnapshotIds = s.fed;

@@ -96,6 +96,10 @@ void StreamedTable::row(int r, float* out) const {
 }
 
 void StreamedTable::matvec(float* y, const float* x) const {
+    matmat(y, x, 1);
+}
+
+void StreamedTable::matmat(float* y, const float* x, int columns) const {
     if (!buf_[0].data())
         throw ModelError("tensor " + name_ + " was opened for rows only (no block buffers)");
     auto view = [&](const std::byte* p, int count) {
@@ -103,6 +107,7 @@ void StreamedTable::matvec(float* y, const float* x) const {
                    ? WeightView::bf16(reinterpret_cast<const std::uint16_t*>(p), count, cols_)
                    : WeightView::f32(reinterpret_cast<const float*>(p), count, cols_);
     };
+    std::vector<float> block; // [columns][rows of the block], scattered into y
     int first = 0, count = std::min(blockRows_, rows_);
     const std::byte* cur = readRows(first, count, buf_[0].data());
     int which = 0;
@@ -117,7 +122,15 @@ void StreamedTable::matvec(float* y, const float* x) const {
             });
         }
         // Each row by the resident kernel, in the same fixed order: identical bits.
-        k3::matvec(y + first, x, view(cur, count));
+        if (columns == 1) {
+            k3::matvec(y + first, x, view(cur, count));
+        } else {
+            block.resize(std::size_t(columns) * std::size_t(count));
+            k3::matmat(block.data(), x, view(cur, count), columns);
+            for (int t = 0; t < columns; ++t)
+                std::copy_n(block.data() + std::size_t(t) * count, count,
+                            y + std::size_t(t) * std::size_t(rows_) + first);
+        }
         if (nextCount <= 0) break;
         cur = next.get();
         which ^= 1;

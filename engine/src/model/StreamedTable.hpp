@@ -28,6 +28,8 @@ public:
     void row(int r, float* out) const;
     // y[rows] = W x, in row blocks.
     void matvec(float* y, const float* x) const;
+    // y[columns][rows] = W x[columns][cols]: each block is read once for all columns.
+    void matmat(float* y, const float* x, int columns) const;
 
     // Bytes this table holds in memory (the two block buffers, if any, and one row).
     static std::uint64_t bufferBytes(std::uint64_t rowBytes, std::uint64_t blockBytes);

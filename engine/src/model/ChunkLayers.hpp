@@ -1,0 +1,55 @@
+#pragma once
+// The layer computations over a chunk of T consecutive positions. Every weight product
+// is one matmat over the chunk (each column has exactly the bits of a one-position
+// matvec); the recurrent parts (ShortConv, the KDA delta rule, MLA's growing cache)
+// advance position by position inside the chunk, so position t sees exactly the state
+// that t single-position calls would have left. Activations are [T][width], row-major.
+
+#include "k3/config.hpp"
+#include "k3/expert_cache.hpp"
+#include "model/ModelWeights.hpp"
+
+#include <vector>
+
+namespace k3::model {
+
+// What one layer carries from position to position.
+struct LayerState {
+    // KDA: recurrent state [heads][dk][dv] and ShortConv history [channels][kernel-1].
+    std::vector<float> S, qConv, kConv, vConv;
+    // MLA: the whole per-position cache is the normed latent plus the unrotated rope.
+    std::vector<float> latent, rope;
+};
+
+// out[T][hidden] = KDA attention of xn[T][hidden]; updates the state through all T.
+void kdaChunk(float* out, const float* xn, int T, const KdaWeights& w, LayerState& s,
+              const ModelConfig& c, float eps);
+
+// out[T][hidden] = MLA attention; position t of the chunk is absolute position
+// `first + t` and attends over the cache up to and including itself.
+void mlaChunk(float* out, const float* xn, int T, const MlaWeights& w, LayerState& s,
+              const ModelConfig& c, float eps, int first);
+
+// out[T][hidden] = down(situGlu(gate x, up x)): the dense MLP and the shared experts.
+void gluChunk(float* out, const float* x, int T, const Matrix& gate, const Matrix& up,
+              const Matrix& down, const ModelConfig& c);
+
+// Where routed experts come from: the layer's own binding, a resident per-layer set,
+// or the expert cache.
+struct ExpertSource {
+    const std::vector<ExpertWeightsStored>* resident = nullptr;
+    ExpertCache* cache = nullptr;
+    const CheckpointExpertStore* store = nullptr;
+    int layer = 0;
+};
+
+// The latent MoE over a chunk. The chunk's routed experts are the UNION over its
+// positions: each unique expert is fetched once (disk-offset order, in waves of at most
+// the cache's slot count) and run once on every position routed to it; each position
+// then adds its experts' outputs in its own selection order, as the one-position layer
+// does. Returns the dropped (position, expert) pairs: a failed read drops the expert
+// for every position that chose it.
+int moeChunk(float* out, const float* xn, int T, const MoeWeightsStored& w, const ModelConfig& c,
+             float eps, const ExpertSource& src);
+
+} // namespace k3::model
