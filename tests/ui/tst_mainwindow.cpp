@@ -1,4 +1,5 @@
 #include <QAction>
+#include <QDir>
 #include <QLineEdit>
 #include <QListWidget>
 #include <QMenu>
@@ -50,6 +51,11 @@ void TestMainWindow::initTestCase() {
     QCoreApplication::setApplicationName(QStringLiteral("tst_mainwindow"));
     QStandardPaths::setTestModeEnabled(true); // never touch the user's settings
     QSettings().clear();
+    // Conversations left by an earlier run (one that failed before cleaning up) would
+    // change every count below.
+    QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) +
+         QStringLiteral("/conversations"))
+        .removeRecursively();
 }
 
 void TestMainWindow::opensWithTitleAndEmptyConversation() {

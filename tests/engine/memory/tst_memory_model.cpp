@@ -273,7 +273,7 @@ void TestMemoryModel::sessionReportsMemory() {
     so.modelDir = dir;
     so.loadTokenizer = false;
     so.trunkDir = trunk;
-    so.trunkBytes = 0; // smaller than one layer: refused with numbers
+    so.trunkBytes = 1; // smaller than one layer's piece: refused with numbers (0 asks for the smallest ring)
     try {
         k3::Session::open(so);
         QFAIL("a trunk budget below one layer was accepted");
