@@ -137,7 +137,7 @@ void TestChunkForward::sameBitsAsOnePosition() {
     const int vocab = resident.config().vocabSize;
     const int topK = resident.config().numExpertsPerToken;
     const int experts = resident.config().numExperts;
-    const std::vector<int> prompt = promptFor(dir, vocab, 70); // past the largest chunk
+    const std::vector<int> prompt = promptFor(dir, vocab, 66); // past the largest chunk
     const std::vector<float> ref = onePositionAtATime(resident, prompt);
     const std::vector<int> refDecoded = greedyAfter(resident, prompt, 3);
     const std::uint64_t a0 = k3::alignUp(idx.layers[0].bytes);
@@ -175,16 +175,20 @@ void TestChunkForward::sameBitsAsOnePosition() {
             QCOMPARE(m.memoryPlan().pinnedLayers, 0);
             QCOMPARE(m.memoryPlan().ringSlots, 1);
         }
+        // Small chunks on a prefix (each pass re-reads the streamed trunk from disk with
+        // O_DIRECT, so 66 one-position passes per budget would dominate the suite), the
+        // larger ones on the whole prompt: a full chunk of 64, then a partial one.
         for (int chunk : {1, 2, 3, 7, 64}) {
-            const Chunked r = inChunks(m, prompt, chunk, 3);
+            const std::vector<int> ids(prompt.begin(), prompt.begin() + (chunk < 7 ? 16 : 66));
+            const Chunked r = inChunks(m, ids, chunk, chunk < 7 ? 0 : 3);
             QCOMPARE(r.dropped, 0);
-            for (std::size_t t = 0; t < prompt.size(); ++t)
+            for (std::size_t t = 0; t < ids.size(); ++t)
                 if (std::memcmp(r.logits.data() + t * V, ref.data() + t * V, V * sizeof(float)) != 0)
                     QFAIL(qPrintable(QStringLiteral("%1, chunk %2: position %3 differs")
                                          .arg(QLatin1String(b.what))
                                          .arg(chunk)
                                          .arg(t)));
-            QVERIFY2(r.decoded == refDecoded,
+            QVERIFY2(chunk < 7 || r.decoded == refDecoded,
                      qPrintable(QStringLiteral("%1, chunk %2: decode after the chunked prefill")
                                     .arg(QLatin1String(b.what))
                                     .arg(chunk)));

@@ -1,0 +1,139 @@
+// Session prefill in chunks: progress after every chunk, cancel between chunks leaving a
+// state the next turn reuses (the same ids as an uninterrupted run), follow-up turns
+// computing only their new positions, and the same ids at every chunk size.
+#include <QTest>
+
+#include <atomic>
+#include <cstring>
+
+#include <k3/session.hpp>
+
+namespace {
+
+const char* kModel = K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a";
+
+k3::Session openSession(int chunk) {
+    k3::SessionOptions o;
+    o.modelDir = kModel;
+    o.loadTokenizer = false;
+    o.prefillChunk = chunk;
+    return k3::Session::open(o);
+}
+
+std::vector<k3::TokenId> promptIds(int n) {
+    std::vector<k3::TokenId> ids;
+    for (int i = 0; i < n; ++i) ids.push_back((i * 53 + 7) % 800);
+    return ids;
+}
+
+class Recorder : public k3::SessionObserver {
+public:
+    void onProgress(const k3::SessionProgress& p) override {
+        events.push_back(p);
+        if (cancelAfter > 0 && int(events.size()) == cancelAfter) cancel->store(true);
+    }
+    std::vector<k3::SessionProgress> events;
+    int cancelAfter = 0;
+    std::atomic<bool>* cancel = nullptr;
+};
+
+} // namespace
+
+class TestSessionPrefill : public QObject {
+    Q_OBJECT
+private slots:
+    void progressAfterEveryChunk();
+    void cancelThenSamePromptGivesTheSameIds();
+    void followUpComputesOnlyNewPositions();
+    void sameIdsAtEveryChunkSize();
+};
+
+void TestSessionPrefill::progressAfterEveryChunk() {
+    k3::Session s = openSession(3);
+    QCOMPARE(s.prefillChunk(), 3);
+    Recorder rec;
+    k3::GenerateOptions opt;
+    opt.maxTokens = 2;
+    const k3::GenerateResult r = s.generateIds(promptIds(17), opt, &rec);
+    QCOMPARE(r.prefillPositions, 17);
+    QCOMPARE(r.prefillChunks, 6); // 5 chunks of 3, then 2
+    QCOMPARE(int(rec.events.size()), 6);
+    const std::vector<std::int64_t> want{3, 6, 9, 12, 15, 17};
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        QCOMPARE(rec.events[i].stage, std::string("prefill"));
+        QCOMPARE(rec.events[i].done, want[i]);
+        QCOMPARE(rec.events[i].total, std::int64_t(17));
+        QCOMPARE(rec.events[i].chunks, int(i) + 1);
+        QVERIFY(rec.events[i].seconds > 0);
+    }
+    QCOMPARE(rec.events.back().trunkBytes, std::uint64_t(0)); // resident: nothing read
+    QCOMPARE(s.positions(), 17 + 1);                           // the last sampled id is not fed
+}
+
+void TestSessionPrefill::cancelThenSamePromptGivesTheSameIds() {
+    const std::vector<k3::TokenId> prompt = promptIds(17);
+    k3::GenerateOptions opt;
+    opt.maxTokens = 6;
+    k3::Session plain = openSession(3);
+    const k3::GenerateResult want = plain.generateIds(prompt, opt);
+    QCOMPARE(int(want.ids.size()), 6);
+
+    k3::Session s = openSession(3);
+    std::atomic<bool> cancel{false};
+    Recorder rec;
+    rec.cancel = &cancel;
+    rec.cancelAfter = 2; // stop after the second chunk
+    const k3::GenerateResult stopped = s.generateIds(prompt, opt, &rec, &cancel);
+    QVERIFY(stopped.cancelled);
+    QVERIFY(stopped.ids.empty());
+    QCOMPARE(s.positions(), 6); // two whole chunks held
+    cancel = false;
+    const k3::GenerateResult again = s.generateIds(prompt, opt, nullptr, &cancel);
+    QVERIFY(!again.cancelled);
+    QCOMPARE(again.reusedPositions, 6);
+    QCOMPARE(again.prefillPositions, 11);
+    QCOMPARE(again.ids, want.ids);
+    QCOMPARE(std::memcmp(s.lastLogits().data(), plain.lastLogits().data(),
+                         s.lastLogits().size() * sizeof(float)),
+             0);
+}
+
+void TestSessionPrefill::followUpComputesOnlyNewPositions() {
+    k3::Session s = openSession(4);
+    k3::GenerateOptions opt;
+    opt.maxTokens = 3;
+    std::vector<k3::TokenId> prompt = promptIds(9);
+    const k3::GenerateResult first = s.generateIds(prompt, opt);
+    // The next turn: the conversation so far (the last sampled id was never fed) + 5 new ids.
+    std::vector<k3::TokenId> next = prompt;
+    next.insert(next.end(), first.ids.begin(), first.ids.end());
+    for (int i = 0; i < 5; ++i) next.push_back(100 + i);
+    const k3::GenerateResult second = s.generateIds(next, opt);
+    QCOMPARE(second.reusedPositions, 9 + 2);
+    QCOMPARE(second.prefillPositions, int(next.size()) - 11);
+    QCOMPARE(second.prefillChunks, 2); // 6 new positions in chunks of 4
+
+    k3::Session fresh = openSession(4);
+    QCOMPARE(fresh.generateIds(next, opt).ids, second.ids);
+}
+
+void TestSessionPrefill::sameIdsAtEveryChunkSize() {
+    const std::vector<k3::TokenId> prompt = promptIds(21);
+    k3::GenerateOptions opt;
+    opt.maxTokens = 5;
+    k3::Session one = openSession(1);
+    const k3::GenerateResult ref = one.generateIds(prompt, opt);
+    QCOMPARE(ref.prefillChunks, 21);
+    for (int chunk : {2, 5, 64}) {
+        k3::Session s = openSession(chunk);
+        const k3::GenerateResult r = s.generateIds(prompt, opt);
+        QCOMPARE(r.ids, ref.ids);
+        QCOMPARE(r.prefillChunks, (21 + chunk - 1) / chunk);
+        QCOMPARE(std::memcmp(s.lastLogits().data(), one.lastLogits().data(),
+                             one.lastLogits().size() * sizeof(float)),
+                 0);
+    }
+}
+
+QTEST_GUILESS_MAIN(TestSessionPrefill)
+#include "tst_session_prefill.moc"
