@@ -121,10 +121,12 @@ MainWindow::MainWindow(QWidget* parent)
     connect(worker, &EngineWorker::generationFinished, this, &MainWindow::onFinished);
     connect(worker, &EngineWorker::tokenTiming, m_timing, &TokenTimingPanel::addToken);
     connect(worker, &EngineWorker::generationFailed, this, &MainWindow::onFailed);
-    connect(worker, &EngineWorker::prefillProgress, this, [this](int done, int total) {
-        statusBar()->showMessage(
-            tr("%1 · reading the prompt %2/%3").arg(m_modelName).arg(done).arg(total));
-    });
+    connect(worker, &EngineWorker::prefillProgress, this,
+            [this](int done, int total, double seconds) {
+                m_conversation->conversation()->setReading(done, total, seconds);
+                statusBar()->showMessage(
+                    tr("%1 · reading the prompt %2/%3").arg(m_modelName).arg(done).arg(total));
+            });
     resize(1100, 720);
     restoreWindowSettings();
     applySettings();

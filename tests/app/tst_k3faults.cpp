@@ -78,6 +78,10 @@ void TestK3Faults::expertReadFaultGivesExitFourAfterTheReport() {
     QCOMPARE(report["valid"].get<bool>(), false);
     QVERIFY(report["dropped_experts"].get<int>() > 0);
     QCOMPARE(report["ids"].size(), std::size_t(4));
+    // The 3 prompt positions were one chunk, and the fault (the 4th expert read, one slot)
+    // landed inside it.
+    QCOMPARE(report["prefill"]["chunks"].get<int>(), 1);
+    QCOMPARE(report["prefill"]["positions"].get<int>(), 3);
     QVERIFY(report["cache"]["failed_reads"].get<int>() >= report["dropped_experts"].get<int>());
     QVERIFY(report["invalid_reasons"][0].get<std::string>().find("could not be loaded") !=
             std::string::npos);

@@ -1,5 +1,7 @@
 #include "chat/ConversationModel.h"
 
+#include <QPointF>
+
 ConversationModel::ConversationModel(QObject* parent) : QAbstractListModel(parent) {}
 
 int ConversationModel::rowCount(const QModelIndex& parent) const {
@@ -22,6 +24,10 @@ QVariant ConversationModel::data(const QModelIndex& index, int role) const {
             return e.thinkingClock.elapsed() / 1000.0;
         return e.thinkingSeconds;
     case StatsRole: return e.stats;
+    case ReadingRole:
+        return e.streaming && e.readTotal > 0 ? QVariant(QPointF(e.readDone, e.readTotal))
+                                              : QVariant();
+    case ReadingSecondsLeftRole: return e.readSecondsLeft;
     default: return {};
     }
 }
@@ -45,9 +51,20 @@ int ConversationModel::beginAssistantMessage() {
     return row;
 }
 
+void ConversationModel::setReading(int done, int total, double seconds) {
+    if (m_entries.isEmpty() || !m_entries.last().streaming) return;
+    Entry& e = m_entries.last();
+    e.readDone = done;
+    e.readTotal = total;
+    // The rest at the rate measured so far (chunks cost about the same per position).
+    e.readSecondsLeft = done > 0 && seconds > 0 ? seconds / done * (total - done) : -1;
+    changed(int(m_entries.size()) - 1);
+}
+
 void ConversationModel::appendToLast(const QString& thinkingDelta, const QString& responseDelta) {
     if (m_entries.isEmpty()) return;
     Entry& e = m_entries.last();
+    e.readTotal = 0; // the prompt is read: tokens stream now
     if (!thinkingDelta.isEmpty()) {
         if (!e.thinkingClock.isValid()) e.thinkingClock.start();
         e.reasoning += thinkingDelta;
@@ -66,6 +83,7 @@ void ConversationModel::finishLast(const QString& stats) {
     Entry& e = m_entries.last();
     if (e.thinkingClock.isValid() && !e.answerStarted) e.thinkingSeconds = e.thinkingClock.elapsed() / 1000.0;
     e.streaming = false;
+    e.readTotal = 0;
     e.stats = stats;
     changed(int(m_entries.size()) - 1);
 }

@@ -19,6 +19,8 @@ public:
         StreamingRole,
         ThinkingSecondsRole, // -1 while no reasoning was seen
         StatsRole,
+        ReadingRole, // QPointF(done, total) prompt positions while the prompt is read
+        ReadingSecondsLeftRole, // the estimate from the measured rate; -1: not known yet
     };
 
     explicit ConversationModel(QObject* parent = nullptr);
@@ -30,6 +32,9 @@ public:
     // Starts an empty assistant message that tokens will stream into.
     int beginAssistantMessage();
     void appendToLast(const QString& thinkingDelta, const QString& responseDelta);
+    // The streaming message's prompt reading: `done` of `total` positions after
+    // `seconds`; the first token (appendToLast) or finishLast clears it.
+    void setReading(int done, int total, double seconds);
     void finishLast(const QString& stats);
     void removeLast();
     // Drops message `row` and everything after it (editing an earlier message).
@@ -55,6 +60,8 @@ private:
         QString stats;
         QElapsedTimer thinkingClock;
         bool answerStarted = false;
+        int readDone = 0, readTotal = 0;
+        double readSecondsLeft = -1;
     };
     void changed(int row);
     QVector<Entry> m_entries;

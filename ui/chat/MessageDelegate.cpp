@@ -9,8 +9,11 @@
 #include <QMouseEvent>
 #include <QPainter>
 #include <QStyleOptionButton>
+#include <QStyleOptionProgressBar>
 #include <QTextBlock>
 #include <QTextDocument>
+
+#include <cmath>
 
 namespace {
 constexpr int kMargin = 12;
@@ -57,6 +60,21 @@ QString MessageDelegate::thinkingLabel(const QModelIndex& index) {
     return arrow + QObject::tr("Thought for %1 s").arg(qRound(seconds));
 }
 
+QString MessageDelegate::readingLabel(const QModelIndex& index) {
+    const QVariant reading = index.data(ConversationModel::ReadingRole);
+    if (!reading.isValid()) return {};
+    const QPointF p = reading.toPointF();
+    const int done = int(p.x()), total = int(p.y());
+    QString label = QObject::tr("Reading your message: %1 of %2 tokens").arg(done).arg(total);
+    const double left = index.data(ConversationModel::ReadingSecondsLeftRole).toDouble();
+    if (left >= 0 && done < total) {
+        const int s = int(std::ceil(left));
+        label += s >= 120 ? QObject::tr(" · about %1 min left").arg((s + 30) / 60)
+                          : QObject::tr(" · about %1 s left").arg(std::max(1, s));
+    }
+    return label;
+}
+
 MessageDelegate::Layout MessageDelegate::layout(const QStyleOptionViewItem& option,
                                                 const QModelIndex& index) const {
     Layout l;
@@ -74,6 +92,12 @@ MessageDelegate::Layout MessageDelegate::layout(const QStyleOptionViewItem& opti
             l.reasoning = QRect(option.rect.left() + 2 * kMargin, y, width - kMargin, h);
             y += h + kGap;
         }
+    }
+    if (index.data(ConversationModel::ReadingRole).isValid()) {
+        l.reading = QRect(option.rect.left() + kMargin, y, width, fm.height());
+        y += fm.height() + kGap;
+        l.readingBar = QRect(option.rect.left() + kMargin, y, std::min(width, 360), fm.height() / 2 + 4);
+        y += l.readingBar.height() + kGap;
     }
     const QString content = index.data(ConversationModel::ContentRole).toString();
     const int bodyHeight =
@@ -176,6 +200,22 @@ void MessageDelegate::paint(QPainter* painter, const QStyleOptionViewItem& optio
         painter->translate(l.reasoning.topLeft());
         doc.documentLayout()->draw(painter, ctx);
         painter->restore();
+    }
+    if (!l.reading.isNull()) {
+        painter->setPen(pal.color(QPalette::PlaceholderText));
+        painter->drawText(l.reading, Qt::AlignLeft | Qt::AlignVCenter, readingLabel(index));
+        const QPointF p = index.data(ConversationModel::ReadingRole).toPointF();
+        QStyleOptionProgressBar bar;
+        bar.rect = l.readingBar;
+        bar.palette = pal;
+        bar.state = QStyle::State_Enabled | QStyle::State_Horizontal;
+        bar.minimum = 0;
+        bar.maximum = std::max(1, int(p.y()));
+        bar.progress = int(p.x());
+        bar.textVisible = false;
+        const QWidget* widget = option.widget;
+        (widget ? widget->style() : QApplication::style())
+            ->drawControl(QStyle::CE_ProgressBar, &bar, painter, widget);
     }
     const QString content = index.data(ConversationModel::ContentRole).toString();
     if (!content.isEmpty()) {

@@ -23,6 +23,9 @@ public:
     static void buildBody(QTextDocument& doc, const QString& markdown, const QFont& font,
                           const QPalette& palette = QPalette());
     static QString thinkingLabel(const QModelIndex& index);
+    // "Reading your message: 12 of 40 tokens · about 30 s left" while the prompt is read;
+    // empty otherwise.
+    static QString readingLabel(const QModelIndex& index);
 
     // The Copy buttons of the message's code blocks, in view coordinates, in block order.
     QVector<QRect> copyButtonRects(const QStyleOptionViewItem& option,
@@ -45,7 +48,7 @@ signals:
 
 private:
     struct Layout {
-        QRect role, thinking, reasoning, body, stats;
+        QRect role, thinking, reasoning, reading, readingBar, body, stats;
     };
     Layout layout(const QStyleOptionViewItem& option, const QModelIndex& index) const;
     QVector<QRect> copyButtonsIn(const QTextDocument& doc, const QString& markdown,

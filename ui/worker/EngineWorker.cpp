@@ -17,7 +17,7 @@ class SignalObserver : public k3::SessionObserver {
 public:
     explicit SignalObserver(EngineWorker* worker) : m_worker(worker) {}
     void onProgress(const k3::SessionProgress& p) override {
-        emit m_worker->prefillProgress(int(p.done), int(p.total));
+        emit m_worker->prefillProgress(int(p.done), int(p.total), p.seconds);
     }
     void onToken(const k3::TokenEvent& e) override {
         emit m_worker->tokenGenerated(e.index, QString::fromStdString(e.thinkingDelta),

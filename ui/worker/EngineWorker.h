@@ -106,7 +106,8 @@ public slots:
 signals:
     void modelLoaded(const ModelInfo& info);
     void loadFailed(const QString& message);
-    void prefillProgress(int done, int total);
+    // After each prompt chunk: positions read of this prompt, seconds since it started.
+    void prefillProgress(int done, int total, double seconds);
     void tokenGenerated(int index, const QString& thinkingDelta, const QString& responseDelta,
                         double seconds);
     // Where the token's time went (the I/O parts are 0 while every weight is resident).

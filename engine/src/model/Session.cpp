@@ -229,6 +229,8 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
     progress.total = std::int64_t(prompt.size() - s.fed.size());
     const MemoryStats start = s.model.memoryStats();
     const auto t0 = Clock::now();
+    // Said before the first chunk too: on a streamed trunk one chunk can take minutes.
+    if (observer && progress.total > 0) observer->onProgress(progress);
     // Chunks: each reads the trunk once and each of its experts once. Cancel is checked
     // between chunks; the state then holds whole chunks, which the next turn reuses.
     for (std::size_t i = s.fed.size(); i < prompt.size();) {

@@ -57,14 +57,14 @@ void TestSessionPrefill::progressAfterEveryChunk() {
     const k3::GenerateResult r = s.generateIds(promptIds(17), opt, &rec);
     QCOMPARE(r.prefillPositions, 17);
     QCOMPARE(r.prefillChunks, 6); // 5 chunks of 3, then 2
-    QCOMPARE(int(rec.events.size()), 6);
-    const std::vector<std::int64_t> want{3, 6, 9, 12, 15, 17};
+    QCOMPARE(int(rec.events.size()), 7); // before the first chunk, then after each
+    const std::vector<std::int64_t> want{0, 3, 6, 9, 12, 15, 17};
     for (std::size_t i = 0; i < want.size(); ++i) {
         QCOMPARE(rec.events[i].stage, std::string("prefill"));
         QCOMPARE(rec.events[i].done, want[i]);
         QCOMPARE(rec.events[i].total, std::int64_t(17));
-        QCOMPARE(rec.events[i].chunks, int(i) + 1);
-        QVERIFY(rec.events[i].seconds > 0);
+        QCOMPARE(rec.events[i].chunks, int(i));
+        QCOMPARE(rec.events[i].seconds > 0, i > 0);
     }
     QCOMPARE(rec.events.back().trunkBytes, std::uint64_t(0)); // resident: nothing read
     QCOMPARE(s.positions(), 17 + 1);                           // the last sampled id is not fed
@@ -82,7 +82,7 @@ void TestSessionPrefill::cancelThenSamePromptGivesTheSameIds() {
     std::atomic<bool> cancel{false};
     Recorder rec;
     rec.cancel = &cancel;
-    rec.cancelAfter = 2; // stop after the second chunk
+    rec.cancelAfter = 3; // the start, then stop after the second chunk
     const k3::GenerateResult stopped = s.generateIds(prompt, opt, &rec, &cancel);
     QVERIFY(stopped.cancelled);
     QVERIFY(stopped.ids.empty());

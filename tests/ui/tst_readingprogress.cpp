@@ -1,0 +1,76 @@
+// While the prompt is read (chunked prefill), the answer bubble says how far it is and
+// how long is left, with a progress bar; the first token replaces it.
+#include <QApplication>
+#include <QPixmap>
+#include <QTest>
+
+#include "chat/ConversationModel.h"
+#include "chat/ConversationView.h"
+#include "chat/MessageDelegate.h"
+
+class TestReadingProgress : public QObject {
+    Q_OBJECT
+private slots:
+    void labelCountsTokensAndEstimatesTheRest();
+    void firstTokenEndsTheReading();
+    void bubbleGrowsForTheBarAndPaints();
+};
+
+void TestReadingProgress::labelCountsTokensAndEstimatesTheRest() {
+    ConversationModel model;
+    model.appendMessage(QStringLiteral("user"), QStringLiteral("Hi"));
+    const int row = model.beginAssistantMessage();
+    const QModelIndex index = model.index(row);
+    QCOMPARE(MessageDelegate::readingLabel(index), QString()); // nothing read yet, nothing said
+    model.setReading(0, 40, 0.0);
+    QCOMPARE(MessageDelegate::readingLabel(index),
+             QStringLiteral("Reading your message: 0 of 40 tokens"));
+    model.setReading(16, 40, 8.0); // 2 positions/s: 24 left take 12 s
+    QCOMPARE(MessageDelegate::readingLabel(index),
+             QStringLiteral("Reading your message: 16 of 40 tokens · about 12 s left"));
+    model.setReading(8, 400, 60.0); // 392 left at 7.5 s each
+    QCOMPARE(MessageDelegate::readingLabel(index),
+             QStringLiteral("Reading your message: 8 of 400 tokens · about 49 min left"));
+    model.setReading(40, 40, 20.0);
+    QCOMPARE(MessageDelegate::readingLabel(index),
+             QStringLiteral("Reading your message: 40 of 40 tokens"));
+}
+
+void TestReadingProgress::firstTokenEndsTheReading() {
+    ConversationModel model;
+    const int row = model.beginAssistantMessage();
+    model.setReading(5, 10, 1.0);
+    QCOMPARE(model.index(row).data(ConversationModel::ReadingRole).toPointF(), QPointF(5, 10));
+    model.appendToLast({}, QStringLiteral("Hello"));
+    QVERIFY(!model.index(row).data(ConversationModel::ReadingRole).isValid());
+    QCOMPARE(MessageDelegate::readingLabel(model.index(row)), QString());
+    // A reading reported after the message finished changes nothing.
+    model.finishLast(QStringLiteral("1 token"));
+    model.setReading(1, 2, 1.0);
+    QVERIFY(!model.index(row).data(ConversationModel::ReadingRole).isValid());
+}
+
+void TestReadingProgress::bubbleGrowsForTheBarAndPaints() {
+    ConversationView view;
+    view.resize(600, 400);
+    ConversationModel* model = view.conversation();
+    const int row = model->beginAssistantMessage();
+    MessageDelegate delegate;
+    QStyleOptionViewItem option;
+    option.initFrom(&view);
+    option.rect = QRect(0, 0, 560, 100);
+    const int before = delegate.sizeHint(option, model->index(row)).height();
+    model->setReading(3, 9, 3.0);
+    const int reading = delegate.sizeHint(option, model->index(row)).height();
+    QVERIFY2(reading > before + QFontMetrics(option.font).height(),
+             qPrintable(QStringLiteral("%1 -> %2").arg(before).arg(reading)));
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    const QImage shot = view.grab().toImage();
+    QVERIFY(!shot.isNull());
+    model->appendToLast({}, QStringLiteral("ok"));
+    QVERIFY(delegate.sizeHint(option, model->index(row)).height() < reading);
+}
+
+QTEST_MAIN(TestReadingProgress)
+#include "tst_readingprogress.moc"
