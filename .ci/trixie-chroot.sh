@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Makes (or reuses) a Debian 13 (trixie) chroot with every k3chat dependency,
 # including KF6 SyntaxHighlighting and Qt 6.8, then builds and tests the project
-# inside it. Usage: .ci/trixie-chroot.sh SOURCE_DIR SHARED_DIR
+# inside it. Usage: .ci/trixie-chroot.sh SOURCE_DIR
+# Only the tree is copied in: the tests read nothing outside the repository, and the
+# chroot has nothing beside /work/k3chat to read by mistake.
 set -euo pipefail
 src=$(cd "$1" && pwd)
-shared=$(cd "$2" && pwd)
 root=${K3_TRIXIE_ROOT:-/var/cache/k3chat-ci/trixie}
 mirror=${K3_TRIXIE_MIRROR:-http://deb.debian.org/debian}
 stamp="$root/.k3chat-deps"
@@ -30,12 +31,11 @@ mount -t proc proc "$root/proc"; mounts+=("$root/proc")
 bind /dev "$root/dev"
 # A copy of the tree (not a bind mount): the host's build/ never mixes with this one,
 # and the chroot's build/ persists between runs for incremental builds.
-mkdir -p "$root/work/k3chat" "$root/work/shared" "$root/work/ccache"
+mkdir -p "$root/work/k3chat" "$root/work/ccache"
 find "$root/work/k3chat" -mindepth 1 -maxdepth 1 ! -name build -exec rm -rf {} +
 # -m: the copies get the current time, so ninja never trusts an object built from an
 # older tree whose sources happened to have older times (ccache keeps rebuilds cheap).
 tar -C "$src" --exclude=./build --exclude=./.git -cf - . | tar -C "$root/work/k3chat" -m -xf -
-bind "$shared" "$root/work/shared"
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
 
 # Daemons (nginx) must not start inside the chroot while packages install.

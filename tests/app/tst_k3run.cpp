@@ -130,12 +130,16 @@ void TestK3Run::idsRunGivesReferenceGreedyIds() {
     const auto& tokens = report.at("tokens");
     QCOMPARE(tokens.size(), std::size_t(20));
     std::string pieces;
+    double seconds = 0;
     for (std::size_t i = 0; i < tokens.size(); ++i) {
         QCOMPARE(tokens[i].at("step").get<std::size_t>(), i);
         QCOMPARE(tokens[i].at("id").get<int>(), greedy[i]);
-        QVERIFY(tokens[i].at("seconds").get<double>() >= 0.0);
+        // Every token takes time, and the tokens' (disjoint) times fit in the decode's.
+        QVERIFY(tokens[i].at("seconds").get<double>() > 0.0);
+        seconds += tokens[i].at("seconds").get<double>();
         pieces += tokens[i].at("text").get<std::string>();
     }
+    QVERIFY(seconds <= report.at("timing").at("decode_seconds").get<double>());
     const k3::Tokenizer tok = k3::Tokenizer::fromDirectory(dir.toStdString());
     const std::vector<k3::TokenId> ids(greedy.begin(), greedy.end());
     const std::string text = k3::sanitizeUtf8(tok.decode(ids));

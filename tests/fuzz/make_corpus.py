@@ -7,9 +7,7 @@ import json, os, shutil, struct, sys
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(os.path.dirname(here))
 fx = os.path.join(root, "tests", "fixtures")
-peer = os.path.join(root, "..", "shared", "peer-fixtures")
-if not os.path.isdir(peer):
-    peer = "/work/shared/peer-fixtures"
+peer = os.path.join(fx, "peer")
 
 
 def out(target, name, data):

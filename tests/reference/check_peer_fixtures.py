@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run k3_reference.py against every peer fixture (the independent oracle).
 
-Reads /work/shared/peer-fixtures/ops/MANIFEST.json (order, tolerance, tiny config) and
+Reads tests/fixtures/peer/ops/MANIFEST.json (the checked-in peer fixtures) (order, tolerance, tiny config) and
 every ops/*.json plus mxfp4.json, runs the matching reference function on the
 fixture's own inputs and weights, prints one PASS/FAIL line per checked output with
 the max abs / max rel error, and exits 1 if anything fails. The tolerance comes from
@@ -20,7 +20,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import k3_reference as ref  # noqa: E402
 
-PEER = sys.argv[1] if len(sys.argv) > 1 else "/work/shared/peer-fixtures"
+PEER = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "peer")
 OPS = os.path.join(PEER, "ops")
 
 with open(os.path.join(OPS, "MANIFEST.json")) as _f:

@@ -3,7 +3,7 @@
 write what tst_safetensors must find: per tensor its shard, absolute offset, byte size,
 dtype, shape and either the f32 bit pattern of every widened element or the raw bytes.
 
-    python3 tests/reference/make_peer_st_expected.py ../shared/peer-fixtures/st \
+    python3 tests/reference/make_peer_st_expected.py tests/fixtures/peer/st \
         tests/fixtures/st/peer-st-expected.json
 """
 import json

@@ -1,3 +1,4 @@
+#include <QImage>
 #include <QLocale>
 #include <QTest>
 
@@ -45,9 +46,39 @@ void TestEnginePanels::planListsEveryComponent() {
     QVERIFY(text.contains(QStringLiteral("trunk ring  2.34 GB")));
     QVERIFY(text.contains(QStringLiteral("planned 6.34 GB of 15.80 GB available")));
     QVERIFY(text.contains(QStringLiteral("3 of 93 layers pinned, the rest streamed")));
-    panel.resize(300, 200);
+
+    // The bar is 300 px wide (6 px margins) and scaled to the 15.8 GB available: the
+    // segments take 300 * 3 / 15.8 = 57.0, 300 * 2.34 / 15.8 = 44.4 and 300 * 1 / 15.8 =
+    // 19.0 px from the left in the plan's order, the rest stays empty, and the red line
+    // stands at 95% of the available memory (x = 6 + 285 = 291).
+    panel.resize(312, 200);
     QImage image(panel.size(), QImage::Format_ARGB32);
-    panel.render(&image); // paints the bar without crashing at any size
+    image.fill(Qt::white);
+    panel.render(&image);
+    const int y = 6 + 22 / 2; // the bar's middle row
+    const QRgb segment[] = {qRgb(0x1d, 0x35, 0x57), qRgb(0x45, 0x7b, 0x9d), qRgb(0x2a, 0x9d, 0x8f)};
+    const double wantWidth[] = {300 * 3.0 / 15.8, 300 * 2.34 / 15.8, 300 * 1.0 / 15.8};
+    int firstX[3] = {-1, -1, -1}, width[3] = {};
+    QList<int> red;
+    for (int x = 0; x < image.width(); ++x) {
+        const QRgb px = image.pixel(x, y) | 0xff000000u;
+        for (int i = 0; i < 3; ++i)
+            if (px == segment[i]) {
+                if (firstX[i] < 0) firstX[i] = x;
+                ++width[i];
+            }
+        if (px == qRgb(255, 0, 0)) red << x;
+    }
+    QCOMPARE(firstX[0], 6);
+    for (int i = 0; i < 3; ++i) {
+        QVERIFY2(qAbs(width[i] - wantWidth[i]) <= 1.0,
+                 qPrintable(QStringLiteral("segment %1: %2 px").arg(i).arg(width[i])));
+        if (i > 0) QCOMPARE(firstX[i], firstX[i - 1] + width[i - 1]); // no gap, no overlap
+    }
+    QVERIFY2(
+        !red.isEmpty() && red.first() >= 290 && red.last() <= 292,
+        qPrintable(
+            QStringLiteral("red line at %1-%2").arg(red.value(0)).arg(red.value(red.size() - 1))));
 }
 
 void TestEnginePanels::cacheShowsBothHitRates() {

@@ -1,4 +1,5 @@
 #include <QSignalSpy>
+#include <QThread>
 
 #include "QueuedSpy.h"
 #include <QTemporaryDir>
@@ -7,6 +8,8 @@
 #include <QTest>
 
 #include "worker/EngineController.h"
+
+#include <atomic>
 
 // The engine on its own thread, driven the way the window drives it.
 class TestEngineWorker : public QObject {
@@ -39,6 +42,17 @@ void TestEngineWorker::loadsAndAnswers() {
     QVERIFY(load(engine, m_model));
     QueuedSpy tokens(engine.worker(), &EngineWorker::tokenGenerated);
     QueuedSpy finished(engine.worker(), &EngineWorker::generationFinished);
+    // The thread the answer is computed on: the one each token is emitted from.
+    QThread* const gui = QThread::currentThread();
+    std::atomic<QThread*> emitter{nullptr};
+    std::atomic<int> onGui{0};
+    const QMetaObject::Connection probe = connect(
+        engine.worker(), &EngineWorker::tokenGenerated, this,
+        [gui, &emitter, &onGui] {
+            emitter.store(QThread::currentThread());
+            if (QThread::currentThread() == gui) onGui.fetch_add(1);
+        },
+        Qt::DirectConnection);
     GenerationSettings settings;
     settings.thinking = false;
     settings.maxTokens = 20;
@@ -46,6 +60,7 @@ void TestEngineWorker::loadsAndAnswers() {
     QVERIFY(engine.isBusy());
     QVERIFY(finished.wait(30000));
     QVERIFY(!engine.isBusy());
+    disconnect(probe);
     const auto summary = finished.at(0).at(0).value<GenerationSummary>();
     QCOMPARE(summary.generatedTokens, 20);
     QCOMPARE(summary.promptTokens, 26); // the reference's prompt ids for this turn
@@ -58,8 +73,13 @@ void TestEngineWorker::loadsAndAnswers() {
     QCOMPARE(streamed, summary.content);
     QVERIFY(!summary.cancelled);
     QVERIFY(summary.valid);
-    // The signals arrived on this (GUI) thread: the engine thread is not this one.
-    QVERIFY(engine.worker()->thread() != QThread::currentThread());
+    // The answer was computed on the engine thread (the worker's, named k3-engine), never
+    // on this (GUI) thread; the signals were delivered here through queued connections.
+    QCOMPARE(onGui.load(), 0);
+    QVERIFY(emitter.load() != nullptr);
+    QVERIFY(emitter.load() != gui);
+    QCOMPARE(emitter.load(), engine.worker()->thread());
+    QCOMPARE(emitter.load()->objectName(), QStringLiteral("k3-engine"));
 }
 
 void TestEngineWorker::stopEndsTheAnswer() {

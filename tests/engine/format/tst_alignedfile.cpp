@@ -17,7 +17,7 @@
 namespace {
 
 const std::string kCacheShard =
-    K3_SHARED_DIR "/peer-fixtures/cache/model-00001-of-00001.safetensors";
+    K3_PEER_DIR "/cache/model-00001-of-00001.safetensors";
 
 std::string ioRefusal(const std::function<void()>& f) {
     try {

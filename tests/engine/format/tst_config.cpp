@@ -146,7 +146,7 @@ private slots:
 
     // The peer's tiny flat config (alias names kda_num_heads, situ_beta, no kda_layers).
     void peerTinyFlatConfig() {
-        const json manifest = loadJson(K3_SHARED_DIR "/peer-fixtures/ops/MANIFEST.json");
+        const json manifest = loadJson(K3_PEER_DIR "/ops/MANIFEST.json");
         const k3::ModelConfig c = k3::parseModelConfig(manifest["config"].dump(), "MANIFEST.json");
         QCOMPARE(c.hiddenSize, 128);
         QCOMPARE(c.numHiddenLayers, 13);
@@ -178,7 +178,7 @@ private slots:
         QFETCH(QString, file);
         QFETCH(QStringList, mustSay);
         const std::string path =
-            std::string(K3_SHARED_DIR "/peer-fixtures/cfg/") + file.toStdString();
+            std::string(K3_PEER_DIR "/cfg/") + file.toStdString();
         const std::string message = refusalOfFile(path);
         QVERIFY2(message.find(path) != std::string::npos, message.c_str());
         for (const QString& s : mustSay)

@@ -16,8 +16,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kPeerSt = K3_SHARED_DIR "/peer-fixtures/st";
-const std::string kPeerCache = K3_SHARED_DIR "/peer-fixtures/cache";
+const std::string kPeerSt = K3_PEER_DIR "/st";
+const std::string kPeerCache = K3_PEER_DIR "/cache";
 
 void writeBytes(const std::string& path, const std::string& bytes) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);

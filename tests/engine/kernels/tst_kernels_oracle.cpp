@@ -19,7 +19,7 @@ using namespace k3;
 
 namespace {
 
-const std::string kOps = std::string(K3_SHARED_DIR) + "/peer-fixtures/ops/";
+const std::string kOps = std::string(K3_PEER_DIR) + "/ops/";
 
 json loadJson(const std::string& path) {
     std::ifstream in(path);
@@ -364,7 +364,7 @@ private slots:
     }
 
     void mxfp4DecodesReleasedBytesExactly() {
-        const json j = loadJson(std::string(K3_SHARED_DIR) + "/peer-fixtures/mxfp4.json");
+        const json j = loadJson(std::string(K3_PEER_DIR) + "/mxfp4.json");
         const int rows = j.at("rows"), width = j.at("logical_width");
         QCOMPARE(j.at("group_size").get<int>(), kMxfp4Group);
         const auto packedF = tensor(j, "packed"), scalesF = tensor(j, "scales");

@@ -20,7 +20,7 @@
 
 namespace {
 
-const std::string kFixture = K3_SHARED_DIR "/peer-fixtures/cache/model-00001-of-00001.safetensors";
+const std::string kFixture = K3_PEER_DIR "/cache/model-00001-of-00001.safetensors";
 constexpr int kExperts = 24;
 constexpr std::size_t kExpertBytes = 1632;
 
@@ -270,7 +270,7 @@ void TestExpertCache::traceRoundTrip() {
 }
 
 void TestExpertCache::replayPeerTrace() {
-    const auto trace = k3::readExpertTrace(K3_SHARED_DIR "/peer-fixtures/expert_trace.bin");
+    const auto trace = k3::readExpertTrace(K3_PEER_DIR "/expert_trace.bin");
     QCOMPARE(trace.size(), std::size_t(100096)); // as README.peer.md says
     std::set<std::pair<int, int>> distinct(trace.begin(), trace.end());
     QCOMPARE(distinct.size(), std::size_t(10010));
