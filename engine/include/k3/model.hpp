@@ -110,8 +110,15 @@ public:
     // is bound once for the chunk and each unique routed expert fetched once. `logits`
     // holds vocabSize floats (the last position's) or T x vocabSize ([T][vocab], every
     // position's). Every position gets exactly the bits T one-token calls give.
+    // keepRollback: record what rollback() needs to return to any position inside
+    // this chunk (speculative verification).
     TokenStats forward(InferenceState& state, std::span<const int> tokens,
-                       std::span<float> logits) const;
+                       std::span<float> logits, bool keepRollback = false) const;
+    // Returns the state to `length` positions, anywhere from the start to the end of the
+    // last chunk fed with keepRollback: KDA state replayed from the chunk's record (no
+    // weights read), the MLA cache truncated. The same bits as a forward that stopped
+    // there. Throws ModelError outside that range.
+    void rollback(InferenceState& state, int length) const;
 
 private:
     struct Impl;

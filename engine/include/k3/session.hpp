@@ -74,7 +74,8 @@ struct TokenEvent {
     int index = 0;              // 0-based among generated tokens
     std::string thinkingDelta;  // text this token added to the think channel
     std::string responseDelta;  // text this token added to the answer
-    TokenTiming timing;
+    TokenTiming timing;         // a verification pass's time is shared by its tokens
+    bool fromProposal = false;  // an accepted speculative proposal
 };
 
 // After each prefill chunk: positions read so far of this prompt, and what it cost.
@@ -102,6 +103,10 @@ struct GenerateOptions {
     ChatRenderOptions render;
     SamplingOptions sampling;
     int maxTokens = 1024;
+    // Greedy speculative decoding with prompt lookup: 0 off, N up to N proposals per
+    // verification pass, -1 an adaptive width. The ids are serial decode's either way;
+    // sampling (temperature > 0) decodes serially.
+    int speculation = 0;
 };
 
 struct GenerateResult {
@@ -119,6 +124,10 @@ struct GenerateResult {
     std::uint64_t prefillTrunkBytes = 0; // read from the packed trunk during the prefill
     std::uint64_t prefillExpertBytes = 0; // routed experts read during the prefill
     double decodeSeconds = 0;
+    int decodePasses = 0;      // forward passes while decoding (serial steps + verifications)
+    int verifyPasses = 0;      // of which verified proposals
+    int proposed = 0;          // proposals verified
+    int acceptedProposals = 0; // proposals that equalled the model's own next token
     std::vector<std::string> problems; // malformed model output, as the parser saw it
     bool valid() const { return droppedExperts == 0 && !nonFinite; }
 };

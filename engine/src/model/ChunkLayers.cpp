@@ -43,12 +43,26 @@ void gluChunk(float* out, const float* x, int T, const Matrix& gate, const Matri
 }
 
 void kdaChunk(float* out, const float* xn, int T, const KdaWeights& w, LayerState& s,
-              const ModelConfig& c, float eps) {
+              const ModelConfig& c, float eps, KdaReplay* replay) {
     const int H = c.kdaNumHeads, D = c.kdaHeadDim, P = H * D, K = c.shortConvKernelSize;
     Floats q, k, v, z, a, beta, gate;
     mm(q, w.q, xn, T);
     mm(k, w.k, xn, T);
     mm(v, w.v, xn, T);
+    if (replay) {
+        replay->positions = T;
+        replay->S = s.S;
+        replay->qConv = s.qConv;
+        replay->kConv = s.kConv;
+        replay->vConv = s.vConv;
+        replay->raw.resize(at(T, 3 * P));
+        for (int t = 0; t < T; ++t) {
+            std::copy_n(q.data() + at(t, P), P, replay->raw.data() + at(t, 3 * P));
+            std::copy_n(k.data() + at(t, P), P, replay->raw.data() + at(t, 3 * P) + P);
+            std::copy_n(v.data() + at(t, P), P, replay->raw.data() + at(t, 3 * P) + 2 * P);
+        }
+        replay->beta.resize(at(T, H));
+    }
     // The conv walks the chunk's positions in order, carrying its history.
     shortConvSilu(q.data(), q.data(), w.qConv.data(), s.qConv.data(), P, K, T);
     shortConvSilu(k.data(), k.data(), w.kConv.data(), s.kConv.data(), P, K, T);
@@ -69,16 +83,47 @@ void kdaChunk(float* out, const float* xn, int T, const KdaWeights& w, LayerStat
             l2norm(qh, D);
             l2norm(kh, D);
             for (int i = 0; i < D; ++i) qh[i] *= qScale;
+            const float b = sigmoid(beta[at(t, w.b.rows) + std::size_t(h)]);
+            if (replay) replay->beta[at(t, H) + std::size_t(h)] = b;
             kdaStep(s.S.data() + std::size_t(h) * D * D, oh, qh, kh,
                     v.data() + at(t, P) + std::size_t(h) * D,
-                    alpha.data() + at(t, P) + std::size_t(h) * D,
-                    sigmoid(beta[at(t, w.b.rows) + std::size_t(h)]), D, D);
+                    alpha.data() + at(t, P) + std::size_t(h) * D, b, D, D);
             // RMSNorm per head FIRST, then the output gate.
             rmsnorm(oh, oh, w.oNorm.data(), D, eps);
         }
         for (int i = 0; i < P; ++i) o[at(t, P) + i] *= sigmoid(gate[at(t, w.g.rows) + i]);
     }
+    if (replay) { // k after its l2norm, v after its conv, alpha: what kdaStep read
+        replay->k = k;
+        replay->v = v;
+        replay->alpha = alpha;
+    }
     matmat(out, o.data(), w.o.view(), T);
+}
+
+void rollbackKda(LayerState& s, const KdaReplay& r, int keep, const ModelConfig& c) {
+    const int H = c.kdaNumHeads, D = c.kdaHeadDim, P = H * D, hist = c.shortConvKernelSize - 1;
+    s.S = r.S;
+    Floats o(static_cast<std::size_t>(D)); // the delta rule's output is not needed, only its state
+    for (int t = 0; t < keep; ++t)
+        for (int h = 0; h < H; ++h) {
+            const float* kh = r.k.data() + at(t, P) + std::size_t(h) * D;
+            kdaStep(s.S.data() + std::size_t(h) * D * D, o.data(), kh, kh,
+                    r.v.data() + at(t, P) + std::size_t(h) * D,
+                    r.alpha.data() + at(t, P) + std::size_t(h) * D, r.beta[at(t, H) + std::size_t(h)],
+                    D, D);
+        }
+    // Each conv history: the last `hist` raw inputs of (the history before, the kept positions).
+    const Floats* before[3] = {&r.qConv, &r.kConv, &r.vConv};
+    Floats* after[3] = {&s.qConv, &s.kConv, &s.vConv};
+    for (int which = 0; which < 3; ++which)
+        for (int ch = 0; ch < P; ++ch)
+            for (int j = 0; j < hist; ++j) {
+                const int from = keep + j; // index in (history, positions) of slot j
+                (*after[which])[at(ch, hist) + std::size_t(j)] =
+                    from < hist ? (*before[which])[at(ch, hist) + std::size_t(from)]
+                                : r.raw[at(from - hist, 3 * P) + std::size_t(which) * P + std::size_t(ch)];
+            }
 }
 
 void mlaChunk(float* out, const float* xn, int T, const MlaWeights& w, LayerState& s,

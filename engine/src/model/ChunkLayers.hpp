@@ -21,9 +21,26 @@ struct LayerState {
     std::vector<float> latent, rope;
 };
 
+// What a KDA layer needs to return to any position inside the last chunk without its
+// weights: the state before the chunk and, per position, the delta rule's inputs and
+// the raw ShortConv inputs. Replaying them is the same arithmetic in the same order, so
+// the state after the replay has exactly the bits of a forward that stopped there.
+struct KdaReplay {
+    std::vector<float> S, qConv, kConv, vConv; // before the chunk
+    std::vector<float> raw;                    // [T][3][P]: q, k, v before the conv
+    std::vector<float> k, v, alpha;            // [T][P], as the delta rule took them
+    std::vector<float> beta;                   // [T][heads], after the sigmoid
+    int positions = 0;
+};
+
 // out[T][hidden] = KDA attention of xn[T][hidden]; updates the state through all T.
+// `replay` (may be null) records what rollbackKda needs.
 void kdaChunk(float* out, const float* xn, int T, const KdaWeights& w, LayerState& s,
-              const ModelConfig& c, float eps);
+              const ModelConfig& c, float eps, KdaReplay* replay = nullptr);
+
+// Returns the layer's KDA state to what it was after `keep` positions of the recorded
+// chunk (0 <= keep <= replay.positions).
+void rollbackKda(LayerState& s, const KdaReplay& replay, int keep, const ModelConfig& c);
 
 // out[T][hidden] = MLA attention; position t of the chunk is absolute position
 // `first + t` and attends over the cache up to and including itself.

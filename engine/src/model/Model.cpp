@@ -22,7 +22,10 @@ using model::Matrix;
 struct InferenceState::Data {
     std::vector<model::LayerState> layers;
     int length = 0;
-    std::vector<model::LayerState> fresh; // the zero state, kept to reset without a model
+    // After a forward that kept them: the KDA layers' replay records and the position
+    // the chunk started at (-1: nothing to roll back to).
+    std::vector<model::KdaReplay> replay;
+    int replayFrom = -1;
 };
 
 InferenceState::InferenceState(std::unique_ptr<Data> data) : d_(std::move(data)) {}
@@ -31,8 +34,18 @@ InferenceState::InferenceState(InferenceState&&) noexcept = default;
 InferenceState& InferenceState::operator=(InferenceState&&) noexcept = default;
 int InferenceState::length() const { return d_->length; }
 void InferenceState::reset() {
-    d_->layers = d_->fresh;
+    // Zeros, not a kept copy of the fresh state: one copy less to hold.
+    for (model::LayerState& l : d_->layers) {
+        std::fill(l.S.begin(), l.S.end(), 0.0f);
+        std::fill(l.qConv.begin(), l.qConv.end(), 0.0f);
+        std::fill(l.kConv.begin(), l.kConv.end(), 0.0f);
+        std::fill(l.vConv.begin(), l.vConv.end(), 0.0f);
+        l.latent.clear();
+        l.rope.clear();
+    }
     d_->length = 0;
+    d_->replay.clear();
+    d_->replayFrom = -1;
 }
 InferenceState InferenceState::clone() const {
     return InferenceState(std::make_unique<Data>(*d_));
@@ -370,7 +383,6 @@ InferenceState Model::newState() const {
         s.kConv.assign(hist, 0.0f);
         s.vConv.assign(hist, 0.0f);
     }
-    d->fresh = d->layers;
     return InferenceState(std::move(d));
 }
 
@@ -412,8 +424,29 @@ TokenStats Model::forward(InferenceState& state, int token, std::span<float> log
     return forward(state, std::span<const int>(&token, 1), logits);
 }
 
+void Model::rollback(InferenceState& state, int length) const {
+    InferenceState::Data& d = *state.d_;
+    if (d.replayFrom < 0 || length < d.replayFrom || length > d.length)
+        throw ModelError("rollback to " + std::to_string(length) + " positions: the state holds " +
+                         std::to_string(d.length) + " and can return only as far as " +
+                         std::to_string(d.replayFrom) + " (the start of its last kept chunk)");
+    const ModelConfig& c = impl_->config;
+    const int keep = length - d.replayFrom;
+    for (std::size_t L = 0; L < d.layers.size(); ++L) {
+        model::LayerState& s = d.layers[L];
+        if (c.layers[L].attention == AttentionKind::Kda) {
+            model::rollbackKda(s, d.replay[L], keep, c);
+        } else { // the latent cache is per position: drop the tail
+            s.latent.resize(std::size_t(length) * std::size_t(c.kvLoraRank));
+            s.rope.resize(std::size_t(length) * std::size_t(c.qkRopeHeadDim));
+        }
+    }
+    d.length = length;
+    d.replayFrom = -1; // a second rollback would need the records of the new tail
+}
+
 TokenStats Model::forward(InferenceState& state, std::span<const int> tokens,
-                          std::span<float> logits) const {
+                          std::span<float> logits, bool keepRollback) const {
     const ModelConfig& c = impl_->config;
     Impl& impl = *impl_;
     const auto& W = impl.w;
@@ -424,6 +457,8 @@ TokenStats Model::forward(InferenceState& state, std::span<const int> tokens,
     TokenStats stats;
     const int first = state.d_->length;
     if (impl.cache) impl.cache->nextStep(); // the request trace's step column
+    state.d_->replayFrom = keepRollback ? first : -1;
+    if (keepRollback) state.d_->replay.resize(state.d_->layers.size());
 
     std::vector<float> h(TE), x(TE), xn(TE), att(TE), mlp(TE), partial;
     impl.embed(tokens, h.data());
@@ -458,7 +493,8 @@ TokenStats Model::forward(InferenceState& state, std::span<const int> tokens,
         }
         norm(xn.data(), x.data(), lw.inputNorm);
         if (lw.spec.attention == AttentionKind::Kda)
-            model::kdaChunk(att.data(), xn.data(), T, lw.kda, ls, c, eps);
+            model::kdaChunk(att.data(), xn.data(), T, lw.kda, ls, c, eps,
+                            keepRollback ? &state.d_->replay[L] : nullptr);
         else
             model::mlaChunk(att.data(), xn.data(), T, lw.mla, ls, c, eps, first);
         if (hasPartial)

@@ -1,8 +1,10 @@
 #include "k3/session.hpp"
+#include "k3/speculation.hpp"
 
 #include <sys/resource.h>
 
 #include <chrono>
+#include <deque>
 #include <cstdio>
 #include <optional>
 
@@ -261,6 +263,123 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
 }
 } // namespace
 
+namespace {
+
+double share(double total, int parts) {
+    return parts > 0 ? total / parts : 0;
+}
+
+// The answer's tokens, one trunk pass per token, or (greedy with speculation on) several:
+// the pending token and up to k proposals verified in one chunk, the longest prefix equal
+// to the model's own argmax kept, the state rolled back to it. Every id is the one serial
+// greedy decode gives. `decide(id)` says whether the turn goes on after id (false: id
+// ends it and is not fed); `report(id, timing, proposed)` follows each decide.
+template <typename Decide, typename Report>
+void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& result,
+            const std::atomic<bool>* cancel, Decide&& decide, Report&& report) {
+    Sampler sampler(options.sampling);
+    const bool greedy = options.sampling.temperature <= 0.0f;
+    const bool spec = greedy && options.speculation != 0;
+    SpeculationWidth width(options.speculation > 0 ? options.speculation : 16,
+                           options.speculation > 0 ? options.speculation : 4);
+    const std::size_t V = s.logits.size();
+    std::vector<float> chunkLogits;
+    int emitted = 0;
+    while (emitted < options.maxTokens) {
+        if (cancel && cancel->load()) {
+            result.cancelled = true;
+            break;
+        }
+        const auto tt = Clock::now();
+        s.lastTiming = {};
+        const TokenId next = sampler.sample(s.logits);
+        result.ids.push_back(next);
+        ++emitted;
+        if (!decide(next)) {
+            report(next, s.lastTiming, false);
+            result.endOfTurn = true;
+            break;
+        }
+        if (emitted == options.maxTokens) { // the last token's logits are not needed
+            report(next, s.lastTiming, false);
+            break;
+        }
+        std::vector<TokenId> proposals;
+        if (spec) {
+            std::vector<TokenId> history = s.fed;
+            history.push_back(next);
+            const int k = std::min(width.width(), options.maxTokens - emitted);
+            proposals = proposePromptLookup(history, k);
+        }
+        if (proposals.empty()) { // one position, as serial decode
+            feed(s, next, result);
+            ++result.decodePasses;
+            TokenTiming t = s.lastTiming;
+            t.computeSeconds = std::max(0.0, secondsSince(tt) - t.trunkIoSeconds - t.expertIoSeconds);
+            report(next, t, false);
+            continue;
+        }
+        // Verify: the pending token and the proposals in one chunk, every position's logits.
+        std::vector<TokenId> chunk{next};
+        chunk.insert(chunk.end(), proposals.begin(), proposals.end());
+        const int start = s.state.length();
+        chunkLogits.resize(chunk.size() * V);
+        const MemoryStats before = s.model.memoryStats();
+        const auto t0 = Clock::now();
+        const TokenStats st = s.model.forward(s.state, chunk, chunkLogits, /*keepRollback=*/true);
+        const double passSeconds = secondsSince(t0);
+        const MemoryStats after = s.model.memoryStats();
+        s.wallSeconds += passSeconds;
+        result.droppedExperts += st.droppedExperts;
+        result.nonFinite = result.nonFinite || st.nonFinite;
+        ++result.decodePasses;
+        ++result.verifyPasses;
+        result.proposed += int(proposals.size());
+        int accepted = 0;
+        while (accepted < int(proposals.size()) &&
+               argmax(std::span<const float>(chunkLogits.data() + std::size_t(accepted) * V, V)) ==
+                   proposals[std::size_t(accepted)])
+            ++accepted;
+        width.record(int(proposals.size()), accepted);
+        // Walk the accepted proposals as if decoded one by one: one may end the turn or
+        // reach maxTokens, and then it is not fed.
+        int keep = 1; // `next` is fed
+        bool stop = false;
+        std::vector<std::pair<TokenId, bool>> committed{{next, false}};
+        for (int a = 0; a < accepted; ++a) {
+            const TokenId d = proposals[std::size_t(a)];
+            result.ids.push_back(d);
+            ++emitted;
+            ++result.acceptedProposals;
+            committed.emplace_back(d, true);
+            if (!decide(d)) {
+                result.endOfTurn = true;
+                stop = true;
+                break;
+            }
+            if (emitted == options.maxTokens) {
+                stop = true;
+                break;
+            }
+            ++keep;
+        }
+        s.model.rollback(s.state, start + keep);
+        s.fed.insert(s.fed.end(), chunk.begin(), chunk.begin() + keep);
+        std::copy_n(chunkLogits.data() + std::size_t(keep - 1) * V, V, s.logits.data());
+        // The pass's time, shared by the tokens it committed.
+        TokenTiming t;
+        t.trunkIoSeconds = share(after.trunk.waitSeconds - before.trunk.waitSeconds, int(committed.size()));
+        t.expertIoSeconds = share(after.cache.readSeconds - before.cache.readSeconds, int(committed.size()));
+        t.computeSeconds = std::max(0.0, share(secondsSince(tt), int(committed.size())) -
+                                             t.trunkIoSeconds - t.expertIoSeconds);
+        s.lastTiming = t;
+        for (const auto& [id, proposed] : committed) report(id, t, proposed);
+        if (stop) break;
+    }
+}
+
+} // namespace
+
 GenerateResult Session::generateIds(std::span<const TokenId> prompt, const GenerateOptions& options,
                                     SessionObserver* observer, const std::atomic<bool>* cancel) {
     Impl& s = *impl_;
@@ -270,31 +389,21 @@ GenerateResult Session::generateIds(std::span<const TokenId> prompt, const Gener
     const auto t0 = Clock::now();
     result.reusedPositions = prefill(s, prompt, observer, cancel, result);
     result.prefillSeconds = secondsSince(t0);
-    Sampler sampler(options.sampling);
     const auto t1 = Clock::now();
-    for (int i = 0; i < options.maxTokens && !result.cancelled; ++i) {
-        if (cancel && cancel->load()) {
-            result.cancelled = true;
-            break;
-        }
-        const auto tt = Clock::now();
-        s.lastTiming = {};
-        const TokenId next = sampler.sample(s.logits);
-        result.ids.push_back(next);
-        // The last token's logits are not needed, so it is not fed.
-        if (i + 1 < options.maxTokens) {
-            feed(s, next, result);
-        }
-        if (observer) {
-            TokenEvent ev;
-            ev.id = next;
-            ev.index = i;
-            ev.timing = s.lastTiming;
-            ev.timing.computeSeconds = std::max(0.0, secondsSince(tt) - ev.timing.trunkIoSeconds -
-                                                         ev.timing.expertIoSeconds);
-            observer->onToken(ev);
-            observer->onMemory(memoryReport());
-        }
+    if (!result.cancelled) {
+        int index = 0;
+        decode(
+            s, options, result, cancel, [](TokenId) { return true; },
+            [&](TokenId id, const TokenTiming& timing, bool proposed) {
+                if (!observer) return;
+                TokenEvent ev;
+                ev.id = id;
+                ev.index = index++;
+                ev.timing = timing;
+                ev.fromProposal = proposed;
+                observer->onToken(ev);
+                observer->onMemory(memoryReport());
+            });
     }
     result.decodeSeconds = secondsSince(t1);
     return result;
@@ -315,48 +424,43 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
 
     ChatOutputParser parser = ChatOutputParser::forOptions(options.render);
     StreamDecoder decoder(tok);
-    Sampler sampler(options.sampling);
     const auto t1 = Clock::now();
-    for (int i = 0; i < options.maxTokens && !result.cancelled; ++i) {
-        if (cancel && cancel->load()) {
-            result.cancelled = true;
-            break;
-        }
-        const auto tt = Clock::now();
-        s.lastTiming = {};
-        const TokenId next = sampler.sample(s.logits);
-        result.ids.push_back(next);
-        ChatParseDelta delta;
-        if (tok.isAddedToken(next)) {
-            // Text held back for an incomplete UTF-8 sequence belongs before the marker.
-            const ChatParseDelta before = parser.feedText(decoder.flush());
-            delta = parser.feedSpecial(tok.tokenBytes(next));
-            delta.thinking = before.thinking + delta.thinking;
-            delta.response = before.response + delta.response;
-        } else {
-            delta = parser.feedText(decoder.push(next));
-        }
-        const bool done = delta.endOfTurn || parser.finished();
-        if (!done) {
-            feed(s, next, result);
-        }
-        if (observer) {
-            TokenEvent ev;
-            ev.id = next;
-            ev.index = i;
-            ev.thinkingDelta = std::move(delta.thinking);
-            ev.responseDelta = std::move(delta.response);
-            ev.timing = s.lastTiming;
-            ev.timing.computeSeconds = std::max(0.0, secondsSince(tt) - ev.timing.trunkIoSeconds -
-                                                         ev.timing.expertIoSeconds);
-            observer->onToken(ev);
-            observer->onMemory(memoryReport());
-        }
-        if (done) {
-            result.endOfTurn = true;
-            break;
-        }
-    }
+    // decide() parses each token as it is committed; report() hands its text on in the
+    // same order (a verification pass decides several before it reports them).
+    std::deque<ChatParseDelta> pending;
+    int index = 0;
+    if (!result.cancelled)
+        decode(
+            s, options, result, cancel,
+            [&](TokenId next) {
+                ChatParseDelta delta;
+                if (tok.isAddedToken(next)) {
+                    // Text held back for an incomplete UTF-8 sequence belongs before the marker.
+                    const ChatParseDelta before = parser.feedText(decoder.flush());
+                    delta = parser.feedSpecial(tok.tokenBytes(next));
+                    delta.thinking = before.thinking + delta.thinking;
+                    delta.response = before.response + delta.response;
+                } else {
+                    delta = parser.feedText(decoder.push(next));
+                }
+                const bool more = !(delta.endOfTurn || parser.finished());
+                pending.push_back(std::move(delta));
+                return more;
+            },
+            [&](TokenId id, const TokenTiming& timing, bool proposed) {
+                ChatParseDelta delta = std::move(pending.front());
+                pending.pop_front();
+                if (!observer) return;
+                TokenEvent ev;
+                ev.id = id;
+                ev.index = index++;
+                ev.thinkingDelta = std::move(delta.thinking);
+                ev.responseDelta = std::move(delta.response);
+                ev.timing = timing;
+                ev.fromProposal = proposed;
+                observer->onToken(ev);
+                observer->onMemory(memoryReport());
+            });
     if (!result.endOfTurn) {
         // The decoder's held-back bytes, then whatever the parser held until the end:
         // the observer must see every byte that lands in the reply.

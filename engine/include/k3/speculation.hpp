@@ -1,0 +1,35 @@
+#pragma once
+// Exact speculative decoding: proposals are cheap guesses of the next tokens; the exact
+// model verifies the pending token and k proposals in ONE chunked forward (the trunk read
+// once) and keeps the longest prefix equal to its own argmax, then its own next token.
+// So the ids are serial greedy decode's, whatever is proposed; a good guess only saves
+// trunk passes.
+
+#include "k3/tokenizer.hpp"
+
+#include <span>
+#include <vector>
+
+namespace k3 {
+
+// Prompt lookup (n-gram): finds the most recent earlier occurrence of the history's last
+// n tokens (n from maxN down to minN, the longest match wins) and proposes up to k of the
+// tokens that followed it. No model, no memory: text that repeats the conversation
+// (quoting, code edits, lists) is where it pays.
+std::vector<TokenId> proposePromptLookup(std::span<const TokenId> history, int k, int maxN = 4,
+                                         int minN = 2);
+
+// The adaptive width ("--spec auto"): grows while whole proposals are accepted, shrinks
+// when the first proposed token is rejected, between 1 and maxWidth.
+class SpeculationWidth {
+public:
+    explicit SpeculationWidth(int maxWidth = 16, int start = 4);
+    int width() const { return width_; }
+    void record(int proposed, int accepted);
+
+private:
+    int max_;
+    int width_;
+};
+
+} // namespace k3

@@ -1,0 +1,36 @@
+#include "k3/speculation.hpp"
+
+#include <algorithm>
+
+namespace k3 {
+
+std::vector<TokenId> proposePromptLookup(std::span<const TokenId> history, int k, int maxN,
+                                         int minN) {
+    std::vector<TokenId> out;
+    const int len = int(history.size());
+    if (k <= 0 || minN < 1) return out;
+    for (int n = std::min(maxN, len - 1); n >= minN; --n) {
+        const auto tail = history.subspan(std::size_t(len - n));
+        // The latest earlier match: the nearest context is the likeliest to repeat.
+        for (int start = len - n - 1; start >= 0; --start) {
+            if (!std::equal(tail.begin(), tail.end(), history.begin() + start)) continue;
+            const int from = start + n;
+            for (int i = from; i < len && int(out.size()) < k; ++i) out.push_back(history[std::size_t(i)]);
+            return out;
+        }
+    }
+    return out;
+}
+
+SpeculationWidth::SpeculationWidth(int maxWidth, int start)
+    : max_(std::max(1, maxWidth)), width_(std::clamp(start, 1, std::max(1, maxWidth))) {}
+
+void SpeculationWidth::record(int proposed, int accepted) {
+    if (proposed <= 0) return;
+    if (accepted == proposed) // every guess held: guess further
+        width_ = std::min(max_, width_ * 2);
+    else if (accepted == 0) // the first guess failed: the pass was nearly wasted
+        width_ = std::max(1, width_ / 2);
+}
+
+} // namespace k3

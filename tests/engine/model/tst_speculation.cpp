@@ -1,0 +1,290 @@
+// Exact greedy speculation: a verification chunk rolled back to any accepted length
+// leaves exactly the state a plain forward would (KDA replayed, MLA truncated), so the
+// ids equal serial greedy decode at every width, budget and proposal outcome.
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <atomic>
+#include <cstring>
+
+#include <k3/model.hpp>
+#include <k3/pack.hpp>
+#include <k3/session.hpp>
+#include <k3/speculation.hpp>
+
+namespace {
+
+std::string fixture(const char* name) {
+    if (std::strcmp(name, "demo") == 0) return K3_SOURCE_DIR "/resources/demo";
+    return std::string(K3_SOURCE_DIR "/tests/fixtures/models/") + name;
+}
+
+// A prompt that repeats itself, so prompt lookup has something to propose.
+std::vector<k3::TokenId> repeatingPrompt(int vocab) {
+    std::vector<k3::TokenId> base;
+    for (int i = 0; i < 9; ++i) base.push_back((i * 41 + 5) % vocab);
+    std::vector<k3::TokenId> p;
+    for (int r = 0; r < 3; ++r) p.insert(p.end(), base.begin(), base.end());
+    return p;
+}
+
+std::vector<float> logitsAfter(const k3::Model& m, k3::InferenceState& st, int id) {
+    std::vector<float> l(std::size_t(m.config().vocabSize));
+    m.forward(st, id, l);
+    return l;
+}
+
+bool same(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+k3::GenerateResult run(k3::Session& s, const std::vector<k3::TokenId>& prompt, int n, int spec,
+                       k3::SessionObserver* obs = nullptr, std::atomic<bool>* cancel = nullptr) {
+    k3::GenerateOptions o;
+    o.maxTokens = n;
+    o.speculation = spec;
+    return s.generateIds(prompt, o, obs, cancel);
+}
+
+k3::Session open(const std::string& dir, const std::string& trunk = {}, std::uint64_t trunkBytes = 0,
+                 int slotCount = 0) {
+    k3::SessionOptions o;
+    o.modelDir = dir;
+    o.loadTokenizer = false;
+    if (!trunk.empty()) {
+        o.trunkDir = trunk;
+        o.trunkBytes = trunkBytes;
+    }
+    o.expertCacheSlots = slotCount;
+    return k3::Session::open(o);
+}
+
+} // namespace
+
+class TestSpeculation : public QObject {
+    Q_OBJECT
+private slots:
+    void promptLookupProposesWhatFollowed();
+    void widthAdapts();
+    void rollbackGivesThePlainState_data();
+    void rollbackGivesThePlainState();
+    void rejectedFirstMiddleAndLast();
+    void sameIdsAsSerial_data();
+    void sameIdsAsSerial();
+    void cancelBetweenPasses();
+};
+
+void TestSpeculation::promptLookupProposesWhatFollowed() {
+    const std::vector<k3::TokenId> h{1, 2, 3, 4, 9, 7, 1, 2, 3};
+    QCOMPARE(k3::proposePromptLookup(h, 3), (std::vector<k3::TokenId>{4, 9, 7}));
+    QCOMPARE(k3::proposePromptLookup(h, 1), (std::vector<k3::TokenId>{4}));
+    // The latest earlier match wins, and the longest n first.
+    const std::vector<k3::TokenId> h2{5, 6, 8, 0, 5, 6, 9, 0, 5, 6};
+    QCOMPARE(k3::proposePromptLookup(h2, 2), (std::vector<k3::TokenId>{9, 0}));
+    const std::vector<k3::TokenId> h3{1, 2, 3, 4, 5};
+    QVERIFY(k3::proposePromptLookup(h3, 4).empty());
+    QVERIFY(k3::proposePromptLookup(h, 0).empty());
+    // A match near the end proposes only what exists after it.
+    const std::vector<k3::TokenId> h4{7, 7, 7};
+    QCOMPARE(k3::proposePromptLookup(h4, 5), (std::vector<k3::TokenId>{7}));
+}
+
+void TestSpeculation::widthAdapts() {
+    k3::SpeculationWidth w(16, 4);
+    QCOMPARE(w.width(), 4);
+    w.record(4, 4);
+    QCOMPARE(w.width(), 8);
+    w.record(8, 8);
+    w.record(16, 16);
+    QCOMPARE(w.width(), 16); // capped
+    w.record(16, 3);         // partly accepted: kept
+    QCOMPARE(w.width(), 16);
+    w.record(16, 0);
+    QCOMPARE(w.width(), 8);
+    for (int i = 0; i < 6; ++i) w.record(1, 0);
+    QCOMPARE(w.width(), 1);
+}
+
+void TestSpeculation::rollbackGivesThePlainState_data() {
+    QTest::addColumn<QString>("name");
+    QTest::newRow("k3_tiny_a") << QStringLiteral("k3_tiny_a");
+    QTest::newRow("k3_tiny_b") << QStringLiteral("k3_tiny_b");
+    QTest::newRow("demo") << QStringLiteral("demo");
+}
+
+// Across KDA and MLA layers: a chunk of 7 rolled back to every length, then the next
+// position's logits equal those of a plain run that fed only that many.
+void TestSpeculation::rollbackGivesThePlainState() {
+    QFETCH(QString, name);
+    const k3::Model m = k3::Model::load(fixture(name.toUtf8().constData()));
+    const k3::ModelConfig& c = m.config();
+    QVERIFY(c.countAttention(k3::AttentionKind::Kda) > 0);
+    QVERIFY(c.countAttention(k3::AttentionKind::Mla) > 0);
+    const std::size_t V = std::size_t(c.vocabSize);
+    const std::vector<k3::TokenId> prompt = repeatingPrompt(c.vocabSize);
+    const std::vector<int> chunk{11, 22, 33, 44, 55, 66, 77};
+    k3::InferenceState base = m.newState();
+    std::vector<float> l(V);
+    m.forward(base, std::span<const int>(prompt.data(), 10), l);
+    for (int keep = 0; keep <= int(chunk.size()); ++keep) {
+        k3::InferenceState spec = base.clone();
+        std::vector<float> all(chunk.size() * V);
+        m.forward(spec, chunk, all, /*keepRollback=*/true);
+        m.rollback(spec, 10 + keep);
+        QCOMPARE(spec.length(), 10 + keep);
+        k3::InferenceState plain = base.clone();
+        for (int i = 0; i < keep; ++i) logitsAfter(m, plain, chunk[std::size_t(i)]);
+        QCOMPARE(spec.cacheBytes(), plain.cacheBytes());
+        // The next two positions from both states: the same bits.
+        for (int id : {99, 100})
+            QVERIFY2(same(logitsAfter(m, spec, id), logitsAfter(m, plain, id)),
+                     qPrintable(QStringLiteral("kept %1").arg(keep)));
+    }
+    // Outside the recorded chunk, or a second time: refused.
+    k3::InferenceState st = base.clone();
+    std::vector<float> all(chunk.size() * V);
+    m.forward(st, chunk, all, true);
+    QVERIFY_THROWS_EXCEPTION(k3::ModelError, m.rollback(st, 9));
+    QVERIFY_THROWS_EXCEPTION(k3::ModelError, m.rollback(st, 18));
+    m.rollback(st, 12);
+    QVERIFY_THROWS_EXCEPTION(k3::ModelError, m.rollback(st, 11));
+}
+
+// The verification step by hand with chosen proposals: wrong at the first token, in the
+// middle and at the end; each time the committed ids are the serial ones.
+void TestSpeculation::rejectedFirstMiddleAndLast() {
+    const k3::Model m = k3::Model::load(fixture("k3_tiny_a"));
+    const std::size_t V = std::size_t(m.config().vocabSize);
+    const std::vector<k3::TokenId> prompt = repeatingPrompt(int(V));
+    // Serial greedy: 8 ids.
+    std::vector<int> serial;
+    {
+        k3::InferenceState st = m.newState();
+        std::vector<float> l(V);
+        m.forward(st, prompt, l);
+        for (int i = 0; i < 8; ++i) {
+            serial.push_back(k3::argmax(l));
+            m.forward(st, serial.back(), l);
+        }
+    }
+    const int wrong = (serial[1] + 1) % int(V);
+    struct Case {
+        const char* what;
+        std::vector<int> proposals; // follow serial[0]
+        int wantAccepted;
+    };
+    const std::vector<Case> cases{
+        {"rejected at the first", {wrong, serial[2], serial[3]}, 0},
+        {"rejected in the middle", {serial[1], wrong, serial[3]}, 1},
+        {"rejected at the end", {serial[1], serial[2], (serial[3] + 1) % int(V)}, 2},
+        {"all accepted", {serial[1], serial[2], serial[3]}, 3},
+    };
+    for (const Case& cs : cases) {
+        k3::InferenceState st = m.newState();
+        std::vector<float> l(V);
+        m.forward(st, prompt, l);
+        QCOMPARE(k3::argmax(l), serial[0]);
+        std::vector<int> chunk{serial[0]};
+        chunk.insert(chunk.end(), cs.proposals.begin(), cs.proposals.end());
+        std::vector<float> all(chunk.size() * V);
+        const int start = st.length();
+        m.forward(st, chunk, all, true);
+        int accepted = 0;
+        while (accepted < 3 &&
+               k3::argmax(std::span<const float>(all.data() + std::size_t(accepted) * V, V)) ==
+                   cs.proposals[std::size_t(accepted)])
+            ++accepted;
+        QCOMPARE(accepted, cs.wantAccepted);
+        m.rollback(st, start + 1 + accepted);
+        std::vector<int> ids{serial[0]};
+        for (int a = 0; a < accepted; ++a) ids.push_back(cs.proposals[std::size_t(a)]);
+        std::copy_n(all.data() + std::size_t(accepted) * V, V, l.data());
+        while (ids.size() < serial.size()) {
+            ids.push_back(k3::argmax(l));
+            m.forward(st, ids.back(), l);
+        }
+        QVERIFY2(ids == serial, cs.what);
+    }
+}
+
+void TestSpeculation::sameIdsAsSerial_data() {
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<int>("budget"); // 0 resident, 1 streamed ring + 1 expert slot, 2 smallest ring
+    for (const char* n : {"k3_tiny_a", "k3_tiny_b", "demo"})
+        for (int b : {0, 1, 2})
+            QTest::newRow(qPrintable(QStringLiteral("%1 budget %2").arg(QLatin1String(n)).arg(b)))
+                << QString::fromLatin1(n) << b;
+}
+
+void TestSpeculation::sameIdsAsSerial() {
+    QFETCH(QString, name);
+    QFETCH(int, budget);
+    const std::string dir = fixture(name.toUtf8().constData());
+    QTemporaryDir tmp;
+    std::string trunk;
+    std::uint64_t trunkBytes = 0;
+    if (budget > 0) {
+        trunk = tmp.filePath(QStringLiteral("trunk")).toStdString();
+        k3::packTrunk(dir, trunk);
+        std::uint64_t largest = 0;
+        for (const auto& r : k3::openTrunkIndex(trunk, dir).layers) largest = std::max(largest, r.bytes);
+        trunkBytes = budget == 1 ? 2 * k3::alignUp(largest) : 0;
+    }
+    k3::Session serialSession = open(dir, trunk, trunkBytes, budget == 1 ? 1 : 0);
+    const std::vector<k3::TokenId> prompt = repeatingPrompt(serialSession.config().vocabSize);
+    const k3::GenerateResult serial = run(serialSession, prompt, 24, 0);
+    QCOMPARE(serial.verifyPasses, 0);
+    QCOMPARE(serial.decodePasses, 23); // the last id is never fed
+    int acceptedSomewhere = 0;
+    for (int width : {1, 2, 3, 8, 32, -1}) {
+        k3::Session s = open(dir, trunk, trunkBytes, budget == 1 ? 1 : 0);
+        const k3::GenerateResult r = run(s, prompt, 24, width);
+        QVERIFY2(r.ids == serial.ids, qPrintable(QStringLiteral("width %1").arg(width)));
+        QCOMPARE(r.droppedExperts, 0);
+        QVERIFY(r.acceptedProposals <= r.proposed);
+        // Each pass commits one token plus its accepted proposals: 23 fed ids (the last is
+        // never fed) take 23 passes less one per accepted proposal that was fed.
+        QVERIFY(r.decodePasses + r.acceptedProposals >= 23 &&
+                r.decodePasses + r.acceptedProposals <= 24);
+        QCOMPARE(r.verifyPasses > 0, r.proposed > 0);
+        QCOMPARE(std::memcmp(s.lastLogits().data(), serialSession.lastLogits().data(),
+                             s.lastLogits().size() * sizeof(float)),
+                 0);
+        QCOMPARE(s.positions(), serialSession.positions());
+        acceptedSomewhere += r.acceptedProposals;
+    }
+    // The repeating prompt gives prompt lookup something to match. The trained demo model
+    // goes on repeating it, so proposals are accepted there (the random tiny models do
+    // not repeat: every pass is a rejection, the path the other rows cover).
+    if (name == QLatin1String("demo")) QVERIFY(acceptedSomewhere >= 6);
+    qInfo("%s budget %d: %d proposals accepted over the widths", qPrintable(name), budget,
+          acceptedSomewhere);
+}
+
+// Cancel between passes: the ids so far are serial decode's, and the state matches them.
+void TestSpeculation::cancelBetweenPasses() {
+    struct Stopper : k3::SessionObserver {
+        std::atomic<bool>* cancel = nullptr;
+        int seen = 0;
+        void onToken(const k3::TokenEvent&) override {
+            if (++seen == 5) cancel->store(true);
+        }
+    };
+    const std::string dir = fixture("demo");
+    k3::Session plain = open(dir);
+    const std::vector<k3::TokenId> prompt = repeatingPrompt(plain.config().vocabSize);
+    const k3::GenerateResult serial = run(plain, prompt, 20, 0);
+    k3::Session s = open(dir);
+    std::atomic<bool> cancel{false};
+    Stopper stop;
+    stop.cancel = &cancel;
+    const k3::GenerateResult r = run(s, prompt, 20, 8, &stop, &cancel);
+    QVERIFY(r.cancelled);
+    QVERIFY(r.ids.size() >= 5 && r.ids.size() < serial.ids.size());
+    QVERIFY(std::equal(r.ids.begin(), r.ids.end(), serial.ids.begin()));
+    // Every id but the last was fed: a follow-up reuses them and goes on as serial decode.
+    QCOMPARE(s.positions(), int(prompt.size() + r.ids.size()));
+}
+
+QTEST_GUILESS_MAIN(TestSpeculation)
+#include "tst_speculation.moc"
