@@ -193,6 +193,21 @@ int main(int argc, char** argv) {
             ->type_name("N");
 
     const char* diagGroup = "Diagnostics";
+    std::string specText;
+    app.add_option("--spec", specText,
+                   "Speculative decoding (greedy only): verify up to N prompt-lookup proposals "
+                   "per trunk pass, 1..32, or auto (an adaptive width); the same tokens as "
+                   "without it")
+        ->check([](const std::string& v) -> std::string {
+            if (v == "auto") return {};
+            char* end = nullptr;
+            const long n = std::strtol(v.c_str(), &end, 10);
+            if (v.empty() || *end || n < 0 || n > 32)
+                return "--spec " + v + " is not auto or a number of proposals 0..32";
+            return {};
+        })
+        ->group(genGroup)
+        ->type_name("N|auto");
     app.add_option("--prefill-chunk", model.prefillChunk,
                    "Prompt positions per forward pass, 1..4096 (default: what the memory plan "
                    "holds, up to 64); the same tokens at every size")
@@ -307,6 +322,7 @@ int main(int argc, char** argv) {
 
         model.tokenizerGiven = tokOpt->count() > 0;
         resolveMemory(app, presetOpt, trunkGbOpt, cacheGbOpt, trunkGB, cacheGB, model.memory);
+        if (!specText.empty()) model.speculation = specText == "auto" ? -1 : std::stoi(specText);
         if (temperatureOpt->count()) model.sampling.temperature = temperature;
         if (topPOpt->count()) model.sampling.topP = topP;
         if (seedOpt->count()) model.sampling.seed = seed;

@@ -145,6 +145,7 @@ int runChat(const ChatArgs& args) {
     options.render.thinking = !args.noThink;
     options.render.thinkingEffort = args.thinkingEffort;
     options.maxTokens = args.maxTokens;
+    options.speculation = args.model.speculation;
     options.sampling.temperature = sampling.sampling ? sampling.temperature : 0.0f;
     options.sampling.topP = sampling.sampling ? sampling.topP : 1.0f;
 

@@ -36,6 +36,7 @@ struct ModelArgs {
     bool tokenizerGiven = false;
     int layers = 0;
     int prefillChunk = 0; // --prefill-chunk (0: the plan's)
+    int speculation = 0;  // --spec: 0 off, N proposals per pass, -1 auto
     MemoryArgs memory;
     SamplingArgs sampling;
 };

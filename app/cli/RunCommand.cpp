@@ -251,6 +251,7 @@ int runBatch(const RunArgs& args) {
     BatchObserver observer(session, !args.dumpLogits.empty());
     k3::GenerateOptions options;
     options.maxTokens = args.gen;
+    options.speculation = args.model.speculation;
     options.sampling.temperature = sampling.sampling ? sampling.temperature : 0.0f;
     options.sampling.topP = sampling.sampling ? sampling.topP : 1.0f;
     options.sampling.seed = sampling.seed;
@@ -275,6 +276,14 @@ int runBatch(const RunArgs& args) {
                 result.ids.empty() ? 0.0 : result.decodeSeconds / double(result.ids.size()));
     const double positionsPerSecond =
         result.prefillSeconds > 0 ? result.prefillPositions / result.prefillSeconds : 0.0;
+    if (args.model.speculation != 0)
+        std::printf("speculation: %d proposals verified in %d of %d passes, %d accepted, %.2f "
+                    "tokens per trunk pass\n",
+                    result.proposed, result.verifyPasses, result.decodePasses,
+                    result.acceptedProposals,
+                    result.decodePasses > 0 ? double(result.decodePasses + result.acceptedProposals) /
+                                                  double(result.decodePasses)
+                                            : 0.0);
     std::printf("prefill: %d positions in %d chunks of up to %d, trunk %.3f GB, experts %.3f GB "
                 "read, %.2f s, %.2f positions/s\n",
                 result.prefillPositions, result.prefillChunks, session.prefillChunk(),
@@ -352,6 +361,19 @@ int runBatch(const RunArgs& args) {
                          {"expert_bytes", result.prefillExpertBytes},
                          {"seconds", result.prefillSeconds},
                          {"positions_per_second", positionsPerSecond}};
+    const int committed = int(result.ids.size());
+    report["speculation"] = {
+        {"width", args.model.speculation < 0 ? nlohmann::ordered_json("auto")
+                                             : nlohmann::ordered_json(args.model.speculation)},
+        {"proposals", result.proposed},
+        {"accepted", result.acceptedProposals},
+        {"decode_passes", result.decodePasses},
+        {"verify_passes", result.verifyPasses},
+        {"tokens_per_pass",
+         result.decodePasses > 0 ? double(result.decodePasses + result.acceptedProposals) /
+                                       double(result.decodePasses)
+                                 : 0.0},
+        {"seconds_per_token", committed > 0 ? result.decodeSeconds / committed : 0.0}};
     report["peak_rss_bytes"] = peak;
     report["valid"] = invalidReasons.empty();
     report["invalid_reasons"] = invalidReasons;
