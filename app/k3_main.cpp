@@ -281,8 +281,10 @@ int main(int argc, char** argv) {
             options.measureDisk = !doctorNoDisk;
             options.disk.maxSecondsPerDepth = doctorSeconds;
             const k3::DoctorReport report = k3::runDoctor(options);
-            const std::string text =
-                doctorJson ? k3::doctorReportJson(report) + "\n" : k3::formatDoctorReport(report);
+            // The text report names paths and the checkpoint's own strings: shown, not obeyed.
+            const std::string text = doctorJson
+                                         ? k3::doctorReportJson(report) + "\n"
+                                         : k3cli::terminalSafe(k3::formatDoctorReport(report));
             std::fputs(text.c_str(), stdout);
             return report.canRun() ? 0 : 1;
         }
