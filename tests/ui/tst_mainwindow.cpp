@@ -1,13 +1,17 @@
 #include <QAction>
+#include <QFile>
+#include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
 #include <QMenu>
 #include <QMenuBar>
+#include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QStandardPaths>
 #include <QStatusBar>
+#include <QTemporaryDir>
 #include <QTest>
 
 #include "AboutDialog.h"
@@ -19,6 +23,8 @@
 #include "chat/MessageComposer.h"
 #include "chat/MessageDelegate.h"
 #include "wizard/SetupWizard.h"
+
+#include <k3/chat.hpp>
 
 class TestMainWindow : public QObject {
     Q_OBJECT
@@ -37,6 +43,8 @@ private slots:
     void escapeStopsTheAnswerMidway();
     void sidebarSearchFiltersByTitle();
     void firstRunOpensTheWizardOverTheDemo();
+    void importErrorIsPlainText();
+    void importKeepsEveryFieldAndReopens();
 };
 
 namespace {
@@ -337,6 +345,67 @@ void TestMainWindow::firstRunOpensTheWizardOverTheDemo() {
     again.loadStartupModel();
     QTest::qWait(200);
     QVERIFY(again.findChildren<SetupWizard*>().isEmpty());
+}
+
+namespace {
+void writeFile(const QString& path, const QByteArray& data) {
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    f.write(data);
+}
+} // namespace
+
+void TestMainWindow::importErrorIsPlainText() {
+    // The import error quotes the transcript; as rich text, <img src=/dev/zero> made the
+    // dialog read /dev/zero until it crashed. It is shown as the characters it is.
+    QTemporaryDir tmp;
+    const QString file = tmp.filePath("bad.jsonl");
+    writeFile(file, "{\"role\":\"user\",\"content\":\"hi\"}\n"
+                    "{\"role\":\"<img src=/dev/zero>\",\"content\":\"x\"}\n");
+    MainWindow window;
+    window.show();
+    QVERIFY(!window.importConversation(file));
+    auto* box = window.findChild<QMessageBox*>(QStringLiteral("importErrorBox"));
+    QVERIFY(box);
+    QCOMPARE(box->textFormat(), Qt::PlainText);
+    QCOMPARE(box->text(), file + QStringLiteral(":2: field \"role\" has unknown value \"<img "
+                                                "src=/dev/zero>\" (expected system, user, "
+                                                "assistant or tool)"));
+    auto* label = box->findChild<QLabel*>(QStringLiteral("qt_msgbox_label"));
+    QVERIFY(label);
+    QCOMPARE(label->textFormat(), Qt::PlainText);
+    QVERIFY(!box->grab().isNull()); // drawn at once: nothing is loaded
+    box->close();
+    QCOMPARE(window.conversationView()->messageCount(), 0);
+}
+
+void TestMainWindow::importKeepsEveryFieldAndReopens() {
+    // A tool message's name used to be dropped on import, so the app's own copy could not
+    // be read back ("field name is required for role tool").
+    QTemporaryDir tmp;
+    const QString file = tmp.filePath("tools.jsonl");
+    writeFile(file, "{\"role\":\"user\",\"content\":\"time?\"}\n"
+                    "{\"role\":\"tool\",\"name\":\"clock\",\"content\":\"12:00\"}\n"
+                    "{\"role\":\"assistant\",\"content\":\"noon\",\"reasoning_content\":\"\","
+                    "\"invalid\":\"a NaN or Inf reached the logits\"}\n");
+    const std::vector<k3::ChatMessage> original = k3::readTranscript(file.toStdString());
+    MainWindow window;
+    QVERIFY(window.importConversation(file));
+    const QString id = window.currentConversationId();
+    QVERIFY(!id.isEmpty());
+    QCOMPARE(window.conversationView()->messageCount(), 3);
+    const QVector<ChatTurn> reopened = window.store()->load(id);
+    QCOMPARE(reopened.size(), 3);
+    QCOMPARE(reopened.at(1).name, QStringLiteral("clock"));
+    QCOMPARE(reopened.at(2).invalid, QStringLiteral("a NaN or Inf reached the logits"));
+    QVERIFY(k3::readTranscript(window.store()->pathFor(id).toStdString()) == original);
+    QCOMPARE(window.conversationView()
+                 ->conversation()
+                 ->index(2)
+                 .data(ConversationModel::StatsRole)
+                 .toString(),
+             QStringLiteral("RUN INVALID: a NaN or Inf reached the logits"));
+    QVERIFY(window.store()->remove(id));
 }
 
 QTEST_MAIN(TestMainWindow)

@@ -19,6 +19,7 @@ public:
         StreamingRole,
         ThinkingSecondsRole, // -1 while no reasoning was seen
         StatsRole,
+        InvalidRole, // why the answer is not the model's; empty when valid
     };
 
     explicit ConversationModel(QObject* parent = nullptr);
@@ -30,7 +31,9 @@ public:
     // Starts an empty assistant message that tokens will stream into.
     int beginAssistantMessage();
     void appendToLast(const QString& thinkingDelta, const QString& responseDelta);
-    void finishLast(const QString& stats);
+    // invalidReason: not empty when the answer is not the model's (an expert failed to
+    // load, a NaN appeared); it is kept with the message and saved with it.
+    void finishLast(const QString& stats, const QString& invalidReason = {});
     void removeLast();
     // Drops message `row` and everything after it (editing an earlier message).
     void removeFrom(int row);
@@ -49,6 +52,8 @@ private:
         QString role;
         QString content;
         QString reasoning;
+        QString name;
+        QString invalid;
         bool thinkingExpanded = false;
         bool streaming = false;
         double thinkingSeconds = -1;
