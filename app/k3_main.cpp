@@ -195,10 +195,11 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(1, 1000000))
         ->group(diagGroup)
         ->type_name("N");
-    CLI::Option* outOpt =
-        app.add_option("--out", run.out, "The JSON run report (default k3_run.json)")
-            ->group(diagGroup)
-            ->type_name("FILE");
+    CLI::Option* outOpt = app.add_option("--out", run.out,
+                                         "The JSON run report (default k3_run.json; - writes it to "
+                                         "stdout and the rest to stderr)")
+                              ->group(diagGroup)
+                              ->type_name("FILE");
     CLI::Option* dumpLogitsOpt =
         app.add_option("--dump-logits", run.dumpLogits,
                        "Write the first step's logits (vocab_size float32) to FILE")
