@@ -83,12 +83,15 @@ std::vector<k3::ChatMessage> initialHistory(const ChatArgs& args) {
     return history;
 }
 
-void saveHistory(const ChatArgs& args, const std::vector<k3::ChatMessage>& history) {
-    if (args.history.empty()) return;
+// False when the save failed (warned; the conversation goes on).
+bool saveHistory(const ChatArgs& args, const std::vector<k3::ChatMessage>& history) {
+    if (args.history.empty()) return true;
     try {
         k3::writeTranscript(args.history, history);
+        return true;
     } catch (const std::exception& error) {
         printWarning(std::string("the transcript was not saved: ") + error.what());
+        return false;
     }
 }
 
@@ -201,6 +204,7 @@ int runChat(const ChatArgs& args) {
     }
 
     int exitCode = kExitOk;
+    bool unsaved = false;     // the last save failed: the file lacks the latest turns
     int promptInterrupts = 0; // consecutive Ctrl-C at the prompt
     for (;;) {
         clearCancel();
@@ -240,7 +244,7 @@ int runChat(const ChatArgs& args) {
         if (line == "/reset") {
             history = initialHistory(args);
             session.reset();
-            saveHistory(args, history);
+            unsaved = !saveHistory(args, history);
             std::fprintf(stderr, "[conversation reset]\n");
             continue;
         }
@@ -278,7 +282,7 @@ int runChat(const ChatArgs& args) {
                                         : std::to_string(r.droppedExperts) +
                                               " routed expert(s) could not be loaded";
         history.push_back(std::move(reply));
-        saveHistory(args, history);
+        unsaved = !saveHistory(args, history);
         const char* how = r.cancelled ? "stopped" : r.endOfTurn ? "end of turn" : "token limit";
         std::fprintf(stderr, "[reused %d of %d positions, %zu tokens in %s, %s]\n",
                      r.reusedPositions, r.promptTokens, r.ids.size(),
@@ -293,6 +297,14 @@ int runChat(const ChatArgs& args) {
                        "; this answer is not the model's");
             exitCode = kExitInvalid;
         }
+    }
+    // The session may go on after a failed save, but it does not end as a success: the
+    // history file is not the conversation.
+    if (unsaved) {
+        printError("--history " + args.history +
+                   ": the last save failed (see the warning above), so the file does not hold "
+                   "the whole conversation");
+        if (exitCode == kExitOk) exitCode = kExitFailure;
     }
     return exitCode;
 }
