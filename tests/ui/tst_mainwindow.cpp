@@ -1,4 +1,5 @@
 #include <QAction>
+#include <QApplication>
 #include <QFile>
 #include <QLabel>
 #include <QLineEdit>
@@ -13,6 +14,7 @@
 #include <QStatusBar>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QTimer>
 
 #include "AboutDialog.h"
 #include "MainWindow.h"
@@ -25,6 +27,8 @@
 #include "wizard/SetupWizard.h"
 
 #include <k3/chat.hpp>
+
+#include <unistd.h>
 
 class TestMainWindow : public QObject {
     Q_OBJECT
@@ -45,6 +49,7 @@ private slots:
     void firstRunOpensTheWizardOverTheDemo();
     void importErrorIsPlainText();
     void importKeepsEveryFieldAndReopens();
+    void conversationInUseElsewhereIsNotOpened();
 };
 
 namespace {
@@ -405,6 +410,39 @@ void TestMainWindow::importKeepsEveryFieldAndReopens() {
                  .data(ConversationModel::StatsRole)
                  .toString(),
              QStringLiteral("RUN INVALID: a NaN or Inf reached the logits"));
+    QVERIFY(window.store()->remove(id));
+}
+
+void TestMainWindow::conversationInUseElsewhereIsNotOpened() {
+    // Another session (here this test, as `k3 --chat --history` would) writes the
+    // conversation: the window says so instead of opening it to overwrite that session.
+    MainWindow window;
+    const QString id =
+        window.store()->save({}, {{QStringLiteral("user"), QStringLiteral("shared")},
+                                  {QStringLiteral("assistant"), QStringLiteral("ok")}});
+    window.store()->release();
+    k3::OutputLock other(window.store()->pathFor(id).toStdString());
+    QString title, text, details;
+    QTimer::singleShot(0, &window, [&] {
+        auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
+        if (!box) return;
+        title = box->windowTitle();
+        text = box->text();
+        details = box->detailedText();
+        QCOMPARE(box->textFormat(), Qt::PlainText);
+        box->accept();
+    });
+    window.openConversation(id);
+    QCOMPARE(title, QStringLiteral("The conversation is in use"));
+    QVERIFY2(text.startsWith(QStringLiteral("Another k3chat window or k3 session")),
+             qPrintable(text));
+    QCOMPARE(details, window.store()->pathFor(id) +
+                          QStringLiteral(" is in use by another session (pid %1): two sessions "
+                                         "writing one conversation would overwrite each other's "
+                                         "turns; close the other one or choose another file")
+                              .arg(::getpid()));
+    QCOMPARE(window.currentConversationId(), QString());
+    QCOMPARE(window.conversationView()->messageCount(), 0);
     QVERIFY(window.store()->remove(id));
 }
 
