@@ -268,6 +268,10 @@ int main(int argc, char** argv) {
                "Environment: K3_MODEL_DIR (MODEL_DIR), HF_TOKEN and K3_REVISION (download), "
                "OMP_NUM_THREADS.");
 
+    // CLI11's own errors quote the arguments: shown, never obeyed, like every message.
+    app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
+        return k3cli::terminalSafe(CLI::FailureMessage::simple(failed, e));
+    });
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

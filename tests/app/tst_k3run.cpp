@@ -433,6 +433,13 @@ void TestK3Run::messagesNeverCarryEscapeSequences() {
     QVERIFY2(!r.err.contains(QChar(0x1b)) && !r.err.contains(QChar(0x07)), qPrintable(r.err));
     QVERIFY2(r.err.contains(tmp.path() + "/\\x1b]0;pwned\\x07\\x1b[2J/run.json"),
              qPrintable(r.err));
+    // The command-line parser's own errors quote the argument too.
+    const K3Run usage = runK3(
+        {kModels + "k3_tiny_a", "--ids", "1", "--preset", QString::fromUtf8("\x1b]0;pwned\x07")});
+    QCOMPARE(usage.exitCode, 2);
+    QVERIFY2(!usage.err.contains(QChar(0x1b)) && !usage.err.contains(QChar(0x07)),
+             qPrintable(usage.err));
+    QVERIFY2(usage.err.contains("\\x1b]0;pwned\\x07"), qPrintable(usage.err));
 }
 
 QTEST_GUILESS_MAIN(TestK3Run)
