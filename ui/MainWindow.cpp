@@ -311,7 +311,14 @@ bool MainWindow::importConversation(const QString& file) {
         // Reported, and the file is left as it is (the store only ever reads it). The
         // message quotes the transcript: plain text, never markup (<img src=...> stays
         // text and loads nothing).
-        qWarning("k3chat: %s", e.what());
+        // On stderr (a terminal, often) the quoted transcript is shown, never obeyed.
+        QString logged;
+        for (const QChar c : QString::fromUtf8(e.what()))
+            logged += (c.unicode() < 0x20 && c != QLatin1Char('\n') && c != QLatin1Char('\t')) ||
+                              (c.unicode() >= 0x7f && c.unicode() <= 0x9f)
+                          ? QStringLiteral("\\x%1").arg(c.unicode(), 2, 16, QLatin1Char('0'))
+                          : QString(c);
+        qWarning("k3chat: %s", qPrintable(logged));
         auto* box = new QMessageBox(QMessageBox::Warning, tr("Could not import the conversation"),
                                     QString::fromUtf8(e.what()), QMessageBox::Ok, this);
         box->setObjectName(QStringLiteral("importErrorBox"));

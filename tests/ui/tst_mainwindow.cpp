@@ -382,6 +382,16 @@ void TestMainWindow::importErrorIsPlainText() {
     QVERIFY(!box->grab().isNull()); // drawn at once: nothing is loaded
     box->close();
     QCOMPARE(window.conversationView()->messageCount(), 0);
+
+    // The same message on stderr shows an escape sequence as text.
+    const QString escaped = tmp.filePath("escape.jsonl");
+    writeFile(escaped, "{\"role\":\"\\u001b[2J\",\"content\":\"x\"}\n");
+    QTest::ignoreMessage(QtWarningMsg,
+                         qPrintable(QStringLiteral("k3chat: ") + escaped +
+                                    QStringLiteral(":1: field \"role\" has unknown value "
+                                                   "\"\\x1b[2J\" (expected system, user, "
+                                                   "assistant or tool)")));
+    QVERIFY(!window.importConversation(escaped));
 }
 
 void TestMainWindow::importKeepsEveryFieldAndReopens() {
