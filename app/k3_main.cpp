@@ -218,10 +218,11 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(1, 1000000))
         ->group(diagGroup)
         ->type_name("N");
-    CLI::Option* outOpt =
-        app.add_option("--out", run.out, "The JSON run report (default k3_run.json)")
-            ->group(diagGroup)
-            ->type_name("FILE");
+    CLI::Option* outOpt = app.add_option("--out", run.out,
+                                         "The JSON run report (default k3_run.json; - writes it to "
+                                         "stdout and the rest to stderr)")
+                              ->group(diagGroup)
+                              ->type_name("FILE");
     CLI::Option* dumpLogitsOpt =
         app.add_option("--dump-logits", run.dumpLogits,
                        "Write the first step's logits (vocab_size float32) to FILE")
@@ -290,6 +291,10 @@ int main(int argc, char** argv) {
                "Environment: K3_MODEL_DIR (MODEL_DIR), HF_TOKEN and K3_REVISION (download), "
                "OMP_NUM_THREADS.");
 
+    // CLI11's own errors quote the arguments: shown, never obeyed, like every message.
+    app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
+        return k3cli::terminalSafe(CLI::FailureMessage::simple(failed, e));
+    });
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -304,8 +309,10 @@ int main(int argc, char** argv) {
             options.measureDisk = !doctorNoDisk;
             options.disk.maxSecondsPerDepth = doctorSeconds;
             const k3::DoctorReport report = k3::runDoctor(options);
-            const std::string text =
-                doctorJson ? k3::doctorReportJson(report) + "\n" : k3::formatDoctorReport(report);
+            // The text report names paths and the checkpoint's own strings: shown, not obeyed.
+            const std::string text = doctorJson
+                                         ? k3::doctorReportJson(report) + "\n"
+                                         : k3cli::terminalSafe(k3::formatDoctorReport(report));
             std::fputs(text.c_str(), stdout);
             return report.canRun() ? 0 : 1;
         }

@@ -1,15 +1,12 @@
 // k3chat: the desktop app.
 #include "MainWindow.h"
-#include "chat/ConversationStore.h"
 
 #include <QApplication>
 #include <QCommandLineParser>
-#include <QMessageBox>
 #include <QPixmap>
 #include <QScreen>
 #include <QTimer>
 
-#include <k3/chat.hpp>
 #include <k3/version.hpp>
 
 namespace {
@@ -74,26 +71,7 @@ int main(int argc, char** argv) {
 
     MainWindow window;
     window.show();
-    if (parser.isSet(conversation)) {
-        const QString file = parser.value(conversation);
-        try {
-            QVector<ChatTurn> turns;
-            for (const k3::ChatMessage& m : k3::readTranscript(file.toStdString()))
-                turns.append({QString::fromUtf8(k3::chatRoleName(m.role)),
-                              QString::fromStdString(m.content),
-                              QString::fromStdString(m.reasoningContent)});
-            window.openConversation(window.store()->save({}, turns));
-            window.refreshConversationList();
-        } catch (const std::exception& e) {
-            // Reported, and the file is left as it is (the store only ever reads it).
-            qWarning("k3chat: %s", e.what());
-            auto* box = new QMessageBox(QMessageBox::Warning,
-                                        QObject::tr("Could not import the conversation"),
-                                        QString::fromUtf8(e.what()), QMessageBox::Ok, &window);
-            box->setAttribute(Qt::WA_DeleteOnClose);
-            box->open(); // not exec(): --quit-after must still be able to close the app
-        }
-    }
+    if (parser.isSet(conversation)) window.importConversation(parser.value(conversation));
     if (parser.isSet(model))
         window.loadModel(parser.value(model));
     else

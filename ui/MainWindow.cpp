@@ -238,6 +238,7 @@ void MainWindow::newChat() {
     m_conversation->conversation()->clear();
     m_engine->resetConversation();
     m_currentId.clear();
+    m_store->release(); // the next save claims the new conversation
     m_conversationList->clearSelection();
     m_composer->clear();
     m_composer->setFocus();
@@ -272,16 +273,61 @@ void MainWindow::openConversation(const QString& id) {
     stopGeneration();
     cancelEdit();
     try {
+        // Claimed first: another window or `k3 --chat --history` writing it is told, and
+        // this one does not open it to overwrite that session's turns.
+        m_store->claim(id);
+    } catch (const std::exception& e) {
+        QMessageBox box(QMessageBox::Warning, tr("The conversation is in use"),
+                        tr("Another k3chat window or k3 session is writing this conversation; "
+                           "close it there first."),
+                        QMessageBox::Ok, this);
+        box.setTextFormat(Qt::PlainText);
+        box.setDetailedText(QString::fromUtf8(e.what()));
+        box.exec();
+        return;
+    }
+    try {
         const QVector<ChatTurn> turns = m_store->load(id);
         m_conversation->conversation()->setTurns(turns);
         m_currentId = id;
         statusBar()->showMessage(tr("Opened \"%1\"").arg(ConversationStore::titleFor(turns)), 5000);
     } catch (const std::exception& e) {
+        m_store->release();
         QMessageBox box(QMessageBox::Warning, tr("Could not open the conversation"),
                         tr("The saved conversation could not be read; the file was left as it is."),
                         QMessageBox::Ok, this);
+        box.setTextFormat(Qt::PlainText);
         box.setDetailedText(QString::fromUtf8(e.what()));
         box.exec();
+    }
+}
+
+bool MainWindow::importConversation(const QString& file) {
+    try {
+        const QVector<ChatTurn> turns =
+            ConversationStore::toTurns(k3::readTranscript(file.toStdString()));
+        openConversation(m_store->save({}, turns));
+        refreshConversationList();
+        return true;
+    } catch (const std::exception& e) {
+        // Reported, and the file is left as it is (the store only ever reads it). The
+        // message quotes the transcript: plain text, never markup (<img src=...> stays
+        // text and loads nothing).
+        // On stderr (a terminal, often) the quoted transcript is shown, never obeyed.
+        QString logged;
+        for (const QChar c : QString::fromUtf8(e.what()))
+            logged += (c.unicode() < 0x20 && c != QLatin1Char('\n') && c != QLatin1Char('\t')) ||
+                              (c.unicode() >= 0x7f && c.unicode() <= 0x9f)
+                          ? QStringLiteral("\\x%1").arg(c.unicode(), 2, 16, QLatin1Char('0'))
+                          : QString(c);
+        qWarning("k3chat: %s", qPrintable(logged));
+        auto* box = new QMessageBox(QMessageBox::Warning, tr("Could not import the conversation"),
+                                    QString::fromUtf8(e.what()), QMessageBox::Ok, this);
+        box->setObjectName(QStringLiteral("importErrorBox"));
+        box->setTextFormat(Qt::PlainText);
+        box->setAttribute(Qt::WA_DeleteOnClose);
+        box->open(); // not exec(): --quit-after must still be able to close the app
+        return false;
     }
 }
 
@@ -370,6 +416,7 @@ void MainWindow::onLoadFailed(const QString& message) {
                     tr("The model could not be loaded. Check that the folder holds a complete "
                        "checkpoint (config.json, every shard, the tokenizer files)."),
                     QMessageBox::Ok, this);
+    box.setTextFormat(Qt::PlainText);
     box.setDetailedText(message);
     box.exec();
 }
@@ -467,7 +514,10 @@ void MainWindow::exportConversation() {
         k3::writeFileAtomically(path.toStdString(), conversationMarkdown(turns).toStdString());
         statusBar()->showMessage(tr("Exported to %1").arg(path), 5000);
     } catch (const std::exception& e) {
-        QMessageBox::warning(this, tr("Export failed"), QString::fromUtf8(e.what()));
+        QMessageBox box(QMessageBox::Warning, tr("Export failed"), QString::fromUtf8(e.what()),
+                        QMessageBox::Ok, this);
+        box.setTextFormat(Qt::PlainText); // the message names a path the user typed
+        box.exec();
     }
 }
 
@@ -490,8 +540,14 @@ void MainWindow::onFinished(const GenerationSummary& s) {
         stats += tr(" · %1 s/token").arg(s.decodeSeconds / s.generatedTokens, 0, 'f', 3);
     if (s.reusedPositions > 0) stats += tr(" · %1 positions reused").arg(s.reusedPositions);
     if (s.cancelled) stats += tr(" · stopped");
-    if (!s.valid) stats += tr(" · RUN INVALID (an expert failed to load or a NaN appeared)");
-    m_conversation->conversation()->finishLast(stats);
+    QString invalid;
+    if (!s.valid) {
+        invalid = s.invalidReason.isEmpty() ? tr("an expert failed to load or a NaN appeared")
+                                            : s.invalidReason;
+        stats += tr(" · RUN INVALID (%1)").arg(invalid);
+    }
+    // Saved with the answer, so the conversation says it when reopened.
+    m_conversation->conversation()->finishLast(stats, invalid);
     m_composer->setGenerating(false);
     saveConversation();
     statusBar()->showMessage(tr("%1 · ready").arg(m_modelName));
@@ -504,6 +560,7 @@ void MainWindow::onFailed(const QString& message) {
     QMessageBox box(QMessageBox::Warning, tr("The answer failed"),
                     tr("The engine stopped with an error; the conversation is kept."),
                     QMessageBox::Ok, this);
+    box.setTextFormat(Qt::PlainText);
     box.setDetailedText(message);
     box.exec();
 }

@@ -40,6 +40,11 @@ public:
     // The conversation as Markdown, for File > Export.
     static QString conversationMarkdown(const QVector<ChatTurn>& turns);
 
+    // Imports the JSONL transcript `file` (k3 --chat --history's format) as a new
+    // conversation and opens it; the file itself is not changed. On failure a non-modal
+    // message box (plain text: it quotes the file) says why, and false is returned.
+    bool importConversation(const QString& file);
+
 public slots:
     void newChat();
     void regenerate();

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -78,16 +79,19 @@ private:
 
 std::vector<k3::ChatMessage> initialHistory(const ChatArgs& args) {
     std::vector<k3::ChatMessage> history;
-    if (args.system) history.push_back({k3::ChatRole::System, *args.system, {}, {}});
+    if (args.system) history.push_back({k3::ChatRole::System, *args.system, {}, {}, {}});
     return history;
 }
 
-void saveHistory(const ChatArgs& args, const std::vector<k3::ChatMessage>& history) {
-    if (args.history.empty()) return;
+// False when the save failed (warned; the conversation goes on).
+bool saveHistory(const ChatArgs& args, const std::vector<k3::ChatMessage>& history) {
+    if (args.history.empty()) return true;
     try {
         k3::writeTranscript(args.history, history);
+        return true;
     } catch (const std::exception& error) {
         printWarning(std::string("the transcript was not saved: ") + error.what());
+        return false;
     }
 }
 
@@ -133,6 +137,22 @@ std::size_t assistantTurns(const std::vector<k3::ChatMessage>& history) {
 } // namespace
 
 int runChat(const ChatArgs& args) {
+    // --history is checked and locked before anything is read: a folder, device or FIFO
+    // is refused (it would chat and save nothing), and a second session on the same file
+    // is told so instead of silently overwriting this one's turns.
+    std::optional<k3::OutputLock> historyLock;
+    if (!args.history.empty()) {
+        try {
+            k3::resolveOutputFile(args.history);
+        } catch (const k3::ChatError& error) {
+            throw usageError(std::string("--history: ") + error.what());
+        }
+        try {
+            historyLock.emplace(args.history);
+        } catch (const k3::ChatError& error) {
+            throw CommandError{kExitFailure, std::string("--history: ") + error.what()};
+        }
+    }
     std::vector<k3::ChatMessage> history = loadHistory(args);
     LoadedSession loaded = openModel(args.model, TokenizerNeed::Required);
     k3::Session& session = loaded.session;
@@ -152,7 +172,7 @@ int runChat(const ChatArgs& args) {
     installInterruptHandler(false); // before the banner: from then on Ctrl-C is ours
     int seen = interruptCount();    // presses dealt with (those that stopped an answer)
     std::fprintf(stderr, "k3 chat: %s (%d layers, %s), %s%s. /help for commands.\n",
-                 args.model.modelDir.c_str(), session.model().layersBound(),
+                 terminalSafe(args.model.modelDir).c_str(), session.model().layersBound(),
                  formatDuration(loaded.loadSeconds).c_str(),
                  args.noThink ? "thinking off" : ("thinking " + args.thinkingEffort).c_str(),
                  sampling.sampling ? ", sampling" : ", greedy");
@@ -173,8 +193,8 @@ int runChat(const ChatArgs& args) {
             if (resumed)
                 std::fprintf(stderr,
                              "[resumed %zu messages from %s: prefilled %d positions in %s]\n",
-                             history.size(), args.history.c_str(), session.positions(),
-                             formatDuration(r.prefillSeconds).c_str());
+                             history.size(), terminalSafe(args.history).c_str(),
+                             session.positions(), formatDuration(r.prefillSeconds).c_str());
             if (r.cancelled) session.reset();
         } catch (const k3::ChatError& error) {
             throw usageError("--history " + args.history + ": " + error.what());
@@ -185,6 +205,7 @@ int runChat(const ChatArgs& args) {
     }
 
     int exitCode = kExitOk;
+    bool unsaved = false;     // the last save failed: the file lacks the latest turns
     int promptInterrupts = 0; // consecutive Ctrl-C at the prompt
     for (;;) {
         clearCancel();
@@ -224,16 +245,16 @@ int runChat(const ChatArgs& args) {
         if (line == "/reset") {
             history = initialHistory(args);
             session.reset();
-            saveHistory(args, history);
+            unsaved = !saveHistory(args, history);
             std::fprintf(stderr, "[conversation reset]\n");
             continue;
         }
         if (line.front() == '/' && line.find(' ') == std::string::npos) {
-            std::fprintf(stderr, "unknown command %s; /help lists the commands\n", line.c_str());
+            printNote("unknown command " + line + "; /help lists the commands");
             continue;
         }
 
-        history.push_back({k3::ChatRole::User, k3::sanitizeUtf8(line), {}, {}});
+        history.push_back({k3::ChatRole::User, k3::sanitizeUtf8(line), {}, {}, {}});
         options.sampling.seed = turnSeed(seed, assistantTurns(history));
         ChatPrinter printer(tty);
         k3::GenerateResult r;
@@ -256,25 +277,35 @@ int runChat(const ChatArgs& args) {
             std::fprintf(stderr, "[stopped before the answer began; message dropped]\n");
             continue;
         }
-        history.push_back(r.reply);
-        saveHistory(args, history);
+        k3::ChatMessage reply = r.reply;
+        if (!r.valid()) // saved marked, so a resumed conversation still says it
+            reply.invalid = r.nonFinite ? "a NaN or Inf reached the logits"
+                                        : std::to_string(r.droppedExperts) +
+                                              " routed expert(s) could not be loaded";
+        history.push_back(std::move(reply));
+        unsaved = !saveHistory(args, history);
         const char* how = r.cancelled ? "stopped" : r.endOfTurn ? "end of turn" : "token limit";
         std::fprintf(stderr, "[reused %d of %d positions, %zu tokens in %s, %s]\n",
                      r.reusedPositions, r.promptTokens, r.ids.size(),
                      formatDuration(r.prefillSeconds + r.decodeSeconds).c_str(), how);
         // A few are enough to tell malformed output; a random model makes hundreds.
         for (std::size_t i = 0; i < r.problems.size() && i < 3; ++i)
-            std::fprintf(stderr, "[model output: %s]\n", r.problems[i].c_str());
+            printNote("[model output: " + r.problems[i] + "]");
         if (r.problems.size() > 3)
             std::fprintf(stderr, "[model output: %zu more problems]\n", r.problems.size() - 3);
         if (!r.valid()) {
-            printError("RUN INVALID: " +
-                       (r.nonFinite ? std::string("a NaN or Inf reached the logits")
-                                    : std::to_string(r.droppedExperts) +
-                                          " routed expert(s) could not be loaded") +
+            printError("RUN INVALID: " + history.back().invalid +
                        "; this answer is not the model's");
             exitCode = kExitInvalid;
         }
+    }
+    // The session may go on after a failed save, but it does not end as a success: the
+    // history file is not the conversation.
+    if (unsaved) {
+        printError("--history " + args.history +
+                   ": the last save failed (see the warning above), so the file does not hold "
+                   "the whole conversation");
+        if (exitCode == kExitOk) exitCode = kExitFailure;
     }
     return exitCode;
 }

@@ -24,12 +24,17 @@ void onInterrupt(int) {
 
 void printError(const std::string& message) {
     std::fflush(stdout);
-    std::fprintf(stderr, "k3: error: %s\n", message.c_str());
+    std::fprintf(stderr, "k3: error: %s\n", terminalSafe(message).c_str());
 }
 
 void printWarning(const std::string& message) {
     std::fflush(stdout);
-    std::fprintf(stderr, "k3: warning: %s\n", message.c_str());
+    std::fprintf(stderr, "k3: warning: %s\n", terminalSafe(message).c_str());
+}
+
+void printNote(const std::string& message) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s\n", terminalSafe(message).c_str());
 }
 
 bool stdoutIsTty() {

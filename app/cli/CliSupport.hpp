@@ -25,10 +25,16 @@ inline CommandError usageError(std::string message) {
     return {kExitUsage, std::move(message)};
 }
 
+// Every message k3 prints on stderr goes through these three, and each passes the
+// message through terminalSafe() (below), terminal or not: messages carry file names,
+// tensor names, tokenizer lines, transcript values, JSON excerpts and hub file names,
+// and none of them may move the cursor, clear the screen or set the window title.
 // "k3: error: MESSAGE" on stderr, as one paragraph (no stack of nested causes).
 void printError(const std::string& message);
 // "k3: warning: MESSAGE".
 void printWarning(const std::string& message);
+// "MESSAGE" on its own line.
+void printNote(const std::string& message);
 
 bool stdoutIsTty();
 bool stderrIsTty();
@@ -42,7 +48,8 @@ void clearCancel();
 int interruptCount();
 
 // Model output is text, never terminal commands: control characters (C0 except tab and
-// newline, DEL, and UTF-8 encoded C1) become visible escapes like "\x1b".
+// newline, DEL, and UTF-8 encoded C1) become visible escapes like "\x1b". Model text on
+// stdout passes it on a terminal; messages on stderr always (printError and friends).
 std::string terminalSafe(const std::string& text);
 
 // Progress lines on a terminal are drawn at most this often (and at the end).

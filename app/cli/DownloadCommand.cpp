@@ -105,7 +105,7 @@ private:
             100.0 * fractionOf(p.bytesDone, p.bytesTotal), formatBytes(double(p.bytesDone)).c_str(),
             formatBytes(double(p.bytesTotal)).c_str(),
             p.state == k3::FileState::Verifying ? "verifying" : speed(p.bytesPerSecond).c_str(),
-            p.name.c_str());
+            terminalSafe(p.name).c_str());
         return text;
     }
 
@@ -114,10 +114,11 @@ private:
         drawn_ = 0;
     }
 
-    // A log line goes above the live block, which is then drawn again below it.
+    // A log line goes above the live block, which is then drawn again below it. Lines
+    // carry hub file names and server messages: never terminal commands.
     void printAbove(const std::string& line) {
         if (tty_) clearBlock();
-        std::printf("%s\n", line.c_str());
+        std::printf("%s\n", terminalSafe(line).c_str());
         if (tty_) redraw(true);
         std::fflush(stdout);
     }

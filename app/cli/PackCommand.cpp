@@ -10,7 +10,9 @@
 namespace k3cli {
 namespace {
 std::atomic<bool> packCancel{false};
-extern "C" void onPackInterrupt(int) { packCancel.store(true); }
+extern "C" void onPackInterrupt(int) {
+    packCancel.store(true);
+}
 } // namespace
 
 int runPack(const std::string& modelDir, const std::string& trunkDir) {
@@ -18,26 +20,29 @@ int runPack(const std::string& modelDir, const std::string& trunkDir) {
     const bool tty = stderrIsTty();
     int lastPercent = -1;
     const auto observer = [&](const k3::PackProgress& p) {
-        const int percent = p.bytesTotal ? int(100.0 * double(p.bytesDone) / double(p.bytesTotal)) : 100;
+        const int percent =
+            p.bytesTotal ? int(100.0 * double(p.bytesDone) / double(p.bytesTotal)) : 100;
         if (tty) {
             std::fprintf(stderr, "\r\033[2Kpacking %d/%d records · %.1f/%.1f MB · %.0f MB/s · %s",
                          p.recordsDone, p.recordsTotal, double(p.bytesDone) / 1e6,
                          double(p.bytesTotal) / 1e6, p.mbPerSecond, p.record.c_str());
         } else if (percent / 10 != lastPercent / 10 || p.recordsDone == p.recordsTotal) {
-            std::fprintf(stderr, "packing %d/%d records, %d%%\n", p.recordsDone, p.recordsTotal, percent);
+            std::fprintf(stderr, "packing %d/%d records, %d%%\n", p.recordsDone, p.recordsTotal,
+                         percent);
         }
         lastPercent = percent;
     };
     try {
         const k3::PackResult r = k3::packTrunk(modelDir, trunkDir, observer, &packCancel);
         if (tty) std::fputc('\n', stderr);
-        std::printf("packed %d layers into %s/trunk.bin: %.1f MB (largest layer %.1f MB) in %.1f s\n",
-                    r.layers, trunkDir.c_str(), double(r.fileBytes) / 1e6,
-                    double(r.largestLayerBytes) / 1e6, r.seconds);
+        std::printf(
+            "packed %d layers into %s/trunk.bin: %.1f MB (largest layer %.1f MB) in %.1f s\n",
+            r.layers, terminalSafe(trunkDir).c_str(), double(r.fileBytes) / 1e6,
+            double(r.largestLayerBytes) / 1e6, r.seconds);
         return kExitOk;
     } catch (const std::exception& e) {
         if (tty) std::fputc('\n', stderr);
-        std::fprintf(stderr, "k3 pack: %s\n", e.what());
+        printNote(std::string("k3 pack: ") + e.what());
         return packCancel.load() ? 130 : kExitFailure;
     }
 }

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <unistd.h>
 
 namespace k3cli {
 
@@ -31,6 +32,54 @@ std::string readPromptFile(const std::string& path) {
     text << in.rdbuf();
     if (in.bad()) throw usageError("--prompt-file " + path + ": read error");
     return text.str();
+}
+
+// `--out -`: the report is the only thing on stdout (so `k3 ... --out - | jq` works);
+// everything else printed to stdout goes to stderr while this lives.
+class ReportOnStdout {
+public:
+    explicit ReportOnStdout(bool active) {
+        if (!active) return;
+        std::fflush(stdout);
+        reportFd_ = ::dup(STDOUT_FILENO);
+        if (reportFd_ < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
+            throw CommandError{kExitFailure, std::string("--out -: cannot set up stdout: ") +
+                                                 std::strerror(errno)};
+    }
+    ~ReportOnStdout() {
+        if (reportFd_ < 0) return;
+        std::fflush(stdout);
+        ::dup2(reportFd_, STDOUT_FILENO);
+        ::close(reportFd_);
+    }
+    ReportOnStdout(const ReportOnStdout&) = delete;
+    ReportOnStdout& operator=(const ReportOnStdout&) = delete;
+
+    // The whole report to the real stdout.
+    void write(const std::string& text) const {
+        std::size_t done = 0;
+        while (done < text.size()) {
+            const ssize_t n = ::write(reportFd_, text.data() + done, text.size() - done);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0)
+                throw k3::ChatError(std::string("writing to stdout failed: ") +
+                                    std::strerror(errno));
+            done += std::size_t(n);
+        }
+    }
+
+private:
+    int reportFd_ = -1;
+};
+
+// An output file is checked before the model loads: a run is not thrown away at the end
+// because --out names a folder, a device or a read-only file.
+void checkOutputFile(const char* option, const std::string& path) {
+    try {
+        k3::resolveOutputFile(path);
+    } catch (const k3::ChatError& error) {
+        throw usageError(std::string(option) + ": " + error.what());
+    }
 }
 
 // Quoted and escaped, so a token's bytes are visible on one line.
@@ -208,6 +257,10 @@ int runBatch(const RunArgs& args) {
         throw usageError(std::string(args.prompt ? "--prompt" : "--prompt-file") +
                          " is empty: give the text to continue");
 
+    const bool reportToStdout = args.out == "-";
+    if (!reportToStdout) checkOutputFile("--out", args.out);
+    if (!args.dumpLogits.empty()) checkOutputFile("--dump-logits", args.dumpLogits);
+
     const MemoryArgs& memory = args.model.memory;
     if (!memory.cacheTraceDir.empty() && !(memory.cacheGB && *memory.cacheGB > 0))
         throw usageError("--dump-cache-trace " + memory.cacheTraceDir +
@@ -222,6 +275,7 @@ int runBatch(const RunArgs& args) {
                              std::to_string(i + 1) + ") is outside 0.." +
                              std::to_string(config.vocabSize - 1) + " (vocab_size)");
 
+    const ReportOnStdout stdoutReport(reportToStdout);
     LoadedSession loaded =
         openModel(args.model, args.ids ? TokenizerNeed::IfPresent : TokenizerNeed::Required);
     k3::Session& session = loaded.session;
@@ -235,8 +289,8 @@ int runBatch(const RunArgs& args) {
 
     const ResolvedSampling sampling = resolveSampling(args.model.sampling);
     std::printf("Kimi K3, k3 %s, CPU\n", k3::kVersion);
-    std::printf("  model    : %s\n", args.model.modelDir.c_str());
-    std::printf("  config   : %s\n", session.config().summary().c_str());
+    std::printf("  model    : %s\n", terminalSafe(args.model.modelDir).c_str());
+    std::printf("  config   : %s\n", terminalSafe(session.config().summary()).c_str());
     std::printf("  prompt   : %zu tokens, generating %d (%s)\n", promptIds.size(), args.gen,
                 sampling.sampling ? "sampling" : "greedy");
     std::printf("  loaded   : %d layers in %s\n\n", session.model().layersBound(),
@@ -411,7 +465,8 @@ int runBatch(const RunArgs& args) {
         try {
             session.model().writeCacheTrace(memory.cacheTraceDir);
             std::printf("cache trace: %s/expert_requests.tsv (%llu requests)\n",
-                        memory.cacheTraceDir.c_str(), (unsigned long long)mem.cache.requests);
+                        terminalSafe(memory.cacheTraceDir).c_str(),
+                        (unsigned long long)mem.cache.requests);
             report["cache_trace"] = {{"dir", memory.cacheTraceDir},
                                      {"requests_file", "expert_requests.tsv"},
                                      {"records", mem.cache.requests}};
@@ -421,10 +476,15 @@ int runBatch(const RunArgs& args) {
         }
     }
     try {
-        k3::writeFileAtomically(
-            args.out,
-            report.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
-        std::printf("run report: %s\n", args.out.c_str());
+        const std::string json =
+            report.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+        if (reportToStdout) {
+            std::fflush(stdout);
+            stdoutReport.write(json);
+        } else {
+            k3::writeFileAtomically(args.out, json);
+            std::printf("run report: %s\n", terminalSafe(args.out).c_str());
+        }
     } catch (const std::exception& error) {
         printError(std::string("cannot write the run report: ") + error.what());
         code = kExitFailure;
@@ -435,17 +495,21 @@ int runBatch(const RunArgs& args) {
                        ": the run stopped before the first step's logits existed");
             code = kExitFailure;
         } else {
-            std::ofstream out(args.dumpLogits, std::ios::binary | std::ios::trunc);
-            out.write(reinterpret_cast<const char*>(observer.firstLogits.data()),
-                      std::streamsize(observer.firstLogits.size() * sizeof(float)));
-            out.close();
-            if (!out) {
-                printError("--dump-logits " + args.dumpLogits +
-                           ": cannot write: " + std::strerror(errno));
+            std::string error;
+            try { // the same rule as the report: regular files only, replaced atomically
+                k3::writeFileAtomically(
+                    args.dumpLogits,
+                    std::string_view(reinterpret_cast<const char*>(observer.firstLogits.data()),
+                                     observer.firstLogits.size() * sizeof(float)));
+            } catch (const std::exception& e) {
+                error = e.what();
+            }
+            if (!error.empty()) {
+                printError("--dump-logits: " + error);
                 code = kExitFailure;
             } else {
-                std::printf("first-step logits: %s (%zu float32)\n", args.dumpLogits.c_str(),
-                            observer.firstLogits.size());
+                std::printf("first-step logits: %s (%zu float32)\n",
+                            terminalSafe(args.dumpLogits).c_str(), observer.firstLogits.size());
             }
         }
     }

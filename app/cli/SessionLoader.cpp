@@ -69,7 +69,8 @@ LoadedSession openModel(const ModelArgs& args, TokenizerNeed need) {
     // Refuse up front (exit 1, with the numbers and the options) a plan over 95% of
     // MemAvailable, rather than swapping or being killed halfway through a run.
     options.enforceMemoryPlan = true;
-    if (stderrIsTty()) std::fprintf(stderr, "loading %s ...\r", args.modelDir.c_str());
+    if (stderrIsTty())
+        std::fprintf(stderr, "loading %s ...\r", terminalSafe(args.modelDir).c_str());
     const auto t0 = std::chrono::steady_clock::now();
     try {
         LoadedSession loaded{k3::Session::open(options), loadTokenizer ? tokDir : std::string(), 0};

@@ -4,6 +4,7 @@
 // counts and structure, never on pleasant text.
 #include "K3Process.hpp"
 
+#include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QRegularExpression>
@@ -11,7 +12,9 @@
 #include <QTest>
 
 #include <csignal>
+#include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <k3/chat.hpp>
 #include <k3/tokenizer.hpp>
@@ -74,6 +77,11 @@ private slots:
     void systemMismatchIsRefused();
     void ctrlCStopsTheAnswerAndKeepsTheConversation();
     void ctrlCTwiceAtThePromptExits();
+    void historyFolderOrFifoIsRefused();
+    void secondSessionOnOneHistoryIsRefused();
+    void symlinkedHistoryStaysALink();
+    void transcriptValuesAreShownNotObeyed();
+    void invalidAnswerIsMarkedInTheHistory();
 };
 
 void TestK3ChatCli::answersResetsAndReusesPositions() {
@@ -216,6 +224,116 @@ void TestK3ChatCli::ctrlCTwiceAtThePromptExits() {
     QVERIFY(p.waitForFinished(10000));
     QCOMPARE(p.exitStatus(), QProcess::NormalExit);
     QCOMPARE(p.exitCode(), 0);
+}
+
+void TestK3ChatCli::historyFolderOrFifoIsRefused() {
+    // `--history DIR` used to chat, save nothing and exit 0; a FIFO blocked the read.
+    QTemporaryDir tmp;
+    const K3Run dir = runK3({kModels + "k3_tiny_a", "--chat", "--history", tmp.path()}, "hi\n");
+    QCOMPARE(dir.exitCode, 2);
+    QCOMPARE(dir.err, "k3: error: --history: cannot write " + tmp.path() +
+                          ": it is a directory; k3 writes only regular files; give a file "
+                          "name\n");
+    QCOMPARE(QDir(tmp.path()).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden),
+             QStringList());
+    const QString fifo = tmp.filePath("h.jsonl");
+    QCOMPARE(::mkfifo(QFile::encodeName(fifo).constData(), 0600), 0);
+    const K3Run pipe = runK3({kModels + "k3_tiny_a", "--chat", "--history", fifo}, "hi\n");
+    QCOMPARE(pipe.exitCode, 2);
+    QCOMPARE(pipe.err, "k3: error: --history: cannot write " + fifo +
+                           ": it is a FIFO (named pipe); k3 writes only regular files\n");
+}
+
+void TestK3ChatCli::secondSessionOnOneHistoryIsRefused() {
+    // Two sessions on one history: the last writer used to win silently. This process
+    // plays the first session (k3chat and k3 take the same lock).
+    QTemporaryDir tmp;
+    const QString history = tmp.filePath("h.jsonl");
+    const QString alias = tmp.filePath("alias.jsonl");
+    QVERIFY(QFile::link(QStringLiteral("h.jsonl"), alias));
+    {
+        k3::OutputLock first(history.toStdString());
+        for (const QString& path : {history, alias}) {
+            const K3Run r = runK3({kModels + "k3_tiny_a", "--chat", "--history", path}, "hi\n");
+            QCOMPARE(r.exitCode, 1);
+            QCOMPARE(r.err, "k3: error: --history: " + path +
+                                QStringLiteral(" is in use by another session (pid %1): two "
+                                               "sessions writing one conversation would "
+                                               "overwrite each other's turns; close the other "
+                                               "one or choose another file\n")
+                                    .arg(::getpid()));
+        }
+        QVERIFY(!QFile::exists(history));
+    }
+    const K3Run r = runK3(
+        {kModels + "k3_tiny_a", "--chat", "--no-think", "--max-tokens", "2", "--history", history},
+        "hi\n");
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    QCOMPARE(k3::readTranscript(history.toStdString()).size(), std::size_t(2));
+    // The session's lock file went with it.
+    QCOMPARE(QDir(tmp.path()).entryList(QDir::Files | QDir::Hidden | QDir::System),
+             (QStringList{"alias.jsonl", "h.jsonl"}));
+}
+
+void TestK3ChatCli::symlinkedHistoryStaysALink() {
+    QTemporaryDir tmp;
+    QVERIFY(QDir().mkpath(tmp.filePath("real")));
+    const QString target = tmp.filePath("real/chat.jsonl");
+    writeFile(target,
+              "{\"role\":\"user\",\"content\":\"hi\"}\n"
+              "{\"role\":\"assistant\",\"content\":\"hello\",\"reasoning_content\":\"\"}\n");
+    QCOMPARE(::chmod(QFile::encodeName(target).constData(), 0640), 0);
+    const QString link = tmp.filePath("chat.jsonl");
+    QVERIFY(QFile::link(QStringLiteral("real/chat.jsonl"), link));
+    const K3Run r = runK3(
+        {kModels + "k3_tiny_a", "--chat", "--no-think", "--max-tokens", "2", "--history", link},
+        "again\n");
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    struct stat st {};
+    QCOMPARE(::lstat(QFile::encodeName(link).constData(), &st), 0);
+    QVERIFY(S_ISLNK(st.st_mode));
+    QCOMPARE(::stat(QFile::encodeName(target).constData(), &st), 0);
+    QCOMPARE(int(st.st_mode & 07777), 0640);
+    // The resumed pair, again, and its answer: all in the real file.
+    const auto saved = k3::readTranscript(target.toStdString());
+    QCOMPARE(saved.size(), std::size_t(4));
+    QCOMPARE(saved[2].content, std::string("again"));
+}
+
+void TestK3ChatCli::transcriptValuesAreShownNotObeyed() {
+    // A transcript value in an error message: the escape sequences are printed as text.
+    QTemporaryDir tmp;
+    const QString history = tmp.filePath("h.jsonl");
+    writeFile(history, "{\"role\":\"\\u001b]0;pwned\\u0007\\u001b[2J\",\"content\":\"x\"}\n");
+    const K3Run r = runK3({kModels + "k3_tiny_a", "--chat", "--history", history}, "hi\n");
+    QCOMPARE(r.exitCode, 2);
+    QCOMPARE(r.err, "k3: error: --history: " + history +
+                        ":1: field \"role\" has unknown value \"\\x1b]0;pwned\\x07\\x1b[2J\" "
+                        "(expected system, user, assistant or tool)\n");
+}
+
+void TestK3ChatCli::invalidAnswerIsMarkedInTheHistory() {
+    // An answer from a run that lost experts was saved as an ordinary message.
+    QTemporaryDir tmp;
+    const QString history = tmp.filePath("h.jsonl");
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert(QStringLiteral("K3_FAULT_INJECT"), QStringLiteral("kind:expert,error:eio"));
+    const K3Run r = runK3({kModels + "k3_tiny_b", "--chat", "--no-think", "--max-tokens", "3",
+                           "--cache-gb", "0.0001", "--history", history},
+                          "hi\n", env);
+    QVERIFY2(r.exitCode == 4, qPrintable(QString::number(r.exitCode) + " " + r.err));
+    const auto saved = k3::readTranscript(history.toStdString());
+    QCOMPARE(saved.size(), std::size_t(2));
+    QCOMPARE(saved[0].invalid, std::string());
+    QVERIFY2(saved[1].invalid.ends_with(" routed expert(s) could not be loaded"),
+             saved[1].invalid.c_str());
+    QVERIFY2(r.err.contains("k3: error: RUN INVALID: " + QString::fromStdString(saved[1].invalid) +
+                            "; this answer is not the model's"),
+             qPrintable(r.err));
+    // Read back by the next session, the mark is still there.
+    QFile f(history);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QVERIFY(f.readAll().contains("\"invalid\":\""));
 }
 
 QTEST_GUILESS_MAIN(TestK3ChatCli)

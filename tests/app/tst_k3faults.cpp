@@ -135,9 +135,15 @@ void TestK3Faults::transcriptOutOfSpaceKeepsThePreviousTranscript() {
     const QByteArray before = readAll(history);
     QCOMPARE(k3::readTranscript(history.toStdString()).size(), std::size_t(2));
     const K3Run full = runK3(args, "again\n", faultEnv("kind:transcript,error:enospc"));
-    QCOMPARE(full.exitCode, 0); // the conversation goes on; the warning says what was lost
+    // The conversation goes on and the warning says what was lost; the session does not
+    // end as a success, since the file is not the conversation.
+    QCOMPARE(full.exitCode, 1);
     QVERIFY2(full.err.contains("the transcript was not saved: cannot write " + history) &&
                  full.err.contains("No space left on device"),
+             qPrintable(full.err));
+    QVERIFY2(full.err.endsWith("k3: error: --history " + history +
+                               ": the last save failed (see the warning above), so the file does "
+                               "not hold the whole conversation\n"),
              qPrintable(full.err));
     QCOMPARE(readAll(history), before);
     QCOMPARE(QDir(tmp.path()).entryList(QDir::Files | QDir::Hidden).size(), 1);

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <k3/tokenizer.hpp>
 
@@ -56,6 +58,10 @@ private slots:
     void packThenRunFromTheTrunk();
     void packRefusesAFolderWithoutCheckpoint();
     void downloadUnreachableEndpointFailsClearly();
+    void outRefusesDevicesFifosFoldersAndReadOnlyFiles();
+    void outThroughASymlinkReplacesTheTargetAndKeepsItsMode();
+    void outDashWritesOnlyTheReportToStdout();
+    void messagesNeverCarryEscapeSequences();
 };
 
 void TestK3Run::idsRunGivesReferenceGreedyIds_data() {
@@ -73,7 +79,8 @@ void TestK3Run::packThenRunFromTheTrunk() {
     const QString trunk = tmp.filePath("trunk");
     const K3Run packed = runK3({"pack", dir, trunk});
     QVERIFY2(packed.exitCode == 0, qPrintable(packed.err));
-    QVERIFY2(packed.out.startsWith("packed 9 layers into " + trunk + "/trunk.bin"), qPrintable(packed.out));
+    QVERIFY2(packed.out.startsWith("packed 9 layers into " + trunk + "/trunk.bin"),
+             qPrintable(packed.out));
     QVERIFY(QFile::exists(trunk + "/trunk.json"));
     const QString out = tmp.filePath("run.json");
     const K3Run r = runK3({dir, "--trunk", trunk, "--trunk-gb", "0.1", "--cache-gb", "0.1", "--ids",
@@ -323,6 +330,120 @@ void TestK3Run::downloadUnreachableEndpointFailsClearly() {
     QVERIFY2(r.out.contains("using HF_TOKEN from the environment"), qPrintable(r.out));
     QVERIFY(!r.out.contains("hf_secretTokenValue123"));
     QVERIFY(!r.err.contains("hf_secretTokenValue123"));
+}
+
+void TestK3Run::outRefusesDevicesFifosFoldersAndReadOnlyFiles() {
+    // --out used to write a temp file and rename it over the path: a device (as root,
+    // /dev/null became a regular file holding the report), a FIFO or a read-only file was
+    // replaced. Stand-ins the test creates: a link to /dev/null, a FIFO, a folder, a
+    // read-only file. Each is refused before the model loads (exit 2), naming the path.
+    QTemporaryDir tmp;
+    const QString dir = kModels + "k3_tiny_a";
+    const QString devLink = tmp.filePath("null.json");
+    QVERIFY(QFile::link(QStringLiteral("/dev/null"), devLink));
+    const QString fifo = tmp.filePath("pipe.json");
+    QCOMPARE(::mkfifo(QFile::encodeName(fifo).constData(), 0600), 0);
+    const QString folder = tmp.filePath("folder");
+    QVERIFY(QDir().mkpath(folder));
+    const QString readOnly = tmp.filePath("ro.json");
+    {
+        QFile f(readOnly);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("keep");
+    }
+    QVERIFY(QFile::setPermissions(readOnly, QFileDevice::ReadOwner | QFileDevice::ReadGroup |
+                                                QFileDevice::ReadOther));
+    const QList<std::pair<QString, QString>> cases{
+        {devLink, devLink + " (a link to /dev/null): it is a character device; k3 writes only "
+                            "regular files"},
+        {fifo, fifo + ": it is a FIFO (named pipe); k3 writes only regular files"},
+        {folder, folder + ": it is a directory; k3 writes only regular files; give a file name"},
+        {readOnly, readOnly + ": the file is read-only (mode 0444); make it writable or choose "
+                              "another file"},
+    };
+    for (const auto& [out, why] : cases) {
+        const K3Run r = runK3({dir, "--ids", "1,2", "--gen", "1", "--out", out});
+        QCOMPARE(r.exitCode, 2);
+        QCOMPARE(r.err, "k3: error: --out: cannot write " + why + "\n");
+        QVERIFY2(!r.out.contains("STEP"), qPrintable(r.out)); // refused before the run
+    }
+    // --dump-logits follows the same rule.
+    const K3Run logits = runK3({dir, "--ids", "1,2", "--gen", "1", "--out",
+                                tmp.filePath("run.json"), "--dump-logits", fifo});
+    QCOMPARE(logits.exitCode, 2);
+    QCOMPARE(logits.err, "k3: error: --dump-logits: cannot write " + fifo +
+                             ": it is a FIFO (named pipe); k3 writes only regular files\n");
+    struct stat st {};
+    QCOMPARE(::lstat(QFile::encodeName(devLink).constData(), &st), 0);
+    QVERIFY(S_ISLNK(st.st_mode));
+    QCOMPARE(::stat("/dev/null", &st), 0);
+    QVERIFY(S_ISCHR(st.st_mode));
+    QCOMPARE(::stat(QFile::encodeName(fifo).constData(), &st), 0);
+    QVERIFY(S_ISFIFO(st.st_mode));
+    QFile ro(readOnly);
+    QVERIFY(ro.open(QIODevice::ReadOnly));
+    QCOMPARE(ro.readAll(), QByteArray("keep"));
+    QCOMPARE(QDir(folder).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden),
+             QStringList());
+}
+
+void TestK3Run::outThroughASymlinkReplacesTheTargetAndKeepsItsMode() {
+    QTemporaryDir tmp;
+    QVERIFY(QDir().mkpath(tmp.filePath("reports")));
+    const QString target = tmp.filePath("reports/run.json");
+    {
+        QFile f(target);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("old");
+    }
+    QCOMPARE(::chmod(QFile::encodeName(target).constData(), 0644), 0);
+    const QString link = tmp.filePath("latest.json");
+    QVERIFY(QFile::link(QStringLiteral("reports/run.json"), link));
+    const K3Run r = runK3({kModels + "k3_tiny_a", "--ids", "1,2", "--gen", "2", "--out", link});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    struct stat st {};
+    QCOMPARE(::lstat(QFile::encodeName(link).constData(), &st), 0);
+    QVERIFY(S_ISLNK(st.st_mode)); // still the link
+    QCOMPARE(::stat(QFile::encodeName(target).constData(), &st), 0);
+    QCOMPARE(int(st.st_mode & 07777), 0644); // the target's mode kept
+    const nlohmann::json report = readJson(target);
+    QVERIFY(report.is_object());
+    QCOMPARE(report["ids"].size(), std::size_t(2));
+    QCOMPARE(QDir(tmp.filePath("reports")).entryList(QDir::Files | QDir::Hidden),
+             QStringList{"run.json"});
+}
+
+void TestK3Run::outDashWritesOnlyTheReportToStdout() {
+    QTemporaryDir tmp;
+    const K3Run r = runK3({kModels + "k3_tiny_a", "--ids", "1,2", "--gen", "2", "--out", "-"}, {},
+                          QProcessEnvironment::systemEnvironment(), tmp.path());
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    const nlohmann::json report = nlohmann::json::parse(r.out.toStdString(), nullptr, false);
+    QVERIFY2(report.is_object(), qPrintable(r.out));
+    QCOMPARE(report["ids"].size(), std::size_t(2));
+    QCOMPARE(report["options"]["out"].get<std::string>(), std::string("-"));
+    QVERIFY2(r.err.contains("STEP"), qPrintable(r.err)); // the table went to stderr
+    QVERIFY(!QFile::exists(tmp.filePath("-")));
+    QVERIFY(!QFile::exists(tmp.filePath("k3_run.json")));
+}
+
+void TestK3Run::messagesNeverCarryEscapeSequences() {
+    // A path (or any value) holding an escape sequence is shown, not obeyed: OSC 0 would
+    // set the terminal's title, CSI 2J clear the screen.
+    QTemporaryDir tmp;
+    const QString evil = tmp.filePath(QString::fromUtf8("\x1b]0;pwned\x07\x1b[2J/run.json"));
+    const K3Run r = runK3({kModels + "k3_tiny_a", "--ids", "1", "--gen", "1", "--out", evil});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(!r.err.contains(QChar(0x1b)) && !r.err.contains(QChar(0x07)), qPrintable(r.err));
+    QVERIFY2(r.err.contains(tmp.path() + "/\\x1b]0;pwned\\x07\\x1b[2J/run.json"),
+             qPrintable(r.err));
+    // The command-line parser's own errors quote the argument too.
+    const K3Run usage = runK3(
+        {kModels + "k3_tiny_a", "--ids", "1", "--preset", QString::fromUtf8("\x1b]0;pwned\x07")});
+    QCOMPARE(usage.exitCode, 2);
+    QVERIFY2(!usage.err.contains(QChar(0x1b)) && !usage.err.contains(QChar(0x07)),
+             qPrintable(usage.err));
+    QVERIFY2(usage.err.contains("\\x1b]0;pwned\\x07"), qPrintable(usage.err));
 }
 
 QTEST_GUILESS_MAIN(TestK3Run)

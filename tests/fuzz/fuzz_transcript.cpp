@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     bool validUtf8 = true;
     for (const auto& m : messages)
         validUtf8 = validUtf8 && k3::isValidUtf8(m.content) &&
-                    k3::isValidUtf8(m.reasoningContent) && k3::isValidUtf8(m.name);
+                    k3::isValidUtf8(m.reasoningContent) && k3::isValidUtf8(m.name) &&
+                    k3::isValidUtf8(m.invalid);
     try {
         const auto again = k3::parseTranscript(written, "rewritten.jsonl");
         if (validUtf8) k3fuzz::check(again == messages, "transcript does not round-trip");

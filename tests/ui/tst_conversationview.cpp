@@ -1,16 +1,28 @@
 #include <QClipboard>
+#include <QElapsedTimer>
 #include <QGuiApplication>
+#include <QImage>
 #include <QSet>
+#include <QTemporaryDir>
 #include <QTest>
 #include <QTextBlock>
 #include <QTextCursor>
 #include <QTextDocument>
+#include <QTextImageFormat>
 
 #include "chat/CodeBlockHighlighter.h"
 
 #include "chat/ConversationModel.h"
 #include "chat/ConversationView.h"
 #include "chat/MessageDelegate.h"
+#include "chat/SafeTextDocument.h"
+
+#include <atomic>
+#include <chrono>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
 
 class TestConversationView : public QObject {
     Q_OBJECT
@@ -27,6 +39,9 @@ private slots:
     void keepThinkingExpanded();
     void removeFromDropsTheRest();
     void findCountsRenderedMatches();
+    void markdownImagesNeverLoadAFile();
+    void safeDocumentLoadsNoResource();
+    void invalidAnswerIsMarkedWhenReopened();
 };
 
 namespace {
@@ -68,8 +83,8 @@ void TestConversationView::streamingFillsTheLastMessage() {
 
 void TestConversationView::modelOutputIsNeverMarkup() {
     QTextDocument doc;
-    MessageDelegate::buildBody(doc, QStringLiteral("<img src=\"http://example.com/x.png\"><b>bold?</b>"),
-                               QFont());
+    MessageDelegate::buildBody(
+        doc, QStringLiteral("<img src=\"http://example.com/x.png\"><b>bold?</b>"), QFont());
     // Raw HTML stays visible text: no image, no remote resource, no bold.
     QVERIFY(doc.toPlainText().contains(QStringLiteral("<img src=")));
     QVERIFY(doc.toPlainText().contains(QStringLiteral("<b>bold?</b>")));
@@ -78,7 +93,8 @@ void TestConversationView::modelOutputIsNeverMarkup() {
 
 void TestConversationView::markdownIsRendered() {
     QTextDocument doc;
-    MessageDelegate::buildBody(doc, QStringLiteral("**Cache** locality\n\n```cpp\nint i = 0;\n```\n"), QFont());
+    MessageDelegate::buildBody(
+        doc, QStringLiteral("**Cache** locality\n\n```cpp\nint i = 0;\n```\n"), QFont());
     QCOMPARE(doc.toPlainText(), QStringLiteral("Cache locality\nint i = 0;"));
     QTextCursor c(&doc);
     c.movePosition(QTextCursor::NextCharacter);
@@ -257,6 +273,147 @@ void TestConversationView::findCountsRenderedMatches() {
     QCOMPARE(view.currentMatch(), -1);
     view.clearFind();
     QCOMPARE(view.matchCount(), 0);
+}
+
+namespace {
+// Image fragments left in a document.
+int imageCount(const QTextDocument& doc) {
+    int n = 0;
+    for (QTextBlock b = doc.begin(); b.isValid(); b = b.next())
+        for (auto it = b.begin(); !it.atEnd(); ++it)
+            n += it.fragment().charFormat().isImageFormat() ? 1 : 0;
+    return n;
+}
+
+// Whether anything opens `fifo` for reading while it runs: a reader blocked in open()
+// lets a non-blocking writer open the other end (otherwise ENXIO), which also releases
+// that reader, so a broken view records the open instead of hanging the test.
+class FifoWatch {
+public:
+    explicit FifoWatch(QByteArray fifo)
+        : m_fifo(std::move(fifo)), m_thread([this] {
+              while (!m_stop.load()) {
+                  const int fd = ::open(m_fifo.constData(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+                  if (fd >= 0) {
+                      m_opened.store(true);
+                      ::close(fd);
+                  }
+                  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+              }
+          }) {}
+    ~FifoWatch() { stop(); }
+    bool stop() {
+        m_stop.store(true);
+        if (m_thread.joinable()) m_thread.join();
+        return m_opened.load();
+    }
+
+private:
+    QByteArray m_fifo;
+    std::atomic<bool> m_stop{false};
+    std::atomic<bool> m_opened{false};
+    std::thread m_thread;
+};
+} // namespace
+
+void TestConversationView::markdownImagesNeverLoadAFile() {
+    // Model text (an answer, or an imported conversation) naming local files as images:
+    // a FIFO (reading it froze the app for good), /dev/zero (read until bad_alloc), a
+    // real picture (was shown). The view must never open any of them.
+    QTemporaryDir tmp;
+    QVERIFY(tmp.isValid());
+    const QString fifo = tmp.filePath("pipe");
+    QCOMPARE(::mkfifo(QFile::encodeName(fifo).constData(), 0600), 0);
+    const QString png = tmp.filePath("cat.png");
+    QImage picture(8, 8, QImage::Format_RGB32);
+    picture.fill(Qt::red);
+    QVERIFY(picture.save(png));
+
+    const QString answer = QStringLiteral("See ![the pipe](%1) and ![zero](/dev/zero) and "
+                                          "![a cat](%2) and ![](file://%2).")
+                               .arg(fifo, png);
+    FifoWatch watch(QFile::encodeName(fifo));
+    QElapsedTimer clock;
+    clock.start();
+
+    SafeTextDocument doc;
+    MessageDelegate::buildBody(doc, answer, QFont());
+    doc.setTextWidth(400);
+    const QSizeF size = doc.size(); // lays the document out (where images were loaded)
+    QVERIFY(size.height() > 0);
+    QCOMPARE(imageCount(doc), 0);
+    QCOMPARE(doc.resourceRequests(), 0);
+    // Qt 6.4's Markdown reader drops an image without alt text; later ones keep it, and
+    // it becomes "[image]". Either way no object (U+FFFC) is left in the text.
+    const QString text = doc.toPlainText();
+    QVERIFY2(text.startsWith(QStringLiteral("See [image: the pipe] and [image: zero] and "
+                                            "[image: a cat] and ")),
+             qPrintable(text));
+    QVERIFY2(text.endsWith(QStringLiteral(" and [image].")) ||
+                 text.endsWith(QStringLiteral(" and .")),
+             qPrintable(text));
+    QVERIFY(!text.contains(QChar::ObjectReplacementCharacter));
+    QVERIFY(doc.resource(QTextDocument::ImageResource, QUrl::fromLocalFile(png)).isNull());
+
+    // The whole view, painted, with the same answer saved and reopened.
+    ConversationView view;
+    view.resize(600, 400);
+    view.conversation()->setTurns({{QStringLiteral("user"), QStringLiteral("show me")},
+                                   {QStringLiteral("assistant"), answer}});
+    view.show();
+    const QPixmap shot = view.grab();
+    QVERIFY(!shot.isNull());
+    QVERIFY(view.codeCopyButtonRect(1, 0).isNull()); // laid out (and no code block)
+
+    QVERIFY2(!watch.stop(), "the FIFO named by an image was opened");
+    QVERIFY2(clock.elapsed() < 5000, qPrintable(QString::number(clock.elapsed())));
+    struct stat st {};
+    QCOMPARE(::stat(QFile::encodeName(fifo).constData(), &st), 0);
+    QVERIFY(S_ISFIFO(st.st_mode));
+}
+
+void TestConversationView::safeDocumentLoadsNoResource() {
+    // Even an image that reaches the document (here through HTML, which the views never
+    // set) gets nothing from loadResource(): the request is counted and answered empty.
+    QTemporaryDir tmp;
+    const QString png = tmp.filePath("p.png");
+    QImage picture(4, 4, QImage::Format_RGB32);
+    picture.fill(Qt::blue);
+    QVERIFY(picture.save(png));
+    SafeTextDocument doc;
+    doc.setHtml(
+        QStringLiteral("<p>x<img src=\"%1\">y</p>").arg(QUrl::fromLocalFile(png).toString()));
+    doc.setTextWidth(300);
+    QVERIFY(doc.size().height() > 0);
+    QVERIFY(doc.resourceRequests() >= 1);
+    QVERIFY(doc.resource(QTextDocument::ImageResource, QUrl::fromLocalFile(png)).isNull());
+    // A plain QTextDocument would have read the file: the control that this is the path.
+    QTextDocument plain;
+    QVERIFY(!plain.resource(QTextDocument::ImageResource, QUrl::fromLocalFile(png)).isNull());
+    // replaceImages() removes it altogether.
+    QCOMPARE(SafeTextDocument::replaceImages(doc), 1);
+    QCOMPARE(imageCount(doc), 0);
+    QCOMPARE(doc.toPlainText(), QStringLiteral("x[image]y"));
+}
+
+void TestConversationView::invalidAnswerIsMarkedWhenReopened() {
+    ConversationModel m;
+    m.appendMessage(QStringLiteral("user"), QStringLiteral("hi"));
+    m.beginAssistantMessage();
+    m.appendToLast({}, QStringLiteral("x"));
+    m.finishLast(QStringLiteral("1 token · RUN INVALID (a NaN or Inf reached the logits)"),
+                 QStringLiteral("a NaN or Inf reached the logits"));
+    const QVector<ChatTurn> turns = m.turns();
+    QCOMPARE(turns.size(), 2);
+    QCOMPARE(turns[1].invalid, QStringLiteral("a NaN or Inf reached the logits"));
+    QCOMPARE(turns[0].invalid, QString());
+    ConversationModel reopened;
+    reopened.setTurns(turns);
+    QCOMPARE(reopened.index(1).data(ConversationModel::InvalidRole).toString(),
+             QStringLiteral("a NaN or Inf reached the logits"));
+    QCOMPARE(reopened.index(1).data(ConversationModel::StatsRole).toString(),
+             QStringLiteral("RUN INVALID: a NaN or Inf reached the logits"));
+    QCOMPARE(reopened.index(0).data(ConversationModel::StatsRole).toString(), QString());
 }
 
 QTEST_MAIN(TestConversationView)

@@ -1,15 +1,21 @@
 #include <QAction>
+#include <QApplication>
 #include <QDir>
+#include <QFile>
+#include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
 #include <QMenu>
 #include <QMenuBar>
+#include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QStandardPaths>
 #include <QStatusBar>
+#include <QTemporaryDir>
 #include <QTest>
+#include <QTimer>
 
 #include "AboutDialog.h"
 #include "MainWindow.h"
@@ -20,6 +26,10 @@
 #include "chat/MessageComposer.h"
 #include "chat/MessageDelegate.h"
 #include "wizard/SetupWizard.h"
+
+#include <k3/chat.hpp>
+
+#include <unistd.h>
 
 class TestMainWindow : public QObject {
     Q_OBJECT
@@ -38,6 +48,9 @@ private slots:
     void escapeStopsTheAnswerMidway();
     void sidebarSearchFiltersByTitle();
     void firstRunOpensTheWizardOverTheDemo();
+    void importErrorIsPlainText();
+    void importKeepsEveryFieldAndReopens();
+    void conversationInUseElsewhereIsNotOpened();
 };
 
 namespace {
@@ -343,6 +356,110 @@ void TestMainWindow::firstRunOpensTheWizardOverTheDemo() {
     again.loadStartupModel();
     QTest::qWait(200);
     QVERIFY(again.findChildren<SetupWizard*>().isEmpty());
+}
+
+namespace {
+void writeFile(const QString& path, const QByteArray& data) {
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    f.write(data);
+}
+} // namespace
+
+void TestMainWindow::importErrorIsPlainText() {
+    // The import error quotes the transcript; as rich text, <img src=/dev/zero> made the
+    // dialog read /dev/zero until it crashed. It is shown as the characters it is.
+    QTemporaryDir tmp;
+    const QString file = tmp.filePath("bad.jsonl");
+    writeFile(file, "{\"role\":\"user\",\"content\":\"hi\"}\n"
+                    "{\"role\":\"<img src=/dev/zero>\",\"content\":\"x\"}\n");
+    MainWindow window;
+    window.show();
+    QVERIFY(!window.importConversation(file));
+    auto* box = window.findChild<QMessageBox*>(QStringLiteral("importErrorBox"));
+    QVERIFY(box);
+    QCOMPARE(box->textFormat(), Qt::PlainText);
+    QCOMPARE(box->text(), file + QStringLiteral(":2: field \"role\" has unknown value \"<img "
+                                                "src=/dev/zero>\" (expected system, user, "
+                                                "assistant or tool)"));
+    auto* label = box->findChild<QLabel*>(QStringLiteral("qt_msgbox_label"));
+    QVERIFY(label);
+    QCOMPARE(label->textFormat(), Qt::PlainText);
+    QVERIFY(!box->grab().isNull()); // drawn at once: nothing is loaded
+    box->close();
+    QCOMPARE(window.conversationView()->messageCount(), 0);
+
+    // The same message on stderr shows an escape sequence as text.
+    const QString escaped = tmp.filePath("escape.jsonl");
+    writeFile(escaped, "{\"role\":\"\\u001b[2J\",\"content\":\"x\"}\n");
+    QTest::ignoreMessage(QtWarningMsg,
+                         qPrintable(QStringLiteral("k3chat: ") + escaped +
+                                    QStringLiteral(":1: field \"role\" has unknown value "
+                                                   "\"\\x1b[2J\" (expected system, user, "
+                                                   "assistant or tool)")));
+    QVERIFY(!window.importConversation(escaped));
+}
+
+void TestMainWindow::importKeepsEveryFieldAndReopens() {
+    // A tool message's name used to be dropped on import, so the app's own copy could not
+    // be read back ("field name is required for role tool").
+    QTemporaryDir tmp;
+    const QString file = tmp.filePath("tools.jsonl");
+    writeFile(file, "{\"role\":\"user\",\"content\":\"time?\"}\n"
+                    "{\"role\":\"tool\",\"name\":\"clock\",\"content\":\"12:00\"}\n"
+                    "{\"role\":\"assistant\",\"content\":\"noon\",\"reasoning_content\":\"\","
+                    "\"invalid\":\"a NaN or Inf reached the logits\"}\n");
+    const std::vector<k3::ChatMessage> original = k3::readTranscript(file.toStdString());
+    MainWindow window;
+    QVERIFY(window.importConversation(file));
+    const QString id = window.currentConversationId();
+    QVERIFY(!id.isEmpty());
+    QCOMPARE(window.conversationView()->messageCount(), 3);
+    const QVector<ChatTurn> reopened = window.store()->load(id);
+    QCOMPARE(reopened.size(), 3);
+    QCOMPARE(reopened.at(1).name, QStringLiteral("clock"));
+    QCOMPARE(reopened.at(2).invalid, QStringLiteral("a NaN or Inf reached the logits"));
+    QVERIFY(k3::readTranscript(window.store()->pathFor(id).toStdString()) == original);
+    QCOMPARE(window.conversationView()
+                 ->conversation()
+                 ->index(2)
+                 .data(ConversationModel::StatsRole)
+                 .toString(),
+             QStringLiteral("RUN INVALID: a NaN or Inf reached the logits"));
+    QVERIFY(window.store()->remove(id));
+}
+
+void TestMainWindow::conversationInUseElsewhereIsNotOpened() {
+    // Another session (here this test, as `k3 --chat --history` would) writes the
+    // conversation: the window says so instead of opening it to overwrite that session.
+    MainWindow window;
+    const QString id =
+        window.store()->save({}, {{QStringLiteral("user"), QStringLiteral("shared")},
+                                  {QStringLiteral("assistant"), QStringLiteral("ok")}});
+    window.store()->release();
+    k3::OutputLock other(window.store()->pathFor(id).toStdString());
+    QString title, text, details;
+    QTimer::singleShot(0, &window, [&] {
+        auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
+        if (!box) return;
+        title = box->windowTitle();
+        text = box->text();
+        details = box->detailedText();
+        QCOMPARE(box->textFormat(), Qt::PlainText);
+        box->accept();
+    });
+    window.openConversation(id);
+    QCOMPARE(title, QStringLiteral("The conversation is in use"));
+    QVERIFY2(text.startsWith(QStringLiteral("Another k3chat window or k3 session")),
+             qPrintable(text));
+    QCOMPARE(details, window.store()->pathFor(id) +
+                          QStringLiteral(" is in use by another session (pid %1): two sessions "
+                                         "writing one conversation would overwrite each other's "
+                                         "turns; close the other one or choose another file")
+                              .arg(::getpid()));
+    QCOMPARE(window.currentConversationId(), QString());
+    QCOMPARE(window.conversationView()->messageCount(), 0);
+    QVERIFY(window.store()->remove(id));
 }
 
 QTEST_MAIN(TestMainWindow)

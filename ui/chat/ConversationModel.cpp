@@ -13,22 +13,32 @@ QVariant ConversationModel::data(const QModelIndex& index, int role) const {
     const Entry& e = m_entries.at(index.row());
     switch (role) {
     case Qt::DisplayRole:
-    case ContentRole: return e.content;
-    case RoleNameRole: return e.role;
-    case ReasoningRole: return e.reasoning;
-    case ThinkingExpandedRole: return e.thinkingExpanded;
-    case StreamingRole: return e.streaming;
+    case ContentRole:
+        return e.content;
+    case RoleNameRole:
+        return e.role;
+    case ReasoningRole:
+        return e.reasoning;
+    case ThinkingExpandedRole:
+        return e.thinkingExpanded;
+    case StreamingRole:
+        return e.streaming;
     case ThinkingSecondsRole:
         // While thinking streams, the count runs live.
         if (e.streaming && !e.answerStarted && e.thinkingClock.isValid())
             return e.thinkingClock.elapsed() / 1000.0;
         return e.thinkingSeconds;
-    case StatsRole: return e.stats;
+    case StatsRole:
+        return e.stats;
+    case InvalidRole:
+        return e.invalid;
     case ReadingRole:
         return e.streaming && e.readTotal > 0 ? QVariant(QPointF(e.readDone, e.readTotal))
                                               : QVariant();
-    case ReadingSecondsLeftRole: return e.readSecondsLeft;
-    default: return {};
+    case ReadingSecondsLeftRole:
+        return e.readSecondsLeft;
+    default:
+        return {};
     }
 }
 
@@ -78,10 +88,12 @@ void ConversationModel::appendToLast(const QString& thinkingDelta, const QString
     changed(int(m_entries.size()) - 1);
 }
 
-void ConversationModel::finishLast(const QString& stats) {
+void ConversationModel::finishLast(const QString& stats, const QString& invalidReason) {
     if (m_entries.isEmpty()) return;
     Entry& e = m_entries.last();
-    if (e.thinkingClock.isValid() && !e.answerStarted) e.thinkingSeconds = e.thinkingClock.elapsed() / 1000.0;
+    e.invalid = invalidReason;
+    if (e.thinkingClock.isValid() && !e.answerStarted)
+        e.thinkingSeconds = e.thinkingClock.elapsed() / 1000.0;
     e.streaming = false;
     e.readTotal = 0;
     e.stats = stats;
@@ -129,6 +141,10 @@ void ConversationModel::setTurns(const QVector<ChatTurn>& turns) {
         e.role = t.role;
         e.content = t.content;
         e.reasoning = t.reasoning;
+        e.name = t.name;
+        e.invalid = t.invalid;
+        // A reopened answer has no timing line; an invalid one still says what it is.
+        if (!t.invalid.isEmpty()) e.stats = tr("RUN INVALID: %1").arg(t.invalid);
         e.thinkingExpanded = m_expandThinking;
         m_entries.push_back(std::move(e));
     }
@@ -138,7 +154,7 @@ void ConversationModel::setTurns(const QVector<ChatTurn>& turns) {
 QVector<ChatTurn> ConversationModel::turns() const {
     QVector<ChatTurn> out;
     for (const Entry& e : m_entries)
-        if (!e.streaming) out.push_back({e.role, e.content, e.reasoning});
+        if (!e.streaming) out.push_back({e.role, e.content, e.reasoning, e.name, e.invalid});
     return out;
 }
 

@@ -21,6 +21,7 @@ public:
         StatsRole,
         ReadingRole, // QPointF(done, total) prompt positions while the prompt is read
         ReadingSecondsLeftRole, // the estimate from the measured rate; -1: not known yet
+        InvalidRole, // why the answer is not the model's; empty when valid
     };
 
     explicit ConversationModel(QObject* parent = nullptr);
@@ -35,7 +36,9 @@ public:
     // The streaming message's prompt reading: `done` of `total` positions after
     // `seconds`; the first token (appendToLast) or finishLast clears it.
     void setReading(int done, int total, double seconds);
-    void finishLast(const QString& stats);
+    // invalidReason: not empty when the answer is not the model's (an expert failed to
+    // load, a NaN appeared); it is kept with the message and saved with it.
+    void finishLast(const QString& stats, const QString& invalidReason = {});
     void removeLast();
     // Drops message `row` and everything after it (editing an earlier message).
     void removeFrom(int row);
@@ -54,6 +57,8 @@ private:
         QString role;
         QString content;
         QString reasoning;
+        QString name;
+        QString invalid;
         bool thinkingExpanded = false;
         bool streaming = false;
         double thinkingSeconds = -1;

@@ -15,6 +15,8 @@ std::vector<k3::ChatMessage> toMessages(const QVector<ChatTurn>& turns) {
         m.role = k3::parseChatRole(t.role.toStdString()).value_or(k3::ChatRole::User);
         m.content = t.content.toStdString();
         m.reasoningContent = t.reasoning.toStdString();
+        m.name = t.name.toStdString();
+        m.invalid = t.invalid.toStdString();
         out.push_back(std::move(m));
     }
     return out;
@@ -23,6 +25,21 @@ std::vector<k3::ChatMessage> toMessages(const QVector<ChatTurn>& turns) {
 } // namespace
 
 ConversationStore::ConversationStore(QString directory) : m_directory(std::move(directory)) {}
+
+ConversationStore::~ConversationStore() = default;
+
+void ConversationStore::claim(const QString& id) {
+    if (id == m_claimedId && m_lock) return;
+    QDir().mkpath(m_directory);
+    auto lock = std::make_unique<k3::OutputLock>(pathFor(id).toStdString()); // may throw
+    m_lock = std::move(lock);
+    m_claimedId = id;
+}
+
+void ConversationStore::release() {
+    m_lock.reset();
+    m_claimedId.clear();
+}
 
 QString ConversationStore::pathFor(const QString& id) const {
     return m_directory + QLatin1Char('/') + id + QStringLiteral(".jsonl");
@@ -56,23 +73,34 @@ QVector<ConversationStore::Summary> ConversationStore::list() const {
     return out;
 }
 
-QVector<ChatTurn> ConversationStore::load(const QString& id) const {
+QVector<ChatTurn> ConversationStore::toTurns(const std::vector<k3::ChatMessage>& messages) {
     QVector<ChatTurn> turns;
-    for (const k3::ChatMessage& m : k3::readTranscript(pathFor(id).toStdString()))
+    for (const k3::ChatMessage& m : messages)
         turns.push_back({QString::fromUtf8(k3::chatRoleName(m.role).data(),
                                            qsizetype(k3::chatRoleName(m.role).size())),
-                         QString::fromStdString(m.content), QString::fromStdString(m.reasoningContent)});
+                         QString::fromStdString(m.content),
+                         QString::fromStdString(m.reasoningContent), QString::fromStdString(m.name),
+                         QString::fromStdString(m.invalid)});
     return turns;
+}
+
+QVector<ChatTurn> ConversationStore::load(const QString& id) const {
+    return toTurns(k3::readTranscript(pathFor(id).toStdString()));
 }
 
 QString ConversationStore::save(const QString& id, const QVector<ChatTurn>& turns) {
     QDir().mkpath(m_directory);
-    const QString useId = id.isEmpty()
-                              ? QDateTime::currentDateTimeUtc().toString(QStringLiteral("yyyyMMdd-HHmmss-")) +
-                                    QUuid::createUuid().toString(QUuid::Id128).left(8)
-                              : id;
+    const QString useId =
+        id.isEmpty()
+            ? QDateTime::currentDateTimeUtc().toString(QStringLiteral("yyyyMMdd-HHmmss-")) +
+                  QUuid::createUuid().toString(QUuid::Id128).left(8)
+            : id;
+    claim(useId);
     k3::writeTranscript(pathFor(useId).toStdString(), toMessages(turns));
     return useId;
 }
 
-bool ConversationStore::remove(const QString& id) { return QFile::remove(pathFor(id)); }
+bool ConversationStore::remove(const QString& id) {
+    if (id == m_claimedId) release();
+    return QFile::remove(pathFor(id));
+}

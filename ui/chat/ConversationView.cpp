@@ -3,6 +3,7 @@
 #include "chat/CodeBlockHighlighter.h"
 #include "chat/ConversationModel.h"
 #include "chat/MessageDelegate.h"
+#include "chat/SafeTextDocument.h"
 
 #include <QAction>
 #include <QClipboard>
@@ -115,7 +116,7 @@ void ConversationView::copyCurrentMessage() {
 
 void ConversationView::copyCodeBlock(int row, int block) {
     const QString content = m_messages->index(row).data(ConversationModel::ContentRole).toString();
-    QTextDocument doc;
+    SafeTextDocument doc;
     MessageDelegate::buildBody(doc, content, font());
     const auto blocks = CodeBlockHighlighter::codeBlocks(doc, content);
     if (block < 0 || block >= blocks.size()) return;
@@ -131,7 +132,7 @@ void ConversationView::contextMenuEvent(QContextMenuEvent* event) {
     QAction* copy = actions().value(0);
     menu.addAction(copy);
     const QString content = index.data(ConversationModel::ContentRole).toString();
-    QTextDocument doc;
+    SafeTextDocument doc;
     MessageDelegate::buildBody(doc, content, font());
     const auto blocks = CodeBlockHighlighter::codeBlocks(doc, content);
     for (int i = 0; i < blocks.size(); ++i) {
@@ -158,7 +159,7 @@ void ConversationView::collectMatches() {
     for (int row = 0; row < messageCount(); ++row) {
         const QString content =
             m_messages->index(row).data(ConversationModel::ContentRole).toString();
-        QTextDocument doc;
+        SafeTextDocument doc;
         MessageDelegate::buildBody(doc, content, font());
         for (QTextCursor c = doc.find(m_query); !c.isNull(); c = doc.find(m_query, c))
             m_matches.push_back({row, c.selectionStart(), c.selectionEnd() - c.selectionStart()});

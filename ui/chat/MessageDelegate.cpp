@@ -2,6 +2,7 @@
 
 #include "chat/CodeBlockHighlighter.h"
 #include "chat/ConversationModel.h"
+#include "chat/SafeTextDocument.h"
 
 #include <QAbstractScrollArea>
 #include <QAbstractTextDocumentLayout>
@@ -24,7 +25,7 @@ bool isDark(const QPalette& palette) {
 }
 
 int documentHeight(const QString& markdownOrText, bool markdown, const QFont& font, int width) {
-    QTextDocument doc;
+    SafeTextDocument doc;
     if (markdown)
         MessageDelegate::buildBody(doc, markdownOrText, font);
     else {
@@ -45,6 +46,9 @@ void MessageDelegate::buildBody(QTextDocument& doc, const QString& markdown, con
     // NoHTML: a model that writes <img src=...> or <a> tags gets them shown as text.
     doc.setMarkdown(markdown, QTextDocument::MarkdownFeatures(QTextDocument::MarkdownDialectGitHub |
                                                               QTextDocument::MarkdownNoHTML));
+    // Markdown images (![alt](path)) become their alt text before anything lays the
+    // document out: model text never makes the view open a file (SafeTextDocument).
+    SafeTextDocument::replaceImages(doc);
     CodeBlockHighlighter::highlight(doc, markdown, isDark(palette));
 }
 
@@ -137,7 +141,7 @@ QVector<QRect> MessageDelegate::copyButtonRects(const QStyleOptionViewItem& opti
     const QString content = index.data(ConversationModel::ContentRole).toString();
     if (content.isEmpty()) return {};
     const Layout l = layout(option, index);
-    QTextDocument doc;
+    SafeTextDocument doc;
     buildBody(doc, content, option.font, option.palette);
     doc.setTextWidth(l.body.width());
     return copyButtonsIn(doc, content, l.body, option.font);
@@ -146,7 +150,7 @@ QVector<QRect> MessageDelegate::copyButtonRects(const QStyleOptionViewItem& opti
 QRect MessageDelegate::bodyTextRect(const QStyleOptionViewItem& option, const QModelIndex& index,
                                     int position, int length) const {
     const Layout l = layout(option, index);
-    QTextDocument doc;
+    SafeTextDocument doc;
     buildBody(doc, index.data(ConversationModel::ContentRole).toString(), option.font,
               option.palette);
     doc.setTextWidth(l.body.width());
@@ -189,7 +193,7 @@ void MessageDelegate::paint(QPainter* painter, const QStyleOptionViewItem& optio
         painter->drawText(l.thinking, Qt::AlignLeft | Qt::AlignVCenter, thinkingLabel(index));
     }
     if (!l.reasoning.isNull()) {
-        QTextDocument doc;
+        SafeTextDocument doc;
         doc.setDefaultFont(option.font);
         doc.setPlainText(index.data(ConversationModel::ReasoningRole).toString());
         doc.setTextWidth(l.reasoning.width());
@@ -219,7 +223,7 @@ void MessageDelegate::paint(QPainter* painter, const QStyleOptionViewItem& optio
     }
     const QString content = index.data(ConversationModel::ContentRole).toString();
     if (!content.isEmpty()) {
-        QTextDocument doc;
+        SafeTextDocument doc;
         buildBody(doc, content, option.font, pal);
         doc.setTextWidth(l.body.width());
         QAbstractTextDocumentLayout::PaintContext ctx;

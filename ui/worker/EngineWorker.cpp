@@ -7,9 +7,7 @@
 namespace {
 
 k3::ChatRole roleFromName(const QString& role) {
-    if (role == QLatin1String("system")) return k3::ChatRole::System;
-    if (role == QLatin1String("assistant")) return k3::ChatRole::Assistant;
-    return k3::ChatRole::User;
+    return k3::parseChatRole(role.toStdString()).value_or(k3::ChatRole::User);
 }
 
 // Forwards engine callbacks (on this worker thread) as queued signals.
@@ -124,10 +122,9 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
     }
     std::vector<k3::ChatMessage> messages;
     for (const ChatTurn& turn : history)
-        messages.push_back({roleFromName(turn.role),
-                            turn.content.toStdString(),
-                            turn.reasoning.toStdString(),
-                            {}});
+        messages.push_back({roleFromName(turn.role), turn.content.toStdString(),
+                            turn.reasoning.toStdString(), turn.name.toStdString(),
+                            turn.invalid.toStdString()});
     k3::GenerateOptions options;
     options.render.thinking = settings.thinking;
     options.render.thinkingEffort = settings.thinkingEffort.toStdString();
@@ -154,6 +151,11 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
         s.endOfTurn = r.endOfTurn;
         s.cancelled = r.cancelled;
         s.valid = r.valid();
+        if (r.nonFinite)
+            s.invalidReason = tr("a NaN or Inf reached the logits");
+        else if (r.droppedExperts > 0)
+            s.invalidReason =
+                tr("%n routed expert(s) could not be loaded", nullptr, r.droppedExperts);
         s.prefillSeconds = r.prefillSeconds;
         s.decodeSeconds = r.decodeSeconds;
         for (const std::string& p : r.problems) s.problems << QString::fromStdString(p);

@@ -10,11 +10,14 @@
 
 #include <k3/session.hpp>
 
-// One chat turn as the UI sends it to the engine.
+// One chat turn as the UI sends it to the engine and the store saves it: every field a
+// transcript holds, so a conversation read and written back is the same file.
 struct ChatTurn {
-    QString role; // "system", "user", "assistant"
+    QString role; // "system", "user", "assistant", "tool"
     QString content;
     QString reasoning;
+    QString name;    // the speaker's name; a tool message's tool (required for "tool")
+    QString invalid; // assistant: why the answer is not the model's; empty when valid
 };
 
 struct GenerationSettings {
@@ -36,6 +39,7 @@ struct GenerationSummary {
     bool endOfTurn = false;
     bool cancelled = false;
     bool valid = true;
+    QString invalidReason; // empty when valid
     double prefillSeconds = 0;
     double decodeSeconds = 0;
     QStringList problems;

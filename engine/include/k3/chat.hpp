@@ -17,7 +17,13 @@
 //   (tst_chat_parse), and never throws on malformed output: it reports it.
 // - writeTranscript() replaces the file atomically: a failed or interrupted write
 //   leaves the previous file intact (tst_transcript).
+// - Every text file k3 and k3chat write (run report, transcripts, the app's
+//   conversations and exports) goes through writeFileAtomically(): only regular files
+//   are replaced; a symlink's target is replaced, never the link; devices, FIFOs and
+//   directories are refused; an existing file keeps its permissions
+//   (tst_transcript::outputRule*).
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
@@ -60,6 +66,10 @@ struct ChatMessage {
     // Optional speaker name (the template's name="..." attribute; empty = none). For a
     // Tool message this is the tool's name and is required.
     std::string name;
+    // Assistant only: why this answer is not the model's (a routed expert could not be
+    // loaded, a NaN reached the logits); empty for a valid answer. Saved in transcripts
+    // as "invalid" so a reopened conversation still says so. Never rendered to the model.
+    std::string invalid;
 
     bool operator==(const ChatMessage&) const = default;
 };
@@ -172,19 +182,58 @@ private:
 };
 
 // Transcripts: one JSON object per line, {"role","content","reasoning_content"} plus an
-// optional "name" (required for role "tool"). Blank lines are skipped. Unknown roles
-// and fields are refused, with the source, line number and field in the message.
+// optional "name" (required for role "tool") and, on assistant lines, an optional
+// "invalid" (the reason the answer is not the model's). Blank lines are skipped. Unknown
+// roles and fields are refused, with the source, line number and field in the message.
 std::vector<ChatMessage> parseTranscript(std::string_view text,
                                          const std::string& sourceName = "transcript");
+// Refuses anything but a regular file before reading it (a FIFO never blocks, a device
+// is never read) and a file over kMaxTranscriptBytes.
 std::vector<ChatMessage> readTranscript(const std::filesystem::path& path);
-// One line per message, keys in the order role, name, content, reasoning_content
-// (reasoning_content on assistant lines only). Invalid UTF-8 becomes U+FFFD.
+inline constexpr std::uint64_t kMaxTranscriptBytes = 256ull << 20;
+// One line per message, keys in the order role, name, content, reasoning_content,
+// invalid (reasoning_content on assistant lines only, invalid only when set). Invalid
+// UTF-8 becomes U+FFFD.
 std::string formatTranscript(const std::vector<ChatMessage>& messages);
-// Writes a temporary file beside `path`, fsyncs it, renames it over `path` and fsyncs
-// the directory. Throws ChatError naming the path; the old file is then untouched.
+// writeFileAtomically() of formatTranscript().
 void writeTranscript(const std::filesystem::path& path, const std::vector<ChatMessage>& messages);
-// The same atomic replace for any content (the file ends up mode 0600: transcripts hold
-// private conversations).
+
+// The one rule for every text file k3 and k3chat write. The file actually replaced:
+// `path` itself, or where its symlinks lead (followed up to 40 links, relative links
+// from the link's folder), so a link stays a link and its target gets the new content.
+// Throws ChatError naming `path` when that is a directory, a device, a FIFO or a socket
+// (never replaced or written into), or a read-only file (no write permission bit, or
+// no write access for this user).
+std::filesystem::path resolveOutputFile(const std::filesystem::path& path);
+// Writes a temporary file in the resolved file's folder, fsyncs it, renames it over the
+// resolved file and fsyncs the folder, so a failed or interrupted write leaves the old
+// file intact. An existing file keeps its permission bits (and owner and group, where
+// this process may set them); a new file is mode 0600 (transcripts hold private
+// conversations). Throws ChatError naming `path`; the old file is then untouched.
 void writeFileAtomically(const std::filesystem::path& path, std::string_view data);
+
+// An advisory lock (flock) held by the one session that writes a file over and over (a
+// chat history, an open conversation in the app): a second session asking for the same
+// file, through any symlink, gets a ChatError naming the file and the holder's pid
+// instead of silently overwriting the first one's turns. The lock is a hidden file
+// beside the resolved file (".NAME.lock"), removed when the lock is released.
+class OutputLock {
+public:
+    // Throws ChatError when another session holds the lock, or `path` is refused by
+    // resolveOutputFile().
+    explicit OutputLock(const std::filesystem::path& path);
+    ~OutputLock();
+    OutputLock(const OutputLock&) = delete;
+    OutputLock& operator=(const OutputLock&) = delete;
+
+    // The resolved file this lock covers.
+    const std::filesystem::path& file() const { return file_; }
+    const std::filesystem::path& lockFile() const { return lockFile_; }
+
+private:
+    std::filesystem::path file_;
+    std::filesystem::path lockFile_;
+    int fd_ = -1;
+};
 
 } // namespace k3

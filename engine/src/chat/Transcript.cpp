@@ -3,10 +3,13 @@
 #include "k3/fault_injection.hpp"
 
 #include <cerrno>
+#include <climits>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
 #include <sstream>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -40,6 +43,18 @@ std::string errnoText() {
     return std::strerror(errno);
 }
 
+// "a directory", "a FIFO", ... for messages.
+std::string fileTypeName(mode_t mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISLNK(mode)) return "a symbolic link";
+    if (S_ISREG(mode)) return "a regular file";
+    return "not a regular file";
+}
+
 } // namespace
 
 std::vector<ChatMessage> parseTranscript(std::string_view text, const std::string& sourceName) {
@@ -68,7 +83,8 @@ std::vector<ChatMessage> parseTranscript(std::string_view text, const std::strin
                           "expected a JSON object, got " + std::string(obj.type_name())));
         for (const auto& item : obj.items()) {
             const std::string& key = item.key();
-            if (key == "role" || key == "content" || key == "reasoning_content" || key == "name")
+            if (key == "role" || key == "content" || key == "reasoning_content" || key == "name" ||
+                key == "invalid")
                 continue;
             if (key == "tool_calls" || key == "tools")
                 throw ChatError(lineError(sourceName, lineNumber,
@@ -100,6 +116,14 @@ std::vector<ChatMessage> parseTranscript(std::string_view text, const std::strin
             m.reasoningContent = std::move(*reasoning);
         }
         if (auto name = stringField(obj, "name", sourceName, lineNumber)) m.name = std::move(*name);
+        if (auto invalid = stringField(obj, "invalid", sourceName, lineNumber)) {
+            if (m.role != ChatRole::Assistant && !invalid->empty())
+                throw ChatError(lineError(sourceName, lineNumber,
+                                          "field \"invalid\" is only allowed on assistant "
+                                          "messages, not " +
+                                              *role));
+            m.invalid = std::move(*invalid);
+        }
         if (m.role == ChatRole::Tool && m.name.empty())
             throw ChatError(
                 lineError(sourceName, lineNumber,
@@ -110,12 +134,47 @@ std::vector<ChatMessage> parseTranscript(std::string_view text, const std::strin
 }
 
 std::vector<ChatMessage> readTranscript(const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ChatError("cannot open transcript " + path.string() + ": " + errnoText());
-    std::ostringstream buffer;
-    buffer << in.rdbuf();
-    if (in.bad()) throw ChatError("cannot read transcript " + path.string());
-    return parseTranscript(buffer.str(), path.string());
+    // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) throw ChatError("cannot open transcript " + path.string() + ": " + errnoText());
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        const std::string why = errnoText();
+        ::close(fd);
+        throw ChatError("cannot read transcript " + path.string() + ": " + why);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        ::close(fd);
+        throw ChatError("cannot read transcript " + path.string() + ": it is " +
+                        fileTypeName(st.st_mode) + ", not a regular file");
+    }
+    if (std::uint64_t(st.st_size) > kMaxTranscriptBytes) {
+        ::close(fd);
+        throw ChatError("cannot read transcript " + path.string() + ": it is " +
+                        std::to_string(st.st_size) + " bytes, over the " +
+                        std::to_string(kMaxTranscriptBytes >> 20) + " MB a transcript may have");
+    }
+    std::string text;
+    char buffer[65536];
+    for (;;) {
+        const ssize_t n = ::read(fd, buffer, sizeof buffer);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (n < 0) {
+            const std::string why = errnoText();
+            ::close(fd);
+            throw ChatError("cannot read transcript " + path.string() + ": " + why);
+        }
+        if (n == 0) break;
+        text.append(buffer, std::size_t(n));
+        if (text.size() > kMaxTranscriptBytes) { // it grew while being read
+            ::close(fd);
+            throw ChatError("cannot read transcript " + path.string() + ": over the " +
+                            std::to_string(kMaxTranscriptBytes >> 20) +
+                            " MB a transcript may have");
+        }
+    }
+    ::close(fd);
+    return parseTranscript(text, path.string());
 }
 
 std::string formatTranscript(const std::vector<ChatMessage>& messages) {
@@ -126,6 +185,7 @@ std::string formatTranscript(const std::vector<ChatMessage>& messages) {
         if (!m.name.empty()) obj["name"] = m.name;
         obj["content"] = m.content;
         if (m.role == ChatRole::Assistant) obj["reasoning_content"] = m.reasoningContent;
+        if (!m.invalid.empty()) obj["invalid"] = m.invalid;
         // A generation cut mid-character leaves invalid UTF-8; the transcript must still save.
         out += obj.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
         out += '\n';
@@ -135,10 +195,65 @@ std::string formatTranscript(const std::vector<ChatMessage>& messages) {
 
 namespace {
 
+// Follows `path` through its symlinks. Nothing at the end: the path a new file gets.
+std::filesystem::path followLinks(const std::filesystem::path& path, struct stat& st,
+                                  bool& exists) {
+    std::filesystem::path p = path;
+    for (int hops = 0;; ++hops) {
+        if (::lstat(p.c_str(), &st) != 0) {
+            if (errno == ENOENT) {
+                exists = false;
+                return p;
+            }
+            throw ChatError("cannot write " + path.string() + ": " + p.string() + ": " +
+                            errnoText());
+        }
+        if (!S_ISLNK(st.st_mode)) {
+            exists = true;
+            return p;
+        }
+        if (hops == 40)
+            throw ChatError("cannot write " + path.string() +
+                            ": more than 40 symbolic links (a loop?)");
+        std::string target(std::size_t(PATH_MAX), '\0');
+        const ssize_t n = ::readlink(p.c_str(), target.data(), target.size());
+        if (n < 0)
+            throw ChatError("cannot write " + path.string() + ": reading the link " + p.string() +
+                            " failed: " + errnoText());
+        target.resize(std::size_t(n));
+        const std::filesystem::path next(target);
+        p = next.is_absolute() ? next : p.parent_path() / next;
+    }
+}
+
+// resolveOutputFile()'s refusals of an existing file (st: the stat of target).
+void refuseUnwritable(const std::filesystem::path& path, const std::filesystem::path& target,
+                      const struct stat& st) {
+    const std::string shown =
+        path.string() + (target == path ? std::string() : " (a link to " + target.string() + ")");
+    if (!S_ISREG(st.st_mode))
+        throw ChatError("cannot write " + shown + ": it is " + fileTypeName(st.st_mode) +
+                        "; k3 writes only regular files" +
+                        (S_ISDIR(st.st_mode) ? "; give a file name" : std::string()));
+    if ((st.st_mode & 0222) == 0 || ::access(target.c_str(), W_OK) != 0) {
+        char mode[8];
+        std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
+        throw ChatError("cannot write " + shown + ": the file is read-only (mode " + mode +
+                        "); make it writable or choose another file");
+    }
+}
+
+std::filesystem::path folderOf(const std::filesystem::path& file) {
+    return file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
+}
+
 void writeAtomically(const std::filesystem::path& path, std::string_view data, IoKind kind) {
-    const std::filesystem::path dir =
-        path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-    std::string tmpl = (dir / ("." + path.filename().string() + ".tmp.XXXXXX")).string();
+    struct stat old {};
+    bool exists = false;
+    const std::filesystem::path target = followLinks(path, old, exists);
+    if (exists) refuseUnwritable(path, target, old);
+    const std::filesystem::path dir = folderOf(target);
+    std::string tmpl = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
     const int fd = ::mkstemp(tmpl.data());
     if (fd < 0)
         throw ChatError("cannot write " + path.string() + ": creating a temporary file in " +
@@ -149,6 +264,12 @@ void writeAtomically(const std::filesystem::path& path, std::string_view data, I
         ::unlink(tmpl.c_str());
         throw ChatError("cannot write " + path.string() + ": " + step + " failed: " + why);
     };
+    if (exists) {
+        // The replacement keeps what the old file had: owner and group where allowed (as
+        // root, or a group this user is in), then the permission bits.
+        if (::fchown(fd, old.st_uid, old.st_gid) != 0) (void)::fchown(fd, ::geteuid(), old.st_gid);
+        if (::fchmod(fd, old.st_mode & 07777) != 0) fail("setting the mode of " + tmpl);
+    }
     std::size_t done = 0;
     std::optional<IoFault> fault = faultFor(kind, path.string(), true);
     while (done < data.size() || fault) {
@@ -169,13 +290,14 @@ void writeAtomically(const std::filesystem::path& path, std::string_view data, I
         ::unlink(tmpl.c_str());
         throw ChatError("cannot write " + path.string() + ": closing " + tmpl + " failed: " + why);
     }
-    if (::rename(tmpl.c_str(), path.c_str()) != 0) {
+    // The target, never the link: the link keeps pointing at the new content.
+    if (::rename(tmpl.c_str(), target.c_str()) != 0) {
         const std::string why = errnoText();
         ::unlink(tmpl.c_str());
         throw ChatError("cannot write " + path.string() + ": rename failed: " + why);
     }
     // The rename is durable only once the directory entry is on disk.
-    const int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    const int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dirFd >= 0) {
         ::fsync(dirFd);
         ::close(dirFd);
@@ -184,12 +306,79 @@ void writeAtomically(const std::filesystem::path& path, std::string_view data, I
 
 } // namespace
 
+std::filesystem::path resolveOutputFile(const std::filesystem::path& path) {
+    if (path.empty()) throw ChatError("cannot write an empty file name");
+    struct stat st {};
+    bool exists = false;
+    const std::filesystem::path target = followLinks(path, st, exists);
+    if (!exists) {
+        struct stat dirSt {};
+        const std::filesystem::path dir = folderOf(target);
+        if (::stat(dir.c_str(), &dirSt) != 0)
+            throw ChatError("cannot write " + path.string() + ": the folder " + dir.string() +
+                            ": " + errnoText());
+        if (!S_ISDIR(dirSt.st_mode))
+            throw ChatError("cannot write " + path.string() + ": " + dir.string() +
+                            " is not a folder");
+        return target;
+    }
+    refuseUnwritable(path, target, st);
+    return target;
+}
+
 void writeFileAtomically(const std::filesystem::path& path, std::string_view data) {
     writeAtomically(path, data, IoKind::File);
 }
 
 void writeTranscript(const std::filesystem::path& path, const std::vector<ChatMessage>& messages) {
     writeAtomically(path, formatTranscript(messages), IoKind::Transcript);
+}
+
+OutputLock::OutputLock(const std::filesystem::path& path) : file_(resolveOutputFile(path)) {
+    lockFile_ = folderOf(file_) / ("." + file_.filename().string() + ".lock");
+    for (int attempt = 0;; ++attempt) {
+        fd_ = ::open(lockFile_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd_ < 0)
+            throw ChatError("cannot lock " + path.string() + ": creating " + lockFile_.string() +
+                            " failed: " + errnoText());
+        if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+            const int error = errno;
+            std::string holder;
+            char pid[32] = {};
+            if (::pread(fd_, pid, sizeof pid - 1, 0) > 0) holder = pid;
+            while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' '))
+                holder.pop_back();
+            ::close(fd_);
+            fd_ = -1;
+            if (error != EWOULDBLOCK)
+                throw ChatError("cannot lock " + path.string() + ": " + std::strerror(error));
+            throw ChatError(path.string() + " is in use by another session" +
+                            (holder.empty() ? std::string() : " (pid " + holder + ")") +
+                            ": two sessions writing one conversation would overwrite each "
+                            "other's turns; close the other one or choose another file");
+        }
+        // A holder that was releasing may have removed the lock file between our open and
+        // flock: then we hold a lock on a file nobody else will see. Start again.
+        struct stat held {
+        }, named{};
+        if (::fstat(fd_, &held) == 0 && ::stat(lockFile_.c_str(), &named) == 0 &&
+            held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+            break;
+        ::close(fd_);
+        fd_ = -1;
+        if (attempt == 10)
+            throw ChatError("cannot lock " + path.string() + ": " + lockFile_.string() +
+                            " keeps changing");
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, pid.data(), pid.size(), 0);
+}
+
+OutputLock::~OutputLock() {
+    if (fd_ < 0) return;
+    // Removed while still locked, so nobody can lock the name we are about to drop.
+    ::unlink(lockFile_.c_str());
+    ::close(fd_);
 }
 
 } // namespace k3

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <QElapsedTimer>
+
 #include <k3/chat.hpp>
 
 using k3::ChatMessage;
@@ -66,7 +68,16 @@ private slots:
     void missingFileIsNamed();
     void failedWriteKeepsOldFile();
     void unwritableDirectoryKeepsOldFile();
-    void failedRenameLeavesNoTemp();
+    void directoryIsRefusedAndKept();
+    void outputRuleReplacesTheSymlinkTarget();
+    void outputRuleFollowsRelativeLinksIntoOtherFolders();
+    void outputRuleRefusesFifoAndDevice();
+    void outputRuleKeepsPermissions();
+    void outputRuleRefusesReadOnlyFiles();
+    void lockRefusesASecondSession();
+    void readRefusesFifoWithoutBlocking();
+    void invalidAnswersAreMarkedAndKept();
+    void toolNameIsKept();
 };
 
 void TestTranscript::formatIsThePublicEngines() {
@@ -231,8 +242,9 @@ void TestTranscript::unwritableDirectoryKeepsOldFile() {
     QCOMPARE(slurp(path), before);
 }
 
-void TestTranscript::failedRenameLeavesNoTemp() {
-    // A directory where the file should go: the rename fails after a complete write.
+void TestTranscript::directoryIsRefusedAndKept() {
+    // A folder where the file should go: refused before anything is written (it used to
+    // get as far as the rename).
     QTemporaryDir dir;
     const std::filesystem::path path = dir.filePath("taken").toStdString();
     std::filesystem::create_directory(path);
@@ -243,10 +255,228 @@ void TestTranscript::failedRenameLeavesNoTemp() {
     } catch (const k3::ChatError& e) {
         error = e.what();
     }
-    QVERIFY2(error.starts_with("cannot write " + path.string() + ": rename failed: "),
-             error.c_str());
+    QCOMPARE(error, "cannot write " + path.string() +
+                        ": it is a directory; k3 writes only regular files; give a file name");
     QCOMPARE(dirEntries(dir.path().toStdString()), std::vector<std::string>{"taken"});
     QCOMPARE(slurp(path / "keep"), std::string("x"));
+}
+
+namespace {
+std::string writeError(const std::filesystem::path& path, std::string_view data = "new\n") {
+    try {
+        k3::writeFileAtomically(path, data);
+    } catch (const k3::ChatError& e) {
+        return e.what();
+    }
+    return "(written)";
+}
+
+mode_t modeOf(const std::filesystem::path& p) {
+    struct stat st {};
+    return ::lstat(p.c_str(), &st) == 0 ? st.st_mode : 0;
+}
+} // namespace
+
+void TestTranscript::outputRuleReplacesTheSymlinkTarget() {
+    // A symlinked history: the link stays a link, its target gets the new content (it used
+    // to become a plain file while the real target silently stopped being updated).
+    QTemporaryDir dir;
+    const std::filesystem::path root = dir.path().toStdString();
+    const auto target = root / "real.jsonl";
+    const auto link = root / "link.jsonl";
+    std::ofstream(target) << "old\n";
+    std::filesystem::permissions(target, std::filesystem::perms(0644));
+    std::filesystem::create_symlink(target, link);
+    k3::writeTranscript(link, sample());
+    QVERIFY(S_ISLNK(modeOf(link)));
+    QCOMPARE(std::filesystem::read_symlink(link), target);
+    QVERIFY(k3::readTranscript(target) == sample());
+    QCOMPARE(int(modeOf(target) & 07777), 0644);
+    QCOMPARE(dirEntries(root), (std::vector<std::string>{"link.jsonl", "real.jsonl"}));
+    // A dangling link: the file is created where the link points.
+    const auto dangling = root / "dangling.jsonl";
+    std::filesystem::create_symlink("new.jsonl", dangling);
+    k3::writeFileAtomically(dangling, "fresh\n");
+    QVERIFY(S_ISLNK(modeOf(dangling)));
+    QCOMPARE(slurp(root / "new.jsonl"), std::string("fresh\n"));
+    QCOMPARE(int(modeOf(root / "new.jsonl") & 07777), 0600);
+    // A link loop is an error naming the path, not a hang.
+    std::filesystem::create_symlink("loop2", root / "loop1");
+    std::filesystem::create_symlink("loop1", root / "loop2");
+    QCOMPARE(writeError(root / "loop1"), "cannot write " + (root / "loop1").string() +
+                                             ": more than 40 symbolic links (a loop?)");
+}
+
+void TestTranscript::outputRuleFollowsRelativeLinksIntoOtherFolders() {
+    // The temporary file goes beside the target (the rename must stay on its file
+    // system), and no temporary file is left in either folder.
+    QTemporaryDir dir;
+    const std::filesystem::path root = dir.path().toStdString();
+    std::filesystem::create_directories(root / "a");
+    std::filesystem::create_directories(root / "b");
+    std::ofstream(root / "b" / "t.jsonl") << "old\n";
+    std::filesystem::create_symlink("../b/t.jsonl", root / "a" / "h.jsonl");
+    k3::writeFileAtomically(root / "a" / "h.jsonl", "new\n");
+    QCOMPARE(slurp(root / "b" / "t.jsonl"), std::string("new\n"));
+    QVERIFY(S_ISLNK(modeOf(root / "a" / "h.jsonl")));
+    QCOMPARE(dirEntries(root / "a"), std::vector<std::string>{"h.jsonl"});
+    QCOMPARE(dirEntries(root / "b"), std::vector<std::string>{"t.jsonl"});
+    QCOMPARE(k3::resolveOutputFile(root / "a" / "h.jsonl"), root / "a" / ".." / "b" / "t.jsonl");
+}
+
+void TestTranscript::outputRuleRefusesFifoAndDevice() {
+    // Stand-ins the test creates: a FIFO, and a link to /dev/null (as root the old code
+    // turned such a device into a regular file holding the report; through the link it
+    // would have replaced the link, so the test is safe either way).
+    QTemporaryDir dir;
+    const std::filesystem::path root = dir.path().toStdString();
+    const auto fifo = root / "pipe";
+    QCOMPARE(::mkfifo(fifo.c_str(), 0600), 0);
+    QElapsedTimer clock;
+    clock.start();
+    QCOMPARE(writeError(fifo), "cannot write " + fifo.string() +
+                                   ": it is a FIFO (named pipe); k3 writes only regular files");
+    QVERIFY(clock.elapsed() < 2000);
+    QVERIFY(S_ISFIFO(modeOf(fifo)));
+
+    const auto devLink = root / "out.json";
+    std::filesystem::create_symlink("/dev/null", devLink);
+    QCOMPARE(writeError(devLink), "cannot write " + devLink.string() +
+                                      " (a link to /dev/null): it is a character device; k3 "
+                                      "writes only regular files");
+    QVERIFY(S_ISLNK(modeOf(devLink)));
+    QVERIFY(S_ISCHR(modeOf("/dev/null")));
+    try {
+        k3::resolveOutputFile(devLink);
+        QFAIL("a link to a device was accepted");
+    } catch (const k3::ChatError& e) {
+        QVERIFY2(std::string(e.what()).find("character device") != std::string::npos, e.what());
+    }
+    QCOMPARE(dirEntries(root), (std::vector<std::string>{"out.json", "pipe"}));
+}
+
+void TestTranscript::outputRuleKeepsPermissions() {
+    QTemporaryDir dir;
+    const std::filesystem::path root = dir.path().toStdString();
+    const auto shared = root / "report.json";
+    std::ofstream(shared) << "old\n";
+    QCOMPARE(::chmod(shared.c_str(), 0640), 0);
+    k3::writeFileAtomically(shared, "new\n");
+    QCOMPARE(slurp(shared), std::string("new\n"));
+    QCOMPARE(int(modeOf(shared) & 07777), 0640);
+    k3::writeFileAtomically(root / "fresh.json", "x");
+    QCOMPARE(int(modeOf(root / "fresh.json") & 07777), 0600); // private by default
+}
+
+void TestTranscript::outputRuleRefusesReadOnlyFiles() {
+    QTemporaryDir dir;
+    const std::filesystem::path path = dir.filePath("ro.json").toStdString();
+    std::ofstream(path) << "keep\n";
+    QCOMPARE(::chmod(path.c_str(), 0444), 0);
+    QCOMPARE(writeError(path), "cannot write " + path.string() +
+                                   ": the file is read-only (mode 0444); make it writable or "
+                                   "choose another file");
+    QCOMPARE(slurp(path), std::string("keep\n"));
+    QCOMPARE(int(modeOf(path) & 07777), 0444);
+}
+
+void TestTranscript::lockRefusesASecondSession() {
+    QTemporaryDir dir;
+    const std::filesystem::path root = dir.path().toStdString();
+    const auto history = root / "h.jsonl";
+    const auto link = root / "alias.jsonl";
+    std::filesystem::create_symlink("h.jsonl", link);
+    {
+        k3::OutputLock first(history);
+        QCOMPARE(first.file(), history);
+        QCOMPARE(first.lockFile(), root / ".h.jsonl.lock");
+        // A second session, by name or through a link, is told who holds it.
+        for (const auto& path : {history, link}) {
+            std::string error;
+            try {
+                k3::OutputLock second(path);
+            } catch (const k3::ChatError& e) {
+                error = e.what();
+            }
+            QCOMPARE(error, path.string() + " is in use by another session (pid " +
+                                std::to_string(::getpid()) +
+                                "): two sessions writing one conversation would overwrite "
+                                "each other's turns; close the other one or choose another "
+                                "file");
+        }
+        // Writing is not blocked by the lock: the holder saves as usual.
+        k3::writeTranscript(history, sample());
+    }
+    // Released: the lock file is gone and the next session gets it.
+    QCOMPARE(dirEntries(root), (std::vector<std::string>{"alias.jsonl", "h.jsonl"}));
+    k3::OutputLock again(link);
+    QCOMPARE(again.file(), root / "h.jsonl");
+    // A folder cannot be locked as a history.
+    try {
+        k3::OutputLock folder(root);
+        QFAIL("a folder was locked as a history");
+    } catch (const k3::ChatError& e) {
+        QVERIFY2(std::string(e.what()).ends_with(": it is a directory; k3 writes only regular "
+                                                 "files; give a file name"),
+                 e.what());
+    }
+}
+
+void TestTranscript::readRefusesFifoWithoutBlocking() {
+    QTemporaryDir dir;
+    const std::filesystem::path fifo = dir.filePath("h.jsonl").toStdString();
+    QCOMPARE(::mkfifo(fifo.c_str(), 0600), 0);
+    QElapsedTimer clock;
+    clock.start();
+    std::string error;
+    try {
+        k3::readTranscript(fifo);
+    } catch (const k3::ChatError& e) {
+        error = e.what();
+    }
+    QCOMPARE(error, "cannot read transcript " + fifo.string() +
+                        ": it is a FIFO (named pipe), not a regular file");
+    QVERIFY(clock.elapsed() < 2000);
+    try {
+        k3::readTranscript("/dev/zero");
+        QFAIL("/dev/zero was read as a transcript");
+    } catch (const k3::ChatError& e) {
+        QCOMPARE(std::string(e.what()), std::string("cannot read transcript /dev/zero: it is a "
+                                                    "character device, not a regular file"));
+    }
+}
+
+void TestTranscript::invalidAnswersAreMarkedAndKept() {
+    std::vector<ChatMessage> messages = {{ChatRole::User, "hi", {}, {}},
+                                         {ChatRole::Assistant,
+                                          "x",
+                                          "",
+                                          {},
+                                          "a NaN or Inf "
+                                          "reached the logits"}};
+    const std::string text = k3::formatTranscript(messages);
+    QCOMPARE(text, std::string("{\"role\":\"user\",\"content\":\"hi\"}\n"
+                               "{\"role\":\"assistant\",\"content\":\"x\",\"reasoning_content\":"
+                               "\"\",\"invalid\":\"a NaN or Inf reached the logits\"}\n"));
+    const auto back = k3::parseTranscript(text, "h.jsonl");
+    QVERIFY(back == messages);
+    QCOMPARE(back[1].invalid, std::string("a NaN or Inf reached the logits"));
+    QCOMPARE(errorOf(R"({"role":"user","content":"x","invalid":"why"})"),
+             std::string(
+                 R"(h.jsonl:1: field "invalid" is only allowed on assistant messages, not user)"));
+    QCOMPARE(errorOf(R"({"role":"assistant","content":"x","invalid":true})"),
+             std::string(R"(h.jsonl:1: field "invalid" must be a string, not boolean)"));
+}
+
+void TestTranscript::toolNameIsKept() {
+    QTemporaryDir dir;
+    const std::filesystem::path path = dir.filePath("t.jsonl").toStdString();
+    const std::vector<ChatMessage> messages = {{ChatRole::User, "time?", {}, {}},
+                                               {ChatRole::Tool, "12:00", {}, "clock"}};
+    k3::writeTranscript(path, messages);
+    const auto back = k3::readTranscript(path);
+    QCOMPARE(back.size(), std::size_t(2));
+    QCOMPARE(back[1].name, std::string("clock"));
 }
 
 QTEST_GUILESS_MAIN(TestTranscript)
