@@ -295,13 +295,19 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
         const TokenId next = sampler.sample(s.logits);
         result.ids.push_back(next);
         ++emitted;
+        // A token that is not fed still took its sampling time.
+        const auto sampledOnly = [&] {
+            TokenTiming t;
+            t.computeSeconds = secondsSince(tt);
+            return t;
+        };
         if (!decide(next)) {
-            report(next, s.lastTiming, false);
+            report(next, sampledOnly(), false);
             result.endOfTurn = true;
             break;
         }
         if (emitted == options.maxTokens) { // the last token's logits are not needed
-            report(next, s.lastTiming, false);
+            report(next, sampledOnly(), false);
             break;
         }
         std::vector<TokenId> proposals;
