@@ -21,6 +21,7 @@ const QString kTheme = QStringLiteral("appearance/theme");
 const QString kModelDir = QStringLiteral("model/directory");
 const QString kTrunkDir = QStringLiteral("model/trunkDir");
 const QString kThreads = QStringLiteral("engine/threads");
+const QString kSpeculation = QStringLiteral("engine/speculation");
 
 QPalette darkPalette() {
     QPalette p;
@@ -72,6 +73,7 @@ AppSettings AppSettings::load() {
     a.modelDir = s.value(kModelDir).toString();
     a.trunkDir = s.value(kTrunkDir).toString();
     a.threads = std::clamp(s.value(kThreads, a.threads).toInt(), 0, 1024);
+    a.speculation = s.value(kSpeculation, a.speculation).toBool();
     return a;
 }
 
@@ -88,6 +90,7 @@ void AppSettings::save() const {
     s.setValue(kModelDir, modelDir);
     s.setValue(kTrunkDir, trunkDir);
     s.setValue(kThreads, threads);
+    s.setValue(kSpeculation, speculation);
 }
 
 GenerationSettings AppSettings::generationSettings(quint64 randomSeed) const {
@@ -98,6 +101,7 @@ GenerationSettings AppSettings::generationSettings(quint64 randomSeed) const {
     g.topP = greedy ? 1.0f : float(topP);
     g.seed = fixedSeed ? quint64(seed) : randomSeed;
     g.threads = threads;
+    g.speculation = speculation;
     return g;
 }
 

@@ -21,6 +21,7 @@ public:
     QString modelDir;                         // the key MainWindow remembers the last model by
     QString trunkDir;                         // empty: every weight resident
     int threads = 0;                          // OpenMP threads; 0: the default (every core)
+    bool speculation = true; // verify guesses of repeated text in one pass (same answers)
 
     static AppSettings load();
     void save() const;

@@ -32,6 +32,7 @@ private:
     QCheckBox* m_fixedSeed;
     QSpinBox* m_seed;
     QCheckBox* m_thinking;
+    QCheckBox* m_speculation;
     QComboBox* m_effort;
     QComboBox* m_theme;
     QLineEdit* m_modelDir;

@@ -65,13 +65,18 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     const AppSettings defaults = AppSettings::load();
     QVERIFY(defaults.greedy);
     QCOMPARE(defaults.threads, 0);
+    QVERIFY(defaults.speculation); // on by default: greedy answers only gain from it
+    QVERIFY(defaults.generationSettings(99).speculation);
     QCOMPARE(defaults.theme, QStringLiteral("system"));
     QCOMPARE(defaults.generationSettings(99).temperature, 0.0f);
 
     SettingsDialog dialog;
     QCOMPARE(dialog.values(), defaults);
     QVERIFY(!child<QDoubleSpinBox>(&dialog, "temperature")->isEnabled()); // greedy
+    QVERIFY(child<QCheckBox>(&dialog, "speculation")->isEnabled());
+    child<QCheckBox>(&dialog, "speculation")->setChecked(false);
     child<QComboBox>(&dialog, "samplingMode")->setCurrentIndex(1);
+    QVERIFY(!child<QCheckBox>(&dialog, "speculation")->isEnabled()); // sampling is serial
     QVERIFY(child<QDoubleSpinBox>(&dialog, "temperature")->isEnabled());
     child<QDoubleSpinBox>(&dialog, "temperature")->setValue(0.8);
     child<QDoubleSpinBox>(&dialog, "topP")->setValue(0.9);
@@ -100,6 +105,7 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     QCOMPARE(settings.value("model/directory").toString(), QStringLiteral("/models/k3"));
     QCOMPARE(settings.value("model/trunkDir").toString(), QStringLiteral("/models/k3/trunk"));
     QCOMPARE(settings.value("engine/threads").toInt(), 3);
+    QCOMPARE(settings.value("engine/speculation").toBool(), false);
 
     AppSettings expected;
     expected.greedy = false;
@@ -113,6 +119,7 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     expected.modelDir = QStringLiteral("/models/k3");
     expected.trunkDir = QStringLiteral("/models/k3/trunk");
     expected.threads = 3;
+    expected.speculation = false;
     QCOMPARE(AppSettings::load(), expected);
     SettingsDialog again;
     QCOMPARE(again.values(), expected);
@@ -121,6 +128,7 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     QCOMPARE(g.topP, 0.9f);
     QCOMPARE(g.seed, quint64(1234));
     QCOMPARE(g.threads, 3);
+    QVERIFY(!g.speculation);
     expected.fixedSeed = false;
     QCOMPARE(expected.generationSettings(99).seed, quint64(99)); // a new seed per message
 
@@ -167,7 +175,7 @@ void TestSettingsDialog::everyControlHasAnAccessibleName() {
             QVERIFY2(!w->accessibleName().isEmpty(), qPrintable(w->objectName()));
         }
     }
-    QCOMPARE(controls, 16); // 11 settings, 2 Browse, OK, Cancel, Restore Defaults
+    QCOMPARE(controls, 17); // 12 settings, 2 Browse, OK, Cancel, Restore Defaults
 }
 
 void TestSettingsDialog::savedSettingsReachTheWorkerWithTheNextMessage() {

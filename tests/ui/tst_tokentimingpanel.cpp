@@ -7,6 +7,7 @@ class TestTokenTimingPanel : public QObject {
 private slots:
     void keepsTheLastBarsAndAverages();
     void aNewAnswerStartsAfresh();
+    void acceptedProposalsAreMarked();
 };
 
 void TestTokenTimingPanel::keepsTheLastBarsAndAverages() {
@@ -27,6 +28,20 @@ void TestTokenTimingPanel::aNewAnswerStartsAfresh() {
     QCOMPARE(panel.summaryText(), QStringLiteral("2 tokens · 2.000 s/token on average"));
     panel.addToken(0, 0.5, 0, 0); // index 0: the next answer
     QCOMPARE(panel.barCount(), 1);
+    QCOMPARE(panel.summaryText(), QStringLiteral("1 token · 0.500 s/token on average"));
+}
+
+// Tokens that came from an accepted speculative proposal: a "*" on their bar and a count.
+void TestTokenTimingPanel::acceptedProposalsAreMarked() {
+    TokenTimingPanel panel;
+    panel.addToken(0, 0.3, 0, 0);
+    panel.addToken(1, 0.1, 0, 0, true);
+    panel.addToken(2, 0.1, 0, 0, true);
+    panel.addToken(3, 0.1, 0, 0);
+    QCOMPARE(panel.barCount(), 4);
+    QCOMPARE(panel.summaryText(), QStringLiteral("4 tokens · 0.150 s/token on average · 2 from "
+                                                 "accepted proposals (*)"));
+    panel.addToken(0, 0.5, 0, 0); // the next answer starts the count again
     QCOMPARE(panel.summaryText(), QStringLiteral("1 token · 0.500 s/token on average"));
 }
 

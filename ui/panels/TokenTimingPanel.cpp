@@ -56,12 +56,13 @@ void TokenTimingPanel::clear() {
     m_axisX->clear();
     m_total = 0;
     m_tokens = 0;
+    m_proposed = 0;
     m_summary->setText(tr("No tokens yet."));
     rescale();
 }
 
 void TokenTimingPanel::addToken(int index, double computeSeconds, double trunkIoSeconds,
-                                double expertIoSeconds) {
+                                double expertIoSeconds, bool fromProposal) {
     if (index == 0) clear();
     const bool full = m_compute->count() == kMaxBars;
     if (full) {
@@ -74,7 +75,8 @@ void TokenTimingPanel::addToken(int index, double computeSeconds, double trunkIo
     m_experts->append(expertIoSeconds);
     m_compute->append(computeSeconds);
     // One category per bar, or the axis spans a single slot and squeezes the bars.
-    m_axisX->append(QString::number(m_tokens));
+    m_axisX->append(QString::number(m_tokens) + (fromProposal ? QStringLiteral("*") : QString()));
+    if (fromProposal) ++m_proposed;
     m_total += computeSeconds + trunkIoSeconds + expertIoSeconds;
     ++m_tokens;
     m_summary->setText(summaryText());
@@ -95,7 +97,9 @@ int TokenTimingPanel::barCount() const {
 QString TokenTimingPanel::summaryText() const {
     if (m_tokens == 0) return tr("No tokens yet.");
     const QString count = m_tokens == 1 ? tr("1 token") : tr("%1 tokens").arg(m_tokens);
-    return tr("%1 · %2 s/token on average").arg(count).arg(m_total / m_tokens, 0, 'f', 3);
+    QString text = tr("%1 · %2 s/token on average").arg(count).arg(m_total / m_tokens, 0, 'f', 3);
+    if (m_proposed > 0) text += tr(" · %1 from accepted proposals (*)").arg(m_proposed);
+    return text;
 }
 
 void TokenTimingPanel::rescale() {

@@ -21,7 +21,9 @@ public:
     explicit TokenTimingPanel(QWidget* parent = nullptr);
 
     void clear();
-    void addToken(int index, double computeSeconds, double trunkIoSeconds, double expertIoSeconds);
+    // fromProposal: an accepted speculative proposal; its bar is labelled with a "*".
+    void addToken(int index, double computeSeconds, double trunkIoSeconds, double expertIoSeconds,
+                  bool fromProposal = false);
 
     int barCount() const;
     QString summaryText() const;
@@ -40,5 +42,6 @@ private:
     QLabel* m_summary;
     double m_total = 0;
     int m_tokens = 0;
+    int m_proposed = 0; // tokens of this answer that came from accepted proposals
     double m_top = 0; // the tallest bar shown: the y axis tops out just above it
 };

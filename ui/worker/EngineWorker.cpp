@@ -22,7 +22,7 @@ public:
                                       QString::fromStdString(e.responseDelta),
                                       e.timing.totalSeconds());
         emit m_worker->tokenTiming(e.index, e.timing.computeSeconds, e.timing.trunkIoSeconds,
-                                   e.timing.expertIoSeconds);
+                                   e.timing.expertIoSeconds, e.fromProposal);
     }
     void onMemory(const k3::MemoryReport& report) override {
         emit m_worker->memoryUpdated(MemoryFigures::from(report));
@@ -132,6 +132,9 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
     options.sampling.topP = settings.topP;
     options.sampling.seed = settings.seed;
     options.maxTokens = settings.maxTokens;
+    // Adaptive: it proposes only where the text repeats the conversation, so it costs
+    // nothing elsewhere; sampling decodes serially.
+    options.speculation = settings.speculation ? -1 : 0;
     // The OpenMP thread count is per calling thread: set here, it governs the engine's
     // parallel regions for this message. 0 goes back to what this thread started with.
     if (m_defaultThreads == 0) m_defaultThreads = omp_get_max_threads();

@@ -28,6 +28,7 @@ struct GenerationSettings {
     quint64 seed = 0;
     int maxTokens = 512;
     int threads = 0; // OpenMP threads for this message; 0: the default (every core)
+    bool speculation = true; // greedy answers verify prompt-lookup guesses (same tokens)
 };
 
 struct GenerationSummary {
@@ -115,8 +116,10 @@ signals:
     void tokenGenerated(int index, const QString& thinkingDelta, const QString& responseDelta,
                         double seconds);
     // Where the token's time went (the I/O parts are 0 while every weight is resident).
+    // fromProposal: the token was an accepted speculative proposal (it shares its
+    // verification pass's time with the others that pass committed).
     void tokenTiming(int index, double computeSeconds, double trunkIoSeconds,
-                     double expertIoSeconds);
+                     double expertIoSeconds, bool fromProposal = false);
     void generationFinished(const GenerationSummary& summary);
     // Before the prompt is read: the settings as the engine gets them (threads: the
     // OpenMP thread count now in force on the engine thread).
