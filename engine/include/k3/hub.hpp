@@ -141,7 +141,7 @@ std::string resolveToken(const DownloadOptions& options);
 std::vector<HubFile> fetchFileList(const DownloadOptions& options);
 
 // The most files a listing may name: a checkpoint is its shards and a few files (Kimi
-// K3's 64 shards + about 10), so a listing of more is refused before anything is made.
+// K3's 96 shards + about 10), so a listing of more is refused before anything is made.
 inline constexpr std::size_t kMaxListedFiles = 2000;
 
 // Parses the model API's JSON ("siblings": [{"rfilename","size","lfs":{"sha256","size"}}]).
