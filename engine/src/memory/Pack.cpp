@@ -447,12 +447,14 @@ void checkRecordsAgainst(const TrunkIndex& idx, const Checkpoint& ckpt, const fs
                                 modelDir.string() + "; re-pack it");
         }
         if (r.tensors.size() != src.size())
-            for (const auto& [n, t] : r.tensors)
+            for (const auto& entry : r.tensors) {
+                const std::string& n = entry.first; // a plain name: lambdas capture it (clang)
                 if (std::none_of(src.begin(), src.end(),
                                  [&](const auto& s) { return s.first == n; }))
                     throw PackError(where + " holds tensor " + n + ", which is not one of its " +
                                     std::to_string(src.size()) + " tensors in " +
                                     modelDir.string());
+            }
         if (r.bytes != hi - lo)
             throw PackError(where + " is " + std::to_string(r.bytes) +
                             " bytes, the checkpoint's run " + std::to_string(hi - lo));
