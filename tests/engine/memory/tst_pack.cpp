@@ -12,6 +12,7 @@
 
 #include <k3/model.hpp>
 #include <k3/pack.hpp>
+#include <k3/trunk.hpp>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -70,6 +71,7 @@ private slots:
     void recordOffsetEditNamesTheRecordWhenRead();
     void bitFlipInARecordNamesTheRecordWhenRead();
     void bitFlipInAStreamedLayerNamesTheLayer();
+    void bitFlipInAStreamedPieceNamesTheTensor();
     void anotherModelWithTheSameNamesSizesAndMtimesIsRefused();
 };
 
@@ -450,6 +452,34 @@ void TestPack::bitFlipInAStreamedLayerNamesTheLayer() {
     const std::string e = p.loadError(ring);
     QVERIFY2(has(e, "trunk layer 6") && has(e, "trunk record layer 6") &&
                  has(e, "trunk.bin is damaged or was changed: re-pack it"),
+             e.c_str());
+}
+
+// A layer larger than the ring slot streams in two pieces (windows of whole tensors):
+// each tensor is checked against its own checksum, and the error names it.
+void TestPack::bitFlipInAStreamedPieceNamesTheTensor() {
+    Packed p;
+    const k3::TrunkIndex idx = k3::openTrunkIndex(p.trunk, kTinyA);
+    std::uint64_t maxPiece = 0;
+    int largest = 0;
+    for (int L = 0; L < int(idx.layers.size()); ++L) {
+        maxPiece = std::max(maxPiece, k3::largestPieceBytes(idx.layers[std::size_t(L)]));
+        if (idx.layers[std::size_t(L)].bytes > idx.layers[std::size_t(largest)].bytes) largest = L;
+    }
+    QVERIFY(maxPiece < k3::alignUp(idx.layers[std::size_t(largest)].bytes));
+    QCOMPARE(p.loadError(2 * maxPiece), std::string("accepted"));
+    const k3::TrunkRecord& r = idx.layers[std::size_t(largest)];
+    std::string mlp;
+    for (const auto& [name, t] : r.tensors)
+        if (k3::isMlpPieceTensor(name) && t.info.nbytes > 0) mlp = name;
+    QVERIFY(!mlp.empty());
+    const k3::TrunkTensor& t = r.tensors.at(mlp);
+    flipByte(p.trunk + "/trunk.bin", r.offset + t.offset + t.info.nbytes / 2);
+    const std::string e = p.loadError(2 * maxPiece);
+    QVERIFY2(has(e, "trunk layer " + std::to_string(largest) + " piece 1: trunk record layer " +
+                        std::to_string(largest) + ", tensor " + mlp + " (" + p.trunk +
+                        "/trunk.bin offset " + std::to_string(r.offset + t.offset) + ", " +
+                        std::to_string(t.info.nbytes) + " bytes): checksum "),
              e.c_str());
 }
 
