@@ -46,7 +46,9 @@ public:
     // Sort key: reads of a batch are issued in this order (shard, then file offset).
     virtual std::uint64_t diskOrder(int layer, int expert) const = 0;
     // Reads the expert into `slot` (slotBytes(), 4096-aligned) and returns where its
-    // payload starts in the slot. Throws (IoError, CacheError) on a failed or short read.
+    // payload starts in the slot. Throws (IoError, CacheError) on a failed or short read,
+    // or (CheckpointExpertStore) on an E8M0 scale byte 0xFF (NaN): the cache counts it
+    // as a failed read, the expert is dropped and the run is invalid.
     virtual std::size_t read(int layer, int expert, std::byte* slot) const = 0;
 };
 
@@ -92,11 +94,15 @@ private:
         std::uint64_t bytes = 0;
     };
     const Entry& entry(int layer, int expert) const;
+    std::size_t readBytes(int layer, int expert, std::byte* slot) const;
 
     std::vector<std::filesystem::path> shardPaths_;
     std::vector<std::vector<Entry>> entries_; // [layer][expert]; empty for dense layers
     int numExperts_ = 0;
     std::size_t slotBytes_ = 0;
+    bool checkScales_ = true;      // false for byte fixtures (checkShapes=false)
+    std::size_t scaleBytes13_ = 0; // w1/w3 weight_scale bytes
+    std::size_t scaleBytes2_ = 0;  // w2 weight_scale bytes
     struct Files;
     std::unique_ptr<Files> files_;
 };

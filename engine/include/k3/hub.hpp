@@ -132,13 +132,20 @@ struct DownloadResult {
 
 // The endpoint, repo and revision after applying the environment defaults.
 std::string resolveEndpoint(const DownloadOptions& options);
+// The token (options.token, else HF_TOKEN). Throws HubError (Unauthorized) when it holds
+// a control character (a CR/LF would inject an HTTP header), naming the byte and where.
 std::string resolveToken(const DownloadOptions& options);
 
 // GET {endpoint}/api/models/{repo}/revision/{rev}?blobs=true and parse the siblings.
 // Throws HubError; refuses unsafe names (absolute, "..", backslash, control chars).
 std::vector<HubFile> fetchFileList(const DownloadOptions& options);
 
+// The most files a listing may name: a checkpoint is its shards and a few files (Kimi
+// K3's 96 shards + about 10), so a listing of more is refused before anything is made.
+inline constexpr std::size_t kMaxListedFiles = 2000;
+
 // Parses the model API's JSON ("siblings": [{"rfilename","size","lfs":{"sha256","size"}}]).
+// Refuses more than kMaxListedFiles entries (BadListing, naming the count and the cap).
 // Throws HubError(BadListing) naming the offending entry.
 std::vector<HubFile> parseFileList(const std::string& json);
 

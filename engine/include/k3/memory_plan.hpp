@@ -95,6 +95,7 @@ struct MemoryPlan {
     int contextLength = 0;
     std::uint64_t total() const;
     std::uint64_t available = 0;
+    std::string availableBoundBy = "MemAvailable"; // or the cgroup limit that bound it
     MemoryBudget budget;
 
     // "memory plan\n  trunk (STREAMED) ..." as the run report prints it.

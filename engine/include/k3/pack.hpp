@@ -4,7 +4,14 @@
 // per layer, so a layer comes back in ONE O_DIRECT read. The model-level tensors
 // (embeddings, final norm, output AttnRes, lm_head) are records of their own.
 // trunk.json describes the records and the source checkpoint's identity (shard names,
-// sizes, mtimes, a hash of config.json): a trunk packed from other bytes is refused.
+// sizes, a hash of each shard's header bytes, a hash of config.json): a trunk packed
+// from another model is refused, whatever the files' names, sizes and mtimes.
+//
+// Nothing in trunk.json is trusted (format version 2): trunk.json carries an XXH3-64
+// checksum of itself, every record and every tensor carries the XXH3-64 of its bytes
+// (verified as the bytes are read: the streamer's reads, the pinned load), records may
+// not overlap, a record's tensors tile it exactly, and when the model is given every
+// tensor's dtype, shape, size and place in its record must be the checkpoint header's.
 //
 // Packing is atomic: trunk.bin is written as trunk.bin.partial, trunk.json is written
 // last through a temp file + rename, and an old trunk.json is removed first, so a
@@ -41,15 +48,17 @@ inline std::uint64_t alignUp(std::uint64_t n, std::uint64_t a = kTrunkAlignment)
 }
 
 struct TrunkTensor {
-    std::uint64_t offset = 0; // inside its record
-    TensorInfo info;          // dtype, shape, nbytes (offset/shard fields unused)
+    std::uint64_t offset = 0;   // inside its record
+    TensorInfo info;            // dtype, shape, nbytes (offset/shard fields unused)
+    std::uint64_t checksum = 0; // XXH3-64 of its nbytes bytes
 };
 
 struct TrunkRecord {
-    std::string name;         // "layer.7", or the tensor name for model-level records
-    int layer = -1;           // -1 for model-level records
-    std::uint64_t offset = 0; // in trunk.bin, a multiple of 4096
-    std::uint64_t bytes = 0;  // payload; the record occupies alignUp(bytes)
+    std::string name;           // "layer.7", or the tensor name for model-level records
+    int layer = -1;             // -1 for model-level records
+    std::uint64_t offset = 0;   // in trunk.bin, a multiple of 4096
+    std::uint64_t bytes = 0;    // payload; the record occupies alignUp(bytes)
+    std::uint64_t checksum = 0; // XXH3-64 of the payload
     std::map<std::string, TrunkTensor, std::less<>> tensors;
 };
 
@@ -58,7 +67,7 @@ struct CheckpointIdentity {
     struct Shard {
         std::string name;
         std::uint64_t size = 0;
-        std::int64_t mtimeNs = 0;
+        std::string headerHash; // XXH3-64 of the 8-byte length and the header JSON, hex
     };
     std::vector<Shard> shards; // sorted by name
     std::string configHash;    // FNV-1a 64 of config.json, hex
@@ -69,6 +78,9 @@ struct CheckpointIdentity {
 };
 
 CheckpointIdentity checkpointIdentity(const std::filesystem::path& modelDir);
+
+// The trunk's checksum: XXH3-64 (libxxhash) of n bytes.
+std::uint64_t trunkChecksum(const void* data, std::size_t n);
 
 struct TrunkIndex {
     std::filesystem::path binPath;
@@ -81,9 +93,12 @@ struct TrunkIndex {
     const TrunkRecord* modelRecordFor(std::string_view tensor) const;
 };
 
-// Reads trunkDir/trunk.json, bounds-checks every record against trunk.bin, and (when
+// Reads trunkDir/trunk.json, checks its checksum, bounds-checks every record against
+// trunk.bin (aligned, inside, not overlapping, tiled exactly by its tensors), and (when
 // modelDir is not empty) refuses a trunk whose source identity differs from modelDir's
-// (StaleTrunkError naming the difference).
+// (StaleTrunkError naming the difference) or whose records do not describe the
+// checkpoint's tensors (PackError naming the record and the tensor). A trunk of another
+// format version is a StaleTrunkError saying to re-pack.
 TrunkIndex openTrunkIndex(const std::filesystem::path& trunkDir,
                           const std::filesystem::path& modelDir = {});
 
@@ -91,6 +106,17 @@ TrunkIndex openTrunkIndex(const std::filesystem::path& trunkDir,
 // folder only names files in messages and fills binPath; nothing is read).
 TrunkIndex parseTrunkIndex(std::string_view json, std::uint64_t binBytes,
                            const std::filesystem::path& trunkDir);
+
+// Re-computes trunk.json's own checksum over an edited text (tests and the fuzzer use it
+// to reach the checks behind the checksum). Throws PackError when it is not JSON.
+std::string sealTrunkJson(std::string_view json);
+
+// Checks bytes just read against the record's (or one tensor's) checksum: a PackError
+// naming the record (and tensor), trunk.bin and both checksums on a mismatch.
+void verifyTrunkRecord(const TrunkRecord& record, const std::byte* bytes,
+                       const std::filesystem::path& binPath);
+void verifyTrunkTensor(const TrunkRecord& record, const std::string& tensor, const std::byte* bytes,
+                       const std::filesystem::path& binPath);
 
 // True when trunkDir holds a complete trunk for modelDir (no exception).
 bool trunkIsCurrent(const std::filesystem::path& trunkDir, const std::filesystem::path& modelDir);

@@ -41,11 +41,21 @@ struct Job {
 
 enum class Outcome { Done, Retry, Fatal, Cancelled };
 
+// The constructor must not throw: a refused token is reported by run() (fetchFileList
+// resolves it again and throws), so nothing is sent with it.
+std::string tokenOrEmpty(const DownloadOptions& options) {
+    try {
+        return resolveToken(options);
+    } catch (const HubError&) {
+        return {};
+    }
+}
+
 class Downloader {
 public:
     Downloader(const DownloadOptions& options, DownloadObserver* observer,
                const std::atomic<bool>* cancel)
-        : options_(options), observer_(observer), cancel_(cancel), token_(resolveToken(options)),
+        : options_(options), observer_(observer), cancel_(cancel), token_(tokenOrEmpty(options)),
           endpoint_(resolveEndpoint(options)) {}
 
     DownloadResult run();
@@ -112,8 +122,9 @@ struct Transfer {
     bool rangeIgnored = false;
     bool rangeWrong = false;
     bool writeFailed = false;
-    int writeErrno = 0; // why the write failed (ENOSPC: the disk is full)
-    std::string path;   // the .partial file, for the fault-injection test hook
+    bool tooMuch = false; // the server sent more than the listed size (nothing past it written)
+    int writeErrno = 0;   // why the write failed (ENOSPC: the disk is full)
+    std::string path;     // the .partial file, for the fault-injection test hook
     std::string contentRange;
 };
 
@@ -158,6 +169,13 @@ size_t onWrite(char* data, size_t size, size_t count, void* user) {
                 return 0;
             }
         }
+    }
+    // Never a byte past the size the listing gave: a server that sends more (a file
+    // listed as 10 bytes served as 60 MB) is cut off here, before the disk fills.
+    if (t->offset + t->written + bytes > t->job->file.size) {
+        t->tooMuch = true;
+        t->writeFailed = true;
+        return 0;
     }
     if (const auto fault = faultFor(IoKind::Download, t->path, true)) {
         t->writeFailed = true; // the test hook: as if the disk were full (or failing)
@@ -537,6 +555,19 @@ Outcome Downloader::attempt(Job& job, hub::Sha256& hash, std::uint64_t& hashedBy
         job.result.rangeIgnored = true;
         message(job.file.name + ": the server ignored the Range request, restarted from byte 0");
     }
+    if (t.tooMuch) {
+        // The bytes written are a prefix of what the server sent, not known to be the
+        // file's: they are removed, so no later run resumes from them.
+        fs::remove(partial, ec);
+        fail(job, HubErrorKind::Verification,
+             job.file.name + ": the server sent too much: the hub lists " +
+                 std::to_string(job.file.size) + " bytes, the server sent more than that (" +
+                 std::to_string(t.offset + t.written) + " written, the next " +
+                 "piece would pass the listed size); stopped the transfer and removed " +
+                 partial.filename().string(),
+             false);
+        return Outcome::Fatal;
+    }
     if (t.writeFailed || !closed) {
         // What reached the disk stays as NAME.partial (never renamed to NAME: it is
         // not verified); the next run hashes it and resumes with a Range request.
@@ -566,6 +597,19 @@ Outcome Downloader::attempt(Job& job, hub::Sha256& hash, std::uint64_t& hashedBy
         }
         if (hub::isTransientStatus(status)) return Outcome::Retry;
         fail(job, hub::kindForStatus(status), error, true);
+        return Outcome::Fatal;
+    }
+    if (rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_TOO_MANY_REDIRECTS ||
+        rc == CURLE_URL_MALFORMAT) {
+        // A redirect to file:// (or another refused scheme), a redirect loop or a bad
+        // Location is the server's answer, not a network hiccup: retrying gives the same.
+        fail(job, HubErrorKind::Http,
+             job.file.name + " (" + url +
+                 "): " + (errorBuffer[0] ? std::string(errorBuffer) : curl_easy_strerror(rc)) +
+                 (rc == CURLE_TOO_MANY_REDIRECTS ? " (a redirect loop)"
+                                                 : " (a redirect to a refused URL)") +
+                 "; not retried",
+             false);
         return Outcome::Fatal;
     }
     if (rc != CURLE_OK) {

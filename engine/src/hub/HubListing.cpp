@@ -38,9 +38,23 @@ std::string resolveEndpoint(const DownloadOptions& options) {
 }
 
 std::string resolveToken(const DownloadOptions& options) {
-    if (!options.token.empty()) return options.token;
     const char* env = std::getenv("HF_TOKEN");
-    return env ? std::string(env) : std::string();
+    const bool fromEnv = options.token.empty();
+    std::string token = !fromEnv ? options.token : env ? std::string(env) : std::string();
+    for (std::size_t i = 0; i < token.size(); ++i) {
+        const unsigned char c = static_cast<unsigned char>(token[i]);
+        if (c < 0x20 || c == 0x7f) {
+            char byte[8];
+            std::snprintf(byte, sizeof byte, "0x%02x", c);
+            throw HubError(HubErrorKind::Unauthorized,
+                           std::string(fromEnv ? "HF_TOKEN" : "the Hugging Face token") +
+                               " holds a control character (byte " + byte + " at position " +
+                               std::to_string(i) +
+                               "); refusing to send it in an HTTP header: set the token "
+                               "without line breaks or other control characters");
+        }
+    }
+    return token;
 }
 
 std::string redactSecret(std::string text, const std::string& secret) {
@@ -93,6 +107,11 @@ std::vector<HubFile> parseFileList(const std::string& json) {
     auto siblings = root.find("siblings");
     if (siblings == root.end() || !siblings->is_array())
         throw HubError(HubErrorKind::BadListing, "model API answer has no \"siblings\" array");
+    if (siblings->size() > kMaxListedFiles)
+        throw HubError(HubErrorKind::BadListing,
+                       "model API answer lists " + std::to_string(siblings->size()) +
+                           " files, more than the " + std::to_string(kMaxListedFiles) +
+                           " a checkpoint may have; refusing it (nothing was created)");
     std::vector<HubFile> files;
     std::set<std::string> seen;
     for (std::size_t i = 0; i < siblings->size(); ++i) {

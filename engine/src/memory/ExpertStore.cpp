@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <mutex>
 
 namespace k3 {
@@ -39,6 +40,9 @@ CheckpointExpertStore::CheckpointExpertStore(const Checkpoint& ckpt, const Model
                                              int layerCount, bool checkShapes)
     : shardPaths_(ckpt.shardPaths()), numExperts_(c.numExperts), files_(std::make_unique<Files>()) {
     const int I = c.moeIntermediateSize, Lat = c.routedExpertHiddenSize;
+    checkScales_ = checkShapes;
+    scaleBytes13_ = std::size_t(I) * std::size_t(mxfp4ScalesPerRow(Lat));
+    scaleBytes2_ = std::size_t(Lat) * std::size_t(mxfp4ScalesPerRow(I));
     entries_.resize(std::size_t(layerCount));
     std::vector<char> used(shardPaths_.size(), 0);
     for (int L = 0; L < layerCount && L < int(c.layers.size()); ++L) {
@@ -131,7 +135,37 @@ std::uint64_t CheckpointExpertStore::diskOrder(int layer, int expert) const {
     return (std::uint64_t(en.shard) << 44) | en.lo;
 }
 
+namespace {
+// An E8M0 scale byte 0xFF is NaN: the kernels would decode it as 0 and skip the group,
+// a different expert output with no word. The expert is refused (dropped) instead.
+void refuseNanScales(const std::byte* payload, const ExpertLayout& lay, std::size_t bytes13,
+                     std::size_t bytes2, int layer, int expert) {
+    const std::pair<const char*, std::pair<std::size_t, std::size_t>> scales[] = {
+        {"w1", {lay.w1Scales, bytes13}},
+        {"w3", {lay.w3Scales, bytes13}},
+        {"w2", {lay.w2Scales, bytes2}}};
+    for (const auto& [w, range] : scales) {
+        const void* hit = std::memchr(payload + range.first, 0xFF, range.second);
+        if (hit)
+            throw CacheError("tensor language_model.model.layers." + std::to_string(layer) +
+                             ".block_sparse_moe.experts." + std::to_string(expert) + "." + w +
+                             ".weight_scale has scale byte 0xFF (NaN in E8M0) at index " +
+                             std::to_string(static_cast<const std::byte*>(hit) - payload -
+                                            std::ptrdiff_t(range.first)) +
+                             ": expert dropped");
+    }
+}
+} // namespace
+
 std::size_t CheckpointExpertStore::read(int layer, int expert, std::byte* slot) const {
+    const std::size_t at = readBytes(layer, expert, slot);
+    if (checkScales_)
+        refuseNanScales(slot + at, entry(layer, expert).layout, scaleBytes13_, scaleBytes2_, layer,
+                        expert);
+    return at;
+}
+
+std::size_t CheckpointExpertStore::readBytes(int layer, int expert, std::byte* slot) const {
     const Entry& en = entry(layer, expert);
     const FaultExpertScope faultScope(layer, expert); // lets a test hook rule name the expert
     if (en.contiguous) {

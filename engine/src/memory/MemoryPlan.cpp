@@ -305,7 +305,7 @@ std::string MemoryPlan::format() const {
     std::snprintf(note, sizeof note, "%d positions", contextLength);
     line(out, "KV cache", kvBytes, note);
     line(out, "TOTAL", total());
-    line(out, "available", available, "MemAvailable");
+    line(out, "available", available, availableBoundBy);
     return out;
 }
 

@@ -6,6 +6,7 @@
 #include "memory/AlignedBuffer.hpp"
 
 #include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -27,7 +28,10 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr int kTrunkFormatVersion = 1;
+// 2: XXH3-64 checksums (trunk.json itself, every record, every tensor) and the source
+// named by its shard headers' bytes, not by mtimes. Version 1 trunks are refused.
+constexpr int kTrunkFormatVersion = 2;
+constexpr const char* kIndexChecksumKey = "index_xxh3";
 constexpr std::size_t kCopyChunk = std::size_t{16} << 20;
 const std::string kModelPrefix = "language_model.model.";
 
@@ -57,6 +61,55 @@ std::string fnv1aHex(std::string_view bytes) {
     char buf[17];
     std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
     return buf;
+}
+
+std::string hex64(std::uint64_t v) {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+    return buf;
+}
+
+// Exactly 16 lowercase hex digits.
+std::uint64_t parseHex64(const json& v, const std::string& what) {
+    if (!v.is_string()) throw PackError(what + " is not a checksum string");
+    const std::string& t = v.get_ref<const std::string&>();
+    if (t.size() != 16) throw PackError(what + " is not 16 hex digits: \"" + t + "\"");
+    std::uint64_t out = 0;
+    for (char c : t) {
+        int d = -1;
+        if (c >= '0' && c <= '9') d = c - '0';
+        if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+        if (d < 0) throw PackError(what + " is not 16 hex digits: \"" + t + "\"");
+        out = out << 4 | std::uint64_t(d);
+    }
+    return out;
+}
+
+// The checksum of trunk.json: XXH3-64 of the document without its own checksum field,
+// in nlohmann's compact dump (object keys sorted, so the text is canonical).
+std::uint64_t indexChecksum(json j) {
+    j.erase(kIndexChecksumKey);
+    const std::string text = j.dump();
+    return XXH3_64bits(text.data(), text.size());
+}
+
+// The XXH3-64 of a shard's 8-byte header length and header JSON: what the shard says
+// it holds (names, dtypes, shapes, offsets, metadata), read again here.
+std::string shardHeaderHash(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    unsigned char len[8];
+    if (!in || !in.read(reinterpret_cast<char*>(len), 8))
+        throw PackError(path.string() + ": cannot read its safetensors header length");
+    std::uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = n << 8 | len[i];
+    if (n > kMaxHeaderBytes)
+        throw PackError(path.string() + ": header of " + std::to_string(n) +
+                        " bytes is over the limit of " + std::to_string(kMaxHeaderBytes));
+    std::string bytes(8 + n, '\0');
+    std::memcpy(bytes.data(), len, 8);
+    if (!in.read(bytes.data() + 8, std::streamsize(n)))
+        throw PackError(path.string() + ": header shorter than its length says");
+    return hex64(XXH3_64bits(bytes.data(), bytes.size()));
 }
 
 // Which layer a tensor belongs to, or -1 when it is not under language_model.model.layers.
@@ -121,7 +174,7 @@ Run planRun(const std::string& name, int layer, std::vector<std::pair<std::strin
 json identityJson(const CheckpointIdentity& id) {
     json shards = json::array();
     for (const auto& s : id.shards)
-        shards.push_back({{"name", s.name}, {"size", s.size}, {"mtime_ns", s.mtimeNs}});
+        shards.push_back({{"name", s.name}, {"size", s.size}, {"header_xxh3", s.headerHash}});
     return {{"shards", shards}, {"config_fnv1a64", id.configHash}, {"num_layers", id.numLayers}};
 }
 
@@ -151,29 +204,29 @@ template <typename T> T integerAt(const json& j, const char* key, const std::str
 CheckpointIdentity identityFromJson(const json& j) {
     CheckpointIdentity id;
     for (const auto& s : j.at("shards"))
-        id.shards.push_back({s.at("name").get<std::string>(),
-                             integerAt<std::uint64_t>(s, "size", "source shard"),
-                             integerAt<std::int64_t>(s, "mtime_ns", "source shard")});
+        id.shards.push_back(
+            {s.at("name").get<std::string>(), integerAt<std::uint64_t>(s, "size", "source shard"),
+             hex64(parseHex64(s.at("header_xxh3"), "source shard \"header_xxh3\""))});
     id.configHash = j.at("config_fnv1a64").get<std::string>();
     id.numLayers = integerAt<int>(j, "num_layers", "source");
     return id;
 }
 
-json recordJson(const Run& r, std::uint64_t offset) {
+json recordJson(const Run& r, std::uint64_t offset, std::uint64_t checksum,
+                const std::vector<std::uint64_t>& tensorChecksums) {
     json tensors = json::object();
-    for (const auto& [n, t] : r.tensors) {
+    for (std::size_t i = 0; i < r.tensors.size(); ++i) {
+        const auto& [n, t] = r.tensors[i];
         json shape = json::array();
         for (std::uint64_t d : t.dims()) shape.push_back(d);
         tensors[n] = {{"offset", t.offset - r.lo},
                       {"nbytes", t.nbytes},
                       {"dtype", std::string(dtypeName(t.dtype))},
-                      {"shape", shape}};
+                      {"shape", shape},
+                      {"xxh3", hex64(tensorChecksums[i])}};
     }
-    return {{"name", r.name},
-            {"layer", r.layer},
-            {"offset", offset},
-            {"bytes", r.hi - r.lo},
-            {"tensors", tensors}};
+    return {{"name", r.name},       {"layer", r.layer},        {"offset", offset},
+            {"bytes", r.hi - r.lo}, {"xxh3", hex64(checksum)}, {"tensors", tensors}};
 }
 
 TrunkRecord recordFromJson(const json& j, std::uint64_t fileBytes, const std::string& where) {
@@ -182,6 +235,7 @@ TrunkRecord recordFromJson(const json& j, std::uint64_t fileBytes, const std::st
     r.layer = integerAt<int>(j, "layer", where + ": record " + r.name);
     r.offset = integerAt<std::uint64_t>(j, "offset", where + ": record " + r.name);
     r.bytes = integerAt<std::uint64_t>(j, "bytes", where + ": record " + r.name);
+    r.checksum = parseHex64(j.at("xxh3"), where + ": record " + r.name + " \"xxh3\"");
     if (r.offset % kTrunkAlignment != 0)
         throw PackError(where + ": record " + r.name + " offset " + std::to_string(r.offset) +
                         " is not 4096-aligned");
@@ -192,6 +246,7 @@ TrunkRecord recordFromJson(const json& j, std::uint64_t fileBytes, const std::st
     for (const auto& [n, t] : j.at("tensors").items()) {
         TrunkTensor tt;
         tt.offset = integerAt<std::uint64_t>(t, "offset", where + ": tensor " + n);
+        tt.checksum = parseHex64(t.at("xxh3"), where + ": tensor " + n + " \"xxh3\"");
         tt.info.nbytes = integerAt<std::uint64_t>(t, "nbytes", where + ": tensor " + n);
         const auto dt = parseDType(t.at("dtype").get<std::string>());
         if (!dt) throw PackError(where + ": tensor " + n + " has an unknown dtype");
@@ -217,6 +272,28 @@ TrunkRecord recordFromJson(const json& j, std::uint64_t fileBytes, const std::st
             throw PackError(where + ": tensor " + n + " nbytes disagrees with its shape and dtype");
         r.tensors.emplace(n, tt);
     }
+    // Packing copies one contiguous run per record, so its tensors tile it exactly: a
+    // gap or an overlap (two tensors at one offset, an edited offset) is an edit.
+    std::vector<std::pair<std::uint64_t, const std::string*>> order;
+    for (const auto& [n, t] : r.tensors) order.emplace_back(t.offset, &n);
+    std::sort(order.begin(), order.end());
+    std::uint64_t end = 0;
+    const std::string* prev = nullptr;
+    for (const auto& [off, n] : order) {
+        if (off < end)
+            throw PackError(where + ": record " + r.name + ": tensor " + *n + " at offset " +
+                            std::to_string(off) + " overlaps " + *prev + " (ends at " +
+                            std::to_string(end) + ")");
+        if (off > end)
+            throw PackError(where + ": record " + r.name + ": " + std::to_string(off - end) +
+                            " bytes at offset " + std::to_string(end) +
+                            " belong to no tensor (before " + *n + ")");
+        end = off + r.tensors.find(*n)->second.info.nbytes;
+        prev = n;
+    }
+    if (end != r.bytes)
+        throw PackError(where + ": record " + r.name + " is " + std::to_string(r.bytes) +
+                        " bytes but its tensors cover " + std::to_string(end));
     return r;
 }
 
@@ -264,6 +341,45 @@ bool isRoutedExpertTensor(std::string_view name) {
     return name.find(".block_sparse_moe.experts.") != std::string_view::npos;
 }
 
+std::uint64_t trunkChecksum(const void* data, std::size_t n) {
+    return XXH3_64bits(data, n);
+}
+
+std::string sealTrunkJson(std::string_view text) {
+    try {
+        json j = json::parse(text);
+        if (!j.is_object()) throw PackError("trunk.json text is not a JSON object");
+        j[kIndexChecksumKey] = hex64(indexChecksum(j));
+        return j.dump(1);
+    } catch (const json::exception& e) {
+        throw PackError(std::string("trunk.json text is malformed (") + e.what() + ")");
+    }
+}
+
+void verifyTrunkRecord(const TrunkRecord& r, const std::byte* bytes, const fs::path& binPath) {
+    const std::uint64_t got = XXH3_64bits(bytes, std::size_t(r.bytes));
+    if (got != r.checksum)
+        throw PackError("trunk record " + r.name + " (" + binPath.string() + " offset " +
+                        std::to_string(r.offset) + ", " + std::to_string(r.bytes) +
+                        " bytes): checksum " + hex64(got) + " as read, trunk.json says " +
+                        hex64(r.checksum) + "; trunk.bin is damaged or was changed: re-pack it");
+}
+
+void verifyTrunkTensor(const TrunkRecord& r, const std::string& tensor, const std::byte* bytes,
+                       const fs::path& binPath) {
+    const auto it = r.tensors.find(tensor);
+    if (it == r.tensors.end())
+        throw PackError("trunk record " + r.name + " has no tensor " + tensor);
+    const TrunkTensor& t = it->second;
+    const std::uint64_t got = XXH3_64bits(bytes, std::size_t(t.info.nbytes));
+    if (got != t.checksum)
+        throw PackError("trunk record " + r.name + ", tensor " + tensor + " (" + binPath.string() +
+                        " offset " + std::to_string(r.offset + t.offset) + ", " +
+                        std::to_string(t.info.nbytes) + " bytes): checksum " + hex64(got) +
+                        " as read, trunk.json says " + hex64(t.checksum) +
+                        "; trunk.bin is damaged or was changed: re-pack it");
+}
+
 std::string CheckpointIdentity::differenceFrom(const CheckpointIdentity& o) const {
     if (configHash != o.configHash) return "config.json changed since the trunk was packed";
     if (numLayers != o.numLayers)
@@ -279,26 +395,106 @@ std::string CheckpointIdentity::differenceFrom(const CheckpointIdentity& o) cons
         if (a.size != b.size)
             return "shard " + a.name + " is " + std::to_string(a.size) + " bytes, was " +
                    std::to_string(b.size) + " when the trunk was packed";
-        if (a.mtimeNs != b.mtimeNs)
-            return "shard " + a.name + " was modified after the trunk was packed";
+        if (a.headerHash != b.headerHash)
+            return "shard " + a.name +
+                   "'s header (tensor names, dtypes, shapes, offsets) is "
+                   "not the one the trunk was packed from (header XXH3 " +
+                   a.headerHash + ", the trunk's " + b.headerHash + "): another model";
     }
     return {};
 }
 
-CheckpointIdentity checkpointIdentity(const fs::path& modelDir) {
+namespace {
+CheckpointIdentity identityOf(const Checkpoint& ckpt, const fs::path& modelDir) {
     CheckpointIdentity id;
-    const Checkpoint ckpt = Checkpoint::open(modelDir);
     for (const fs::path& p : ckpt.shardPaths()) {
         struct stat st {};
         if (::stat(p.c_str(), &st) != 0) throw PackError(p.string() + ": cannot stat");
-        id.shards.push_back({p.filename().string(), std::uint64_t(st.st_size),
-                             std::int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec});
+        id.shards.push_back({p.filename().string(), std::uint64_t(st.st_size), shardHeaderHash(p)});
     }
     std::sort(id.shards.begin(), id.shards.end(),
               [](const auto& a, const auto& b) { return a.name < b.name; });
     id.configHash = fnv1aHex(readWholeFile(modelDir / "config.json"));
     id.numLayers = readModelConfig(modelDir / "config.json").numHiddenLayers;
     return id;
+}
+
+// Every record must describe the checkpoint's own tensors: the same set of names (a
+// layer record: the layer's non-expert tensors; a model record: its one tensor), each
+// with the header's dtype, shape and size, at its place in the run the record copies.
+void checkRecordsAgainst(const TrunkIndex& idx, const Checkpoint& ckpt, const fs::path& modelDir) {
+    std::vector<std::vector<std::pair<std::string_view, const TensorInfo*>>> perLayer(
+        idx.layers.size());
+    for (const auto& [name, info] : ckpt.tensors()) {
+        const int L = layerOf(name);
+        if (L < 0 || std::size_t(L) >= perLayer.size() || isRoutedExpertTensor(name)) continue;
+        perLayer[std::size_t(L)].emplace_back(name, &info);
+    }
+    const auto check = [&](const TrunkRecord& r,
+                           const std::vector<std::pair<std::string_view, const TensorInfo*>>& src) {
+        const std::string where = "the trunk's record " + r.name;
+        if (src.empty()) throw PackError(where + " has no tensors in " + modelDir.string());
+        // In file order, so the first difference named is the first in the record.
+        auto sorted = src;
+        std::sort(sorted.begin(), sorted.end(),
+                  [](const auto& x, const auto& y) { return x.second->offset < y.second->offset; });
+        std::uint64_t lo = src.front().second->offset, hi = 0;
+        for (const auto& [n, t] : src) {
+            lo = std::min(lo, t->offset);
+            hi = std::max(hi, t->offset + t->nbytes);
+            if (!r.tensors.count(n))
+                throw PackError(where + " lacks tensor " + std::string(n) + " of " +
+                                modelDir.string() + "; re-pack it");
+        }
+        if (r.tensors.size() != src.size())
+            for (const auto& entry : r.tensors) {
+                const std::string& n = entry.first; // a plain name: lambdas capture it (clang)
+                if (std::none_of(src.begin(), src.end(),
+                                 [&](const auto& s) { return s.first == n; }))
+                    throw PackError(where + " holds tensor " + n + ", which is not one of its " +
+                                    std::to_string(src.size()) + " tensors in " +
+                                    modelDir.string());
+            }
+        if (r.bytes != hi - lo)
+            throw PackError(where + " is " + std::to_string(r.bytes) +
+                            " bytes, the checkpoint's run " + std::to_string(hi - lo));
+        for (const auto& [n, t] : sorted) {
+            const TrunkTensor& tt = r.tensors.find(n)->second;
+            std::string what;
+            if (tt.info.dtype != t->dtype)
+                what = std::string("dtype ") + std::string(dtypeName(tt.info.dtype)) +
+                       ", the checkpoint's " + std::string(dtypeName(t->dtype));
+            else if (tt.info.rank != t->rank ||
+                     !std::equal(t->dims().begin(), t->dims().end(), tt.info.dims().begin()))
+                what = "a shape other than the checkpoint's";
+            else if (tt.info.nbytes != t->nbytes)
+                what = std::to_string(tt.info.nbytes) + " bytes, the checkpoint's " +
+                       std::to_string(t->nbytes);
+            else if (tt.offset != t->offset - lo)
+                what = "offset " + std::to_string(tt.offset) + " in the record, the checkpoint's " +
+                       std::to_string(t->offset - lo);
+            if (!what.empty())
+                throw PackError(where + ": tensor " + std::string(n) + " has " + what +
+                                "; trunk.json was changed: re-pack it");
+        }
+    };
+    for (std::size_t L = 0; L < idx.layers.size(); ++L) check(idx.layers[L], perLayer[L]);
+    for (const TrunkRecord& r : idx.modelRecords) {
+        if (r.tensors.size() != 1)
+            throw PackError("the trunk's record " + r.name + " holds " +
+                            std::to_string(r.tensors.size()) + " tensors, a model record one");
+        const std::string& n = r.tensors.begin()->first;
+        const TensorInfo* t = ckpt.find(n);
+        if (!t)
+            throw PackError("the trunk's record " + r.name + " holds " + n + ", which " +
+                            modelDir.string() + " does not have");
+        check(r, {{n, t}});
+    }
+}
+} // namespace
+
+CheckpointIdentity checkpointIdentity(const fs::path& modelDir) {
+    return identityOf(Checkpoint::open(modelDir), modelDir);
 }
 
 std::uint64_t TrunkIndex::largestLayerBytes() const {
@@ -326,10 +522,19 @@ TrunkIndex parseTrunkIndex(std::string_view jsonText, std::uint64_t binBytes,
     idx.binPath = trunkDir / "trunk.bin";
     try {
         const json j = json::parse(jsonText);
-        if (j.at("format").get<std::string>() != "k3-trunk" ||
-            integerAt<int>(j, "version", where) != kTrunkFormatVersion)
-            throw StaleTrunkError(where + ": not a version " + std::to_string(kTrunkFormatVersion) +
-                                  " k3 trunk; re-pack it");
+        if (!j.is_object() || !j.contains("format") || j.at("format") != "k3-trunk")
+            throw StaleTrunkError(where + ": not a k3 trunk description; re-pack it");
+        const int version = integerAt<int>(j, "version", where);
+        if (version != kTrunkFormatVersion)
+            throw StaleTrunkError(where + ": trunk format version " + std::to_string(version) +
+                                  ", this k3 reads version " + std::to_string(kTrunkFormatVersion) +
+                                  " (record checksums); re-pack it (k3 pack MODEL_DIR " +
+                                  trunkDir.string() + ")");
+        const std::uint64_t stored =
+            parseHex64(j.at(kIndexChecksumKey), where + ": \"index_xxh3\"");
+        if (const std::uint64_t actual = indexChecksum(j); actual != stored)
+            throw PackError(where + ": checksum " + hex64(actual) + " of its text, it says " +
+                            hex64(stored) + "; trunk.json was changed or damaged: re-pack it");
         idx.fileBytes = integerAt<std::uint64_t>(j, "file_bytes", where);
         if (idx.fileBytes != binBytes)
             throw PackError(where + " describes " + std::to_string(idx.fileBytes) +
@@ -346,6 +551,18 @@ TrunkIndex parseTrunkIndex(std::string_view jsonText, std::uint64_t binBytes,
                 idx.modelRecords.push_back(std::move(rec));
             }
         }
+        // Records never share bytes: sorted by offset, each ends (aligned) before the next.
+        std::vector<const TrunkRecord*> all;
+        for (const auto& r : idx.layers) all.push_back(&r);
+        for (const auto& r : idx.modelRecords) all.push_back(&r);
+        std::sort(all.begin(), all.end(),
+                  [](const TrunkRecord* a, const TrunkRecord* b) { return a->offset < b->offset; });
+        for (std::size_t i = 1; i < all.size(); ++i)
+            if (all[i - 1]->offset + alignUp(all[i - 1]->bytes) > all[i]->offset)
+                throw PackError(where + ": records " + all[i - 1]->name + " [" +
+                                std::to_string(all[i - 1]->offset) + ", +" +
+                                std::to_string(all[i - 1]->bytes) + ") and " + all[i]->name +
+                                " (at " + std::to_string(all[i]->offset) + ") overlap");
         if (int(idx.layers.size()) != idx.source.numLayers)
             throw PackError(where + ": " + std::to_string(idx.layers.size()) +
                             " layer records for a " + std::to_string(idx.source.numLayers) +
@@ -368,11 +585,13 @@ TrunkIndex openTrunkIndex(const fs::path& trunkDir, const fs::path& modelDir) {
     if (ec) throw PackError(binPath.string() + ": cannot stat (" + ec.message() + ")");
     TrunkIndex idx = parseTrunkIndex(readWholeFile(jsonPath), binSize, trunkDir);
     if (!modelDir.empty()) {
-        const std::string diff = checkpointIdentity(modelDir).differenceFrom(idx.source);
+        const Checkpoint ckpt = Checkpoint::open(modelDir);
+        const std::string diff = identityOf(ckpt, modelDir).differenceFrom(idx.source);
         if (!diff.empty())
             throw StaleTrunkError("the trunk in " + trunkDir.string() + " is stale: " + diff +
                                   "; re-pack it (k3 pack " + modelDir.string() + " " +
                                   trunkDir.string() + ")");
+        checkRecordsAgainst(idx, ckpt, modelDir);
     }
     return idx;
 }
@@ -391,7 +610,7 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
     const auto t0 = std::chrono::steady_clock::now();
     const ModelConfig config = readModelConfig(modelDir / "config.json");
     const Checkpoint ckpt = Checkpoint::open(modelDir);
-    const CheckpointIdentity identity = checkpointIdentity(modelDir);
+    const CheckpointIdentity identity = identityOf(ckpt, modelDir);
 
     // Plan every record (and refuse) before a byte is written.
     std::vector<std::vector<std::pair<std::string, TensorInfo>>> perLayer(
@@ -437,14 +656,49 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
         std::vector<std::unique_ptr<AlignedFile>> files(ckpt.shardPaths().size());
         memory::AlignedBuffer chunk(kCopyChunk);
         std::uint64_t out = 0;
+        XXH3_state_t* recordState = XXH3_createState();
+        XXH3_state_t* tensorState = XXH3_createState();
+        if (!recordState || !tensorState) {
+            XXH3_freeState(recordState);
+            XXH3_freeState(tensorState);
+            throw std::bad_alloc();
+        }
+        struct FreeStates {
+            XXH3_state_t* a;
+            XXH3_state_t* b;
+            ~FreeStates() {
+                XXH3_freeState(a);
+                XXH3_freeState(b);
+            }
+        } freeStates{recordState, tensorState};
         for (const Run& r : runs) {
             auto& f = files[r.shard];
             if (!f) f = std::make_unique<AlignedFile>(ckpt.shardPaths()[r.shard]);
+            // The checksums are of the bytes as read for the copy (one pass): the record's,
+            // and each tensor's in turn (they tile the run in offset order).
+            XXH3_64bits_reset(recordState);
+            XXH3_64bits_reset(tensorState);
+            std::vector<std::uint64_t> tensorSums;
+            std::size_t tensor = 0;
             // One sequential range copy per record.
             for (std::uint64_t pos = r.lo; pos < r.hi;) {
                 if (cancel && cancel->load()) throw PackError("packing cancelled");
                 const std::size_t n = std::size_t(std::min<std::uint64_t>(kCopyChunk, r.hi - pos));
                 f->read(pos, chunk.data(), n);
+                XXH3_64bits_update(recordState, chunk.data(), n);
+                for (std::uint64_t at = pos; at < pos + n && tensor < r.tensors.size();) {
+                    const TensorInfo& t = r.tensors[tensor].second;
+                    const std::uint64_t upto =
+                        std::min<std::uint64_t>(pos + n, t.offset + t.nbytes);
+                    XXH3_64bits_update(tensorState, chunk.data() + (at - pos),
+                                       std::size_t(upto - at));
+                    at = upto;
+                    if (at == t.offset + t.nbytes) {
+                        tensorSums.push_back(XXH3_64bits_digest(tensorState));
+                        XXH3_64bits_reset(tensorState);
+                        ++tensor;
+                    }
+                }
                 // A record's last chunk is padded with zeros to its aligned footprint.
                 const std::size_t padded = std::size_t(alignUp(n));
                 std::memset(chunk.data() + n, 0, padded - n);
@@ -452,7 +706,10 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
                 pos += n;
                 progress.bytesDone += n;
             }
-            records.push_back(recordJson(r, out));
+            // Zero-byte tensors (none in a real checkpoint) have the empty input's checksum.
+            while (tensorSums.size() < r.tensors.size())
+                tensorSums.push_back(XXH3_64bits(nullptr, 0));
+            records.push_back(recordJson(r, out, XXH3_64bits_digest(recordState), tensorSums));
             out += alignUp(r.hi - r.lo);
             ++progress.recordsDone;
             progress.seconds =
@@ -475,9 +732,10 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
     ::close(fd);
     fs::rename(partial, binPath);
 
-    const json doc{
+    json doc{
         {"format", "k3-trunk"}, {"version", kTrunkFormatVersion},   {"alignment", kTrunkAlignment},
         {"file_bytes", total},  {"source", identityJson(identity)}, {"records", records}};
+    doc[kIndexChecksumKey] = hex64(indexChecksum(doc));
     writeFileAtomically(trunkDir / "trunk.json", doc.dump(1));
 
     PackResult res;

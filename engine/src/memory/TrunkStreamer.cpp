@@ -105,6 +105,13 @@ struct TrunkStreamer::Impl {
                              index.binPath.string() + " at offset " + std::to_string(r.offset) +
                              ": got " + std::to_string(got) + " of " + std::to_string(r.bytes) +
                              " bytes (truncated trunk.bin? re-pack it)");
+        // The bytes are checked as they arrive, every time (a damaged or edited trunk.bin
+        // is an error naming the record, never a run on other weights).
+        try {
+            verifyTrunkRecord(r, dst, index.binPath);
+        } catch (const PackError& e) {
+            throw TrunkError("trunk layer " + std::to_string(L) + ": " + e.what());
+        }
     }
 
     // The aligned windows of one piece, each straight into its place in the slot.
@@ -128,7 +135,17 @@ struct TrunkStreamer::Impl {
                                  std::to_string(got) + " of " + std::to_string(run.bytes) +
                                  " bytes (truncated trunk.bin? re-pack it)");
         }
-        seconds = since(t0);
+        seconds = since(t0); // the read alone; the check below is compute
+        // A piece holds whole tensors: each is checked against its own checksum.
+        const TrunkRecord& r = index.layers[std::size_t(L)];
+        for (const auto& [name, at] : piece.tensorAt) {
+            try {
+                verifyTrunkTensor(r, name, dst + at, index.binPath);
+            } catch (const PackError& e) {
+                throw TrunkError("trunk layer " + std::to_string(L) + " piece " +
+                                 std::to_string(P) + ": " + e.what());
+            }
+        }
     }
 
     void readerLoop() {

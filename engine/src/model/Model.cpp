@@ -268,6 +268,7 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
     budget.source = "options";
     const auto mem = readMemoryInfo();
     impl->plan = planMemory(in, budget, mem ? mem->availableBytes : 0);
+    if (mem) impl->plan.availableBoundBy = mem->boundBy;
     if (options.enforceMemoryPlan) enforceMemoryPlan(impl->plan);
 
     if (useCache) {
@@ -320,6 +321,7 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
             auto& bytes = impl->modelRecordBytes[i];
             bytes.resize(std::size_t(ti.modelRecords[i].bytes));
             bin.read(ti.modelRecords[i].offset, bytes.data(), bytes.size());
+            verifyTrunkRecord(ti.modelRecords[i], bytes.data(), ti.binPath);
             records.emplace_back(&ti.modelRecords[i], bytes.data());
             impl->w.bytes += bytes.size();
         }

@@ -2,12 +2,25 @@
 
 #include "k3/model.hpp"
 
+#include <cmath>
 #include <cstring>
 
 namespace k3::model {
 namespace {
 
 const std::string kPrefix = "language_model.model.";
+
+// E8M0 (the MX scale format) reserves 0xFF for NaN; the kernels would read it as a zero
+// scale and skip the group, so a weight silently changes. Refused by tensor and position.
+void refuseNanScales(const std::string& name, const std::vector<std::uint8_t>& scales,
+                     std::size_t perRow) {
+    for (std::size_t i = 0; i < scales.size(); ++i)
+        if (scales[i] == 0xFF)
+            throw ModelError("tensor " + name + " has scale byte 0xFF (NaN in E8M0) at row " +
+                             std::to_string(perRow ? i / perRow : 0) + ", group " +
+                             std::to_string(perRow ? i % perRow : i) +
+                             ": the checkpoint is damaged");
+}
 
 std::string shapeText(const TensorInfo& t) {
     std::string s = "[";
@@ -66,6 +79,13 @@ public:
         std::vector<float> v(static_cast<std::size_t>(numel));
         widenToFloat(t.dtype, bytes, v);
         v.resize(std::size_t(n));
+        // Norms, router biases (e_score_correction_bias), conv weights: a NaN bias ranks
+        // its expert last and a NaN norm poisons every logit, both without a word.
+        for (std::size_t i = 0; i < v.size(); ++i)
+            if (!std::isfinite(v[i]))
+                throw ModelError("tensor " + name + " element " + std::to_string(i) + " is " +
+                                 (std::isnan(v[i]) ? "NaN" : "infinite") +
+                                 ": refusing a non-finite norm, bias or vector weight");
         bytes_ += v.size() * sizeof(float);
         return v;
     }
@@ -94,6 +114,7 @@ public:
                         reinterpret_cast<const std::uint8_t*>(pr.data()) + pr.size());
         m.scales.assign(reinterpret_cast<const std::uint8_t*>(sr.data()),
                         reinterpret_cast<const std::uint8_t*>(sr.data()) + sr.size());
+        refuseNanScales(sName, m.scales, std::size_t(rowScales));
         bytes_ += m.packed.size() + m.scales.size();
         return m;
     }

@@ -76,15 +76,18 @@ DoctorReport runDoctor(const DoctorOptions& options) {
                             "RAM: /proc/meminfo has no MemTotal/MemAvailable, cannot size a plan"});
     } else {
         const double avail = static_cast<double>(r.memory->availableBytes);
+        const std::string bound = r.memory->boundBy == "MemAvailable"
+                                      ? std::string()
+                                      : " (bound by " + r.memory->boundBy + ")";
         r.recommendedPreset = recommendPreset(r.memory->availableBytes);
         if (r.recommendedPreset)
             r.checks.push_back({"memory", CheckStatus::Ok,
-                                "RAM: " + gb(avail) + " available -> preset " +
+                                "RAM: " + gb(avail) + " available" + bound + " -> preset " +
                                     std::string(r.recommendedPreset->name)});
         else
             r.checks.push_back({"memory", CheckStatus::Fail,
-                                "RAM: " + gb(avail) +
-                                    " available; the smallest preset (ultra) needs about 4 GB. "
+                                "RAM: " + gb(avail) + " available" + bound +
+                                    "; the smallest preset (ultra) needs about 4 GB. "
                                     "Close other programs or add memory."});
     }
 
@@ -171,7 +174,8 @@ std::string doctorReportJson(const DoctorReport& r) {
                 {"summary", r.cpu.summary()}};
     if (r.memory)
         j["memory"] = {{"total_bytes", r.memory->totalBytes},
-                       {"available_bytes", r.memory->availableBytes}};
+                       {"available_bytes", r.memory->availableBytes},
+                       {"bound_by", r.memory->boundBy}};
     j["recommended_preset"] = r.recommendedPreset
                                   ? nlohmann::json(std::string(r.recommendedPreset->name))
                                   : nlohmann::json();

@@ -10,7 +10,12 @@
 #include <fstream>
 #include <functional>
 
+#include <k3/model.hpp>
 #include <k3/pack.hpp>
+#include <k3/trunk.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
 
 using nlohmann::json;
 
@@ -58,7 +63,89 @@ private slots:
     void truncatedBinIsRefused();
     void wrappingShapeIsRefused();
     void nonIntegerNumbersAreRefused();
+    void editedTrunkJsonFailsItsChecksum();
+    void oldFormatVersionSaysRepack();
+    void swappedTensorOffsetsAreRefused();
+    void overlappingOffsetsAreRefused();
+    void dtypeEditIsRefused();
+    void recordOffsetEditNamesTheRecordWhenRead();
+    void bitFlipInARecordNamesTheRecordWhenRead();
+    void bitFlipInAStreamedLayerNamesTheLayer();
+    void bitFlipInAStreamedPieceNamesTheTensor();
+    void anotherModelWithTheSameNamesSizesAndMtimesIsRefused();
 };
+
+namespace {
+
+const char* kQ = "language_model.model.layers.0.self_attn.q_proj.weight";
+const char* kK = "language_model.model.layers.0.self_attn.k_proj.weight";
+
+struct Packed {
+    QTemporaryDir tmp;
+    std::string trunk;
+    json doc;
+    std::uint64_t binBytes = 0;
+    Packed() {
+        trunk = tmp.filePath(QStringLiteral("t")).toStdString();
+        k3::packTrunk(kTinyA, trunk);
+        std::ifstream in(trunk + "/trunk.json");
+        doc = json::parse(in);
+        binBytes = doc.at("file_bytes").get<std::uint64_t>();
+    }
+    // Writes an edited trunk.json, with its own checksum made to match (as an attacker
+    // who knows the format would), so the checks behind the checksum are reached.
+    void write(const json& j, bool seal = true) const {
+        std::ofstream out(trunk + "/trunk.json", std::ios::trunc);
+        out << (seal ? k3::sealTrunkJson(j.dump()) : j.dump(1));
+    }
+    std::string openError() const {
+        try {
+            k3::openTrunkIndex(trunk, kTinyA);
+        } catch (const std::exception& e) {
+            return e.what();
+        }
+        return "accepted";
+    }
+    // Every layer pinned: each record is read (and checked) at load.
+    std::string loadError(std::uint64_t trunkBytes = 0) const {
+        try {
+            k3::ModelOptions o;
+            o.trunkDir = trunk;
+            o.trunkBytes = trunkBytes ? trunkBytes : o.trunkBytes;
+            const k3::Model m = k3::Model::load(kTinyA, o);
+            if (trunkBytes) { // streamed: the forward reads each layer
+                std::vector<float> logits(std::size_t(m.config().vocabSize));
+                k3::InferenceState st = m.newState();
+                m.forward(st, 5, logits);
+            }
+        } catch (const std::exception& e) {
+            return e.what();
+        }
+        return "accepted";
+    }
+};
+
+json& layerRecord(json& doc, int layer) {
+    for (json& r : doc["records"])
+        if (r["layer"] == layer) return r;
+    throw std::runtime_error("no layer record");
+}
+
+void flipByte(const std::string& path, std::uint64_t offset) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(std::streamoff(offset));
+    char c = 0;
+    f.read(&c, 1);
+    c = char(c ^ 0x10);
+    f.seekp(std::streamoff(offset));
+    f.write(&c, 1);
+}
+
+bool has(const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+}
+
+} // namespace
 
 void TestPack::packsAlignedExactCopies() {
     QTemporaryDir tmp;
@@ -174,7 +261,7 @@ void TestPack::wrappingShapeIsRefused() {
     tensor["shape"] = {std::uint64_t{1} << 62, 4};
     tensor["nbytes"] = 0;
     try {
-        k3::parseTrunkIndex(j.dump(), binBytes, trunk);
+        k3::parseTrunkIndex(k3::sealTrunkJson(j.dump()), binBytes, trunk);
         QFAIL("a shape whose byte count wraps to 0 was accepted");
     } catch (const k3::PackError& e) {
         QVERIFY2(std::string(e.what()).find("has a shape too large to address") !=
@@ -196,7 +283,7 @@ void TestPack::nonIntegerNumbersAreRefused() {
         json j = good;
         edit(j);
         try {
-            k3::parseTrunkIndex(j.dump(), binBytes, trunk);
+            k3::parseTrunkIndex(k3::sealTrunkJson(j.dump()), binBytes, trunk);
         } catch (const k3::PackError& e) {
             return std::string(e.what());
         }
@@ -210,6 +297,241 @@ void TestPack::nonIntegerNumbersAreRefused() {
     QVERIFY2(e.find("\"layer\" is out of range") != std::string::npos, e.c_str());
     e = refusal([](json& j) { j["records"][0]["bytes"] = -4096; });
     QVERIFY2(e.find("\"bytes\" is out of range") != std::string::npos, e.c_str());
+}
+
+// One digit changed in trunk.json, not re-sealed: its own checksum refuses it.
+void TestPack::editedTrunkJsonFailsItsChecksum() {
+    Packed p;
+    QCOMPARE(p.openError(), std::string("accepted"));
+    json j = p.doc;
+    layerRecord(j, 0)["tensors"][kQ]["offset"] = 4096 * 3;
+    p.write(j, /*seal=*/false);
+    const std::string e = p.openError();
+    QVERIFY2(has(e, p.trunk + "/trunk.json: checksum ") &&
+                 has(e, "trunk.json was changed or damaged: re-pack it"),
+             e.c_str());
+}
+
+void TestPack::oldFormatVersionSaysRepack() {
+    Packed p;
+    json j = p.doc;
+    j["version"] = 1;
+    p.write(j);
+    const std::string e = p.openError();
+    QVERIFY2(has(e, "trunk format version 1, this k3 reads version 2 (record checksums); re-pack "
+                    "it (k3 pack MODEL_DIR " +
+                        p.trunk + ")"),
+             e.c_str());
+    try {
+        k3::openTrunkIndex(p.trunk, kTinyA);
+    } catch (const k3::StaleTrunkError&) {
+        return; // the class the app and CLI offer a re-pack for
+    } catch (...) {
+    }
+    QFAIL("an old version is not a StaleTrunkError");
+}
+
+// q_proj and k_proj are both BF16 [32, 64]: swapped, everything still tiles and bounds
+// hold; the checkpoint's header says where each really is.
+void TestPack::swappedTensorOffsetsAreRefused() {
+    Packed p;
+    json j = p.doc;
+    json& t = layerRecord(j, 0)["tensors"];
+    const json q = t[kQ]["offset"];
+    t[kQ]["offset"] = t[kK]["offset"];
+    t[kK]["offset"] = q;
+    p.write(j);
+    const std::string e = p.openError();
+    // q_proj comes first in the file: it is the first difference named.
+    QVERIFY2(has(e, std::string("the trunk's record layer 0: tensor ") + kQ + " has offset " +
+                        std::to_string(t[kQ]["offset"].get<std::uint64_t>()) +
+                        " in the record, the checkpoint's " +
+                        std::to_string(q.get<std::uint64_t>())),
+             e.c_str());
+    QVERIFY2(has(e, "trunk.json was changed: re-pack it"), e.c_str());
+    // Without the model to compare with, the bytes as read disagree with the tensor's checksum.
+    const k3::TrunkIndex idx =
+        k3::parseTrunkIndex(k3::sealTrunkJson(j.dump()), p.binBytes, p.trunk);
+    const k3::TrunkRecord& r = idx.layers[0];
+    const auto bytes = readRange(idx.binPath.string(), r.offset, r.bytes);
+    try {
+        k3::verifyTrunkTensor(
+            r, kQ, reinterpret_cast<const std::byte*>(bytes.data()) + r.tensors.at(kQ).offset,
+            idx.binPath);
+        QFAIL("a tensor read from another tensor's place passed its checksum");
+    } catch (const k3::PackError& err) {
+        QVERIFY2(has(err.what(), std::string("trunk record layer 0, tensor ") + kQ) &&
+                     has(err.what(), "trunk.bin is damaged or was changed: re-pack it"),
+                 err.what());
+    }
+}
+
+void TestPack::overlappingOffsetsAreRefused() {
+    Packed p;
+    {
+        json j = p.doc;
+        json& t = layerRecord(j, 0)["tensors"];
+        t[kK]["offset"] = t[kQ]["offset"].get<std::uint64_t>() + 2048; // half over q_proj
+        p.write(j);
+        const std::string e = p.openError();
+        QVERIFY2(has(e, "record layer 0: tensor ") && has(e, " overlaps "), e.c_str());
+    }
+    {
+        // Two records at one offset of trunk.bin.
+        json j = p.doc;
+        layerRecord(j, 2)["offset"] = layerRecord(j, 1)["offset"];
+        p.write(j);
+        const std::string e = p.openError();
+        QVERIFY2(has(e, "records layer 1 [") && has(e, ") and layer 2 (at ") && has(e, ") overlap"),
+                 e.c_str());
+    }
+}
+
+void TestPack::dtypeEditIsRefused() {
+    Packed p;
+    json j = p.doc;
+    layerRecord(j, 0)["tensors"][kQ]["dtype"] = "F16"; // same size, other numbers
+    p.write(j);
+    const std::string e = p.openError();
+    QVERIFY2(
+        has(e, std::string("the trunk's record layer 0: tensor ") + kQ +
+                   " has dtype F16, the checkpoint's BF16; trunk.json was changed: re-pack it"),
+        e.c_str());
+}
+
+// A layer's record pointed at another same-size layer's bytes (bounds and the header
+// comparison hold: trunk.bin offsets are not in the checkpoint): the read's checksum
+// names the record.
+void TestPack::recordOffsetEditNamesTheRecordWhenRead() {
+    Packed p;
+    json j = p.doc;
+    int a = -1, b = -1;
+    for (int x = 0; x < 14 && a < 0; ++x)
+        for (int y = x + 1; y < 14 && a < 0; ++y)
+            if (layerRecord(j, x)["bytes"] == layerRecord(j, y)["bytes"]) {
+                a = x;
+                b = y;
+            }
+    QVERIFY(a >= 0);
+    const json offA = layerRecord(j, a)["offset"];
+    layerRecord(j, a)["offset"] = layerRecord(j, b)["offset"];
+    layerRecord(j, b)["offset"] = offA;
+    p.write(j);
+    QCOMPARE(p.openError(), std::string("accepted"));
+    const std::string e = p.loadError();
+    const std::string name = "layer " + std::to_string(a);
+    QVERIFY2(has(e, "trunk " + name + ": trunk record " + name + " (" + p.trunk +
+                        "/trunk.bin offset " +
+                        std::to_string(layerRecord(j, a)["offset"].get<std::uint64_t>())) &&
+                 has(e, "trunk.bin is damaged or was changed: re-pack it"),
+             e.c_str());
+}
+
+void TestPack::bitFlipInARecordNamesTheRecordWhenRead() {
+    Packed p;
+    QCOMPARE(p.loadError(), std::string("accepted"));
+    const json& r = layerRecord(p.doc, 2);
+    flipByte(p.trunk + "/trunk.bin", r["offset"].get<std::uint64_t>() + 1000);
+    QCOMPARE(p.openError(), std::string("accepted")); // trunk.json itself is intact
+    const std::string e = p.loadError();
+    QVERIFY2(has(e, "trunk layer 2: trunk record layer 2 (" + p.trunk + "/trunk.bin offset " +
+                        std::to_string(r["offset"].get<std::uint64_t>()) + ", " +
+                        std::to_string(r["bytes"].get<std::uint64_t>()) + " bytes): checksum "),
+             e.c_str());
+}
+
+// The same damage in a layer that streams through the ring during the forward.
+void TestPack::bitFlipInAStreamedLayerNamesTheLayer() {
+    Packed p;
+    const k3::TrunkIndex idx = k3::openTrunkIndex(p.trunk, kTinyA);
+    const std::uint64_t ring = 2 * k3::alignUp(idx.largestLayerBytes());
+    QCOMPARE(p.loadError(ring), std::string("accepted"));
+    const json& r = layerRecord(p.doc, 6);
+    flipByte(p.trunk + "/trunk.bin",
+             r["offset"].get<std::uint64_t>() + r["bytes"].get<std::uint64_t>() - 1);
+    const std::string e = p.loadError(ring);
+    QVERIFY2(has(e, "trunk layer 6") && has(e, "trunk record layer 6") &&
+                 has(e, "trunk.bin is damaged or was changed: re-pack it"),
+             e.c_str());
+}
+
+// A layer larger than the ring slot streams in two pieces (windows of whole tensors):
+// each tensor is checked against its own checksum, and the error names it.
+void TestPack::bitFlipInAStreamedPieceNamesTheTensor() {
+    Packed p;
+    const k3::TrunkIndex idx = k3::openTrunkIndex(p.trunk, kTinyA);
+    std::uint64_t maxPiece = 0;
+    int largest = 0;
+    for (int L = 0; L < int(idx.layers.size()); ++L) {
+        maxPiece = std::max(maxPiece, k3::largestPieceBytes(idx.layers[std::size_t(L)]));
+        if (idx.layers[std::size_t(L)].bytes > idx.layers[std::size_t(largest)].bytes) largest = L;
+    }
+    QVERIFY(maxPiece < k3::alignUp(idx.layers[std::size_t(largest)].bytes));
+    QCOMPARE(p.loadError(2 * maxPiece), std::string("accepted"));
+    const k3::TrunkRecord& r = idx.layers[std::size_t(largest)];
+    std::string mlp;
+    for (const auto& [name, t] : r.tensors)
+        if (k3::isMlpPieceTensor(name) && t.info.nbytes > 0) mlp = name;
+    QVERIFY(!mlp.empty());
+    const k3::TrunkTensor& t = r.tensors.at(mlp);
+    flipByte(p.trunk + "/trunk.bin", r.offset + t.offset + t.info.nbytes / 2);
+    const std::string e = p.loadError(2 * maxPiece);
+    QVERIFY2(has(e, "trunk layer " + std::to_string(largest) + " piece 1: trunk record layer " +
+                        std::to_string(largest) + ", tensor " + mlp + " (" + p.trunk +
+                        "/trunk.bin offset " + std::to_string(r.offset + t.offset) + ", " +
+                        std::to_string(t.info.nbytes) + " bytes): checksum "),
+             e.c_str());
+}
+
+// A second model whose shards keep the first one's file names, sizes and mtimes (and
+// its config.json), but whose header differs: two same-size tensors trade places.
+void TestPack::anotherModelWithTheSameNamesSizesAndMtimesIsRefused() {
+    QTemporaryDir tmp;
+    const QString a = tmp.filePath(QStringLiteral("a")), b = tmp.filePath(QStringLiteral("b"));
+    QDir().mkpath(a);
+    QDir().mkpath(b);
+    for (const QString& f : QDir(QString::fromStdString(kTinyA)).entryList(QDir::Files)) {
+        QVERIFY(QFile::copy(QString::fromStdString(kTinyA) + "/" + f, a + "/" + f));
+        QVERIFY(QFile::copy(QString::fromStdString(kTinyA) + "/" + f, b + "/" + f));
+    }
+    const std::string trunk = tmp.filePath(QStringLiteral("t")).toStdString();
+    k3::packTrunk(a.toStdString(), trunk);
+    QVERIFY(k3::trunkIsCurrent(trunk, a.toStdString()));
+    // In b's first shard, q_proj and k_proj of layer 0 swap data_offsets (same length).
+    const std::string shard = b.toStdString() + "/model-00001-of-00003.safetensors";
+    std::string bytes;
+    {
+        std::ifstream in(shard, std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    std::uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    json h = json::parse(bytes.substr(8, n));
+    std::swap(h[kQ]["data_offsets"], h[kK]["data_offsets"]);
+    std::string text = h.dump();
+    QVERIFY(text.size() <= n);
+    text.resize(n, ' ');
+    bytes.replace(8, n, text);
+    {
+        std::ofstream out(shard, std::ios::binary | std::ios::trunc);
+        out.write(bytes.data(), std::streamsize(bytes.size()));
+    }
+    for (const char* f : {"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                          "model-00003-of-00003.safetensors", "config.json"}) {
+        struct stat st {};
+        QCOMPARE(::stat((a.toStdString() + "/" + f).c_str(), &st), 0);
+        const struct timespec times[2] = {st.st_atim, st.st_mtim};
+        QCOMPARE(::utimensat(AT_FDCWD, (b.toStdString() + "/" + f).c_str(), times, 0), 0);
+    }
+    try {
+        k3::openTrunkIndex(trunk, b.toStdString());
+        QFAIL("another model's trunk was accepted");
+    } catch (const k3::StaleTrunkError& e) {
+        QVERIFY2(has(e.what(), "is stale: shard model-00001-of-00003.safetensors's header") &&
+                     has(e.what(), "another model"),
+                 e.what());
+    }
+    QVERIFY(!k3::trunkIsCurrent(trunk, b.toStdString()));
 }
 
 QTEST_GUILESS_MAIN(TestPack)

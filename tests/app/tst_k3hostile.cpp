@@ -1,0 +1,87 @@
+// The real `k3` binary on a checkpoint an attacker edited (issue 22): an E8M0 scale byte
+// 0xFF (NaN) in routed experts. Through the expert cache the experts are dropped: the
+// full report, then exit 4 with "valid": false. Resident, the load refuses the tensor
+// by name: exit 1, no report.
+#include "K3Process.hpp"
+
+#include <QDir>
+#include <QFile>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include <k3/config.hpp>
+#include <k3/safetensors.hpp>
+
+namespace {
+
+const QString kTinyA = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a");
+
+nlohmann::json readJson(const QString& path) {
+    std::ifstream in(path.toStdString());
+    return nlohmann::json::parse(in, nullptr, false);
+}
+
+} // namespace
+
+class TestK3Hostile : public QObject {
+    Q_OBJECT
+private slots:
+    void nanScalesDropExpertsAndExitFour();
+};
+
+void TestK3Hostile::nanScalesDropExpertsAndExitFour() {
+    QTemporaryDir tmp;
+    const QString dir = tmp.filePath("model");
+    QDir().mkpath(dir);
+    for (const QString& f : QDir(kTinyA).entryList(QDir::Files))
+        QVERIFY(QFile::copy(kTinyA + "/" + f, dir + "/" + f));
+    const k3::ModelConfig c = k3::readModelConfig((dir + "/config.json").toStdString());
+    int moe = -1;
+    for (int L = 0; L < c.numHiddenLayers && moe < 0; ++L)
+        if (c.layers[std::size_t(L)].mlp == k3::MlpKind::Moe) moe = L;
+    QVERIFY(moe >= 0);
+    const std::string prefix =
+        "language_model.model.layers." + std::to_string(moe) + ".block_sparse_moe.experts.";
+    {
+        const k3::Checkpoint ckpt = k3::Checkpoint::open(dir.toStdString());
+        for (int e = 0; e < c.numExperts; ++e) {
+            const k3::TensorInfo& t = ckpt.at(prefix + std::to_string(e) + ".w1.weight_scale");
+            std::fstream f(ckpt.shardPaths()[t.shard],
+                           std::ios::in | std::ios::out | std::ios::binary);
+            f.seekp(std::streamoff(t.offset));
+            f.put(char(0xFF));
+            QVERIFY(f.good());
+        }
+    }
+    const QString out = tmp.filePath("run.json");
+    const K3Run r =
+        runK3({dir, "--ids", "5,6,7", "--gen", "3", "--cache-gb", "0.0001", "--out", out});
+    QVERIFY2(r.exitCode == 4, qPrintable(QString::number(r.exitCode) + " " + r.err));
+    QVERIFY2(r.out.contains("3 tokens in ") && r.out.contains("run report: " + out),
+             qPrintable(r.out));
+    QVERIFY2(r.err.contains("RUN INVALID: "), qPrintable(r.err));
+    const nlohmann::json report = readJson(out);
+    QVERIFY(report.is_object());
+    QCOMPARE(report["valid"].get<bool>(), false);
+    // Every token (3 prompt positions + 3 generated, the last not run) drops its top-k in
+    // the poisoned layer.
+    QVERIFY(report["dropped_experts"].get<int>() >= 3 * c.numExpertsPerToken);
+    QCOMPARE(report["dropped_experts"].get<int>() % c.numExpertsPerToken, 0);
+
+    const K3Run resident =
+        runK3({dir, "--ids", "5,6", "--gen", "1", "--out", tmp.filePath("b.json")});
+    QCOMPARE(resident.exitCode, 1);
+    QVERIFY2(resident.err.contains(QString::fromStdString(
+                 "tensor " + prefix +
+                 "0.w1.weight_scale has scale byte 0xFF (NaN in E8M0) at row 0, "
+                 "group 0: the checkpoint is damaged")),
+             qPrintable(resident.err));
+    QVERIFY(!QFile::exists(tmp.filePath("b.json")));
+}
+
+QTEST_GUILESS_MAIN(TestK3Hostile)
+#include "tst_k3hostile.moc"

@@ -1,0 +1,206 @@
+// A hostile hub (issue 22, point 6), served by a real nginx on 127.0.0.1: a file listed
+// as 10 bytes served as 3 MB, redirects to file:// and in a loop, a listing of more files
+// than a checkpoint may have, and a CR/LF in HF_TOKEN.
+
+#include "NginxServer.hpp"
+
+#include "k3/hub.hpp"
+
+#include <QDir>
+#include <QDirIterator>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTemporaryDir>
+#include <QTest>
+
+namespace {
+
+const char* kRevision = "0123456789abcdef0123456789abcdef01234567";
+
+const char* kServer = R"(
+    absolute_redirect off;
+    location /api/ { default_type application/json; }
+    location ~ ^/k3/big/resolve/ { return 302 /blobs/big.bin; }
+    location ~ ^/k3/fileredir/resolve/ { return 302 file:///etc/passwd; }
+    location ~ ^/k3/loop/resolve/ { return 302 $uri; }
+    location /blobs/ { }
+)";
+
+void writeFile(const QString& path, const QByteArray& bytes) {
+    QDir().mkpath(QFileInfo(path).absolutePath());
+    QFile file(path);
+    QVERIFY2(file.open(QIODevice::WriteOnly | QIODevice::Truncate), qPrintable(path));
+    file.write(bytes);
+}
+
+QByteArray listing(const QJsonArray& siblings) {
+    return QJsonDocument(QJsonObject{{"siblings", siblings}}).toJson();
+}
+
+qint64 bytesUnder(const QString& dir) {
+    qint64 n = 0;
+    QDirIterator it(dir, QDir::Files | QDir::Hidden, QDirIterator::Subdirectories);
+    while (it.hasNext()) n += QFileInfo(it.next()).size();
+    return n;
+}
+
+int entriesIn(const QString& dir) {
+    return int(QDir(dir).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden).size());
+}
+
+} // namespace
+
+class TestHubHostile : public QObject {
+    Q_OBJECT
+    QTemporaryDir tmp_;
+    NginxServer nginx_;
+
+    k3::DownloadOptions options(const char* repo, const QString& dest) const {
+        k3::DownloadOptions o;
+        o.endpoint = nginx_.baseUrl().toStdString();
+        o.repo = repo;
+        o.revision = kRevision;
+        o.destination = dest.toStdString();
+        o.retryBaseSeconds = 2; // a retry would show in the time taken
+        o.connectTimeoutSeconds = 5;
+        o.parallel = 1;
+        o.checkDiskSpace = false;
+        return o;
+    }
+    int requestsFor(const QString& part) const {
+        int n = 0;
+        for (const QString& line : nginx_.accessLog()) n += line.contains(part) ? 1 : 0;
+        return n;
+    }
+
+private slots:
+    void initTestCase() {
+        QVERIFY(tmp_.isValid());
+        qunsetenv("HF_TOKEN");
+        qputenv("NO_PROXY", "127.0.0.1,localhost");
+        qputenv("no_proxy", "127.0.0.1,localhost");
+        const QString www = tmp_.path() + "/www";
+        writeFile(www + "/blobs/big.bin", QByteArray(3 << 20, 'x'));
+        const QString api = www + "/api/models/k3/";
+        writeFile(api + "big/revision/" + kRevision,
+                  listing({QJsonObject{{"rfilename", "small.bin"}, {"size", 10}}}));
+        for (const char* repo : {"fileredir", "loop"})
+            writeFile(api + repo + "/revision/" + kRevision,
+                      listing({QJsonObject{{"rfilename", "a.bin"}, {"size", 5}}}));
+        QJsonArray many;
+        for (std::size_t i = 0; i <= k3::kMaxListedFiles; ++i)
+            many.append(QJsonObject{{"rfilename", QString("empty-%1.txt").arg(i)}, {"size", 0}});
+        writeFile(api + "many/revision/" + kRevision, listing(many));
+        const QString error = nginx_.start(tmp_.path(), QString::fromLatin1(kServer));
+        if (!error.isEmpty()) QFAIL(qPrintable(error));
+    }
+    void cleanupTestCase() { nginx_.stop(); }
+
+    // Listed as 10 bytes, served as 3 MB: not one byte past 10 reaches the disk, the
+    // error names the file and both sizes, and nothing is left to "resume".
+    void serverSendingTooMuchIsCutOff() {
+        const QString dest = tmp_.path() + "/big";
+        const k3::DownloadResult r =
+            k3::downloadCheckpoint(options("k3/big", dest), nullptr, nullptr);
+        QVERIFY(!r.ok);
+        QCOMPARE(int(r.errorKind), int(k3::HubErrorKind::Verification));
+        QVERIFY2(QString::fromStdString(r.error).startsWith(
+                     "small.bin: the server sent too much: the hub lists 10 bytes, the server "
+                     "sent more than that ("),
+                 r.error.c_str());
+        QVERIFY2(QString::fromStdString(r.error).endsWith(
+                     "stopped the transfer and removed small.bin.partial"),
+                 r.error.c_str());
+        QVERIFY(!QString::fromStdString(r.error).contains("resume"));
+        QVERIFY(r.bytesTransferred <= 10);
+        QVERIFY(bytesUnder(dest) <= 10);
+        QVERIFY(!QFile::exists(dest + "/small.bin"));
+        QVERIFY(!QFile::exists(dest + "/small.bin.partial"));
+        QCOMPARE(requestsFor("/k3/big/resolve/"), 1); // not retried
+    }
+
+    void redirectToFileIsNotRetried() {
+        const QString dest = tmp_.path() + "/fileredir";
+        QElapsedTimer timer;
+        timer.start();
+        const k3::DownloadResult r =
+            k3::downloadCheckpoint(options("k3/fileredir", dest), nullptr, nullptr);
+        QVERIFY(!r.ok);
+        QVERIFY2(timer.elapsed() < 1500, qPrintable(QString::number(timer.elapsed())));
+        QCOMPARE(requestsFor("/k3/fileredir/resolve/"), 1);
+        QCOMPARE(int(r.errorKind), int(k3::HubErrorKind::Http));
+        QVERIFY2(QString::fromStdString(r.error).startsWith("a.bin (" + nginx_.baseUrl() +
+                                                            "/k3/fileredir/resolve/"),
+                 r.error.c_str());
+        QVERIFY2(
+            QString::fromStdString(r.error).endsWith("(a redirect to a refused URL); not retried"),
+            r.error.c_str());
+        QVERIFY(!QFile::exists(dest + "/a.bin"));
+    }
+
+    // curl follows 10 redirects (11 requests), then gives up once: not 6 more times.
+    void redirectLoopIsNotRetried() {
+        const QString dest = tmp_.path() + "/loop";
+        QElapsedTimer timer;
+        timer.start();
+        const k3::DownloadResult r =
+            k3::downloadCheckpoint(options("k3/loop", dest), nullptr, nullptr);
+        QVERIFY(!r.ok);
+        QVERIFY2(timer.elapsed() < 1500, qPrintable(QString::number(timer.elapsed())));
+        QCOMPARE(requestsFor("/k3/loop/resolve/"), 11);
+        QVERIFY2(QString::fromStdString(r.error).endsWith("(a redirect loop); not retried"),
+                 r.error.c_str());
+    }
+
+    void listingOfTooManyFilesIsRefused() {
+        const QString dest = tmp_.path() + "/many";
+        const k3::DownloadResult r =
+            k3::downloadCheckpoint(options("k3/many", dest), nullptr, nullptr);
+        QVERIFY(!r.ok);
+        QCOMPARE(int(r.errorKind), int(k3::HubErrorKind::BadListing));
+        QVERIFY2(QString::fromStdString(r.error).endsWith(
+                     "model API answer lists 2001 files, more than the 2000 a checkpoint may "
+                     "have; refusing it (nothing was created)"),
+                 r.error.c_str());
+        QCOMPARE(entriesIn(dest), 0);
+        // Exactly the cap is a listing like any other.
+        QJsonArray cap;
+        for (std::size_t i = 0; i < k3::kMaxListedFiles; ++i)
+            cap.append(QJsonObject{{"rfilename", QString("f%1").arg(i)}, {"size", 1}});
+        QCOMPARE(k3::parseFileList(listing(cap).toStdString()).size(), k3::kMaxListedFiles);
+    }
+
+    // A CR/LF in HF_TOKEN would add a header line: refused before any request.
+    void tokenWithControlCharactersIsRefused() {
+        const int before = int(nginx_.accessLog().size());
+        qputenv("HF_TOKEN", "hf_abc\r\nX-Injected: 1");
+        const k3::DownloadResult r =
+            k3::downloadCheckpoint(options("k3/big", tmp_.path() + "/token"), nullptr, nullptr);
+        qunsetenv("HF_TOKEN");
+        QVERIFY(!r.ok);
+        QCOMPARE(int(r.errorKind), int(k3::HubErrorKind::Unauthorized));
+        QCOMPARE(QString::fromStdString(r.error),
+                 QStringLiteral("HF_TOKEN holds a control character (byte 0x0d at position 6); "
+                                "refusing to send it in an HTTP header: set the token without "
+                                "line breaks or other control characters"));
+        QCOMPARE(int(nginx_.accessLog().size()), before);
+        // The same from the options (the app's keychain), named as such.
+        k3::DownloadOptions o = options("k3/big", tmp_.path() + "/token");
+        o.token = std::string("hf_\x1b]0;title\x07", 12);
+        try {
+            k3::resolveToken(o);
+            QFAIL("a token with ESC was accepted");
+        } catch (const k3::HubError& e) {
+            QVERIFY2(
+                QString(e.what()).startsWith(
+                    "the Hugging Face token holds a control character (byte 0x1b at position 3)"),
+                e.what());
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestHubHostile)
+#include "tst_hub_hostile.moc"
