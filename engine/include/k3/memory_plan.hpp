@@ -53,8 +53,9 @@ struct PlanInputs {
     std::uint64_t expertSlotBytes = 0;     // one routed expert, aligned up to 4096
     std::uint64_t expertCount = 0;         // routed experts in the whole model
     int topK = 0;
-    std::uint64_t stateBytes = 0;         // KDA recurrent + ShortConv state, all layers
-    std::uint64_t kvBytesPerPosition = 0; // MLA latent + rope, all MLA layers
+    // Every copy a session holds (live, prompt snapshot, rollback record), all layers.
+    std::uint64_t stateBytes = 0;         // KDA recurrent + ShortConv state
+    std::uint64_t kvBytesPerPosition = 0; // MLA latent + rope
     int contextLength = 0;                // positions the KV cache must hold
     std::uint64_t bufferBytes = 0;        // logits and scratch of one position
     // Activations and expert-union scratch per position of a chunk; the plan sizes the
@@ -91,6 +92,7 @@ struct MemoryPlan {
     std::uint64_t bufferBytes = 0; // the chunk's activations included
     int chunkPositions = 1;        // positions a prefill chunk holds at this budget
     int requestedChunk = 0;        // what was asked (0: the default)
+    int maxSpeculation = 0;        // proposals per verification the state copies are sized for
     std::uint64_t kvBytes = 0;
     int contextLength = 0;
     std::uint64_t total() const;
@@ -106,6 +108,8 @@ inline constexpr double kPlanMaxShareOfAvailable = 0.95;
 // Positions per prefill chunk unless asked otherwise: past ~64 the trunk read is already
 // spread thin and the activations grow linearly.
 inline constexpr int kDefaultPrefillChunk = 64;
+// The widest speculative verification: proposals per pass.
+inline constexpr int kMaxSpeculation = 32;
 
 // The pinned prefix for `budgetBytes`, as the fixed point with the ring slot size.
 // Fills totalLayers, pinnedLayers, pinnedBytes, ringSlots, ringSlotBytes, piecewise.

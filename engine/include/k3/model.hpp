@@ -38,6 +38,9 @@ struct ModelOptions {
     int expertCacheSlots = 0;           // > 0: exactly this many slots (overrides the bytes)
     int contextLength = 4096;           // positions the plan's KV cache must hold
     int prefillChunk = 0;               // positions per chunk (0: kDefaultPrefillChunk)
+    // Speculation width the plan holds rollback records for (0: none, at most
+    // kMaxSpeculation); a verification chunk holds this many proposals plus one.
+    int maxSpeculation = 16;
     bool enforceMemoryPlan = false;     // refuse a plan over 95% of MemAvailable
     // Leave embeddings and lm_head on disk (the ultra preset): one embedding row is read
     // per token and lm_head streams in row blocks of tableBlockBytes (two buffers).
@@ -68,6 +71,8 @@ public:
     int length() const;              // positions fed so far
     void reset();                    // back to an empty conversation
     std::uint64_t cacheBytes() const; // bytes held by the MLA cache and KDA state
+    // Bytes allocated for this state: its vectors' capacity, the rollback record included.
+    std::uint64_t heldBytes() const;
     InferenceState clone() const;    // a snapshot to return to (prompt reuse)
 
 private:

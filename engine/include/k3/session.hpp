@@ -21,6 +21,23 @@
 
 namespace k3 {
 
+// A conversation longer than the context the plan holds (its KV cache): the numbers and
+// what to change are in the message; front ends add their own flag or setting.
+class ContextFull : public ModelError {
+public:
+    ContextFull(int tokens, int context)
+        : ModelError("the conversation is " + std::to_string(tokens) +
+                     " tokens and the context holds " + std::to_string(context) +
+                     " positions (the KV cache the memory plan sized); start a new "
+                     "conversation or raise the context length"),
+          tokens_(tokens), context_(context) {}
+    int tokens() const { return tokens_; }
+    int context() const { return context_; }
+
+private:
+    int tokens_, context_;
+};
+
 struct SessionOptions {
     std::filesystem::path modelDir;
     std::filesystem::path tokenizerDir; // empty: the model directory
@@ -33,6 +50,7 @@ struct SessionOptions {
     int expertCacheSlots = 0;
     int contextLength = 4096;
     int prefillChunk = 0; // positions per prefill chunk (0: the plan's)
+    int maxSpeculation = 16; // widest speculation the plan holds state copies for (0: none)
     bool enforceMemoryPlan = false;
     bool recordCacheTrace = false;
     bool streamModelTables = false; // embeddings and lm_head stay on disk (ultra)
@@ -116,6 +134,7 @@ struct GenerateResult {
     int reusedPositions = 0;      // prompt positions already in the state (not recomputed)
     bool endOfTurn = false;       // the model ended its turn ([EOS] / <|end_of_msg|>)
     bool cancelled = false;       // stopped by the cancel flag
+    bool contextFull = false;     // stopped at the context length (the plan's KV cache)
     int droppedExperts = 0;       // > 0 makes the run invalid
     bool nonFinite = false;       // a NaN/Inf reached the logits: invalid
     double prefillSeconds = 0;
@@ -161,6 +180,10 @@ public:
     std::span<const float> lastLogits() const;
     int positions() const; // positions held by the state
     int prefillChunk() const; // positions per prefill chunk in force
+    int contextLength() const; // positions a conversation may hold (the plan's KV cache)
+    // Bytes allocated for the conversation's state: the live state, the prompt snapshot
+    // and the speculation rollback record (the plan's "recurrent state" + "KV cache").
+    std::uint64_t stateBytesHeld() const;
     void reset();          // forget the conversation
 
     MemoryReport memoryReport() const;

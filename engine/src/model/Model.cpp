@@ -48,7 +48,16 @@ void InferenceState::reset() {
     d_->replayFrom = -1;
 }
 InferenceState InferenceState::clone() const {
-    return InferenceState(std::make_unique<Data>(*d_));
+    auto d = std::make_unique<Data>(); // the rollback record stays with the live state
+    d->layers = d_->layers;
+    d->length = d_->length;
+    // The MLA cache keeps its room for the whole context (the copy would hold only its
+    // positions, and then grow by doubling past what the plan counts).
+    for (std::size_t L = 0; L < d->layers.size(); ++L) {
+        d->layers[L].latent.reserve(d_->layers[L].latent.capacity());
+        d->layers[L].rope.reserve(d_->layers[L].rope.capacity());
+    }
+    return InferenceState(std::move(d));
 }
 
 std::uint64_t InferenceState::cacheBytes() const {
@@ -57,6 +66,17 @@ std::uint64_t InferenceState::cacheBytes() const {
         n += (l.S.size() + l.qConv.size() + l.kConv.size() + l.vConv.size() + l.latent.size() +
               l.rope.size()) * sizeof(float);
     return n;
+}
+
+std::uint64_t InferenceState::heldBytes() const {
+    const auto cap = [](const std::vector<float>& v) { return std::uint64_t(v.capacity()); };
+    std::uint64_t n = 0;
+    for (const auto& l : d_->layers)
+        n += cap(l.S) + cap(l.qConv) + cap(l.kConv) + cap(l.vConv) + cap(l.latent) + cap(l.rope);
+    for (const auto& r : d_->replay)
+        n += cap(r.S) + cap(r.qConv) + cap(r.kConv) + cap(r.vConv) + cap(r.raw) + cap(r.k) +
+             cap(r.v) + cap(r.alpha) + cap(r.beta);
+    return n * sizeof(float);
 }
 
 struct Model::Impl {
@@ -238,9 +258,18 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
     const std::uint64_t P = std::uint64_t(c.kdaNumHeads) * std::uint64_t(c.kdaHeadDim);
     const std::uint64_t kdaState =
         (P * std::uint64_t(c.kdaHeadDim) + 3 * P * std::uint64_t(std::max(0, c.shortConvKernelSize - 1))) * 4;
+    // Every copy a session holds: the live state and the prompt snapshot (KDA state and
+    // the MLA cache each), and the rollback record of a verification chunk (the KDA state
+    // before it and, per position, the delta rule's inputs and the raw conv inputs).
+    const std::uint64_t replayPerPosition =
+        (6 * P + std::uint64_t(std::max(0, c.kdaNumHeads))) * 4;
+    const int maxSpec = std::clamp(options.maxSpeculation, 0, kMaxSpeculation);
     for (int L = 0; L < layers; ++L) {
-        if (c.layers[std::size_t(L)].attention == AttentionKind::Kda) in.stateBytes += kdaState;
-        else in.kvBytesPerPosition += std::uint64_t(c.kvLoraRank + c.qkRopeHeadDim) * 4;
+        if (c.layers[std::size_t(L)].attention == AttentionKind::Kda)
+            in.stateBytes += 2 * kdaState +
+                             (maxSpec > 0 ? kdaState + replayPerPosition * std::uint64_t(maxSpec + 1) : 0);
+        else
+            in.kvBytesPerPosition += 2 * std::uint64_t(c.kvLoraRank + c.qkRopeHeadDim) * 4;
     }
     in.contextLength = options.contextLength;
     in.bufferBytes = (std::uint64_t(c.vocabSize) + 64ull * std::uint64_t(c.hiddenSize) +
@@ -269,6 +298,7 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
     const auto mem = readMemoryInfo();
     impl->plan = planMemory(in, budget, mem ? mem->availableBytes : 0);
     if (mem) impl->plan.availableBoundBy = mem->boundBy;
+    impl->plan.maxSpeculation = maxSpec;
     if (options.enforceMemoryPlan) enforceMemoryPlan(impl->plan);
 
     if (useCache) {
@@ -376,9 +406,16 @@ InferenceState Model::newState() const {
     auto d = std::make_unique<InferenceState::Data>();
     d->layers.resize(std::size_t(impl_->layerCount));
     for (std::size_t L = 0; L < d->layers.size(); ++L) {
-        if (c.layers[L].attention != AttentionKind::Kda) continue;
-        const std::size_t P = std::size_t(c.kdaNumHeads) * std::size_t(c.kdaHeadDim);
         model::LayerState& s = d->layers[L];
+        if (c.layers[L].attention != AttentionKind::Kda) {
+            // The whole context at once, as the plan counts it: growing by doubling
+            // would overshoot the plan by up to 2x.
+            const std::size_t ctx = std::size_t(std::max(0, impl_->plan.contextLength));
+            s.latent.reserve(ctx * std::size_t(c.kvLoraRank));
+            s.rope.reserve(ctx * std::size_t(c.qkRopeHeadDim));
+            continue;
+        }
+        const std::size_t P = std::size_t(c.kdaNumHeads) * std::size_t(c.kdaHeadDim);
         s.S.assign(P * std::size_t(c.kdaHeadDim), 0.0f);
         const std::size_t hist = P * std::size_t(c.shortConvKernelSize - 1);
         s.qConv.assign(hist, 0.0f);
@@ -460,7 +497,28 @@ TokenStats Model::forward(InferenceState& state, std::span<const int> tokens,
     const int first = state.d_->length;
     if (impl.cache) impl.cache->nextStep(); // the request trace's step column
     state.d_->replayFrom = keepRollback ? first : -1;
-    if (keepRollback) state.d_->replay.resize(state.d_->layers.size());
+    if (keepRollback) {
+        if (T > impl.plan.maxSpeculation + 1)
+            throw ModelError("a verification chunk of " + std::to_string(T) +
+                             " positions; the plan holds rollback records for " +
+                             std::to_string(impl.plan.maxSpeculation + 1) +
+                             " (ModelOptions::maxSpeculation)");
+        if (state.d_->replay.empty()) {
+            // Sized once for the widest chunk the plan allows: what the plan counted.
+            state.d_->replay.resize(state.d_->layers.size());
+            const std::size_t P = std::size_t(c.kdaNumHeads) * std::size_t(c.kdaHeadDim);
+            const std::size_t n = std::size_t(impl.plan.maxSpeculation + 1);
+            for (std::size_t L = 0; L < state.d_->layers.size(); ++L) {
+                if (c.layers[L].attention != AttentionKind::Kda) continue;
+                model::KdaReplay& r = state.d_->replay[L];
+                r.raw.reserve(3 * P * n);
+                r.k.reserve(P * n);
+                r.v.reserve(P * n);
+                r.alpha.reserve(P * n);
+                r.beta.reserve(std::size_t(c.kdaNumHeads) * n);
+            }
+        }
+    }
 
     std::vector<float> h(TE), x(TE), xn(TE), att(TE), mlp(TE), partial;
     impl.embed(tokens, h.data());

@@ -3,6 +3,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <cstdio>
@@ -62,6 +63,7 @@ Session Session::open(const SessionOptions& options) {
     mo.expertCacheSlots = options.expertCacheSlots;
     mo.contextLength = options.contextLength;
     mo.prefillChunk = options.prefillChunk;
+    mo.maxSpeculation = options.maxSpeculation;
     mo.enforceMemoryPlan = options.enforceMemoryPlan;
     mo.recordCacheTrace = options.recordCacheTrace;
     mo.streamModelTables = options.streamModelTables;
@@ -99,6 +101,12 @@ int Session::positions() const {
 }
 int Session::prefillChunk() const {
     return impl_->chunk;
+}
+int Session::contextLength() const {
+    return impl_->model.memoryPlan().contextLength;
+}
+std::uint64_t Session::stateBytesHeld() const {
+    return impl_->state.heldBytes() + (impl_->promptSnapshot ? impl_->promptSnapshot->heldBytes() : 0);
 }
 
 void Session::reset() {
@@ -211,6 +219,10 @@ void feed(Session::Impl& s, TokenId id, GenerateResult& result) {
 namespace {
 int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* observer,
             const std::atomic<bool>* cancel, GenerateResult& result) {
+    // Refused before anything is computed: the KV cache the plan holds has this many places.
+    const int context = s.model.memoryPlan().contextLength;
+    if (context > 0 && int(prompt.size()) >= context)
+        throw ContextFull(int(prompt.size()), context);
     // The logits of the last prompt position are needed, so at least one position is
     // always recomputed.
     const auto reusable = [&](const std::vector<TokenId>& ids) {
@@ -219,7 +231,9 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
     if (reusable(s.fed)) {
         // keep the live state
     } else if (s.promptSnapshot && reusable(s.promptSnapshotIds)) {
-        s.state = s.promptSnapshot->clone();
+        // The live state goes first, then the snapshot is copied back: two copies at most.
+        s.state = std::move(*s.promptSnapshot);
+        s.promptSnapshot = s.state.clone();
         s.fed = s.promptSnapshotIds;
     } else {
         s.state.reset();
@@ -256,6 +270,7 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
     result.prefillTrunkBytes = progress.trunkBytes;
     result.prefillExpertBytes = progress.expertBytes;
     if (!result.cancelled) {
+        s.promptSnapshot.reset(); // the old one goes before the new one is made
         s.promptSnapshot = s.state.clone();
         s.promptSnapshotIds = s.fed;
     }
@@ -310,11 +325,19 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
             report(next, sampledOnly(), false);
             break;
         }
+        const int context = s.model.memoryPlan().contextLength;
+        if (context > 0 && s.state.length() + 1 > context) { // no place left to feed it
+            report(next, sampledOnly(), false);
+            result.contextFull = true;
+            break;
+        }
         std::vector<TokenId> proposals;
         if (spec) {
             std::vector<TokenId> history = s.fed;
             history.push_back(next);
-            const int k = std::min(width.width(), options.maxTokens - emitted);
+            const int room = context > 0 ? context - s.state.length() - 1 : width.width();
+            const int k = std::min({width.width(), options.maxTokens - emitted, room,
+                                    s.model.memoryPlan().maxSpeculation});
             proposals = proposePromptLookup(history, k);
         }
         if (proposals.empty()) { // one position, as serial decode

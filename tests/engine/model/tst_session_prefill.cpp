@@ -4,6 +4,7 @@
 #include <QTest>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 
 #include <k3/session.hpp>
@@ -46,6 +47,8 @@ private slots:
     void cancelThenSamePromptGivesTheSameIds();
     void followUpComputesOnlyNewPositions();
     void sameIdsAtEveryChunkSize();
+    void stateHeldIsThePlans();
+    void contextLengthIsEnforced();
 };
 
 void TestSessionPrefill::progressAfterEveryChunk() {
@@ -133,6 +136,57 @@ void TestSessionPrefill::sameIdsAtEveryChunkSize() {
                              one.lastLogits().size() * sizeof(float)),
                  0);
     }
+}
+
+// The plan counts every copy of the conversation's state (live, prompt snapshot, the
+// speculation rollback record): what the session holds at a full context is that line.
+void TestSessionPrefill::stateHeldIsThePlans() {
+    k3::SessionOptions o;
+    o.modelDir = K3_SOURCE_DIR "/resources/demo"; // KDA and MLA layers
+    o.loadTokenizer = false;
+    o.contextLength = 64;
+    o.maxSpeculation = 4;
+    k3::Session s = k3::Session::open(o);
+    const k3::MemoryPlan& plan = s.model().memoryPlan();
+    QCOMPARE(plan.maxSpeculation, 4);
+    std::vector<k3::TokenId> prompt;
+    for (int i = 0; i < 27; ++i) prompt.push_back((i % 9) * 41 + 5); // repeats: lookups match
+    k3::GenerateOptions opt;
+    opt.maxTokens = 24;
+    opt.speculation = 4;
+    const k3::GenerateResult r = s.generateIds(prompt, opt);
+    QVERIFY(r.verifyPasses > 0); // the rollback record exists
+    const double planned = double(plan.stateBytes + plan.kvBytes);
+    const double held = double(s.stateBytesHeld());
+    QVERIFY2(std::abs(held - planned) <= 0.05 * planned,
+             qPrintable(QStringLiteral("held %1 bytes, planned %2").arg(held).arg(planned)));
+    QVERIFY(held <= planned);
+}
+
+void TestSessionPrefill::contextLengthIsEnforced() {
+    k3::SessionOptions o;
+    o.modelDir = kModel;
+    o.loadTokenizer = false;
+    o.contextLength = 20;
+    k3::Session s = k3::Session::open(o);
+    k3::GenerateOptions opt;
+    opt.maxTokens = 10;
+    try {
+        s.generateIds(promptIds(20), opt);
+        QFAIL("a prompt as long as the context was accepted");
+    } catch (const k3::ContextFull& e) {
+        QCOMPARE(e.tokens(), 20);
+        QCOMPARE(e.context(), 20);
+        QVERIFY2(std::string(e.what()).find("the conversation is 20 tokens and the context holds "
+                                            "20 positions") != std::string::npos,
+                 e.what());
+    }
+    QCOMPARE(s.positions(), 0); // nothing was computed
+    // An answer stops where the context is full, and says so.
+    const k3::GenerateResult r = s.generateIds(promptIds(15), opt);
+    QVERIFY(r.contextFull);
+    QCOMPARE(s.positions(), 20);
+    QCOMPARE(int(r.ids.size()), 6); // 5 fed after the prompt, the 6th has no place
 }
 
 QTEST_GUILESS_MAIN(TestSessionPrefill)
