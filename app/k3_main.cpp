@@ -208,6 +208,12 @@ int main(int argc, char** argv) {
         })
         ->group(genGroup)
         ->type_name("N|auto");
+    app.add_option("--context", model.context,
+                   "Positions a conversation may hold, 16..1048576 (default 4096); the memory "
+                   "plan sizes the KV cache for it")
+        ->check(CLI::Range(16, 1 << 20))
+        ->group(memoryGroup)
+        ->type_name("N");
     app.add_option("--prefill-chunk", model.prefillChunk,
                    "Prompt positions per forward pass, 1..4096 (default: what the memory plan "
                    "holds, up to 64); the same tokens at every size")

@@ -264,6 +264,11 @@ int runChat(const ChatArgs& args) {
             history.pop_back();
             printError(error.what());
             continue;
+        } catch (const k3::ContextFull& error) { // nothing computed: the message is dropped
+            history.pop_back();
+            printError(std::string(error.what()) + " (--context " +
+                       std::to_string(error.context()) + "; /reset starts a new conversation)");
+            continue;
         } catch (const std::exception& error) {
             history.pop_back();
             saveHistory(args, history);

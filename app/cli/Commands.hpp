@@ -37,6 +37,7 @@ struct ModelArgs {
     int layers = 0;
     int prefillChunk = 0; // --prefill-chunk (0: the plan's)
     int speculation = 0;  // --spec: 0 off, N proposals per pass, -1 auto
+    int context = 4096;   // --context: positions the KV cache holds
     MemoryArgs memory;
     SamplingArgs sampling;
 };

@@ -312,6 +312,9 @@ int runBatch(const RunArgs& args) {
     k3::GenerateResult result;
     try {
         result = session.generateIds(promptIds, options, &observer, &cancelFlag());
+    } catch (const k3::ContextFull& error) {
+        throw usageError(std::string(error.what()) + " (--context " +
+                         std::to_string(error.context()) + "; raise it or shorten the prompt)");
     } catch (const std::exception& error) {
         throw CommandError{kExitFailure, std::string("the forward pass failed: ") + error.what()};
     }

@@ -56,6 +56,10 @@ LoadedSession openModel(const ModelArgs& args, TokenizerNeed need) {
     options.loadTokenizer = loadTokenizer;
     options.layerLimit = args.layers;
     options.prefillChunk = args.prefillChunk;
+    options.contextLength = args.context;
+    // The rollback record the plan counts is sized for the widest verification asked for.
+    if (args.speculation != 0)
+        options.maxSpeculation = args.speculation > 0 ? args.speculation : 16;
     // The memory dial: the same tokens at every budget, memory only buys speed.
     if (!args.memory.trunkDir.empty()) {
         options.trunkDir = args.memory.trunkDir;

@@ -228,6 +228,14 @@ void TestK3Run::usageErrorsExitTwo_data() {
     QTest::newRow("layers too many")
         << QStringList{dir, "--ids", "1", "--layers", "99"} << "--layers 99 is outside 1..14";
     QTest::newRow("no model dir") << QStringList{"--ids", "1"} << "MODEL_DIR is required";
+    QTest::newRow("prompt longer than the context")
+        << QStringList{dir, "--ids", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20",
+                       "--context", "16"}
+        << "the conversation is 20 tokens and the context holds 16 positions";
+    QTest::newRow("spec not a number") << QStringList{dir, "--ids", "1", "--spec", "many"}
+                                       << "--spec many is not auto or a number";
+    QTest::newRow("prefill chunk 0") << QStringList{dir, "--ids", "1", "--prefill-chunk", "0"}
+                                     << "--prefill-chunk";
     QTest::newRow("model dir missing")
         << QStringList{"/nonexistent/k3", "--ids", "1"} << "/nonexistent/k3 is not a folder";
     QTest::newRow("missing prompt file")
