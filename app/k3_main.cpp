@@ -195,9 +195,9 @@ int main(int argc, char** argv) {
     const char* diagGroup = "Diagnostics";
     std::string specText;
     app.add_option("--spec", specText,
-                   "Speculative decoding (greedy only): verify up to N prompt-lookup proposals "
-                   "per trunk pass, 1..32, or auto (an adaptive width); the same tokens as "
-                   "without it")
+                   "Speculative decoding: verify up to N prompt-lookup proposals per trunk pass, "
+                   "1..32, or auto (an adaptive width); greedy gives the same tokens as "
+                   "without it, sampling the same distribution")
         ->check([](const std::string& v) -> std::string {
             if (v == "auto") return {};
             char* end = nullptr;

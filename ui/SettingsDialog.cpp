@@ -89,8 +89,8 @@ SettingsDialog::SettingsDialog(QWidget* parent)
     m_speculation->setAccessibleName(tr("Speculative decoding"));
     m_speculation->setToolTip(
         tr("When the answer repeats text from the conversation, check several guessed tokens "
-           "in one pass over the weights. The answer is exactly the same; it only comes "
-           "faster. Greedy mode only."));
+           "in one pass over the weights. Greedy answers are exactly the same, sampled ones "
+           "are drawn from exactly the same distribution; they only come faster."));
 
     auto* sampling = new QGroupBox(tr("Sampling"));
     auto* samplingForm = new QFormLayout(sampling);
@@ -183,7 +183,6 @@ void SettingsDialog::updateEnabled() {
     m_fixedSeed->setEnabled(sample);
     m_seed->setEnabled(sample && m_fixedSeed->isChecked());
     m_effort->setEnabled(m_thinking->isChecked());
-    m_speculation->setEnabled(!sample); // sampled answers decode serially
 }
 
 void SettingsDialog::accept() {

@@ -133,7 +133,7 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
     options.sampling.seed = settings.seed;
     options.maxTokens = settings.maxTokens;
     // Adaptive: it proposes only where the text repeats the conversation, so it costs
-    // nothing elsewhere; sampling decodes serially.
+    // nothing elsewhere; exact for greedy and sampled answers alike.
     options.speculation = settings.speculation ? -1 : 0;
     // The OpenMP thread count is per calling thread: set here, it governs the engine's
     // parallel regions for this message. 0 goes back to what this thread started with.

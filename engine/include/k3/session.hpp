@@ -121,9 +121,10 @@ struct GenerateOptions {
     ChatRenderOptions render;
     SamplingOptions sampling;
     int maxTokens = 1024;
-    // Greedy speculative decoding with prompt lookup: 0 off, N up to N proposals per
-    // verification pass, -1 an adaptive width. The ids are serial decode's either way;
-    // sampling (temperature > 0) decodes serially.
+    // Speculative decoding with prompt lookup: 0 off, N up to N proposals per
+    // verification pass, -1 an adaptive width. Greedy: the ids are serial decode's.
+    // Sampling: each proposal is kept with probability p(proposal), so every token has
+    // exactly the distribution of serial sampling (the random draws differ).
     int speculation = 0;
 };
 
@@ -201,10 +202,24 @@ class Sampler {
 public:
     explicit Sampler(const SamplingOptions& options);
     TokenId sample(std::span<const float> logits);
+    // Speculative sampling with a one-hot proposal (prompt lookup): accepts `proposal`
+    // with probability p(proposal) under this sampler's distribution for `logits`, else
+    // returns false with `correction` drawn from p without the proposal, renormalised;
+    // the committed token is then distributed exactly as sample() would draw it.
+    // Greedy: accepted iff the proposal is the argmax (correction: the argmax).
+    bool acceptProposal(std::span<const float> logits, TokenId proposal, TokenId& correction);
     // The next raw PCG32 output (tests compare it with the published sequence).
     std::uint32_t nextRandom32();
 
 private:
+    // The tokens top-p keeps, most likely first, with their unnormalised weights.
+    struct Kept {
+        std::vector<int> ids;
+        std::vector<double> weights;
+        double mass = 0;
+    };
+    Kept kept(std::span<const float> logits) const;
+
     SamplingOptions options_;
     std::uint64_t state_;
 };

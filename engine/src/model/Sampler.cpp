@@ -42,6 +42,45 @@ std::uint32_t Sampler::nextRandom32() { return pcg32(state_); }
 
 TokenId Sampler::sample(std::span<const float> logits) {
     if (options_.temperature <= 0.0f) return TokenId(argmax(logits));
+    const Kept k = kept(logits);
+    const double u = uniform01(state_) * k.mass;
+    double acc = 0;
+    for (std::size_t i = 0; i < k.ids.size(); ++i) {
+        acc += k.weights[i];
+        if (u < acc) return TokenId(k.ids[i]);
+    }
+    return TokenId(k.ids.back());
+}
+
+bool Sampler::acceptProposal(std::span<const float> logits, TokenId proposal, TokenId& correction) {
+    if (options_.temperature <= 0.0f) { // greedy: the proposal stands iff it is the argmax
+        correction = TokenId(argmax(logits));
+        return correction == proposal;
+    }
+    const Kept k = kept(logits);
+    double wy = 0; // the proposal's weight; 0 when top-p left it out
+    for (std::size_t i = 0; i < k.ids.size(); ++i)
+        if (k.ids[i] == proposal) wy = k.weights[i];
+    // q is one-hot at the proposal, so min(1, p(y) / q(y)) = p(y).
+    if (uniform01(state_) * k.mass < wy) return true;
+    // Rejected: the normalised max(0, p - q), which is p without the proposal.
+    const double u = uniform01(state_) * (k.mass - wy);
+    double acc = 0;
+    TokenId last = -1;
+    for (std::size_t i = 0; i < k.ids.size(); ++i) {
+        if (k.ids[i] == proposal) continue;
+        last = TokenId(k.ids[i]);
+        acc += k.weights[i];
+        if (u < acc) {
+            correction = last;
+            return false;
+        }
+    }
+    correction = last >= 0 ? last : proposal; // a one-token distribution cannot reject it
+    return last < 0;
+}
+
+Sampler::Kept Sampler::kept(std::span<const float> logits) const {
     std::vector<int> order(logits.size());
     std::iota(order.begin(), order.end(), 0);
     // Highest first; equal logits keep the lower id first so the order is total.
@@ -63,15 +102,11 @@ TokenId Sampler::sample(std::span<const float> logits) {
             break;
         }
     }
-    double kept = 0;
-    for (std::size_t i = 0; i < keep; ++i) kept += p[i];
-    const double u = uniform01(state_) * kept;
-    double acc = 0;
-    for (std::size_t i = 0; i < keep; ++i) {
-        acc += p[i];
-        if (u < acc) return TokenId(order[i]);
-    }
-    return TokenId(order[keep - 1]);
+    Kept k;
+    k.ids.assign(order.begin(), order.begin() + std::ptrdiff_t(keep));
+    k.weights.assign(p.begin(), p.begin() + std::ptrdiff_t(keep));
+    for (std::size_t i = 0; i < keep; ++i) k.mass += p[i];
+    return k;
 }
 
 } // namespace k3

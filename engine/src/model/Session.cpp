@@ -293,8 +293,8 @@ template <typename Decide, typename Report>
 void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& result,
             const std::atomic<bool>* cancel, Decide&& decide, Report&& report) {
     Sampler sampler(options.sampling);
-    const bool greedy = options.sampling.temperature <= 0.0f;
-    const bool spec = greedy && options.speculation != 0;
+    const bool spec = options.speculation != 0;
+    std::optional<TokenId> forced; // a rejected proposal's correction: the next token
     SpeculationWidth width(options.speculation > 0 ? options.speculation : 16,
                            options.speculation > 0 ? options.speculation : 4);
     const std::size_t V = s.logits.size();
@@ -307,7 +307,8 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
         }
         const auto tt = Clock::now();
         s.lastTiming = {};
-        const TokenId next = sampler.sample(s.logits);
+        const TokenId next = forced ? *forced : sampler.sample(s.logits);
+        forced.reset();
         result.ids.push_back(next);
         ++emitted;
         // A token that is not fed still took its sampling time.
@@ -364,11 +365,21 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
         ++result.decodePasses;
         ++result.verifyPasses;
         result.proposed += int(proposals.size());
+        // Greedy: kept while equal to the argmax. Sampled: each kept with probability p(d)
+        // (exact in distribution); the first rejection's correction is the next token.
         int accepted = 0;
-        while (accepted < int(proposals.size()) &&
-               argmax(std::span<const float>(chunkLogits.data() + std::size_t(accepted) * V, V)) ==
-                   proposals[std::size_t(accepted)])
-            ++accepted;
+        std::optional<TokenId> correction;
+        while (accepted < int(proposals.size())) {
+            TokenId c = 0;
+            if (sampler.acceptProposal(
+                    std::span<const float>(chunkLogits.data() + std::size_t(accepted) * V, V),
+                    proposals[std::size_t(accepted)], c)) {
+                ++accepted;
+                continue;
+            }
+            if (options.sampling.temperature > 0.0f) correction = c;
+            break;
+        }
         width.record(int(proposals.size()), accepted);
         // Walk the accepted proposals as if decoded one by one: one may end the turn or
         // reach maxTokens, and then it is not fed.
@@ -404,6 +415,7 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
         s.lastTiming = t;
         for (const auto& [id, proposed] : committed) report(id, t, proposed);
         if (stop) break;
+        if (correction && keep == 1 + accepted) forced = correction;
     }
 }
 
