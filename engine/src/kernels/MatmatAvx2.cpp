@@ -1,0 +1,407 @@
+// AVX2/FMA multi-column rows (k3::matmat): the weights of a block of rows are loaded (and
+// MXFP4 decoded) once and applied to every column, instead of once per column.
+//
+// Every (row, column) pair keeps exactly the accumulators of the single-column kernel in
+// MatvecAvx2.cpp and meets its elements in the same order with the same operations, so
+// column t has the bits of matvec(x_t): only the interleaving of independent pairs
+// differs. Between blocks (F32: kF32Chunk elements, BF16: one kBf16Block, MXFP4: one
+// group) a pair's 8 double lanes live in a small state array in L1; within a block the
+// float lanes (BF16) or the partial sums (MXFP4) live in registers.
+
+#include "kernels/MatvecRows.hpp"
+
+#include "k3/kernels.hpp"
+
+#if defined(K3_HAVE_AVX2_PATH)
+
+#include "kernels/Mxfp4Avx2.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <immintrin.h>
+
+namespace k3::detail {
+
+namespace {
+
+// Columns per pass over a block of rows: the pairs' double lanes (rows x columns x 64
+// bytes, 24 KB at 12 x 32) and the x of one block of all these columns stay in L1.
+constexpr int kTileColumns = 32;
+
+// Register tiles (rows x columns of accumulators per pass over a block).
+constexpr int kF32R = 2, kF32C = 2;   // 8 double accumulators + 4 widened weights
+constexpr int kBf16R = 2, kBf16C = 3; // 12 float accumulators
+
+template <int Ahead> K3_AVX2 inline void prefetch(const void* p) {
+    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) + Ahead),
+                 _MM_HINT_T0);
+}
+
+// The state of a tile of rows x columns pairs: pair (r, c) at st + (r * stride + c) * 8.
+struct Tile {
+    double* st;
+    int stride;
+};
+
+// ---- F32 ------------------------------------------------------------------------------
+
+struct F32Job {
+    Tile t;
+    const float* w; // first row of the block
+    std::size_t n;
+    const double* xb; // this chunk, first column of the column tile
+    int len;          // elements in this chunk (a multiple of 8)
+    int begin;        // first element of this chunk
+};
+
+template <int R, int C> K3_AVX2 inline void f32Tile(const F32Job& j, int r0, int c0) {
+    __m256d a[R][C][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+            const double* s = j.t.st + ((r0 + r) * j.t.stride + c0 + c) * kLanes;
+            a[r][c][0] = _mm256_load_pd(s);
+            a[r][c][1] = _mm256_load_pd(s + 4);
+        }
+    const float* w = j.w + (r0 * j.n) + j.begin;
+    const double* xb = j.xb + c0 * kF32Chunk;
+    for (int i = 0; i < j.len; i += kLanes) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            const __m256d w0 = _mm256_cvtps_pd(_mm_loadu_ps(w + r * j.n + i));
+            const __m256d w1 = _mm256_cvtps_pd(_mm_loadu_ps(w + r * j.n + i + 4));
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c) {
+                const double* xc = xb + c * kF32Chunk + i;
+                a[r][c][0] = _mm256_fmadd_pd(w0, _mm256_load_pd(xc), a[r][c][0]);
+                a[r][c][1] = _mm256_fmadd_pd(w1, _mm256_load_pd(xc + 4), a[r][c][1]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+            double* s = j.t.st + ((r0 + r) * j.t.stride + c0 + c) * kLanes;
+            _mm256_store_pd(s, a[r][c][0]);
+            _mm256_store_pd(s + 4, a[r][c][1]);
+        }
+}
+
+// Columns [c, cEnd) of rows [r, r + R): tiles of C, the rest with fewer columns.
+template <int R, int C> K3_AVX2 inline void f32Cols(const F32Job& j, int r, int c, int cEnd) {
+    for (; c + C <= cEnd; c += C) f32Tile<R, C>(j, r, c);
+    if constexpr (C > 1)
+        if (c < cEnd) f32Cols<R, C - 1>(j, r, c, cEnd);
+}
+
+template <int R, int C> K3_AVX2 inline void f32Rows(const F32Job& j, int r, int rEnd, int ct) {
+    for (; r + R <= rEnd; r += R) f32Cols<R, C>(j, r, 0, ct);
+    if constexpr (R > 1)
+        if (r < rEnd) f32Rows<R - 1, C>(j, r, rEnd, ct);
+}
+
+// ---- BF16 -----------------------------------------------------------------------------
+
+struct Bf16Job {
+    Tile t;
+    const std::uint16_t* w; // first row of the block
+    std::size_t n;
+    const float* xb; // this block's x copy, first column of the column tile
+    int begin;       // first element of this block
+    int len;         // elements of this block read by SIMD (a multiple of 16)
+    bool open;       // the partial last block: finish the pairs instead of flushing
+    // For open blocks: the output and the raw x of the tile's first column and row.
+    float* y;
+    std::size_t ldy;
+    const float* x;
+    int full; // n / 16 * 16
+};
+
+// The end of one pair: its double lanes (state), the partial block's float lanes (slots
+// in register order, null when there is no partial block), the tail element by element,
+// the flush and the fold: finishBf16 of MatvecAvx2.cpp.
+K3_AVX2 float finishBf16Pair(const double* st, const float* slots, const float* x,
+                             const std::uint16_t* w, int full, int n) {
+    double lanes[kLanes];
+    std::memcpy(lanes, st, sizeof lanes);
+    if (n % kBf16Block == 0) return foldLanes(lanes);
+    constexpr int kLaneOfSlot[16] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
+    float s[16] = {};
+    if (slots)
+        for (int j = 0; j < 16; ++j) s[kLaneOfSlot[j]] = slots[j];
+    for (int i = full; i < n; ++i) s[i % 16] = std::fma(bf16ToFloat(w[i]), x[i], s[i % 16]);
+    flushBf16Block(lanes, s);
+    return foldLanes(lanes);
+}
+
+// R rows x C columns over one block: one load and two unpacks per 16 weights of a row,
+// then two float fmas per column (x permuted to the unpack order, as bf16Rows).
+template <int R, int C> K3_AVX2 inline void bf16Tile(const Bf16Job& j, int r0, int c0) {
+    const __m256i zero = _mm256_setzero_si256();
+    __m256 lo[R][C], hi[R][C];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) lo[r][c] = hi[r][c] = _mm256_setzero_ps();
+    const std::uint16_t* w = j.w + r0 * j.n + j.begin;
+    const float* xb = j.xb + c0 * kBf16Block;
+    for (int i = 0; i < j.len; i += 16) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * j.n + i));
+            const __m256 wl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
+            const __m256 wh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c) {
+                const float* xc = xb + c * kBf16Block + i;
+                lo[r][c] = _mm256_fmadd_ps(wl, _mm256_load_ps(xc), lo[r][c]);
+                hi[r][c] = _mm256_fmadd_ps(wh, _mm256_load_ps(xc + 8), hi[r][c]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+            double* s = j.t.st + ((r0 + r) * j.t.stride + c0 + c) * kLanes;
+            if (!j.open) {
+                // The block's flush: double lanes 0-3 take float lanes 0-3 then 8-11 (the
+                // low register's halves), lanes 4-7 take 4-7 then 12-15.
+                __m256d a0 = _mm256_load_pd(s), a1 = _mm256_load_pd(s + 4);
+                a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo[r][c])));
+                a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_extractf128_ps(lo[r][c], 1)));
+                a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_castps256_ps128(hi[r][c])));
+                a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(hi[r][c], 1)));
+                _mm256_store_pd(s, a0);
+                _mm256_store_pd(s + 4, a1);
+            } else {
+                alignas(32) float slots[16];
+                _mm256_store_ps(slots, lo[r][c]);
+                _mm256_store_ps(slots + 8, hi[r][c]);
+                j.y[(c0 + c) * j.ldy + r0 + r] =
+                    finishBf16Pair(s, slots, j.x + (c0 + c) * j.n, j.w + (r0 + r) * j.n, j.full,
+                                   static_cast<int>(j.n));
+            }
+        }
+}
+
+template <int R, int C> K3_AVX2 inline void bf16Cols(const Bf16Job& j, int r, int c, int cEnd) {
+    for (; c + C <= cEnd; c += C) bf16Tile<R, C>(j, r, c);
+    if constexpr (C > 1)
+        if (c < cEnd) bf16Cols<R, C - 1>(j, r, c, cEnd);
+}
+
+template <int R, int C>
+K3_AVX2 inline void bf16RowTiles(const Bf16Job& j, int r, int rEnd, int ct) {
+    for (; r + R <= rEnd; r += R) bf16Cols<R, C>(j, r, 0, ct);
+    if constexpr (R > 1)
+        if (r < rEnd) bf16RowTiles<R - 1, C>(j, r, rEnd, ct);
+}
+
+// ---- MXFP4 ----------------------------------------------------------------------------
+
+// finishMxfp4 of MatvecAvx2.cpp for one pair: lanes from the slot order, the partial last
+// group element by element, the fold.
+K3_AVX2 float finishMxfp4Pair(const double* st, const float* x, const std::uint8_t* packed,
+                              const std::uint8_t* scales, int fullGroups, int n) {
+    constexpr int kFrom[kLanes] = {0, 2, 1, 3, 4, 6, 5, 7}; // lane of state slot
+    double lanes[kLanes];
+    for (int j = 0; j < kLanes; ++j) lanes[kFrom[j]] = st[j];
+    const int begin = fullGroups * kMxfp4Group;
+    if (begin < n && scales[fullGroups] != 255)
+        addMxfp4Group(lanes, x, packed, scales[fullGroups], begin, n);
+    return foldLanes(lanes);
+}
+
+} // namespace
+
+// ---- x copies -------------------------------------------------------------------------
+
+std::size_t bf16ColumnsFloats(int n, int columns) {
+    const std::size_t blocks =
+        (static_cast<std::size_t>(n / 16 * 16) + kBf16Block - 1) / kBf16Block;
+    return blocks * columns * kBf16Block;
+}
+
+std::size_t f32ColumnsDoubles(int n, int columns) {
+    const std::size_t chunks =
+        (static_cast<std::size_t>(n / kLanes * kLanes) + kF32Chunk - 1) / kF32Chunk;
+    return chunks * columns * kF32Chunk;
+}
+
+std::size_t mxfp4ColumnsDoubles(int n, int columns) {
+    return static_cast<std::size_t>(n / kMxfp4Group) * columns * kMxfp4Group;
+}
+
+// Per 16 elements (0-3, 8-11, 4-7, 12-15), as permuteXBf16Avx2.
+K3_AVX2 void permuteXBf16ColumnsAvx2(float* xp, const float* x, int n, int columns) {
+    const int full = n / 16 * 16;
+    for (int c = 0; c < columns; ++c) {
+        const float* xc = x + static_cast<std::size_t>(c) * n;
+        for (int i = 0; i < full; i += 16) {
+            float* d = xp + (static_cast<std::size_t>(i / kBf16Block) * columns + c) * kBf16Block +
+                       i % kBf16Block;
+            const __m256 first = _mm256_loadu_ps(xc + i), second = _mm256_loadu_ps(xc + i + 8);
+            _mm256_store_ps(d, _mm256_permute2f128_ps(first, second, 0x20));
+            _mm256_store_ps(d + 8, _mm256_permute2f128_ps(first, second, 0x31));
+        }
+    }
+}
+
+K3_AVX2 void widenXF32ColumnsAvx2(double* xd, const float* x, int n, int columns) {
+    const int full = n / kLanes * kLanes;
+    for (int c = 0; c < columns; ++c) {
+        const float* xc = x + static_cast<std::size_t>(c) * n;
+        for (int i = 0; i < full; i += 4) {
+            double* d = xd + (static_cast<std::size_t>(i / kF32Chunk) * columns + c) * kF32Chunk +
+                        i % kF32Chunk;
+            _mm256_store_pd(d, _mm256_cvtps_pd(_mm_loadu_ps(xc + i)));
+        }
+    }
+}
+
+// Per 8 elements (0, 2, 1, 3, 4, 6, 5, 7), as widenXMxfp4Avx2.
+K3_AVX2 void widenXMxfp4ColumnsAvx2(double* xd, const float* x, int n, int columns) {
+    const int groups = n / kMxfp4Group;
+    for (int c = 0; c < columns; ++c) {
+        const float* xc = x + static_cast<std::size_t>(c) * n;
+        for (int g = 0; g < groups; ++g) {
+            double* d = xd + (static_cast<std::size_t>(g) * columns + c) * kMxfp4Group;
+            for (int b = 0; b < kMxfp4Group; b += 4)
+                _mm256_store_pd(
+                    d + b, _mm256_permute4x64_pd(_mm256_cvtps_pd(_mm_loadu_ps(xc + g * 32 + b)),
+                                                 _MM_SHUFFLE(3, 1, 2, 0)));
+        }
+    }
+}
+
+// ---- rows ---------------------------------------------------------------------------
+
+K3_AVX2 void rowsF32ColumnsAvx2(float* y, std::size_t ldy, const float* x, const double* xd,
+                                const float* w, int n, int count, int columns) {
+    alignas(64) double st[kMatmatRows * kTileColumns * kLanes];
+    const int full = n / kLanes * kLanes;
+    const std::size_t nn = static_cast<std::size_t>(n);
+    for (int c0 = 0; c0 < columns; c0 += kTileColumns) {
+        const int ct = columns - c0 < kTileColumns ? columns - c0 : kTileColumns;
+        std::memset(st, 0, sizeof(double) * kLanes * ct * count);
+        for (int b = 0; b < full; b += kF32Chunk) {
+            const F32Job j{{st, ct},
+                           w,
+                           nn,
+                           xd +
+                               (static_cast<std::size_t>(b / kF32Chunk) * columns + c0) * kF32Chunk,
+                           full - b < kF32Chunk ? full - b : kF32Chunk,
+                           b};
+            f32Rows<kF32R, kF32C>(j, 0, count, ct);
+        }
+        for (int r = 0; r < count; ++r)
+            for (int c = 0; c < ct; ++c) {
+                double lanes[kLanes];
+                std::memcpy(lanes, st + (r * ct + c) * kLanes, sizeof lanes);
+                const float* xc = x + (c0 + c) * nn;
+                const float* wr = w + r * nn;
+                for (int i = full; i < n; ++i) lanes[i % kLanes] += double(wr[i]) * double(xc[i]);
+                y[(c0 + c) * ldy + r] = foldLanes(lanes);
+            }
+    }
+}
+
+K3_AVX2 void rowsBf16ColumnsAvx2(float* y, std::size_t ldy, const float* x, const float* xp,
+                                 const std::uint16_t* w, int n, int count, int columns) {
+    alignas(64) double st[kMatmatRows * kTileColumns * kLanes];
+    const int full = n / 16 * 16;
+    const std::size_t nn = static_cast<std::size_t>(n);
+    for (int c0 = 0; c0 < columns; c0 += kTileColumns) {
+        const int ct = columns - c0 < kTileColumns ? columns - c0 : kTileColumns;
+        std::memset(st, 0, sizeof(double) * kLanes * ct * count);
+        for (int b = 0; b < full; b += kBf16Block) {
+            if (c0 == 0) // the next block but one of every row, a line per 32 weights
+                for (int r = 0; r < count; ++r)
+                    for (int k = 0; k < kBf16Block; k += 32)
+                        prefetch<2 * kBf16Block * 2>(w + r * nn + b + k);
+            const int len = full - b < kBf16Block ? full - b : kBf16Block;
+            const Bf16Job j{{st, ct},
+                            w,
+                            nn,
+                            xp + (static_cast<std::size_t>(b / kBf16Block) * columns + c0) *
+                                     kBf16Block,
+                            b,
+                            len,
+                            len < kBf16Block,
+                            y + c0 * ldy,
+                            ldy,
+                            x + c0 * nn,
+                            full};
+            bf16RowTiles<kBf16R, kBf16C>(j, 0, count, ct);
+        }
+        if (full % kBf16Block == 0) // no open block: the pairs end here (tail, if any)
+            for (int r = 0; r < count; ++r)
+                for (int c = 0; c < ct; ++c)
+                    y[(c0 + c) * ldy + r] = finishBf16Pair(st + (r * ct + c) * kLanes, nullptr,
+                                                           x + (c0 + c) * nn, w + r * nn, full, n);
+    }
+}
+
+// One row at a time: a full group decoded once (16 weight vectors would not fit the
+// registers for two rows), times its exact scale, then per column 8 products summed as
+// mxfp4Group sums them and the sum added to the pair's lanes. Scaling the weights instead
+// of each column's partial sum is exact: q * 2^(s - 127) is a double, and every product
+// and partial sum is the single-column one times that power of two, all of them far from
+// double's overflow and subnormal range (|x| < 2^128, |q| <= 6, the scale 2^-127..2^127);
+// so each rounding happens at the same relative place and the lane meets the same value
+// part * 2^(s - 127) that the single-column fma(part, s, lane) adds. A group whose scale
+// byte is 255 is skipped, as there.
+K3_AVX2 void rowsMxfp4ColumnsAvx2(float* y, std::size_t ldy, const float* x, const double* xd,
+                                  const std::uint8_t* packed, std::size_t rowBytes,
+                                  const std::uint8_t* scales, std::size_t rowScales, int n,
+                                  int count, int columns) {
+    constexpr int groupBytes = kMxfp4Group / 2;
+    alignas(64) double st[kMatmatRows * kTileColumns * kLanes];
+    const MxConst k = mxConst();
+    const int fullGroups = n / kMxfp4Group;
+    const std::size_t nn = static_cast<std::size_t>(n);
+    for (int c0 = 0; c0 < columns; c0 += kTileColumns) {
+        const int ct = columns - c0 < kTileColumns ? columns - c0 : kTileColumns;
+        std::memset(st, 0, sizeof(double) * kLanes * ct * count);
+        for (int g = 0; g < fullGroups; ++g) {
+            const double* xg = xd + (static_cast<std::size_t>(g) * columns + c0) * kMxfp4Group;
+            for (int r = 0; r < count; ++r) {
+                const std::uint8_t* p = packed + r * rowBytes + g * groupBytes;
+                if (c0 == 0 && (g & 3) == 0) prefetch<1024>(p); // a line per 4 groups
+                const std::uint8_t s = scales[r * rowScales + g];
+                if (s == 255) continue; // NaN scale: the whole group is dropped
+                __m256d v[8];
+                decodeMxfp4Group(v, p, k);
+                const __m256d sv = _mm256_broadcast_sd(&kE8m0Doubles[s]);
+#pragma GCC unroll 8
+                for (int m = 0; m < 8; ++m) v[m] = _mm256_mul_pd(v[m], sv);
+                double* sp = st + r * ct * kLanes;
+                for (int c = 0; c < ct; ++c) {
+                    const double* xc = xg + c * kMxfp4Group;
+                    __m256d part[2];
+#pragma GCC unroll 8
+                    for (int m = 0; m < 8; ++m) {
+                        const __m256d xv = _mm256_load_pd(xc + 4 * m);
+                        part[m % 2] = m < 2 ? _mm256_mul_pd(v[m], xv)
+                                            : _mm256_fmadd_pd(v[m], xv, part[m % 2]);
+                    }
+                    double* pair = sp + c * kLanes;
+                    _mm256_store_pd(pair, _mm256_add_pd(_mm256_load_pd(pair), part[0]));
+                    _mm256_store_pd(pair + 4, _mm256_add_pd(_mm256_load_pd(pair + 4), part[1]));
+                }
+            }
+        }
+        for (int r = 0; r < count; ++r)
+            for (int c = 0; c < ct; ++c)
+                y[(c0 + c) * ldy + r] =
+                    finishMxfp4Pair(st + (r * ct + c) * kLanes, x + (c0 + c) * nn,
+                                    packed + r * rowBytes, scales + r * rowScales, fullGroups, n);
+    }
+}
+
+} // namespace k3::detail
+
+#endif
