@@ -29,8 +29,10 @@ namespace {
 constexpr int kTileColumns = 32;
 
 // Register tiles (rows x columns of accumulators per pass over a block).
-constexpr int kF32R = 2, kF32C = 2;   // 8 double accumulators + 4 widened weights
-constexpr int kBf16R = 2, kBf16C = 3; // 12 float accumulators
+constexpr int kF32R = 2, kF32C = 2; // 8 double accumulators + 4 widened weights
+// BF16, per half block: 8 float accumulators, 2 x, 1 weight, zero and room for the
+// interleaved flushes. (6, 2) and (5, 2) made GCC spill accumulators.
+constexpr int kBf16R = 4, kBf16C = 2;
 
 template <int Ahead> K3_AVX2 inline void prefetch(const void* p) {
     _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) + Ahead),
@@ -187,17 +189,114 @@ template <int R, int C> K3_AVX2 inline void bf16Tile(const Bf16Job& j, int r0, i
         }
 }
 
-template <int R, int C> K3_AVX2 inline void bf16Cols(const Bf16Job& j, int r, int c, int cEnd) {
-    for (; c + C <= cEnd; c += C) bf16Tile<R, C>(j, r, c);
-    if constexpr (C > 1)
-        if (c < cEnd) bf16Cols<R, C - 1>(j, r, c, cEnd);
+// The flushes of full blocks, deferred: a pass leaves its float lanes here and the next
+// pass adds them to the double lanes, one or two pairs per 16 elements between its own
+// fmas. Done at the end of each pass, the flushes (a dependent convert-add-add chain per
+// pair) held up the next pass's fmas: 1.54 vs 1.35 fmas per cycle in a (6 x 2) tile from
+// L1. A tile smaller than kFlushes pairs fills the rest with zeros bound for a dummy.
+constexpr int kFlushes = kBf16R * kBf16C;
+struct Flushes {
+    alignas(32) float src[kFlushes][8]; // one pass's float register of a pair
+    double* dst[kFlushes];              // the pair's double lanes 0-3 (low pass) or 4-7
+    alignas(32) double dummy[4];
+    Flushes() { clear(); }
+    void clear() {
+        for (int k = 0; k < kFlushes; ++k) {
+            for (float& v : src[k]) v = 0.0f;
+            dst[k] = dummy;
+        }
+    }
+};
+
+// Lanes 0-3 (or 4-7) of one pair take the register's low half (float lanes 0-3, or 4-7)
+// then its high half (8-11, or 12-15): the flush of bf16Rows for one register.
+K3_AVX2 inline void flushOne(Flushes& f, int k) {
+    __m256d a = _mm256_load_pd(f.dst[k]);
+    a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm_load_ps(f.src[k])));
+    a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm_load_ps(f.src[k] + 4)));
+    _mm256_store_pd(f.dst[k], a);
+}
+
+K3_AVX2 inline void drain(Flushes& f) {
+    for (int k = 0; k < kFlushes; ++k) flushOne(f, k);
+    f.clear();
+}
+
+// One full block of R rows x C columns, one half of each 16 weights (H = 0: the unpacklo
+// slots, float lanes 0-3 and 8-11; H = 1: unpackhi, 4-7 and 12-15): the two halves are
+// independent float lanes, and a half needs only R x C accumulators, which leaves
+// registers for the x of every column, loaded once per 16 elements and used by all R rows
+// (with all 16 lanes at once, x came from memory once per row and the loads, not the
+// fmas, were the limit: 1.5 fmas per cycle in the best tile vs 2.0 per half).
+// w: row r0 at the block; xb: column c0's copy of the block; st: pair (r0, c0)'s lanes.
+template <int R, int C, int H>
+K3_AVX2 inline void bf16Pass(const std::uint16_t* w, std::size_t n, const float* xb, double* st,
+                             int stride, Flushes& prev, Flushes& next) {
+    static_assert(R * C <= kFlushes);
+    const __m256i zero = _mm256_setzero_si256();
+    const std::uint16_t* wr[R];
+    __m256 acc[R][C];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+        wr[r] = w + r * n;
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    }
+    xb += 8 * H;
+#pragma GCC unroll 8
+    for (int s = 0; s < kBf16Block / 16; ++s) {
+        const int i = 16 * s;
+        __m256 xv[C];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) xv[c] = _mm256_load_ps(xb + c * kBf16Block + i);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[r] + i));
+            const __m256 wv = _mm256_castsi256_ps(H == 0 ? _mm256_unpacklo_epi16(zero, v)
+                                                         : _mm256_unpackhi_epi16(zero, v));
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
+        }
+        // The previous pass's flushes, spread evenly over the 8 steps.
+#pragma GCC unroll 4
+        for (int k = s * kFlushes / 8; k < (s + 1) * kFlushes / 8; ++k) flushOne(prev, k);
+    }
+#pragma GCC unroll 16
+    for (int k = 0; k < kFlushes; ++k) {
+        if (k < R * C) {
+            const int r = k / C, c = k % C;
+            _mm256_store_ps(next.src[k], acc[r][c]);
+            next.dst[k] = st + (r * stride + c) * kLanes + 4 * H;
+        } else {
+            _mm256_store_ps(next.src[k], _mm256_setzero_ps());
+            next.dst[k] = next.dummy;
+        }
+    }
+}
+
+// Both halves of a full block; the high half's flushes are left in `a` for the next tile.
+template <int R, int C>
+K3_AVX2 inline void bf16FullTile(const Bf16Job& j, int r0, int c0, Flushes& a, Flushes& b) {
+    const std::uint16_t* w = j.w + r0 * j.n + j.begin;
+    const float* xb = j.xb + c0 * kBf16Block;
+    double* st = j.t.st + (r0 * j.t.stride + c0) * kLanes;
+    bf16Pass<R, C, 0>(w, j.n, xb, st, j.t.stride, a, b);
+    bf16Pass<R, C, 1>(w, j.n, xb, st, j.t.stride, b, a);
 }
 
 template <int R, int C>
-K3_AVX2 inline void bf16RowTiles(const Bf16Job& j, int r, int rEnd, int ct) {
-    for (; r + R <= rEnd; r += R) bf16Cols<R, C>(j, r, 0, ct);
+K3_AVX2 inline void bf16Cols(const Bf16Job& j, int r, int c, int cEnd, Flushes& a, Flushes& b) {
+    for (; c + C <= cEnd; c += C) bf16FullTile<R, C>(j, r, c, a, b);
+    if constexpr (C > 1)
+        if (c < cEnd) bf16Cols<R, C - 1>(j, r, c, cEnd, a, b);
+}
+
+template <int R, int C>
+K3_AVX2 inline void bf16RowTiles(const Bf16Job& j, int r, int rEnd, int ct, Flushes& a,
+                                 Flushes& b) {
+    for (; r + R <= rEnd; r += R) bf16Cols<R, C>(j, r, 0, ct, a, b);
     if constexpr (R > 1)
-        if (r < rEnd) bf16RowTiles<R - 1, C>(j, r, rEnd, ct);
+        if (r < rEnd) bf16RowTiles<R - 1, C>(j, r, rEnd, ct, a, b);
 }
 
 // ---- MXFP4 ----------------------------------------------------------------------------
@@ -312,6 +411,7 @@ K3_AVX2 void rowsF32ColumnsAvx2(float* y, std::size_t ldy, const float* x, const
 K3_AVX2 void rowsBf16ColumnsAvx2(float* y, std::size_t ldy, const float* x, const float* xp,
                                  const std::uint16_t* w, int n, int count, int columns) {
     alignas(64) double st[kMatmatRows * kTileColumns * kLanes];
+    Flushes fa, fb;
     const int full = n / 16 * 16;
     const std::size_t nn = static_cast<std::size_t>(n);
     for (int c0 = 0; c0 < columns; c0 += kTileColumns) {
@@ -335,8 +435,16 @@ K3_AVX2 void rowsBf16ColumnsAvx2(float* y, std::size_t ldy, const float* x, cons
                             ldy,
                             x + c0 * nn,
                             full};
-            bf16RowTiles<kBf16R, kBf16C>(j, 0, count, ct);
+            if (len == kBf16Block) {
+                bf16RowTiles<kBf16R, kBf16C>(j, 0, count, ct, fa, fb);
+                continue;
+            }
+            // The partial last block ends every pair: one pair at a time (rare, short).
+            drain(fa);
+            for (int r = 0; r < count; ++r)
+                for (int c = 0; c < ct; ++c) bf16Tile<1, 1>(j, r, c);
         }
+        drain(fa);
         if (full % kBf16Block == 0) // no open block: the pairs end here (tail, if any)
             for (int r = 0; r < count; ++r)
                 for (int c = 0; c < ct; ++c)
@@ -345,15 +453,65 @@ K3_AVX2 void rowsBf16ColumnsAvx2(float* y, std::size_t ldy, const float* x, cons
     }
 }
 
-// One row at a time: a full group decoded once (16 weight vectors would not fit the
-// registers for two rows), times its exact scale, then per column 8 products summed as
-// mxfp4Group sums them and the sum added to the pair's lanes. Scaling the weights instead
-// of each column's partial sum is exact: q * 2^(s - 127) is a double, and every product
-// and partial sum is the single-column one times that power of two, all of them far from
-// double's overflow and subnormal range (|x| < 2^128, |q| <= 6, the scale 2^-127..2^127);
-// so each rounding happens at the same relative place and the lane meets the same value
-// part * 2^(s - 127) that the single-column fma(part, s, lane) adds. A group whose scale
-// byte is 255 is skipped, as there.
+namespace {
+
+// Half a group of R (1 or 2) rows against every column of the tile. Half H of the 32
+// weights is the vectors v[m] with m % 2 == H (decodeMxfp4Group): the elements of lanes
+// (0, 2, 1, 3) (H = 0) or (4, 6, 5, 7), each lane's 4 elements in increasing i, so a
+// column's partial sum for those lanes is one mul and three fmas, as in mxfp4Group. Two
+// rows share each x load (one row needed more loads than fmas: 10 per 8, and the loads
+// were the limit). The weights are multiplied by the group's scale first instead of each
+// column's partial sum: exact, see rowsMxfp4ColumnsAvx2.
+template <int R, int H>
+K3_AVX2 inline void mxfp4Half(const std::uint8_t* const* p, const std::uint8_t* s, const MxConst& k,
+                              const double* xg, double* const* st, int ct) {
+    __m256d v[R][4];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+        __m256d all[8];
+        decodeMxfp4Group(all, p[r], k);
+        const __m256d scale = _mm256_broadcast_sd(&kE8m0Doubles[s[r]]);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) v[r][j] = _mm256_mul_pd(all[2 * j + H], scale);
+    }
+#pragma GCC unroll 2
+    for (int c = 0; c < ct; ++c) {
+        const double* xc = xg + c * kMxfp4Group + 4 * H;
+        __m256d part[R];
+        const __m256d x0 = _mm256_load_pd(xc);
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r) part[r] = _mm256_mul_pd(v[r][0], x0);
+#pragma GCC unroll 4
+        for (int j = 1; j < 4; ++j) {
+            const __m256d xv = _mm256_load_pd(xc + 8 * j);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; ++r) part[r] = _mm256_fmadd_pd(v[r][j], xv, part[r]);
+        }
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r) {
+            double* lanes = st[r] + c * kLanes + 4 * H;
+            _mm256_store_pd(lanes, _mm256_add_pd(_mm256_load_pd(lanes), part[r]));
+        }
+    }
+}
+
+template <int R>
+K3_AVX2 inline void mxfp4Rows(const std::uint8_t* const* p, const std::uint8_t* s, const MxConst& k,
+                              const double* xg, double* const* st, int ct) {
+    mxfp4Half<R, 0>(p, s, k, xg, st, ct);
+    mxfp4Half<R, 1>(p, s, k, xg, st, ct);
+}
+
+} // namespace
+
+// A full group is decoded once per tile of columns, times its exact scale, and each
+// column's 8 products per lane summed as mxfp4Group sums them, the sum added to the pair's
+// lanes. Scaling the weights instead of each column's partial sum is exact: q * 2^(s - 127)
+// is a double, and every product and partial sum is the single-column one times that
+// power of two, all far from double's overflow and subnormal range (|x| < 2^128,
+// |q| <= 6, the scale 2^-127..2^127); so each rounding happens at the same relative place
+// and the lane meets the same value part * 2^(s - 127) that the single-column
+// fma(part, s, lane) adds. A group whose scale byte is 255 is skipped, as there.
 K3_AVX2 void rowsMxfp4ColumnsAvx2(float* y, std::size_t ldy, const float* x, const double* xd,
                                   const std::uint8_t* packed, std::size_t rowBytes,
                                   const std::uint8_t* scales, std::size_t rowScales, int n,
@@ -368,30 +526,26 @@ K3_AVX2 void rowsMxfp4ColumnsAvx2(float* y, std::size_t ldy, const float* x, con
         std::memset(st, 0, sizeof(double) * kLanes * ct * count);
         for (int g = 0; g < fullGroups; ++g) {
             const double* xg = xd + (static_cast<std::size_t>(g) * columns + c0) * kMxfp4Group;
-            for (int r = 0; r < count; ++r) {
-                const std::uint8_t* p = packed + r * rowBytes + g * groupBytes;
-                if (c0 == 0 && (g & 3) == 0) prefetch<1024>(p); // a line per 4 groups
-                const std::uint8_t s = scales[r * rowScales + g];
-                if (s == 255) continue; // NaN scale: the whole group is dropped
-                __m256d v[8];
-                decodeMxfp4Group(v, p, k);
-                const __m256d sv = _mm256_broadcast_sd(&kE8m0Doubles[s]);
-#pragma GCC unroll 8
-                for (int m = 0; m < 8; ++m) v[m] = _mm256_mul_pd(v[m], sv);
-                double* sp = st + r * ct * kLanes;
-                for (int c = 0; c < ct; ++c) {
-                    const double* xc = xg + c * kMxfp4Group;
-                    __m256d part[2];
-#pragma GCC unroll 8
-                    for (int m = 0; m < 8; ++m) {
-                        const __m256d xv = _mm256_load_pd(xc + 4 * m);
-                        part[m % 2] = m < 2 ? _mm256_mul_pd(v[m], xv)
-                                            : _mm256_fmadd_pd(v[m], xv, part[m % 2]);
-                    }
-                    double* pair = sp + c * kLanes;
-                    _mm256_store_pd(pair, _mm256_add_pd(_mm256_load_pd(pair), part[0]));
-                    _mm256_store_pd(pair + 4, _mm256_add_pd(_mm256_load_pd(pair + 4), part[1]));
+            int r = 0;
+            for (; r < count; r += 2) {
+                const int pair = count - r < 2 ? 1 : 2;
+                const std::uint8_t* p[2];
+                std::uint8_t s[2];
+                double* lanes[2];
+                int live = 0; // rows of the pair whose group is not dropped (scale 255)
+                for (int q = 0; q < pair; ++q) {
+                    const std::uint8_t* pq = packed + (r + q) * rowBytes + g * groupBytes;
+                    if (c0 == 0 && (g & 3) == 0) prefetch<1024>(pq); // a line per 4 groups
+                    const std::uint8_t sq = scales[(r + q) * rowScales + g];
+                    if (sq == 255) continue; // NaN scale: the whole group is dropped
+                    p[live] = pq;
+                    s[live] = sq;
+                    lanes[live++] = st + (r + q) * ct * kLanes;
                 }
+                if (live == 2)
+                    mxfp4Rows<2>(p, s, k, xg, lanes, ct);
+                else if (live == 1)
+                    mxfp4Rows<1>(p, s, k, xg, lanes, ct);
             }
         }
         for (int r = 0; r < count; ++r)
