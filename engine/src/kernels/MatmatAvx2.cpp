@@ -30,8 +30,8 @@ constexpr int kTileColumns = 32;
 
 // Register tiles (rows x columns of accumulators per pass over a block).
 constexpr int kF32R = 2, kF32C = 2; // 8 double accumulators + 4 widened weights
-// BF16, per half block: 8 float accumulators, 2 x, 1 weight, zero and room for the
-// interleaved flushes. (6, 2) and (5, 2) made GCC spill accumulators.
+// BF16, per half block: 8 float accumulators, 2 x, 1 weight and zero (from 1 x 8 to 6 x 2
+// all ran within 5% of each other).
 constexpr int kBf16R = 4, kBf16C = 2;
 
 template <int Ahead> K3_AVX2 inline void prefetch(const void* p) {
@@ -113,8 +113,7 @@ struct Bf16Job {
     const float* xb; // this block's x copy, first column of the column tile
     int begin;       // first element of this block
     int len;         // elements of this block read by SIMD (a multiple of 16)
-    bool open;       // the partial last block: finish the pairs instead of flushing
-    // For open blocks: the output and the raw x of the tile's first column and row.
+    // For the partial last block: the output and the raw x of the tile's first column.
     float* y;
     std::size_t ldy;
     const float* x;
@@ -138,101 +137,39 @@ K3_AVX2 float finishBf16Pair(const double* st, const float* slots, const float* 
     return foldLanes(lanes);
 }
 
-// R rows x C columns over one block: one load and two unpacks per 16 weights of a row,
-// then two float fmas per column (x permuted to the unpack order, as bf16Rows).
-template <int R, int C> K3_AVX2 inline void bf16Tile(const Bf16Job& j, int r0, int c0) {
+// The partial last block of one pair (rare, short), as bf16Rows does it, then the pair's
+// end: its float lanes go to finishBf16Pair instead of a flush.
+K3_AVX2 void bf16OpenPair(const Bf16Job& j, int r, int c) {
     const __m256i zero = _mm256_setzero_si256();
-    __m256 lo[R][C], hi[R][C];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-        for (int c = 0; c < C; ++c) lo[r][c] = hi[r][c] = _mm256_setzero_ps();
-    const std::uint16_t* w = j.w + r0 * j.n + j.begin;
-    const float* xb = j.xb + c0 * kBf16Block;
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    const std::uint16_t* w = j.w + r * j.n + j.begin;
+    const float* xc = j.xb + c * kBf16Block;
     for (int i = 0; i < j.len; i += 16) {
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * j.n + i));
-            const __m256 wl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
-            const __m256 wh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
-#pragma GCC unroll 8
-            for (int c = 0; c < C; ++c) {
-                const float* xc = xb + c * kBf16Block + i;
-                lo[r][c] = _mm256_fmadd_ps(wl, _mm256_load_ps(xc), lo[r][c]);
-                hi[r][c] = _mm256_fmadd_ps(wh, _mm256_load_ps(xc + 8), hi[r][c]);
-            }
-        }
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i));
+        lo = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v)),
+                             _mm256_load_ps(xc + i), lo);
+        hi = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v)),
+                             _mm256_load_ps(xc + i + 8), hi);
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-        for (int c = 0; c < C; ++c) {
-            double* s = j.t.st + ((r0 + r) * j.t.stride + c0 + c) * kLanes;
-            if (!j.open) {
-                // The block's flush: double lanes 0-3 take float lanes 0-3 then 8-11 (the
-                // low register's halves), lanes 4-7 take 4-7 then 12-15.
-                __m256d a0 = _mm256_load_pd(s), a1 = _mm256_load_pd(s + 4);
-                a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo[r][c])));
-                a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_extractf128_ps(lo[r][c], 1)));
-                a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_castps256_ps128(hi[r][c])));
-                a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(hi[r][c], 1)));
-                _mm256_store_pd(s, a0);
-                _mm256_store_pd(s + 4, a1);
-            } else {
-                alignas(32) float slots[16];
-                _mm256_store_ps(slots, lo[r][c]);
-                _mm256_store_ps(slots + 8, hi[r][c]);
-                j.y[(c0 + c) * j.ldy + r0 + r] =
-                    finishBf16Pair(s, slots, j.x + (c0 + c) * j.n, j.w + (r0 + r) * j.n, j.full,
-                                   static_cast<int>(j.n));
-            }
-        }
-}
-
-// The flushes of full blocks, deferred: a pass leaves its float lanes here and the next
-// pass adds them to the double lanes, one or two pairs per 16 elements between its own
-// fmas. Done at the end of each pass, the flushes (a dependent convert-add-add chain per
-// pair) held up the next pass's fmas: 1.54 vs 1.35 fmas per cycle in a (6 x 2) tile from
-// L1. A tile smaller than kFlushes pairs fills the rest with zeros bound for a dummy.
-constexpr int kFlushes = kBf16R * kBf16C;
-struct Flushes {
-    alignas(32) float src[kFlushes][8]; // one pass's float register of a pair
-    double* dst[kFlushes];              // the pair's double lanes 0-3 (low pass) or 4-7
-    alignas(32) double dummy[4];
-    Flushes() { clear(); }
-    void clear() {
-        for (int k = 0; k < kFlushes; ++k) {
-            for (float& v : src[k]) v = 0.0f;
-            dst[k] = dummy;
-        }
-    }
-};
-
-// Lanes 0-3 (or 4-7) of one pair take the register's low half (float lanes 0-3, or 4-7)
-// then its high half (8-11, or 12-15): the flush of bf16Rows for one register.
-K3_AVX2 inline void flushOne(Flushes& f, int k) {
-    __m256d a = _mm256_load_pd(f.dst[k]);
-    a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm_load_ps(f.src[k])));
-    a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm_load_ps(f.src[k] + 4)));
-    _mm256_store_pd(f.dst[k], a);
-}
-
-K3_AVX2 inline void drain(Flushes& f) {
-    for (int k = 0; k < kFlushes; ++k) flushOne(f, k);
-    f.clear();
+    alignas(32) float slots[16];
+    _mm256_store_ps(slots, lo);
+    _mm256_store_ps(slots + 8, hi);
+    j.y[c * j.ldy + r] =
+        finishBf16Pair(j.t.st + (r * j.t.stride + c) * kLanes, slots, j.x + c * j.n, j.w + r * j.n,
+                       j.full, static_cast<int>(j.n));
 }
 
 // One full block of R rows x C columns, one half of each 16 weights (H = 0: the unpacklo
-// slots, float lanes 0-3 and 8-11; H = 1: unpackhi, 4-7 and 12-15): the two halves are
-// independent float lanes, and a half needs only R x C accumulators, which leaves
-// registers for the x of every column, loaded once per 16 elements and used by all R rows
-// (with all 16 lanes at once, x came from memory once per row and the loads, not the
-// fmas, were the limit: 1.5 fmas per cycle in the best tile vs 2.0 per half).
+// slots, float lanes 0-3 and 8-11; H = 1: unpackhi, 4-7 and 12-15), then that half's
+// flush: double lanes 0-3 (or 4-7) take the low register half, then the high one, as in
+// bf16Rows. The two halves are independent float lanes, and a half needs only R x C
+// accumulators, which leaves registers for the x of every column, loaded once per 16
+// elements and used by all R rows (with all 16 lanes at once, x came from memory once per
+// row and fma: 62 vs 80 GFLOP/s, docs/measurements.md "Multi-column products").
 // w: row r0 at the block; xb: column c0's copy of the block; st: pair (r0, c0)'s lanes.
 template <int R, int C, int H>
 K3_AVX2 inline void bf16Pass(const std::uint16_t* w, std::size_t n, const float* xb, double* st,
-                             int stride, Flushes& prev, Flushes& next) {
-    static_assert(R * C <= kFlushes);
+                             int stride) {
     const __m256i zero = _mm256_setzero_si256();
     const std::uint16_t* wr[R];
     __m256 acc[R][C];
@@ -244,8 +181,7 @@ K3_AVX2 inline void bf16Pass(const std::uint16_t* w, std::size_t n, const float*
     }
     xb += 8 * H;
 #pragma GCC unroll 8
-    for (int s = 0; s < kBf16Block / 16; ++s) {
-        const int i = 16 * s;
+    for (int i = 0; i < kBf16Block; i += 16) {
         __m256 xv[C];
 #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) xv[c] = _mm256_load_ps(xb + c * kBf16Block + i);
@@ -257,46 +193,38 @@ K3_AVX2 inline void bf16Pass(const std::uint16_t* w, std::size_t n, const float*
 #pragma GCC unroll 8
             for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
         }
-        // The previous pass's flushes, spread evenly over the 8 steps.
-#pragma GCC unroll 4
-        for (int k = s * kFlushes / 8; k < (s + 1) * kFlushes / 8; ++k) flushOne(prev, k);
     }
-#pragma GCC unroll 16
-    for (int k = 0; k < kFlushes; ++k) {
-        if (k < R * C) {
-            const int r = k / C, c = k % C;
-            _mm256_store_ps(next.src[k], acc[r][c]);
-            next.dst[k] = st + (r * stride + c) * kLanes + 4 * H;
-        } else {
-            _mm256_store_ps(next.src[k], _mm256_setzero_ps());
-            next.dst[k] = next.dummy;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+            double* d = st + (r * stride + c) * kLanes + 4 * H;
+            __m256d a = _mm256_load_pd(d);
+            a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_castps256_ps128(acc[r][c])));
+            a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_extractf128_ps(acc[r][c], 1)));
+            _mm256_store_pd(d, a);
         }
-    }
 }
 
-// Both halves of a full block; the high half's flushes are left in `a` for the next tile.
-template <int R, int C>
-K3_AVX2 inline void bf16FullTile(const Bf16Job& j, int r0, int c0, Flushes& a, Flushes& b) {
+template <int R, int C> K3_AVX2 inline void bf16FullTile(const Bf16Job& j, int r0, int c0) {
     const std::uint16_t* w = j.w + r0 * j.n + j.begin;
     const float* xb = j.xb + c0 * kBf16Block;
     double* st = j.t.st + (r0 * j.t.stride + c0) * kLanes;
-    bf16Pass<R, C, 0>(w, j.n, xb, st, j.t.stride, a, b);
-    bf16Pass<R, C, 1>(w, j.n, xb, st, j.t.stride, b, a);
+    bf16Pass<R, C, 0>(w, j.n, xb, st, j.t.stride);
+    bf16Pass<R, C, 1>(w, j.n, xb, st, j.t.stride);
 }
 
-template <int R, int C>
-K3_AVX2 inline void bf16Cols(const Bf16Job& j, int r, int c, int cEnd, Flushes& a, Flushes& b) {
-    for (; c + C <= cEnd; c += C) bf16FullTile<R, C>(j, r, c, a, b);
+template <int R, int C> K3_AVX2 inline void bf16Cols(const Bf16Job& j, int r, int c, int cEnd) {
+    for (; c + C <= cEnd; c += C) bf16FullTile<R, C>(j, r, c);
     if constexpr (C > 1)
-        if (c < cEnd) bf16Cols<R, C - 1>(j, r, c, cEnd, a, b);
+        if (c < cEnd) bf16Cols<R, C - 1>(j, r, c, cEnd);
 }
 
 template <int R, int C>
-K3_AVX2 inline void bf16RowTiles(const Bf16Job& j, int r, int rEnd, int ct, Flushes& a,
-                                 Flushes& b) {
-    for (; r + R <= rEnd; r += R) bf16Cols<R, C>(j, r, 0, ct, a, b);
+K3_AVX2 inline void bf16RowTiles(const Bf16Job& j, int r, int rEnd, int ct) {
+    for (; r + R <= rEnd; r += R) bf16Cols<R, C>(j, r, 0, ct);
     if constexpr (R > 1)
-        if (r < rEnd) bf16RowTiles<R - 1, C>(j, r, rEnd, ct, a, b);
+        if (r < rEnd) bf16RowTiles<R - 1, C>(j, r, rEnd, ct);
 }
 
 // ---- MXFP4 ----------------------------------------------------------------------------
@@ -411,7 +339,6 @@ K3_AVX2 void rowsF32ColumnsAvx2(float* y, std::size_t ldy, const float* x, const
 K3_AVX2 void rowsBf16ColumnsAvx2(float* y, std::size_t ldy, const float* x, const float* xp,
                                  const std::uint16_t* w, int n, int count, int columns) {
     alignas(64) double st[kMatmatRows * kTileColumns * kLanes];
-    Flushes fa, fb;
     const int full = n / 16 * 16;
     const std::size_t nn = static_cast<std::size_t>(n);
     for (int c0 = 0; c0 < columns; c0 += kTileColumns) {
@@ -430,21 +357,17 @@ K3_AVX2 void rowsBf16ColumnsAvx2(float* y, std::size_t ldy, const float* x, cons
                                      kBf16Block,
                             b,
                             len,
-                            len < kBf16Block,
                             y + c0 * ldy,
                             ldy,
                             x + c0 * nn,
                             full};
             if (len == kBf16Block) {
-                bf16RowTiles<kBf16R, kBf16C>(j, 0, count, ct, fa, fb);
+                bf16RowTiles<kBf16R, kBf16C>(j, 0, count, ct);
                 continue;
             }
-            // The partial last block ends every pair: one pair at a time (rare, short).
-            drain(fa);
-            for (int r = 0; r < count; ++r)
-                for (int c = 0; c < ct; ++c) bf16Tile<1, 1>(j, r, c);
+            for (int r = 0; r < count; ++r) // the partial last block ends every pair
+                for (int c = 0; c < ct; ++c) bf16OpenPair(j, r, c);
         }
-        drain(fa);
         if (full % kBf16Block == 0) // no open block: the pairs end here (tail, if any)
             for (int r = 0; r < count; ++r)
                 for (int c = 0; c < ct; ++c)
