@@ -10,11 +10,13 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 using namespace k3;
@@ -271,6 +273,35 @@ private slots:
                 QCOMPARE(y[t * rows], 8.0f * float(t + 1)); // only the partial group counts
                 QCOMPARE(y[t * rows + 1], INFINITY);
             }
+        }
+    }
+
+    // The x copies live in a reused per-thread buffer: callers on different threads (each
+    // with its own x) must never see each other's copy.
+    void concurrentCallersKeepTheirOwnX() {
+        std::mt19937 rng(4242);
+        const Matrix a = randomMatrix(48, 1000, rng), b = randomMatrix(48, 1000, rng);
+        const auto xa = randomColumns(1000, 8, rng), xb = randomColumns(1000, 8, rng);
+        omp_set_num_threads(1);
+        for (WeightType t : kTypes) {
+            const auto wantA = runPerColumn(a.view(t), xa, 8),
+                       wantB = runPerColumn(b.view(t), xb, 8);
+            QVERIFY(!sameBits(wantA, wantB));
+            constexpr int kRounds = 100;
+            std::atomic<int> bad{0}, started[kRounds] = {};
+            auto loop = [&](const Matrix& m, const std::vector<float>& x,
+                            const std::vector<float>& want) {
+                for (int i = 0; i < kRounds; ++i) {
+                    started[i].fetch_add(1);
+                    while (started[i].load() < 2) std::this_thread::yield();
+                    if (!sameBits(runMatmat(m.view(t), x, 8), want)) bad.fetch_add(1);
+                }
+            };
+            std::thread ta(loop, std::cref(a), std::cref(xa), std::cref(wantA));
+            std::thread tb(loop, std::cref(b), std::cref(xb), std::cref(wantB));
+            ta.join();
+            tb.join();
+            QCOMPARE(bad.load(), 0);
         }
     }
 
