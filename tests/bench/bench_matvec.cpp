@@ -11,7 +11,14 @@
 // machine shared with other jobs disturbs both alike; the table keeps the best time of
 // each over the rounds and also prints the median of the per-round ratios.
 //
-// Usage: bench_matvec [rounds, default 7]   (threads: OMP_NUM_THREADS, default all)
+// The multi-column section times matmat at T = 1, 8, 16 and 32 columns next to the
+// single-column matvec of the same matrix, interleaved in the same rounds: the ratio of
+// the GFLOP/s is what sharing one pass over the weights among T columns buys. It also
+// prints the double-FMA ceiling of the machine, from a clock measured with a chain of
+// dependent integer adds (one per cycle).
+//
+// Usage: bench_matvec [rounds, default 7] [all | matvec | matmat, default all]
+//        (threads: OMP_NUM_THREADS, default all)
 
 #include "k3/kernels.hpp"
 #include "k3/system.hpp"
@@ -175,12 +182,126 @@ double median(std::vector<double> v) {
     return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// This core's clock in GHz: a chain of dependent adds retires one per cycle. Timed in
+// this thread's CPU time, so the time a neighbour held the core is not counted; the best
+// of five tries of about 10 ms.
+double threadCpuSeconds() {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+}
+
+double measuredGhz() {
+#if defined(__x86_64__)
+    constexpr long kIters = 5'000'000; // 8 adds each
+    double best = 0;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+        std::uint64_t v = 0;
+        const double t0 = threadCpuSeconds();
+        for (long i = 0; i < kIters; ++i)
+            asm volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                         "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0"
+                         : "+r"(v));
+        best = std::max(best, 8.0 * kIters / (threadCpuSeconds() - t0) / 1e9);
+    }
+    return best;
+#else
+    return 0;
+#endif
+}
+
+// matmat against matvec on the same matrix, same rounds. run(columns) does one product
+// per matrix of the case (MXFP4: each of the experts in turn) with `columns` columns;
+// columns 0 means matvec.
+struct MatmatCase {
+    std::string name;
+    double flopsPerColumn; // per matrix
+    int matricesPerRun;
+    std::function<void(int columns)> run;
+    int targetColumns;  // the column count with a target, 0: none
+    double targetRatio; // GFLOP/s at targetColumns over the matvec GFLOP/s
+};
+
+bool runMatmatSection(const std::vector<MatmatCase>& cases, int rounds) {
+    const int threads = omp_get_max_threads();
+    const double ghz = measuredGhz();
+    // 2 FMA pipes of 4 doubles, 2 flops each, per core.
+    const double ceiling = threads * 2 * 4 * 2 * ghz;
+    std::printf("\nMulti-column products (matmat, %s path), best of %d rounds, %d threads; "
+                "clock measured %.2f GHz (dependent adds, thread CPU time)\n",
+                kernelPathName(kernelPath()), rounds, threads, ghz);
+    std::printf("MXFP4 double-FMA ceiling: %d cores x 2 FMA x 4 doubles x 2 flops x %.2f GHz "
+                "(measured) = %.1f GFLOP/s\n",
+                threads, ghz, ceiling);
+    std::printf("GFLOP/s = 2 * rows * cols * T / time; ratio = matmat GFLOP/s over the matvec "
+                "GFLOP/s of the same run (best times); med = median of the per-round ratios; "
+                "cpu = the same from per-thread CPU time\n");
+    std::printf("%-17s %4s %9s %9s %11s %7s %7s %9s %11s %7s  %s\n", "matrix", "T", "ms", "GFLOP/s",
+                "matvec GF/s", "ratio", "med", "cpu GF/s", "cpu matvec", "cpu rt", "target");
+    const int columnCounts[] = {1, 8, 16, 32};
+    bool allMet = true;
+    for (const MatmatCase& c : cases) {
+        c.run(0); // warm up
+        for (int t : columnCounts) c.run(t);
+        double bestVec = 1e30, bestVecCpu = 1e30;
+        double best[4] = {1e30, 1e30, 1e30, 1e30}, bestCpu[4] = {1e30, 1e30, 1e30, 1e30};
+        std::vector<double> ratios[4];
+        for (int r = 0; r < rounds; ++r) {
+            double c0 = cpuSeconds();
+            auto t0 = Clock::now();
+            c.run(0);
+            const double tv = seconds(t0, Clock::now()) / c.matricesPerRun;
+            bestVec = std::min(bestVec, tv);
+            bestVecCpu = std::min(bestVecCpu, (cpuSeconds() - c0) / threads / c.matricesPerRun);
+            for (int k = 0; k < 4; ++k) {
+                c0 = cpuSeconds();
+                t0 = Clock::now();
+                c.run(columnCounts[k]);
+                const double tm = seconds(t0, Clock::now()) / c.matricesPerRun;
+                best[k] = std::min(best[k], tm);
+                bestCpu[k] = std::min(bestCpu[k], (cpuSeconds() - c0) / threads / c.matricesPerRun);
+                ratios[k].push_back(tv * columnCounts[k] / tm);
+            }
+        }
+        const double vecGflops = c.flopsPerColumn / bestVec / 1e9;
+        const double vecCpuGflops = c.flopsPerColumn / bestVecCpu / 1e9;
+        for (int k = 0; k < 4; ++k) {
+            const int t = columnCounts[k];
+            const double gflops = c.flopsPerColumn * t / best[k] / 1e9;
+            const double cpuGflops = c.flopsPerColumn * t / bestCpu[k] / 1e9;
+            const double ratio = gflops / vecGflops;
+            std::string target = "-";
+            if (t == c.targetColumns) {
+                const bool met = ratio >= c.targetRatio;
+                allMet = allMet && met;
+                char buf[64];
+                std::snprintf(buf, sizeof buf, ">= %.1fx: %s", c.targetRatio,
+                              met ? "met" : "NOT met");
+                target = buf;
+            }
+            std::printf("%-17s %4d %9.3f %9.2f %11.2f %6.2fx %6.2fx %9.2f %11.2f %6.2fx  %s\n",
+                        c.name.c_str(), t, best[k] * 1e3, gflops, vecGflops, ratio,
+                        median(ratios[k]), cpuGflops, vecCpuGflops, cpuGflops / vecCpuGflops,
+                        target.c_str());
+        }
+        std::fflush(stdout);
+    }
+    std::printf("matmat targets (wall-clock ratio) %s; clock after: %.2f GHz\n",
+                allMet ? "all met" : "NOT all met", measuredGhz());
+    return allMet;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
     const int rounds = argc > 1 ? std::atoi(argv[1]) : 7;
     if (rounds < 1 || rounds > 1000) {
         std::fprintf(stderr, "bench_matvec: rounds must be 1..1000, got %s\n", argv[1]);
+        return 2;
+    }
+    const std::string mode = argc > 2 ? argv[2] : "all";
+    if (mode != "all" && mode != "matvec" && mode != "matmat") {
+        std::fprintf(stderr, "bench_matvec: mode must be all, matvec or matmat, got %s\n", argv[2]);
         return 2;
     }
     const bool avx2 = kernelPathAvailable(KernelPath::Avx2);
@@ -192,9 +313,10 @@ int main(int argc, char** argv) {
     std::vector<std::uint64_t> readBuf(std::size_t(512) << 17, 1);
     std::uint64_t sink = 0;
 
-    std::vector<float> x(12288);
+    // 32 columns of x (the first is the matvec x), and room for 32 columns of y.
+    std::vector<float> x(std::size_t(12288) * 32);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 37 % 255)) / 255.0f - 0.5f;
-    std::vector<float> y(12288);
+    std::vector<float> y(std::size_t(12288) * 32);
 
     // BF16: one matrix of each shape (176 MB and 103 MB, both far beyond the L3).
     std::vector<std::uint16_t> wideBf16(std::size_t(12288) * 7168);
@@ -218,6 +340,51 @@ int main(int argc, char** argv) {
             m.packed[i] = std::uint8_t((i * 2654435761u) >> 13);
         for (std::size_t i = 0; i < m.scales.size(); ++i)
             m.scales[i] = std::uint8_t(118 + (i * 7919u >> 4) % 8);
+    }
+
+    // The multi-column section on the AVX2 path (the scalar reference would take minutes).
+    auto matmatSection = [&] {
+        std::vector<MatmatCase> mm;
+        auto addBf16mm = [&](const std::vector<std::uint16_t>& w, int rows, int cols) {
+            const WeightView v = WeightView::bf16(w.data(), rows, cols);
+            mm.push_back({"bf16  " + std::to_string(rows) + "x" + std::to_string(cols),
+                          2.0 * rows * cols, 1,
+                          [v, &x, &y](int t) {
+                              if (t == 0)
+                                  matvec(y.data(), x.data(), v);
+                              else
+                                  matmat(y.data(), x.data(), v, t);
+                          },
+                          32, 4.0});
+        };
+        addBf16mm(wideBf16, 12288, 7168);
+        addBf16mm(squareBf16, 7168, 7168);
+        for (Mx& m : mx) {
+            const std::size_t pb = std::size_t(m.rows) * mxfp4RowBytes(m.cols);
+            const std::size_t sb = std::size_t(m.rows) * mxfp4ScalesPerRow(m.cols);
+            mm.push_back({"mxfp4 " + std::to_string(m.rows) + "x" + std::to_string(m.cols),
+                          2.0 * m.rows * m.cols, experts,
+                          [&m, pb, sb, &x, &y, experts](int t) {
+                              for (int e = 0; e < experts; ++e) {
+                                  const WeightView v =
+                                      WeightView::mxfp4(m.packed.data() + e * pb,
+                                                        m.scales.data() + e * sb, m.rows, m.cols);
+                                  if (t == 0)
+                                      matvec(y.data(), x.data(), v);
+                                  else
+                                      matmat(y.data(), x.data(), v, t);
+                              }
+                          },
+                          16, 1.8});
+        }
+        const bool met = runMatmatSection(mm, rounds);
+        std::printf("load average after matmat: %s (checksum %g)\n", loadAverage().c_str(),
+                    double(y[0]));
+        return met;
+    };
+    if (mode == "matmat") {
+        matmatSection();
+        return 0;
     }
 
     std::vector<Case> cases;
@@ -307,6 +474,7 @@ int main(int argc, char** argv) {
         std::printf("%-27s %9.3f %9.2f %10.2f %10.2f %8.0f%%\n", r.name.c_str(), r.t * 1e3,
                     r.flops / r.t / 1e9, r.bytes / r.t / 1e9, r.read,
                     100.0 * r.bytes / r.t / 1e9 / r.read);
+    if (mode == "all") allMet = matmatSection() && allMet;
     std::printf("\nload average at end: %s; targets %s (checksum %llu %g)\n", loadAverage().c_str(),
                 allMet ? "all met" : "NOT all met", static_cast<unsigned long long>(sink),
                 double(y[0]));

@@ -121,8 +121,12 @@ void matvec(float* y, const float* x, const WeightView& w);
 // ---- multi-column products: Y[t] = W . X[t] for t in [0, columns) ---------------------
 // x: [columns][w.cols], y: [columns][w.rows], both contiguous. Column t of y has exactly
 // the bits matvec(y + t * rows, x + t * cols, w) gives (the same per-row order above), at
-// every column count, path and thread count; the weights are read once for all columns
-// (MXFP4 groups decoded once). This is what a chunk of positions runs on.
+// every column count, path and thread count: only independent (row, column) pairs are
+// interleaved. This is what a chunk of positions runs on: the weights are read from
+// memory once per 64 columns instead of once per column, and an MXFP4 group is decoded
+// once per 32 columns, so the product becomes compute-bound (docs/measurements.md,
+// "Multi-column products"). One column is matvec. Throws KernelError on a negative
+// column count and as matvec on bad sizes or null buffers.
 void matmat(float* y, const float* x, const WeightView& w, int columns);
 
 // ---- elementwise and norms -------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 namespace k3 {
 
@@ -68,20 +69,21 @@ constexpr int kRowBlock = 12;
 // a cache line and the MXFP4 matvec ran 1.16x slower (measured same-run, one thread, xd
 // at +0/+16/+32 bytes: 22.2, 19.2, 22.2 GFLOP/s). Grow-only and per calling thread, so
 // a matvec allocates nothing after the first call at its size and callers never share.
-double* widenedXBuffer(int cols) {
+// Room for `count` doubles (matvec: one per column of w; matmat: the copies of a tile of
+// columns).
+double* widenedXBuffer(std::size_t count) {
     struct Buffer {
         double* p = nullptr;
         std::size_t capacity = 0;
         ~Buffer() { std::free(p); }
     };
     thread_local Buffer buf;
-    const std::size_t need = static_cast<std::size_t>(cols);
-    if (need > buf.capacity) {
-        const std::size_t bytes = (need * sizeof(double) + 63) / 64 * 64;
+    if (count > buf.capacity) {
+        const std::size_t bytes = (count * sizeof(double) + 63) / 64 * 64;
         auto* p = static_cast<double*>(std::aligned_alloc(64, bytes));
         if (!p)
             throw KernelError("matvec: cannot allocate " + std::to_string(bytes) +
-                              " bytes for the widened x of " + std::to_string(cols) + " columns");
+                              " bytes for the widened x");
         std::free(buf.p);
         buf.p = p;
         buf.capacity = bytes / sizeof(double);
@@ -89,13 +91,17 @@ double* widenedXBuffer(int cols) {
     return buf.p;
 }
 
-template <typename BlockFn> void forRowBlocks(int rows, int cols, BlockFn&& fn) {
+template <typename BlockFn> void forRowBlocks(int rows, bool fork, BlockFn&& fn) {
     const int blocks = (rows + kRowBlock - 1) / kRowBlock;
-#pragma omp parallel for schedule(static) if (worthForking(rows, cols))
+#pragma omp parallel for schedule(static) if (fork)
     for (int b = 0; b < blocks; ++b) {
         const int first = b * kRowBlock;
         fn(first, rows - first < kRowBlock ? rows - first : kRowBlock);
     }
+}
+
+template <typename BlockFn> void forRowBlocks(int rows, int cols, BlockFn&& fn) {
+    forRowBlocks(rows, worthForking(rows, cols), std::forward<BlockFn>(fn));
 }
 
 } // namespace
@@ -197,7 +203,7 @@ void matvecBf16(float* y, const float* x, const std::uint16_t* w, int rows, int 
 #if defined(K3_HAVE_AVX2_PATH)
     if (kernelPath() == KernelPath::Avx2) {
         // The buffer holds cols doubles: room for the cols floats of the permuted x.
-        float* xp = reinterpret_cast<float*>(widenedXBuffer(cols));
+        float* xp = reinterpret_cast<float*>(widenedXBuffer(static_cast<std::size_t>(cols)));
         detail::permuteXBf16Avx2(xp, x, cols);
         forRowBlocks(rows, cols, [&](int first, int count) {
             detail::rowsBf16Avx2(y + first, x, xp, w + static_cast<std::size_t>(first) * cols, cols,
@@ -219,7 +225,7 @@ void matvecMxfp4(float* y, const float* x, const std::uint8_t* packed, const std
     const std::size_t rowScales = mxfp4ScalesPerRow(cols);
 #if defined(K3_HAVE_AVX2_PATH)
     if (kernelPath() == KernelPath::Avx2) {
-        double* xd = widenedXBuffer(cols);
+        double* xd = widenedXBuffer(static_cast<std::size_t>(cols));
         detail::widenXMxfp4Avx2(xd, x, cols);
         forRowBlocks(rows, cols, [&](int first, int count) {
             detail::rowsMxfp4Avx2(y + first, x, xd, packed + first * rowBytes, rowBytes,
@@ -246,10 +252,88 @@ void matvec(float* y, const float* x, const WeightView& w) {
     throw KernelError("matvec: unknown weight type");
 }
 
+// Columns per parallel pass over the weights: bounds the x copies (64 x 12288 floats of
+// BF16 is 3 MB) while the weights are read once for every 64 columns.
+constexpr int kMatmatColumns = 64;
+
 void matmat(float* y, const float* x, const WeightView& w, int columns) {
     if (columns < 0) throw KernelError("matmat: negative column count " + std::to_string(columns));
-    for (int t = 0; t < columns; ++t)
-        matvec(y + static_cast<std::size_t>(t) * w.rows, x + static_cast<std::size_t>(t) * w.cols, w);
+    if (columns == 0) return;
+    if (columns == 1) return matvec(y, x, w); // one column: nothing to share
+    const int rows = w.rows, cols = w.cols;
+    checkMatvec("matmat", y, x, w.data, rows, cols);
+    if (w.type == WeightType::MXFP4 && rows > 0 && cols > 0 && !w.scales)
+        throw KernelError("matmat: null MXFP4 scales");
+    if (rows == 0) return;
+    const std::size_t nr = static_cast<std::size_t>(rows), nc = static_cast<std::size_t>(cols);
+    const bool fork = rows >= 16 && static_cast<long long>(rows) * cols * columns >= (1LL << 15);
+    const std::size_t rowBytes = mxfp4RowBytes(cols), rowScales = mxfp4ScalesPerRow(cols);
+    const auto* f32 = static_cast<const float*>(w.data);
+    const auto* bf16 = static_cast<const std::uint16_t*>(w.data);
+    const auto* packed = static_cast<const std::uint8_t*>(w.data);
+#if defined(K3_HAVE_AVX2_PATH)
+    if (kernelPath() == KernelPath::Avx2 && cols > 0) {
+        static_assert(kRowBlock <= detail::kMatmatRows);
+        for (int t0 = 0; t0 < columns; t0 += kMatmatColumns) {
+            const int tc = columns - t0 < kMatmatColumns ? columns - t0 : kMatmatColumns;
+            float* yt = y + t0 * nr;
+            const float* xt = x + t0 * nc;
+            switch (w.type) {
+            case WeightType::F32: {
+                double* xd = widenedXBuffer(detail::f32ColumnsDoubles(cols, tc));
+                detail::widenXF32ColumnsAvx2(xd, xt, cols, tc);
+                forRowBlocks(rows, fork, [&](int first, int count) {
+                    detail::rowsF32ColumnsAvx2(yt + first, nr, xt, xd, f32 + first * nc, cols,
+                                               count, tc);
+                });
+                break;
+            }
+            case WeightType::BF16: {
+                // Room for the floats of the permuted copies.
+                float* xp = reinterpret_cast<float*>(
+                    widenedXBuffer((detail::bf16ColumnsFloats(cols, tc) + 1) / 2));
+                detail::permuteXBf16ColumnsAvx2(xp, xt, cols, tc);
+                forRowBlocks(rows, fork, [&](int first, int count) {
+                    detail::rowsBf16ColumnsAvx2(yt + first, nr, xt, xp, bf16 + first * nc, cols,
+                                                count, tc);
+                });
+                break;
+            }
+            case WeightType::MXFP4: {
+                double* xd = widenedXBuffer(detail::mxfp4ColumnsDoubles(cols, tc));
+                detail::widenXMxfp4ColumnsAvx2(xd, xt, cols, tc);
+                forRowBlocks(rows, fork, [&](int first, int count) {
+                    detail::rowsMxfp4ColumnsAvx2(yt + first, nr, xt, xd, packed + first * rowBytes,
+                                                 rowBytes, w.scales + first * rowScales, rowScales,
+                                                 cols, count, tc);
+                });
+                break;
+            }
+            }
+        }
+        return;
+    }
+#endif
+    // The portable reference: each row against every column while it is in cache.
+    forRows(rows, cols, [&](int r) {
+        for (int t = 0; t < columns; ++t) {
+            const float* xt = x + t * nc;
+            float v = 0;
+            switch (w.type) {
+            case WeightType::F32:
+                v = detail::dotF32Scalar(xt, f32 + r * nc, cols);
+                break;
+            case WeightType::BF16:
+                v = detail::dotBf16Scalar(xt, bf16 + r * nc, cols);
+                break;
+            case WeightType::MXFP4:
+                v = detail::dotMxfp4Scalar(xt, packed + r * rowBytes, w.scales + r * rowScales,
+                                           cols);
+                break;
+            }
+            y[t * nr + r] = v;
+        }
+    });
 }
 
 } // namespace k3

@@ -81,6 +81,32 @@ void rowsBf16Avx2(float* y, const float* x, const float* xp, const std::uint16_t
 void rowsMxfp4Avx2(float* y, const float* x, const double* xd, const std::uint8_t* packed,
                    std::size_t rowBytes, const std::uint8_t* scales, std::size_t rowScales, int n,
                    int count);
+
+// Multi-column products (k3::matmat). Each column's x is copied once per call, block-major:
+// for every block of a row (F32: kF32Chunk elements, BF16: one kBf16Block, MXFP4: one
+// 32-group) the copies of all columns sit side by side, so the x that a block of rows
+// needs next is one contiguous stretch that stays in L1 while every row of the block uses
+// it. Inside a block each column's copy has the layout of the single-column copy above
+// (F32: plain doubles). The *Floats / *Doubles functions give the copy's size.
+inline constexpr int kF32Chunk = 128;
+std::size_t bf16ColumnsFloats(int n, int columns);
+std::size_t f32ColumnsDoubles(int n, int columns);
+std::size_t mxfp4ColumnsDoubles(int n, int columns);
+void permuteXBf16ColumnsAvx2(float* xp, const float* x, int n, int columns);
+void widenXF32ColumnsAvx2(double* xd, const float* x, int n, int columns);
+void widenXMxfp4ColumnsAvx2(double* xd, const float* x, int n, int columns);
+// `count` (<= kMatmatRows) consecutive rows, each against every column: y[t * ldy + r]
+// for column t, whose x is x + t * n and, copied, the block-major copy above. Rows and
+// weights as in the single-column functions.
+inline constexpr int kMatmatRows = 12;
+void rowsF32ColumnsAvx2(float* y, std::size_t ldy, const float* x, const double* xd, const float* w,
+                        int n, int count, int columns);
+void rowsBf16ColumnsAvx2(float* y, std::size_t ldy, const float* x, const float* xp,
+                         const std::uint16_t* w, int n, int count, int columns);
+void rowsMxfp4ColumnsAvx2(float* y, std::size_t ldy, const float* x, const double* xd,
+                          const std::uint8_t* packed, std::size_t rowBytes,
+                          const std::uint8_t* scales, std::size_t rowScales, int n, int count,
+                          int columns);
 #endif
 
 } // namespace k3::detail
