@@ -6,11 +6,12 @@
 //   - a memcmp of the last position's logits (the two must be the same bits).
 //
 //   bench_prefill SYNTH_DIR TRUNK_DIR [--prompts 8,32,128] [--one-at-a-time-max 32]
-//                 [--trunk-gb 1.5] [--cache-gb 0.5] [--pinned-cache-gb 9] [--chunk N]
-//                 [--pinned-layers 4]
+//                 [--trunk-gb 1.5] [--cache-gb 0.5] [--pinned-cache-gb 0] [--chunk N]
+//                 [--pinned-layers 4] [--only streamed|pinned]
 //
 // Two budgets: the streamed one (--trunk-gb / --cache-gb) and everything pinned (the
-// whole trunk, and an expert cache big enough for every expert). Not a test: run by
+// whole trunk and the routed experts resident; --pinned-cache-gb X serves them through a
+// cache instead, whose first run then pays the cold reads). Not a test: run by
 // hand; docs/measurements.md keeps the figures.
 #include <k3/memory_plan.hpp>
 #include <k3/model.hpp>
@@ -74,13 +75,14 @@ int main(int argc, char** argv) {
     if (argc < 3) {
         std::fprintf(stderr, "usage: bench_prefill SYNTH_DIR TRUNK_DIR [--prompts 8,32,128] "
                              "[--one-at-a-time-max 32] [--trunk-gb 1.5] [--cache-gb 0.5] "
-                             "[--pinned-cache-gb 9] [--chunk N]\n");
+                             "[--pinned-cache-gb 0] [--chunk N] [--only streamed|pinned]\n");
         return 2;
     }
     const std::string dir = argv[1], trunk = argv[2];
     std::vector<int> prompts{8, 32, 128};
     int oneMax = 32, chunk = 0, pinnedLayers = 4;
-    double trunkGB = 1.5, cacheGB = 0.5, pinnedCacheGB = 9.0;
+    double trunkGB = 1.5, cacheGB = 0.5, pinnedCacheGB = 0.0; // 0: resident experts
+    std::string only;
     for (int i = 3; i + 1 < argc; i += 2) {
         const std::string a = argv[i], v = argv[i + 1];
         if (a == "--prompts") prompts = parseList(v);
@@ -90,6 +92,7 @@ int main(int argc, char** argv) {
         else if (a == "--pinned-cache-gb") pinnedCacheGB = std::atof(v.c_str());
         else if (a == "--chunk") chunk = std::atoi(v.c_str());
         else if (a == "--pinned-layers") pinnedLayers = std::atoi(v.c_str());
+        else if (a == "--only") only = v; // "streamed" or "pinned"
         else {
             std::fprintf(stderr, "bench_prefill: unknown option %s\n", a.c_str());
             return 2;
@@ -107,6 +110,7 @@ int main(int argc, char** argv) {
     };
     std::printf("bench_prefill %s (trunk %s)\n", dir.c_str(), trunk.c_str());
     for (const Budget& b : budgets) {
+        if (!only.empty() && only != b.name) continue;
         k3::ModelOptions o;
         o.trunkDir = trunk;
         o.trunkBytes = b.trunkBytes;

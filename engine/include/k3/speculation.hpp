@@ -20,16 +20,23 @@ std::vector<TokenId> proposePromptLookup(std::span<const TokenId> history, int k
                                          int minN = 2);
 
 // The adaptive width ("--spec auto"): grows while whole proposals are accepted, shrinks
-// when the first proposed token is rejected, between 1 and maxWidth.
+// when the first proposed token is rejected, between 1 and maxWidth. Where proposals keep
+// failing (text the model does not repeat although the conversation does), it also
+// stops proposing for 2, 4, ... 64 serial steps after each fully rejected pass, so such
+// text decodes within a few percent of serial decode.
 class SpeculationWidth {
 public:
     explicit SpeculationWidth(int maxWidth = 16, int start = 4);
     int width() const { return width_; }
+    // False while cooling down after rejections; each call is one decode step.
+    bool propose();
     void record(int proposed, int accepted);
 
 private:
     int max_;
     int width_;
+    int failures_ = 0; // fully rejected passes in a row
+    int cooldown_ = 0; // steps left without proposals
 };
 
 } // namespace k3

@@ -333,7 +333,7 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
             break;
         }
         std::vector<TokenId> proposals;
-        if (spec) {
+        if (spec && width.propose()) {
             std::vector<TokenId> history = s.fed;
             history.push_back(next);
             const int room = context > 0 ? context - s.state.length() - 1 : width.width();

@@ -25,12 +25,22 @@ std::vector<TokenId> proposePromptLookup(std::span<const TokenId> history, int k
 SpeculationWidth::SpeculationWidth(int maxWidth, int start)
     : max_(std::max(1, maxWidth)), width_(std::clamp(start, 1, std::max(1, maxWidth))) {}
 
+bool SpeculationWidth::propose() {
+    if (cooldown_ == 0) return true;
+    --cooldown_;
+    return false;
+}
+
 void SpeculationWidth::record(int proposed, int accepted) {
     if (proposed <= 0) return;
-    if (accepted == proposed) // every guess held: guess further
+    if (accepted > 0) failures_ = 0;
+    if (accepted == proposed) { // every guess held: guess further
         width_ = std::min(max_, width_ * 2);
-    else if (accepted == 0) // the first guess failed: the pass was nearly wasted
+    } else if (accepted == 0) { // the first guess failed: the pass was nearly wasted
         width_ = std::max(1, width_ / 2);
+        failures_ = std::min(failures_ + 1, 6);
+        cooldown_ = 1 << failures_; // 2, 4, ... 64 serial steps
+    }
 }
 
 } // namespace k3

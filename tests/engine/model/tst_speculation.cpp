@@ -99,10 +99,32 @@ void TestSpeculation::widthAdapts() {
     QCOMPARE(w.width(), 16); // capped
     w.record(16, 3);         // partly accepted: kept
     QCOMPARE(w.width(), 16);
+    QVERIFY(w.propose());
     w.record(16, 0);
     QCOMPARE(w.width(), 8);
-    for (int i = 0; i < 6; ++i) w.record(1, 0);
+    // A fully rejected pass: no proposals for 2 steps, then 4 after the next one, ...
+    QVERIFY(!w.propose());
+    QVERIFY(!w.propose());
+    QVERIFY(w.propose());
+    w.record(8, 0);
+    for (int i = 0; i < 4; ++i) QVERIFY(!w.propose());
+    QVERIFY(w.propose());
+    for (int i = 0; i < 6; ++i) {
+        w.record(1, 0);
+        while (!w.propose()) {
+        }
+    }
     QCOMPARE(w.width(), 1);
+    w.record(1, 0); // at most 64 steps without proposals
+    int idle = 0;
+    while (!w.propose()) ++idle;
+    QCOMPARE(idle, 64);
+    w.record(1, 1); // an accepted guess ends the back-off
+    QVERIFY(w.propose());
+    w.record(2, 0);
+    QVERIFY(!w.propose());
+    QVERIFY(!w.propose());
+    QVERIFY(w.propose());
 }
 
 void TestSpeculation::rollbackGivesThePlainState_data() {
