@@ -78,7 +78,7 @@ void kdaChunk(float* out, const float* xn, int T, const KdaWeights& w, LayerStat
                  w.dtBias.data(), H, D, float(c.gateLowerBound));
         // Heads are independent (each its own state and slices), so the thread count
         // changes no bit; on K3 the delta rule is ~10% of a pinned prefill otherwise.
-#pragma omp parallel for schedule(static) if (H >= 8)
+#pragma omp parallel for schedule(static) if (H >= 2)
         for (int h = 0; h < H; ++h) {
             float* qh = q.data() + at(t, P) + std::size_t(h) * D;
             float* kh = k.data() + at(t, P) + std::size_t(h) * D;
@@ -107,7 +107,7 @@ void kdaChunk(float* out, const float* xn, int T, const KdaWeights& w, LayerStat
 void rollbackKda(LayerState& s, const KdaReplay& r, int keep, const ModelConfig& c) {
     const int H = c.kdaNumHeads, D = c.kdaHeadDim, P = H * D, hist = c.shortConvKernelSize - 1;
     s.S = r.S;
-#pragma omp parallel for schedule(static) if (H >= 8)
+#pragma omp parallel for schedule(static) if (H >= 2)
     for (int h = 0; h < H; ++h) {
         Floats o(static_cast<std::size_t>(D)); // the delta rule's output is not needed
         for (int t = 0; t < keep; ++t) {
