@@ -334,13 +334,13 @@ int runBatch(const RunArgs& args) {
     const double positionsPerSecond =
         result.prefillSeconds > 0 ? result.prefillPositions / result.prefillSeconds : 0.0;
     if (args.model.speculation != 0)
-        std::printf("speculation: %d proposals verified in %d of %d passes, %d accepted, %.2f "
-                    "tokens per trunk pass\n",
-                    result.proposed, result.verifyPasses, result.decodePasses,
-                    result.acceptedProposals,
-                    result.decodePasses > 0 ? double(result.decodePasses + result.acceptedProposals) /
-                                                  double(result.decodePasses)
-                                            : 0.0);
+        std::printf(
+            "speculation: %d proposals verified in %d of %d passes, %d accepted, %.2f "
+            "tokens per trunk pass\n",
+            result.proposed, result.verifyPasses, result.decodePasses, result.acceptedProposals,
+            result.decodePasses > 0 ? double(result.decodePasses + result.acceptedProposals) /
+                                          double(result.decodePasses)
+                                    : 0.0);
     std::printf("prefill: %d positions in %d chunks of up to %d, trunk %.3f GB, experts %.3f GB "
                 "read, %.2f s, %.2f positions/s\n",
                 result.prefillPositions, result.prefillChunks, session.prefillChunk(),
@@ -410,14 +410,11 @@ int runBatch(const RunArgs& args) {
                         {"decode_seconds", result.decodeSeconds},
                         {"total_seconds", total},
                         {"reused_positions", result.reusedPositions}};
-    report["prefill"] = {{"positions", result.prefillPositions},
-                         {"chunks", result.prefillChunks},
-                         {"chunk_size", session.prefillChunk()},
-                         {"reused_positions", result.reusedPositions},
-                         {"trunk_bytes", result.prefillTrunkBytes},
-                         {"expert_bytes", result.prefillExpertBytes},
-                         {"seconds", result.prefillSeconds},
-                         {"positions_per_second", positionsPerSecond}};
+    report["prefill"] = {
+        {"positions", result.prefillPositions},    {"chunks", result.prefillChunks},
+        {"chunk_size", session.prefillChunk()},    {"reused_positions", result.reusedPositions},
+        {"trunk_bytes", result.prefillTrunkBytes}, {"expert_bytes", result.prefillExpertBytes},
+        {"seconds", result.prefillSeconds},        {"positions_per_second", positionsPerSecond}};
     const int committed = int(result.ids.size());
     report["speculation"] = {
         {"width", args.model.speculation < 0 ? nlohmann::ordered_json("auto")
@@ -427,9 +424,9 @@ int runBatch(const RunArgs& args) {
         {"decode_passes", result.decodePasses},
         {"verify_passes", result.verifyPasses},
         {"tokens_per_pass",
-         result.decodePasses > 0 ? double(result.decodePasses + result.acceptedProposals) /
-                                       double(result.decodePasses)
-                                 : 0.0},
+         result.decodePasses > 0
+             ? double(result.decodePasses + result.acceptedProposals) / double(result.decodePasses)
+             : 0.0},
         {"seconds_per_token", committed > 0 ? result.decodeSeconds / committed : 0.0}};
     report["peak_rss_bytes"] = peak;
     report["valid"] = invalidReasons.empty();

@@ -85,14 +85,22 @@ int main(int argc, char** argv) {
     std::string only;
     for (int i = 3; i + 1 < argc; i += 2) {
         const std::string a = argv[i], v = argv[i + 1];
-        if (a == "--prompts") prompts = parseList(v);
-        else if (a == "--one-at-a-time-max") oneMax = std::atoi(v.c_str());
-        else if (a == "--trunk-gb") trunkGB = std::atof(v.c_str());
-        else if (a == "--cache-gb") cacheGB = std::atof(v.c_str());
-        else if (a == "--pinned-cache-gb") pinnedCacheGB = std::atof(v.c_str());
-        else if (a == "--chunk") chunk = std::atoi(v.c_str());
-        else if (a == "--pinned-layers") pinnedLayers = std::atoi(v.c_str());
-        else if (a == "--only") only = v; // "streamed" or "pinned"
+        if (a == "--prompts")
+            prompts = parseList(v);
+        else if (a == "--one-at-a-time-max")
+            oneMax = std::atoi(v.c_str());
+        else if (a == "--trunk-gb")
+            trunkGB = std::atof(v.c_str());
+        else if (a == "--cache-gb")
+            cacheGB = std::atof(v.c_str());
+        else if (a == "--pinned-cache-gb")
+            pinnedCacheGB = std::atof(v.c_str());
+        else if (a == "--chunk")
+            chunk = std::atoi(v.c_str());
+        else if (a == "--pinned-layers")
+            pinnedLayers = std::atoi(v.c_str());
+        else if (a == "--only")
+            only = v; // "streamed" or "pinned"
         else {
             std::fprintf(stderr, "bench_prefill: unknown option %s\n", a.c_str());
             return 2;
@@ -143,9 +151,8 @@ int main(int argc, char** argv) {
             const double want = double(c.chunks) * double(perPass);
             std::printf("%-7d %-9s %7d %10.2f %10.2f %8.3f %10.2f %10.2f %9.3f %11.3f", P,
                         "chunked", c.chunks, double(c.trunkBytes) / 1e9, want / 1e9,
-                        want > 0 ? double(c.trunkBytes) / want : 0.0,
-                        double(c.expertBytes) / 1e9, unionBytes / 1e9,
-                        unionBytes > 0 ? double(c.expertBytes) / unionBytes : 0.0,
+                        want > 0 ? double(c.trunkBytes) / want : 0.0, double(c.expertBytes) / 1e9,
+                        unionBytes / 1e9, unionBytes > 0 ? double(c.expertBytes) / unionBytes : 0.0,
                         c.seconds / P);
             if (P <= oneMax) {
                 const Pass one = prefill(m, ids, 1);

@@ -17,8 +17,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include <unistd.h>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -35,7 +35,8 @@ struct Row {
     std::vector<k3::TokenId> ids;
 };
 
-Row decode(const k3::SessionOptions& so, const std::vector<k3::TokenId>& prompt, int gen, int spec) {
+Row decode(const k3::SessionOptions& so, const std::vector<k3::TokenId>& prompt, int gen,
+           int spec) {
     k3::Session s = k3::Session::open(so);
     k3::GenerateOptions o;
     o.maxTokens = gen;
@@ -47,7 +48,8 @@ Row decode(const k3::SessionOptions& so, const std::vector<k3::TokenId>& prompt,
     row.passes = r.decodePasses;
     row.proposed = r.proposed;
     row.accepted = r.acceptedProposals;
-    row.tokensPerPass = r.decodePasses ? double(r.decodePasses + r.acceptedProposals) / r.decodePasses : 0;
+    row.tokensPerPass =
+        r.decodePasses ? double(r.decodePasses + r.acceptedProposals) / r.decodePasses : 0;
     return row;
 }
 
@@ -65,12 +67,13 @@ int demoPart(const std::string& demo, int gen) {
     for (int r = 0; r < 3; ++r)
         for (int i = 0; i < 9; ++i) repeating.push_back((i * 41 + 5) % vocab);
     for (int i = 0; i < 27; ++i) plain.push_back((i * 7919 + 101) % vocab);
-    std::printf("\n%s, trunk streamed through one slot (--trunk-gb 0), %d tokens\n",
-                demo.c_str(), gen);
+    std::printf("\n%s, trunk streamed through one slot (--trunk-gb 0), %d tokens\n", demo.c_str(),
+                gen);
     std::printf("%-10s %-8s %12s %10s %8s %9s %7s %s\n", "text", "spec", "s/token", "vs serial",
                 "passes", "proposed", "accept", "tokens/pass");
     int rc = 0;
-    for (const auto& [name, prompt] : {std::pair{"repeating", repeating}, std::pair{"plain", plain}}) {
+    for (const auto& [name, prompt] :
+         {std::pair{"repeating", repeating}, std::pair{"plain", plain}}) {
         const Row serial = decode(so, prompt, gen, 0);
         for (int spec : {0, -1, 4, 8}) {
             const Row r = spec == 0 ? serial : decode(so, prompt, gen, spec);
@@ -79,7 +82,9 @@ int demoPart(const std::string& demo, int gen) {
                 rc = 1;
             }
             std::printf("%-10s %-8s %12.5f %9.2fx %8d %9d %7d %.2f\n", name,
-                        spec == 0 ? "off" : spec < 0 ? "auto" : std::to_string(spec).c_str(),
+                        spec == 0  ? "off"
+                        : spec < 0 ? "auto"
+                                   : std::to_string(spec).c_str(),
                         r.secondsPerToken, serial.secondsPerToken / r.secondsPerToken, r.passes,
                         r.proposed, r.accepted, r.tokensPerPass);
         }
@@ -96,8 +101,9 @@ void synthPart(const std::string& dir, const std::string& trunk) {
     o.contextLength = 256;
     const k3::Model m = k3::Model::load(dir, o);
     const std::size_t V = std::size_t(m.config().vocabSize);
-    std::printf("\nsynthetic %s: verifying k positions in one pass (--trunk-gb 1.5 --cache-gb 0.5)\n",
-                dir.c_str());
+    std::printf(
+        "\nsynthetic %s: verifying k positions in one pass (--trunk-gb 1.5 --cache-gb 0.5)\n",
+        dir.c_str());
     std::printf("%-4s %10s %12s %14s\n", "k", "seconds", "vs k=1", "trunk GB read");
     std::vector<int> prompt;
     for (int i = 0; i < 8; ++i) prompt.push_back((i * 7919 + 13) % int(V));
@@ -126,15 +132,18 @@ void synthPart(const std::string& dir, const std::string& trunk) {
 
 int main(int argc, char** argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: bench_speculation DEMO_DIR [--gen 64] [--synth SYNTH_DIR TRUNK_DIR]\n");
+        std::fprintf(
+            stderr, "usage: bench_speculation DEMO_DIR [--gen 64] [--synth SYNTH_DIR TRUNK_DIR]\n");
         return 2;
     }
     int gen = 64;
     std::string synth, synthTrunk, rejecting;
     for (int i = 2; i < argc; ++i) {
         const std::string a = argv[i];
-        if (a == "--gen" && i + 1 < argc) gen = std::atoi(argv[++i]);
-        else if (a == "--rejecting" && i + 1 < argc) rejecting = argv[++i];
+        if (a == "--gen" && i + 1 < argc)
+            gen = std::atoi(argv[++i]);
+        else if (a == "--rejecting" && i + 1 < argc)
+            rejecting = argv[++i];
         else if (a == "--synth" && i + 2 < argc) {
             synth = argv[++i];
             synthTrunk = argv[++i];

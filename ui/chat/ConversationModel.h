@@ -19,9 +19,9 @@ public:
         StreamingRole,
         ThinkingSecondsRole, // -1 while no reasoning was seen
         StatsRole,
-        ReadingRole, // QPointF(done, total) prompt positions while the prompt is read
+        ReadingRole,            // QPointF(done, total) prompt positions while the prompt is read
         ReadingSecondsLeftRole, // the estimate from the measured rate; -1: not known yet
-        InvalidRole, // why the answer is not the model's; empty when valid
+        InvalidRole,            // why the answer is not the model's; empty when valid
     };
 
     explicit ConversationModel(QObject* parent = nullptr);

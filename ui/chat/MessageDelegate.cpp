@@ -100,7 +100,8 @@ MessageDelegate::Layout MessageDelegate::layout(const QStyleOptionViewItem& opti
     if (index.data(ConversationModel::ReadingRole).isValid()) {
         l.reading = QRect(option.rect.left() + kMargin, y, width, fm.height());
         y += fm.height() + kGap;
-        l.readingBar = QRect(option.rect.left() + kMargin, y, std::min(width, 360), fm.height() / 2 + 4);
+        l.readingBar =
+            QRect(option.rect.left() + kMargin, y, std::min(width, 360), fm.height() / 2 + 4);
         y += l.readingBar.height() + kGap;
     }
     const QString content = index.data(ConversationModel::ContentRole).toString();

@@ -43,5 +43,5 @@ private:
     double m_total = 0;
     int m_tokens = 0;
     int m_proposed = 0; // tokens of this answer that came from accepted proposals
-    double m_top = 0; // the tallest bar shown: the y axis tops out just above it
+    double m_top = 0;   // the tallest bar shown: the y axis tops out just above it
 };

@@ -27,7 +27,7 @@ struct GenerationSettings {
     float topP = 1.0f;
     quint64 seed = 0;
     int maxTokens = 512;
-    int threads = 0; // OpenMP threads for this message; 0: the default (every core)
+    int threads = 0;         // OpenMP threads for this message; 0: the default (every core)
     bool speculation = true; // greedy answers verify prompt-lookup guesses (same tokens)
 };
 

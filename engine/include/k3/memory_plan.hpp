@@ -62,7 +62,7 @@ struct PlanInputs {
     // chunk from it (requestedChunk positions, fewer when memory does not hold them).
     std::uint64_t chunkBytesPerPosition = 0;
     int requestedChunk = 0; // 0: kDefaultPrefillChunk
-    bool streamed = true;                 // false: everything resident (no --trunk)
+    bool streamed = true;   // false: everything resident (no --trunk)
     // Embeddings and lm_head stay on disk (the ultra preset): modelBytes then counts
     // only the small model tensors and the bounded read buffers.
     bool modelTablesStreamed = false;

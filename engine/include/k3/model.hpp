@@ -31,8 +31,8 @@ public:
 // memory dial: a packed trunk (trunkDir) streamed within trunkBytes, and routed experts
 // served by an expert cache. Every setting gives the same tokens and logits, bit for bit.
 struct ModelOptions {
-    int layerLimit = 0; // bind and run only the first N layers (0: all), a diagnostic
-    std::filesystem::path trunkDir;  // packed trunk (k3 pack); empty: trunk from the checkpoint
+    int layerLimit = 0;             // bind and run only the first N layers (0: all), a diagnostic
+    std::filesystem::path trunkDir; // packed trunk (k3 pack); empty: trunk from the checkpoint
     std::uint64_t trunkBytes = std::numeric_limits<std::uint64_t>::max(); // pinned + ring
     std::uint64_t expertCacheBytes = 0; // > 0: routed experts go through the expert cache
     int expertCacheSlots = 0;           // > 0: exactly this many slots (overrides the bytes)
@@ -41,7 +41,7 @@ struct ModelOptions {
     // Speculation width the plan holds rollback records for (0: none, at most
     // kMaxSpeculation); a verification chunk holds this many proposals plus one.
     int maxSpeculation = 16;
-    bool enforceMemoryPlan = false;     // refuse a plan over 95% of MemAvailable
+    bool enforceMemoryPlan = false; // refuse a plan over 95% of MemAvailable
     // Leave embeddings and lm_head on disk (the ultra preset): one embedding row is read
     // per token and lm_head streams in row blocks of tableBlockBytes (two buffers).
     bool streamModelTables = false;
@@ -68,12 +68,12 @@ public:
     InferenceState(InferenceState&&) noexcept;
     InferenceState& operator=(InferenceState&&) noexcept;
 
-    int length() const;              // positions fed so far
-    void reset();                    // back to an empty conversation
+    int length() const;               // positions fed so far
+    void reset();                     // back to an empty conversation
     std::uint64_t cacheBytes() const; // bytes held by the MLA cache and KDA state
     // Bytes allocated for this state: its vectors' capacity, the rollback record included.
     std::uint64_t heldBytes() const;
-    InferenceState clone() const;    // a snapshot to return to (prompt reuse)
+    InferenceState clone() const; // a snapshot to return to (prompt reuse)
 
 private:
     friend class Model;
@@ -117,8 +117,8 @@ public:
     // position's). Every position gets exactly the bits T one-token calls give.
     // keepRollback: record what rollback() needs to return to any position inside
     // this chunk (speculative verification).
-    TokenStats forward(InferenceState& state, std::span<const int> tokens,
-                       std::span<float> logits, bool keepRollback = false) const;
+    TokenStats forward(InferenceState& state, std::span<const int> tokens, std::span<float> logits,
+                       bool keepRollback = false) const;
     // Returns the state to `length` positions, anywhere from the start to the end of the
     // last chunk fed with keepRollback: KDA state replayed from the chunk's record (no
     // weights read), the MLA cache truncated. The same bits as a forward that stopped

@@ -49,7 +49,7 @@ struct SessionOptions {
     std::uint64_t expertCacheBytes = 0;
     int expertCacheSlots = 0;
     int contextLength = 4096;
-    int prefillChunk = 0; // positions per prefill chunk (0: the plan's)
+    int prefillChunk = 0;    // positions per prefill chunk (0: the plan's)
     int maxSpeculation = 16; // widest speculation the plan holds state copies for (0: none)
     bool enforceMemoryPlan = false;
     bool recordCacheTrace = false;
@@ -89,11 +89,11 @@ struct TokenTiming {
 
 struct TokenEvent {
     TokenId id = 0;
-    int index = 0;              // 0-based among generated tokens
-    std::string thinkingDelta;  // text this token added to the think channel
-    std::string responseDelta;  // text this token added to the answer
-    TokenTiming timing;         // a verification pass's time is shared by its tokens
-    bool fromProposal = false;  // an accepted speculative proposal
+    int index = 0;             // 0-based among generated tokens
+    std::string thinkingDelta; // text this token added to the think channel
+    std::string responseDelta; // text this token added to the answer
+    TokenTiming timing;        // a verification pass's time is shared by its tokens
+    bool fromProposal = false; // an accepted speculative proposal
 };
 
 // After each prefill chunk: positions read so far of this prompt, and what it cost.
@@ -129,19 +129,19 @@ struct GenerateOptions {
 };
 
 struct GenerateResult {
-    ChatMessage reply;            // role assistant, content + reasoning_content
-    std::vector<TokenId> ids;     // generated ids, the end-of-turn marker included
+    ChatMessage reply;        // role assistant, content + reasoning_content
+    std::vector<TokenId> ids; // generated ids, the end-of-turn marker included
     int promptTokens = 0;
-    int reusedPositions = 0;      // prompt positions already in the state (not recomputed)
-    bool endOfTurn = false;       // the model ended its turn ([EOS] / <|end_of_msg|>)
-    bool cancelled = false;       // stopped by the cancel flag
-    bool contextFull = false;     // stopped at the context length (the plan's KV cache)
-    int droppedExperts = 0;       // > 0 makes the run invalid
-    bool nonFinite = false;       // a NaN/Inf reached the logits: invalid
+    int reusedPositions = 0;  // prompt positions already in the state (not recomputed)
+    bool endOfTurn = false;   // the model ended its turn ([EOS] / <|end_of_msg|>)
+    bool cancelled = false;   // stopped by the cancel flag
+    bool contextFull = false; // stopped at the context length (the plan's KV cache)
+    int droppedExperts = 0;   // > 0 makes the run invalid
+    bool nonFinite = false;   // a NaN/Inf reached the logits: invalid
     double prefillSeconds = 0;
-    int prefillPositions = 0;           // positions computed (the prompt less the reused ones)
-    int prefillChunks = 0;              // forward calls they took
-    std::uint64_t prefillTrunkBytes = 0; // read from the packed trunk during the prefill
+    int prefillPositions = 0;             // positions computed (the prompt less the reused ones)
+    int prefillChunks = 0;                // forward calls they took
+    std::uint64_t prefillTrunkBytes = 0;  // read from the packed trunk during the prefill
     std::uint64_t prefillExpertBytes = 0; // routed experts read during the prefill
     double decodeSeconds = 0;
     int decodePasses = 0;      // forward passes while decoding (serial steps + verifications)
@@ -179,13 +179,13 @@ public:
 
     // The logits after the last fed position (vocab_size floats), e.g. for --dump-logits.
     std::span<const float> lastLogits() const;
-    int positions() const; // positions held by the state
-    int prefillChunk() const; // positions per prefill chunk in force
+    int positions() const;     // positions held by the state
+    int prefillChunk() const;  // positions per prefill chunk in force
     int contextLength() const; // positions a conversation may hold (the plan's KV cache)
     // Bytes allocated for the conversation's state: the live state, the prompt snapshot
     // and the speculation rollback record (the plan's "recurrent state" + "KV cache").
     std::uint64_t stateBytesHeld() const;
-    void reset();          // forget the conversation
+    void reset(); // forget the conversation
 
     MemoryReport memoryReport() const;
 

@@ -193,7 +193,8 @@ void planTrunk(MemoryPlan& plan, std::span<const std::uint64_t> layers, std::uin
         plan.pinnedBytes = 0;
         plan.ringSlots = 1;
         plan.piecewise = canSplit && largestPiece < alignUp(largest);
-        plan.ringSlotBytes = plan.piecewise ? largestPiece : alignUp(std::max<std::uint64_t>(largest, 1));
+        plan.ringSlotBytes =
+            plan.piecewise ? largestPiece : alignUp(std::max<std::uint64_t>(largest, 1));
         return;
     }
     for (int ring : {2, 1}) {
@@ -236,7 +237,8 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
     plan.requestedChunk = in.requestedChunk;
     plan.chunkPositions = in.requestedChunk > 0 ? in.requestedChunk : kDefaultPrefillChunk;
     // The requested chunk first, so an automatic budget leaves room for it.
-    plan.bufferBytes = in.bufferBytes + in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
+    plan.bufferBytes =
+        in.bufferBytes + in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
     plan.contextLength = in.contextLength;
     plan.kvBytes = in.kvBytesPerPosition * std::uint64_t(std::max(0, in.contextLength));
     plan.expertSlotBytes = in.expertSlotBytes;
@@ -275,7 +277,8 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
         const auto limit = std::uint64_t(double(available) * kPlanMaxShareOfAvailable);
         const std::uint64_t without =
             plan.total() - in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
-        const std::uint64_t fits = limit > without ? (limit - without) / in.chunkBytesPerPosition : 0;
+        const std::uint64_t fits =
+            limit > without ? (limit - without) / in.chunkBytesPerPosition : 0;
         plan.chunkPositions =
             int(std::clamp<std::uint64_t>(fits, 1, std::uint64_t(plan.chunkPositions)));
         plan.bufferBytes =

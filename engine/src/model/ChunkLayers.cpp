@@ -114,8 +114,8 @@ void rollbackKda(LayerState& s, const KdaReplay& r, int keep, const ModelConfig&
             const float* kh = r.k.data() + at(t, P) + std::size_t(h) * D;
             kdaStep(s.S.data() + std::size_t(h) * D * D, o.data(), kh, kh,
                     r.v.data() + at(t, P) + std::size_t(h) * D,
-                    r.alpha.data() + at(t, P) + std::size_t(h) * D, r.beta[at(t, H) + std::size_t(h)],
-                    D, D);
+                    r.alpha.data() + at(t, P) + std::size_t(h) * D,
+                    r.beta[at(t, H) + std::size_t(h)], D, D);
         }
     }
     // Each conv history: the last `hist` raw inputs of (the history before, the kept positions).
@@ -126,8 +126,9 @@ void rollbackKda(LayerState& s, const KdaReplay& r, int keep, const ModelConfig&
             for (int j = 0; j < hist; ++j) {
                 const int from = keep + j; // index in (history, positions) of slot j
                 (*after[which])[at(ch, hist) + std::size_t(j)] =
-                    from < hist ? (*before[which])[at(ch, hist) + std::size_t(from)]
-                                : r.raw[at(from - hist, 3 * P) + std::size_t(which) * P + std::size_t(ch)];
+                    from < hist
+                        ? (*before[which])[at(ch, hist) + std::size_t(from)]
+                        : r.raw[at(from - hist, 3 * P) + std::size_t(which) * P + std::size_t(ch)];
             }
 }
 
@@ -187,8 +188,8 @@ ExpertWeights cachedExpert(const CheckpointExpertStore& store, const std::byte* 
 void expectShape(const char* what, const WeightView& w, int rows, int cols) {
     if (!w.data || w.rows != rows || w.cols != cols)
         throw ModelError(std::string("routed expert ") + what + " is " + std::to_string(w.rows) +
-                         "x" + std::to_string(w.cols) + ", expected " + std::to_string(rows) +
-                         "x" + std::to_string(cols));
+                         "x" + std::to_string(w.cols) + ", expected " + std::to_string(rows) + "x" +
+                         std::to_string(cols));
 }
 
 // The positions routed to one expert, as (position, selection slot j).
@@ -216,8 +217,8 @@ void runExpert(const ExpertWeights& ex, const Routed& r, const Floats& z, Floats
             float(c.activationSituLinearBeta));
     mm(outputs, ex.w2, g.data(), n);
     for (int i = 0; i < n; ++i) {
-        const std::size_t row =
-            std::size_t(r.position[std::size_t(i)]) * std::size_t(topK) + std::size_t(r.slot[std::size_t(i)]);
+        const std::size_t row = std::size_t(r.position[std::size_t(i)]) * std::size_t(topK) +
+                                std::size_t(r.slot[std::size_t(i)]);
         std::copy_n(outputs.data() + at(i, latent), latent, eo.data() + row * std::size_t(latent));
     }
 }
@@ -321,7 +322,7 @@ int moeChunk(float* out, const float* xn, int T, const MoeWeightsStored& w, cons
     if (w.hasShared) {
         Floats shared(at(T, hidden));
         gluChunk(shared.data(), xn, T, w.sharedGate, w.sharedUp, w.sharedDown, c); // ORIGINAL x
-        for (std::size_t i = 0; i < shared.size(); ++i) out[i] += shared[i]; // unweighted
+        for (std::size_t i = 0; i < shared.size(); ++i) out[i] += shared[i];       // unweighted
     }
     return drops;
 }

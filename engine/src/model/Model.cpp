@@ -4,6 +4,7 @@
 #include "k3/kernels.hpp"
 #include "k3/system.hpp"
 #include "model/ChunkLayers.hpp"
+#include "model/InferenceStateData.hpp"
 #include "model/ModelWeights.hpp"
 #include "model/StreamedTable.hpp"
 
@@ -18,66 +19,6 @@ namespace k3 {
 
 using model::LayerWeights;
 using model::Matrix;
-
-struct InferenceState::Data {
-    std::vector<model::LayerState> layers;
-    int length = 0;
-    // After a forward that kept them: the KDA layers' replay records and the position
-    // the chunk started at (-1: nothing to roll back to).
-    std::vector<model::KdaReplay> replay;
-    int replayFrom = -1;
-};
-
-InferenceState::InferenceState(std::unique_ptr<Data> data) : d_(std::move(data)) {}
-InferenceState::~InferenceState() = default;
-InferenceState::InferenceState(InferenceState&&) noexcept = default;
-InferenceState& InferenceState::operator=(InferenceState&&) noexcept = default;
-int InferenceState::length() const { return d_->length; }
-void InferenceState::reset() {
-    // Zeros, not a kept copy of the fresh state: one copy less to hold.
-    for (model::LayerState& l : d_->layers) {
-        std::fill(l.S.begin(), l.S.end(), 0.0f);
-        std::fill(l.qConv.begin(), l.qConv.end(), 0.0f);
-        std::fill(l.kConv.begin(), l.kConv.end(), 0.0f);
-        std::fill(l.vConv.begin(), l.vConv.end(), 0.0f);
-        l.latent.clear();
-        l.rope.clear();
-    }
-    d_->length = 0;
-    d_->replay.clear();
-    d_->replayFrom = -1;
-}
-InferenceState InferenceState::clone() const {
-    auto d = std::make_unique<Data>(); // the rollback record stays with the live state
-    d->layers = d_->layers;
-    d->length = d_->length;
-    // The MLA cache keeps its room for the whole context (the copy would hold only its
-    // positions, and then grow by doubling past what the plan counts).
-    for (std::size_t L = 0; L < d->layers.size(); ++L) {
-        d->layers[L].latent.reserve(d_->layers[L].latent.capacity());
-        d->layers[L].rope.reserve(d_->layers[L].rope.capacity());
-    }
-    return InferenceState(std::move(d));
-}
-
-std::uint64_t InferenceState::cacheBytes() const {
-    std::uint64_t n = 0;
-    for (const auto& l : d_->layers)
-        n += (l.S.size() + l.qConv.size() + l.kConv.size() + l.vConv.size() + l.latent.size() +
-              l.rope.size()) * sizeof(float);
-    return n;
-}
-
-std::uint64_t InferenceState::heldBytes() const {
-    const auto cap = [](const std::vector<float>& v) { return std::uint64_t(v.capacity()); };
-    std::uint64_t n = 0;
-    for (const auto& l : d_->layers)
-        n += cap(l.S) + cap(l.qConv) + cap(l.kConv) + cap(l.vConv) + cap(l.latent) + cap(l.rope);
-    for (const auto& r : d_->replay)
-        n += cap(r.S) + cap(r.qConv) + cap(r.kConv) + cap(r.vConv) + cap(r.raw) + cap(r.k) +
-             cap(r.v) + cap(r.alpha) + cap(r.beta);
-    return n * sizeof(float);
-}
 
 struct Model::Impl {
     ModelConfig config;
@@ -136,8 +77,11 @@ class RecordSource : public model::TensorSource {
 public:
     RecordSource(std::vector<std::pair<const TrunkRecord*, const std::byte*>> records)
         : records_(std::move(records)) {}
-    const TensorInfo& info(const std::string& name) const override { return find(name).first->info; }
-    std::span<const std::byte> raw(const std::string& name, std::vector<std::byte>&) const override {
+    const TensorInfo& info(const std::string& name) const override {
+        return find(name).first->info;
+    }
+    std::span<const std::byte> raw(const std::string& name,
+                                   std::vector<std::byte>&) const override {
         const auto [t, base] = find(name);
         return {base + t->offset, std::size_t(t->info.nbytes)};
     }
@@ -187,9 +131,15 @@ Model::~Model() = default;
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 
-const ModelConfig& Model::config() const { return impl_->config; }
-int Model::layersBound() const { return impl_->layerCount; }
-std::uint64_t Model::weightBytes() const { return impl_->w.bytes; }
+const ModelConfig& Model::config() const {
+    return impl_->config;
+}
+int Model::layersBound() const {
+    return impl_->layerCount;
+}
+std::uint64_t Model::weightBytes() const {
+    return impl_->w.bytes;
+}
 
 Model Model::load(const std::filesystem::path& dir, const ModelOptions& options) {
     auto impl = std::make_unique<Impl>();
@@ -198,7 +148,8 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
     const int n = c.numHiddenLayers;
     if (options.layerLimit < 0 || options.layerLimit > n)
         throw ModelError("--layers " + std::to_string(options.layerLimit) + " is outside 1.." +
-                         std::to_string(n) + " (num_hidden_layers in " + (dir / "config.json").string() + ")");
+                         std::to_string(n) + " (num_hidden_layers in " +
+                         (dir / "config.json").string() + ")");
     const int layers = options.layerLimit == 0 ? n : options.layerLimit;
     impl->layerCount = layers;
     impl->eps = float(c.rmsNormEps);
@@ -220,8 +171,10 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
         if (name.rfind(prefix, 0) != 0) continue;
         const int L = std::atoi(name.c_str() + prefix.size());
         if (L < 0 || L >= layers) continue;
-        if (isRoutedExpertTensor(name)) expertBytes += t.nbytes;
-        else if (!useTrunk) in.layerBytes[std::size_t(L)] += t.nbytes;
+        if (isRoutedExpertTensor(name))
+            expertBytes += t.nbytes;
+        else if (!useTrunk)
+            in.layerBytes[std::size_t(L)] += t.nbytes;
     }
     if (useTrunk)
         for (int L = 0; L < layers; ++L) {
@@ -256,33 +209,38 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
     }
     in.topK = c.numExpertsPerToken;
     const std::uint64_t P = std::uint64_t(c.kdaNumHeads) * std::uint64_t(c.kdaHeadDim);
-    const std::uint64_t kdaState =
-        (P * std::uint64_t(c.kdaHeadDim) + 3 * P * std::uint64_t(std::max(0, c.shortConvKernelSize - 1))) * 4;
+    const std::uint64_t kdaState = (P * std::uint64_t(c.kdaHeadDim) +
+                                    3 * P * std::uint64_t(std::max(0, c.shortConvKernelSize - 1))) *
+                                   4;
     // Every copy a session holds: the live state and the prompt snapshot (KDA state and
     // the MLA cache each), and the rollback record of a verification chunk (the KDA state
     // before it and, per position, the delta rule's inputs and the raw conv inputs).
-    const std::uint64_t replayPerPosition =
-        (6 * P + std::uint64_t(std::max(0, c.kdaNumHeads))) * 4;
+    const std::uint64_t replayPerPosition = (6 * P + std::uint64_t(std::max(0, c.kdaNumHeads))) * 4;
     const int maxSpec = std::clamp(options.maxSpeculation, 0, kMaxSpeculation);
     for (int L = 0; L < layers; ++L) {
         if (c.layers[std::size_t(L)].attention == AttentionKind::Kda)
-            in.stateBytes += 2 * kdaState +
-                             (maxSpec > 0 ? kdaState + replayPerPosition * std::uint64_t(maxSpec + 1) : 0);
+            in.stateBytes +=
+                2 * kdaState +
+                (maxSpec > 0 ? kdaState + replayPerPosition * std::uint64_t(maxSpec + 1) : 0);
         else
             in.kvBytesPerPosition += 2 * std::uint64_t(c.kvLoraRank + c.qkRopeHeadDim) * 4;
     }
     in.contextLength = options.contextLength;
-    in.bufferBytes = (std::uint64_t(c.vocabSize) + 64ull * std::uint64_t(c.hiddenSize) +
-                      8ull * std::uint64_t(std::max<std::uint64_t>(P, std::uint64_t(c.intermediateSize)))) * 4;
+    in.bufferBytes =
+        (std::uint64_t(c.vocabSize) + 64ull * std::uint64_t(c.hiddenSize) +
+         8ull * std::uint64_t(std::max<std::uint64_t>(P, std::uint64_t(c.intermediateSize)))) *
+        4;
     {
         // One position of a chunk: the residual stream and its AttnRes block snapshots,
         // the attention and MLP intermediates, the router logits and the expert union's
         // per-position outputs (top-k latents), with room for the kernels' widened x.
         const auto u = [](int v) { return std::uint64_t(std::max(0, v)); };
-        const std::uint64_t blocks = u(layers) / std::max<std::uint64_t>(1, u(c.attnResBlockSize)) + 2;
-        const std::uint64_t widest = std::max(
-            {P, u(c.intermediateSize), u(c.numAttentionHeads) * u(c.qkNopeHeadDim + c.qkRopeHeadDim),
-             u(c.numAttentionHeads) * u(c.vHeadDim), 2 * u(c.moeIntermediateSize)});
+        const std::uint64_t blocks =
+            u(layers) / std::max<std::uint64_t>(1, u(c.attnResBlockSize)) + 2;
+        const std::uint64_t widest =
+            std::max({P, u(c.intermediateSize),
+                      u(c.numAttentionHeads) * u(c.qkNopeHeadDim + c.qkRopeHeadDim),
+                      u(c.numAttentionHeads) * u(c.vHeadDim), 2 * u(c.moeIntermediateSize)});
         in.chunkBytesPerPosition =
             4 * ((12 + blocks) * u(c.hiddenSize) + 10 * widest + u(c.numExperts) +
                  (u(c.numExpertsPerToken) + 4) * u(c.routedExpertHiddenSize));
@@ -373,7 +331,9 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
     return Model(std::move(impl));
 }
 
-const MemoryPlan& Model::memoryPlan() const { return impl_->plan; }
+const MemoryPlan& Model::memoryPlan() const {
+    return impl_->plan;
+}
 
 MemoryStats Model::memoryStats() const {
     MemoryStats m;
@@ -397,7 +357,8 @@ void Model::resetCacheStats() {
 
 void Model::writeCacheTrace(const std::filesystem::path& dir) const {
     if (!impl_->cache)
-        throw ModelError("no expert cache trace: the routed experts are resident (give a cache budget)");
+        throw ModelError(
+            "no expert cache trace: the routed experts are resident (give a cache budget)");
     impl_->cache->writeTrace(dir);
 }
 

@@ -38,7 +38,9 @@ Sampler::Sampler(const SamplingOptions& options) : options_(options), state_(0) 
     pcg32(state_);
 }
 
-std::uint32_t Sampler::nextRandom32() { return pcg32(state_); }
+std::uint32_t Sampler::nextRandom32() {
+    return pcg32(state_);
+}
 
 TokenId Sampler::sample(std::span<const float> logits) {
     if (options_.temperature <= 0.0f) return TokenId(argmax(logits));

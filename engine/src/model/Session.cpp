@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 #include <cstdio>
+#include <deque>
 #include <optional>
 
 namespace k3 {
@@ -106,7 +106,8 @@ int Session::contextLength() const {
     return impl_->model.memoryPlan().contextLength;
 }
 std::uint64_t Session::stateBytesHeld() const {
-    return impl_->state.heldBytes() + (impl_->promptSnapshot ? impl_->promptSnapshot->heldBytes() : 0);
+    return impl_->state.heldBytes() +
+           (impl_->promptSnapshot ? impl_->promptSnapshot->heldBytes() : 0);
 }
 
 void Session::reset() {
@@ -345,7 +346,8 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
             feed(s, next, result);
             ++result.decodePasses;
             TokenTiming t = s.lastTiming;
-            t.computeSeconds = std::max(0.0, secondsSince(tt) - t.trunkIoSeconds - t.expertIoSeconds);
+            t.computeSeconds =
+                std::max(0.0, secondsSince(tt) - t.trunkIoSeconds - t.expertIoSeconds);
             report(next, t, false);
             continue;
         }
@@ -408,8 +410,10 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
         std::copy_n(chunkLogits.data() + std::size_t(keep - 1) * V, V, s.logits.data());
         // The pass's time, shared by the tokens it committed.
         TokenTiming t;
-        t.trunkIoSeconds = share(after.trunk.waitSeconds - before.trunk.waitSeconds, int(committed.size()));
-        t.expertIoSeconds = share(after.cache.readSeconds - before.cache.readSeconds, int(committed.size()));
+        t.trunkIoSeconds =
+            share(after.trunk.waitSeconds - before.trunk.waitSeconds, int(committed.size()));
+        t.expertIoSeconds =
+            share(after.cache.readSeconds - before.cache.readSeconds, int(committed.size()));
         t.computeSeconds = std::max(0.0, share(secondsSince(tt), int(committed.size())) -
                                              t.trunkIoSeconds - t.expertIoSeconds);
         s.lastTiming = t;

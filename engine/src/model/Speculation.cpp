@@ -15,7 +15,8 @@ std::vector<TokenId> proposePromptLookup(std::span<const TokenId> history, int k
         for (int start = len - n - 1; start >= 0; --start) {
             if (!std::equal(tail.begin(), tail.end(), history.begin() + start)) continue;
             const int from = start + n;
-            for (int i = from; i < len && int(out.size()) < k; ++i) out.push_back(history[std::size_t(i)]);
+            for (int i = from; i < len && int(out.size()) < k; ++i)
+                out.push_back(history[std::size_t(i)]);
             return out;
         }
     }

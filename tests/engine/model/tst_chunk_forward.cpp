@@ -62,9 +62,8 @@ Chunked inChunks(const k3::Model& m, const std::vector<int>& ids, int chunk, int
     k3::InferenceState st = m.newState();
     for (std::size_t t = 0; t < ids.size(); t += std::size_t(chunk)) {
         const std::size_t n = std::min(std::size_t(chunk), ids.size() - t);
-        const k3::TokenStats s =
-            m.forward(st, std::span<const int>(ids.data() + t, n),
-                      std::span<float>(r.logits.data() + t * V, n * V));
+        const k3::TokenStats s = m.forward(st, std::span<const int>(ids.data() + t, n),
+                                           std::span<float>(r.logits.data() + t * V, n * V));
         r.dropped += s.droppedExperts;
     }
     if (st.length() != int(ids.size())) qFatal("state length %d", st.length());
@@ -156,8 +155,8 @@ void TestChunkForward::sameBitsAsOnePosition() {
     budgets.push_back({"trunk budget 0: the smallest ring", 0, 0, false, pieces, true});
     if (pieces) {
         budgets.push_back({"nothing pinned, 2 pieces, ring of 2", 2 * maxPiece, 0, false, true});
-        budgets.push_back({"ultra: pieces, ring of 1, tables streamed, 1 expert slot", maxPiece, 1,
-                           true, true});
+        budgets.push_back(
+            {"ultra: pieces, ring of 1, tables streamed, 1 expert slot", maxPiece, 1, true, true});
     }
     const std::size_t V = std::size_t(vocab);
     for (const Budget& b : budgets) {
@@ -183,7 +182,8 @@ void TestChunkForward::sameBitsAsOnePosition() {
             const Chunked r = inChunks(m, ids, chunk, chunk < 7 ? 0 : 3);
             QCOMPARE(r.dropped, 0);
             for (std::size_t t = 0; t < ids.size(); ++t)
-                if (std::memcmp(r.logits.data() + t * V, ref.data() + t * V, V * sizeof(float)) != 0)
+                if (std::memcmp(r.logits.data() + t * V, ref.data() + t * V, V * sizeof(float)) !=
+                    0)
                     QFAIL(qPrintable(QStringLiteral("%1, chunk %2: position %3 differs")
                                          .arg(QLatin1String(b.what))
                                          .arg(chunk)
@@ -244,7 +244,7 @@ void TestChunkForward::chunkReadsTrunkOnceAndExpertsOnce() {
 
     k3::ModelOptions o;
     o.trunkDir = trunkDir;
-    o.trunkBytes = k3::alignUp(largest); // nothing pinned, a ring of 1: every layer read
+    o.trunkBytes = k3::alignUp(largest);    // nothing pinned, a ring of 1: every layer read
     o.expertCacheSlots = experts * (n - 1); // room for every expert: the union in one wave
     const k3::Model m = k3::Model::load(dir, o);
     QCOMPARE(m.memoryPlan().pinnedLayers, 0);
@@ -257,10 +257,10 @@ void TestChunkForward::chunkReadsTrunkOnceAndExpertsOnce() {
     QCOMPARE(s.trunk.reads, std::uint64_t(n)); // one pass for 24 positions
     std::uint64_t payload = 0;
     for (const auto& r : idx.layers) payload += r.bytes;
-    QVERIFY2(s.trunk.bytesRead >= payload && s.trunk.bytesRead <= payload + std::uint64_t(n) * 8192,
-             qPrintable(QStringLiteral("%1 bytes read for %2 of layers")
-                            .arg(s.trunk.bytesRead)
-                            .arg(payload)));
+    QVERIFY2(
+        s.trunk.bytesRead >= payload && s.trunk.bytesRead <= payload + std::uint64_t(n) * 8192,
+        qPrintable(
+            QStringLiteral("%1 bytes read for %2 of layers").arg(s.trunk.bytesRead).arg(payload)));
     // Each unique expert once: at most every expert of every MoE layer, at least top-k a layer,
     // never the 24 x top-k the positions asked for; the cache was empty, so each was read.
     const std::uint64_t moeLayers = std::uint64_t(n - 1);

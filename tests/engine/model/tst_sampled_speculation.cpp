@@ -20,7 +20,8 @@ std::vector<double> expected(const std::vector<float>& logits, double T, double 
                      [&](int a, int b) { return logits[std::size_t(a)] > logits[std::size_t(b)]; });
     std::vector<double> w(logits.size(), 0.0);
     double sum = 0;
-    for (int i : order) sum += std::exp((logits[std::size_t(i)] - logits[std::size_t(order[0])]) / T);
+    for (int i : order)
+        sum += std::exp((logits[std::size_t(i)] - logits[std::size_t(order[0])]) / T);
     double mass = 0, kept = 0;
     for (int i : order) {
         const double p = std::exp((logits[std::size_t(i)] - logits[std::size_t(order[0])]) / T);

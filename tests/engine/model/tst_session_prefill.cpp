@@ -59,7 +59,7 @@ void TestSessionPrefill::progressAfterEveryChunk() {
     opt.maxTokens = 2;
     const k3::GenerateResult r = s.generateIds(promptIds(17), opt, &rec);
     QCOMPARE(r.prefillPositions, 17);
-    QCOMPARE(r.prefillChunks, 6); // 5 chunks of 3, then 2
+    QCOMPARE(r.prefillChunks, 6);        // 5 chunks of 3, then 2
     QCOMPARE(int(rec.events.size()), 7); // before the first chunk, then after each
     const std::vector<std::int64_t> want{0, 3, 6, 9, 12, 15, 17};
     for (std::size_t i = 0; i < want.size(); ++i) {
@@ -70,7 +70,7 @@ void TestSessionPrefill::progressAfterEveryChunk() {
         QCOMPARE(rec.events[i].seconds > 0, i > 0);
     }
     QCOMPARE(rec.events.back().trunkBytes, std::uint64_t(0)); // resident: nothing read
-    QCOMPARE(s.positions(), 17 + 1);                           // the last sampled id is not fed
+    QCOMPARE(s.positions(), 17 + 1);                          // the last sampled id is not fed
 }
 
 void TestSessionPrefill::cancelThenSamePromptGivesTheSameIds() {

@@ -46,8 +46,8 @@ k3::GenerateResult run(k3::Session& s, const std::vector<k3::TokenId>& prompt, i
     return s.generateIds(prompt, o, obs, cancel);
 }
 
-k3::Session open(const std::string& dir, const std::string& trunk = {}, std::uint64_t trunkBytes = 0,
-                 int slotCount = 0) {
+k3::Session open(const std::string& dir, const std::string& trunk = {},
+                 std::uint64_t trunkBytes = 0, int slotCount = 0) {
     k3::SessionOptions o;
     o.modelDir = dir;
     o.loadTokenizer = false;
@@ -249,7 +249,8 @@ void TestSpeculation::sameIdsAsSerial() {
         trunk = tmp.filePath(QStringLiteral("trunk")).toStdString();
         k3::packTrunk(dir, trunk);
         std::uint64_t largest = 0;
-        for (const auto& r : k3::openTrunkIndex(trunk, dir).layers) largest = std::max(largest, r.bytes);
+        for (const auto& r : k3::openTrunkIndex(trunk, dir).layers)
+            largest = std::max(largest, r.bytes);
         trunkBytes = budget == 1 ? 2 * k3::alignUp(largest) : 0;
     }
     k3::Session serialSession = open(dir, trunk, trunkBytes, budget == 1 ? 1 : 0);
