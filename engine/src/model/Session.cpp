@@ -218,8 +218,11 @@ void feed(Session::Impl& s, TokenId id, GenerateResult& result) {
 
 // Brings the state to hold exactly `prompt`, reusing what it can. Returns the reused count.
 namespace {
+// `snapshotAt`: where the prompt snapshot is taken (a chunk ends there). A chat puts it
+// before the generation prompt (the assistant header), which every follow-up shares
+// whether the answer was kept, stopped or re-rendered without its thinking.
 int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* observer,
-            const std::atomic<bool>* cancel, GenerateResult& result) {
+            const std::atomic<bool>* cancel, GenerateResult& result, std::size_t snapshotAt) {
     // Refused before anything is computed: the KV cache the plan holds has this many places.
     const int context = s.model.memoryPlan().contextLength;
     if (context > 0 && int(prompt.size()) >= context)
@@ -255,9 +258,15 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
             result.cancelled = true;
             break;
         }
-        const std::size_t n = std::min(std::size_t(s.chunk), prompt.size() - i);
+        std::size_t n = std::min(std::size_t(s.chunk), prompt.size() - i);
+        if (i < snapshotAt && i + n > snapshotAt) n = snapshotAt - i;
         feed(s, prompt.subspan(i, n), result);
         i += n;
+        if (i == snapshotAt) {
+            s.promptSnapshot.reset(); // the old one goes before the new one is made
+            s.promptSnapshot = s.state.clone();
+            s.promptSnapshotIds = s.fed;
+        }
         const MemoryStats now = s.model.memoryStats();
         progress.done += std::int64_t(n);
         ++progress.chunks;
@@ -270,11 +279,6 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
     result.prefillChunks = progress.chunks;
     result.prefillTrunkBytes = progress.trunkBytes;
     result.prefillExpertBytes = progress.expertBytes;
-    if (!result.cancelled) {
-        s.promptSnapshot.reset(); // the old one goes before the new one is made
-        s.promptSnapshot = s.state.clone();
-        s.promptSnapshotIds = s.fed;
-    }
     return reused;
 }
 } // namespace
@@ -432,7 +436,7 @@ GenerateResult Session::generateIds(std::span<const TokenId> prompt, const Gener
     if (prompt.empty()) throw ModelError("the prompt is empty: give at least one token id");
     result.promptTokens = int(prompt.size());
     const auto t0 = Clock::now();
-    result.reusedPositions = prefill(s, prompt, observer, cancel, result);
+    result.reusedPositions = prefill(s, prompt, observer, cancel, result, prompt.size());
     result.prefillSeconds = secondsSince(t0);
     const auto t1 = Clock::now();
     if (!result.cancelled) {
@@ -461,10 +465,18 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
     const Tokenizer& tok = tokenizer();
     const std::vector<TokenId> prompt =
         encodeChatSegments(tok, renderChatSegments(history, options.render));
+    // The conversation without the generation prompt: where the snapshot goes.
+    ChatRenderOptions closed = options.render;
+    closed.addGenerationPrompt = false;
+    const std::vector<TokenId> head =
+        encodeChatSegments(tok, renderChatSegments(history, closed));
+    const std::size_t snapshotAt =
+        !head.empty() && head.size() < prompt.size() && isPrefix(head, prompt) ? head.size()
+                                                                                 : prompt.size();
     GenerateResult result;
     result.promptTokens = int(prompt.size());
     const auto t0 = Clock::now();
-    result.reusedPositions = prefill(s, prompt, observer, cancel, result);
+    result.reusedPositions = prefill(s, prompt, observer, cancel, result, snapshotAt);
     result.prefillSeconds = secondsSince(t0);
 
     ChatOutputParser parser = ChatOutputParser::forOptions(options.render);

@@ -49,6 +49,7 @@ private slots:
     void sameIdsAtEveryChunkSize();
     void stateHeldIsThePlans();
     void contextLengthIsEnforced();
+    void followUpAfterStopReadsOnlyNewPositions();
 };
 
 void TestSessionPrefill::progressAfterEveryChunk() {
@@ -187,6 +188,61 @@ void TestSessionPrefill::contextLengthIsEnforced() {
     QVERIFY(r.contextFull);
     QCOMPARE(s.positions(), 20);
     QCOMPARE(int(r.ids.size()), 6); // 5 fed after the prompt, the 6th has no place
+}
+
+// A follow-up after Stop (the partial answer kept, or dropped) reads only what is new:
+// the state before the first answer's assistant header is reused.
+void TestSessionPrefill::followUpAfterStopReadsOnlyNewPositions() {
+    k3::SessionOptions o;
+    o.modelDir = K3_SOURCE_DIR "/resources/demo";
+    k3::Session s = k3::Session::open(o);
+    const k3::Tokenizer& tok = s.tokenizer();
+    k3::GenerateOptions g;
+    g.render.thinking = false;
+    g.maxTokens = 64;
+    struct StopAfter : k3::SessionObserver {
+        std::atomic<bool>* cancel = nullptr;
+        int tokens = 0;
+        void onToken(const k3::TokenEvent&) override {
+            if (++tokens == 3) cancel->store(true);
+        }
+    } stop;
+    std::atomic<bool> cancel{false};
+    stop.cancel = &cancel;
+    std::vector<k3::ChatMessage> history{{k3::ChatRole::User, "Hello!", "", "", ""}};
+    k3::ChatRenderOptions closed = g.render;
+    closed.addGenerationPrompt = false;
+    const std::size_t head =
+        k3::encodeChatSegments(tok, k3::renderChatSegments(history, closed)).size();
+    const k3::GenerateResult first = s.chat(history, g, &stop, &cancel);
+    QVERIFY(first.cancelled);
+    QCOMPARE(int(first.ids.size()), 3);
+    cancel = false;
+
+    // The partial answer kept (as the app keeps it), then a new question.
+    std::vector<k3::ChatMessage> kept = history;
+    kept.push_back(first.reply);
+    kept.push_back({k3::ChatRole::User, "What is MXFP4?", "", "", ""});
+    const auto keptPrompt = k3::encodeChatSegments(tok, k3::renderChatSegments(kept, g.render));
+    const k3::GenerateResult second = s.chat(kept, g);
+    // The live state still holds the prompt and the 3 answer tokens, which the template
+    // renders the same way: all of it is reused.
+    QCOMPARE(second.reusedPositions, first.promptTokens + 3);
+    QCOMPARE(second.prefillPositions, int(keptPrompt.size()) - second.reusedPositions);
+
+    // Or dropped (stopped before an answer worth keeping): the same reuse.
+    k3::Session t = k3::Session::open(o);
+    cancel = false;
+    stop.tokens = 0;
+    t.chat(history, g, &stop, &cancel);
+    cancel = false;
+    std::vector<k3::ChatMessage> dropped = history;
+    dropped.push_back({k3::ChatRole::User, "What is MXFP4?", "", "", ""});
+    const k3::GenerateResult third = t.chat(dropped, g);
+    QCOMPARE(third.reusedPositions, int(head));
+    const auto droppedPrompt =
+        k3::encodeChatSegments(tok, k3::renderChatSegments(dropped, g.render));
+    QCOMPARE(third.prefillPositions, int(droppedPrompt.size() - head));
 }
 
 QTEST_GUILESS_MAIN(TestSessionPrefill)
