@@ -42,6 +42,7 @@ private slots:
     void markdownImagesNeverLoadAFile();
     void safeDocumentLoadsNoResource();
     void invalidAnswerIsMarkedWhenReopened();
+    void singleNewlinesAreLineBreaks();
 };
 
 namespace {
@@ -414,6 +415,24 @@ void TestConversationView::invalidAnswerIsMarkedWhenReopened() {
     QCOMPARE(reopened.index(1).data(ConversationModel::StatsRole).toString(),
              QStringLiteral("RUN INVALID: a NaN or Inf reached the logits"));
     QCOMPARE(reopened.index(0).data(ConversationModel::StatsRole).toString(), QString());
+}
+
+// Chat text means its newlines (issue 21): a single newline is a line break in user and
+// model text alike, while fenced code, lists and paragraphs keep their Markdown meaning.
+void TestConversationView::singleNewlinesAreLineBreaks() {
+    QCOMPARE(MessageDelegate::hardLineBreaks(QStringLiteral("one\ntwo\n\nthree")),
+             QStringLiteral("one  \ntwo\n\nthree"));
+    QCOMPARE(MessageDelegate::hardLineBreaks(QStringLiteral("```\na\nb\n```\nx\ny")),
+             QStringLiteral("```\na\nb\n```\nx  \ny"));
+    QTextDocument doc;
+    MessageDelegate::buildBody(doc, QStringLiteral("Roses are red\nViolets are blue"), QFont());
+    // Two lines (Qt lays a Markdown hard break out as a block break), not "red Violets".
+    QCOMPARE(doc.blockCount(), 2);
+    QCOMPARE(doc.firstBlock().text(), QStringLiteral("Roses are red"));
+    QCOMPARE(doc.lastBlock().text(), QStringLiteral("Violets are blue"));
+    QTextDocument list;
+    MessageDelegate::buildBody(list, QStringLiteral("- a\n- b\n\n```\nx = 1\ny = 2\n```"), QFont());
+    QCOMPARE(list.toPlainText(), QStringLiteral("a\nb\nx = 1\ny = 2"));
 }
 
 QTEST_MAIN(TestConversationView)

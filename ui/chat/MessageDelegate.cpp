@@ -39,8 +39,33 @@ int documentHeight(const QString& markdownOrText, bool markdown, const QFont& fo
 
 MessageDelegate::MessageDelegate(QObject* parent) : QStyledItemDelegate(parent) {}
 
-void MessageDelegate::buildBody(QTextDocument& doc, const QString& markdown, const QFont& font,
+QString MessageDelegate::hardLineBreaks(const QString& markdown) {
+    // Chat text means its newlines: a single newline between two non-empty lines becomes
+    // a Markdown hard break ("  " at the line's end). Fenced code keeps its lines as they
+    // are; at the end of a paragraph, list item or heading a hard break renders nothing.
+    const QStringList lines = markdown.split(QLatin1Char('\n'));
+    QString out;
+    bool fence = false;
+    for (int i = 0; i < lines.size(); ++i) {
+        const QString& line = lines[i];
+        const QString trimmed = line.trimmed();
+        const bool fenceLine =
+            trimmed.startsWith(QLatin1String("```")) || trimmed.startsWith(QLatin1String("~~~"));
+        out += line;
+        if (fenceLine) fence = !fence;
+        const bool last = i + 1 == lines.size();
+        if (!fence && !fenceLine && !last && !trimmed.isEmpty() &&
+            !lines[i + 1].trimmed().isEmpty() && !line.endsWith(QLatin1String("  ")) &&
+            !line.endsWith(QLatin1Char('\\')))
+            out += QLatin1String("  ");
+        if (!last) out += QLatin1Char('\n');
+    }
+    return out;
+}
+
+void MessageDelegate::buildBody(QTextDocument& doc, const QString& text, const QFont& font,
                                 const QPalette& palette) {
+    const QString markdown = hardLineBreaks(text);
     doc.setDefaultFont(font);
     doc.setDocumentMargin(0);
     // NoHTML: a model that writes <img src=...> or <a> tags gets them shown as text.
