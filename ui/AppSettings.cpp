@@ -22,6 +22,7 @@ const QString kModelDir = QStringLiteral("model/directory");
 const QString kTrunkDir = QStringLiteral("model/trunkDir");
 const QString kThreads = QStringLiteral("engine/threads");
 const QString kSpeculation = QStringLiteral("engine/speculation");
+const QString kMaxTokens = QStringLiteral("generation/maxTokens");
 
 QPalette darkPalette() {
     QPalette p;
@@ -74,6 +75,7 @@ AppSettings AppSettings::load() {
     a.trunkDir = s.value(kTrunkDir).toString();
     a.threads = std::clamp(s.value(kThreads, a.threads).toInt(), 0, 1024);
     a.speculation = s.value(kSpeculation, a.speculation).toBool();
+    a.maxTokens = std::clamp(s.value(kMaxTokens, a.maxTokens).toInt(), 1, 32768);
     return a;
 }
 
@@ -91,6 +93,7 @@ void AppSettings::save() const {
     s.setValue(kTrunkDir, trunkDir);
     s.setValue(kThreads, threads);
     s.setValue(kSpeculation, speculation);
+    s.setValue(kMaxTokens, maxTokens);
 }
 
 GenerationSettings AppSettings::generationSettings(quint64 randomSeed) const {
@@ -102,6 +105,7 @@ GenerationSettings AppSettings::generationSettings(quint64 randomSeed) const {
     g.seed = fixedSeed ? quint64(seed) : randomSeed;
     g.threads = threads;
     g.speculation = speculation;
+    g.maxTokens = maxTokens;
     return g;
 }
 

@@ -22,6 +22,7 @@ public:
     QString trunkDir;                         // empty: every weight resident
     int threads = 0;                          // OpenMP threads; 0: the default (every core)
     bool speculation = true; // verify guesses of repeated text in one pass (same answers)
+    int maxTokens = 512;     // the longest answer, in tokens
 
     static AppSettings load();
     void save() const;

@@ -41,7 +41,7 @@ SettingsDialog::SettingsDialog(QWidget* parent)
       m_seed(new QSpinBox), m_thinking(new QCheckBox(tr("Think before answering"))),
       m_effort(new QComboBox), m_theme(new QComboBox), m_modelDir(new QLineEdit),
       m_trunkDir(new QLineEdit), m_threads(new QSpinBox),
-      m_speculation(new QCheckBox(tr("Speculative decoding"))) {
+      m_speculation(new QCheckBox(tr("Speculative decoding"))), m_maxTokens(new QSpinBox) {
     setObjectName(QStringLiteral("settingsDialog"));
     setWindowTitle(tr("Settings"));
 
@@ -85,6 +85,9 @@ SettingsDialog::SettingsDialog(QWidget* parent)
     m_threads->setAccessibleName(tr("Engine threads"));
     m_threads->setRange(0, 1024);
     m_threads->setSpecialValueText(tr("all cores (%1)").arg(QThread::idealThreadCount()));
+    m_maxTokens->setObjectName(QStringLiteral("maxTokens"));
+    m_maxTokens->setAccessibleName(tr("Longest answer in tokens"));
+    m_maxTokens->setRange(1, 32768);
     m_speculation->setObjectName(QStringLiteral("speculation"));
     m_speculation->setAccessibleName(tr("Speculative decoding"));
     m_speculation->setToolTip(
@@ -106,6 +109,7 @@ SettingsDialog::SettingsDialog(QWidget* parent)
     auto* thinkingForm = new QFormLayout(thinking);
     thinkingForm->addRow(m_thinking);
     thinkingForm->addRow(tr("Effort:"), m_effort);
+    thinkingForm->addRow(tr("Longest answer:"), m_maxTokens);
 
     auto* general = new QGroupBox(tr("Appearance, model and engine"));
     auto* generalForm = new QFormLayout(general);
@@ -157,6 +161,7 @@ AppSettings SettingsDialog::values() const {
     a.trunkDir = m_trunkDir->text().trimmed();
     a.threads = m_threads->value();
     a.speculation = m_speculation->isChecked();
+    a.maxTokens = m_maxTokens->value();
     return a;
 }
 
@@ -173,6 +178,7 @@ void SettingsDialog::setValues(const AppSettings& a) {
     m_trunkDir->setText(a.trunkDir);
     m_threads->setValue(a.threads);
     m_speculation->setChecked(a.speculation);
+    m_maxTokens->setValue(a.maxTokens);
     updateEnabled();
 }
 

@@ -33,6 +33,7 @@ private:
     QSpinBox* m_seed;
     QCheckBox* m_thinking;
     QCheckBox* m_speculation;
+    QSpinBox* m_maxTokens;
     QComboBox* m_effort;
     QComboBox* m_theme;
     QLineEdit* m_modelDir;

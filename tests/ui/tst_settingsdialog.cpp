@@ -91,6 +91,8 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     child<QLineEdit>(&dialog, "modelDir")->setText(QStringLiteral("/models/k3"));
     child<QLineEdit>(&dialog, "trunkDir")->setText(QStringLiteral("/models/k3/trunk"));
     child<QSpinBox>(&dialog, "threads")->setValue(3);
+    QCOMPARE(child<QSpinBox>(&dialog, "maxTokens")->value(), 512);
+    child<QSpinBox>(&dialog, "maxTokens")->setValue(2000);
     dialog.accept();
 
     QSettings settings;
@@ -106,6 +108,7 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     QCOMPARE(settings.value("model/trunkDir").toString(), QStringLiteral("/models/k3/trunk"));
     QCOMPARE(settings.value("engine/threads").toInt(), 3);
     QCOMPARE(settings.value("engine/speculation").toBool(), false);
+    QCOMPARE(settings.value("generation/maxTokens").toInt(), 2000);
 
     AppSettings expected;
     expected.greedy = false;
@@ -120,6 +123,7 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     expected.trunkDir = QStringLiteral("/models/k3/trunk");
     expected.threads = 3;
     expected.speculation = false;
+    expected.maxTokens = 2000;
     QCOMPARE(AppSettings::load(), expected);
     SettingsDialog again;
     QCOMPARE(again.values(), expected);
@@ -129,6 +133,7 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     QCOMPARE(g.seed, quint64(1234));
     QCOMPARE(g.threads, 3);
     QVERIFY(!g.speculation);
+    QCOMPARE(g.maxTokens, 2000);
     expected.fixedSeed = false;
     QCOMPARE(expected.generationSettings(99).seed, quint64(99)); // a new seed per message
 
@@ -175,7 +180,7 @@ void TestSettingsDialog::everyControlHasAnAccessibleName() {
             QVERIFY2(!w->accessibleName().isEmpty(), qPrintable(w->objectName()));
         }
     }
-    QCOMPARE(controls, 17); // 12 settings, 2 Browse, OK, Cancel, Restore Defaults
+    QCOMPARE(controls, 18); // 13 settings, 2 Browse, OK, Cancel, Restore Defaults
 }
 
 void TestSettingsDialog::savedSettingsReachTheWorkerWithTheNextMessage() {
