@@ -1,4 +1,5 @@
 #include "k3/config.hpp"
+#include "k3/read_file.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -402,12 +403,13 @@ ModelConfig parseModelConfig(std::string_view jsonText, std::string_view sourceN
 }
 
 ModelConfig readModelConfig(const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ConfigError(path.string() + ": cannot open the config file");
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (in.bad()) throw ConfigError(path.string() + ": read error");
-    return parseModelConfig(text.str(), path.string());
+    std::string text;
+    try {
+        text = readRegularFile(path, kMaxConfigBytes, "config");
+    } catch (const FileReadError& e) {
+        throw ConfigError(e.what());
+    }
+    return parseModelConfig(text, path.string());
 }
 
 } // namespace k3

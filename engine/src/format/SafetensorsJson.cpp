@@ -1,4 +1,5 @@
 #include "format/SafetensorsJson.hpp"
+#include "k3/read_file.hpp"
 
 #include <nlohmann/json.hpp>
 #include <simdjson.h>
@@ -25,11 +26,19 @@ PaddedText PaddedText::copyOf(std::string_view text) {
 }
 
 PaddedText readPaddedFile(const std::filesystem::path& path) {
+    try {
+        requireRegularFile(path, "index");
+    } catch (const FileReadError& e) {
+        throw FormatError(e.what());
+    }
     std::ifstream in(path, std::ios::binary);
     if (!in) throw FormatError(path.string() + ": cannot open");
     std::error_code ec;
     const std::uint64_t size = std::filesystem::file_size(path, ec);
     if (ec) throw FormatError(path.string() + ": cannot stat: " + ec.message());
+    if (size > kMaxIndexBytes)
+        throw FormatError(path.string() + ": " + std::to_string(size) + " bytes, over the " +
+                          std::to_string(kMaxIndexBytes) + " an index may have");
     PaddedText text(size);
     if (!in.read(text.data(), static_cast<std::streamsize>(size)))
         throw FormatError(path.string() + ": read error");
@@ -38,6 +47,11 @@ PaddedText readPaddedFile(const std::filesystem::path& path) {
 
 HeaderText readHeaderText(const std::filesystem::path& path) {
     const std::string name = path.string();
+    try {
+        requireRegularFile(path, "shard");
+    } catch (const FileReadError& e) {
+        throw FormatError(e.what());
+    }
     std::ifstream in(path, std::ios::binary);
     if (!in) throw FormatError(name + ": cannot open");
     std::error_code ec;

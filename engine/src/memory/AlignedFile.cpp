@@ -44,7 +44,8 @@ AlignedFile::AlignedFile(const std::filesystem::path& path, Mode mode, IoKind ki
     : path_(path.string()), kind_(kind != IoKind::Any              ? kind
                                   : path.filename() == "trunk.bin" ? IoKind::Trunk
                                                                    : IoKind::Shard) {
-    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO in place of a shard must not block the open; it is refused below.
+    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd_ < 0) {
         const int err = errno;
         throw IoError(path_ + ": cannot open: " + errnoText(err));
@@ -55,6 +56,12 @@ AlignedFile::AlignedFile(const std::filesystem::path& path, Mode mode, IoKind ki
         ::close(fd_);
         throw IoError(path_ + ": cannot stat: " + errnoText(err));
     }
+    if (!S_ISREG(st.st_mode)) {
+        ::close(fd_);
+        throw IoError(path_ + ": not a regular file (a FIFO, device or folder); refusing to read it");
+    }
+    // Back to blocking reads (no effect on regular files, said for clarity).
+    ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
     size_ = static_cast<std::uint64_t>(st.st_size);
     if (mode == Mode::Auto) {
         // EINVAL here means the filesystem has no O_DIRECT (tmpfs): stay buffered.

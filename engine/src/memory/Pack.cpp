@@ -1,4 +1,5 @@
 #include "k3/pack.hpp"
+#include "k3/read_file.hpp"
 
 #include "k3/aligned_io.hpp"
 #include "k3/config.hpp"
@@ -45,11 +46,11 @@ const std::vector<std::string>& modelLevelTensors() {
 }
 
 std::string readWholeFile(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw PackError(path.string() + ": cannot open");
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
+    try {
+        return readRegularFile(path, kMaxIndexBytes, "trunk index");
+    } catch (const FileReadError& e) {
+        throw PackError(e.what());
+    }
 }
 
 std::string fnv1aHex(std::string_view bytes) {
@@ -96,6 +97,11 @@ std::uint64_t indexChecksum(json j) {
 // The XXH3-64 of a shard's 8-byte header length and header JSON: what the shard says
 // it holds (names, dtypes, shapes, offsets, metadata), read again here.
 std::string shardHeaderHash(const fs::path& path) {
+    try {
+        requireRegularFile(path, "shard");
+    } catch (const FileReadError& e) {
+        throw PackError(e.what());
+    }
     std::ifstream in(path, std::ios::binary);
     unsigned char len[8];
     if (!in || !in.read(reinterpret_cast<char*>(len), 8))

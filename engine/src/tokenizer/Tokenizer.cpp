@@ -1,4 +1,5 @@
 #include "k3/tokenizer.hpp"
+#include "k3/read_file.hpp"
 
 #include "tokenizer/Base64.hpp"
 #include "tokenizer/BytePairMerge.hpp"
@@ -45,12 +46,11 @@ struct Tokenizer::Impl {
 namespace {
 
 std::string readFile(const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw TokenizerError("tokenizer: cannot open " + path.string());
-    std::ostringstream buffer;
-    buffer << in.rdbuf();
-    if (in.bad()) throw TokenizerError("tokenizer: cannot read " + path.string());
-    return std::move(buffer).str();
+    try {
+        return readRegularFile(path, kMaxTokenizerFileBytes, "tokenizer file");
+    } catch (const FileReadError& e) {
+        throw TokenizerError(std::string("tokenizer: ") + e.what());
+    }
 }
 
 std::string where(std::string_view file, std::size_t line) {
