@@ -350,8 +350,12 @@ void MainWindow::loadStartupModel() {
     QString trunk = QSettings().value(QStringLiteral("model/trunkDir")).toString();
     if (!trunk.isEmpty() && !QFileInfo::exists(trunk + QStringLiteral("/trunk.json")))
         trunk.clear();
+    // The budgets the wizard chose go with the model (0: everything resident / no cache).
+    const quint64 trunkBytes =
+        trunk.isEmpty() ? 0 : QSettings().value(QStringLiteral("model/trunkBytes"), 0).toULongLong();
+    const quint64 cacheBytes = QSettings().value(QStringLiteral("model/cacheBytes"), 0).toULongLong();
     if (!last.isEmpty() && QFileInfo::exists(last + QStringLiteral("/config.json")))
-        loadModel(last, trunk);
+        loadModel(last, trunk, trunkBytes, cacheBytes);
     else if (!demoModelDirectory().isEmpty())
         loadDemoModel();
     // First run: the wizard opens over the demo (which loads behind it), so a new user
@@ -574,9 +578,15 @@ void MainWindow::showSetupWizard() {
     auto* wizard = new SetupWizard(this);
     wizard->setAttribute(Qt::WA_DeleteOnClose);
     connect(wizard, &SetupWizard::setupFinished, this, &MainWindow::loadModel);
-    connect(wizard, &SetupWizard::setupFinished, this, [](const QString&, const QString& trunkDir) {
-        QSettings().setValue(QStringLiteral("model/trunkDir"), trunkDir);
-    });
+    // The whole choice is remembered, budgets included: reopened without them, a streamed
+    // checkpoint would be planned fully resident and refused by the memory check.
+    connect(wizard, &SetupWizard::setupFinished, this,
+            [](const QString&, const QString& trunkDir, quint64 trunkBytes, quint64 cacheBytes) {
+                QSettings s;
+                s.setValue(QStringLiteral("model/trunkDir"), trunkDir);
+                s.setValue(QStringLiteral("model/trunkBytes"), trunkBytes);
+                s.setValue(QStringLiteral("model/cacheBytes"), cacheBytes);
+            });
     wizard->open();
 }
 

@@ -38,6 +38,7 @@ private slots:
     void answerStreamsTokenByTokenWithThinkingCollapsed();
     void panelsFillFromAStreamedRun();
     void corruptTranscriptIsReportedAndLeftAsItIs();
+    void wizardChoiceSurvivesARestart();
 
 private:
     QString m_tiny = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a");
@@ -198,6 +199,46 @@ void TestAppFlows::corruptTranscriptIsReportedAndLeftAsItIs() {
     QCOMPARE(file.readAll(), bytes);
     file.close();
     QVERIFY(file.remove());
+}
+
+// The wizard's whole choice (a streamed trunk and a cache budget) is what the next start
+// opens: the same plan, not "everything resident" (which the real checkpoint is refused).
+void TestAppFlows::wizardChoiceSurvivesARestart() {
+    QTemporaryDir tmp;
+    const QString trunk = tmp.filePath(QStringLiteral("trunk"));
+    k3::packTrunk(m_tiny.toStdString(), trunk.toStdString());
+    QSettings().setValue(QStringLiteral("setup/firstRunDone"), true);
+    const auto planOf = [](MainWindow& w) {
+        QStringList parts;
+        for (const auto& c : w.findChild<MemoryPlanPanel*>()->figures().plan)
+            parts << QStringLiteral("%1=%2").arg(c.name).arg(c.bytes);
+        return parts;
+    };
+    QStringList chosen;
+    {
+        MainWindow window;
+        QSignalSpy ready(&window, &MainWindow::modelReady);
+        window.showSetupWizard();
+        auto* wizard = window.findChild<SetupWizard*>();
+        QVERIFY(wizard);
+        emit wizard->setupFinished(m_tiny, trunk, 300'000, 50'000); // as Finish does
+        QVERIFY(ready.wait(30000));
+        const MemoryFigures& f = window.findChild<MemoryPlanPanel*>()->figures();
+        QVERIFY(f.trunkStreamed);
+        QVERIFY(f.expertsCached);
+        chosen = planOf(window);
+        window.close();
+    }
+    MainWindow again;
+    QSignalSpy ready(&again, &MainWindow::modelReady);
+    again.loadStartupModel();
+    QVERIFY(ready.wait(30000));
+    const MemoryFigures& f = again.findChild<MemoryPlanPanel*>()->figures();
+    QVERIFY(f.trunkStreamed);
+    QVERIFY(f.expertsCached);
+    QCOMPARE(planOf(again), chosen);
+    QSettings().remove(QStringLiteral("model/trunkBytes"));
+    QSettings().remove(QStringLiteral("model/cacheBytes"));
 }
 
 QTEST_MAIN(TestAppFlows)
