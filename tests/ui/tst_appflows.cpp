@@ -224,7 +224,7 @@ void TestAppFlows::wizardChoiceSurvivesARestart() {
         emit wizard->setupFinished(m_tiny, trunk, 300'000, 50'000); // as Finish does
         QVERIFY(ready.wait(30000));
         const MemoryFigures& f = window.findChild<MemoryPlanPanel*>()->figures();
-        QVERIFY(f.trunkStreamed);
+        QVERIFY(f.trunkStreamed); // the plan arrives before "ready"
         QVERIFY(f.expertsCached);
         chosen = planOf(window);
         window.close();
@@ -233,6 +233,7 @@ void TestAppFlows::wizardChoiceSurvivesARestart() {
     QSignalSpy ready(&again, &MainWindow::modelReady);
     again.loadStartupModel();
     QVERIFY(ready.wait(30000));
+    QCOMPARE(QSettings().value(QStringLiteral("model/directory")).toString(), m_tiny);
     const MemoryFigures& f = again.findChild<MemoryPlanPanel*>()->figures();
     QVERIFY(f.trunkStreamed);
     QVERIFY(f.expertsCached);

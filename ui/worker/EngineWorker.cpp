@@ -105,8 +105,10 @@ void EngineWorker::loadModel(const QString& directory, const QString& trunkDir, 
         info.layers = m_session->model().layersBound();
         info.vocabSize = m_session->config().vocabSize;
         info.weightBytes = m_session->model().weightBytes();
-        emit modelLoaded(info);
+        // The plan first: when the window says the model is ready, its panels already
+        // show the plan (queued signals arrive in this order).
         emit memoryUpdated(MemoryFigures::from(m_session->memoryReport()));
+        emit modelLoaded(info);
     } catch (const std::exception& e) {
         m_session.reset();
         emit loadFailed(QString::fromUtf8(e.what()));
