@@ -339,12 +339,13 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
         }
         std::vector<TokenId> proposals;
         if (spec && width.propose()) {
-            std::vector<TokenId> history = s.fed;
-            history.push_back(next);
             const int room = context > 0 ? context - s.state.length() - 1 : width.width();
             const int k = std::min({width.width(), options.maxTokens - emitted, room,
                                     s.model.memoryPlan().maxSpeculation});
-            proposals = proposePromptLookup(history, k);
+            // The conversation so far plus `next`, without copying it every step.
+            s.fed.push_back(next);
+            proposals = proposePromptLookup(s.fed, k);
+            s.fed.pop_back();
         }
         if (proposals.empty()) { // one position, as serial decode
             feed(s, next, result);
@@ -468,11 +469,10 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
     // The conversation without the generation prompt: where the snapshot goes.
     ChatRenderOptions closed = options.render;
     closed.addGenerationPrompt = false;
-    const std::vector<TokenId> head =
-        encodeChatSegments(tok, renderChatSegments(history, closed));
+    const std::vector<TokenId> head = encodeChatSegments(tok, renderChatSegments(history, closed));
     const std::size_t snapshotAt =
         !head.empty() && head.size() < prompt.size() && isPrefix(head, prompt) ? head.size()
-                                                                                 : prompt.size();
+                                                                               : prompt.size();
     GenerateResult result;
     result.promptTokens = int(prompt.size());
     const auto t0 = Clock::now();
