@@ -31,10 +31,29 @@ bool cpuHasAvx2Fma() {
 #endif
 }
 
+bool cpuHasAvx512() {
+#if defined(K3_HAVE_AVX2_PATH)
+    static const bool has = cpuHasAvx2Fma() && detectCpuFeatures().avx512f;
+    return has;
+#else
+    return false;
+#endif
+}
+
+bool envFlag(const char* name) {
+    const char* v = std::getenv(name);
+    return v && *v && std::strcmp(v, "0") != 0;
+}
+
 KernelPath automaticPath() {
-    const char* force = std::getenv("K3_FORCE_SCALAR");
-    if (force && *force && std::strcmp(force, "0") != 0) return KernelPath::Scalar;
+    if (envFlag("K3_FORCE_SCALAR")) return KernelPath::Scalar;
+    if (cpuHasAvx512() && !envFlag("K3_FORCE_AVX2")) return KernelPath::Avx512;
     return cpuHasAvx2Fma() ? KernelPath::Avx2 : KernelPath::Scalar;
+}
+
+// Avx512 runs the AVX2 kernels everywhere but the BF16 multi-column product.
+bool avx2Kernels(KernelPath path) {
+    return path != KernelPath::Scalar;
 }
 
 void checkMatvec(const char* what, const float* y, const float* x, const void* w, int rows,
@@ -107,11 +126,27 @@ template <typename BlockFn> void forRowBlocks(int rows, int cols, BlockFn&& fn) 
 } // namespace
 
 const char* kernelPathName(KernelPath path) {
-    return path == KernelPath::Avx2 ? "AVX2+FMA" : "scalar";
+    switch (path) {
+    case KernelPath::Avx2:
+        return "AVX2+FMA";
+    case KernelPath::Avx512:
+        return "AVX-512F+AVX2+FMA";
+    case KernelPath::Scalar:
+        break;
+    }
+    return "scalar";
 }
 
 bool kernelPathAvailable(KernelPath path) {
-    return path == KernelPath::Scalar || cpuHasAvx2Fma();
+    switch (path) {
+    case KernelPath::Avx2:
+        return cpuHasAvx2Fma();
+    case KernelPath::Avx512:
+        return cpuHasAvx512();
+    case KernelPath::Scalar:
+        break;
+    }
+    return true;
 }
 
 KernelPath kernelPath() {
@@ -192,7 +227,7 @@ void matvecF32(float* y, const float* x, const float* w, int rows, int cols) {
     checkMatvec("matvecF32", y, x, w, rows, cols);
     auto dot = detail::dotF32Scalar;
 #if defined(K3_HAVE_AVX2_PATH)
-    if (kernelPath() == KernelPath::Avx2) dot = detail::dotF32Avx2;
+    if (avx2Kernels(kernelPath())) dot = detail::dotF32Avx2;
 #endif
     forRows(rows, cols,
             [&](int r) { y[r] = dot(x, w + static_cast<std::size_t>(r) * cols, cols); });
@@ -201,7 +236,7 @@ void matvecF32(float* y, const float* x, const float* w, int rows, int cols) {
 void matvecBf16(float* y, const float* x, const std::uint16_t* w, int rows, int cols) {
     checkMatvec("matvecBf16", y, x, w, rows, cols);
 #if defined(K3_HAVE_AVX2_PATH)
-    if (kernelPath() == KernelPath::Avx2) {
+    if (avx2Kernels(kernelPath())) {
         // The buffer holds cols doubles: room for the cols floats of the permuted x.
         float* xp = reinterpret_cast<float*>(widenedXBuffer(static_cast<std::size_t>(cols)));
         detail::permuteXBf16Avx2(xp, x, cols);
@@ -224,7 +259,7 @@ void matvecMxfp4(float* y, const float* x, const std::uint8_t* packed, const std
     const std::size_t rowBytes = mxfp4RowBytes(cols);
     const std::size_t rowScales = mxfp4ScalesPerRow(cols);
 #if defined(K3_HAVE_AVX2_PATH)
-    if (kernelPath() == KernelPath::Avx2) {
+    if (avx2Kernels(kernelPath())) {
         double* xd = widenedXBuffer(static_cast<std::size_t>(cols));
         detail::widenXMxfp4Avx2(xd, x, cols);
         forRowBlocks(rows, cols, [&](int first, int count) {
@@ -272,7 +307,8 @@ void matmat(float* y, const float* x, const WeightView& w, int columns) {
     const auto* bf16 = static_cast<const std::uint16_t*>(w.data);
     const auto* packed = static_cast<const std::uint8_t*>(w.data);
 #if defined(K3_HAVE_AVX2_PATH)
-    if (kernelPath() == KernelPath::Avx2 && cols > 0) {
+    const KernelPath path = kernelPath();
+    if (avx2Kernels(path) && cols > 0) {
         static_assert(kRowBlock <= detail::kMatmatRows);
         for (int t0 = 0; t0 < columns; t0 += kMatmatColumns) {
             const int tc = columns - t0 < kMatmatColumns ? columns - t0 : kMatmatColumns;
@@ -289,9 +325,17 @@ void matmat(float* y, const float* x, const WeightView& w, int columns) {
                 break;
             }
             case WeightType::BF16: {
-                // Room for the floats of the permuted copies.
+                // Room for the floats of the copies.
                 float* xp = reinterpret_cast<float*>(
                     widenedXBuffer((detail::bf16ColumnsFloats(cols, tc) + 1) / 2));
+                if (path == KernelPath::Avx512) {
+                    detail::copyXBf16ColumnsAvx512(xp, xt, cols, tc);
+                    forRowBlocks(rows, fork, [&](int first, int count) {
+                        detail::rowsBf16ColumnsAvx512(yt + first, nr, xt, xp,
+                                                      bf16 + first * nc, cols, count, tc);
+                    });
+                    break;
+                }
                 detail::permuteXBf16ColumnsAvx2(xp, xt, cols, tc);
                 forRowBlocks(rows, fork, [&](int first, int count) {
                     detail::rowsBf16ColumnsAvx2(yt + first, nr, xt, xp, bf16 + first * nc, cols,

@@ -107,6 +107,11 @@ void rowsMxfp4ColumnsAvx2(float* y, std::size_t ldy, const float* x, const doubl
                           const std::uint8_t* packed, std::size_t rowBytes,
                           const std::uint8_t* scales, std::size_t rowScales, int n, int count,
                           int columns);
+// KernelPath::Avx512's BF16 multi-column rows: the copy in element order (same
+// block-major layout and size as the permuted one) and the rows.
+void copyXBf16ColumnsAvx512(float* xn, const float* x, int n, int columns);
+void rowsBf16ColumnsAvx512(float* y, std::size_t ldy, const float* x, const float* xn,
+                           const std::uint16_t* w, int n, int count, int columns);
 #endif
 
 } // namespace k3::detail

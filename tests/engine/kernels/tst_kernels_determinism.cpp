@@ -392,8 +392,14 @@ private slots:
         resetKernelPath();
         QCOMPARE(kernelPath(), KernelPath::Scalar);
         qputenv("K3_FORCE_SCALAR", "0");
-        QCOMPARE(kernelPath(),
-                 kernelPathAvailable(KernelPath::Avx2) ? KernelPath::Avx2 : KernelPath::Scalar);
+        const KernelPath widest = kernelPathAvailable(KernelPath::Avx512) ? KernelPath::Avx512
+                                  : kernelPathAvailable(KernelPath::Avx2) ? KernelPath::Avx2
+                                                                          : KernelPath::Scalar;
+        QCOMPARE(kernelPath(), widest);
+        // K3_FORCE_AVX2 turns the AVX-512 kernel off and nothing else.
+        qputenv("K3_FORCE_AVX2", "1");
+        QCOMPARE(kernelPath(), widest == KernelPath::Avx512 ? KernelPath::Avx2 : widest);
+        qunsetenv("K3_FORCE_AVX2");
         qunsetenv("K3_FORCE_SCALAR");
     }
 

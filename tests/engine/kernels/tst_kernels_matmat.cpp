@@ -10,6 +10,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -108,6 +109,7 @@ QString where(KernelPath p, WeightType t, int rows, int cols, int columns) {
 }
 
 const WeightType kTypes[] = {WeightType::F32, WeightType::BF16, WeightType::MXFP4};
+const KernelPath kPaths[] = {KernelPath::Scalar, KernelPath::Avx2, KernelPath::Avx512};
 
 } // namespace
 
@@ -134,7 +136,7 @@ private slots:
         const WeightView views[] = {WeightView::f32(f32.data(), rows, cols),
                                     WeightView::bf16(bf16.data(), rows, cols),
                                     WeightView::mxfp4(packed.data(), scales.data(), rows, cols)};
-        for (KernelPath p : {KernelPath::Scalar, KernelPath::Avx2}) {
+        for (KernelPath p : kPaths) {
             if (!kernelPathAvailable(p)) continue;
             setKernelPath(p);
             for (const WeightView& w : views) {
@@ -152,7 +154,7 @@ private slots:
             for (int cols : kCols) {
                 const Matrix m = randomMatrix(rows, cols, rng);
                 const auto x = randomColumns(cols, 70, rng);
-                for (KernelPath p : {KernelPath::Scalar, KernelPath::Avx2}) {
+                for (KernelPath p : kPaths) {
                     if (!kernelPathAvailable(p)) continue;
                     setKernelPath(p);
                     for (WeightType t : kTypes) {
@@ -166,7 +168,8 @@ private slots:
                     }
                 }
             }
-        const int paths = kernelPathAvailable(KernelPath::Avx2) ? 2 : 1;
+        const int paths = int(std::count_if(std::begin(kPaths), std::end(kPaths),
+                                            [](KernelPath p) { return kernelPathAvailable(p); }));
         QCOMPARE(compared,
                  paths * 3 * int(std::size(kRows) * std::size(kCols) * std::size(kColumnCounts)));
     }
@@ -176,8 +179,9 @@ private slots:
             QSKIP("this CPU has no AVX2+FMA (or the OS does not save YMM registers): only the "
                   "scalar path exists, there is nothing to compare it with");
         std::mt19937 rng(4711);
+        int avx512Compared = 0;
         for (int rows : {1, 13, 40})
-            for (int cols : {31, 129, 1031}) {
+            for (int cols : {31, 129, 300, 1031}) {
                 const Matrix m = randomMatrix(rows, cols, rng);
                 const auto x = randomColumns(cols, 33, rng);
                 for (WeightType t : kTypes)
@@ -188,8 +192,15 @@ private slots:
                         const auto avx2 = runMatmat(m.view(t), x, columns);
                         QVERIFY2(sameBits(scalar, avx2),
                                  qPrintable(where(KernelPath::Avx2, t, rows, cols, columns)));
+                        if (!kernelPathAvailable(KernelPath::Avx512)) continue;
+                        setKernelPath(KernelPath::Avx512);
+                        const auto avx512 = runMatmat(m.view(t), x, columns);
+                        QVERIFY2(sameBits(scalar, avx512),
+                                 qPrintable(where(KernelPath::Avx512, t, rows, cols, columns)));
+                        ++avx512Compared;
                     }
             }
+        if (kernelPathAvailable(KernelPath::Avx512)) QCOMPARE(avx512Compared, 3 * 4 * 3 * 3);
     }
 
     void threadCountChangesNothing() {
@@ -197,7 +208,7 @@ private slots:
         // Large enough that the row blocks really fork (67 rows: 5 blocks of 12 and 7).
         const Matrix m = randomMatrix(67, 1031, rng);
         const auto x = randomColumns(1031, 16, rng);
-        for (KernelPath p : {KernelPath::Scalar, KernelPath::Avx2}) {
+        for (KernelPath p : kPaths) {
             if (!kernelPathAvailable(p)) continue;
             setKernelPath(p);
             for (WeightType t : kTypes) {
@@ -236,7 +247,7 @@ private slots:
                 m.bf16[i] = h;
             }
             for (auto& s : m.scales) s = edgeScales[byte(rng) % std::size(edgeScales)];
-            for (KernelPath p : {KernelPath::Scalar, KernelPath::Avx2}) {
+            for (KernelPath p : kPaths) {
                 if (!kernelPathAvailable(p)) continue;
                 setKernelPath(p);
                 for (WeightType t : kTypes) {
@@ -264,7 +275,7 @@ private slots:
         std::vector<float> x(cols * columns);
         for (int t = 0; t < columns; ++t)
             for (int i = 0; i < cols; ++i) x[t * cols + i] = i == 3 ? INFINITY : float(t + 1);
-        for (KernelPath p : {KernelPath::Scalar, KernelPath::Avx2}) {
+        for (KernelPath p : kPaths) {
             if (!kernelPathAvailable(p)) continue;
             setKernelPath(p);
             const auto y =
