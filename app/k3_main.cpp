@@ -208,6 +208,11 @@ int main(int argc, char** argv) {
         })
         ->group(genGroup)
         ->type_name("N|auto");
+    app.add_option("--draft-trunk", model.draftDir,
+                   "Propose with this draft trunk (k3 pack --draft) instead of prompt lookup; "
+                   "turns on --spec auto unless --spec is given")
+        ->group(genGroup)
+        ->type_name("DIR");
     app.add_option("--context", model.context,
                    "Positions a conversation may hold, 16..1048576 (default 4096); the memory "
                    "plan sizes the KV cache for it")
@@ -289,7 +294,13 @@ int main(int argc, char** argv) {
                 "(one aligned read per layer) with trunk.json; needed once per checkpoint");
     std::string packModel, packTrunk;
     pack->add_option("MODEL_DIR", packModel, "The checkpoint folder")->required();
-    pack->add_option("TRUNK_DIR", packTrunk, "Where trunk.bin and trunk.json go")->required();
+    pack->add_option("TRUNK_DIR", packTrunk,
+                     "Where trunk.bin and trunk.json go (with --draft: the draft's folder)")
+        ->required();
+    bool packDraft = false;
+    pack->add_flag("--draft", packDraft,
+                   "Write a draft trunk for speculation instead (the projections in MXFP4, no "
+                   "routed experts; use it with --draft-trunk)");
 
     app.footer("Exit codes: 0 ok, 1 load or forward failure or memory refusal, 2 usage error "
                "or unreadable config, 4 run invalid (dropped expert or NaN; the report is "
@@ -323,7 +334,9 @@ int main(int argc, char** argv) {
             return report.canRun() ? 0 : 1;
         }
         if (*download) return k3cli::runDownload(dl);
-        if (*pack) return k3cli::runPack(packModel, packTrunk);
+        if (*pack)
+            return packDraft ? k3cli::runPackDraft(packModel, packTrunk)
+                             : k3cli::runPack(packModel, packTrunk);
         if (listPresets) {
             std::fputs(k3::formatPresetTable().c_str(), stdout);
             return 0;
@@ -336,6 +349,7 @@ int main(int argc, char** argv) {
         model.tokenizerGiven = tokOpt->count() > 0;
         resolveMemory(app, presetOpt, trunkGbOpt, cacheGbOpt, trunkGB, cacheGB, model.memory);
         if (!specText.empty()) model.speculation = specText == "auto" ? -1 : std::stoi(specText);
+        if (!model.draftDir.empty() && specText.empty()) model.speculation = -1;
         if (temperatureOpt->count()) model.sampling.temperature = temperature;
         if (topPOpt->count()) model.sampling.topP = topP;
         if (seedOpt->count()) model.sampling.seed = seed;

@@ -37,6 +37,7 @@ struct ModelArgs {
     int layers = 0;
     int prefillChunk = 0; // --prefill-chunk (0: the plan's)
     int speculation = 0;  // --spec: 0 off, N proposals per pass, -1 auto
+    std::string draftDir; // --draft-trunk: proposals from this draft (k3 pack --draft)
     int context = 4096;   // --context: positions the KV cache holds
     MemoryArgs memory;
     SamplingArgs sampling;
@@ -90,5 +91,6 @@ std::vector<std::int32_t> parseIdList(const std::string& text);
 
 // k3 pack MODEL_DIR TRUNK_DIR
 int runPack(const std::string& modelDir, const std::string& trunkDir);
+int runPackDraft(const std::string& modelDir, const std::string& draftDir);
 
 } // namespace k3cli

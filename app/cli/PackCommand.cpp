@@ -1,6 +1,7 @@
 #include "CliSupport.hpp"
 #include "Commands.hpp"
 
+#include <k3/draft.hpp>
 #include <k3/pack.hpp>
 
 #include <atomic>
@@ -13,25 +14,29 @@ std::atomic<bool> packCancel{false};
 extern "C" void onPackInterrupt(int) {
     packCancel.store(true);
 }
-} // namespace
 
-int runPack(const std::string& modelDir, const std::string& trunkDir) {
-    std::signal(SIGINT, onPackInterrupt);
-    const bool tty = stderrIsTty();
-    int lastPercent = -1;
-    const auto observer = [&](const k3::PackProgress& p) {
+// Progress on stderr: one rewritten line on a terminal, every 10% otherwise.
+k3::PackObserver packProgress(bool tty) {
+    return [tty, lastPercent = -1](const k3::PackProgress& p) mutable {
         const int percent =
             p.bytesTotal ? int(100.0 * double(p.bytesDone) / double(p.bytesTotal)) : 100;
         if (tty) {
             std::fprintf(stderr, "\r\033[2Kpacking %d/%d records · %.1f/%.1f MB · %.0f MB/s · %s",
                          p.recordsDone, p.recordsTotal, double(p.bytesDone) / 1e6,
-                         double(p.bytesTotal) / 1e6, p.mbPerSecond, p.record.c_str());
+                         double(p.bytesTotal) / 1e6, p.mbPerSecond, terminalSafe(p.record).c_str());
         } else if (percent / 10 != lastPercent / 10 || p.recordsDone == p.recordsTotal) {
             std::fprintf(stderr, "packing %d/%d records, %d%%\n", p.recordsDone, p.recordsTotal,
                          percent);
         }
         lastPercent = percent;
     };
+}
+} // namespace
+
+int runPack(const std::string& modelDir, const std::string& trunkDir) {
+    std::signal(SIGINT, onPackInterrupt);
+    const bool tty = stderrIsTty();
+    const k3::PackObserver observer = packProgress(tty);
     try {
         const k3::PackResult r = k3::packTrunk(modelDir, trunkDir, observer, &packCancel);
         if (tty) std::fputc('\n', stderr);
@@ -43,6 +48,25 @@ int runPack(const std::string& modelDir, const std::string& trunkDir) {
     } catch (const std::exception& e) {
         if (tty) std::fputc('\n', stderr);
         printNote(std::string("k3 pack: ") + e.what());
+        return packCancel.load() ? 130 : kExitFailure;
+    }
+}
+
+int runPackDraft(const std::string& modelDir, const std::string& draftDir) {
+    std::signal(SIGINT, onPackInterrupt);
+    const bool tty = stderrIsTty();
+    try {
+        const k3::DraftPackResult r =
+            k3::packDraft(modelDir, draftDir, packProgress(tty), &packCancel);
+        if (tty) std::fputc('\n', stderr);
+        std::printf("packed a draft of %d tensors (%d projections in MXFP4) into "
+                    "%s/model.safetensors: %.1f MB from %.1f MB in %.1f s\n",
+                    r.tensors, r.quantised, terminalSafe(draftDir).c_str(),
+                    double(r.fileBytes) / 1e6, double(r.sourceBytes) / 1e6, r.seconds);
+        return kExitOk;
+    } catch (const std::exception& e) {
+        if (tty) std::fputc('\n', stderr);
+        printNote(std::string("k3 pack --draft: ") + e.what());
         return packCancel.load() ? 130 : kExitFailure;
     }
 }

@@ -334,13 +334,14 @@ int runBatch(const RunArgs& args) {
     const double positionsPerSecond =
         result.prefillSeconds > 0 ? result.prefillPositions / result.prefillSeconds : 0.0;
     if (args.model.speculation != 0)
-        std::printf(
-            "speculation: %d proposals verified in %d of %d passes, %d accepted, %.2f "
-            "tokens per trunk pass\n",
-            result.proposed, result.verifyPasses, result.decodePasses, result.acceptedProposals,
-            result.decodePasses > 0 ? double(result.decodePasses + result.acceptedProposals) /
-                                          double(result.decodePasses)
-                                    : 0.0);
+        std::printf("speculation (%s): %d proposals verified in %d of %d passes, %d accepted, %.2f "
+                    "tokens per trunk pass\n",
+                    args.model.draftDir.empty() ? "prompt lookup" : "draft trunk", result.proposed,
+                    result.verifyPasses, result.decodePasses, result.acceptedProposals,
+                    result.decodePasses > 0
+                        ? double(result.decodePasses + result.acceptedProposals) /
+                              double(result.decodePasses)
+                        : 0.0);
     std::printf("prefill: %d positions in %d chunks of up to %d, trunk %.3f GB, experts %.3f GB "
                 "read, %.2f s, %.2f positions/s\n",
                 result.prefillPositions, result.prefillChunks, session.prefillChunk(),
@@ -419,6 +420,11 @@ int runBatch(const RunArgs& args) {
     report["speculation"] = {
         {"width", args.model.speculation < 0 ? nlohmann::ordered_json("auto")
                                              : nlohmann::ordered_json(args.model.speculation)},
+        {"proposer", args.model.draftDir.empty() ? "prompt lookup" : "draft trunk"},
+        {"draft_trunk", args.model.draftDir.empty() ? nlohmann::ordered_json()
+                                                    : nlohmann::ordered_json(args.model.draftDir)},
+        {"draft_bytes", session.memoryReport().draftBytes},
+        {"draft_file_bytes", session.memoryReport().draftFileBytes},
         {"proposals", result.proposed},
         {"accepted", result.acceptedProposals},
         {"decode_passes", result.decodePasses},

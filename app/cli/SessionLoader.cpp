@@ -60,6 +60,7 @@ LoadedSession openModel(const ModelArgs& args, TokenizerNeed need) {
     // The rollback record the plan counts is sized for the widest verification asked for.
     if (args.speculation != 0)
         options.maxSpeculation = args.speculation > 0 ? args.speculation : 16;
+    options.draftDir = args.draftDir;
     // The memory dial: the same tokens at every budget, memory only buys speed.
     if (!args.memory.trunkDir.empty()) {
         options.trunkDir = args.memory.trunkDir;

@@ -102,6 +102,14 @@ struct WeightView {
 
 std::size_t mxfp4RowBytes(int cols);
 std::size_t mxfp4ScalesPerRow(int cols);
+// Quantises one row of n floats to MXFP4 (the draft trunk's format): per 32-group the
+// OCP MX shared scale 2^(floor(log2(max |x|)) - 2) (E2M1's largest exponent is 2), as an
+// E8M0 byte clamped to 0..254 (127 for an all-zero group), then each x / scale rounded to
+// the nearest E2M1 value (ties to the even code, beyond 6 saturated, -0 kept as +0).
+// Non-finite x are refused (KernelError naming the index). packed: mxfp4RowBytes(n)
+// bytes, scales: mxfp4ScalesPerRow(n).
+void quantizeMxfp4Row(const float* x, int n, std::uint8_t* packed, std::uint8_t* scales);
+
 // E8M0 scale byte -> 2^(s - 127); 255 (NaN by spec) -> 0 so a bad byte kills one group.
 float e8m0Scale(std::uint8_t s);
 // One decoded weight: E2M1[nibble] * scale, element `col` of a packed row.

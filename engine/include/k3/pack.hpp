@@ -78,6 +78,10 @@ struct CheckpointIdentity {
 };
 
 CheckpointIdentity checkpointIdentity(const std::filesystem::path& modelDir);
+// The identity as trunk.json's "source" object (JSON text), and back (PackError naming
+// the field when a field is missing or malformed).
+std::string checkpointIdentityJson(const CheckpointIdentity& identity);
+CheckpointIdentity parseCheckpointIdentityJson(std::string_view json);
 
 // The trunk's checksum: XXH3-64 (libxxhash) of n bytes.
 std::uint64_t trunkChecksum(const void* data, std::size_t n);

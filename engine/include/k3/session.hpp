@@ -54,6 +54,9 @@ struct SessionOptions {
     bool enforceMemoryPlan = false;
     bool recordCacheTrace = false;
     bool streamModelTables = false; // embeddings and lm_head stay on disk (ultra)
+    // A draft trunk (k3 pack --draft): speculation proposes with it instead of prompt
+    // lookup. Resident; checked to be this model's draft.
+    std::filesystem::path draftDir;
 };
 
 // The run report's memory figures: the plan (a forecast), what the trunk and the
@@ -66,9 +69,11 @@ struct MemoryReport {
     CacheStats cache;
     int cacheSlots = 0;
     std::uint64_t cacheSlotBytes = 0;
-    std::uint64_t peakRssBytes = 0; // getrusage(RUSAGE_SELF) ru_maxrss
-    double wallSeconds = 0;         // generation wall clock so far
-    double ioShare() const;         // (trunk wait + expert reads) / wall clock
+    std::uint64_t peakRssBytes = 0;   // getrusage(RUSAGE_SELF) ru_maxrss
+    std::uint64_t draftBytes = 0;     // the draft's weights in memory (0: no draft)
+    std::uint64_t draftFileBytes = 0; // its model.safetensors on disk
+    double wallSeconds = 0;           // generation wall clock so far
+    double ioShare() const;           // (trunk wait + expert reads) / wall clock
     // "cache ...", "trunk ...", "PEAK RSS ..." lines as the CLI prints them.
     std::string format() const;
 };

@@ -86,7 +86,8 @@ template <int R, int C> K3_AVX512 inline void tile(const Job& j, int r0, int c0)
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-        for (int c = 0; c < C; ++c) flush(j.st + ((r0 + r) * j.stride + c0 + c) * kLanes, acc[r][c]);
+        for (int c = 0; c < C; ++c)
+            flush(j.st + ((r0 + r) * j.stride + c0 + c) * kLanes, acc[r][c]);
 }
 
 template <int R, int C> K3_AVX512 inline void cols(const Job& j, int r, int c, int cEnd) {
@@ -118,7 +119,8 @@ float finishPair(const double* st, const float* slots, const float* x, const std
 // The SIMD part of a partial last block (len elements, a multiple of 16) of one pair.
 K3_AVX512 void openPairSlots(float* slots, const std::uint16_t* w, const float* xc, int len) {
     __m512 s = _mm512_setzero_ps();
-    for (int i = 0; i < len; i += 16) s = _mm512_fmadd_ps(widen16(w + i), _mm512_load_ps(xc + i), s);
+    for (int i = 0; i < len; i += 16)
+        s = _mm512_fmadd_ps(widen16(w + i), _mm512_load_ps(xc + i), s);
     _mm512_storeu_ps(slots, s);
 }
 

@@ -331,8 +331,8 @@ void matmat(float* y, const float* x, const WeightView& w, int columns) {
                 if (path == KernelPath::Avx512) {
                     detail::copyXBf16ColumnsAvx512(xp, xt, cols, tc);
                     forRowBlocks(rows, fork, [&](int first, int count) {
-                        detail::rowsBf16ColumnsAvx512(yt + first, nr, xt, xp,
-                                                      bf16 + first * nc, cols, count, tc);
+                        detail::rowsBf16ColumnsAvx512(yt + first, nr, xt, xp, bf16 + first * nc,
+                                                      cols, count, tc);
                     });
                     break;
                 }

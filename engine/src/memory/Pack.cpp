@@ -753,4 +753,16 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
     return res;
 }
 
+std::string checkpointIdentityJson(const CheckpointIdentity& identity) {
+    return identityJson(identity).dump();
+}
+
+CheckpointIdentity parseCheckpointIdentityJson(std::string_view text) {
+    try {
+        return identityFromJson(json::parse(text));
+    } catch (const json::exception& e) {
+        throw PackError(std::string("the source identity is malformed: ") + e.what());
+    }
+}
+
 } // namespace k3

@@ -229,6 +229,11 @@ int moeChunk(float* out, const float* xn, int T, const MoeWeightsStored& w, cons
              float eps, const ExpertSource& src) {
     const int hidden = c.hiddenSize, latent = w.down.rows, topK = c.numExpertsPerToken;
     const int nExperts = w.gate.rows;
+    if (src.skipRouted) {
+        std::fill(out, out + at(T, hidden), 0.0f);
+        if (w.hasShared) gluChunk(out, xn, T, w.sharedGate, w.sharedUp, w.sharedDown, c);
+        return 0;
+    }
     // Routing on the full width, per position.
     Floats logits, z;
     mm(logits, w.gate, xn, T);

@@ -58,6 +58,7 @@ struct ExpertSource {
     ExpertCache* cache = nullptr;
     const CheckpointExpertStore* store = nullptr;
     int layer = 0;
+    bool skipRouted = false; // a draft without in-memory experts: the shared experts only
 };
 
 // The latent MoE over a chunk. The chunk's routed experts are the UNION over its

@@ -36,8 +36,11 @@ struct Model::Impl {
     std::unique_ptr<ExpertCache> cache;
     // Embeddings and lm_head left on disk (ultra); null when resident.
     std::unique_ptr<model::StreamedTable> embedTable, headTable;
+    // A draft's exact model, whose in-memory routed experts the draft runs.
+    const Impl* draftOf = nullptr;
 
     const model::LayerWeights& layer(int L);
+    model::ExpertSource expertSource(int L) const;
     // A piecewise streamed layer's MLP arrives now (piece 1), over its attention.
     void enterMlp(int L);
     // h[T][hidden] = the embedding rows of `tokens`, widened exactly.
@@ -66,6 +69,7 @@ public:
             throw ModelError("tensor " + name + " is not in this piece of record " + record_.name);
         return {base_ + it->second, std::size_t(info(name).nbytes)};
     }
+    bool has(const std::string& name) const override { return record_.tensors.count(name) > 0; }
 
 private:
     const TrunkRecord& record_;
@@ -85,6 +89,11 @@ public:
         const auto [t, base] = find(name);
         return {base + t->offset, std::size_t(t->info.nbytes)};
     }
+    bool has(const std::string& name) const override {
+        for (const auto& [r, base] : records_)
+            if (r->tensors.count(name)) return true;
+        return false;
+    }
 
 private:
     std::pair<const TrunkTensor*, const std::byte*> find(const std::string& name) const {
@@ -98,6 +107,24 @@ private:
 };
 
 } // namespace
+
+model::ExpertSource Model::Impl::expertSource(int L) const {
+    model::ExpertSource src;
+    src.layer = L;
+    const Impl& from = draftOf ? *draftOf : *this;
+    if (!from.residentExperts.empty()) {
+        src.resident = &from.residentExperts[std::size_t(L)];
+    } else if (draftOf) {
+        if (from.cache || from.trunk)
+            src.skipRouted = true; // behind a cache: reading experts for a draft costs too much
+        else
+            src.resident = &from.w.layers[std::size_t(L)].moe.experts;
+    } else {
+        src.cache = cache.get();
+        src.store = store.get();
+    }
+    return src;
+}
 
 const model::LayerWeights& Model::Impl::layer(int L) {
     if (!trunk) return w.layers[std::size_t(L)];
@@ -154,8 +181,18 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
     impl->layerCount = layers;
     impl->eps = float(c.rmsNormEps);
     const Checkpoint ckpt = Checkpoint::open(dir);
-    const bool useTrunk = !options.trunkDir.empty();
-    const bool useCache = options.expertCacheBytes > 0 || options.expertCacheSlots > 0;
+    const bool draft = options.draftOf != nullptr;
+    const bool useTrunk = !draft && !options.trunkDir.empty();
+    const bool useCache = !draft && (options.expertCacheBytes > 0 || options.expertCacheSlots > 0);
+    if (draft) {
+        const ModelConfig& x = options.draftOf->config();
+        if (x.vocabSize != c.vocabSize || x.hiddenSize != c.hiddenSize ||
+            x.numHiddenLayers != c.numHiddenLayers || x.numExperts != c.numExperts)
+            throw ModelError("the draft in " + dir.string() +
+                             " has another architecture than the model (vocab_size, hidden_size, "
+                             "num_hidden_layers or n_routed_experts differ)");
+        impl->draftOf = options.draftOf->impl_.get();
+    }
 
     // Everything is added up before anything is allocated.
     std::optional<TrunkIndex> index;
@@ -204,7 +241,7 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
         impl->store = std::make_shared<CheckpointExpertStore>(ckpt, c, layers);
         in.expertSlotBytes = impl->store->slotBytes();
         in.expertCount = impl->store->totalExperts();
-    } else {
+    } else if (!draft) {
         in.residentExpertBytes = expertBytes;
     }
     in.topK = c.numExpertsPerToken;
@@ -292,7 +329,8 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
     if (!useTrunk) {
         model::bindModelTensors(ckptSource, c, impl->w, !streamTables);
         for (int L = 0; L < layers; ++L)
-            impl->w.layers.push_back(model::bindLayer(ckptSource, c, L, !useCache, impl->w.bytes));
+            impl->w.layers.push_back(
+                model::bindLayer(ckptSource, c, L, !useCache && !draft, impl->w.bytes));
         return Model(std::move(impl));
     }
 
@@ -529,12 +567,9 @@ TokenStats Model::forward(InferenceState& state, std::span<const int> tokens,
         if (lw.spec.mlp == MlpKind::Dense) {
             model::gluChunk(mlp.data(), xn.data(), T, lw.dense.gate, lw.dense.up, lw.dense.down, c);
         } else {
-            model::ExpertSource src;
-            src.layer = int(L);
-            if (!impl.residentExperts.empty()) src.resident = &impl.residentExperts[L];
-            src.cache = impl.cache.get();
-            src.store = impl.store.get();
-            stats.droppedExperts += model::moeChunk(mlp.data(), xn.data(), T, lw.moe, c, eps, src);
+            const int drops = model::moeChunk(mlp.data(), xn.data(), T, lw.moe, c, eps,
+                                              impl.expertSource(int(L)));
+            if (!impl.draftOf) stats.droppedExperts += drops; // a draft only proposes
         }
         for (std::size_t i = 0; i < TE; ++i) h[i] = partial[i] + mlp[i];
     }

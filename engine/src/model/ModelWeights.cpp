@@ -34,13 +34,27 @@ public:
 
     // rows x cols; rank-3 [rows, 1, cols] (conv weights) is accepted as the same.
     Matrix matrix(const std::string& name, int rows, int cols) {
+        // A draft trunk stores the matrix as MXFP4 under NAME_packed / NAME_scale.
+        if (!ckpt_.has(name) && ckpt_.has(name + "_packed")) {
+            PackedMatrix p = packedAs(name + "_packed", name + "_scale", rows, cols);
+            Matrix m;
+            m.dtype = DType::U8;
+            m.rows = rows;
+            m.cols = cols;
+            m.raw.resize(p.packed.size());
+            std::memcpy(m.raw.data(), p.packed.data(), p.packed.size());
+            m.scales = std::move(p.scales);
+            return m; // counted by packedAs
+        }
         const TensorInfo& t = ckpt_.info(name);
-        const bool rank2 = t.rank == 2 && t.shape[0] == std::uint64_t(rows) && t.shape[1] == std::uint64_t(cols);
+        const bool rank2 =
+            t.rank == 2 && t.shape[0] == std::uint64_t(rows) && t.shape[1] == std::uint64_t(cols);
         const bool rank3 = t.rank == 3 && t.shape[0] == std::uint64_t(rows) && t.shape[1] == 1 &&
                            t.shape[2] == std::uint64_t(cols);
         if (!rank2 && !rank3)
             throw ModelError("tensor " + name + " has shape " + shapeText(t) + ", expected [" +
-                             std::to_string(rows) + ", " + std::to_string(cols) + "] from config.json");
+                             std::to_string(rows) + ", " + std::to_string(cols) +
+                             "] from config.json");
         Matrix m;
         m.rows = rows;
         m.cols = cols;
@@ -48,8 +62,10 @@ public:
             m.dtype = t.dtype;
             std::vector<std::byte> owned;
             const auto bytes = ckpt_.raw(name, owned);
-            if (!owned.empty()) m.raw = std::move(owned);
-            else m.lent = bytes.data();
+            if (!owned.empty())
+                m.raw = std::move(owned);
+            else
+                m.lent = bytes.data();
         } else if (t.dtype == DType::F16) {
             std::vector<std::byte> owned;
             const auto bytes = ckpt_.raw(name, owned);
@@ -91,16 +107,21 @@ public:
     }
 
     PackedMatrix packed(const std::string& base, int rows, int cols) {
-        const std::string pName = base + ".weight_packed", sName = base + ".weight_scale";
+        return packedAs(base + ".weight_packed", base + ".weight_scale", rows, cols);
+    }
+
+    PackedMatrix packedAs(const std::string& pName, const std::string& sName, int rows, int cols) {
         const TensorInfo& p = ckpt_.info(pName);
         const TensorInfo& s = ckpt_.info(sName);
         const auto rowBytes = std::uint64_t(mxfp4RowBytes(cols));
         const auto rowScales = std::uint64_t(mxfp4ScalesPerRow(cols));
-        if (p.dtype != DType::U8 || p.rank != 2 || p.shape[0] != std::uint64_t(rows) || p.shape[1] != rowBytes)
+        if (p.dtype != DType::U8 || p.rank != 2 || p.shape[0] != std::uint64_t(rows) ||
+            p.shape[1] != rowBytes)
             throw ModelError("tensor " + pName + " is " + std::string(dtypeName(p.dtype)) + " " +
                              shapeText(p) + ", expected U8 [" + std::to_string(rows) + ", " +
                              std::to_string(rowBytes) + "] (MXFP4, two weights per byte)");
-        if (s.dtype != DType::U8 || s.rank != 2 || s.shape[0] != std::uint64_t(rows) || s.shape[1] != rowScales)
+        if (s.dtype != DType::U8 || s.rank != 2 || s.shape[0] != std::uint64_t(rows) ||
+            s.shape[1] != rowScales)
             throw ModelError("tensor " + sName + " is " + std::string(dtypeName(s.dtype)) + " " +
                              shapeText(s) + ", expected U8 [" + std::to_string(rows) + ", " +
                              std::to_string(rowScales) + "] (one E8M0 scale per 32 weights)");
@@ -121,7 +142,8 @@ public:
 
     int rowsOf(const std::string& name) {
         const TensorInfo& t = ckpt_.info(name);
-        if (t.rank != 2) throw ModelError("tensor " + name + " has shape " + shapeText(t) + ", expected 2-D");
+        if (t.rank != 2)
+            throw ModelError("tensor " + name + " has shape " + shapeText(t) + ", expected 2-D");
         return int(t.shape[0]);
     }
 
@@ -131,7 +153,8 @@ private:
 };
 
 // AttnRes scores proj . (rmsnorm(src) * norm): fold proj * norm once at load.
-std::vector<float> fold(Binder& b, const std::string& normName, const std::string& projName, int n) {
+std::vector<float> fold(Binder& b, const std::string& normName, const std::string& projName,
+                        int n) {
     std::vector<float> norm = b.vector(normName, n);
     const std::vector<float> proj = b.vector(projName, n);
     for (int i = 0; i < n; ++i) norm[std::size_t(i)] *= proj[std::size_t(i)];
@@ -139,7 +162,8 @@ std::vector<float> fold(Binder& b, const std::string& normName, const std::strin
 }
 
 void bindKda(Binder& b, const ModelConfig& c, const std::string& a, KdaWeights& w) {
-    const int E = c.hiddenSize, H = c.kdaNumHeads, D = c.kdaHeadDim, P = H * D, K = c.shortConvKernelSize;
+    const int E = c.hiddenSize, H = c.kdaNumHeads, D = c.kdaHeadDim, P = H * D,
+              K = c.shortConvKernelSize;
     w.q = b.matrix(a + "q_proj.weight", P, E);
     w.k = b.matrix(a + "k_proj.weight", P, E);
     w.v = b.matrix(a + "v_proj.weight", P, E);
@@ -169,7 +193,8 @@ void bindMla(Binder& b, const ModelConfig& c, const std::string& a, MlaWeights& 
     w.o = b.matrix(a + "o_proj.weight", E, H * c.vHeadDim);
 }
 
-std::vector<ExpertWeightsStored> routedExperts(Binder& b, const ModelConfig& c, const std::string& m) {
+std::vector<ExpertWeightsStored> routedExperts(Binder& b, const ModelConfig& c,
+                                               const std::string& m) {
     const int L = c.routedExpertHiddenSize, I = c.moeIntermediateSize;
     std::vector<ExpertWeightsStored> experts(std::size_t(c.numExperts));
     for (int e = 0; e < c.numExperts; ++e) {
@@ -202,7 +227,13 @@ void bindMoe(Binder& b, const ModelConfig& c, const std::string& m, MoeWeightsSt
 
 } // namespace
 
-const TensorInfo& CheckpointSource::info(const std::string& name) const { return ckpt_.at(name); }
+const TensorInfo& CheckpointSource::info(const std::string& name) const {
+    return ckpt_.at(name);
+}
+
+bool CheckpointSource::has(const std::string& name) const {
+    return ckpt_.find(name) != nullptr;
+}
 
 std::span<const std::byte> CheckpointSource::raw(const std::string& name,
                                                  std::vector<std::byte>& owned) const {
@@ -212,6 +243,9 @@ std::span<const std::byte> CheckpointSource::raw(const std::string& name,
 
 WeightView Matrix::view() const {
     const std::byte* p = data();
+    if (dtype == DType::U8)
+        return WeightView::mxfp4(reinterpret_cast<const std::uint8_t*>(p), scales.data(), rows,
+                                 cols);
     if (dtype == DType::BF16)
         return WeightView::bf16(reinterpret_cast<const std::uint16_t*>(p), rows, cols);
     return WeightView::f32(reinterpret_cast<const float*>(p), rows, cols);
@@ -230,7 +264,8 @@ void bindModelTensors(const TensorSource& source, const ModelConfig& c, ModelWei
         w.lmHead = b.matrix("language_model.lm_head.weight", c.vocabSize, E);
     }
     w.finalNorm = b.vector(kPrefix + "norm.weight", E);
-    w.outputResFold = fold(b, kPrefix + "output_attn_res_norm.weight", kPrefix + "output_attn_res_proj.weight", E);
+    w.outputResFold = fold(b, kPrefix + "output_attn_res_norm.weight",
+                           kPrefix + "output_attn_res_proj.weight", E);
 }
 
 void bindLayerMlp(const TensorSource& source, const ModelConfig& c, int L, bool withExperts,
@@ -256,10 +291,13 @@ LayerWeights bindLayer(const TensorSource& source, const ModelConfig& c, int L, 
     lw.spec = c.layers[std::size_t(L)];
     lw.inputNorm = b.vector(p + "input_layernorm.weight", E);
     lw.postNorm = b.vector(p + "post_attention_layernorm.weight", E);
-    lw.attnResFold = fold(b, p + "self_attention_res_norm.weight", p + "self_attention_res_proj.weight", E);
+    lw.attnResFold =
+        fold(b, p + "self_attention_res_norm.weight", p + "self_attention_res_proj.weight", E);
     lw.mlpResFold = fold(b, p + "mlp_res_norm.weight", p + "mlp_res_proj.weight", E);
-    if (lw.spec.attention == AttentionKind::Kda) bindKda(b, c, p + "self_attn.", lw.kda);
-    else bindMla(b, c, p + "self_attn.", lw.mla);
+    if (lw.spec.attention == AttentionKind::Kda)
+        bindKda(b, c, p + "self_attn.", lw.kda);
+    else
+        bindMla(b, c, p + "self_attn.", lw.mla);
     if (withMlp) bindLayerMlp(source, c, L, withExperts, bytes, lw);
     return lw;
 }

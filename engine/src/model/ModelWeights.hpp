@@ -25,6 +25,7 @@ public:
     // returns a span over it.
     virtual std::span<const std::byte> raw(const std::string& name,
                                            std::vector<std::byte>& owned) const = 0;
+    virtual bool has(const std::string& name) const = 0;
 };
 
 class CheckpointSource : public TensorSource {
@@ -33,20 +34,23 @@ public:
     const TensorInfo& info(const std::string& name) const override;
     std::span<const std::byte> raw(const std::string& name,
                                    std::vector<std::byte>& owned) const override;
+    bool has(const std::string& name) const override;
 
 private:
     const Checkpoint& ckpt_;
 };
 
-// A 2-D weight in BF16 or F32 (F16 is widened to F32 at load).
+// A 2-D weight in BF16 or F32 (F16 is widened to F32 at load), or MXFP4 (dtype U8: a
+// draft trunk's NAME_packed + NAME_scale, always owned).
 struct Matrix {
     DType dtype = DType::F32;
-    std::vector<std::byte> raw;        // owned bytes, or empty when lent
-    const std::byte* lent = nullptr;   // lent bytes (a trunk record), when raw is empty
+    std::vector<std::byte> raw;       // owned bytes, or empty when lent
+    const std::byte* lent = nullptr;  // lent bytes (a trunk record), when raw is empty
+    std::vector<std::uint8_t> scales; // MXFP4 only
     int rows = 0;
     int cols = 0;
     WeightView view() const;
-    std::uint64_t bytes() const { return raw.size(); }
+    std::uint64_t bytes() const { return raw.size() + scales.size(); }
     const std::byte* data() const { return raw.empty() ? lent : raw.data(); }
 };
 

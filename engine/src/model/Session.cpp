@@ -1,4 +1,5 @@
 #include "k3/session.hpp"
+#include "k3/draft.hpp"
 #include "k3/speculation.hpp"
 
 #include <sys/resource.h>
@@ -24,6 +25,14 @@ struct Session::Impl {
     int chunk = 1;          // positions per prefill chunk
     double wallSeconds = 0; // time spent feeding tokens
     TokenTiming lastTiming; // of the last fed token
+
+    // The draft (SessionOptions::draftDir) runs `model`'s experts, so it is declared after
+    // it (destroyed first). draftFed: the ids draftState holds.
+    std::optional<Model> draft;
+    std::optional<InferenceState> draftState;
+    std::vector<TokenId> draftFed;
+    std::vector<float> draftLogits;
+    std::uint64_t draftFileBytes = 0;
 
     Impl(Model m) : model(std::move(m)), state(model.newState()) {
         logits.assign(std::size_t(model.config().vocabSize), 0.0f);
@@ -69,6 +78,21 @@ Session Session::open(const SessionOptions& options) {
     mo.streamModelTables = options.streamModelTables;
     auto impl = std::make_unique<Impl>(Model::load(options.modelDir, mo));
     impl->chunk = std::max(1, impl->model.memoryPlan().chunkPositions);
+    if (!options.draftDir.empty()) {
+        checkDraft(options.draftDir, options.modelDir);
+        ModelOptions dmo;
+        dmo.draftOf = &impl->model;
+        dmo.layerLimit = options.layerLimit;
+        dmo.contextLength = options.contextLength;
+        dmo.prefillChunk = options.prefillChunk;
+        dmo.maxSpeculation = 0; // the draft's proposals are never rolled back, it is restored
+        impl->draft = Model::load(options.draftDir, dmo);
+        impl->draftState = impl->draft->newState();
+        impl->draftLogits.assign(std::size_t(impl->draft->config().vocabSize), 0.0f);
+        std::error_code ec;
+        const auto size = std::filesystem::file_size(options.draftDir / "model.safetensors", ec);
+        impl->draftFileBytes = ec ? 0 : size;
+    }
     if (options.loadTokenizer) {
         impl->tokenizer = Tokenizer::fromDirectory(
             options.tokenizerDir.empty() ? options.modelDir : options.tokenizerDir);
@@ -115,6 +139,8 @@ void Session::reset() {
     impl_->fed.clear();
     impl_->promptSnapshot.reset();
     impl_->promptSnapshotIds.clear();
+    if (impl_->draftState) impl_->draftState->reset();
+    impl_->draftFed.clear();
 }
 
 MemoryReport Session::memoryReport() const {
@@ -129,6 +155,11 @@ MemoryReport Session::memoryReport() const {
     r.cacheSlots = st.cacheSlots;
     r.cacheSlotBytes = st.cacheSlotBytes;
     r.peakRssBytes = peakRss();
+    if (impl_->draft) {
+        r.draftBytes =
+            impl_->draft->weightBytes() + (impl_->draftState ? impl_->draftState->heldBytes() : 0);
+        r.draftFileBytes = impl_->draftFileBytes;
+    }
     r.wallSeconds = impl_->wallSeconds;
     return r;
 }
@@ -184,6 +215,11 @@ std::string MemoryReport::format() const {
         }
     } else {
         out += "trunk\n  resident (no packed trunk)\n";
+    }
+    if (draftBytes > 0) {
+        std::snprintf(buf, sizeof buf, "draft\n  %s in memory (weights and state), %s on disk\n",
+                      formatBytes(draftBytes).c_str(), formatBytes(draftFileBytes).c_str());
+        out += buf;
     }
     std::snprintf(buf, sizeof buf, "PEAK RSS for the whole run: %s   <- quote this, not the plan\n",
                   formatBytes(peakRssBytes).c_str());
@@ -289,6 +325,38 @@ double share(double total, int parts) {
     return parts > 0 ? total / parts : 0;
 }
 
+// Up to k tokens the draft's greedy decode continues `context` with (the conversation
+// and the pending token). The draft first catches up with the conversation (in chunks;
+// from scratch when the conversation is not a continuation of what it holds), then
+// proposes from a copy of its state point, which is put back afterwards: the draft never
+// needs a rollback.
+std::vector<TokenId> proposeWithDraft(Session::Impl& s, std::span<const TokenId> context, int k) {
+    const Model& d = *s.draft;
+    InferenceState& st = *s.draftState;
+    const std::size_t known = context.size() - 1;
+    if (!isPrefix(s.draftFed, context.first(known))) {
+        st.reset();
+        s.draftFed.clear();
+    }
+    const std::size_t chunk = std::size_t(std::max(1, d.memoryPlan().chunkPositions));
+    while (s.draftFed.size() < known) {
+        const std::size_t n = std::min(chunk, known - s.draftFed.size());
+        d.forward(st, context.subspan(s.draftFed.size(), n), s.draftLogits);
+        s.draftFed.insert(s.draftFed.end(), context.begin() + std::ptrdiff_t(s.draftFed.size()),
+                          context.begin() + std::ptrdiff_t(s.draftFed.size() + n));
+    }
+    InferenceState saved = st.clone();
+    std::vector<TokenId> out;
+    TokenId current = context.back();
+    for (int i = 0; i < k; ++i) {
+        d.forward(st, current, s.draftLogits);
+        current = argmax(s.draftLogits);
+        out.push_back(current);
+    }
+    st = std::move(saved);
+    return out;
+}
+
 // The answer's tokens, one trunk pass per token, or (greedy with speculation on) several:
 // the pending token and up to k proposals verified in one chunk, the longest prefix equal
 // to the model's own argmax kept, the state rolled back to it. Every id is the one serial
@@ -344,7 +412,7 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
                                     s.model.memoryPlan().maxSpeculation});
             // The conversation so far plus `next`, without copying it every step.
             s.fed.push_back(next);
-            proposals = proposePromptLookup(s.fed, k);
+            proposals = s.draft ? proposeWithDraft(s, s.fed, k) : proposePromptLookup(s.fed, k);
             s.fed.pop_back();
         }
         if (proposals.empty()) { // one position, as serial decode
