@@ -41,8 +41,8 @@ private:
 // A 2-D weight in BF16 or F32 (F16 is widened to F32 at load).
 struct Matrix {
     DType dtype = DType::F32;
-    std::vector<std::byte> raw;        // owned bytes, or empty when lent
-    const std::byte* lent = nullptr;   // lent bytes (a trunk record), when raw is empty
+    std::vector<std::byte> raw;      // owned bytes, or empty when lent
+    const std::byte* lent = nullptr; // lent bytes (a trunk record), when raw is empty
     int rows = 0;
     int cols = 0;
     WeightView view() const;
@@ -75,8 +75,17 @@ struct DenseMlpWeights {
     Matrix gate, up, down;
 };
 
+// One routed-expert matrix in the form the checkpoint declares: MXFP4 when config.json
+// has a quantization_config, else a plain BF16 / F32 matrix (the kernels take either).
+struct ExpertMatrix {
+    bool mxfp4 = true;
+    PackedMatrix packed; // mxfp4
+    Matrix plain;        // !mxfp4
+    WeightView view() const { return mxfp4 ? packed.view() : plain.view(); }
+};
+
 struct ExpertWeightsStored {
-    PackedMatrix w1, w3, w2;
+    ExpertMatrix w1, w3, w2;
 };
 
 struct MoeWeightsStored {

@@ -65,6 +65,8 @@ void TestMemoryModel::sameBitsAtEveryBudget_data() {
     QTest::addColumn<QString>("name");
     QTest::newRow("k3_tiny_a") << QStringLiteral("k3_tiny_a");
     QTest::newRow("k3_tiny_b") << QStringLiteral("k3_tiny_b");
+    // Plain F32 experts (no quantization_config): slots and plan follow the dtype.
+    QTest::newRow("k3_tiny_f32") << QStringLiteral("k3_tiny_f32");
 }
 
 void TestMemoryModel::sameBitsAtEveryBudget() {
