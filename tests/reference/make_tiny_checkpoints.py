@@ -7,7 +7,8 @@ first_step_logits.f32. See k3_checkpoint.py for the layout and README.md for the
 expected.json is computed by k3_reference.py from the files AS WRITTEN (BF16-rounded
 trunk, MXFP4-quantised experts), never from the float weights.
 
-k3_tiny_f32 has no quantization_config: its routed experts are plain F32 tensors.
+k3_tiny_f32 and k3_tiny_bf16 have no quantization_config: their routed experts are plain
+F32 / BF16 tensors.
 
 Deterministic and idempotent. usage: make_tiny_checkpoints.py [OUT_ROOT] [NAME...]
 """
@@ -87,6 +88,23 @@ SPECS = {
         "kda": {"num_heads": 2, "head_dim": 16, "full_attn_layers": [2, 5]},
         "shards": 3, "experts_elsewhere": ("E2",),
         "messages": [{"role": "user", "content": "What is k3chat?"}], "thinking": False,
+        "small_scale": None,
+    },
+    # The same without quantization_config, experts in BF16 (the other plain dtype), as
+    # small as a model with KDA, MLA, a dense and MoE layers gets: 3 layers, KMK.
+    "k3_tiny_bf16": {
+        "seed": 3141, "merges": 200, "expert_dtype": "bf16",
+        "text": {
+            "hidden_size": 32, "num_hidden_layers": 3,
+            "num_attention_heads": 2, "q_lora_rank": 16, "kv_lora_rank": 16,
+            "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,
+            "num_experts": 4, "num_experts_per_token": 2, "num_shared_experts": 1,
+            "routed_expert_hidden_size": 24, "moe_intermediate_size": 20,
+            "intermediate_size": 48, "attn_res_block_size": 2,
+        },
+        "kda": {"num_heads": 2, "head_dim": 16, "full_attn_layers": [2]},
+        "shards": 2, "experts_elsewhere": (),
+        "messages": [{"role": "user", "content": "Hi"}], "thinking": False,
         "small_scale": None,
     },
 }
