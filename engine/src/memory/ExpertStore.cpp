@@ -111,7 +111,15 @@ CheckpointExpertStore::CheckpointExpertStore(const Checkpoint& ckpt, const Model
                 oneShard = oneShard && t->shard == en.shard;
                 used[t->shard] = 1;
             }
-            en.contiguous = oneShard && hi - lo == sum; // headers never overlap, so no gap
+            // A slot starts on a 4096 boundary, so a matrix sits in it at its file offset
+            // modulo 4096: a plain BF16/F32 matrix at an odd offset is read on its own, to an
+            // aligned place, rather than handed to the kernels misaligned.
+            bool elementAligned = true;
+            if (!mxfp4)
+                for (const TensorInfo* t : ts)
+                    elementAligned = elementAligned && t->offset % dtypeSize(t->dtype) == 0;
+            // headers never overlap, so equal sizes mean no gap
+            en.contiguous = oneShard && hi - lo == sum && elementAligned;
             std::array<std::size_t, 6> off{};
             std::size_t window = 0;
             if (en.contiguous) {
