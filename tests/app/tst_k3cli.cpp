@@ -1,3 +1,5 @@
+#include <QDir>
+#include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -32,6 +34,7 @@ private slots:
     void unknownFlagIsUsageError();
     void doctorJsonReport();
     void doctorRefusesOutOfRangeSeconds();
+    void doctorOpensTheCheckpoint();
 };
 
 void TestK3Cli::versionPrintsAndExitsZero() {
@@ -85,6 +88,33 @@ void TestK3Cli::doctorRefusesOutOfRangeSeconds() {
     const Run r = runK3({"doctor", "--disk-seconds", "100"});
     QCOMPARE(r.exitCode, 2);
     QVERIFY2(r.err.contains(QStringLiteral("disk-seconds")), qPrintable(r.err));
+}
+
+// Issue 22, point 11: `k3 doctor` used to say "[ok] Checkpoint: found" for a broken
+// checkpoint. It opens it now: a readable one is ok (exit 0), a missing shard fails the
+// check with the file named (exit 1).
+void TestK3Cli::doctorOpensTheCheckpoint() {
+    QTemporaryDir dir;
+    const QDir src(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_b"));
+    for (const QString& f : src.entryList(QDir::Files))
+        QVERIFY(QFile::copy(src.filePath(f), dir.filePath(f)));
+    const Run good = runK3({"doctor", dir.path(), "--no-disk-test"});
+    QCOMPARE(good.exitCode, 0);
+    QVERIFY2(good.out.contains("[ok]   Checkpoint: readable at " + dir.path() +
+                               " (522 tensors in 2 shard(s), 9 layers, routed experts MXFP4)\n"),
+             qPrintable(good.out));
+
+    QVERIFY(QFile::remove(dir.filePath(QStringLiteral("model-00002-of-00002.safetensors"))));
+    const Run broken = runK3({"doctor", dir.path(), "--no-disk-test"});
+    QCOMPARE(broken.exitCode, 1);
+    QVERIFY2(broken.out.contains("[FAIL] Checkpoint: cannot be read: " + dir.path() +
+                                 "/model-00002-of-00002.safetensors: cannot open: No such file "
+                                 "or directory\n"),
+             qPrintable(broken.out));
+    QVERIFY2(broken.out.contains("The checkpoint at " + dir.path() +
+                                 " cannot be read; see the failed check above.\n"),
+             qPrintable(broken.out));
+    QVERIFY2(!broken.out.contains(QStringLiteral("Next:")), qPrintable(broken.out));
 }
 
 QTEST_GUILESS_MAIN(TestK3Cli)

@@ -1,6 +1,9 @@
+#include <QDir>
+#include <QFile>
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <filesystem>
 #include <fstream>
 
 #include <k3/doctor.hpp>
@@ -12,6 +15,8 @@ private slots:
     void refusesUnalignedBlock();
     void emptyFolderSuggestsDownload();
     void checkpointFolderSuggestsPack();
+    void brokenCheckpointFails_data();
+    void brokenCheckpointFails();
     void jsonHasEveryCheck();
 };
 
@@ -55,7 +60,8 @@ void TestDoctor::emptyFolderSuggestsDownload() {
     QVERIFY(r.canRun()); // CI and dev machines have 24 GB
     QVERIFY(!r.checkpointPresent);
     QVERIFY(r.freeBytes.has_value());
-    QCOMPARE(QString::fromStdString(r.nextCommand), QStringLiteral("k3 download ") + dir.path() + "/k3model");
+    QCOMPARE(QString::fromStdString(r.nextCommand),
+             QStringLiteral("k3 download ") + dir.path() + "/k3model");
     bool sawSpace = false;
     for (const auto& c : r.checks)
         if (c.name == "disk-space") {
@@ -69,17 +75,123 @@ void TestDoctor::emptyFolderSuggestsDownload() {
     QVERIFY(sawSpace);
 }
 
+// A copy of a committed tiny checkpoint (the released file layout) in `dir`.
+static void copyCheckpoint(const QString& dir, const char* name) {
+    const QDir src(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/") + QLatin1String(name));
+    for (const QString& f : src.entryList(QDir::Files))
+        QVERIFY(QFile::copy(src.filePath(f), dir + QLatin1Char('/') + f));
+}
+
+static const k3::DoctorCheck* checkNamed(const k3::DoctorReport& r, const std::string& name) {
+    for (const auto& c : r.checks)
+        if (c.name == name) return &c;
+    return nullptr;
+}
+
 void TestDoctor::checkpointFolderSuggestsPack() {
     QTemporaryDir dir;
-    std::ofstream(dir.filePath(QStringLiteral("config.json")).toStdString()) << "{}";
-    std::ofstream(dir.filePath(QStringLiteral("model.safetensors.index.json")).toStdString()) << "{}";
+    copyCheckpoint(dir.path(), "k3_tiny_b");
     k3::DoctorOptions o;
     o.modelDir = dir.path().toStdString();
     o.measureDisk = false;
     const k3::DoctorReport r = k3::runDoctor(o);
     QVERIFY(r.checkpointPresent);
+    QCOMPARE(r.checkpointError, std::string());
+    const k3::DoctorCheck* c = checkNamed(r, "checkpoint");
+    QVERIFY(c);
+    QCOMPARE(c->status, k3::CheckStatus::Ok);
+    QCOMPARE(QString::fromStdString(c->verdict),
+             QStringLiteral("Checkpoint: readable at %1 (522 tensors in 2 shard(s), 9 layers, "
+                            "routed experts MXFP4)")
+                 .arg(dir.path()));
     QCOMPARE(QString::fromStdString(r.nextCommand),
              QStringLiteral("k3 pack %1 %1/trunk").arg(dir.path()));
+}
+
+// Issue 22, point 11: "found" is not "readable". The doctor opens config, index, shard
+// headers and expert tensors with the model's readers and fails on the first error.
+void TestDoctor::brokenCheckpointFails_data() {
+    QTest::addColumn<QString>("breakage");
+    QTest::addColumn<QString>("message"); // after "Checkpoint: cannot be read: " + the folder
+    QTest::newRow("config not JSON")
+        << "config"
+        << "/config.json: not valid JSON: [json.exception.parse_error.101] parse error at line 1, "
+           "column 18: syntax error while parsing object key - unexpected end of input; "
+           "expected string literal";
+    QTest::newRow("config with hidden_act silu")
+        << "config-arch"
+        << "/config.json: 1 field(s) describe an architecture this engine does not implement (it "
+           "runs the released Kimi K3 graph only):\n    text_config.hidden_act = \"silu\": "
+           "supported \"situ\"";
+    QTest::newRow("empty index") << "index"
+                                 << "/model.safetensors.index.json: no weight_map";
+    QTest::newRow("missing shard")
+        << "missing-shard"
+        << "/model-00002-of-00002.safetensors: cannot open: No such file or directory";
+    QTest::newRow("truncated shard header")
+        << "truncated"
+        << "/model-00001-of-00002.safetensors: header length 30320 is larger than the file (100 "
+           "bytes)";
+    QTest::newRow("experts not in the declared form")
+        << "no-quant"
+        << ": no tensor named "
+           "\"language_model.model.layers.1.block_sparse_moe.experts.0.w1.weight\": config.json "
+           "has no quantization_config, so routed experts are read as plain BF16/F32 NAME.weight "
+           "tensors; the checkpoint holds MXFP4 "
+           "language_model.model.layers.1.block_sparse_moe.experts.0.w1.weight_packed (is its "
+           "config.json's quantization_config missing?)";
+}
+
+void TestDoctor::brokenCheckpointFails() {
+    QFETCH(QString, breakage);
+    QFETCH(QString, message);
+    QTemporaryDir dir;
+    copyCheckpoint(dir.path(), "k3_tiny_b");
+    const std::string d = dir.path().toStdString();
+    if (breakage == QLatin1String("config")) {
+        std::ofstream(d + "/config.json", std::ios::trunc) << "{\"text_config\": {";
+    } else if (breakage == QLatin1String("config-arch")) {
+        std::ifstream in(d + "/config.json");
+        std::string text((std::istreambuf_iterator<char>(in)), {});
+        const auto at = text.find("\"situ\"");
+        QVERIFY(at != std::string::npos);
+        text.replace(at, 6, "\"silu\"");
+        std::ofstream(d + "/config.json", std::ios::trunc) << text;
+    } else if (breakage == QLatin1String("index")) {
+        std::ofstream(d + "/model.safetensors.index.json", std::ios::trunc) << "{}";
+    } else if (breakage == QLatin1String("missing-shard")) {
+        QVERIFY(QFile::remove(dir.filePath(QStringLiteral("model-00002-of-00002.safetensors"))));
+    } else if (breakage == QLatin1String("truncated")) {
+        // Cut inside the JSON header: the header length points past the end of the file.
+        std::filesystem::resize_file(d + "/model-00001-of-00002.safetensors", 100);
+    } else if (breakage == QLatin1String("no-quant")) {
+        // The config says plain experts; the shards hold MXFP4 ones.
+        std::ifstream in(d + "/config.json");
+        std::string text((std::istreambuf_iterator<char>(in)), {});
+        const auto at = text.find("\"quantization_config\"");
+        QVERIFY(at != std::string::npos);
+        text.replace(at, 21, "\"unused_quantization\"");
+        std::ofstream(d + "/config.json", std::ios::trunc) << text;
+    }
+    k3::DoctorOptions o;
+    o.modelDir = d;
+    o.measureDisk = false;
+    const k3::DoctorReport r = k3::runDoctor(o);
+    QVERIFY(r.checkpointPresent);
+    QVERIFY(!r.canRun());
+    QVERIFY(r.nextCommand.empty());
+    const k3::DoctorCheck* c = checkNamed(r, "checkpoint");
+    QVERIFY(c);
+    QCOMPARE(c->status, k3::CheckStatus::Fail);
+    QCOMPARE(QString::fromStdString(c->verdict),
+             QStringLiteral("Checkpoint: cannot be read: ") + dir.path() + message);
+    QCOMPARE(c->verdict, "Checkpoint: cannot be read: " + r.checkpointError);
+    const std::string text = k3::formatDoctorReport(r);
+    QVERIFY2(text.find("[FAIL] Checkpoint: cannot be read: ") != std::string::npos, text.c_str());
+    QVERIFY2(text.find("The checkpoint at " + d + " cannot be read; see the failed check above.") !=
+                 std::string::npos,
+             text.c_str());
+    QVERIFY(k3::doctorReportJson(r).find("\"checkpoint_error\": \"") != std::string::npos);
 }
 
 void TestDoctor::jsonHasEveryCheck() {

@@ -65,8 +65,10 @@ def render_chat(messages, add_generation_prompt=True, thinking=False):
 
 # --------------------------------------------------------------------------- config
 
-def make_config(text, kda, tokenizer):
-    """text: language-model dims; kda: num_heads, head_dim, full_attn_layers (ONE-based)."""
+def make_config(text, kda, tokenizer, quantized=True):
+    """text: language-model dims; kda: num_heads, head_dim, full_attn_layers (ONE-based).
+    quantized=False leaves out quantization_config: the experts are plain float tensors
+    (the released layout, non-quantised)."""
     t = dict(COMMON_TEXT)
     t.update(text)
     t["vocab_size"] = tokenizer.vocab_size
@@ -78,18 +80,19 @@ def make_config(text, kda, tokenizer):
         "kda_layers": [i for i in range(1, n + 1) if i not in full],
         "full_attn_layers": full, "use_full_rank_gate": True,
     }
-    t["quantization_config"] = {
-        "quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized",
-        "config_groups": {"group_0": {
-            "targets": ["Linear"], "format": "mxfp4-pack-quantized",
-            "weights": {"num_bits": 4, "type": "float", "symmetric": True,
-                        "strategy": "group", "group_size": 32, "scale_dtype": "uint8",
-                        "dynamic": False},
-            "input_activations": None}},
-        "ignore": ["language_model.lm_head", "re:.*self_attn.*", "re:.*mlp\\..*",
-                   "re:.*shared_experts.*", "re:.*block_sparse_moe\\.gate$",
-                   "re:.*routed_expert_(down|up)_proj$"],
-    }
+    if quantized:
+        t["quantization_config"] = {
+            "quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized",
+            "config_groups": {"group_0": {
+                "targets": ["Linear"], "format": "mxfp4-pack-quantized",
+                "weights": {"num_bits": 4, "type": "float", "symmetric": True,
+                            "strategy": "group", "group_size": 32, "scale_dtype": "uint8",
+                            "dynamic": False},
+                "input_activations": None}},
+            "ignore": ["language_model.lm_head", "re:.*self_attn.*", "re:.*mlp\\..*",
+                       "re:.*shared_experts.*", "re:.*block_sparse_moe\\.gate$",
+                       "re:.*routed_expert_(down|up)_proj$"],
+        }
     sp = tokenizer.specials
     return {
         "architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3",
@@ -203,9 +206,11 @@ class RandomSource:
         raise ValueError(f"unknown init {init} for {name}")
 
 
-def build_runs(cfg_json, source, hook=None):
+def build_runs(cfg_json, source, hook=None, expert_dtype="mxfp4"):
     """{run: [(name, dtype, shape, array)]}. source(name, shape, init) -> float32 array;
-    hook(name, kind, packed, scale) may edit an expert's bytes (e.g. a NaN scale)."""
+    hook(name, kind, packed, scale) may edit an expert's bytes (e.g. a NaN scale).
+    expert_dtype "f32" or "bf16" writes each expert matrix as a plain NAME.weight tensor
+    (a checkpoint without quantization_config) instead of MXFP4 packed + scales."""
     runs = {}
     for run, name, shape, kind, init in tensor_plan(cfg_json):
         w = np.asarray(source(name, shape, init), dtype=np.float32)
@@ -215,6 +220,10 @@ def build_runs(cfg_json, source, hook=None):
             out = [(name, "BF16", shape, ref.f32_to_bf16_bits(w))]
         elif kind == "f32":
             out = [(name, "F32", shape, w)]
+        elif expert_dtype == "f32":
+            out = [(name + ".weight", "F32", shape, w)]
+        elif expert_dtype == "bf16":
+            out = [(name + ".weight", "BF16", shape, ref.f32_to_bf16_bits(w))]
         else:
             packed, scale = ref.mxfp4_encode(w)
             if hook:

@@ -514,7 +514,8 @@ def decoder_layer(h, blocks, lw, cfg, layer_idx, state=None):
 
 class K3Model:
     def __init__(self, cfg, tensors):
-        """tensors: {name: float32 torch tensor or ('mxfp4', packed, scale)}."""
+        """tensors: {name: float32 torch tensor or ('mxfp4', packed, scale)}; a routed
+        expert matrix is either (MXFP4) or a float NAME.weight."""
         self.cfg = cfg
         T = tensors
 
@@ -562,10 +563,18 @@ class K3Model:
             else:
                 m = pre + "block_sparse_moe."
                 experts = []
+
+                def expert_matrix(base, cols):
+                    # MXFP4 (packed + scales, read as one entry) or a plain float
+                    # NAME.weight (a checkpoint without quantization_config)
+                    if base in T:
+                        return mxfp4_decode(*T[base][1:], cols=cols)
+                    return get(base + ".weight")
+
                 for e in range(cfg.num_experts):
                     lat, inter = cfg.routed_expert_hidden_size, cfg.moe_intermediate_size
                     experts.append(tuple(
-                        mxfp4_decode(*get(f"{m}experts.{e}.{w}")[1:], cols=c)
+                        expert_matrix(f"{m}experts.{e}.{w}", c)
                         for w, c in (("w1", lat), ("w3", lat), ("w2", inter))))
                 lw["moe"] = {
                     "gate": get(m + "gate.weight"), "bias": get(m + "gate.e_score_correction_bias"),

@@ -7,7 +7,10 @@ first_step_logits.f32. See k3_checkpoint.py for the layout and README.md for the
 expected.json is computed by k3_reference.py from the files AS WRITTEN (BF16-rounded
 trunk, MXFP4-quantised experts), never from the float weights.
 
-Deterministic and idempotent. usage: make_tiny_checkpoints.py [OUT_ROOT]
+k3_tiny_f32 and k3_tiny_bf16 have no quantization_config: their routed experts are plain
+F32 / BF16 tensors.
+
+Deterministic and idempotent. usage: make_tiny_checkpoints.py [OUT_ROOT] [NAME...]
 """
 
 import glob
@@ -68,19 +71,56 @@ SPECS = {
         # layer 2, expert 0, w1, row 3, group 0
         "small_scale": ("language_model.model.layers.2.block_sparse_moe.experts.0.w1", 3, 0),
     },
+    # The released layout WITHOUT quantization_config (issue 22, point 10): the routed
+    # experts are plain F32 NAME.weight tensors, read in the dtype the file declares.
+    # 5 layers, KMKKM; block 2 -> boundaries 0,2,4; layer 2's experts sit in the last
+    # shard (the expert cache reads across shards).
+    "k3_tiny_f32": {
+        "seed": 2718, "merges": 200, "expert_dtype": "f32",
+        "text": {
+            "hidden_size": 64, "num_hidden_layers": 5,
+            "num_attention_heads": 2, "q_lora_rank": 32, "kv_lora_rank": 24,
+            "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+            "num_experts": 6, "num_experts_per_token": 2, "num_shared_experts": 1,
+            "routed_expert_hidden_size": 40, "moe_intermediate_size": 36,
+            "intermediate_size": 96, "attn_res_block_size": 2,
+        },
+        "kda": {"num_heads": 2, "head_dim": 16, "full_attn_layers": [2, 5]},
+        "shards": 3, "experts_elsewhere": ("E2",),
+        "messages": [{"role": "user", "content": "What is k3chat?"}], "thinking": False,
+        "small_scale": None,
+    },
+    # The same without quantization_config, experts in BF16 (the other plain dtype), as
+    # small as a model with KDA, MLA, a dense and MoE layers gets: 3 layers, KMK.
+    "k3_tiny_bf16": {
+        "seed": 3141, "merges": 200, "expert_dtype": "bf16",
+        "text": {
+            "hidden_size": 32, "num_hidden_layers": 3,
+            "num_attention_heads": 2, "q_lora_rank": 16, "kv_lora_rank": 16,
+            "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,
+            "num_experts": 4, "num_experts_per_token": 2, "num_shared_experts": 1,
+            "routed_expert_hidden_size": 24, "moe_intermediate_size": 20,
+            "intermediate_size": 48, "attn_res_block_size": 2,
+        },
+        "kda": {"num_heads": 2, "head_dim": 16, "full_attn_layers": [2]},
+        "shards": 2, "experts_elsewhere": (),
+        "messages": [{"role": "user", "content": "Hi"}], "thinking": False,
+        "small_scale": None,
+    },
 }
 
 
 def build(name, spec, out_root):
     out_dir = os.path.join(out_root, name)
     tok = ck.train_tokenizer(spec["merges"])
-    cfg_json = ck.make_config(spec["text"], spec["kda"], tok)
+    expert_dtype = spec.get("expert_dtype", "mxfp4")
+    cfg_json = ck.make_config(spec["text"], spec["kda"], tok, quantized=expert_dtype == "mxfp4")
 
     def hook(tname, packed, scale):
         if spec["small_scale"] and tname == spec["small_scale"][0]:
             scale[spec["small_scale"][1], spec["small_scale"][2]] = 0
 
-    runs = ck.build_runs(cfg_json, ck.RandomSource(spec["seed"]), hook)
+    runs = ck.build_runs(cfg_json, ck.RandomSource(spec["seed"]), hook, expert_dtype)
     plan = ck.shard_plan_auto(runs, spec["shards"], spec["experts_elsewhere"])
     ck.write_checkpoint(out_dir, cfg_json, runs, plan, tok)
     ck.verify_layout(out_dir)
@@ -109,9 +149,13 @@ def build(name, spec, out_root):
 def main():
     torch.manual_seed(0)
     torch.set_grad_enabled(False)
-    out_root = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_OUT
+    args = sys.argv[1:]
+    only = [a for a in args if a in SPECS]  # NAME...: build just these
+    rest = [a for a in args if a not in SPECS]
+    out_root = rest[0] if rest else DEFAULT_OUT
     for name, spec in SPECS.items():
-        build(name, spec, out_root)
+        if not only or name in only:
+            build(name, spec, out_root)
 
 
 if __name__ == "__main__":

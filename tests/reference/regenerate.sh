@@ -1,6 +1,6 @@
 #!/bin/sh
 # Rebuilds every committed fixture made by this folder, deterministically (fixed seeds):
-#   tests/fixtures/models/{k3_tiny_a,k3_tiny_b}/   make_tiny_checkpoints.py
+#   tests/fixtures/models/{k3_tiny_a,k3_tiny_b,k3_tiny_f32,k3_tiny_bf16}/   make_tiny_checkpoints.py
 #   resources/demo/ weights + tokenizer            train_demo.py (only with K3_TRAIN_DEMO=1:
 #                                                  about 10 minutes of training, 1 thread)
 #   resources/demo/expected.json + .f32            train_demo.py --expected-only (always:

@@ -1,6 +1,8 @@
 #include <QApplication>
+#include <QDir>
 #include <QDoubleSpinBox>
 #include <QFile>
+#include <QLabel>
 #include <QListWidget>
 #include <QPushButton>
 #include <QRegularExpression>
@@ -36,6 +38,7 @@ class TestSetupWizard : public QObject {
 private slots:
     void initTestCase();
     void doctorRunsOffTheGuiThreadAndShowsVerdicts();
+    void doctorFailsABrokenCheckpoint();
     void modelSourceAcceptsTinyCheckpoint();
     void modelSourceRejectsFolderWithoutConfig();
     void downloadFromUnreachableHubShowsErrorAndStaysUsable();
@@ -76,6 +79,40 @@ void TestSetupWizard::doctorRunsOffTheGuiThreadAndShowsVerdicts() {
     QCOMPARE(names, (QStringList{"cpu", "memory", "disk-space", "disk-speed"}));
     QVERIFY(page->report()->canRun()); // 24 GB machines run the model
     QVERIFY(page->isComplete());
+}
+
+// Issue 22, point 11: a checkpoint folder whose config.json is not JSON fails the doctor's
+// "checkpoint" check with the file named, and the page says the folder is the problem.
+void TestSetupWizard::doctorFailsABrokenCheckpoint() {
+    QTemporaryDir dir;
+    const QDir src(kTinyModel);
+    for (const QString& f : src.entryList(QDir::Files))
+        QVERIFY(QFile::copy(src.filePath(f), dir.filePath(f)));
+    QFile config(dir.filePath(QStringLiteral("config.json")));
+    QVERIFY(config.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    config.write("{\"text_config\": {");
+    config.close();
+    SetupWizard wizard;
+    SystemCheckPage* page = wizard.systemCheckPage();
+    page->setModelDir(dir.path());
+    page->setDiskSeconds(0.2);
+    QSignalSpy finished(page, &SystemCheckPage::checksFinished);
+    wizard.show();
+    QVERIFY(finished.wait(20000));
+    QVERIFY(!page->isComplete());
+    QListWidgetItem* item = nullptr;
+    for (int i = 0; i < page->checkList()->count(); ++i)
+        if (page->checkList()->item(i)->data(Qt::UserRole + 1).toString() == "checkpoint")
+            item = page->checkList()->item(i);
+    QVERIFY(item);
+    QCOMPARE(item->data(Qt::UserRole).toString(), QStringLiteral("fail"));
+    QVERIFY2(item->text().startsWith("Checkpoint: cannot be read: " + dir.path() +
+                                     "/config.json: not valid JSON: "),
+             qPrintable(item->text()));
+    const auto* recommendation = page->findChild<QLabel*>(QStringLiteral("doctorRecommendation"));
+    QVERIFY(recommendation);
+    QCOMPARE(recommendation->text(),
+             "The checkpoint at " + dir.path() + " cannot be read: see the failed check above.");
 }
 
 void TestSetupWizard::modelSourceAcceptsTinyCheckpoint() {

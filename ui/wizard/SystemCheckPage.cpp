@@ -84,6 +84,10 @@ void SystemCheckPage::showReport(const k3::DoctorReport& report) {
                 .arg(QString::fromUtf8(report.recommendedPreset->name.data(),
                                        qsizetype(report.recommendedPreset->name.size())),
                      QString::fromStdString(report.nextCommand)));
+    else if (!report.checkpointError.empty()) // the folder, not the computer, is the problem
+        m_recommendation->setText(
+            tr("The checkpoint at %1 cannot be read: see the failed check above.")
+                .arg(QString::fromStdString(report.modelDir.string())));
     else
         m_recommendation->setText(
             tr("This computer cannot run Kimi K3 as it is: see the failed checks above."));

@@ -6,7 +6,12 @@
 //   - an absent or wrong-typed required field is an error, and every such field is
 //     listed in ONE message that names the file;
 //   - layer lists are ONE-based and must cover 1..num_hidden_layers exactly once;
-//   - the only value with a fallback is gate_lower_bound (see ModelConfig).
+//   - the only value with a fallback is gate_lower_bound (see ModelConfig);
+//   - a field that changes the architecture (hidden_act, moe_router_activation_func,
+//     topk_method, num_expert_group/topk_group, mla_use_nope, use_full_rank_gate, the
+//     quantization's format/num_bits/group_size/type) must hold the value the engine
+//     implements; others are refused by name, all in one message. Absent, such a field
+//     takes the released value.
 // Both the released nested shape (text_config, text_config.linear_attn_config,
 // text_config.quantization_config) and the flat shape of small test models read alike.
 
@@ -93,6 +98,8 @@ struct ModelConfig {
     // and tokenizer_config.json is the authority for special-token ids.
     std::optional<std::int64_t> bosTokenId;
     std::optional<std::int64_t> eosTokenId;
+    // Present: the routed experts are MXFP4 (weight_packed + weight_scale). Absent: they
+    // are plain NAME.weight tensors in the dtype the checkpoint declares (BF16 or F32).
     std::optional<QuantizationConfig> quantization;
 
     // One entry per layer, ZERO-based index (layer L here is layer L+1 in the file).

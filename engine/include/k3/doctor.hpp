@@ -62,6 +62,9 @@ struct DoctorReport {
     std::filesystem::path modelDir;
     std::optional<std::uint64_t> freeBytes;
     bool checkpointPresent = false; // config.json + model.safetensors.index.json in modelDir
+    // When present: "" if config, index, shard headers and expert tensors read (no weight
+    // data), else the first error (it names the file); the "checkpoint" check then fails.
+    std::string checkpointError;
     std::optional<DiskBandwidth> disk;
     std::vector<DoctorCheck> checks;
     std::string nextCommand;

@@ -52,12 +52,16 @@ public:
     virtual std::size_t read(int layer, int expert, std::byte* slot) const = 0;
 };
 
-// Offsets of an expert's six tensors from the start of its payload (MXFP4).
+// Offsets of an expert's tensors from the start of its payload. MXFP4 (type U8): six
+// tensors, packed + scales. Plain experts (no quantization_config; type BF16 or F32, as
+// each tensor declares): the matrix sits at w*Packed and w*Scales is unused.
 struct ExpertLayout {
     std::size_t w1Packed = 0, w1Scales = 0, w3Packed = 0, w3Scales = 0, w2Packed = 0, w2Scales = 0;
+    DType w1Type = DType::U8, w3Type = DType::U8, w2Type = DType::U8;
 };
 
-// Routed experts read from the checkpoint shards. An expert whose six tensors form one
+// Routed experts read from the checkpoint shards, MXFP4 or plain BF16/F32 as config.json
+// declares (quantization_config present or not). An expert whose tensors form one
 // contiguous run is one aligned O_DIRECT read into the slot (no copy); otherwise each
 // tensor is read separately. Shapes are checked against config.json at construction.
 class CheckpointExpertStore : public ExpertStore {

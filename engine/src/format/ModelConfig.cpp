@@ -135,13 +135,67 @@ public:
     }
 };
 
-void readQuantization(FieldReader& reader, const json& q, const std::string& path,
-                      QuantizationConfig& out) {
+// Fields that change the architecture: the value the engine implements, or a list of
+// problems naming field, value and what is supported. Checked after the required fields
+// so one message lists every unsupported value at once.
+class ArchitectureCheck {
+public:
+    std::vector<std::string> problems;
+
+    // An ABSENT field is not an error: it takes the released value (checkArchitecture).
+    void text(const Scope& scope, const char* name, const char* supported) {
+        const json* v = find(scope, name);
+        if (v && !(v->is_string() && v->get<std::string>() == supported))
+            problems.push_back(scope.path + name + " = " + v->dump() + ": supported \"" +
+                               supported + "\"");
+    }
+    void boolean(const Scope& scope, const char* name, bool supported) {
+        const json* v = find(scope, name);
+        if (v && !(v->is_boolean() && v->get<bool>() == supported))
+            problems.push_back(scope.path + name + " = " + v->dump() + ": supported " +
+                               (supported ? "true" : "false"));
+    }
+    void integer(const Scope& scope, const char* name, int supported) {
+        const json* v = find(scope, name);
+        if (v && !(v->is_number_integer() && v->get<std::int64_t>() == supported))
+            problems.push_back(scope.path + name + " = " + v->dump() + ": supported " +
+                               std::to_string(supported));
+    }
+
+private:
+    static const json* find(const Scope& scope, const char* name) {
+        if (!scope.object || !scope.object->is_object()) return nullptr;
+        auto it = scope.object->find(name);
+        return it == scope.object->end() ? nullptr : &*it;
+    }
+};
+
+// The released graph. An absent field takes the released value named here.
+void checkArchitecture(ArchitectureCheck& a, const Scope& text, const Scope& kda) {
+    a.text(text, "hidden_act", "situ");                    // absent: SiTU-GLU, as released
+    a.text(text, "moe_router_activation_func", "sigmoid"); // absent: sigmoid
+    // The router bias steers selection only ("noaux_tc"); the released config has no
+    // topk_method key, so absent means noaux_tc.
+    a.text(text, "topk_method", "noaux_tc");
+    // Group-limited routing is not implemented: one group, all of it kept (absent: 1).
+    a.integer(text, "num_expert_group", 1);
+    a.integer(text, "topk_group", 1);
+    // true: the 64 rope dims are cached and scored but never rotated (absent: true).
+    a.boolean(text, "mla_use_nope", true);
+    // true: g_proj is one full-rank [heads*head_dim, hidden] matrix (absent: true).
+    a.boolean(kda, "use_full_rank_gate", true);
+}
+
+void readQuantization(FieldReader& reader, ArchitectureCheck& arch, const json& q,
+                      const std::string& path, QuantizationConfig& out) {
     if (!q.is_object()) {
         reader.problems.push_back(path + ": expected an object, got " + typeName(q));
         return;
     }
     Scope top{&q, path + "."};
+    // Only the MXFP4 kernel exists: E2M1 nibbles, one E8M0 scale per 32 weights.
+    arch.text(top, "quant_method", "compressed-tensors");
+    arch.text(top, "format", "mxfp4-pack-quantized");
     if (const json* f = reader.find(top, {"format"}, false); f && f->is_string())
         out.format = f->get<std::string>();
     const json* groups = reader.find(top, {"config_groups"}, true);
@@ -154,6 +208,7 @@ void readQuantization(FieldReader& reader, const json& q, const std::string& pat
     for (const auto& [groupName, group] : groups->items()) {
         const std::string groupPath = path + ".config_groups." + groupName;
         Scope groupScope{&group, groupPath + "."};
+        arch.text(groupScope, "format", "mxfp4-pack-quantized");
         if (const json* f = reader.find(groupScope, {"format"}, false); f && f->is_string())
             out.format = f->get<std::string>();
         const json* weights = reader.find(groupScope, {"weights"}, true);
@@ -162,6 +217,9 @@ void readQuantization(FieldReader& reader, const json& q, const std::string& pat
         int groupSize = 0, numBits = 0;
         reader.requireInt(weightScope, {"group_size"}, groupSize);
         reader.requireInt(weightScope, {"num_bits"}, numBits);
+        arch.integer(weightScope, "num_bits", 4);
+        arch.integer(weightScope, "group_size", 32);
+        arch.text(weightScope, "type", "float"); // E2M1, not integer codes
         if (out.groupSize != 0 && groupSize != out.groupSize)
             reader.problems.push_back(
                 groupPath + ".weights.group_size: " + std::to_string(groupSize) + " differs from " +
@@ -386,9 +444,15 @@ ModelConfig parseModelConfig(std::string_view jsonText, std::string_view sourceN
     const json* q = r.find(text, {"quantization_config"}, false, &qWhere);
     if (!q && c.shape == ConfigShape::Nested)
         q = r.find(rootScope, {"quantization_config"}, false, &qWhere);
+    ArchitectureCheck arch;
+    checkArchitecture(arch, text, kda);
     if (q && !q->is_null()) {
         c.quantization.emplace();
-        readQuantization(r, *q, qWhere, *c.quantization);
+        readQuantization(r, arch, *q, qWhere, *c.quantization);
+        // compressed-tensors names the format at the top or in the group; absent in both
+        // leaves the experts' encoding unknown.
+        if (c.quantization->format.empty())
+            r.problems.push_back(qWhere + ".format: missing (also looked in config_groups)");
     }
 
     if (!r.problems.empty())
@@ -397,6 +461,12 @@ ModelConfig parseModelConfig(std::string_view jsonText, std::string_view sourceN
                  " required field(s); refusing to substitute defaults, because a config this "
                  "reader cannot fully understand would silently produce a DIFFERENT model:",
              r.problems);
+    if (!arch.problems.empty())
+        fail(sourceName,
+             std::to_string(arch.problems.size()) +
+                 " field(s) describe an architecture this engine does not implement (it runs "
+                 "the released Kimi K3 graph only):",
+             arch.problems);
     const auto bad = validate(c, kdaGiven);
     if (!bad.empty()) fail(sourceName, "invalid value(s):", bad);
     return c;

@@ -30,6 +30,35 @@ const TensorInfo& expectU8(const Checkpoint& c, const std::string& name, std::ui
     return t;
 }
 
+// A plain expert matrix (no quantization_config): BF16 or F32 [rows, cols], as declared.
+const TensorInfo& expectFloat(const Checkpoint& c, const std::string& name, std::uint64_t rows,
+                              std::uint64_t cols) {
+    const TensorInfo* found = c.find(name);
+    if (!found) {
+        // The usual cause: MXFP4 shards under a config.json without its quantization_config.
+        const std::string base = name.substr(0, name.size() - std::string(".weight").size());
+        const std::string folder = c.shardPaths().empty()
+                                       ? std::string()
+                                       : c.shardPaths().front().parent_path().string() + ": ";
+        throw CacheError(
+            folder + "no tensor named \"" + name +
+            "\": config.json has no quantization_config, so routed experts are read as plain "
+            "BF16/F32 NAME.weight tensors" +
+            (c.find(base + ".weight_packed") ? "; the checkpoint holds MXFP4 " + base +
+                                                   ".weight_packed (is its config.json's "
+                                                   "quantization_config missing?)"
+                                             : std::string()));
+    }
+    const TensorInfo& t = *found;
+    if ((t.dtype != DType::BF16 && t.dtype != DType::F32) || t.rank != 2 || t.shape[0] != rows ||
+        t.shape[1] != cols)
+        throw CacheError("tensor " + name + " is " + std::string(dtypeName(t.dtype)) + " " +
+                         shapeText(t) + ", expected BF16 or F32 [" + std::to_string(rows) + ", " +
+                         std::to_string(cols) +
+                         "] from config.json (no quantization_config: plain routed experts)");
+    return t;
+}
+
 } // namespace
 
 struct CheckpointExpertStore::Files {
@@ -40,7 +69,8 @@ CheckpointExpertStore::CheckpointExpertStore(const Checkpoint& ckpt, const Model
                                              int layerCount, bool checkShapes)
     : shardPaths_(ckpt.shardPaths()), numExperts_(c.numExperts), files_(std::make_unique<Files>()) {
     const int I = c.moeIntermediateSize, Lat = c.routedExpertHiddenSize;
-    checkScales_ = checkShapes;
+    const bool mxfp4 = c.quantization.has_value() || !checkShapes;
+    checkScales_ = checkShapes && mxfp4; // only E8M0 scales have a NaN byte
     scaleBytes13_ = std::size_t(I) * std::size_t(mxfp4ScalesPerRow(Lat));
     scaleBytes2_ = std::size_t(Lat) * std::size_t(mxfp4ScalesPerRow(I));
     entries_.resize(std::size_t(layerCount));
@@ -52,14 +82,24 @@ CheckpointExpertStore::CheckpointExpertStore(const Checkpoint& ckpt, const Model
         for (int e = 0; e < numExperts_; ++e) {
             const std::string x = "language_model.model.layers." + std::to_string(L) +
                                   ".block_sparse_moe.experts." + std::to_string(e) + ".";
-            // Slot layout order: w1 packed/scales, w3 packed/scales, w2 packed/scales.
-            const std::array<const TensorInfo*, 6> ts{
-                &expectU8(ckpt, x + "w1.weight_packed", I, mxfp4RowBytes(Lat), checkShapes),
-                &expectU8(ckpt, x + "w1.weight_scale", I, mxfp4ScalesPerRow(Lat), checkShapes),
-                &expectU8(ckpt, x + "w3.weight_packed", I, mxfp4RowBytes(Lat), checkShapes),
-                &expectU8(ckpt, x + "w3.weight_scale", I, mxfp4ScalesPerRow(Lat), checkShapes),
-                &expectU8(ckpt, x + "w2.weight_packed", Lat, mxfp4RowBytes(I), checkShapes),
-                &expectU8(ckpt, x + "w2.weight_scale", Lat, mxfp4ScalesPerRow(I), checkShapes)};
+            // MXFP4 (config.json has a quantization_config; the byte fixtures of
+            // checkShapes=false use its names too): six tensors, slot layout order w1
+            // packed/scales, w3 packed/scales, w2 packed/scales. Otherwise three plain
+            // BF16/F32 matrices w1, w3, w2, in the dtype each declares.
+            std::vector<const TensorInfo*> ts;
+            if (mxfp4)
+                ts = {
+                    &expectU8(ckpt, x + "w1.weight_packed", I, mxfp4RowBytes(Lat), checkShapes),
+                    &expectU8(ckpt, x + "w1.weight_scale", I, mxfp4ScalesPerRow(Lat), checkShapes),
+                    &expectU8(ckpt, x + "w3.weight_packed", I, mxfp4RowBytes(Lat), checkShapes),
+                    &expectU8(ckpt, x + "w3.weight_scale", I, mxfp4ScalesPerRow(Lat), checkShapes),
+                    &expectU8(ckpt, x + "w2.weight_packed", Lat, mxfp4RowBytes(I), checkShapes),
+                    &expectU8(ckpt, x + "w2.weight_scale", Lat, mxfp4ScalesPerRow(I), checkShapes)};
+            else
+                ts = {&expectFloat(ckpt, x + "w1.weight", I, Lat),
+                      &expectFloat(ckpt, x + "w3.weight", I, Lat),
+                      &expectFloat(ckpt, x + "w2.weight", Lat, I)};
+            const std::size_t n = ts.size();
             Entry& en = row[std::size_t(e)];
             en.shard = ts[0]->shard;
             std::uint64_t lo = ts[0]->offset, hi = 0, sum = 0;
@@ -71,17 +111,27 @@ CheckpointExpertStore::CheckpointExpertStore(const Checkpoint& ckpt, const Model
                 oneShard = oneShard && t->shard == en.shard;
                 used[t->shard] = 1;
             }
-            en.contiguous = oneShard && hi - lo == sum; // headers never overlap, so no gap
+            // A slot starts on a 4096 boundary, so a matrix sits in it at its file offset
+            // modulo 4096: a plain BF16/F32 matrix at an odd offset is read on its own, to an
+            // aligned place, rather than handed to the kernels misaligned.
+            bool elementAligned = true;
+            if (!mxfp4)
+                for (const TensorInfo* t : ts)
+                    elementAligned = elementAligned && t->offset % dtypeSize(t->dtype) == 0;
+            // headers never overlap, so equal sizes mean no gap
+            en.contiguous = oneShard && hi - lo == sum && elementAligned;
             std::array<std::size_t, 6> off{};
             std::size_t window = 0;
             if (en.contiguous) {
                 en.lo = lo;
                 en.hi = hi;
-                for (std::size_t i = 0; i < 6; ++i) off[i] = std::size_t(ts[i]->offset - lo);
+                for (std::size_t i = 0; i < n; ++i) off[i] = std::size_t(ts[i]->offset - lo);
                 window = std::size_t(alignUp(hi) - (lo & ~kMask));
             } else {
                 std::size_t at = 0;
-                for (std::size_t i = 0; i < 6; ++i) {
+                for (std::size_t i = 0; i < n; ++i) {
+                    // Plain F32 matrices start on a 4-byte boundary in the slot.
+                    if (!mxfp4) at = (at + 3) & ~std::size_t(3);
                     en.pieces.push_back({ts[i]->offset, ts[i]->nbytes, at, ts[i]->shard});
                     off[i] = at;
                     at += std::size_t(ts[i]->nbytes);
@@ -89,7 +139,11 @@ CheckpointExpertStore::CheckpointExpertStore(const Checkpoint& ckpt, const Model
                 en.lo = ts[0]->offset;
                 window = std::size_t(alignUp(at));
             }
-            en.layout = {off[0], off[1], off[2], off[3], off[4], off[5]};
+            if (mxfp4)
+                en.layout = {off[0], off[1], off[2], off[3], off[4], off[5]};
+            else
+                en.layout = {off[0],       0,           off[1], 0, off[2], 0, ts[0]->dtype,
+                             ts[1]->dtype, ts[2]->dtype};
             en.bytes = sum;
             slotBytes_ = std::max(slotBytes_, window);
         }

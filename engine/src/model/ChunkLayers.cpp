@@ -178,10 +178,18 @@ ExpertWeights cachedExpert(const CheckpointExpertStore& store, const std::byte* 
     const int I = c.moeIntermediateSize, Lat = c.routedExpertHiddenSize;
     const ExpertLayout& lay = store.layout(layer, e);
     const auto* b = reinterpret_cast<const std::uint8_t*>(data);
+    // MXFP4, or a plain BF16/F32 matrix (no quantization_config), as the store found it.
+    const auto view = [b](DType type, std::size_t at, std::size_t scales, int rows, int cols) {
+        if (type == DType::BF16)
+            return WeightView::bf16(reinterpret_cast<const std::uint16_t*>(b + at), rows, cols);
+        if (type == DType::F32)
+            return WeightView::f32(reinterpret_cast<const float*>(b + at), rows, cols);
+        return WeightView::mxfp4(b + at, b + scales, rows, cols);
+    };
     ExpertWeights ex;
-    ex.w1 = WeightView::mxfp4(b + lay.w1Packed, b + lay.w1Scales, I, Lat);
-    ex.w3 = WeightView::mxfp4(b + lay.w3Packed, b + lay.w3Scales, I, Lat);
-    ex.w2 = WeightView::mxfp4(b + lay.w2Packed, b + lay.w2Scales, Lat, I);
+    ex.w1 = view(lay.w1Type, lay.w1Packed, lay.w1Scales, I, Lat);
+    ex.w3 = view(lay.w3Type, lay.w3Packed, lay.w3Scales, I, Lat);
+    ex.w2 = view(lay.w2Type, lay.w2Packed, lay.w2Scales, Lat, I);
     return ex;
 }
 

@@ -140,6 +140,34 @@ public:
         return m;
     }
 
+    // A routed expert's matrix: MXFP4 packed + scales when config.json declares a
+    // quantization_config, else the plain NAME.weight in BF16 or F32, as stored (F16 is
+    // refused: the expert cache reads bytes as they are, so both paths give one answer).
+    ExpertMatrix expert(const std::string& base, int rows, int cols, bool mxfp4) {
+        ExpertMatrix m;
+        m.mxfp4 = mxfp4;
+        if (mxfp4) {
+            m.packed = packed(base, rows, cols);
+            return m;
+        }
+        const std::string name = base + ".weight";
+        const TensorInfo* found = nullptr;
+        try {
+            found = &ckpt_.info(name);
+        } catch (const std::exception& e) {
+            throw ModelError(std::string(e.what()) +
+                             ": config.json has no quantization_config, so routed experts are "
+                             "read as plain BF16/F32 NAME.weight tensors");
+        }
+        const TensorInfo& t = *found;
+        if (t.dtype != DType::BF16 && t.dtype != DType::F32)
+            throw ModelError("tensor " + name + " has dtype " + std::string(dtypeName(t.dtype)) +
+                             ", expected BF16 or F32 (config.json has no quantization_config, "
+                             "so routed experts are plain matrices)");
+        m.plain = matrix(name, rows, cols);
+        return m;
+    }
+
     int rowsOf(const std::string& name) {
         const TensorInfo& t = ckpt_.info(name);
         if (t.rank != 2)
@@ -200,9 +228,10 @@ std::vector<ExpertWeightsStored> routedExperts(Binder& b, const ModelConfig& c,
     for (int e = 0; e < c.numExperts; ++e) {
         const std::string x = m + "experts." + std::to_string(e) + ".";
         auto& ex = experts[std::size_t(e)];
-        ex.w1 = b.packed(x + "w1", I, L);
-        ex.w3 = b.packed(x + "w3", I, L);
-        ex.w2 = b.packed(x + "w2", L, I);
+        const bool mxfp4 = c.quantization.has_value();
+        ex.w1 = b.expert(x + "w1", I, L, mxfp4);
+        ex.w3 = b.expert(x + "w3", I, L, mxfp4);
+        ex.w2 = b.expert(x + "w2", L, I, mxfp4);
     }
     return experts;
 }

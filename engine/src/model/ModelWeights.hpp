@@ -79,8 +79,17 @@ struct DenseMlpWeights {
     Matrix gate, up, down;
 };
 
+// One routed-expert matrix in the form the checkpoint declares: MXFP4 when config.json
+// has a quantization_config, else a plain BF16 / F32 matrix (the kernels take either).
+struct ExpertMatrix {
+    bool mxfp4 = true;
+    PackedMatrix packed; // mxfp4
+    Matrix plain;        // !mxfp4
+    WeightView view() const { return mxfp4 ? packed.view() : plain.view(); }
+};
+
 struct ExpertWeightsStored {
-    PackedMatrix w1, w3, w2;
+    ExpertMatrix w1, w3, w2;
 };
 
 struct MoeWeightsStored {

@@ -1,5 +1,9 @@
 #include "k3/doctor.hpp"
 
+#include "k3/config.hpp"
+#include "k3/expert_cache.hpp"
+#include "k3/safetensors.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -26,6 +30,19 @@ std::filesystem::path existingAncestor(std::filesystem::path path) {
         path = path.parent_path();
     }
     return path;
+}
+
+// Opens the checkpoint with the readers the model uses: config.json, the index, every
+// shard's header and the routed experts in the form config.json declares (names, dtypes,
+// shapes). No weight data is read. Throws the first error, which names the file.
+std::string openCheckpoint(const std::filesystem::path& dir) {
+    const ModelConfig config = readModelConfig(dir / "config.json");
+    const Checkpoint ckpt = Checkpoint::open(dir);
+    const CheckpointExpertStore experts(ckpt, config, config.numHiddenLayers);
+    return std::to_string(ckpt.tensorCount()) + " tensors in " +
+           std::to_string(ckpt.shardPaths().size()) + " shard(s), " +
+           std::to_string(config.numHiddenLayers) + " layers, routed experts " +
+           (config.quantization ? "MXFP4" : "plain BF16/F32");
 }
 
 std::string shellQuote(const std::string& s) {
@@ -98,8 +115,18 @@ DoctorReport runDoctor(const DoctorOptions& options) {
     const auto space = std::filesystem::space(existingAncestor(r.modelDir), ec);
     if (!ec) r.freeBytes = space.available;
     if (r.checkpointPresent) {
-        r.checks.push_back(
-            {"checkpoint", CheckStatus::Ok, "Checkpoint: found at " + r.modelDir.string()});
+        // Present is not readable: a broken config, a missing shard or a truncated header
+        // would only surface at load (issue 22). The same readers, no weight data.
+        try {
+            const std::string what = openCheckpoint(r.modelDir);
+            r.checks.push_back(
+                {"checkpoint", CheckStatus::Ok,
+                 "Checkpoint: readable at " + r.modelDir.string() + " (" + what + ")"});
+        } catch (const std::exception& e) {
+            r.checkpointError = e.what();
+            r.checks.push_back({"checkpoint", CheckStatus::Fail,
+                                "Checkpoint: cannot be read: " + r.checkpointError});
+        }
     } else if (!r.freeBytes) {
         r.checks.push_back({"disk-space", CheckStatus::Warning,
                             "Disk: cannot read free space at " + r.modelDir.string()});
@@ -160,6 +187,9 @@ std::string formatDoctorReport(const DoctorReport& r) {
     if (r.canRun()) {
         out += "Recommendation: preset " + std::string(r.recommendedPreset->name) + ".\n";
         out += "Next: " + r.nextCommand + "\n";
+    } else if (!r.checkpointError.empty()) {
+        out += "The checkpoint at " + r.modelDir.string() +
+               " cannot be read; see the failed check above.\n";
     } else {
         out += "This computer cannot run Kimi K3 as it is; see the failed checks above.\n";
     }
@@ -181,6 +211,8 @@ std::string doctorReportJson(const DoctorReport& r) {
                                   : nlohmann::json();
     j["model_dir"] = r.modelDir.string();
     j["checkpoint_present"] = r.checkpointPresent;
+    j["checkpoint_error"] =
+        r.checkpointError.empty() ? nlohmann::json() : nlohmann::json(r.checkpointError);
     j["free_bytes"] = r.freeBytes ? nlohmann::json(*r.freeBytes) : nlohmann::json();
     if (r.disk)
         j["disk"] = {{"gb_per_s_qd1", r.disk->gbPerSecondQd1},

@@ -177,8 +177,7 @@ private slots:
     void peerRefusals() {
         QFETCH(QString, file);
         QFETCH(QStringList, mustSay);
-        const std::string path =
-            std::string(K3_PEER_DIR "/cfg/") + file.toStdString();
+        const std::string path = std::string(K3_PEER_DIR "/cfg/") + file.toStdString();
         const std::string message = refusalOfFile(path);
         QVERIFY2(message.find(path) != std::string::npos, message.c_str());
         for (const QString& s : mustSay)
@@ -334,6 +333,139 @@ private slots:
                  m.c_str());
         QVERIFY2(m.find("text_config.linear_attn_config.full_attn_layers: missing") !=
                      std::string::npos,
+                 m.c_str());
+    }
+
+    // Issue 22, point 10: a field that changes the architecture is refused by name, with
+    // its value and the supported one (the exact message, one field at a time).
+    void unsupportedArchitectureRefused_data() {
+        QTest::addColumn<QString>("key");
+        QTest::addColumn<QString>("value");
+        QTest::addColumn<QString>("line");
+        const QString q = QStringLiteral("quantization_config.");
+        const QString w = q + QStringLiteral("config_groups.group_0.weights.");
+        QTest::newRow("hidden_act") << "hidden_act"
+                                    << "\"silu\""
+                                    << "text_config.hidden_act = \"silu\": supported \"situ\"";
+        QTest::newRow("router activation")
+            << "moe_router_activation_func"
+            << "\"softmax\""
+            << "text_config.moe_router_activation_func = \"softmax\": supported \"sigmoid\"";
+        QTest::newRow("topk_method")
+            << "topk_method"
+            << "\"greedy\""
+            << "text_config.topk_method = \"greedy\": supported \"noaux_tc\"";
+        QTest::newRow("num_expert_group") << "num_expert_group"
+                                          << "8"
+                                          << "text_config.num_expert_group = 8: supported 1";
+        QTest::newRow("topk_group") << "topk_group"
+                                    << "4"
+                                    << "text_config.topk_group = 4: supported 1";
+        QTest::newRow("mla_use_nope") << "mla_use_nope"
+                                      << "false"
+                                      << "text_config.mla_use_nope = false: supported true";
+        QTest::newRow("mla_use_nope string")
+            << "mla_use_nope"
+            << "\"true\""
+            << "text_config.mla_use_nope = \"true\": supported true";
+        QTest::newRow("use_full_rank_gate")
+            << "linear_attn_config.use_full_rank_gate"
+            << "false"
+            << "text_config.linear_attn_config.use_full_rank_gate = false: supported true";
+        QTest::newRow("num_bits") << w + "num_bits"
+                                  << "8"
+                                  << "text_config.quantization_config.config_groups.group_0."
+                                     "weights.num_bits = 8: supported 4";
+        QTest::newRow("group_size") << w + "group_size"
+                                    << "64"
+                                    << "text_config.quantization_config.config_groups.group_0."
+                                       "weights.group_size = 64: supported 32";
+        QTest::newRow("weight type") << w + "type"
+                                     << "\"int\""
+                                     << "text_config.quantization_config.config_groups.group_0."
+                                        "weights.type = \"int\": supported \"float\"";
+        QTest::newRow("format") << q + "format"
+                                << "\"nvfp4-pack-quantized\""
+                                << "text_config.quantization_config.format = "
+                                   "\"nvfp4-pack-quantized\": supported \"mxfp4-pack-quantized\"";
+        QTest::newRow("group format")
+            << q + "config_groups.group_0.format"
+            << "\"float-quantized\""
+            << "text_config.quantization_config.config_groups.group_0.format = "
+               "\"float-quantized\": supported \"mxfp4-pack-quantized\"";
+        QTest::newRow("quant_method") << q + "quant_method"
+                                      << "\"gptq\""
+                                      << "text_config.quantization_config.quant_method = \"gptq\": "
+                                         "supported \"compressed-tensors\"";
+    }
+    void unsupportedArchitectureRefused() {
+        QFETCH(QString, key);
+        QFETCH(QString, value);
+        QFETCH(QString, line);
+        json j = loadJson(kFixture);
+        json* node = &j["text_config"];
+        const QStringList parts = key.split('.');
+        for (int i = 0; i + 1 < parts.size(); ++i) node = &(*node)[parts[i].toStdString()];
+        (*node)[parts.last().toStdString()] = json::parse(value.toStdString());
+        const std::string m = refusal(j.dump(), "arch/config.json");
+        QCOMPARE(QString::fromStdString(m),
+                 QStringLiteral("arch/config.json: 1 field(s) describe an architecture this "
+                                "engine does not implement (it runs the released Kimi K3 graph "
+                                "only):\n    ") +
+                     line);
+    }
+
+    void everyUnsupportedFieldListedAtOnce() {
+        json j = loadJson(kFixture);
+        j["text_config"]["hidden_act"] = "gelu";
+        j["text_config"]["topk_method"] = "group_limited_greedy";
+        j["text_config"]["num_expert_group"] = 8;
+        j["text_config"]["topk_group"] = 4;
+        j["text_config"]["quantization_config"]["config_groups"]["group_0"]["weights"]["num_bits"] =
+            8;
+        const std::string m = refusal(j.dump(), "arch/config.json");
+        QCOMPARE(QString::fromStdString(m),
+                 QStringLiteral(
+                     "arch/config.json: 5 field(s) describe an architecture this engine does not "
+                     "implement (it runs the released Kimi K3 graph only):\n"
+                     "    text_config.hidden_act = \"gelu\": supported \"situ\"\n"
+                     "    text_config.topk_method = \"group_limited_greedy\": supported "
+                     "\"noaux_tc\"\n"
+                     "    text_config.num_expert_group = 8: supported 1\n"
+                     "    text_config.topk_group = 4: supported 1\n"
+                     "    text_config.quantization_config.config_groups.group_0.weights.num_bits "
+                     "= 8: supported 4"));
+        // The flat shape names the same fields without the prefix.
+        const std::string f = refusal(flatten(j).dump(), "flat.json");
+        QVERIFY2(f.find("flat.json: 5 field(s)") == 0, f.c_str());
+        QVERIFY2(f.find("\n    hidden_act = \"gelu\": supported \"situ\"") != std::string::npos,
+                 f.c_str());
+    }
+
+    // Absent, each of those fields takes the released value: the config still reads, and
+    // without quantization_config the experts are plain float tensors.
+    void absentArchitectureFieldsTakeTheReleasedValues() {
+        json j = loadJson(kFixture);
+        for (const char* k :
+             {"hidden_act", "moe_router_activation_func", "topk_method", "num_expert_group",
+              "topk_group", "mla_use_nope", "quantization_config"})
+            j["text_config"].erase(k);
+        j["text_config"]["linear_attn_config"].erase("use_full_rank_gate");
+        const k3::ModelConfig c = k3::parseModelConfig(j.dump(), "absent.json");
+        QCOMPARE(c.hiddenSize, 7168);
+        QVERIFY(!c.quantization);
+        const k3::ModelConfig released = k3::readModelConfig(kFixture);
+        QVERIFY(released.quantization);
+        QCOMPARE(released.quantization->format, std::string("mxfp4-pack-quantized"));
+        QCOMPARE(released.quantization->numBits, 4);
+        QCOMPARE(released.quantization->groupSize, 32);
+        // A quantization_config that names no format anywhere leaves the encoding unknown.
+        json nf = loadJson(kFixture);
+        nf["text_config"]["quantization_config"].erase("format");
+        nf["text_config"]["quantization_config"]["config_groups"]["group_0"].erase("format");
+        const std::string m = refusal(nf.dump(), "nf.json");
+        QVERIFY2(m.find("text_config.quantization_config.format: missing (also looked in "
+                        "config_groups)") != std::string::npos,
                  m.c_str());
     }
 

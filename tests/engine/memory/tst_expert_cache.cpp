@@ -2,6 +2,7 @@
 // multiple of 4096; content derived from the expert index, so returning expert a's
 // bytes for expert b shows at once), and a replay of the peer's recorded expert trace.
 #include <QDir>
+#include <QTemporaryDir>
 #include <QTest>
 
 #include <mutex>
@@ -16,7 +17,9 @@
 #include <random>
 #include <set>
 
+#include <k3/config.hpp>
 #include <k3/expert_cache.hpp>
+#include <k3/model.hpp>
 
 namespace {
 
@@ -93,6 +96,8 @@ private slots:
     void batchPublishesIntoReservedSlots();
     void traceRoundTrip();
     void replayPeerTrace();
+    void plainF32ExpertsFollowTheirDtype();
+    void misalignedPlainExpertIsReadToAnAlignedPlace();
 };
 
 void TestExpertCache::slotSizeIsAlignedNotAssumed() {
@@ -292,6 +297,128 @@ void TestExpertCache::replayPeerTrace() {
     QCOMPARE(all.stats.residentHits, std::uint64_t(100096 - 10010));
     QCOMPARE(all.stats.prefetchHits, std::uint64_t(10010));
     QCOMPARE(all.stats.evictions, std::uint64_t(0));
+}
+
+// Issue 22, point 10: without quantization_config the experts are plain NAME.weight
+// tensors; the store reads them as the file declares (F32 here), and the slot size and
+// the memory plan follow that dtype instead of MXFP4's.
+void TestExpertCache::plainF32ExpertsFollowTheirDtype() {
+    const std::string dir = K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_f32";
+    const k3::ModelConfig c = k3::readModelConfig(dir + "/config.json");
+    QVERIFY(!c.quantization);
+    const k3::Checkpoint ckpt = k3::Checkpoint::open(dir);
+    const auto shared = std::make_shared<k3::CheckpointExpertStore>(ckpt, c, c.numHiddenLayers);
+    const k3::CheckpointExpertStore& store = *shared;
+    const std::uint64_t I = 36, Lat = 40, matrix = I * Lat * 4; // F32 [36, 40] / [40, 36]
+    QCOMPARE(store.totalExperts(), std::uint64_t(4 * 6));       // 4 MoE layers of 6
+    QCOMPARE(store.expertBytes(1, 0), 3 * matrix);
+    QCOMPARE(store.slotBytes() % 4096, std::size_t(0));
+    QVERIFY(store.slotBytes() >= 3 * matrix);
+    const k3::ExpertLayout& lay = store.layout(1, 0);
+    QCOMPARE(lay.w1Type, k3::DType::F32);
+    QCOMPARE(lay.w3Type, k3::DType::F32);
+    QCOMPARE(lay.w2Type, k3::DType::F32);
+    QCOMPARE(lay.w1Packed, std::size_t(0)); // file order w1, w2, w3
+    QCOMPARE(lay.w2Packed, std::size_t(matrix));
+    QCOMPARE(lay.w3Packed, std::size_t(2 * matrix));
+    // Layer 2's experts sit in the last shard (another file); every expert's bytes arrive
+    // exactly as the checkpoint holds them.
+    k3::CacheOptions co;
+    co.slotCount = 2;
+    k3::ExpertCache cache(shared, co);
+    for (int L : {1, 2, 4})
+        for (int e : {0, 5}) {
+            k3::ExpertCache::Handle h = cache.acquire(L, e);
+            QVERIFY(h.data);
+            const k3::ExpertLayout& l = store.layout(L, e);
+            const std::string x = "language_model.model.layers." + std::to_string(L) +
+                                  ".block_sparse_moe.experts." + std::to_string(e) + ".";
+            for (const auto& [w, off] : {std::pair<const char*, std::size_t>{"w1", l.w1Packed},
+                                         {"w3", l.w3Packed},
+                                         {"w2", l.w2Packed}}) {
+                const std::vector<std::byte> want = ckpt.readRaw(x + w + ".weight");
+                QCOMPARE(want.size(), std::size_t(matrix));
+                QVERIFY2(std::memcmp(h.data + off, want.data(), want.size()) == 0, (x + w).c_str());
+            }
+            cache.release(h);
+        }
+    QCOMPARE(cache.stats().failedReads, std::uint64_t(0));
+    // The plan: resident experts count their F32 bytes; cache slots are the store's.
+    const k3::Model resident = k3::Model::load(dir);
+    QCOMPARE(resident.memoryPlan().residentExpertBytes, 24 * 3 * matrix);
+    k3::ModelOptions o;
+    o.expertCacheSlots = 2;
+    const k3::Model cached = k3::Model::load(dir, o);
+    QCOMPARE(cached.memoryPlan().expertSlotBytes, std::uint64_t(store.slotBytes()));
+    QCOMPARE(cached.memoryPlan().residentExpertBytes, std::uint64_t(0));
+}
+
+// A plain F32 expert whose data starts 2 bytes past a 4-byte boundary in the shard (a
+// 1-element BF16 tensor before it): the store reads it piece by piece so every matrix
+// starts 4-byte aligned in the slot, and the bytes are the file's.
+void TestExpertCache::misalignedPlainExpertIsReadToAnAlignedPlace() {
+    const int I = 4, Lat = 8, experts = 2;
+    std::string header = "{";
+    std::vector<std::byte> data;
+    auto add = [&](const std::string& name, const char* dtype, int rows, int cols, int elem) {
+        const std::size_t begin = data.size(), n = std::size_t(rows) * std::size_t(cols) * elem;
+        for (std::size_t i = 0; i < n; ++i) data.push_back(std::byte((begin + i) * 7 % 251));
+        if (header.size() > 1) header += ",";
+        header += "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":[" +
+                  std::to_string(rows) + "," + std::to_string(cols) + "],\"data_offsets\":[" +
+                  std::to_string(begin) + "," + std::to_string(data.size()) + "]}";
+    };
+    add("pad", "BF16", 1, 1, 2);
+    for (int e = 0; e < experts; ++e) {
+        const std::string x =
+            "language_model.model.layers.0.block_sparse_moe.experts." + std::to_string(e) + ".";
+        add(x + "w1.weight", "F32", I, Lat, 4);
+        add(x + "w3.weight", "F32", I, Lat, 4);
+        add(x + "w2.weight", "F32", Lat, I, 4);
+    }
+    header += "}";
+    while (header.size() % 8) header += ' ';
+    QTemporaryDir dir;
+    const std::string file = dir.filePath(QStringLiteral("model.safetensors")).toStdString();
+    {
+        std::ofstream out(file, std::ios::binary);
+        const std::uint64_t n = header.size();
+        for (int i = 0; i < 8; ++i) out.put(char((n >> (8 * i)) & 0xFF));
+        out << header;
+        out.write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size()));
+    }
+    const k3::Checkpoint ckpt = k3::Checkpoint::open(file);
+    k3::ModelConfig c;
+    c.numExperts = experts;
+    c.moeIntermediateSize = I;
+    c.routedExpertHiddenSize = Lat;
+    c.layers.resize(1);
+    c.layers[0].mlp = k3::MlpKind::Moe; // no quantization: plain experts
+    const auto store = std::make_shared<k3::CheckpointExpertStore>(ckpt, c, 1);
+    QCOMPARE(ckpt.at("language_model.model.layers.0.block_sparse_moe.experts.1.w1.weight").offset %
+                 4,
+             std::uint64_t(2));
+    k3::CacheOptions co;
+    co.slotCount = 1;
+    k3::ExpertCache cache(store, co);
+    for (int e = 0; e < experts; ++e) {
+        const k3::ExpertLayout& l = store->layout(0, e);
+        QCOMPARE(l.w1Packed, std::size_t(0)); // read on its own: slot order w1, w3, w2
+        QCOMPARE(l.w3Packed, std::size_t(I * Lat * 4));
+        QCOMPARE(l.w2Packed, std::size_t(2 * I * Lat * 4));
+        k3::ExpertCache::Handle h = cache.acquire(0, e);
+        QVERIFY(h.data);
+        QCOMPARE(reinterpret_cast<std::uintptr_t>(h.data) % 4, std::uintptr_t(0));
+        const std::string x =
+            "language_model.model.layers.0.block_sparse_moe.experts." + std::to_string(e) + ".";
+        for (const auto& [w, off] : {std::pair<const char*, std::size_t>{"w1", l.w1Packed},
+                                     {"w3", l.w3Packed},
+                                     {"w2", l.w2Packed}}) {
+            const std::vector<std::byte> want = ckpt.readRaw(x + w + ".weight");
+            QVERIFY2(std::memcmp(h.data + off, want.data(), want.size()) == 0, w);
+        }
+        cache.release(h);
+    }
 }
 
 QTEST_GUILESS_MAIN(TestExpertCache)

@@ -56,6 +56,7 @@ class TestMemoryModel : public QObject {
 private slots:
     void sameBitsAtEveryBudget_data();
     void sameBitsAtEveryBudget();
+    void plainBf16ExpertsSameBitsResidentAndCached();
     void failedExpertReadInvalidatesRun();
     void staleTrunkIsRefused();
     void sessionReportsMemory();
@@ -65,6 +66,8 @@ void TestMemoryModel::sameBitsAtEveryBudget_data() {
     QTest::addColumn<QString>("name");
     QTest::newRow("k3_tiny_a") << QStringLiteral("k3_tiny_a");
     QTest::newRow("k3_tiny_b") << QStringLiteral("k3_tiny_b");
+    // Plain F32 experts (no quantization_config): slots and plan follow the dtype.
+    QTest::newRow("k3_tiny_f32") << QStringLiteral("k3_tiny_f32");
 }
 
 void TestMemoryModel::sameBitsAtEveryBudget() {
@@ -201,6 +204,41 @@ void TestMemoryModel::sameBitsAtEveryBudget() {
             if (b.cacheSlots >= topK) QCOMPARE(s.cache.misses, std::uint64_t(0)); // the batch fits
             if (b.cacheSlots == experts * (n - 1)) QCOMPARE(s.cache.evictions, std::uint64_t(0));
         }
+    }
+}
+
+// Issue 22, point 10: BF16 routed experts (no quantization_config), resident and through
+// the expert cache at several slot counts: the reference's greedy ids and the same bits.
+// (k3_tiny_bf16's layers are too small for sameBitsAtEveryBudget's trunk plans; the
+// F32 checkpoint runs there.)
+void TestMemoryModel::plainBf16ExpertsSameBitsResidentAndCached() {
+    const std::string dir = modelDir("k3_tiny_bf16").toStdString();
+    std::ifstream in(dir + "/expected.json");
+    const json expected = json::parse(in);
+    const auto prompt = expected.at("prompt_ids").get<std::vector<int>>();
+    auto want = expected.at("greedy").at("incremental").get<std::vector<int>>();
+    want.resize(8);
+    const k3::Model resident = k3::Model::load(dir);
+    QVERIFY(!resident.config().quantization);
+    // 2 MoE layers x 4 experts x 3 BF16 matrices of 24 x 20.
+    QCOMPARE(resident.memoryPlan().residentExpertBytes, std::uint64_t(2 * 4 * 3 * 24 * 20 * 2));
+    const Run ref = greedy(resident, prompt, int(want.size()));
+    QCOMPARE(ref.ids, want);
+    QCOMPARE(ref.dropped, 0);
+    for (int slotCount : {1, 2, 8}) {
+        k3::ModelOptions o;
+        o.expertCacheSlots = slotCount;
+        const k3::Model m = k3::Model::load(dir, o);
+        // 2880 bytes an expert, but some expert's aligned read window straddles a 4 KB
+        // boundary: two pages.
+        QCOMPARE(m.memoryPlan().expertSlotBytes, std::uint64_t(8192));
+        QCOMPARE(m.memoryPlan().residentExpertBytes, std::uint64_t(0));
+        const Run r = greedy(m, prompt, int(want.size()));
+        QCOMPARE(r.ids, want);
+        QCOMPARE(r.dropped, 0);
+        QVERIFY(std::memcmp(r.lastLogits.data(), ref.lastLogits.data(),
+                            r.lastLogits.size() * sizeof(float)) == 0);
+        QVERIFY(m.memoryStats().cache.requests > 0);
     }
 }
 

@@ -113,6 +113,7 @@ void TestChunkForward::sameBitsAsOnePosition_data() {
     QTest::addColumn<QString>("name");
     QTest::newRow("k3_tiny_a") << QStringLiteral("k3_tiny_a");
     QTest::newRow("k3_tiny_b") << QStringLiteral("k3_tiny_b");
+    QTest::newRow("k3_tiny_f32") << QStringLiteral("k3_tiny_f32"); // plain F32 experts
     QTest::newRow("demo") << QStringLiteral("demo");
 }
 
