@@ -18,7 +18,7 @@ struct ChatTurn {
     QString reasoning;
     QString name;    // the speaker's name; a tool message's tool (required for "tool")
     QString invalid; // assistant: why the answer is not the model's; empty when valid
-    QString model;   // assistant: the model that answered; empty when not recorded
+    QString model{}; // assistant: the model that answered; empty when not recorded
 };
 
 struct GenerationSettings {

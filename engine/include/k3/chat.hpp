@@ -72,7 +72,7 @@ struct ChatMessage {
     std::string invalid;
     // Assistant only: the model that answered (a server's model name; empty when not
     // recorded, as in transcripts written before it was). Saved as "model"; never rendered.
-    std::string model;
+    std::string model{}; // {}: brace inits of the five older fields need not name it
 
     bool operator==(const ChatMessage&) const = default;
 };
