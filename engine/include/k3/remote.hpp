@@ -66,7 +66,8 @@ struct RemoteRequest {
     std::optional<float> temperature;
     std::optional<float> topP;
     std::optional<std::uint64_t> seed;
-    // Moonshot's "thinking" switch; effort goes out as "reasoning_effort" when set.
+    // Sent as Moonshot's "thinking" object and as chat_template_kwargs.thinking (vLLM,
+    // SGLang); effort goes out as "reasoning_effort" when set.
     std::optional<bool> thinking;
     std::optional<std::string> reasoningEffort;
 };

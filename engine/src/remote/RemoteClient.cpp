@@ -232,7 +232,12 @@ std::string RemoteClient::requestBody(const RemoteRequest& request) const {
     if (request.temperature) body["temperature"] = *request.temperature;
     if (request.topP) body["top_p"] = *request.topP;
     if (request.seed) body["seed"] = *request.seed;
-    if (request.thinking) body["thinking"] = {{"type", *request.thinking ? "enabled" : "disabled"}};
+    if (request.thinking) {
+        // Moonshot's API reads the "thinking" object; vLLM and SGLang pass
+        // chat_template_kwargs to the Kimi template and their kimi_k2 reasoning parser.
+        body["thinking"] = {{"type", *request.thinking ? "enabled" : "disabled"}};
+        body["chat_template_kwargs"] = {{"thinking", *request.thinking}};
+    }
     if (request.reasoningEffort) body["reasoning_effort"] = *request.reasoningEffort;
     return body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }

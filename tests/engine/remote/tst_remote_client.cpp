@@ -278,6 +278,7 @@ private slots:
         QCOMPARE(observer.events[3].responseDelta, std::string("Hello"));
         const auto body = nlohmann::json::parse(server.lastBody());
         QCOMPARE(body["thinking"]["type"].get<std::string>(), std::string("enabled"));
+        QCOMPARE(body["chat_template_kwargs"]["thinking"].get<bool>(), true);
         QCOMPARE(body["reasoning_effort"].get<std::string>(), std::string("high"));
         QCOMPARE(body["temperature"].get<double>(), 0.0);
         QVERIFY(!body.contains("seed")); // greedy: no sampling fields
