@@ -174,6 +174,26 @@ private slots:
         window.store()->remove(window.currentConversationId());
     }
 
+    // The server chosen last time is where the next start connects (URL and model from
+    // the settings, the key from the keychain; this test's keychain is unreachable).
+    void theNextStartConnectsToTheSameServer() {
+        const ServerUnderTest server = startFakeServer();
+        {
+            MainWindow first;
+            connectTo(first, server, server.thinkModel);
+        }
+        QCOMPARE(QSettings().value(QStringLiteral("model/source")).toString(),
+                 QStringLiteral("remote"));
+        QCOMPARE(QSettings().value(QStringLiteral("remote/url")).toString(), server.root);
+        MainWindow next;
+        QSignalSpy ready(&next, &MainWindow::modelReady);
+        next.loadStartupModel();
+        QVERIFY(ready.wait(20000));
+        QCOMPARE(next.statusBar()->currentMessage(),
+                 QStringLiteral("k3-think · remote: %1 · ready").arg(server.root));
+        QSettings().setValue(QStringLiteral("model/source"), QStringLiteral("local"));
+    }
+
     void stopClosesTheStream() {
         const ServerUnderTest server = startFakeServer();
         MainWindow window;
