@@ -29,8 +29,6 @@ enum class RemoteErrorKind {
     EarlyClose,   // the stream ended before finish_reason / [DONE]
 };
 
-struct RemoteReply;
-
 class RemoteError : public std::runtime_error {
 public:
     RemoteError(RemoteErrorKind kind, const std::string& message, long status = 0)

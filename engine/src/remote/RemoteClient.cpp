@@ -143,6 +143,11 @@ size_t onBody(char* data, size_t size, size_t count, void* user) {
     const size_t n = size * count;
     if (t.status == 0) curl_easy_getinfo(t.curl, CURLINFO_RESPONSE_CODE, &t.status);
     if (t.status < 200 || t.status >= 300 || !t.sse) {
+        // A model list or an error page is small; a server sending more is refused.
+        if (!t.sse && t.body.size() + n > kMaxLine) {
+            t.error = "the server sent over 16 MB where a model list was expected";
+            return 0;
+        }
         if (t.body.size() < kMaxErrorBody || !t.sse) t.body.append(data, n);
         return n;
     }
@@ -373,6 +378,7 @@ std::vector<std::string> RemoteClient::listModels(const std::atomic<bool>* cance
     // An answer without a body never reached the write callback.
     if (t.status == 0) curl_easy_getinfo(p.curl.get(), CURLINFO_RESPONSE_CODE, &t.status);
     if (cancelled) return {};
+    if (!t.error.empty()) throw RemoteError(RemoteErrorKind::Protocol, t.error);
     throwForTransfer(code, t, p, root_, hostPort_, "/v1/models", {});
     if (code != CURLE_OK)
         throw RemoteError(RemoteErrorKind::Connection,
