@@ -2,8 +2,10 @@
 // conversation with its think block into the view, the panels and status bar say
 // "remote: URL", Stop closes the stream, and a server that dies mid-answer leaves the
 // partial answer with a clear message.
+#include <QAction>
 #include <QApplication>
 #include <QElapsedTimer>
+#include <QFile>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QStandardPaths>
@@ -12,6 +14,7 @@
 #include <QThread>
 
 #include "MainWindow.h"
+#include "RemoteServerDialog.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
 #include "chat/ConversationView.h"
@@ -20,6 +23,7 @@
 #include "panels/ExpertCachePanel.h"
 #include "panels/MemoryPlanPanel.h"
 #include "panels/TokenTimingPanel.h"
+#include "wizard/RemoteServerForm.h"
 #include "worker/EngineController.h"
 
 #include "FakeOpenAiServer.hpp"
@@ -191,6 +195,43 @@ private slots:
         QVERIFY(ready.wait(20000));
         QCOMPARE(next.statusBar()->currentMessage(),
                  QStringLiteral("k3-think · remote: %1 · ready").arg(server.root));
+        QSettings().setValue(QStringLiteral("model/source"), QStringLiteral("local"));
+    }
+
+    // Model > Use a server… with a key: the key reaches the server and the keychain
+    // store (memory-only here, no D-Bus), never the settings file; the next start reads
+    // it back from the store.
+    void modelMenuServerWithAKeyKeepsItOutOfTheSettings() {
+        const QString secret = QStringLiteral("sk-remote-secret-4711");
+        FakeOpenAiServer server(secret.toStdString());
+        const QString root = QStringLiteral("http://127.0.0.1:%1").arg(server.port());
+        MainWindow window;
+        QSignalSpy ready(&window, &MainWindow::modelReady);
+        window.findChild<QAction*>(QStringLiteral("useServerAction"))->trigger();
+        auto* dialog = window.findChild<RemoteServerDialog*>();
+        QVERIFY(dialog);
+        dialog->form()->setUrl(QString::fromStdString(server.url()));
+        dialog->form()->setModel(QStringLiteral("k3-think"));
+        dialog->form()->setApiKey(secret);
+        dialog->accept();
+        QVERIFY(ready.wait(10000));
+        QCOMPARE(server.lastAuthorization(), "Bearer " + secret.toStdString());
+        QCOMPARE(window.statusBar()->currentMessage(),
+                 QStringLiteral("k3-think · remote: %1 · ready").arg(root));
+        QSettings settings;
+        settings.sync();
+        QFile file(settings.fileName());
+        QVERIFY(file.open(QIODevice::ReadOnly));
+        const QByteArray stored = file.readAll();
+        QVERIFY(stored.contains(root.toUtf8()));
+        QVERIFY(!stored.contains(secret.toUtf8()));
+
+        MainWindow next;
+        QSignalSpy nextReady(&next, &MainWindow::modelReady);
+        next.loadStartupModel();
+        QVERIFY(nextReady.wait(20000));
+        QCOMPARE(next.statusBar()->currentMessage(),
+                 QStringLiteral("k3-think · remote: %1 · ready").arg(root));
         QSettings().setValue(QStringLiteral("model/source"), QStringLiteral("local"));
     }
 
