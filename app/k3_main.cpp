@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
                  "weights from disk.\n\n"
                  "  k3 MODEL_DIR (--prompt TEXT | --prompt-file FILE | --ids 1,2,3) [options]\n"
                  "  k3 MODEL_DIR --chat [--system TEXT] [--history FILE] [options]\n"
+                 "  k3 --remote URL --model NAME [--api-key-file F] --chat [options]\n"
                  "  k3 doctor [DIR]      k3 download DIR\n",
                  "k3"};
     app.set_version_flag("--version", std::string("k3 (k3chat) ") + k3::kVersion);
@@ -191,6 +192,23 @@ int main(int argc, char** argv) {
             ->check(CLI::Range(1, 4096))
             ->group(chatGroup)
             ->type_name("N");
+
+    const char* remoteGroup = "Remote (chat with an OpenAI-compatible server: vLLM, SGLang, "
+                              "k3 serve)";
+    CLI::Option* remoteOpt =
+        app.add_option("--remote", chat.remote.url,
+                       "The server's URL, e.g. http://gpu-node:8000/v1 (with --chat)")
+            ->group(remoteGroup)
+            ->type_name("URL");
+    CLI::Option* remoteModelOpt =
+        app.add_option("--model", chat.remote.model, "The server's name for the model")
+            ->group(remoteGroup)
+            ->type_name("NAME");
+    CLI::Option* apiKeyFileOpt =
+        app.add_option("--api-key-file", chat.remote.apiKeyFile,
+                       "A file whose first line is the server's API key (sent as Bearer)")
+            ->group(remoteGroup)
+            ->type_name("FILE");
 
     const char* diagGroup = "Diagnostics";
     std::string specText;
@@ -365,8 +383,20 @@ int main(int argc, char** argv) {
             chat.model = model;
             if (systemOpt->count()) chat.system = systemText;
             if (maxTokensOpt->count() == 0 && genOpt->count()) chat.maxTokens = run.gen;
+            if (remoteOpt->count()) {
+                if (!model.modelDir.empty())
+                    throw k3cli::usageError("--remote chats with a server: drop MODEL_DIR (or "
+                                            "unset K3_MODEL_DIR)");
+                return k3cli::runRemoteChat(chat);
+            }
+            for (const CLI::Option* o : {remoteModelOpt, apiKeyFileOpt})
+                if (o->count()) throw k3cli::usageError(o->get_name() + " needs --remote URL");
             return k3cli::runChat(chat);
         }
+        for (const CLI::Option* o : {remoteOpt, remoteModelOpt, apiKeyFileOpt})
+            if (o->count())
+                throw k3cli::usageError(o->get_name() + " needs --chat (k3 --remote URL --model " +
+                                        "NAME --chat)");
         for (const CLI::Option* o : {systemOpt, historyOpt, noThinkOpt, effortOpt, maxTokensOpt})
             if (o->count()) throw k3cli::usageError(o->get_name() + " needs --chat");
         if (promptOpt->count()) run.prompt = promptText;

@@ -2,6 +2,7 @@
 
 #include "AboutDialog.h"
 #include "AppSettings.h"
+#include "RemoteServerDialog.h"
 #include "SettingsDialog.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
@@ -13,7 +14,9 @@
 #include "panels/ExpertCachePanel.h"
 #include "panels/MemoryPlanPanel.h"
 #include "panels/TokenTimingPanel.h"
+#include "wizard/RemoteServerForm.h"
 #include "wizard/SetupWizard.h"
+#include "wizard/TokenStore.h"
 #include "worker/EngineController.h"
 #include <k3/chat.hpp>
 
@@ -225,6 +228,9 @@ void MainWindow::createMenus() {
     QMenu* model = menuBar()->addMenu(tr("&Model"));
     model->addAction(open);
     model->addAction(demo);
+    QAction* server =
+        model->addAction(tr("Use a &server…"), this, &MainWindow::showRemoteServerDialog);
+    server->setObjectName(QStringLiteral("useServerAction"));
     model->addSeparator();
     QAction* setup = model->addAction(tr("&Setup wizard…"), this, &MainWindow::showSetupWizard);
     setup->setObjectName(QStringLiteral("setupWizardAction"));
@@ -345,6 +351,23 @@ void MainWindow::saveConversation() {
 }
 
 void MainWindow::loadStartupModel() {
+    const QSettings remembered;
+    const QString remoteUrl = remembered.value(QStringLiteral("remote/url")).toString();
+    if (remembered.value(QStringLiteral("model/source")).toString() == QLatin1String("remote") &&
+        !remoteUrl.isEmpty()) {
+        // The key comes from the keychain, which answers asynchronously.
+        auto* keys = new TokenStore(this, TokenStore::serverKeyName());
+        const QString model = remembered.value(QStringLiteral("remote/model")).toString();
+        connect(keys, &TokenStore::loaded, this,
+                [this, keys, remoteUrl, model](const QString& key) {
+                    keys->deleteLater();
+                    connectRemote(remoteUrl, model, key);
+                });
+        m_composer->setReady(false);
+        statusBar()->showMessage(tr("Connecting to %1…").arg(remoteUrl));
+        keys->load();
+        return;
+    }
     const QString last = QSettings().value(QStringLiteral("model/directory")).toString();
     // The trunk chosen in the wizard or Settings, when it is still there.
     QString trunk = QSettings().value(QStringLiteral("model/trunkDir")).toString();
@@ -352,8 +375,10 @@ void MainWindow::loadStartupModel() {
         trunk.clear();
     // The budgets the wizard chose go with the model (0: everything resident / no cache).
     const quint64 trunkBytes =
-        trunk.isEmpty() ? 0 : QSettings().value(QStringLiteral("model/trunkBytes"), 0).toULongLong();
-    const quint64 cacheBytes = QSettings().value(QStringLiteral("model/cacheBytes"), 0).toULongLong();
+        trunk.isEmpty() ? 0
+                        : QSettings().value(QStringLiteral("model/trunkBytes"), 0).toULongLong();
+    const quint64 cacheBytes =
+        QSettings().value(QStringLiteral("model/cacheBytes"), 0).toULongLong();
     if (!last.isEmpty() && QFileInfo::exists(last + QStringLiteral("/config.json")))
         loadModel(last, trunk, trunkBytes, cacheBytes);
     else if (!demoModelDirectory().isEmpty())
@@ -390,8 +415,27 @@ void MainWindow::loadModel(const QString& directory, const QString& trunkDir, qu
     stopGeneration();
     m_composer->setReady(false);
     m_modelName = QFileInfo(directory).fileName();
+    m_connecting = false;
     statusBar()->showMessage(tr("Loading %1…").arg(directory));
     m_engine->loadModel(directory, trunkDir, trunkBytes, cacheBytes);
+}
+
+void MainWindow::connectRemote(const QString& url, const QString& model, const QString& apiKey) {
+    stopGeneration();
+    m_composer->setReady(false);
+    m_connecting = true;
+    statusBar()->showMessage(tr("Connecting to %1…").arg(url));
+    m_engine->connectRemote(url, model, apiKey);
+}
+
+void MainWindow::showRemoteServerDialog() {
+    auto* dialog = new RemoteServerDialog(this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dialog, &QDialog::accepted, this, [this, dialog] {
+        RemoteServerForm* form = dialog->form();
+        connectRemote(form->url(), form->model(), form->apiKey());
+    });
+    dialog->open();
 }
 
 void MainWindow::stopGeneration() {
@@ -399,6 +443,23 @@ void MainWindow::stopGeneration() {
 }
 
 void MainWindow::onModelLoaded(const ModelInfo& info) {
+    m_connecting = false;
+    if (info.remote) {
+        QSettings settings; // the URL and model only: the key stays in the keychain
+        settings.setValue(QStringLiteral("model/source"), QStringLiteral("remote"));
+        settings.setValue(QStringLiteral("remote/url"), info.directory);
+        settings.setValue(QStringLiteral("remote/model"), info.modelName);
+        m_remoteUrl = info.directory;
+        m_modelName = tr("%1 · remote: %2").arg(info.modelName, info.directory);
+        m_composer->setReady(true);
+        m_conversation->setPlaceholderText(
+            tr("Connected to %1. Type a message below.").arg(info.directory));
+        statusBar()->showMessage(tr("%1 · ready").arg(m_modelName));
+        emit modelReady();
+        return;
+    }
+    m_remoteUrl.clear();
+    QSettings().setValue(QStringLiteral("model/source"), QStringLiteral("local"));
     QSettings().setValue(QStringLiteral("model/directory"), info.directory);
     // The demo was trained to answer directly, without a think channel.
     const QString demo = demoModelDirectory();
@@ -416,6 +477,17 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
 
 void MainWindow::onLoadFailed(const QString& message) {
     statusBar()->showMessage(tr("No model loaded"));
+    if (m_connecting) {
+        m_connecting = false;
+        QMessageBox box(QMessageBox::Critical, tr("Could not use the server"),
+                        tr("The server did not accept the connection. Check the URL, the "
+                           "model name and the API key (Model > Use a server…)."),
+                        QMessageBox::Ok, this);
+        box.setTextFormat(Qt::PlainText);
+        box.setDetailedText(message);
+        box.exec();
+        return;
+    }
     QMessageBox box(QMessageBox::Critical, tr("Could not load the model"),
                     tr("The model could not be loaded. Check that the folder holds a complete "
                        "checkpoint (config.json, every shard, the tokenizer files)."),
@@ -544,6 +616,7 @@ void MainWindow::onFinished(const GenerationSummary& s) {
         stats += tr(" · %1 s/token").arg(s.decodeSeconds / s.generatedTokens, 0, 'f', 3);
     if (s.reusedPositions > 0) stats += tr(" · %1 positions reused").arg(s.reusedPositions);
     if (s.cancelled) stats += tr(" · stopped");
+    if (!s.interruption.isEmpty()) stats += tr(" · interrupted: %1").arg(s.interruption);
     QString invalid;
     if (!s.valid) {
         invalid = s.invalidReason.isEmpty() ? tr("an expert failed to load or a NaN appeared")
@@ -551,10 +624,13 @@ void MainWindow::onFinished(const GenerationSummary& s) {
         stats += tr(" · RUN INVALID (%1)").arg(invalid);
     }
     // Saved with the answer, so the conversation says it when reopened.
-    m_conversation->conversation()->finishLast(stats, invalid);
+    m_conversation->conversation()->finishLast(stats, invalid, s.model);
     m_composer->setGenerating(false);
     saveConversation();
-    statusBar()->showMessage(tr("%1 · ready").arg(m_modelName));
+    // A broken stream keeps what arrived; the status bar says why it stopped.
+    statusBar()->showMessage(s.interruption.isEmpty()
+                                 ? tr("%1 · ready").arg(m_modelName)
+                                 : tr("%1 · %2").arg(m_modelName, s.interruption));
     emit answerFinished();
 }
 
@@ -562,7 +638,11 @@ void MainWindow::onFailed(const QString& message) {
     m_conversation->conversation()->removeLast();
     m_composer->setGenerating(false);
     QMessageBox box(QMessageBox::Warning, tr("The answer failed"),
-                    tr("The engine stopped with an error; the conversation is kept."),
+                    m_remoteUrl.isEmpty()
+                        ? tr("The engine stopped with an error; the conversation is kept.")
+                        : tr("The server at %1 answered with an error; the conversation is "
+                             "kept.")
+                              .arg(m_remoteUrl),
                     QMessageBox::Ok, this);
     box.setTextFormat(Qt::PlainText);
     box.setDetailedText(message);
@@ -578,6 +658,7 @@ void MainWindow::showSetupWizard() {
     auto* wizard = new SetupWizard(this);
     wizard->setAttribute(Qt::WA_DeleteOnClose);
     connect(wizard, &SetupWizard::setupFinished, this, &MainWindow::loadModel);
+    connect(wizard, &SetupWizard::serverChosen, this, &MainWindow::connectRemote);
     // The whole choice is remembered, budgets included: reopened without them, a streamed
     // checkpoint would be planned fully resident and refused by the memory check.
     connect(wizard, &SetupWizard::setupFinished, this,

@@ -64,6 +64,10 @@ public slots:
     void loadModel(const QString& directory, const QString& trunkDir = {}, quint64 trunkBytes = 0,
                    quint64 cacheBytes = 0);
     void loadDemoModel();
+    // Chats through an OpenAI-compatible server instead of a local model.
+    void connectRemote(const QString& url, const QString& model, const QString& apiKey);
+    // Model > Use a server…: the server form in a dialog; Connect switches to it.
+    void showRemoteServerDialog();
     void stopGeneration();
     void openConversation(const QString& id);
     void refreshConversationList();
@@ -103,9 +107,11 @@ private:
     EngineController* m_engine;
     std::unique_ptr<ConversationStore> m_store;
     TokenTimingPanel* m_timing;
-    QString m_currentId; // empty: not saved yet
-    QString m_modelName;
-    int m_editRow = -1; // the user message being edited; -1 when not editing
+    QString m_currentId;       // empty: not saved yet
+    QString m_modelName;       // what the status bar calls the model ("name · remote: URL")
+    QString m_remoteUrl;       // the server while one answers; empty for a local model
+    bool m_connecting = false; // a server (not a folder) is being opened
+    int m_editRow = -1;        // the user message being edited; -1 when not editing
     int m_tokensThisAnswer = 0;
     double m_firstTokenSeconds = 0;
     double m_tokenSeconds = 0;

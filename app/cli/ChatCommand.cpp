@@ -1,9 +1,11 @@
 // `k3 MODEL_DIR --chat`: a REPL over Session::chat in the official XTML format, with a
 // JSONL transcript (--history) that is re-rendered and re-prefilled on restart.
+#include "ChatLoop.hpp"
 #include "CliSupport.hpp"
 #include "Commands.hpp"
 #include "SessionLoader.hpp"
 
+#include <k3/backend.hpp>
 #include <k3/chat.hpp>
 #include <k3/session.hpp>
 
@@ -136,11 +138,10 @@ std::size_t assistantTurns(const std::vector<k3::ChatMessage>& history) {
 
 } // namespace
 
-int runChat(const ChatArgs& args) {
+void lockHistory(const ChatArgs& args, std::optional<k3::OutputLock>& historyLock) {
     // --history is checked and locked before anything is read: a folder, device or FIFO
     // is refused (it would chat and save nothing), and a second session on the same file
     // is told so instead of silently overwriting this one's turns.
-    std::optional<k3::OutputLock> historyLock;
     if (!args.history.empty()) {
         try {
             k3::resolveOutputFile(args.history);
@@ -153,14 +154,16 @@ int runChat(const ChatArgs& args) {
             throw CommandError{kExitFailure, std::string("--history: ") + error.what()};
         }
     }
-    std::vector<k3::ChatMessage> history = loadHistory(args);
-    LoadedSession loaded = openModel(args.model, TokenizerNeed::Required);
-    k3::Session& session = loaded.session;
-    const bool tty = stdoutIsTty();
-    const ResolvedSampling sampling = resolveSampling(args.model.sampling);
-    std::uint64_t seed = sampling.seed;
-    if (sampling.sampling && !sampling.seedGiven) seed = std::random_device{}();
+}
 
+std::vector<k3::ChatMessage> loadChatHistory(const ChatArgs& args) {
+    return loadHistory(args);
+}
+
+k3::GenerateOptions chatOptions(const ChatArgs& args, std::uint64_t& seed) {
+    const ResolvedSampling sampling = resolveSampling(args.model.sampling);
+    seed = sampling.seed;
+    if (sampling.sampling && !sampling.seedGiven) seed = std::random_device{}();
     k3::GenerateOptions options;
     options.render.thinking = !args.noThink;
     options.render.thinkingEffort = args.thinkingEffort;
@@ -168,6 +171,19 @@ int runChat(const ChatArgs& args) {
     options.speculation = args.model.speculation;
     options.sampling.temperature = sampling.sampling ? sampling.temperature : 0.0f;
     options.sampling.topP = sampling.sampling ? sampling.topP : 1.0f;
+    return options;
+}
+
+int runChat(const ChatArgs& args) {
+    std::optional<k3::OutputLock> historyLock;
+    lockHistory(args, historyLock);
+    std::vector<k3::ChatMessage> history = loadHistory(args);
+    LoadedSession loaded = openModel(args.model, TokenizerNeed::Required);
+    k3::Session& session = loaded.session;
+    const bool tty = stdoutIsTty();
+    std::uint64_t seed = 0;
+    const k3::GenerateOptions options = chatOptions(args, seed);
+    const ResolvedSampling sampling = resolveSampling(args.model.sampling);
 
     installInterruptHandler(false); // before the banner: from then on Ctrl-C is ours
     int seen = interruptCount();    // presses dealt with (those that stopped an answer)
@@ -203,7 +219,14 @@ int runChat(const ChatArgs& args) {
                                std::string("the forward pass failed: ") + error.what()};
         }
     }
+    const std::unique_ptr<k3::ChatBackend> backend =
+        k3::wrapSession(std::move(loaded.session), args.model.modelDir);
+    return chatLoop(args, *backend, history, options, seed, seen);
+}
 
+int chatLoop(const ChatArgs& args, k3::ChatBackend& backend, std::vector<k3::ChatMessage>& history,
+             k3::GenerateOptions options, std::uint64_t seed, int seen) {
+    const bool tty = stdoutIsTty();
     int exitCode = kExitOk;
     bool unsaved = false;     // the last save failed: the file lacks the latest turns
     int promptInterrupts = 0; // consecutive Ctrl-C at the prompt
@@ -244,7 +267,7 @@ int runChat(const ChatArgs& args) {
         }
         if (line == "/reset") {
             history = initialHistory(args);
-            session.reset();
+            backend.reset();
             unsaved = !saveHistory(args, history);
             std::fprintf(stderr, "[conversation reset]\n");
             continue;
@@ -259,7 +282,7 @@ int runChat(const ChatArgs& args) {
         ChatPrinter printer(tty);
         k3::GenerateResult r;
         try {
-            r = session.chat(history, options, &printer, &cancelFlag());
+            r = backend.chat(history, options, &printer, &cancelFlag());
         } catch (const k3::ChatError& error) {
             history.pop_back();
             printError(error.what());
@@ -269,6 +292,13 @@ int runChat(const ChatArgs& args) {
             printError(std::string(error.what()) + " (--context " +
                        std::to_string(error.context()) + "; /reset starts a new conversation)");
             continue;
+        } catch (const k3::RemoteError& error) {
+            // A server can be busy or briefly away: say so and keep the conversation; the
+            // session still ends with a failure code.
+            history.pop_back();
+            printError(std::string("the server failed: ") + error.what());
+            if (exitCode == kExitOk) exitCode = kExitFailure;
+            continue;
         } catch (const std::exception& error) {
             history.pop_back();
             saveHistory(args, history);
@@ -277,7 +307,7 @@ int runChat(const ChatArgs& args) {
         }
         printer.finish();
         seen = interruptCount(); // a press during the answer stopped it; it is not a prompt press
-        if (r.cancelled && r.ids.empty()) {
+        if (r.cancelled && r.tokenCount() == 0) {
             history.pop_back(); // stopped before any answer: as if never sent
             std::fprintf(stderr, "[stopped before the answer began; message dropped]\n");
             continue;
@@ -289,10 +319,20 @@ int runChat(const ChatArgs& args) {
                                               " routed expert(s) could not be loaded";
         history.push_back(std::move(reply));
         unsaved = !saveHistory(args, history);
-        const char* how = r.cancelled ? "stopped" : r.endOfTurn ? "end of turn" : "token limit";
-        std::fprintf(stderr, "[reused %d of %d positions, %zu tokens in %s, %s]\n",
-                     r.reusedPositions, r.promptTokens, r.ids.size(),
-                     formatDuration(r.prefillSeconds + r.decodeSeconds).c_str(), how);
+        const char* how = r.cancelled               ? "stopped"
+                          : !r.interruption.empty() ? "interrupted"
+                          : r.endOfTurn             ? "end of turn"
+                                                    : "token limit";
+        if (backend.info().remote)
+            std::fprintf(stderr, "[%s: prompt %d tokens, %d tokens in %s, %s]\n",
+                         terminalSafe(r.model).c_str(), r.promptTokens, r.tokenCount(),
+                         formatDuration(r.prefillSeconds + r.decodeSeconds).c_str(), how);
+        else
+            std::fprintf(stderr, "[reused %d of %d positions, %d tokens in %s, %s]\n",
+                         r.reusedPositions, r.promptTokens, r.tokenCount(),
+                         formatDuration(r.prefillSeconds + r.decodeSeconds).c_str(), how);
+        // The partial answer stays in the conversation; the reason is said once.
+        if (!r.interruption.empty()) printError(r.interruption);
         // A few are enough to tell malformed output; a random model makes hundreds.
         for (std::size_t i = 0; i < r.problems.size() && i < 3; ++i)
             printNote("[model output: " + r.problems[i] + "]");

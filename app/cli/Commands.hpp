@@ -54,8 +54,16 @@ struct RunArgs {
     std::string dumpLogits;
 };
 
+// k3 --remote URL --chat: an OpenAI-compatible server instead of MODEL_DIR.
+struct RemoteArgs {
+    std::string url;        // empty: chat with the local MODEL_DIR
+    std::string model;      // --model: the server's name for the model
+    std::string apiKeyFile; // --api-key-file: the key's first line (never a flag: ps shows flags)
+};
+
 struct ChatArgs {
     ModelArgs model;
+    RemoteArgs remote;
     std::optional<std::string> system;
     std::string history;
     bool noThink = false;
@@ -74,6 +82,7 @@ struct DownloadArgs {
 
 int runBatch(const RunArgs& args);
 int runChat(const ChatArgs& args);
+int runRemoteChat(const ChatArgs& args); // RemoteChatCommand.cpp
 int runDownload(const DownloadArgs& args);
 
 // Shared by batch and chat (RunCommand.cpp).

@@ -13,12 +13,15 @@
 #include <QTest>
 #include <QTreeWidget>
 
+#include "FakeOpenAiServer.hpp"
 #include "MainWindow.h"
 #include "panels/MemoryPlanPanel.h"
 #include "wizard/MemoryPage.h"
 #include "wizard/ModelSourcePage.h"
 #include "wizard/PackPage.h"
 #include "wizard/PendingDownload.h"
+#include "wizard/RemoteServerForm.h"
+#include "wizard/RemoteServerPage.h"
 #include "wizard/SetupWizard.h"
 #include "wizard/SystemCheckPage.h"
 
@@ -31,7 +34,7 @@ const QString kTinyModel = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/
 constexpr int kTinyLayers = 14;
 constexpr quint64 kTinyPinnedBytes = (16 + 13 * 14) * 4096ull;
 constexpr quint64 kTinyExpertBytes = 489'216;
-}
+} // namespace
 
 class TestSetupWizard : public QObject {
     Q_OBJECT
@@ -48,6 +51,7 @@ private slots:
     void memoryPageWarnsWhenPlanDoesNotFit();
     void wizardPassesTheChoicesAlongAndEmitsThemOnFinish();
     void demoButtonOnFirstPageFinishesWithTheDemoModel();
+    void useServerPageTestListsTheServersModels();
 };
 
 void TestSetupWizard::initTestCase() {
@@ -356,6 +360,66 @@ void TestSetupWizard::demoButtonOnFirstPageFinishesWithTheDemoModel() {
     QVERIFY(validated.wait(10000));
     QCOMPARE(validated.at(0).at(0).toBool(), true);
     QCOMPARE(page.modelDir(), demo);
+}
+
+// Page 1's "Use a server" leads to the server page; Test lists the fake server's models
+// off the GUI thread (and fills in the model), a dead server says so, Finish hands the
+// choice over. Back returns to the usual path.
+void TestSetupWizard::useServerPageTestListsTheServersModels() {
+    FakeOpenAiServer server;
+    SetupWizard wizard;
+    wizard.show();
+    QSignalSpy chosen(&wizard, &SetupWizard::serverChosen);
+    wizard.systemCheckPage()->findChild<QPushButton*>(QStringLiteral("useServerButton"))->click();
+    QCOMPARE(wizard.currentId(), int(SetupWizard::RemoteServer));
+    RemoteServerForm* form = wizard.remoteServerPage()->form();
+    QVERIFY(!wizard.remoteServerPage()->isComplete());
+    form->setUrl(QString::fromStdString(server.url()));
+    QSignalSpy tested(form, &RemoteServerForm::testFinished);
+    form->findChild<QPushButton*>(QStringLiteral("serverTestButton"))->click();
+    QVERIFY(form->isTesting()); // the GUI thread goes on while the server answers
+    QVERIFY(tested.wait(5000));
+    QCOMPARE(tested.at(0).at(0).toBool(), true);
+    QCOMPARE(form->resultText(),
+             QStringLiteral("The server answers with 3 model(s): k3-think, k3-slow, k3-cut"));
+    QCOMPARE(form->model(), QStringLiteral("k3-think"));
+    QVERIFY(wizard.remoteServerPage()->isComplete());
+
+    form->setModel(QStringLiteral("kimi-k9"));
+    form->test();
+    QVERIFY(tested.wait(5000));
+    QCOMPARE(form->resultText(),
+             QStringLiteral("The server answers with 3 model(s): k3-think, k3-slow, k3-cut\n"
+                            "It does not offer \"kimi-k9\": pick one of these."));
+    form->setModel(QStringLiteral("k3-slow"));
+
+    const QString dead = QStringLiteral("http://127.0.0.1:%1").arg([] {
+        FakeOpenAiServer gone;
+        return gone.port();
+    }());
+    form->setUrl(dead);
+    form->test();
+    QVERIFY(tested.wait(5000));
+    QCOMPARE(tested.at(2).at(0).toBool(), false);
+    QCOMPARE(form->resultText(),
+             QStringLiteral("Failed: could not connect to %1: connection refused; check that "
+                            "the server is running and the URL %2 is right")
+                 .arg(dead.mid(7), dead));
+
+    form->setUrl(QString::fromStdString(server.url()));
+    wizard.accept();
+    QCOMPARE(chosen.count(), 1);
+    QCOMPARE(chosen.at(0).at(0).toString(), QString::fromStdString(server.url()));
+    QCOMPARE(chosen.at(0).at(1).toString(), QStringLiteral("k3-slow"));
+
+    // Back from the server page: Next on page 1 goes to the model source again.
+    SetupWizard again;
+    again.show();
+    again.systemCheckPage()->findChild<QPushButton*>(QStringLiteral("useServerButton"))->click();
+    QCOMPARE(again.currentId(), int(SetupWizard::RemoteServer));
+    again.back();
+    QCOMPARE(again.currentId(), int(SetupWizard::SystemCheck));
+    QCOMPARE(again.nextId(), int(SetupWizard::ModelSource));
 }
 
 int main(int argc, char** argv) {

@@ -32,6 +32,8 @@ QVariant ConversationModel::data(const QModelIndex& index, int role) const {
         return e.stats;
     case InvalidRole:
         return e.invalid;
+    case ModelRole:
+        return e.model;
     case ReadingRole:
         return e.streaming && e.readTotal > 0 ? QVariant(QPointF(e.readDone, e.readTotal))
                                               : QVariant();
@@ -88,10 +90,12 @@ void ConversationModel::appendToLast(const QString& thinkingDelta, const QString
     changed(int(m_entries.size()) - 1);
 }
 
-void ConversationModel::finishLast(const QString& stats, const QString& invalidReason) {
+void ConversationModel::finishLast(const QString& stats, const QString& invalidReason,
+                                   const QString& model) {
     if (m_entries.isEmpty()) return;
     Entry& e = m_entries.last();
     e.invalid = invalidReason;
+    e.model = model;
     if (e.thinkingClock.isValid() && !e.answerStarted)
         e.thinkingSeconds = e.thinkingClock.elapsed() / 1000.0;
     e.streaming = false;
@@ -143,8 +147,13 @@ void ConversationModel::setTurns(const QVector<ChatTurn>& turns) {
         e.reasoning = t.reasoning;
         e.name = t.name;
         e.invalid = t.invalid;
-        // A reopened answer has no timing line; an invalid one still says what it is.
-        if (!t.invalid.isEmpty()) e.stats = tr("RUN INVALID: %1").arg(t.invalid);
+        e.model = t.model;
+        // A reopened answer has no timing line; an invalid one still says what it is, and
+        // one from another model says which.
+        if (!t.invalid.isEmpty())
+            e.stats = tr("RUN INVALID: %1").arg(t.invalid);
+        else if (!t.model.isEmpty())
+            e.stats = tr("answered by %1").arg(t.model);
         e.thinkingExpanded = m_expandThinking;
         m_entries.push_back(std::move(e));
     }
@@ -154,7 +163,8 @@ void ConversationModel::setTurns(const QVector<ChatTurn>& turns) {
 QVector<ChatTurn> ConversationModel::turns() const {
     QVector<ChatTurn> out;
     for (const Entry& e : m_entries)
-        if (!e.streaming) out.push_back({e.role, e.content, e.reasoning, e.name, e.invalid});
+        if (!e.streaming)
+            out.push_back({e.role, e.content, e.reasoning, e.name, e.invalid, e.model});
     return out;
 }
 

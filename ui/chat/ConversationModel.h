@@ -22,6 +22,7 @@ public:
         ReadingRole,            // QPointF(done, total) prompt positions while the prompt is read
         ReadingSecondsLeftRole, // the estimate from the measured rate; -1: not known yet
         InvalidRole,            // why the answer is not the model's; empty when valid
+        ModelRole,              // the model that answered; empty when not recorded
     };
 
     explicit ConversationModel(QObject* parent = nullptr);
@@ -38,7 +39,9 @@ public:
     void setReading(int done, int total, double seconds);
     // invalidReason: not empty when the answer is not the model's (an expert failed to
     // load, a NaN appeared); it is kept with the message and saved with it.
-    void finishLast(const QString& stats, const QString& invalidReason = {});
+    // model: who answered (a folder's or a server's model name), saved with the answer.
+    void finishLast(const QString& stats, const QString& invalidReason = {},
+                    const QString& model = {});
     void removeLast();
     // Drops message `row` and everything after it (editing an earlier message).
     void removeFrom(int row);
@@ -59,6 +62,7 @@ private:
         QString reasoning;
         QString name;
         QString invalid;
+        QString model;
         bool thinkingExpanded = false;
         bool streaming = false;
         double thinkingSeconds = -1;

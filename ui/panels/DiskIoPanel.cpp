@@ -16,6 +16,11 @@ DiskIoPanel::DiskIoPanel(QWidget* parent) : QWidget(parent), m_label(new QLabel(
 }
 
 void DiskIoPanel::setFigures(const MemoryFigures& f) {
+    if (!f.remoteUrl.isEmpty()) {
+        m_label->setText(
+            tr("remote: %1\nNo weights are read from this computer's disk.").arg(f.remoteUrl));
+        return;
+    }
     const double total = double(f.trunkBytesRead + f.expertBytesRead);
     const double rate = f.ioSeconds > 0 ? total / f.ioSeconds / 1e9 : 0;
     const QString trunk = f.trunkStreamed ? tr("trunk layers pinned %1 of %2, the rest streamed")

@@ -17,6 +17,11 @@ ExpertCachePanel::ExpertCachePanel(QWidget* parent) : QWidget(parent), m_label(n
 }
 
 void ExpertCachePanel::setFigures(const MemoryFigures& f) {
+    if (!f.remoteUrl.isEmpty()) {
+        m_label->setText(
+            tr("remote: %1\nThe server's expert cache is not visible here.").arg(f.remoteUrl));
+        return;
+    }
     if (!f.expertsCached) {
         m_label->setText(tr("Every routed expert is resident: no cache in use."));
         return;

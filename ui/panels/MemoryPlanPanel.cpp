@@ -42,6 +42,10 @@ void MemoryPlanPanel::setFigures(const MemoryFigures& figures) {
 
 QString MemoryPlanPanel::detailsText() const {
     const MemoryFigures& f = m_figures;
+    if (!f.remoteUrl.isEmpty())
+        return tr("remote: %1\nThe server holds the model; this computer only shows the "
+                  "answer.")
+            .arg(f.remoteUrl);
     QStringList rows;
     for (const MemoryFigures::Component& c : f.plan)
         rows << QStringLiteral("%1  %2").arg(c.name, gb(c.bytes));

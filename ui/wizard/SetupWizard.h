@@ -5,6 +5,7 @@
 class MemoryPage;
 class ModelSourcePage;
 class PackPage;
+class RemoteServerPage;
 class SystemCheckPage;
 
 // The first-run setup: check the computer, get the model, pack the trunk, choose memory.
@@ -12,7 +13,7 @@ class SystemCheckPage;
 class SetupWizard : public QWizard {
     Q_OBJECT
 public:
-    enum PageId { SystemCheck, ModelSource, Pack, Memory };
+    enum PageId { SystemCheck, ModelSource, Pack, Memory, RemoteServer };
 
     explicit SetupWizard(QWidget* parent = nullptr);
 
@@ -20,18 +21,25 @@ public:
     ModelSourcePage* modelSourcePage() const { return m_modelSource; }
     PackPage* packPage() const { return m_pack; }
     MemoryPage* memoryPage() const { return m_memory; }
+    RemoteServerPage* remoteServerPage() const { return m_remote; }
 
     void accept() override;
+    int nextId() const override;
+    void cleanupPage(int id) override;
 
 signals:
     // trunkDir is empty when packing was skipped (every weight stays in memory); zero
     // budgets (the demo from page 1) mean the engine's defaults.
     void setupFinished(const QString& modelDir, const QString& trunkDir, quint64 trunkBytes,
                        quint64 cacheBytes);
+    // "Use a server" finished: the key is already on its way to the keychain.
+    void serverChosen(const QString& url, const QString& model, const QString& apiKey);
 
 private:
     SystemCheckPage* m_systemCheck;
     ModelSourcePage* m_modelSource;
     PackPage* m_pack;
     MemoryPage* m_memory;
+    RemoteServerPage* m_remote;
+    bool m_useServer = false; // page 1's "Use a server" leads to the server page
 };

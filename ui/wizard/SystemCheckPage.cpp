@@ -13,7 +13,8 @@ SystemCheckPage::SystemCheckPage(QWidget* parent)
     : QWizardPage(parent), m_modelDir(QDir::homePath() + QStringLiteral("/k3model")),
       m_status(new QLabel), m_checks(new QListWidget), m_recommendation(new QLabel),
       m_rerun(new QPushButton(tr("Check again"))),
-      m_demo(new QPushButton(tr("Try the small demo model now"))) {
+      m_demo(new QPushButton(tr("Try the small demo model now"))),
+      m_server(new QPushButton(tr("Use a server…"))) {
     setTitle(tr("Check this computer"));
     setSubTitle(tr("CPU, memory, free disk space and disk speed decide how fast Kimi K3 runs "
                    "here. The answer is the same whatever the result; memory only buys speed."));
@@ -25,9 +26,12 @@ SystemCheckPage::SystemCheckPage(QWidget* parent)
     m_recommendation->setTextFormat(Qt::PlainText);
     m_recommendation->setTextInteractionFlags(Qt::TextSelectableByMouse);
     m_demo->setObjectName(QStringLiteral("demoButton"));
+    m_server->setObjectName(QStringLiteral("useServerButton"));
+    m_server->setToolTip(tr("Chat with Kimi K3 served elsewhere (vLLM, SGLang, k3 serve)"));
 
     auto* buttons = new QHBoxLayout;
     buttons->addWidget(m_demo);
+    buttons->addWidget(m_server);
     buttons->addStretch(1);
     buttons->addWidget(m_rerun);
     auto* layout = new QVBoxLayout(this);
@@ -38,16 +42,18 @@ SystemCheckPage::SystemCheckPage(QWidget* parent)
 
     connect(m_rerun, &QPushButton::clicked, this, &SystemCheckPage::runChecks);
     connect(m_demo, &QPushButton::clicked, this, &SystemCheckPage::demoRequested);
-    connect(&m_watcher, &QFutureWatcher<k3::DoctorReport>::finished, this, [this] {
-        showReport(m_watcher.result());
-    });
+    connect(m_server, &QPushButton::clicked, this, &SystemCheckPage::serverRequested);
+    connect(&m_watcher, &QFutureWatcher<k3::DoctorReport>::finished, this,
+            [this] { showReport(m_watcher.result()); });
 }
 
 void SystemCheckPage::initializePage() {
     if (!m_report && !m_watcher.isRunning()) runChecks();
 }
 
-bool SystemCheckPage::isComplete() const { return m_report && m_report->canRun(); }
+bool SystemCheckPage::isComplete() const {
+    return m_report && m_report->canRun();
+}
 
 void SystemCheckPage::runChecks() {
     if (m_watcher.isRunning()) return;

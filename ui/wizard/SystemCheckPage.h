@@ -30,6 +30,7 @@ public:
 
 signals:
     void demoRequested();
+    void serverRequested(); // "Use a server": the model runs elsewhere
     void checksFinished();
 
 private:
@@ -43,6 +44,7 @@ private:
     QLabel* m_recommendation;
     QPushButton* m_rerun;
     QPushButton* m_demo;
+    QPushButton* m_server;
     QFutureWatcher<k3::DoctorReport> m_watcher;
     std::optional<k3::DoctorReport> m_report;
 };

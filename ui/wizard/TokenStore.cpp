@@ -1,5 +1,6 @@
 #include "wizard/TokenStore.h"
 
+#include <QHash>
 #include <QTimer>
 
 #ifdef K3_HAVE_QTKEYCHAIN
@@ -7,10 +8,10 @@
 #endif
 
 namespace {
-// "For this run only": one copy per process, shared by every wizard opened in it.
-QString& memoryToken() {
-    static QString token;
-    return token;
+// "For this run only": one copy per secret per process, shared by every window in it.
+QString& memorySecret(const QString& key) {
+    static QHash<QString, QString> secrets;
+    return secrets[key];
 }
 
 enum Outcome { Ok, NotFound, Failed };
@@ -42,7 +43,7 @@ QString describe(const QKeychain::Job* job) {
 #endif
 } // namespace
 
-TokenStore::TokenStore(QObject* parent) : QObject(parent) {}
+TokenStore::TokenStore(QObject* parent, QString key) : QObject(parent), m_key(std::move(key)) {}
 
 // A running keychain job holds no pointer to the store: its lambdas use `this` as the
 // connection context, so they are dropped when the store goes away.
@@ -56,8 +57,12 @@ QString TokenStore::keyName() {
     return QStringLiteral("huggingface-token");
 }
 
+QString TokenStore::serverKeyName() {
+    return QStringLiteral("server-api-key");
+}
+
 QString TokenStore::token() const {
-    return memoryToken();
+    return memorySecret(m_key);
 }
 
 void TokenStore::setStatus(Where where, const QString& text) {
@@ -81,7 +86,7 @@ void TokenStore::load() {
     auto* job = new QKeychain::ReadPasswordJob(serviceName());
     job->setAutoDelete(true);
     job->setInsecureFallback(false); // a plaintext copy in QSettings is exactly what we avoid
-    job->setKey(keyName());
+    job->setKey(m_key);
     connect(job, &QKeychain::Job::finished, this, [this, request](QKeychain::Job* done) {
         const QKeychain::Error error = done->error();
         const int outcome = error == QKeychain::NoError         ? Ok
@@ -108,7 +113,7 @@ void TokenStore::finishLoad(int request, int outcome, const QString& errorText,
     if (request != m_request || !m_busy) return;
     m_busy = false;
     if (outcome == Ok) {
-        memoryToken() = token;
+        memorySecret(m_key) = token;
         setStatus(Where::Keychain, tr("The token is stored in the system keychain."));
     } else if (outcome == NotFound) {
         setStatus(Where::Keychain,
@@ -116,11 +121,11 @@ void TokenStore::finishLoad(int request, int outcome, const QString& errorText,
     } else {
         fallBack(errorText);
     }
-    emit loaded(memoryToken());
+    emit loaded(memorySecret(m_key));
 }
 
 void TokenStore::store(const QString& token) {
-    memoryToken() = token;
+    memorySecret(m_key) = token;
     const int request = ++m_request;
     m_busy = true;
 #ifdef K3_HAVE_QTKEYCHAIN
@@ -135,7 +140,7 @@ void TokenStore::store(const QString& token) {
         }
         job->setAutoDelete(true);
         job->setInsecureFallback(false);
-        job->setKey(keyName());
+        job->setKey(m_key);
         connect(job, &QKeychain::Job::finished, this, [this, request](QKeychain::Job* done) {
             const QKeychain::Error error = done->error();
             finishStore(request,
@@ -163,8 +168,8 @@ void TokenStore::store(const QString& token) {
 void TokenStore::finishStore(int request, int outcome, const QString& errorText) {
     if (request != m_request || !m_busy) return;
     m_busy = false;
-    if (outcome == Ok || (outcome == NotFound && memoryToken().isEmpty()))
-        setStatus(Where::Keychain, memoryToken().isEmpty()
+    if (outcome == Ok || (outcome == NotFound && memorySecret(m_key).isEmpty()))
+        setStatus(Where::Keychain, memorySecret(m_key).isEmpty()
                                        ? tr("No token is stored in the system keychain.")
                                        : tr("The token is saved in the system keychain."));
     else if (!errorText.isEmpty() || m_where != Where::MemoryOnly)

@@ -3,7 +3,8 @@
 #include <QObject>
 #include <QString>
 
-// The Hugging Face access token, entered once. It lives in the system keychain
+// A secret entered once: the Hugging Face access token, or a server's API key (each
+// under its own keychain entry). It lives in the system keychain
 // (QtKeychain: Secret Service, KWallet, macOS Keychain, Windows Credential Store) when
 // one is reachable; otherwise it stays in this process's memory for this run only and
 // the status text says so. It is never written to QSettings and never logged.
@@ -20,7 +21,7 @@ public:
     };
     Q_ENUM(Where)
 
-    explicit TokenStore(QObject* parent = nullptr);
+    explicit TokenStore(QObject* parent = nullptr, QString key = keyName());
     ~TokenStore() override;
 
     // Reads the stored token; emits loaded() (the token may be empty).
@@ -40,7 +41,9 @@ public:
     void setTimeoutMs(int ms) { m_timeoutMs = ms; }
 
     static QString serviceName();
-    static QString keyName();
+    static QString keyName();       // the Hugging Face token
+    static QString serverKeyName(); // the API key of an OpenAI-compatible server
+    const QString& key() const { return m_key; }
 
 signals:
     void loaded(const QString& token);
@@ -53,6 +56,7 @@ private:
     void fallBack(const QString& why);
     void setStatus(Where where, const QString& text);
 
+    QString m_key;
     Where m_where = Where::Unknown;
     QString m_status;
     bool m_busy = false;

@@ -22,19 +22,29 @@ EngineController::~EngineController() {
 void EngineController::loadModel(const QString& directory, const QString& trunkDir,
                                  quint64 trunkBytes, quint64 cacheBytes) {
     setBusy(true);
-    QMetaObject::invokeMethod(m_worker, "loadModel", Qt::QueuedConnection, Q_ARG(QString, directory),
-                              Q_ARG(QString, trunkDir), Q_ARG(quint64, trunkBytes),
-                              Q_ARG(quint64, cacheBytes));
+    QMetaObject::invokeMethod(m_worker, "loadModel", Qt::QueuedConnection,
+                              Q_ARG(QString, directory), Q_ARG(QString, trunkDir),
+                              Q_ARG(quint64, trunkBytes), Q_ARG(quint64, cacheBytes));
 }
 
-void EngineController::generate(const QVector<ChatTurn>& history, const GenerationSettings& settings) {
+void EngineController::connectRemote(const QString& url, const QString& model,
+                                     const QString& apiKey) {
+    setBusy(true);
+    QMetaObject::invokeMethod(m_worker, "connectRemote", Qt::QueuedConnection, Q_ARG(QString, url),
+                              Q_ARG(QString, model), Q_ARG(QString, apiKey));
+}
+
+void EngineController::generate(const QVector<ChatTurn>& history,
+                                const GenerationSettings& settings) {
     setBusy(true);
     QMetaObject::invokeMethod(m_worker, "generate", Qt::QueuedConnection,
                               Q_ARG(QVector<ChatTurn>, history),
                               Q_ARG(GenerationSettings, settings));
 }
 
-void EngineController::stop() { m_worker->requestStop(); }
+void EngineController::stop() {
+    m_worker->requestStop();
+}
 
 void EngineController::resetConversation() {
     QMetaObject::invokeMethod(m_worker, "resetConversation", Qt::QueuedConnection);

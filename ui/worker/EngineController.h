@@ -19,6 +19,7 @@ public:
 
     void loadModel(const QString& directory, const QString& trunkDir = {}, quint64 trunkBytes = 0,
                    quint64 cacheBytes = 0);
+    void connectRemote(const QString& url, const QString& model, const QString& apiKey);
     void generate(const QVector<ChatTurn>& history, const GenerationSettings& settings);
     void stop();
     void resetConversation();

@@ -2,6 +2,8 @@
 
 #include <QThread>
 
+#include <algorithm>
+
 #include <omp.h>
 
 namespace {
@@ -88,7 +90,7 @@ EngineWorker::~EngineWorker() = default;
 void EngineWorker::loadModel(const QString& directory, const QString& trunkDir, quint64 trunkBytes,
                              quint64 cacheBytes) {
     try {
-        m_session.reset();
+        m_backend.reset();
         k3::SessionOptions options;
         options.modelDir = directory.toStdString();
         // The memory dial chosen in the wizard: the same tokens, memory only buys speed.
@@ -98,19 +100,60 @@ void EngineWorker::loadModel(const QString& directory, const QString& trunkDir, 
         }
         if (cacheBytes > 0) options.expertCacheBytes = cacheBytes;
         options.enforceMemoryPlan = true;
-        m_session.emplace(k3::Session::open(options));
+        m_backend = k3::openLocalBackend(options);
+        const k3::BackendInfo b = m_backend->info();
         ModelInfo info;
         info.directory = directory;
-        info.summary = QString::fromStdString(m_session->config().summary());
-        info.layers = m_session->model().layersBound();
-        info.vocabSize = m_session->config().vocabSize;
-        info.weightBytes = m_session->model().weightBytes();
+        info.modelName = QString::fromStdString(b.modelName);
+        info.summary = QString::fromStdString(b.summary);
+        info.layers = b.layers;
+        info.vocabSize = b.vocabSize;
+        info.weightBytes = b.weightBytes;
+        m_modelName = info.modelName;
         // The plan first: when the window says the model is ready, its panels already
         // show the plan (queued signals arrive in this order).
-        emit memoryUpdated(MemoryFigures::from(m_session->memoryReport()));
+        emit memoryUpdated(MemoryFigures::from(*m_backend->memoryReport()));
         emit modelLoaded(info);
     } catch (const std::exception& e) {
-        m_session.reset();
+        m_backend.reset();
+        emit loadFailed(QString::fromUtf8(e.what()));
+    }
+}
+
+void EngineWorker::connectRemote(const QString& url, const QString& model, const QString& apiKey) {
+    m_backend.reset();
+    m_cancel.store(false);
+    try {
+        k3::RemoteOptions options;
+        options.baseUrl = url.trimmed().toStdString();
+        options.model = model.trimmed().toStdString();
+        options.apiKey = apiKey.toStdString();
+        // Asked now, so a wrong URL, key or model name is said before the first message.
+        const k3::RemoteClient client(options);
+        const std::vector<std::string> offered = client.listModels(&m_cancel);
+        if (std::find(offered.begin(), offered.end(), options.model) == offered.end()) {
+            QStringList names;
+            for (const std::string& id : offered) names << QString::fromStdString(id);
+            emit loadFailed(
+                tr("The server at %1 does not offer the model \"%2\"; it offers: %3.")
+                    .arg(QString::fromStdString(client.serverUrl()), model,
+                         names.isEmpty() ? tr("none") : names.join(QStringLiteral(", "))));
+            return;
+        }
+        m_backend = k3::openRemoteBackend(options);
+        const k3::BackendInfo b = m_backend->info();
+        ModelInfo info;
+        info.remote = true;
+        info.directory = QString::fromStdString(b.location);
+        info.modelName = QString::fromStdString(b.modelName);
+        info.summary = QString::fromStdString(b.summary);
+        m_modelName = info.modelName;
+        MemoryFigures remote;
+        remote.remoteUrl = info.directory;
+        emit memoryUpdated(remote);
+        emit modelLoaded(info);
+    } catch (const std::exception& e) {
+        m_backend.reset();
         emit loadFailed(QString::fromUtf8(e.what()));
     }
 }
@@ -118,7 +161,7 @@ void EngineWorker::loadModel(const QString& directory, const QString& trunkDir, 
 void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSettings& settings) {
     // A stop pressed before this call started belongs to an earlier turn.
     m_cancel.store(false);
-    if (!m_session) {
+    if (!m_backend) {
         emit generationFailed(tr("No model is loaded."));
         return;
     }
@@ -126,7 +169,7 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
     for (const ChatTurn& turn : history)
         messages.push_back({roleFromName(turn.role), turn.content.toStdString(),
                             turn.reasoning.toStdString(), turn.name.toStdString(),
-                            turn.invalid.toStdString()});
+                            turn.invalid.toStdString(), turn.model.toStdString()});
     k3::GenerateOptions options;
     options.render.thinking = settings.thinking;
     options.render.thinkingEffort = settings.thinkingEffort.toStdString();
@@ -146,13 +189,15 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
     emit settingsApplied(applied);
     try {
         SignalObserver observer(this);
-        const k3::GenerateResult r = m_session->chat(messages, options, &observer, &m_cancel);
+        const k3::GenerateResult r = m_backend->chat(messages, options, &observer, &m_cancel);
         GenerationSummary s;
         s.content = QString::fromStdString(r.reply.content);
         s.reasoning = QString::fromStdString(r.reply.reasoningContent);
         s.promptTokens = r.promptTokens;
         s.reusedPositions = r.reusedPositions;
-        s.generatedTokens = int(r.ids.size());
+        s.generatedTokens = r.tokenCount();
+        s.model = r.model.empty() ? m_modelName : QString::fromStdString(r.model);
+        s.interruption = QString::fromStdString(r.interruption);
         s.endOfTurn = r.endOfTurn;
         s.cancelled = r.cancelled;
         s.valid = r.valid();
@@ -171,5 +216,5 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
 }
 
 void EngineWorker::resetConversation() {
-    if (m_session) m_session->reset();
+    if (m_backend) m_backend->reset();
 }

@@ -8,7 +8,7 @@
 #include <memory>
 #include <optional>
 
-#include <k3/session.hpp>
+#include <k3/backend.hpp>
 
 // One chat turn as the UI sends it to the engine and the store saves it: every field a
 // transcript holds, so a conversation read and written back is the same file.
@@ -18,6 +18,7 @@ struct ChatTurn {
     QString reasoning;
     QString name;    // the speaker's name; a tool message's tool (required for "tool")
     QString invalid; // assistant: why the answer is not the model's; empty when valid
+    QString model{}; // assistant: the model that answered; empty when not recorded
 };
 
 struct GenerationSettings {
@@ -44,10 +45,14 @@ struct GenerationSummary {
     double prefillSeconds = 0;
     double decodeSeconds = 0;
     QStringList problems;
+    QString model;        // who answered: the model folder's name, or the server's model
+    QString interruption; // a server's stream broke: why (content holds what arrived)
 };
 
 struct ModelInfo {
-    QString directory;
+    bool remote = false;
+    QString directory; // the model folder, or the server's URL
+    QString modelName; // the folder's name, or the model the server is asked for
     QString summary;
     int layers = 0;
     int vocabSize = 0;
@@ -78,6 +83,9 @@ struct MemoryFigures {
     double wallSeconds = 0;
     double ioShare = 0;
     quint64 peakRssBytes = 0;
+    // Set when a server answers: it plans its own memory, so there are no local figures
+    // and the panels say "remote: URL".
+    QString remoteUrl;
 
     quint64 plannedBytes() const;
     static MemoryFigures from(const k3::MemoryReport& report);
@@ -89,9 +97,10 @@ Q_DECLARE_METATYPE(GenerationSettings)
 Q_DECLARE_METATYPE(GenerationSummary)
 Q_DECLARE_METATYPE(ModelInfo)
 
-// Owns the engine Session on a worker thread: commands arrive as queued slot calls,
-// results leave as signals. Nothing here ever runs on the GUI thread except
-// requestStop(), which only sets an atomic flag the engine polls between tokens.
+// Owns the chat backend (a local engine Session, or the client of an OpenAI-compatible
+// server) on a worker thread: commands arrive as queued slot calls, results leave as
+// signals. Nothing here ever runs on the GUI thread except requestStop(), which only
+// sets an atomic flag the engine polls between tokens (the remote client every 50 ms).
 class EngineWorker : public QObject {
     Q_OBJECT
 public:
@@ -105,6 +114,9 @@ public slots:
     // trunkDir empty: every weight resident. Budgets of 0: the engine's defaults.
     void loadModel(const QString& directory, const QString& trunkDir = {}, quint64 trunkBytes = 0,
                    quint64 cacheBytes = 0);
+    // A server instead of a local model: checks that it answers and offers `model`
+    // (GET /v1/models), then chats through it. The key never leaves this object.
+    void connectRemote(const QString& url, const QString& model, const QString& apiKey);
     void generate(const QVector<ChatTurn>& history, const GenerationSettings& settings);
     void resetConversation();
 
@@ -129,7 +141,8 @@ signals:
     void generationFailed(const QString& message);
 
 private:
-    std::optional<k3::Session> m_session;
+    std::unique_ptr<k3::ChatBackend> m_backend;
+    QString m_modelName; // recorded with each answer
     std::atomic<bool> m_cancel{false};
     int m_defaultThreads = 0; // the engine thread's OpenMP default, read on first use
 };

@@ -70,6 +70,9 @@ struct ChatMessage {
     // loaded, a NaN reached the logits); empty for a valid answer. Saved in transcripts
     // as "invalid" so a reopened conversation still says so. Never rendered to the model.
     std::string invalid;
+    // Assistant only: the model that answered (a server's model name; empty when not
+    // recorded, as in transcripts written before it was). Saved as "model"; never rendered.
+    std::string model{}; // {}: brace inits of the five older fields need not name it
 
     bool operator==(const ChatMessage&) const = default;
 };
@@ -183,8 +186,9 @@ private:
 
 // Transcripts: one JSON object per line, {"role","content","reasoning_content"} plus an
 // optional "name" (required for role "tool") and, on assistant lines, an optional
-// "invalid" (the reason the answer is not the model's). Blank lines are skipped. Unknown
-// roles and fields are refused, with the source, line number and field in the message.
+// "invalid" (the reason the answer is not the model's) and "model" (who answered). Blank lines are
+// skipped. Unknown roles and fields are refused, with the source, line number and field in the
+// message.
 std::vector<ChatMessage> parseTranscript(std::string_view text,
                                          const std::string& sourceName = "transcript");
 // Refuses anything but a regular file before reading it (a FIFO never blocks, a device
@@ -192,7 +196,8 @@ std::vector<ChatMessage> parseTranscript(std::string_view text,
 std::vector<ChatMessage> readTranscript(const std::filesystem::path& path);
 inline constexpr std::uint64_t kMaxTranscriptBytes = 256ull << 20;
 // One line per message, keys in the order role, name, content, reasoning_content,
-// invalid (reasoning_content on assistant lines only, invalid only when set). Invalid
+// invalid, model (reasoning_content on assistant lines only, invalid and model only when
+// set). Invalid
 // UTF-8 becomes U+FFFD.
 std::string formatTranscript(const std::vector<ChatMessage>& messages);
 // writeFileAtomically() of formatTranscript().

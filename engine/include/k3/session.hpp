@@ -154,6 +154,13 @@ struct GenerateResult {
     int proposed = 0;          // proposals verified
     int acceptedProposals = 0; // proposals that equalled the model's own next token
     std::vector<std::string> problems; // malformed model output, as the parser saw it
+    // A remote backend has no ids: the server's completion count (its usage, else the
+    // deltas received), the model it named, and why the stream broke (the reply keeps
+    // what arrived before). -1 / empty for a local session.
+    int remoteTokens = -1;
+    std::string model;
+    std::string interruption;
+    int tokenCount() const { return remoteTokens >= 0 ? remoteTokens : int(ids.size()); }
     bool valid() const { return droppedExperts == 0 && !nonFinite; }
 };
 

@@ -84,7 +84,7 @@ std::vector<ChatMessage> parseTranscript(std::string_view text, const std::strin
         for (const auto& item : obj.items()) {
             const std::string& key = item.key();
             if (key == "role" || key == "content" || key == "reasoning_content" || key == "name" ||
-                key == "invalid")
+                key == "invalid" || key == "model")
                 continue;
             if (key == "tool_calls" || key == "tools")
                 throw ChatError(lineError(sourceName, lineNumber,
@@ -123,6 +123,14 @@ std::vector<ChatMessage> parseTranscript(std::string_view text, const std::strin
                                           "messages, not " +
                                               *role));
             m.invalid = std::move(*invalid);
+        }
+        if (auto model = stringField(obj, "model", sourceName, lineNumber)) {
+            if (m.role != ChatRole::Assistant && !model->empty())
+                throw ChatError(lineError(sourceName, lineNumber,
+                                          "field \"model\" is only allowed on assistant "
+                                          "messages, not " +
+                                              *role));
+            m.model = std::move(*model);
         }
         if (m.role == ChatRole::Tool && m.name.empty())
             throw ChatError(
@@ -186,6 +194,7 @@ std::string formatTranscript(const std::vector<ChatMessage>& messages) {
         obj["content"] = m.content;
         if (m.role == ChatRole::Assistant) obj["reasoning_content"] = m.reasoningContent;
         if (!m.invalid.empty()) obj["invalid"] = m.invalid;
+        if (!m.model.empty() && m.role == ChatRole::Assistant) obj["model"] = m.model;
         // A generation cut mid-character leaves invalid UTF-8; the transcript must still save.
         out += obj.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
         out += '\n';

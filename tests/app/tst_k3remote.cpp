@@ -1,0 +1,104 @@
+// `k3 --remote URL --model NAME --chat` through the real binary, against the scripted
+// OpenAI-compatible server: the same REPL, transcript and stop rules as a local model.
+#include "FakeOpenAiServer.hpp"
+#include "K3Process.hpp"
+
+#include <QFile>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <nlohmann/json.hpp>
+
+class TestK3Remote : public QObject {
+    Q_OBJECT
+private slots:
+    void chatStreamsThinkThenAnswerAndSavesTheModel() {
+        FakeOpenAiServer server("sk-cli-test");
+        QTemporaryDir dir;
+        const QString keyFile = dir.filePath(QStringLiteral("key"));
+        QFile key(keyFile);
+        QVERIFY(key.open(QIODevice::WriteOnly));
+        key.write("sk-cli-test\n");
+        key.close();
+        const QString history = dir.filePath(QStringLiteral("chat.jsonl"));
+        const QString url = QString::fromStdString(server.url());
+        const K3Run r =
+            runK3({QStringLiteral("--remote"), url, QStringLiteral("--model"),
+                   QStringLiteral("k3-think"), QStringLiteral("--api-key-file"), keyFile,
+                   QStringLiteral("--chat"), QStringLiteral("--history"), history},
+                  "Hi\n/exit\n");
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QCOMPARE(r.out, QStringLiteral("<think>\nThe user greets; answer briefly. Done.\n</think>\n"
+                                       "Hello, wörld!\n"));
+        QVERIFY2(r.err.contains(QStringLiteral("[k3-think: prompt 12 tokens, 6 tokens in ")),
+                 qPrintable(r.err));
+        QVERIFY(!r.err.contains(QStringLiteral("sk-cli-test"))); // the key is never printed
+        QFile saved(history);
+        QVERIFY(saved.open(QIODevice::ReadOnly));
+        const QList<QByteArray> lines = saved.readAll().trimmed().split('\n');
+        QCOMPARE(lines.size(), 2);
+        const auto answer = nlohmann::json::parse(lines[1].toStdString());
+        QCOMPARE(answer["content"].get<std::string>(), std::string("Hello, wörld!"));
+        QCOMPARE(answer["model"].get<std::string>(), std::string("k3-think"));
+    }
+
+    void aCutStreamKeepsThePartialAnswerAndSaysWhy() {
+        FakeOpenAiServer server;
+        const QString root = QStringLiteral("http://127.0.0.1:%1").arg(server.port());
+        const K3Run r = runK3({QStringLiteral("--remote"), root, QStringLiteral("--model"),
+                               QStringLiteral("k3-cut"), QStringLiteral("--chat")},
+                              "Hi\n/exit\n");
+        QCOMPARE(r.exitCode, 0);
+        QCOMPARE(r.out, QStringLiteral("<think>\nThinking\n</think>\nPartial answer\n"));
+        QVERIFY2(r.err.contains(QStringLiteral("the server at %1 closed the stream early, after "
+                                               "3 deltas (no finish_reason or [DONE]); the "
+                                               "partial answer is kept")
+                                    .arg(root)),
+                 qPrintable(r.err));
+    }
+
+    void usageAndConnectionErrorsAreClear() {
+        const K3Run noModel =
+            runK3({QStringLiteral("--remote"), QStringLiteral("http://127.0.0.1:9/v1"),
+                   QStringLiteral("--chat")});
+        QCOMPARE(noModel.exitCode, 2);
+        QVERIFY2(noModel.err.contains(QStringLiteral("--remote needs --model NAME")),
+                 qPrintable(noModel.err));
+        const K3Run noChat =
+            runK3({QStringLiteral("--remote"), QStringLiteral("http://127.0.0.1:9/v1")});
+        QCOMPARE(noChat.exitCode, 2);
+        QVERIFY2(noChat.err.contains(QStringLiteral("--remote needs --chat")),
+                 qPrintable(noChat.err));
+        const K3Run badUrl =
+            runK3({QStringLiteral("--remote"), QStringLiteral("gpu-node:8000"),
+                   QStringLiteral("--model"), QStringLiteral("m"), QStringLiteral("--chat")});
+        QCOMPARE(badUrl.exitCode, 2);
+        QVERIFY2(badUrl.err.contains(QStringLiteral(
+                     "--remote: the server URL \"gpu-node:8000\" must start with http:// or "
+                     "https://")),
+                 qPrintable(badUrl.err));
+
+        int port = 0;
+        {
+            FakeOpenAiServer gone;
+            port = gone.port();
+        }
+        const QString dead = QStringLiteral("http://127.0.0.1:%1").arg(port);
+        const K3Run refused = runK3({QStringLiteral("--remote"), dead, QStringLiteral("--model"),
+                                     QStringLiteral("k3-think"), QStringLiteral("--chat")},
+                                    "Hi\nHi again\n/exit\n");
+        // Each message says why; the REPL goes on, and the session ends as a failure.
+        QCOMPARE(refused.exitCode, 1);
+        QCOMPARE(refused.err.count(QStringLiteral("could not connect to")), 2);
+        QVERIFY2(refused.err.contains(
+                     QStringLiteral("the server failed: could not connect to 127.0.0.1:%1: "
+                                    "connection refused; check that the server is running and "
+                                    "the URL %2 is right")
+                         .arg(port)
+                         .arg(dead)),
+                 qPrintable(refused.err));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestK3Remote)
+#include "tst_k3remote.moc"

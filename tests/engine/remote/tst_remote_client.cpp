@@ -1,0 +1,328 @@
+// k3::RemoteClient and the remote k3::ChatBackend against a scripted OpenAI-compatible
+// server: streamed think + answer deltas, usage, every error a user meets, a stream cut
+// before [DONE], and a cancel that closes the stream at once.
+
+#include "FakeOpenAiServer.hpp"
+
+#include "k3/backend.hpp"
+#include "k3/chat.hpp"
+#include "k3/remote.hpp"
+
+#include <QTest>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <thread>
+
+namespace QTest {
+// Failures print the strings, not only the expressions.
+inline char* toString(const std::string& s) {
+    return qstrdup(s.c_str());
+}
+} // namespace QTest
+
+namespace {
+
+std::string root(const FakeOpenAiServer& server) {
+    return "http://127.0.0.1:" + std::to_string(server.port());
+}
+
+k3::RemoteClient client(const std::string& url, const std::string& model,
+                        const std::string& key = {}) {
+    k3::RemoteOptions o;
+    o.baseUrl = url;
+    o.model = model;
+    o.apiKey = key;
+    return k3::RemoteClient(o);
+}
+
+k3::RemoteRequest hello() {
+    k3::RemoteRequest r;
+    r.messages = {{k3::ChatRole::System, "Be brief.", {}, {}, {}},
+                  {k3::ChatRole::User, "Hi", {}, {}, {}}};
+    r.maxTokens = 64;
+    return r;
+}
+
+// The message of the RemoteError `call` throws, and its kind.
+template <class F> std::pair<std::string, k3::RemoteErrorKind> errorOf(F&& call) {
+    try {
+        call();
+    } catch (const k3::RemoteError& e) {
+        return {e.what(), e.kind()};
+    }
+    return {"(no error)", k3::RemoteErrorKind::Usage};
+}
+
+struct Collector : k3::SessionObserver {
+    std::vector<k3::TokenEvent> events;
+    void onToken(const k3::TokenEvent& e) override { events.push_back(e); }
+};
+
+} // namespace
+
+class TestRemoteClient : public QObject {
+    Q_OBJECT
+private slots:
+    void streamsThinkingThenAnswerWithUsage() {
+        FakeOpenAiServer server("sk-test-123");
+        std::vector<k3::RemoteDelta> deltas;
+        const k3::RemoteReply reply =
+            client(server.url(), "k3-think", "sk-test-123")
+                .chat(hello(), [&](const k3::RemoteDelta& d) { deltas.push_back(d); });
+        // reasoning_content and reasoning both feed the think channel, in order.
+        QCOMPARE(reply.reasoning, std::string("The user greets; answer briefly. Done."));
+        QCOMPARE(reply.content, std::string("Hello, wörld!"));
+        QCOMPARE(reply.finishReason, std::string("stop"));
+        QCOMPARE(reply.model, std::string("k3-think"));
+        QCOMPARE(reply.promptTokens, 12);
+        QCOMPARE(reply.completionTokens, 6);
+        QCOMPARE(reply.deltas, 6);
+        QCOMPARE(reply.cancelled, false);
+        QCOMPARE(int(deltas.size()), 6);
+        const std::vector<std::pair<std::string, std::string>> expected = {
+            {"The user greets; ", ""},
+            {"answer briefly.", ""},
+            {" Done.", ""},
+            {"", "Hello"},
+            {"", ", wörld"},
+            {"", "!"}};
+        for (std::size_t i = 0; i < deltas.size(); ++i) {
+            QCOMPARE(deltas[i].index, int(i));
+            QCOMPARE(deltas[i].reasoning, expected[i].first);
+            QCOMPARE(deltas[i].content, expected[i].second);
+            if (i > 0) QVERIFY(deltas[i].secondsSinceStart >= deltas[i - 1].secondsSinceStart);
+            QVERIFY(deltas[i].secondsSincePrevious >= 0);
+        }
+        QCOMPARE(reply.firstDeltaSeconds, deltas[0].secondsSinceStart);
+        QCOMPARE(server.lastAuthorization(), std::string("Bearer sk-test-123"));
+        const auto body = nlohmann::ordered_json::parse(server.lastBody());
+        QCOMPARE(body["model"].get<std::string>(), std::string("k3-think"));
+        QCOMPARE(body["stream"].get<bool>(), true);
+        QCOMPARE(body["stream_options"]["include_usage"].get<bool>(), true);
+        QCOMPARE(body["max_tokens"].get<int>(), 64);
+        QCOMPARE(body["messages"].dump(), std::string(R"([{"role":"system","content":"Be brief."},)"
+                                                      R"({"role":"user","content":"Hi"}])"));
+    }
+
+    void baseUrlFormsMeanTheSameServer() {
+        FakeOpenAiServer server;
+        for (const std::string& url :
+             {root(server), root(server) + "/", root(server) + "/v1", root(server) + "/v1/"}) {
+            const k3::RemoteClient c = client(url, "k3-think");
+            QCOMPARE(c.serverUrl(), root(server));
+            QCOMPARE(c.chat(hello()).content, std::string("Hello, wörld!"));
+        }
+        QCOMPARE(errorOf([] { client("localhost:8000", "m"); }).first,
+                 std::string("the server URL \"localhost:8000\" must start with http:// or "
+                             "https:// (for example http://127.0.0.1:8000/v1)"));
+        QCOMPARE(errorOf([&] { client(server.url(), ""); }).first,
+                 "no model name for the server at " + root(server) +
+                     " (the \"model\" of each request; Test lists the server's models)");
+    }
+
+    void listsModels() {
+        FakeOpenAiServer server("sk-test-123");
+        const std::vector<std::string> ids =
+            client(server.url(), "k3-think", "sk-test-123").listModels();
+        QCOMPARE(ids, (std::vector<std::string>{"k3-think", "k3-slow", "k3-cut"}));
+    }
+
+    void refusedConnectionNamesHostAndPort() {
+        int port = 0;
+        {
+            FakeOpenAiServer gone;
+            port = gone.port();
+        } // closed: nothing listens there now
+        const std::string url = "http://127.0.0.1:" + std::to_string(port);
+        const auto [message, kind] = errorOf([&] { client(url, "k3-think").chat(hello()); });
+        QCOMPARE(message, "could not connect to 127.0.0.1:" + std::to_string(port) +
+                              ": connection refused; check that the server is running and "
+                              "the URL " +
+                              url + " is right");
+        QVERIFY(kind == k3::RemoteErrorKind::Connection);
+        QCOMPARE(errorOf([&] { client(url, "k3-think").listModels(); }).first, message);
+    }
+
+    void tlsToAPlainServerIsATlsError() {
+        FakeOpenAiServer server;
+        const std::string url = "https://127.0.0.1:" + std::to_string(server.port());
+        const auto [message, kind] = errorOf([&] { client(url, "k3-think").chat(hello()); });
+        QVERIFY(kind == k3::RemoteErrorKind::Tls);
+        const std::string head =
+            "the TLS connection to 127.0.0.1:" + std::to_string(server.port()) + " failed: ";
+        const std::string tail = "; check the server's certificate, or use http:// if the "
+                                 "server does not speak TLS";
+        QVERIFY2(message.rfind(head, 0) == 0, message.c_str());
+        QVERIFY2(message.size() > head.size() + tail.size() &&
+                     message.compare(message.size() - tail.size(), tail.size(), tail) == 0,
+                 message.c_str());
+    }
+
+    void wrongKeyIs401AndTheKeyIsNeverShown() {
+        FakeOpenAiServer server("sk-test-123");
+        const std::string wrong = "sk-WRONG-secret-987";
+        const std::string expected = "the server at " + root(server) +
+                                     " answered 401 Unauthorized: Invalid API key; check the "
+                                     "API key";
+        const auto [message, kind] =
+            errorOf([&] { client(server.url(), "k3-think", wrong).chat(hello()); });
+        QCOMPARE(message, expected);
+        QVERIFY(kind == k3::RemoteErrorKind::Unauthorized);
+        QCOMPARE(errorOf([&] { client(server.url(), "k3-think", wrong).listModels(); }).first,
+                 expected);
+        QCOMPARE(errorOf([&] { client(server.url(), "k3-think").chat(hello()); }).first,
+                 expected); // no key at all
+        QCOMPARE(server.lastAuthorization(), std::string());
+    }
+
+    void unknownModelIs404NamingTheModel() {
+        FakeOpenAiServer server;
+        const auto [message, kind] =
+            errorOf([&] { client(server.url(), "kimi-k9").chat(hello()); });
+        QCOMPARE(message, "the server at " + root(server) +
+                              " answered 404 Not Found for /v1/chat/completions: The model "
+                              "`kimi-k9` does not exist.; check the URL and the model name "
+                              "\"kimi-k9\"");
+        QVERIFY(kind == k3::RemoteErrorKind::NotFound);
+        // A wrong path (no /v1 routes there) says the same about the URL.
+        const auto wrongPath =
+            errorOf([&] { client(root(server) + "/api", "k3-think").listModels(); });
+        QCOMPARE(wrongPath.first, "the server at " + root(server) +
+                                      "/api answered 404 Not Found for /v1/models; check the "
+                                      "URL");
+    }
+
+    void busyAndFailingServersSayWhatTheServerSaid() {
+        FakeOpenAiServer server;
+        const auto busy = errorOf([&] { client(server.url(), "k3-busy").chat(hello()); });
+        QCOMPARE(busy.first, "the server at " + root(server) +
+                                 " answered 429 Too Many Requests: Too many requests in the "
+                                 "queue (8 waiting); it is busy, try again in a moment");
+        QVERIFY(busy.second == k3::RemoteErrorKind::RateLimited);
+        const auto broken = errorOf([&] { client(server.url(), "k3-broken").chat(hello()); });
+        QCOMPARE(broken.first, "the server at " + root(server) +
+                                   " answered 500 Internal Server Error: CUDA error: out of "
+                                   "memory");
+        QVERIFY(broken.second == k3::RemoteErrorKind::Server);
+    }
+
+    void streamCutBeforeDoneKeepsThePartialAnswer() {
+        FakeOpenAiServer server;
+        try {
+            client(server.url(), "k3-cut").chat(hello());
+            QFAIL("a cut stream must not look complete");
+        } catch (const k3::RemoteStreamError& e) {
+            QCOMPARE(std::string(e.what()),
+                     "the server at " + root(server) +
+                         " closed the stream early, after 3 deltas (no finish_reason or "
+                         "[DONE]); the partial answer is kept");
+            QVERIFY(e.kind() == k3::RemoteErrorKind::EarlyClose);
+            QCOMPARE(e.partial().reasoning, std::string("Thinking"));
+            QCOMPARE(e.partial().content, std::string("Partial answer"));
+            QCOMPARE(e.partial().finishReason, std::string());
+        }
+    }
+
+    void cancelClosesTheStreamWithinASecond() {
+        FakeOpenAiServer server;
+        std::atomic<bool> cancel{false};
+        std::chrono::steady_clock::time_point cancelledAt;
+        std::thread stopper([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(400));
+            cancelledAt = std::chrono::steady_clock::now();
+            cancel.store(true);
+        });
+        const k3::RemoteReply reply = client(server.url(), "k3-slow").chat(hello(), {}, &cancel);
+        const double afterCancel =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - cancelledAt).count();
+        stopper.join();
+        QVERIFY(reply.cancelled);
+        QVERIFY2(afterCancel < 1.0, std::to_string(afterCancel).c_str());
+        QCOMPARE(reply.reasoning, std::string("Counting slowly."));
+        // 50 ms a delta: a few numbers arrived, nowhere near the 200 of the whole answer.
+        QVERIFY2(reply.content.rfind("1 2 ", 0) == 0, reply.content.c_str());
+        QVERIFY(reply.deltas < 40);
+        QCOMPARE(reply.finishReason, std::string());
+        // The server sees the closed connection at its next write.
+        QTRY_COMPARE_WITH_TIMEOUT(server.streamsClosedByClient(), 1, 1000);
+    }
+
+    void remoteBackendReportsDeltasAsTokens() {
+        FakeOpenAiServer server;
+        k3::RemoteOptions o;
+        o.baseUrl = server.url();
+        o.model = "k3-think";
+        const auto backend = k3::openRemoteBackend(o);
+        const k3::BackendInfo info = backend->info();
+        QVERIFY(info.remote);
+        QCOMPARE(info.summary, "remote: " + root(server));
+        QCOMPARE(info.modelName, std::string("k3-think"));
+        QVERIFY(!backend->memoryReport());
+        Collector observer;
+        k3::GenerateOptions options;
+        options.maxTokens = 32;
+        options.render.thinking = true;
+        options.render.thinkingEffort = "high";
+        const k3::GenerateResult r = backend->chat(hello().messages, options, &observer, nullptr);
+        QCOMPARE(r.reply.content, std::string("Hello, wörld!"));
+        QCOMPARE(r.reply.reasoningContent, std::string("The user greets; answer briefly. Done."));
+        QCOMPARE(r.reply.model, std::string("k3-think"));
+        QCOMPARE(r.tokenCount(), 6);
+        QCOMPARE(r.promptTokens, 12);
+        QVERIFY(r.endOfTurn);
+        QCOMPARE(r.interruption, std::string());
+        QCOMPARE(int(observer.events.size()), 6);
+        QCOMPARE(observer.events[2].thinkingDelta, std::string(" Done."));
+        QCOMPARE(observer.events[3].responseDelta, std::string("Hello"));
+        const auto body = nlohmann::json::parse(server.lastBody());
+        QCOMPARE(body["thinking"]["type"].get<std::string>(), std::string("enabled"));
+        QCOMPARE(body["chat_template_kwargs"]["thinking"].get<bool>(), true);
+        QCOMPARE(body["reasoning_effort"].get<std::string>(), std::string("high"));
+        QCOMPARE(body["temperature"].get<double>(), 0.0);
+        QVERIFY(!body.contains("seed")); // greedy: no sampling fields
+
+        o.model = "k3-cut";
+        Collector cutObserver;
+        const k3::GenerateResult cut =
+            k3::openRemoteBackend(o)->chat(hello().messages, options, &cutObserver, nullptr);
+        QCOMPARE(cut.reply.content, std::string("Partial answer"));
+        QCOMPARE(cut.interruption, "the server at " + root(server) +
+                                       " closed the stream early, after 3 deltas (no "
+                                       "finish_reason or [DONE]); the partial answer is kept");
+        QCOMPARE(int(cutObserver.events.size()), 3);
+    }
+
+    void transcriptsRecordTheModelAndReadOldFiles() {
+        k3::ChatMessage answer{k3::ChatRole::Assistant, "Hi", "", {}, {}};
+        answer.model = "k3-think";
+        const std::vector<k3::ChatMessage> messages = {{k3::ChatRole::User, "Hi", {}, {}, {}},
+                                                       answer};
+        const std::string text = k3::formatTranscript(messages);
+        QCOMPARE(
+            text,
+            std::string(
+                R"({"role":"user","content":"Hi"})"
+                "\n"
+                R"({"role":"assistant","content":"Hi","reasoning_content":"","model":"k3-think"})"
+                "\n"));
+        QCOMPARE(k3::parseTranscript(text), messages);
+        // Written before the field existed: read as "not recorded".
+        const auto old =
+            k3::parseTranscript(R"({"role":"assistant","content":"Hi","reasoning_content":""})");
+        QCOMPARE(old.at(0).model, std::string());
+        try {
+            k3::parseTranscript(R"({"role":"user","content":"Hi","model":"x"})", "t.jsonl");
+            QFAIL("model on a user line must be refused");
+        } catch (const k3::ChatError& e) {
+            QVERIFY2(std::string(e.what()).find(
+                         "field \"model\" is only allowed on assistant messages, not user") !=
+                         std::string::npos,
+                     e.what());
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestRemoteClient)
+#include "tst_remote_client.moc"

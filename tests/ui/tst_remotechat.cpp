@@ -1,0 +1,302 @@
+// The app chatting through a server: the remote backend on the engine thread streams a
+// conversation with its think block into the view, the panels and status bar say
+// "remote: URL", Stop closes the stream, and a server that dies mid-answer leaves the
+// partial answer with a clear message.
+#include <QAction>
+#include <QApplication>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QStandardPaths>
+#include <QStatusBar>
+#include <QTest>
+#include <QThread>
+
+#include "MainWindow.h"
+#include "RemoteServerDialog.h"
+#include "chat/ConversationModel.h"
+#include "chat/ConversationStore.h"
+#include "chat/ConversationView.h"
+#include "chat/MessageComposer.h"
+#include "panels/DiskIoPanel.h"
+#include "panels/ExpertCachePanel.h"
+#include "panels/MemoryPlanPanel.h"
+#include "panels/TokenTimingPanel.h"
+#include "wizard/RemoteServerForm.h"
+#include "worker/EngineController.h"
+
+#include "FakeOpenAiServer.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+
+namespace {
+
+// The server under test: started here, reached only through its URL and model names.
+// A `k3 serve resources/demo` variant can return the same shape.
+struct ServerUnderTest {
+    QString url;        // as a user types it ("http://127.0.0.1:PORT/v1")
+    QString root;       // as the app shows it ("http://127.0.0.1:PORT")
+    QString thinkModel; // answers with a think block, then "Hello, wörld!"
+    QString slowModel;  // streams slowly enough to stop or kill mid-answer
+    std::function<void()> kill;
+    std::function<std::string()> lastBody;
+    std::function<int()> streamsClosedByClient;
+    std::shared_ptr<void> keepAlive;
+};
+
+ServerUnderTest startFakeServer() {
+    auto server = std::make_shared<FakeOpenAiServer>();
+    ServerUnderTest s;
+    s.url = QString::fromStdString(server->url());
+    s.root = QStringLiteral("http://127.0.0.1:%1").arg(server->port());
+    s.thinkModel = QStringLiteral("k3-think");
+    s.slowModel = QStringLiteral("k3-slow");
+    s.kill = [server] { server->kill(); };
+    s.lastBody = [server] { return server->lastBody(); };
+    s.streamsClosedByClient = [server] { return server->streamsClosedByClient(); };
+    s.keepAlive = server;
+    return s;
+}
+
+QString lastData(MainWindow& window, int role) {
+    ConversationModel* model = window.conversationView()->conversation();
+    return model->index(model->rowCount() - 1).data(role).toString();
+}
+
+void connectTo(MainWindow& window, const ServerUnderTest& server, const QString& model) {
+    QSignalSpy ready(&window, &MainWindow::modelReady);
+    window.connectRemote(server.url, model, QString());
+    QVERIFY(ready.wait(10000));
+    QTRY_VERIFY(window.composer()->isReady());
+}
+
+} // namespace
+
+class TestRemoteChat : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase() {
+        QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
+        QCoreApplication::setApplicationName(QStringLiteral("tst_remotechat"));
+        QStandardPaths::setTestModeEnabled(true);
+        QSettings().clear();
+    }
+
+    void workerStreamsOffTheGuiThread() {
+        const ServerUnderTest server = startFakeServer();
+        EngineController engine;
+        EngineWorker* worker = engine.worker();
+        QSignalSpy loaded(worker, &EngineWorker::modelLoaded);
+        QSignalSpy figures(worker, &EngineWorker::memoryUpdated);
+        engine.connectRemote(server.url, server.thinkModel, QString());
+        QVERIFY(loaded.wait(10000));
+        const auto info = loaded.at(0).at(0).value<ModelInfo>();
+        QVERIFY(info.remote);
+        QCOMPARE(info.directory, server.root);
+        QCOMPARE(info.modelName, server.thinkModel);
+        QCOMPARE(figures.size(), 1);
+        QCOMPARE(figures.at(0).at(0).value<MemoryFigures>().remoteUrl, server.root);
+
+        QThread* gui = QThread::currentThread();
+        QList<QThread*> emittedOn;
+        connect(
+            worker, &EngineWorker::tokenGenerated, this,
+            [&] { emittedOn << QThread::currentThread(); }, Qt::DirectConnection);
+        QSignalSpy tokens(worker, &EngineWorker::tokenGenerated);
+        QSignalSpy finished(worker, &EngineWorker::generationFinished);
+        engine.generate({{QStringLiteral("user"), QStringLiteral("Hi"), {}, {}, {}, {}}},
+                        GenerationSettings{});
+        QVERIFY(finished.wait(10000));
+        QCOMPARE(tokens.size(), 6);
+        QCOMPARE(emittedOn.size(), 6);
+        for (QThread* t : emittedOn) QVERIFY(t != gui); // the GUI thread never waits on it
+        const auto s = finished.at(0).at(0).value<GenerationSummary>();
+        QCOMPARE(s.content, QStringLiteral("Hello, wörld!"));
+        QCOMPARE(s.reasoning, QStringLiteral("The user greets; answer briefly. Done."));
+        QCOMPARE(s.generatedTokens, 6);
+        QCOMPARE(s.promptTokens, 12);
+        QCOMPARE(s.model, server.thinkModel);
+        QVERIFY(s.endOfTurn);
+        QCOMPARE(s.interruption, QString());
+    }
+
+    void conversationWithAThinkBlockStreamsIntoTheView() {
+        const ServerUnderTest server = startFakeServer();
+        MainWindow window;
+        window.show();
+        connectTo(window, server, server.thinkModel);
+        QCOMPARE(window.statusBar()->currentMessage(),
+                 QStringLiteral("k3-think · remote: %1 · ready").arg(server.root));
+        const QString remoteLine = QStringLiteral("remote: ") + server.root;
+        QVERIFY(window.findChild<MemoryPlanPanel*>()->detailsText().startsWith(remoteLine));
+        QVERIFY(window.findChild<ExpertCachePanel*>()->text().startsWith(remoteLine));
+        QVERIFY(window.findChild<DiskIoPanel*>()->text().startsWith(remoteLine));
+
+        window.composer()->setThinking(true);
+        ConversationModel* model = window.conversationView()->conversation();
+        QStringList reasoningSeen;
+        connect(model, &QAbstractItemModel::dataChanged, this, [&] {
+            reasoningSeen << model->index(model->rowCount() - 1)
+                                 .data(ConversationModel::ReasoningRole)
+                                 .toString();
+        });
+        QSignalSpy finished(&window, &MainWindow::answerFinished);
+        window.sendMessage(QStringLiteral("Hi"));
+        QVERIFY(finished.wait(10000));
+        QCOMPARE(lastData(window, ConversationModel::ReasoningRole),
+                 QStringLiteral("The user greets; answer briefly. Done."));
+        QCOMPARE(lastData(window, ConversationModel::ContentRole), QStringLiteral("Hello, wörld!"));
+        QCOMPARE(lastData(window, ConversationModel::ModelRole), server.thinkModel);
+        QVERIFY(!model->index(1).data(ConversationModel::ThinkingExpandedRole).toBool());
+        // The think block grew delta by delta before the answer began.
+        QVERIFY(reasoningSeen.contains(QStringLiteral("The user greets; ")));
+        QVERIFY(reasoningSeen.contains(QStringLiteral("The user greets; answer briefly.")));
+        QVERIFY2(
+            lastData(window, ConversationModel::StatsRole).startsWith(QStringLiteral("6 tokens")),
+            qPrintable(lastData(window, ConversationModel::StatsRole)));
+        QCOMPARE(window.timingPanel()->barCount(), 6);
+        QCOMPARE(window.statusBar()->currentMessage(),
+                 QStringLiteral("k3-think · remote: %1 · ready").arg(server.root));
+
+        // Saved with the model that answered.
+        const QVector<ChatTurn> saved = window.store()->load(window.currentConversationId());
+        QCOMPARE(saved.size(), 2);
+        QCOMPARE(saved[1].model, server.thinkModel);
+
+        // The next message sends the whole conversation, earlier thinking included.
+        window.sendMessage(QStringLiteral("Again"));
+        QVERIFY(finished.wait(10000));
+        const auto body = nlohmann::ordered_json::parse(server.lastBody());
+        QCOMPARE(body["messages"].dump(),
+                 std::string(R"([{"role":"user","content":"Hi"},)"
+                             R"({"role":"assistant","content":"Hello, wörld!",)"
+                             R"("reasoning_content":"The user greets; answer briefly. Done."},)"
+                             R"({"role":"user","content":"Again"}])"));
+        window.store()->remove(window.currentConversationId());
+    }
+
+    // The server chosen last time is where the next start connects (URL and model from
+    // the settings, the key from the keychain; this test's keychain is unreachable).
+    void theNextStartConnectsToTheSameServer() {
+        const ServerUnderTest server = startFakeServer();
+        {
+            MainWindow first;
+            connectTo(first, server, server.thinkModel);
+        }
+        QCOMPARE(QSettings().value(QStringLiteral("model/source")).toString(),
+                 QStringLiteral("remote"));
+        QCOMPARE(QSettings().value(QStringLiteral("remote/url")).toString(), server.root);
+        MainWindow next;
+        QSignalSpy ready(&next, &MainWindow::modelReady);
+        next.loadStartupModel();
+        QVERIFY(ready.wait(20000));
+        QCOMPARE(next.statusBar()->currentMessage(),
+                 QStringLiteral("k3-think · remote: %1 · ready").arg(server.root));
+        QSettings().setValue(QStringLiteral("model/source"), QStringLiteral("local"));
+    }
+
+    // Model > Use a server… with a key: the key reaches the server and the keychain
+    // store (memory-only here, no D-Bus), never the settings file; the next start reads
+    // it back from the store.
+    void modelMenuServerWithAKeyKeepsItOutOfTheSettings() {
+        const QString secret = QStringLiteral("sk-remote-secret-4711");
+        FakeOpenAiServer server(secret.toStdString());
+        const QString root = QStringLiteral("http://127.0.0.1:%1").arg(server.port());
+        MainWindow window;
+        QSignalSpy ready(&window, &MainWindow::modelReady);
+        window.findChild<QAction*>(QStringLiteral("useServerAction"))->trigger();
+        auto* dialog = window.findChild<RemoteServerDialog*>();
+        QVERIFY(dialog);
+        dialog->form()->setUrl(QString::fromStdString(server.url()));
+        dialog->form()->setModel(QStringLiteral("k3-think"));
+        dialog->form()->setApiKey(secret);
+        dialog->accept();
+        QVERIFY(ready.wait(10000));
+        QCOMPARE(server.lastAuthorization(), "Bearer " + secret.toStdString());
+        QCOMPARE(window.statusBar()->currentMessage(),
+                 QStringLiteral("k3-think · remote: %1 · ready").arg(root));
+        QSettings settings;
+        settings.sync();
+        QFile file(settings.fileName());
+        QVERIFY(file.open(QIODevice::ReadOnly));
+        const QByteArray stored = file.readAll();
+        QVERIFY(stored.contains(root.toUtf8()));
+        QVERIFY(!stored.contains(secret.toUtf8()));
+
+        MainWindow next;
+        QSignalSpy nextReady(&next, &MainWindow::modelReady);
+        next.loadStartupModel();
+        QVERIFY(nextReady.wait(20000));
+        QCOMPARE(next.statusBar()->currentMessage(),
+                 QStringLiteral("k3-think · remote: %1 · ready").arg(root));
+        QSettings().setValue(QStringLiteral("model/source"), QStringLiteral("local"));
+    }
+
+    void stopClosesTheStream() {
+        const ServerUnderTest server = startFakeServer();
+        MainWindow window;
+        connectTo(window, server, server.slowModel);
+        QSignalSpy finished(&window, &MainWindow::answerFinished);
+        window.sendMessage(QStringLiteral("Count"));
+        QTRY_VERIFY_WITH_TIMEOUT(
+            lastData(window, ConversationModel::ContentRole).startsWith(QStringLiteral("1 2 ")),
+            5000);
+        QElapsedTimer clock;
+        clock.start();
+        window.stopGeneration();
+        QVERIFY(finished.wait(1000));
+        QVERIFY2(clock.elapsed() < 1000, qPrintable(QString::number(clock.elapsed())));
+        const QString content = lastData(window, ConversationModel::ContentRole);
+        QVERIFY2(content.startsWith(QStringLiteral("1 2 ")) &&
+                     !content.contains(QStringLiteral(" 200 ")),
+                 qPrintable(content));
+        QVERIFY2(lastData(window, ConversationModel::StatsRole).contains(QStringLiteral("stopped")),
+                 qPrintable(lastData(window, ConversationModel::StatsRole)));
+        QCOMPARE(lastData(window, ConversationModel::ReasoningRole),
+                 QStringLiteral("Counting slowly."));
+        QTRY_COMPARE_WITH_TIMEOUT(server.streamsClosedByClient(), 1, 1000);
+        QVERIFY(!window.engine()->isBusy());
+        window.store()->remove(window.currentConversationId());
+    }
+
+    void killedServerKeepsThePartialAnswerAndSaysWhy() {
+        ServerUnderTest server = startFakeServer();
+        MainWindow window;
+        connectTo(window, server, server.slowModel);
+        QSignalSpy finished(&window, &MainWindow::answerFinished);
+        window.sendMessage(QStringLiteral("Count"));
+        QTRY_VERIFY_WITH_TIMEOUT(
+            lastData(window, ConversationModel::ContentRole).startsWith(QStringLiteral("1 2 3 ")),
+            5000);
+        server.kill();
+        QVERIFY(finished.wait(5000));
+        const QString content = lastData(window, ConversationModel::ContentRole);
+        QVERIFY2(content.startsWith(QStringLiteral("1 2 3 ")), qPrintable(content));
+        const QString why =
+            QStringLiteral("the server at %1 closed the stream early").arg(server.root);
+        QVERIFY2(lastData(window, ConversationModel::StatsRole).contains(why),
+                 qPrintable(lastData(window, ConversationModel::StatsRole)));
+        QVERIFY2(window.statusBar()->currentMessage().contains(why),
+                 qPrintable(window.statusBar()->currentMessage()));
+        QVERIFY(window.statusBar()->currentMessage().endsWith(
+            QStringLiteral("; the partial answer is kept")));
+        // Kept on disk too, with the conversation.
+        const QVector<ChatTurn> saved = window.store()->load(window.currentConversationId());
+        QCOMPARE(saved.size(), 2);
+        QCOMPARE(saved[1].content, content);
+        QVERIFY(window.composer()->isReady());
+        window.store()->remove(window.currentConversationId());
+    }
+};
+
+int main(int argc, char** argv) {
+    // Never touch the developer's real keychain (the server form reads the API key).
+    qputenv("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/k3chat-test-bus");
+    QApplication app(argc, argv);
+    TestRemoteChat test;
+    return QTest::qExec(&test, argc, argv);
+}
+#include "tst_remotechat.moc"

@@ -1,0 +1,37 @@
+#include "RemoteServerDialog.h"
+
+#include "wizard/RemoteServerForm.h"
+
+#include <QDialogButtonBox>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QSettings>
+#include <QVBoxLayout>
+
+RemoteServerDialog::RemoteServerDialog(QWidget* parent)
+    : QDialog(parent), m_form(new RemoteServerForm) {
+    setObjectName(QStringLiteral("remoteServerDialog"));
+    setWindowTitle(tr("Use a server"));
+    const QSettings settings;
+    m_form->setUrl(settings.value(QStringLiteral("remote/url")).toString());
+    m_form->setModel(settings.value(QStringLiteral("remote/model")).toString());
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
+    buttons->button(QDialogButtonBox::Ok)->setText(tr("Connect"));
+    connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
+    connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
+    auto* layout = new QVBoxLayout(this);
+    layout->addWidget(m_form);
+    layout->addWidget(buttons);
+    resize(560, 0);
+}
+
+void RemoteServerDialog::accept() {
+    if (m_form->url().isEmpty() || m_form->model().isEmpty()) {
+        QMessageBox::warning(this, tr("Use a server"),
+                             tr("Enter the server's URL and the model name (Test lists the "
+                                "models the server offers)."));
+        return;
+    }
+    m_form->saveApiKey();
+    QDialog::accept();
+}
