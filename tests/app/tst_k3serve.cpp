@@ -16,6 +16,7 @@
 #include <fstream>
 #include <memory>
 
+#include <k3/chat.hpp>
 #include <k3/tokenizer.hpp>
 #include <nlohmann/json.hpp>
 
@@ -308,22 +309,33 @@ void TestK3Serve::toolConversationsRenderAsTheTemplate() {
 }
 
 // A long sampled answer (1063 tokens with this seed) dropped after three chunks: the
-// next request is answered within a second, not after the rest of the first.
+// next request is answered within a second, not after the rest of the first, and the
+// state is still warm: the same conversation reuses its rendered history (the
+// positions up to the generation prompt, where the session keeps its snapshot).
 void TestK3Serve::disconnectFreesTheServer() {
     Server s = startServe();
     QVERIFY2(s.port > 0, qPrintable(s.log));
-    const QJsonObject longAnswer{{"model", "demo"},    {"messages", QJsonArray{user("Hello!")}},
-                                 {"temperature", 2},   {"seed", 3},
-                                 {"max_tokens", 3000}, {"stream", true}};
+    QJsonObject longAnswer{{"model", "demo"},    {"messages", QJsonArray{user("Hello!")}},
+                           {"temperature", 2},   {"seed", 3},
+                           {"max_tokens", 3000}, {"stream", true}};
+    QJsonObject again = longAnswer;
+    again["stream"] = false;
+    again["max_tokens"] = 1;
     const QJsonObject next{{"model", "demo"},
                            {"messages", QJsonArray{user(kAnswers[1].first)}},
                            {"thinking", QJsonObject{{"type", "disabled"}}}};
-    const QJsonArray r = chat(s, {call(longAnswer, 3), call(next)});
-    QCOMPARE(r.size(), 2);
+    const QJsonArray r = chat(s, {call(longAnswer, 3), call(again), call(next)});
+    QCOMPARE(r.size(), 3);
     QCOMPARE(r[0].toObject()["chunks"].toInt(), 3);
     const QJsonObject b = r[1].toObject();
-    QCOMPARE(b["content"].toString(), kAnswers[1].second);
+    QVERIFY2(!b.contains("error"), qPrintable(QJsonDocument(b).toJson()));
     QVERIFY2(b["ms"].toDouble() < 1000, qPrintable(QString::number(b["ms"].toDouble())));
+    const k3::Tokenizer tok = k3::Tokenizer::fromDirectory(kDemo.toStdString());
+    const auto history =
+        k3::encodeChatSegments(tok, k3::renderChatSegments({{k3::ChatRole::User, "Hello!"}},
+                                                           {.addGenerationPrompt = false}));
+    QCOMPARE(b["usage"]["prompt_tokens_details"]["cached_tokens"].toInt(), int(history.size()));
+    QCOMPARE(r[2].toObject()["content"].toString(), kAnswers[1].second);
     QCOMPARE(stopServe(s), 0);
     // The dropped request generated far fewer than its 1063 tokens.
     const QRegularExpression dropped(
