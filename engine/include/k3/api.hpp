@@ -108,6 +108,7 @@ private:
     std::string chunk(const std::string& choicesAndUsage);
     std::string id_, model_;
     std::int64_t created_;
+    std::string head_; // "data: {"id":...,"model":..., "
     std::string heldReasoning_, heldContent_;
 };
 

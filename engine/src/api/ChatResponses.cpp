@@ -108,15 +108,16 @@ std::string takeCompleteUtf8(std::string& held, std::string_view text) {
 }
 
 ChunkWriter::ChunkWriter(std::string id, std::string model, std::int64_t created)
-    : id_(std::move(id)), model_(std::move(model)), created_(created) {}
-
-std::string ChunkWriter::chunk(const std::string& choicesAndUsage) {
-    // The common head, then the choices (and usage) the caller built.
+    : id_(std::move(id)), model_(std::move(model)), created_(created) {
+    // The head every chunk shares, built once (a chunk per token).
     Json head = {
         {"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", model_}};
-    std::string text = dump(head);
-    text.pop_back(); // the closing brace: the choices follow
-    return "data: " + text + "," + choicesAndUsage + "}\n\n";
+    head_ = "data: " + dump(head);
+    head_.back() = ','; // the closing brace: the choices follow
+}
+
+std::string ChunkWriter::chunk(const std::string& choicesAndUsage) {
+    return head_ + choicesAndUsage + "}\n\n";
 }
 
 std::string ChunkWriter::start() {
