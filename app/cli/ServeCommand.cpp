@@ -337,6 +337,8 @@ void Server::routes() {
     namespace api = k3::api;
     http_.set_payload_max_length(std::size_t(args_.maxBodyMB) << 20);
     http_.set_keep_alive_timeout(1); // idle connections hold a pool thread; stop is prompt
+    // Each token is a small write: without this, Nagle holds it for the client's ACK.
+    http_.set_tcp_nodelay(true);
     const std::size_t threads = std::size_t(args_.queue) + 4;
     http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
 
