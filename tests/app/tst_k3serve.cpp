@@ -179,7 +179,7 @@ void TestK3Serve::initTestCase() {
                              QString::fromUtf8(npm.readAllStandardError())));
     }
     // ESM resolves `openai` from the script's folder: the scripts run from the scratch.
-    for (const QString& name : {"chat.mjs", "raw.mjs", "bench.mjs"}) {
+    for (const QString& name : {"chat.mjs", "raw.mjs"}) {
         QFile::remove(kScratch + "/" + name);
         QVERIFY(QFile::copy(kScripts + "/" + name, kScratch + "/" + name));
     }
