@@ -185,7 +185,6 @@ public:
         if (failed_ || stop_.stopped()) return;
         const std::string content = stop_.feed(ev.responseDelta);
         content_ += content;
-        reasoning_ += ev.thinkingDelta;
         if (!sink_(ev.thinkingDelta, content)) failed_ = true;
         if (failed_ || stop_.stopped()) cancel_ = true;
     }
@@ -205,7 +204,7 @@ private:
     std::atomic<bool>& cancel_;
     std::function<bool(const std::string&, const std::string&)> sink_;
     bool failed_ = false;
-    std::string content_, reasoning_;
+    std::string content_; // the answer as sent (cut at a stop string)
 };
 
 k3::GenerateOptions Server::generateOptions(const k3::api::ChatRequest& r) const {
@@ -260,6 +259,12 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
         } catch (const k3::ChatError& e) {
             throw api::ApiError(400, std::string("messages: ") + e.what(), "invalid_request_error",
                                 "messages");
+        } catch (const std::exception& e) { // a failed read or forward: this answer only
+            std::fprintf(stderr, "k3 serve: the forward pass failed: %s\n",
+                         terminalSafe(e.what()).c_str());
+            session_.reset(); // the state may be half-written
+            throw api::ApiError(500, std::string("the forward pass failed: ") + e.what(),
+                                "server_error");
         }
         observer.finish();
         tlLog.promptTokens = out.promptTokens;

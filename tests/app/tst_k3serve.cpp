@@ -408,17 +408,20 @@ void TestK3Serve::refusals() {
              QString("messages[0].role: unknown role \"bot\" (system, developer, user, assistant "
                      "or tool)"));
 
-    // --queue 0: while one answer runs, the next request is refused at once.
+    // --queue 0: while one answer runs, the next request is refused at once; the running
+    // one goes on to its end (1063 tokens with this seed).
     const QJsonObject longAnswer{{"model", "demo"},    {"messages", QJsonArray{user("Hello!")}},
                                  {"temperature", 2},   {"seed", 3},
                                  {"max_tokens", 3000}, {"stream", true}};
-    const QJsonArray busy =
-        chat(s,
-             {call(longAnswer),
-              call({{"model", "demo"}, {"messages", QJsonArray{user("Hello!")}}}, 0, 300)},
-             true);
+    QJsonObject whileBusy =
+        call({{"model", "demo"}, {"messages", QJsonArray{user("Hello!")}}, {"max_tokens", 1}});
+    whileBusy["afterFirstChunkOf"] = 0; // sent while the long answer streams
+    const QJsonArray busy = chat(s, {call(longAnswer), whileBusy}, true);
     QCOMPARE(busy.size(), 2);
     QVERIFY(!busy[0].toObject().contains("error"));
+    QCOMPARE(busy[0]["finish_reason"].toString(), QString("stop"));
+    QCOMPARE(busy[0]["content"].toString().isEmpty() && busy[0]["reasoning"].toString().isEmpty(),
+             false);
     QCOMPARE(busy[1]["error"]["status"].toInt(), 429);
     QCOMPARE(
         busy[1]["error"]["message"].toString(),

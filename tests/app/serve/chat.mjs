@@ -1,13 +1,18 @@
 // Drives k3 serve with the official openai client. argv[2]: a JSON spec
-//   {baseURL, apiKey, concurrent, calls: [{params, abortAfterChunks, delayMs}]}
-// prints one JSON array with, per call, what the client saw.
+//   {baseURL, apiKey, concurrent,
+//    calls: [{params, abortAfterChunks, delayMs, afterFirstChunkOf}]}
+// prints one JSON array with, per call, what the client saw. afterFirstChunkOf: start
+// once call N (concurrent) has received its first chunk, i.e. while N is generating.
 import OpenAI from 'openai';
 
 const spec = JSON.parse(process.argv[2]);
 const client = new OpenAI({ baseURL: spec.baseURL, apiKey: spec.apiKey ?? 'unused', maxRetries: 0, timeout: 60000 });
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function one(call) {
+const firstChunk = spec.calls.map(() => { let resolve; const p = new Promise((r) => { resolve = r; }); return { p, resolve }; });
+
+async function one(call, index) {
+  if (call.afterFirstChunkOf !== undefined) await firstChunk[call.afterFirstChunkOf].p;
   if (call.delayMs) await sleep(call.delayMs);
   const t0 = performance.now();
   const out = { content: '', reasoning: '', finish_reason: null, usage: null, tool_calls: null,
@@ -23,6 +28,7 @@ async function one(call) {
       const stream = await client.chat.completions.create(call.params);
       for await (const chunk of stream) {
         out.chunks++;
+        if (out.chunks === 1) firstChunk[index].resolve();
         out.object = chunk.object;
         if (chunk.usage) out.usage = chunk.usage;
         const c = chunk.choices[0];
@@ -40,10 +46,11 @@ async function one(call) {
     out.error = { status: e.status ?? null, message: e.error?.message ?? e.message,
                   type: e.error?.type ?? null, param: e.error?.param ?? null };
   }
+  firstChunk[index].resolve(); // never leave a waiting call hanging
   out.ms = performance.now() - t0;
   return out;
 }
 
 const results = spec.concurrent ? await Promise.all(spec.calls.map(one))
-                                : await (async () => { const r = []; for (const c of spec.calls) r.push(await one(c)); return r; })();
+                                : await (async () => { const r = []; for (const [i, c] of spec.calls.entries()) r.push(await one(c, i)); return r; })();
 console.log(JSON.stringify(results));
