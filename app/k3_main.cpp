@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
                  "  k3 MODEL_DIR (--prompt TEXT | --prompt-file FILE | --ids 1,2,3) [options]\n"
                  "  k3 MODEL_DIR --chat [--system TEXT] [--history FILE] [options]\n"
                  "  k3 --remote URL --model NAME [--api-key-file F] --chat [options]\n"
+                 "  k3 serve MODEL_DIR [--host H --port P --api-key-file F] [options]\n"
                  "  k3 doctor [DIR]      k3 download DIR\n",
                  "k3"};
     app.set_version_flag("--version", std::string("k3 (k3chat) ") + k3::kVersion);
@@ -212,18 +213,20 @@ int main(int argc, char** argv) {
 
     const char* diagGroup = "Diagnostics";
     std::string specText;
+    // --spec of a run, a chat and k3 serve.
+    const auto specCheck = [](const std::string& v) -> std::string {
+        if (v == "auto") return {};
+        char* end = nullptr;
+        const long n = std::strtol(v.c_str(), &end, 10);
+        if (v.empty() || *end || n < 0 || n > 32)
+            return "--spec " + v + " is not auto or a number of proposals 0..32";
+        return {};
+    };
     app.add_option("--spec", specText,
                    "Speculative decoding: verify up to N prompt-lookup proposals per trunk pass, "
                    "1..32, or auto (an adaptive width); greedy gives the same tokens as "
                    "without it, sampling the same distribution")
-        ->check([](const std::string& v) -> std::string {
-            if (v == "auto") return {};
-            char* end = nullptr;
-            const long n = std::strtol(v.c_str(), &end, 10);
-            if (v.empty() || *end || n < 0 || n > 32)
-                return "--spec " + v + " is not auto or a number of proposals 0..32";
-            return {};
-        })
+        ->check(specCheck)
         ->group(genGroup)
         ->type_name("N|auto");
     app.add_option("--draft-trunk", model.draftDir,
@@ -306,6 +309,65 @@ int main(int argc, char** argv) {
                      "Hub URL (default $HF_ENDPOINT, else https://huggingface.co)")
         ->type_name("URL");
 
+    // k3 serve MODEL_DIR: the OpenAI chat-completions protocol over HTTP.
+    CLI::App* serve = app.add_subcommand(
+        "serve", "Serve the model over HTTP with the OpenAI chat-completions protocol "
+                 "(GET /v1/models, GET /health, POST /v1/chat/completions, streaming or not)");
+    k3cli::ServeArgs sv;
+    double serveTrunkGB = 0, serveCacheGB = 0;
+    std::string serveSpec;
+    serve->add_option("MODEL_DIR", sv.model.modelDir, "The checkpoint folder")
+        ->required()
+        ->type_name("DIR");
+    CLI::Option* serveTokOpt =
+        serve->add_option("--tok", sv.model.tokenizerDir, "Tokenizer folder (default MODEL_DIR)")
+            ->type_name("DIR");
+    CLI::Option* servePresetOpt =
+        serve->add_option("--preset", sv.model.memory.preset, "A named budget (k3 --list-presets)")
+            ->check(CLI::IsMember(presetNames))
+            ->type_name("NAME");
+    CLI::Option* serveTrunkGbOpt =
+        serve->add_option("--trunk-gb", serveTrunkGB, "GB for the pinned trunk + ring")
+            ->check(CLI::Range(0.0, 1e6))
+            ->type_name("GB");
+    CLI::Option* serveCacheGbOpt =
+        serve->add_option("--cache-gb", serveCacheGB, "GB for the routed-expert cache")
+            ->check(CLI::Range(0.0, 1e6))
+            ->type_name("GB");
+    serve->add_option("--trunk", sv.model.memory.trunkDir, "The packed trunk folder")
+        ->check(CLI::ExistingDirectory)
+        ->type_name("DIR");
+    serve->add_option("--context", sv.model.context, "Positions a conversation may hold")
+        ->check(CLI::Range(16, 1 << 20))
+        ->type_name("N");
+    serve->add_option("--prefill-chunk", sv.model.prefillChunk, "Prompt positions per forward pass")
+        ->check(CLI::Range(1, 4096))
+        ->type_name("N");
+    serve->add_option("--spec", serveSpec, "Speculative decoding: N proposals (0..32) or auto")
+        ->check(specCheck)
+        ->type_name("N|auto");
+    serve
+        ->add_option("--host", sv.host,
+                     "Address to listen on (default 127.0.0.1; any other needs --api-key-file)")
+        ->type_name("ADDR");
+    serve->add_option("--port", sv.port, "Port (default 8000; 0 picks a free one and prints it)")
+        ->check(CLI::Range(0, 65535))
+        ->type_name("N");
+    serve
+        ->add_option("--api-key-file", sv.apiKeyFile,
+                     "Require Authorization: Bearer KEY, the key being this file's content")
+        ->type_name("FILE");
+    serve
+        ->add_option("--queue", sv.queue,
+                     "Requests that may wait behind the running one (default 8; more get 429)")
+        ->check(CLI::Range(0, 1024))
+        ->type_name("N");
+    serve
+        ->add_option("--max-body-mb", sv.maxBodyMB,
+                     "Largest request body (default 4; more get 413)")
+        ->check(CLI::Range(1, 1024))
+        ->type_name("MB");
+
     // k3 pack MODEL_DIR TRUNK_DIR: the one-time rewrite of the dense trunk.
     CLI::App* pack = app.add_subcommand(
         "pack", "Pack every layer's non-expert tensors of MODEL_DIR into TRUNK_DIR/trunk.bin "
@@ -355,6 +417,14 @@ int main(int argc, char** argv) {
         if (*pack)
             return packDraft ? k3cli::runPackDraft(packModel, packTrunk)
                              : k3cli::runPack(packModel, packTrunk);
+        if (*serve) {
+            sv.model.tokenizerGiven = serveTokOpt->count() > 0;
+            resolveMemory(*serve, servePresetOpt, serveTrunkGbOpt, serveCacheGbOpt, serveTrunkGB,
+                          serveCacheGB, sv.model.memory);
+            if (!serveSpec.empty())
+                sv.model.speculation = serveSpec == "auto" ? -1 : std::stoi(serveSpec);
+            return k3cli::runServe(sv);
+        }
         if (listPresets) {
             std::fputs(k3::formatPresetTable().c_str(), stdout);
             return 0;

@@ -122,14 +122,6 @@ std::vector<k3::ChatMessage> loadHistory(const ChatArgs& args) {
     return history;
 }
 
-// One stream per assistant turn, so replaying a transcript with the same seed repeats it.
-std::uint64_t turnSeed(std::uint64_t seed, std::size_t turn) {
-    std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * (turn + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 std::size_t assistantTurns(const std::vector<k3::ChatMessage>& history) {
     std::size_t n = 0;
     for (const auto& m : history) n += m.role == k3::ChatRole::Assistant;
@@ -137,6 +129,14 @@ std::size_t assistantTurns(const std::vector<k3::ChatMessage>& history) {
 }
 
 } // namespace
+
+// SplitMix64 of the seed and the turn.
+std::uint64_t turnSeed(std::uint64_t seed, std::size_t turn) {
+    std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * (turn + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
 
 void lockHistory(const ChatArgs& args, std::optional<k3::OutputLock>& historyLock) {
     // --history is checked and locked before anything is read: a folder, device or FIFO

@@ -2,6 +2,7 @@
 // The `k3` commands as plain functions over parsed arguments, so main() only maps the
 // command line (CLI11) onto these structs. Each returns the process exit code.
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -71,6 +72,16 @@ struct ChatArgs {
     int maxTokens = 4096;
 };
 
+// k3 serve MODEL_DIR: the OpenAI chat-completions protocol over HTTP (ServeCommand.cpp).
+struct ServeArgs {
+    ModelArgs model;
+    std::string host = "127.0.0.1";
+    int port = 8000;        // 0: any free port (the one chosen is printed)
+    std::string apiKeyFile; // required to bind anything but loopback
+    int queue = 8;          // requests that may wait behind the running one
+    int maxBodyMB = 4;      // larger request bodies get 413
+};
+
 struct DownloadArgs {
     std::string dir;
     std::string repo;
@@ -84,6 +95,11 @@ int runBatch(const RunArgs& args);
 int runChat(const ChatArgs& args);
 int runRemoteChat(const ChatArgs& args); // RemoteChatCommand.cpp
 int runDownload(const DownloadArgs& args);
+int runServe(const ServeArgs& args);
+
+// The sampling seed of an assistant turn: one stream per turn, so replaying a
+// conversation with the same seed repeats it (k3 --chat and k3 serve alike).
+std::uint64_t turnSeed(std::uint64_t seed, std::size_t turn);
 
 // Shared by batch and chat (RunCommand.cpp).
 struct ResolvedSampling {

@@ -6,9 +6,12 @@
 // Invariants (each tied to a test in tests/engine/chat/):
 // - renderChat() is byte-identical to Kimi-K3.jinja rendered by Python jinja2 for
 //   every conversation it accepts (tst_chat_render, fixtures from
-//   tests/reference/chat/render_fixtures.py). What it cannot reproduce exactly
-//   (assistant tool calls, tool declarations, images, response formats) it cannot
-//   even express, and a tool message without a tool name is refused.
+//   tests/reference/chat/render_fixtures.py and tool_fixtures.py), tool declarations,
+//   tool_choice and assistant tool calls included. What it cannot reproduce exactly
+//   (images, response formats) it cannot even express, and a tool message whose name
+//   cannot be resolved is refused as the template refuses it.
+// - parseToolCalls() reads back exactly what the renderer writes for argument-form
+//   calls: render(parse(x)) == x (tst_chat_render::toolCallsRoundTrip).
 // - Reasoning of EARLIER assistant turns is rendered again whenever thinking is on;
 //   thinking=false drops every think channel, never the stored reasoning.
 // - Special markers come only from the template, never from message text: encode
@@ -57,6 +60,19 @@ std::string_view chatRoleName(ChatRole role);
 // Nothing for any other name.
 std::optional<ChatRole> parseChatRole(std::string_view name);
 
+// One function call of an assistant message (OpenAI's tool_calls entry).
+struct ChatToolCall {
+    std::string id; // matches a tool message's toolCallId; empty = none (never rendered)
+    std::string name;
+    // A JSON object as text. Rendered as one argument tag per key, in the text's key
+    // order (the template's mapping form); when it is not a JSON object, or
+    // argumentsAsJsonBlock is set, verbatim in a json block (the string form).
+    std::string arguments = "{}";
+    bool argumentsAsJsonBlock = false;
+
+    bool operator==(const ChatToolCall&) const = default;
+};
+
 struct ChatMessage {
     ChatRole role = ChatRole::User;
     std::string content;
@@ -73,6 +89,10 @@ struct ChatMessage {
     // Assistant only: the model that answered (a server's model name; empty when not
     // recorded, as in transcripts written before it was). Saved as "model"; never rendered.
     std::string model{}; // {}: brace inits of the five older fields need not name it
+    // Assistant only: the calls it made (rendered in a tools channel after the response).
+    std::vector<ChatToolCall> toolCalls = {};
+    // Tool only: the call this result answers (the template orders results by call).
+    std::string toolCallId = {};
 
     bool operator==(const ChatMessage&) const = default;
 };
@@ -85,6 +105,12 @@ struct ChatRenderOptions {
     // Ends with an open assistant message and its first channel (think, or response
     // when thinking is off), ready for generation.
     bool addGenerationPrompt = true;
+    // The tool declarations, a JSON array (OpenAI's `tools`), rendered first with keys
+    // sorted as the template's json_sorted does; empty renders none.
+    std::string toolsJson;
+    // "required" or "none" add the template's tool-choice message; anything else adds
+    // nothing (as in the template).
+    std::string toolChoice;
 };
 
 struct ChatSegment {
@@ -183,6 +209,13 @@ private:
     bool fedAfterEnd_ = false;
     std::vector<std::string> problems_;
 };
+
+// The tool calls in the raw text of the model's uninterpreted channels
+// (ChatOutputParser::otherChannels()): every call tag of a tools channel, arguments
+// turned back into a JSON object text (typed by each argument's type attribute; a json
+// block kept verbatim). Malformed calls are skipped and described in `problems`.
+std::vector<ChatToolCall> parseToolCalls(std::string_view otherChannels,
+                                         std::vector<std::string>* problems = nullptr);
 
 // Transcripts: one JSON object per line, {"role","content","reasoning_content"} plus an
 // optional "name" (required for role "tool") and, on assistant lines, an optional

@@ -2,6 +2,9 @@
 // needs. Each branch below names the template macro it mirrors.
 #include "k3/chat.hpp"
 
+#include "chat/XtmlJson.hpp"
+
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -133,6 +136,106 @@ void writePlainMessage(SegmentWriter& w, const ChatMessage& m) {
     w.endOfMessage();
 }
 
+// render_tool_declare(tools): the declarations as json_sorted writes them.
+void writeToolDeclare(SegmentWriter& w, const std::string& toolsJson) {
+    const xtml::Json tools = xtml::parseJson(toolsJson);
+    if (tools.is_discarded()) throw ChatError("chat render: tools is not valid JSON");
+    if (tools.empty()) return; // `tools is defined and tools`: an empty list declares nothing
+    w.openTag("message", {{"role", "system"}, {"type", "tool-declare"}});
+    w.text("# Tools\nHere are the available tools, described in JSONSchema.\n\n```json\n");
+    w.text(xtml::sortedJson(tools));
+    w.text("\n```");
+    w.closeTag("message");
+    w.endOfMessage();
+}
+
+// The tools channel of render_assistant.
+void writeToolCalls(SegmentWriter& w, const std::vector<ChatToolCall>& calls) {
+    w.openTag("tools");
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+        const ChatToolCall& call = calls[i];
+        w.openTag("call", {{"tool", call.name}, {"index", std::to_string(i + 1)}});
+        const xtml::Json args = call.argumentsAsJsonBlock
+                                    ? xtml::Json(xtml::Json::value_t::discarded)
+                                    : xtml::parseJson(call.arguments);
+        if (args.is_object()) {
+            for (const auto& [key, value] : args.items()) {
+                w.openTag("argument", {{"key", key}, {"type", std::string(xtml::xtmlType(value))}});
+                w.text(value.is_string() ? value.get<std::string>() : xtml::pythonJson(value));
+                w.closeTag("argument");
+            }
+        } else if (!isBlankAsPython(call.arguments)) {
+            // A string that is not a mapping goes in verbatim, as the template's string form.
+            w.openTag("json", {{"type", "object"}});
+            w.text(call.arguments);
+            w.closeTag("json");
+        }
+        w.closeTag("call");
+    }
+    w.closeTag("tools");
+}
+
+void writeInternalSystem(SegmentWriter& w, std::string_view type, std::string_view body) {
+    w.openTag("message", {{"role", "system"}, {"type", std::string(type)}});
+    w.text(body);
+    w.closeTag("message");
+    w.endOfMessage();
+}
+
+// render_tool_message: the name given, else the message's own, else the call at the
+// same position of the last assistant message.
+void writeToolMessage(SegmentWriter& w, const ChatMessage& m, std::size_t at, int& toolIndex,
+                      const std::vector<ChatToolCall>* calls, const std::string* resolvedName) {
+    ++toolIndex;
+    std::string name = resolvedName ? *resolvedName : m.name;
+    if (!resolvedName && name.empty() && calls && toolIndex <= int(calls->size()))
+        name = (*calls)[std::size_t(toolIndex - 1)].name;
+    if (name.empty())
+        throw ChatError("chat render: message " + std::to_string(at) +
+                        " (role tool) has no tool name: give it a name, or a tool_call_id "
+                        "or position matching a call of the assistant message before it");
+    w.openTag("message", {{"role", "tool"}, {"tool", name}, {"index", std::to_string(toolIndex)}});
+    w.text(m.content);
+    w.closeTag("message");
+    w.endOfMessage();
+}
+
+bool callMatches(const std::vector<ChatToolCall>* calls, const std::string& id) {
+    if (!calls || id.empty()) return false;
+    for (const ChatToolCall& c : *calls)
+        if (!c.id.empty() && c.id == id) return true;
+    return false;
+}
+
+// A run of consecutive tool messages starting at `first`: in the order of the calls
+// when every result names a call of the last assistant message, else as given.
+std::size_t writeToolRun(SegmentWriter& w, const std::vector<ChatMessage>& messages,
+                         std::size_t first, int& toolIndex,
+                         const std::vector<ChatToolCall>* calls) {
+    std::size_t end = first;
+    std::size_t resolved = 0;
+    while (end < messages.size() && messages[end].role == ChatRole::Tool) {
+        resolved += callMatches(calls, messages[end].toolCallId);
+        ++end;
+    }
+    if (resolved == end - first) {
+        std::vector<std::string> emitted;
+        for (const ChatToolCall& call : *calls) {
+            if (call.id.empty() ||
+                std::find(emitted.begin(), emitted.end(), call.id) != emitted.end())
+                continue;
+            emitted.push_back(call.id);
+            for (std::size_t i = first; i < end; ++i)
+                if (messages[i].toolCallId == call.id)
+                    writeToolMessage(w, messages[i], i, toolIndex, calls, &call.name);
+        }
+    } else {
+        for (std::size_t i = first; i < end; ++i)
+            writeToolMessage(w, messages[i], i, toolIndex, calls, nullptr);
+    }
+    return end;
+}
+
 } // namespace
 
 std::vector<ChatSegment> renderChatSegments(const std::vector<ChatMessage>& messages,
@@ -150,6 +253,7 @@ std::vector<ChatSegment> renderChatSegments(const std::vector<ChatMessage>& mess
     }
 
     SegmentWriter w;
+    if (!options.toolsJson.empty()) writeToolDeclare(w, options.toolsJson);
     if (effortMessage) {
         // internal_system_message('thinking-effort', ...)
         w.openTag("message", {{"role", "system"}, {"type", "thinking-effort"}});
@@ -162,9 +266,11 @@ std::vector<ChatSegment> renderChatSegments(const std::vector<ChatMessage>& mess
         w.endOfMessage();
     }
 
-    // state.tool_index: reset by each assistant message, counted by tool messages.
+    // state.tool_index and state.tool_calls: reset by each assistant message, read by
+    // the tool messages after it.
     int toolIndex = 0;
-    for (std::size_t i = 0; i < messages.size(); ++i) {
+    const std::vector<ChatToolCall>* calls = nullptr;
+    for (std::size_t i = 0; i < messages.size();) {
         const ChatMessage& m = messages[i];
         switch (m.role) {
         case ChatRole::User:
@@ -173,6 +279,7 @@ std::vector<ChatSegment> renderChatSegments(const std::vector<ChatMessage>& mess
             break;
         case ChatRole::Assistant:
             toolIndex = 0;
+            calls = m.toolCalls.empty() ? nullptr : &m.toolCalls;
             if (m.name.empty())
                 w.openTag("message", {{"role", "assistant"}});
             else
@@ -186,24 +293,25 @@ std::vector<ChatSegment> renderChatSegments(const std::vector<ChatMessage>& mess
             w.openTag("response");
             w.text(m.content);
             w.closeTag("response");
+            if (!m.toolCalls.empty()) writeToolCalls(w, m.toolCalls);
             w.closeTag("message");
             w.endOfMessage();
             break;
         case ChatRole::Tool:
-            // render_tool_message without assistant tool_calls: the name must be given.
-            if (m.name.empty())
-                throw ChatError("chat render: message " + std::to_string(i) +
-                                " (role tool) has no tool name; tool messages need a name "
-                                "(assistant tool_calls are not supported)");
-            ++toolIndex;
-            w.openTag("message",
-                      {{"role", "tool"}, {"tool", m.name}, {"index", std::to_string(toolIndex)}});
-            w.text(m.content);
-            w.closeTag("message");
-            w.endOfMessage();
-            break;
+            i = writeToolRun(w, messages, i, toolIndex, calls);
+            continue;
         }
+        ++i;
     }
+
+    if (options.toolChoice == "required")
+        writeInternalSystem(w, "tool-choice",
+                            "The system is invoked with `tool_choice=required`.\nYou MUST call "
+                            "tools in the next message.");
+    else if (options.toolChoice == "none")
+        writeInternalSystem(w, "tool-choice",
+                            "The system is invoked with `tool_choice=none`.\nYou MUST NOT call "
+                            "any tools in the next message.");
 
     if (options.addGenerationPrompt) {
         w.openTag("message", {{"role", "assistant"}});

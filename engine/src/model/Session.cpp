@@ -607,6 +607,7 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
     result.reply.content = parser.response();
     result.reply.reasoningContent = parser.thinking();
     result.problems = parser.problems();
+    result.reply.toolCalls = parseToolCalls(parser.otherChannels(), &result.problems);
     return result;
 }
 

@@ -14,19 +14,40 @@ using k3::ChatSegment;
 namespace {
 
 const char* kFixtures = K3_SOURCE_DIR "/tests/fixtures/chat/renders.json";
+// Tool declarations, tool_choice and tool calls (tests/reference/chat/tool_fixtures.py).
+const char* kToolFixtures = K3_SOURCE_DIR "/tests/fixtures/chat/tool_renders.json";
 
-nlohmann::json loadFixtures() {
-    std::ifstream in(kFixtures);
-    if (!in) throw std::runtime_error(std::string("cannot open ") + kFixtures);
-    return nlohmann::json::parse(in);
+// Ordered: tool-call arguments render in the order they were written.
+using Json = nlohmann::ordered_json;
+
+Json loadFixtures(const char* path = kFixtures) {
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error(std::string("cannot open ") + path);
+    return Json::parse(in);
 }
 
-std::string optString(const nlohmann::json& obj, const char* key) {
+std::string optString(const Json& obj, const char* key) {
     const auto it = obj.find(key);
     return it == obj.end() || it->is_null() ? std::string() : it->get<std::string>();
 }
 
-std::vector<ChatMessage> toMessages(const nlohmann::json& list) {
+// OpenAI's tool_calls: a mapping becomes the mapping form, a string the string form.
+std::vector<k3::ChatToolCall> toCalls(const Json& list) {
+    std::vector<k3::ChatToolCall> out;
+    for (const auto& c : list) {
+        k3::ChatToolCall call;
+        call.id = optString(c, "id");
+        const Json& fn = c.at("function");
+        call.name = fn.at("name").get<std::string>();
+        const Json& args = fn.at("arguments");
+        call.argumentsAsJsonBlock = args.is_string();
+        call.arguments = args.is_string() ? args.get<std::string>() : args.dump();
+        out.push_back(std::move(call));
+    }
+    return out;
+}
+
+std::vector<ChatMessage> toMessages(const Json& list) {
     std::vector<ChatMessage> out;
     for (const auto& m : list) {
         const auto role = k3::parseChatRole(m.at("role").get<std::string>());
@@ -37,12 +58,14 @@ std::vector<ChatMessage> toMessages(const nlohmann::json& list) {
         msg.reasoningContent = optString(m, "reasoning_content");
         // The template reads a tool's name from `tool` first, then `name`.
         msg.name = m.contains("tool") ? optString(m, "tool") : optString(m, "name");
+        if (m.contains("tool_calls")) msg.toolCalls = toCalls(m.at("tool_calls"));
+        msg.toolCallId = optString(m, "tool_call_id");
         out.push_back(std::move(msg));
     }
     return out;
 }
 
-ChatRenderOptions toOptions(const nlohmann::json& o) {
+ChatRenderOptions toOptions(const Json& o) {
     ChatRenderOptions opts;
     opts.thinking = o.value("thinking", true);
     if (o.contains("thinking_effort")) {
@@ -53,6 +76,8 @@ ChatRenderOptions toOptions(const nlohmann::json& o) {
     }
     // An undefined add_generation_prompt is false in the template.
     opts.addGenerationPrompt = o.value("add_generation_prompt", false);
+    if (o.contains("tools")) opts.toolsJson = o.at("tools").dump();
+    opts.toolChoice = optString(o, "tool_choice");
     return opts;
 }
 
@@ -75,6 +100,9 @@ private slots:
     void fixturesCoverTheCases();
     void matchesTemplate_data();
     void matchesTemplate();
+    void toolsMatchTemplate_data();
+    void toolsMatchTemplate();
+    void toolCallsRoundTrip();
     void segmentsAreWellFormed();
     void userMarkersStayText();
     void generationPromptFollowsThinking();
@@ -100,10 +128,9 @@ void TestChatRender::matchesTemplate_data() {
         QTest::newRow(cases[i].at("name").get<std::string>().c_str()) << int(i);
 }
 
-void TestChatRender::matchesTemplate() {
-    QFETCH(int, index);
-    const auto doc = loadFixtures();
-    const auto& c = doc.at("cases").at(index);
+namespace {
+
+void checkCase(const Json& c) {
     const auto messages = toMessages(c.at("messages"));
     const auto options = toOptions(c.at("options"));
     if (c.contains("expected_error")) {
@@ -113,7 +140,7 @@ void TestChatRender::matchesTemplate() {
         } catch (const k3::ChatError& e) {
             const std::string what = e.what();
             const bool named = what.find("thinking_effort=extreme") != std::string::npos ||
-                               what.find("no tool name") != std::string::npos;
+                               what.find("has no tool name") != std::string::npos;
             QVERIFY2(named, e.what());
         }
         return;
@@ -131,6 +158,80 @@ void TestChatRender::matchesTemplate() {
     std::string joined;
     for (const auto& s : k3::renderChatSegments(messages, options)) joined += s.text;
     QCOMPARE(joined, expected);
+}
+
+} // namespace
+
+void TestChatRender::matchesTemplate() {
+    QFETCH(int, index);
+    checkCase(loadFixtures().at("cases").at(index));
+}
+
+void TestChatRender::toolsMatchTemplate_data() {
+    QTest::addColumn<int>("index");
+    const auto cases = loadFixtures(kToolFixtures).at("cases");
+    QCOMPARE(cases.size(), std::size_t(14));
+    for (std::size_t i = 0; i < cases.size(); ++i)
+        QTest::newRow(cases[i].at("name").get<std::string>().c_str()) << int(i);
+}
+
+void TestChatRender::toolsMatchTemplate() {
+    QFETCH(int, index);
+    checkCase(loadFixtures(kToolFixtures).at("cases").at(index));
+}
+
+// The tools channel of the template's render, read back by parseToolCalls(), gives the
+// fixture's calls, and those calls render to the same bytes again.
+void TestChatRender::toolCallsRoundTrip() {
+    const auto doc = loadFixtures(kToolFixtures);
+    int checked = 0;
+    for (const auto& c : doc.at("cases")) {
+        if (!c.contains("expected")) continue;
+        const auto messages = toMessages(c.at("messages"));
+        const std::string rendered = c.at("expected").get<std::string>();
+        std::size_t from = 0;
+        for (const ChatMessage& m : messages) {
+            if (m.toolCalls.empty()) continue;
+            const std::size_t open = rendered.find("<|open|>tools<|sep|>", from);
+            const std::string closing = "<|close|>tools<|sep|>";
+            const std::size_t close = rendered.find(closing, open);
+            QVERIFY(open != std::string::npos && close != std::string::npos);
+            const std::string channel = rendered.substr(open, close + closing.size() - open);
+            from = close;
+            std::vector<std::string> problems;
+            const auto calls = k3::parseToolCalls(channel, &problems);
+            QVERIFY2(problems.empty(), problems.empty() ? "" : problems.front().c_str());
+            QCOMPARE(calls.size(), m.toolCalls.size());
+            for (std::size_t i = 0; i < calls.size(); ++i) {
+                QCOMPARE(calls[i].name, m.toolCalls[i].name);
+                // Same JSON value, same key order (compact either way).
+                QCOMPARE(Json::parse(calls[i].arguments).dump(),
+                         Json::parse(m.toolCalls[i].arguments).dump());
+            }
+            ChatMessage again = m;
+            again.toolCalls = calls;
+            const std::string a = k3::renderChat({again}, {.addGenerationPrompt = false});
+            const std::string b = k3::renderChat({m}, {.addGenerationPrompt = false});
+            QCOMPARE(a, b);
+            ++checked;
+        }
+    }
+    QCOMPARE(checked, 7);
+    // The exact text for one call: arguments typed by their type attribute.
+    const auto calls = k3::parseToolCalls(
+        "<|open|>tools<|sep|><|open|>call tool=\"a&amp;&quot;b\" index=\"1\"<|sep|>"
+        "<|open|>argument key=\"n\" type=\"number\"<|sep|>2.5<|close|>argument<|sep|>"
+        "<|open|>argument key=\"s\" type=\"string\"<|sep|>12<|close|>argument<|sep|>"
+        "<|close|>call<|sep|><|close|>tools<|sep|>");
+    QCOMPARE(calls.size(), std::size_t(1));
+    QCOMPARE(calls[0].name, std::string("a&\"b"));
+    QCOMPARE(calls[0].arguments, std::string(R"({"n":2.5,"s":"12"})"));
+    std::vector<std::string> problems;
+    QVERIFY(k3::parseToolCalls("<|open|>tools<|sep|><|open|>call index=\"1\"<|sep|><|close|>call"
+                               "<|sep|><|close|>tools<|sep|>",
+                               &problems)
+                .empty());
+    QCOMPARE(problems, std::vector<std::string>{"tool call: a call without a tool name (skipped)"});
 }
 
 void TestChatRender::segmentsAreWellFormed() {
@@ -210,8 +311,9 @@ void TestChatRender::refusesUnsupported() {
         QFAIL("a tool message without a name was accepted");
     } catch (const k3::ChatError& e) {
         QCOMPARE(std::string(e.what()),
-                 std::string("chat render: message 1 (role tool) has no tool name; tool messages "
-                             "need a name (assistant tool_calls are not supported)"));
+                 std::string("chat render: message 1 (role tool) has no tool name: give it a "
+                             "name, or a tool_call_id or position matching a call of the "
+                             "assistant message before it"));
     }
     try {
         k3::renderChat({}, {.thinkingEffort = "Max"});
@@ -241,12 +343,13 @@ void TestChatRender::idsMatchTheRealTiktoken() {
     const auto doc = loadFixtures();
     std::ifstream in(K3_SOURCE_DIR "/tests/fixtures/chat/render_ids.json");
     QVERIFY(in.good());
-    const auto oracle = nlohmann::json::parse(in);
-    const k3::Tokenizer tok = k3::Tokenizer::fromDirectory(K3_SOURCE_DIR "/tests/fixtures/tokenizer");
+    const auto oracle = Json::parse(in);
+    const k3::Tokenizer tok =
+        k3::Tokenizer::fromDirectory(K3_SOURCE_DIR "/tests/fixtures/tokenizer");
     int compared = 0;
     for (const auto& want : oracle.at("cases")) {
         const std::string name = want.at("name").get<std::string>();
-        const nlohmann::json* found = nullptr;
+        const Json* found = nullptr;
         for (const auto& c : doc.at("cases"))
             if (c.at("name").get<std::string>() == name) found = &c;
         QVERIFY2(found, name.c_str());

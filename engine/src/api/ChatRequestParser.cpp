@@ -1,0 +1,264 @@
+// POST /v1/chat/completions body -> ChatRequest. Each check names the field as a client
+// wrote it (messages[2].tool_calls[0].function.name), so a 400 says what to fix.
+#include "k3/api.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace k3::api {
+
+namespace {
+
+// Ordered: tool-call arguments given as an object keep their key order.
+using Json = nlohmann::ordered_json;
+
+ApiError bad(const std::string& field, const std::string& what) {
+    return ApiError(400, field + ": " + what, "invalid_request_error", field);
+}
+
+const char* typeName(const Json& v) {
+    if (v.is_null()) return "null";
+    if (v.is_boolean()) return "a boolean";
+    if (v.is_number()) return "a number";
+    if (v.is_string()) return "a string";
+    if (v.is_array()) return "an array";
+    return "an object";
+}
+
+ApiError wrongType(const std::string& field, const char* expected, const Json& v) {
+    return bad(field, std::string("expected ") + expected + ", got " + typeName(v));
+}
+
+std::string stringField(const Json& v, const std::string& field) {
+    if (!v.is_string()) throw wrongType(field, "a string", v);
+    return v.get<std::string>();
+}
+
+bool has(const Json& obj, const char* key) {
+    const auto it = obj.find(key);
+    return it != obj.end() && !it->is_null();
+}
+
+// content: a string, null, or text parts ([{"type":"text","text":"..."}]).
+std::string contentText(const Json& v, const std::string& field) {
+    if (v.is_null()) return {};
+    if (v.is_string()) return v.get<std::string>();
+    if (!v.is_array()) throw wrongType(field, "a string or an array of text parts", v);
+    std::string text;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::string part = field + "[" + std::to_string(i) + "]";
+        if (!v[i].is_object()) throw wrongType(part, "an object", v[i]);
+        const auto type = v[i].find("type");
+        if (type == v[i].end() || !type->is_string())
+            throw bad(part + ".type", "required, a string");
+        if (*type != "text")
+            throw bad(part + ".type",
+                      "\"" + type->get<std::string>() + "\" is not supported (only text parts)");
+        if (!v[i].contains("text")) throw bad(part + ".text", "required");
+        text += stringField(v[i]["text"], part + ".text");
+    }
+    return text;
+}
+
+ChatToolCall toolCall(const Json& v, const std::string& field) {
+    if (!v.is_object()) throw wrongType(field, "an object", v);
+    ChatToolCall call;
+    if (has(v, "id")) call.id = stringField(v["id"], field + ".id");
+    if (has(v, "type") && stringField(v["type"], field + ".type") != "function")
+        throw bad(field + ".type", "only \"function\" is supported");
+    if (!has(v, "function")) throw bad(field + ".function", "required");
+    const Json& fn = v["function"];
+    if (!fn.is_object()) throw wrongType(field + ".function", "an object", fn);
+    if (!has(fn, "name")) throw bad(field + ".function.name", "required");
+    call.name = stringField(fn["name"], field + ".function.name");
+    if (!has(fn, "arguments")) {
+        call.arguments = "{}";
+    } else if (fn["arguments"].is_string()) {
+        // As the template renders a string: verbatim in a json block (an object renders
+        // as argument tags).
+        call.arguments = fn["arguments"].get<std::string>();
+        call.argumentsAsJsonBlock = true;
+    } else if (fn["arguments"].is_object()) {
+        call.arguments = fn["arguments"].dump();
+    } else {
+        throw wrongType(field + ".function.arguments", "a string or an object", fn["arguments"]);
+    }
+    return call;
+}
+
+ChatMessage message(const Json& v, const std::string& field) {
+    if (!v.is_object()) throw wrongType(field, "an object", v);
+    if (!v.contains("role")) throw bad(field + ".role", "required");
+    const std::string roleName = stringField(v["role"], field + ".role");
+    // OpenAI's newer clients send instructions as "developer": the system role here.
+    const auto role =
+        roleName == "developer" ? std::optional(ChatRole::System) : parseChatRole(roleName);
+    if (!role)
+        throw bad(field + ".role",
+                  "unknown role \"" + roleName + "\" (system, developer, user, assistant or tool)");
+    ChatMessage m;
+    m.role = *role;
+    if (v.contains("content")) m.content = contentText(v["content"], field + ".content");
+    if (has(v, "name")) m.name = stringField(v["name"], field + ".name");
+    if (m.role == ChatRole::Assistant) {
+        // Moonshot's field; some servers call it "reasoning".
+        for (const char* key : {"reasoning_content", "reasoning"})
+            if (has(v, key) && m.reasoningContent.empty())
+                m.reasoningContent = stringField(v[key], field + "." + key);
+        if (has(v, "tool_calls")) {
+            const Json& calls = v["tool_calls"];
+            if (!calls.is_array()) throw wrongType(field + ".tool_calls", "an array", calls);
+            for (std::size_t i = 0; i < calls.size(); ++i)
+                m.toolCalls.push_back(
+                    toolCall(calls[i], field + ".tool_calls[" + std::to_string(i) + "]"));
+        }
+    }
+    if (m.role == ChatRole::Tool && has(v, "tool_call_id"))
+        m.toolCallId = stringField(v["tool_call_id"], field + ".tool_call_id");
+    return m;
+}
+
+int positiveInt(const Json& v, const std::string& field) {
+    if (!v.is_number_integer()) throw wrongType(field, "an integer", v);
+    const auto n = v.get<std::int64_t>();
+    if (n < 1 || n > 1'000'000) throw bad(field, std::to_string(n) + " is outside 1..1000000");
+    return int(n);
+}
+
+double number(const Json& v, const std::string& field, double lo, double hi) {
+    if (!v.is_number()) throw wrongType(field, "a number", v);
+    const double x = v.get<double>();
+    if (!(x >= lo && x <= hi))
+        throw bad(field, v.dump() + " is outside " + Json(lo).dump() + ".." + Json(hi).dump());
+    return x;
+}
+
+void tools(const Json& v, ChatRequest& r) {
+    if (!v.is_array()) throw wrongType("tools", "an array", v);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::string field = "tools[" + std::to_string(i) + "]";
+        if (!v[i].is_object()) throw wrongType(field, "an object", v[i]);
+        if (!has(v[i], "type") || stringField(v[i]["type"], field + ".type") != "function")
+            throw bad(field + ".type", "required, \"function\"");
+        if (!has(v[i], "function") || !v[i]["function"].is_object())
+            throw bad(field + ".function", "required, an object");
+        if (!has(v[i]["function"], "name")) throw bad(field + ".function.name", "required");
+        stringField(v[i]["function"]["name"], field + ".function.name");
+    }
+    r.render.toolsJson = v.dump();
+}
+
+void toolChoice(const Json& v, ChatRequest& r) {
+    if (v.is_string()) {
+        const std::string s = v.get<std::string>();
+        if (s != "none" && s != "auto" && s != "required")
+            throw bad("tool_choice", "\"" + s + "\" is not none, auto or required");
+        r.render.toolChoice = s;
+        return;
+    }
+    if (!v.is_object()) throw wrongType("tool_choice", "a string or an object", v);
+    // A named function: the template can only say that a call is required.
+    if (!has(v, "function") || !v["function"].is_object() || !has(v["function"], "name"))
+        throw bad("tool_choice.function.name", "required");
+    stringField(v["function"]["name"], "tool_choice.function.name");
+    r.render.toolChoice = "required";
+}
+
+} // namespace
+
+ApiError::ApiError(int status, const std::string& message, std::string type, std::string param,
+                   std::string code)
+    : std::runtime_error(message), status_(status), type_(std::move(type)),
+      param_(std::move(param)), code_(std::move(code)) {}
+
+ChatRequest parseChatRequest(std::string_view body) {
+    Json doc;
+    try {
+        doc = Json::parse(body);
+    } catch (const Json::parse_error& e) {
+        throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+    }
+    if (!doc.is_object())
+        throw ApiError(400,
+                       std::string("the request body must be a JSON object, got ") + typeName(doc));
+    ChatRequest r;
+    if (has(doc, "model")) r.model = stringField(doc["model"], "model");
+    if (!doc.contains("messages")) throw bad("messages", "required");
+    const Json& messages = doc["messages"];
+    if (!messages.is_array()) throw wrongType("messages", "an array", messages);
+    if (messages.empty()) throw bad("messages", "must hold at least one message");
+    for (std::size_t i = 0; i < messages.size(); ++i)
+        r.messages.push_back(message(messages[i], "messages[" + std::to_string(i) + "]"));
+
+    if (has(doc, "max_tokens")) r.maxTokens = positiveInt(doc["max_tokens"], "max_tokens");
+    if (has(doc, "max_completion_tokens"))
+        r.maxTokens = positiveInt(doc["max_completion_tokens"], "max_completion_tokens");
+    if (has(doc, "temperature")) r.temperature = number(doc["temperature"], "temperature", 0, 2);
+    if (has(doc, "top_p")) {
+        r.topP = number(doc["top_p"], "top_p", 0, 1);
+        if (*r.topP <= 0) throw bad("top_p", "must be above 0 (1 keeps every token)");
+    }
+    if (has(doc, "seed")) {
+        if (!doc["seed"].is_number_integer()) throw wrongType("seed", "an integer", doc["seed"]);
+        r.seed = doc["seed"].is_number_unsigned() ? doc["seed"].get<std::uint64_t>()
+                                                  : std::uint64_t(doc["seed"].get<std::int64_t>());
+    }
+    if (has(doc, "n") && (!doc["n"].is_number_integer() || doc["n"].get<std::int64_t>() != 1))
+        throw bad("n", "only 1 choice per request is supported");
+    if (has(doc, "stop")) {
+        const Json& stop = doc["stop"];
+        if (stop.is_string()) {
+            r.stop.push_back(stop.get<std::string>());
+        } else if (stop.is_array()) {
+            if (stop.size() > 4) throw bad("stop", "at most 4 sequences");
+            for (std::size_t i = 0; i < stop.size(); ++i)
+                r.stop.push_back(stringField(stop[i], "stop[" + std::to_string(i) + "]"));
+        } else {
+            throw wrongType("stop", "a string or an array of strings", stop);
+        }
+        for (std::size_t i = 0; i < r.stop.size(); ++i)
+            if (r.stop[i].empty()) throw bad("stop", "an empty stop sequence");
+    }
+    if (has(doc, "thinking")) {
+        const Json& t = doc["thinking"];
+        if (!t.is_object()) throw wrongType("thinking", "an object", t);
+        if (!has(t, "type")) throw bad("thinking.type", "required");
+        const std::string type = stringField(t["type"], "thinking.type");
+        if (type != "enabled" && type != "disabled")
+            throw bad("thinking.type", "\"" + type + "\" is not enabled or disabled");
+        r.render.thinking = type == "enabled";
+    }
+    if (has(doc, "reasoning_effort")) {
+        const std::string e = stringField(doc["reasoning_effort"], "reasoning_effort");
+        if (e != "low" && e != "medium" && e != "high" && e != "max")
+            throw bad("reasoning_effort", "\"" + e + "\" is not low, medium, high or max");
+        r.render.thinkingEffort = e;
+    }
+    if (has(doc, "tools")) tools(doc["tools"], r);
+    if (has(doc, "tool_choice")) toolChoice(doc["tool_choice"], r);
+    if (has(doc, "stream")) {
+        if (!doc["stream"].is_boolean()) throw wrongType("stream", "a boolean", doc["stream"]);
+        r.stream = doc["stream"].get<bool>();
+    }
+    if (has(doc, "stream_options")) {
+        const Json& so = doc["stream_options"];
+        if (!so.is_object()) throw wrongType("stream_options", "an object", so);
+        if (!r.stream) throw bad("stream_options", "only allowed with stream: true");
+        if (has(so, "include_usage")) {
+            if (!so["include_usage"].is_boolean())
+                throw wrongType("stream_options.include_usage", "a boolean", so["include_usage"]);
+            r.includeUsage = so["include_usage"].get<bool>();
+        }
+    }
+    r.render.addGenerationPrompt = true;
+    // The conversation must render: a tool result whose name cannot be resolved is a
+    // client error, said before anything is queued.
+    try {
+        renderChatSegments(r.messages, r.render);
+    } catch (const ChatError& e) {
+        throw ApiError(400, std::string("messages: ") + e.what(), "invalid_request_error",
+                       "messages");
+    }
+    return r;
+}
+
+} // namespace k3::api

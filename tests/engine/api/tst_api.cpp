@@ -1,0 +1,323 @@
+// The OpenAI chat-completions protocol as data (engine/src/api): requests in, exact JSON
+// and server-sent events out.
+#include <QTest>
+
+#include <fstream>
+
+#include <k3/api.hpp>
+#include <nlohmann/json.hpp>
+
+using namespace k3::api;
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+// The 400's message for `body`, or "" when it was accepted.
+std::string refusal(const std::string& body) {
+    try {
+        parseChatRequest(body);
+    } catch (const ApiError& e) {
+        if (e.status() != 400) return "status " + std::to_string(e.status());
+        return e.what();
+    }
+    return {};
+}
+
+const std::string kUser = R"("messages":[{"role":"user","content":"Hi"}])";
+
+} // namespace
+
+class TestApi : public QObject {
+    Q_OBJECT
+private slots:
+    void parsesEveryField();
+    void refusalsNameTheField_data();
+    void refusalsNameTheField();
+    void errorJsonIsOpenAis();
+    void completionJsonExact();
+    void completionWithToolCalls();
+    void chunksNeverSplitUtf8();
+    void finishUsageAndDone();
+    void stopStringsAreNeverSent();
+    void toolFixturesRenderThroughTheApi();
+    void finishReasons();
+    void modelList();
+};
+
+void TestApi::parsesEveryField() {
+    const ChatRequest r = parseChatRequest(R"({
+      "model": "k3-demo",
+      "messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Wea"}, {"type": "text", "text": "ther?"}]},
+        {"role": "assistant", "content": null, "reasoning_content": "call it",
+         "tool_calls": [{"id": "c1", "type": "function",
+                         "function": {"name": "w", "arguments": "{\"city\":\"Oslo\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "-3"},
+        {"role": "developer", "content": "dev"}],
+      "max_tokens": 7, "max_completion_tokens": 9, "temperature": 0.5, "top_p": 0.9,
+      "seed": 42, "stop": ["END", "STOP"], "thinking": {"type": "disabled"},
+      "reasoning_effort": "low", "tool_choice": "required",
+      "tools": [{"type": "function", "function": {"name": "w", "parameters": {}}}],
+      "stream": true, "stream_options": {"include_usage": true}, "n": 1, "user": "ignored"})");
+    QCOMPARE(r.model, std::string("k3-demo"));
+    QCOMPARE(r.messages.size(), std::size_t(5));
+    QCOMPARE(r.messages[1].content, std::string("Weather?"));
+    QCOMPARE(r.messages[2].reasoningContent, std::string("call it"));
+    QCOMPARE(r.messages[2].toolCalls.size(), std::size_t(1));
+    QCOMPARE(r.messages[2].toolCalls[0].id, std::string("c1"));
+    QCOMPARE(r.messages[2].toolCalls[0].arguments, std::string(R"({"city":"Oslo"})"));
+    QCOMPARE(r.messages[2].toolCalls[0].argumentsAsJsonBlock, true); // the template's string form
+    QCOMPARE(r.messages[3].toolCallId, std::string("c1"));
+    QVERIFY(r.messages[4].role == k3::ChatRole::System);
+    QCOMPARE(*r.maxTokens, 9); // max_completion_tokens wins
+    QCOMPARE(*r.temperature, 0.5);
+    QCOMPARE(*r.topP, 0.9);
+    QCOMPARE(*r.seed, std::uint64_t(42));
+    QCOMPARE(r.stop, (std::vector<std::string>{"END", "STOP"}));
+    QCOMPARE(r.render.thinking, false);
+    QCOMPARE(*r.render.thinkingEffort, std::string("low"));
+    QCOMPARE(r.render.toolChoice, std::string("required"));
+    QCOMPARE(r.render.toolsJson,
+             std::string(R"([{"type":"function","function":{"name":"w","parameters":{}}}])"));
+    QVERIFY(r.stream && r.includeUsage && r.render.addGenerationPrompt);
+
+    const ChatRequest d = parseChatRequest("{" + kUser + "}");
+    QVERIFY(!d.maxTokens && !d.temperature && !d.topP && !d.seed && !d.stream && d.stop.empty());
+    QCOMPARE(d.render.thinking, true);
+    QCOMPARE(*d.render.thinkingEffort, std::string("max")); // the template's default
+}
+
+void TestApi::refusalsNameTheField_data() {
+    QTest::addColumn<QString>("body");
+    QTest::addColumn<QString>("message");
+    auto row = [](const char* name, const std::string& body, const char* message) {
+        QTest::newRow(name) << QString::fromStdString(body) << QString::fromUtf8(message);
+    };
+    row("not an object", "[1]", "the request body must be a JSON object, got an array");
+    row("no messages", "{}", "messages: required");
+    row("messages not array", R"({"messages":"hi"})", "messages: expected an array, got a string");
+    row("empty messages", R"({"messages":[]})", "messages: must hold at least one message");
+    row("unknown role", R"({"messages":[{"role":"bot","content":"x"}]})",
+        "messages[0].role: unknown role \"bot\" (system, developer, user, assistant or tool)");
+    row("role missing", R"({"messages":[{"content":"x"}]})", "messages[0].role: required");
+    row("content number", R"({"messages":[{"role":"user","content":5}]})",
+        "messages[0].content: expected a string or an array of text parts, got a number");
+    row("image part", R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
+        "messages[0].content[0].type: \"image_url\" is not supported (only text parts)");
+    row("call without name",
+        R"({"messages":[{"role":"assistant","content":"","tool_calls":[{"id":"a","function":{}}]}]})",
+        "messages[0].tool_calls[0].function.name: required");
+    row("arguments number",
+        R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":3}}]}]})",
+        "messages[0].tool_calls[0].function.arguments: expected a string or an object, got a "
+        "number");
+    row("temperature string", "{" + kUser + R"(,"temperature":"hot"})",
+        "temperature: expected a number, got a string");
+    row("temperature range", "{" + kUser + R"(,"temperature":3})",
+        "temperature: 3 is outside 0.0..2.0");
+    row("top_p zero", "{" + kUser + R"(,"top_p":0})",
+        "top_p: must be above 0 (1 keeps every token)");
+    row("max_tokens zero", "{" + kUser + R"(,"max_tokens":0})",
+        "max_tokens: 0 is outside 1..1000000");
+    row("max_tokens float", "{" + kUser + R"(,"max_tokens":2.5})",
+        "max_tokens: expected an integer, got a number");
+    row("seed string", "{" + kUser + R"(,"seed":"1"})", "seed: expected an integer, got a string");
+    row("n two", "{" + kUser + R"(,"n":2})", "n: only 1 choice per request is supported");
+    row("stop number", "{" + kUser + R"(,"stop":7})",
+        "stop: expected a string or an array of strings, got a number");
+    row("stop item", "{" + kUser + R"(,"stop":["a",1]})",
+        "stop[1]: expected a string, got a number");
+    row("thinking bool", "{" + kUser + R"(,"thinking":true})",
+        "thinking: expected an object, got a boolean");
+    row("thinking type", "{" + kUser + R"(,"thinking":{"type":"on"}})",
+        "thinking.type: \"on\" is not enabled or disabled");
+    row("effort", "{" + kUser + R"(,"reasoning_effort":"extreme"})",
+        "reasoning_effort: \"extreme\" is not low, medium, high or max");
+    row("tools object", "{" + kUser + R"(,"tools":{}})", "tools: expected an array, got an object");
+    row("tool type", "{" + kUser + R"(,"tools":[{"type":"web"}]})",
+        "tools[0].type: required, \"function\"");
+    row("tool_choice", "{" + kUser + R"(,"tool_choice":"any"})",
+        "tool_choice: \"any\" is not none, auto or required");
+    row("stream string", "{" + kUser + R"(,"stream":"yes"})",
+        "stream: expected a boolean, got a string");
+    row("stream_options alone", "{" + kUser + R"(,"stream_options":{"include_usage":true}})",
+        "stream_options: only allowed with stream: true");
+    row("unresolvable tool",
+        R"({"messages":[{"role":"user","content":"q"},{"role":"tool","content":"r"}]})",
+        "messages: chat render: message 1 (role tool) has no tool name: give it a name, or a "
+        "tool_call_id or position matching a call of the assistant message before it");
+}
+
+void TestApi::refusalsNameTheField() {
+    QFETCH(QString, body);
+    QFETCH(QString, message);
+    QCOMPARE(QString::fromStdString(refusal(body.toStdString())), message);
+}
+
+void TestApi::errorJsonIsOpenAis() {
+    try {
+        parseChatRequest(R"({"messages":[{"role":"user","content":"x"}],"temperature":"a"})");
+        QFAIL("accepted");
+    } catch (const ApiError& e) {
+        QCOMPARE(e.param(), std::string("temperature"));
+        QCOMPARE(errorJson(e),
+                 std::string(R"({"error":{"message":"temperature: expected a number, got a )"
+                             R"(string","type":"invalid_request_error","param":"temperature",)"
+                             R"("code":null}})"));
+    }
+    const std::string malformed = refusal("{\"messages\": [");
+    QVERIFY2(malformed.starts_with("the request body is not valid JSON: "), malformed.c_str());
+    QCOMPARE(
+        errorJson(ApiError(401, "invalid API key", "authentication_error", {}, "invalid_api_key")),
+        std::string(R"({"error":{"message":"invalid API key","type":"authentication_error",)"
+                    R"("param":null,"code":"invalid_api_key"}})"));
+}
+
+void TestApi::completionJsonExact() {
+    Completion c;
+    c.id = "chatcmpl-7";
+    c.model = "demo";
+    c.created = 1700000000;
+    c.message.role = k3::ChatRole::Assistant;
+    c.message.content = "Hi \"you\"";
+    c.message.reasoningContent = "greet";
+    c.finishReason = "stop";
+    c.usage = {12, 5, 3};
+    QCOMPARE(completionJson(c),
+             std::string(R"({"id":"chatcmpl-7","object":"chat.completion","created":1700000000,)"
+                         R"("model":"demo","choices":[{"index":0,"message":{"role":"assistant",)"
+                         R"("content":"Hi \"you\"","reasoning_content":"greet"},"logprobs":null,)"
+                         R"("finish_reason":"stop"}],"usage":{"prompt_tokens":12,)"
+                         R"("completion_tokens":5,"total_tokens":17,"prompt_tokens_details":)"
+                         R"({"cached_tokens":3}}})"));
+}
+
+void TestApi::completionWithToolCalls() {
+    Completion c;
+    c.id = "chatcmpl-ab";
+    c.model = "demo";
+    c.created = 1;
+    c.message.toolCalls = {{"", "get_weather", R"({"city":"Oslo"})", false}};
+    c.finishReason = "tool_calls";
+    const Json j = Json::parse(completionJson(c));
+    QCOMPARE(j["choices"][0]["message"].dump(),
+             std::string(R"({"role":"assistant","content":null,"tool_calls":[{"id":"call_0_ab",)"
+                         R"("type":"function","function":{"name":"get_weather","arguments":)"
+                         R"("{\"city\":\"Oslo\"}"}}]})"));
+    QCOMPARE(j["choices"][0]["finish_reason"].get<std::string>(), std::string("tool_calls"));
+}
+
+void TestApi::chunksNeverSplitUtf8() {
+    ChunkWriter w("chatcmpl-1", "demo", 5);
+    QCOMPARE(w.start(),
+             std::string("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\","
+                         "\"created\":5,\"model\":\"demo\",\"choices\":[{\"index\":0,"
+                         "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
+                         "\"logprobs\":null,\"finish_reason\":null}]}\n\n"));
+    // "你" is E4 BD A0: its first two bytes alone send nothing.
+    QCOMPARE(w.delta("", "\xE4\xBD"), std::string());
+    QCOMPARE(w.delta("ok\xF0\x9F", "\xA0!"),
+             std::string("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\","
+                         "\"created\":5,\"model\":\"demo\",\"choices\":[{\"index\":0,\"delta\":{"
+                         "\"reasoning_content\":\"ok\",\"content\":\"你!\"},\"logprobs\":null,"
+                         "\"finish_reason\":null}]}\n\n"));
+    const std::string rest = w.delta("\x98\x80", "");
+    QVERIFY2(rest.find("\"reasoning_content\":\"😀\"") != std::string::npos, rest.c_str());
+
+    std::string held;
+    QCOMPARE(takeCompleteUtf8(held, "a\xE4"), std::string("a"));
+    QCOMPARE(held, std::string("\xE4"));
+    QCOMPARE(takeCompleteUtf8(held, "\xBD"), std::string());
+    QCOMPARE(takeCompleteUtf8(held, "\xA0"), std::string("你"));
+    QCOMPARE(held, std::string());
+    QCOMPARE(takeCompleteUtf8(held, "\x80\x80"), std::string("\x80\x80")); // malformed: passed on
+}
+
+void TestApi::finishUsageAndDone() {
+    ChunkWriter w("chatcmpl-x", "m", 9);
+    QCOMPARE(w.delta("", "\xE4"), std::string());
+    const std::string prefix = "data: {\"id\":\"chatcmpl-x\",\"object\":\"chat.completion.chunk\","
+                               "\"created\":9,\"model\":\"m\",";
+    // A byte that never completed is released at the finish (as U+FFFD), then the reason.
+    QCOMPARE(w.finish({}, "length"),
+             prefix +
+                 "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\xEF\xBF\xBD\"},"
+                 "\"logprobs\":null,\"finish_reason\":null}]}\n\n" +
+                 prefix +
+                 "\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,"
+                 "\"finish_reason\":\"length\"}]}\n\n");
+    ChunkWriter t("chatcmpl-x", "m", 9);
+    QCOMPARE(t.finish({{"", "f", "{}", false}}, "tool_calls"),
+             prefix +
+                 "\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,"
+                 "\"id\":\"call_0_x\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                 "\"arguments\":\"{}\"}}]},\"logprobs\":null,\"finish_reason\":null}]}\n\n" +
+                 prefix +
+                 "\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,"
+                 "\"finish_reason\":\"tool_calls\"}]}\n\n");
+    QCOMPARE(w.usage({10, 4, 0}),
+             prefix + "\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":4,"
+                      "\"total_tokens\":14,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n");
+    QCOMPARE(ChunkWriter::done(), std::string("data: [DONE]\n\n"));
+}
+
+void TestApi::stopStringsAreNeverSent() {
+    StopFilter f({"world", "xyz"});
+    QCOMPARE(f.feed("Hello wo"), std::string("Hello "));
+    QCOMPARE(f.feed("r"), std::string());
+    QCOMPARE(f.feed("ld and more"), std::string());
+    QVERIFY(f.stopped());
+    QCOMPARE(f.feed("later"), std::string());
+
+    StopFilter g({"world"});
+    QCOMPARE(g.feed("Hello wo"), std::string("Hello "));
+    QCOMPARE(g.feed("nder"), std::string("wonder"));
+    QCOMPARE(g.feed(" w"), std::string(" "));
+    QCOMPARE(g.flush(), std::string("w"));
+    QVERIFY(!g.stopped());
+
+    StopFilter none({});
+    QCOMPARE(none.feed("abc"), std::string("abc"));
+}
+
+// The OpenAI-shaped fixture conversations (tool_calls with mapping arguments, results
+// by tool_call_id, tools, tool_choice) go through parseChatRequest and render exactly
+// as the official template rendered them.
+void TestApi::toolFixturesRenderThroughTheApi() {
+    std::ifstream in(K3_SOURCE_DIR "/tests/fixtures/chat/tool_renders.json");
+    QVERIFY(in.good());
+    const Json doc = Json::parse(in);
+    int checked = 0;
+    for (const Json& c : doc.at("cases")) {
+        const Json& o = c.at("options");
+        if (!c.contains("expected") || !o.value("add_generation_prompt", false)) continue;
+        Json body = {{"model", "m"}, {"messages", c.at("messages")}};
+        if (o.contains("tools") && !o["tools"].empty()) body["tools"] = o["tools"];
+        if (o.contains("tool_choice")) body["tool_choice"] = o["tool_choice"];
+        if (o.contains("thinking"))
+            body["thinking"] = {{"type", o["thinking"].get<bool>() ? "enabled" : "disabled"}};
+        const ChatRequest r = parseChatRequest(body.dump());
+        QCOMPARE(k3::renderChat(r.messages, r.render), c.at("expected").get<std::string>());
+        ++checked;
+    }
+    QCOMPARE(checked, 11);
+}
+
+void TestApi::finishReasons() {
+    k3::ChatMessage m;
+    QCOMPARE(finishReason(m, true, false), std::string("stop"));
+    QCOMPARE(finishReason(m, false, true), std::string("stop"));
+    QCOMPARE(finishReason(m, false, false), std::string("length"));
+    m.toolCalls.push_back({"", "f", "{}", false});
+    QCOMPARE(finishReason(m, true, false), std::string("tool_calls"));
+}
+
+void TestApi::modelList() {
+    QCOMPARE(modelsJson("demo", 3),
+             std::string(R"({"object":"list","data":[{"id":"demo","object":"model","created":3,)"
+                         R"("owned_by":"k3"}]})"));
+}
+
+QTEST_GUILESS_MAIN(TestApi)
+#include "tst_api.moc"
