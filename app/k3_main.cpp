@@ -290,6 +290,10 @@ int main(int argc, char** argv) {
     std::string packModel, packTrunk;
     pack->add_option("MODEL_DIR", packModel, "The checkpoint folder")->required();
     pack->add_option("TRUNK_DIR", packTrunk, "Where trunk.bin and trunk.json go")->required();
+    bool packCompress = false;
+    pack->add_flag("--compress", packCompress,
+                   "Store each layer losslessly coded per block (trunk format 3): fewer bytes "
+                   "read per token, the same bits; blocks where coding does not pay stay raw");
 
     app.footer("Exit codes: 0 ok, 1 load or forward failure or memory refusal, 2 usage error "
                "or unreadable config, 4 run invalid (dropped expert or NaN; the report is "
@@ -323,7 +327,7 @@ int main(int argc, char** argv) {
             return report.canRun() ? 0 : 1;
         }
         if (*download) return k3cli::runDownload(dl);
-        if (*pack) return k3cli::runPack(packModel, packTrunk);
+        if (*pack) return k3cli::runPack(packModel, packTrunk, packCompress);
         if (listPresets) {
             std::fputs(k3::formatPresetTable().c_str(), stdout);
             return 0;

@@ -89,6 +89,6 @@ ResolvedSampling resolveSampling(const SamplingArgs& args);
 std::vector<std::int32_t> parseIdList(const std::string& text);
 
 // k3 pack MODEL_DIR TRUNK_DIR
-int runPack(const std::string& modelDir, const std::string& trunkDir);
+int runPack(const std::string& modelDir, const std::string& trunkDir, bool compress = false);
 
 } // namespace k3cli
