@@ -2,7 +2,9 @@
 
 #include "k3/kernels.hpp"
 
-#include <xxhash.h>
+// libxxhash's run-time dispatch (AVX2 where present, same hash values): the plain entry
+// points are its portable build, ~1.4x slower here (bench_trunk_codec).
+#include <xxh_x86dispatch.h>
 
 #include <algorithm>
 #include <array>
@@ -19,6 +21,14 @@ namespace {
 
 constexpr std::size_t kGroup = 32;      // elements per plane word
 constexpr std::size_t kTableBytes = 16; // one pshufb table
+
+// Inside a group, element e is stored at position perm(e): bytes 8-15 and 16-23 trade
+// places (an involution). AVX2's byte unpack works within 128-bit lanes, so with this
+// order unpacklo(low, high) is elements 0-15 and unpackhi 16-31, already in place: no
+// lane-crossing permute per group.
+constexpr std::size_t perm(std::size_t e) {
+    return e >= 8 && e < 16 ? e + 8 : e >= 16 && e < 24 ? e - 8 : e;
+}
 
 std::uint32_t load32(const std::byte* p) {
     std::uint32_t v;
@@ -80,11 +90,11 @@ void decodeGroupsScalar(const std::byte* planes, const std::uint8_t* table, int 
         std::uint32_t w[4] = {0, 0, 0, 0};
         for (int j = 0; j < k; ++j)
             w[j] = load32(planes + (g * std::size_t(k) + std::size_t(j)) * 4);
-        for (std::size_t e = 0; e < kGroup; ++e) {
+        for (std::size_t p = 0; p < kGroup; ++p) {
             unsigned idx = 0;
-            for (int j = 0; j < k; ++j) idx |= ((w[j] >> e) & 1u) << j;
-            out[2 * e] = low[e];
-            out[2 * e + 1] = table[idx];
+            for (int j = 0; j < k; ++j) idx |= ((w[j] >> p) & 1u) << j;
+            out[2 * perm(p)] = low[p];
+            out[2 * perm(p) + 1] = table[idx];
         }
         low += kGroup;
         out += 2 * kGroup;
@@ -101,7 +111,9 @@ K3_CODEC_TARGET inline __m256i expandPlane(std::uint32_t w, __m256i select, __m2
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bits), bits), bitValue);
 }
 
-template <int K>
+// Stream: non-temporal stores (the output is a ring slot or arena far larger than the
+// caches, so it skips the read-for-ownership of each line).
+template <int K, bool Stream>
 K3_CODEC_TARGET void decodeGroupsAvx2K(const std::byte* planes, const std::uint8_t* table,
                                        const std::uint8_t* low, std::uint8_t* out,
                                        std::size_t groups) {
@@ -125,26 +137,44 @@ K3_CODEC_TARGET void decodeGroupsAvx2K(const std::byte* planes, const std::uint8
                                   expandPlane(load32(p + 12), select, bits, _mm256_set1_epi8(8)));
         const __m256i high = _mm256_shuffle_epi8(tbl, idx);
         const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(low + g * kGroup));
-        // unpack works within 128-bit lanes: (0-7 | 16-23) and (8-15 | 24-31).
-        const __m256i a = _mm256_unpacklo_epi8(lo, high);
-        const __m256i b = _mm256_unpackhi_epi8(lo, high);
+        // The stored order makes each unpack 16 whole elements (see perm).
+        const __m256i first = _mm256_unpacklo_epi8(lo, high);
+        const __m256i second = _mm256_unpackhi_epi8(lo, high);
         auto* o = reinterpret_cast<__m256i*>(out + g * 2 * kGroup);
-        _mm256_storeu_si256(o, _mm256_permute2x128_si256(a, b, 0x20));
-        _mm256_storeu_si256(o + 1, _mm256_permute2x128_si256(a, b, 0x31));
+        if constexpr (Stream) {
+            _mm256_stream_si256(o, first);
+            _mm256_stream_si256(o + 1, second);
+        } else {
+            _mm256_storeu_si256(o, first);
+            _mm256_storeu_si256(o + 1, second);
+        }
     }
+    if constexpr (Stream) _mm_sfence();
 }
 
 void decodeGroupsAvx2(const std::byte* planes, const std::uint8_t* table, int k,
                       const std::uint8_t* low, std::uint8_t* out, std::size_t groups) {
+    if (reinterpret_cast<std::uintptr_t>(out) % 32 == 0) {
+        switch (k) {
+        case 1:
+            return decodeGroupsAvx2K<1, true>(planes, table, low, out, groups);
+        case 2:
+            return decodeGroupsAvx2K<2, true>(planes, table, low, out, groups);
+        case 3:
+            return decodeGroupsAvx2K<3, true>(planes, table, low, out, groups);
+        default:
+            return decodeGroupsAvx2K<4, true>(planes, table, low, out, groups);
+        }
+    }
     switch (k) {
     case 1:
-        return decodeGroupsAvx2K<1>(planes, table, low, out, groups);
+        return decodeGroupsAvx2K<1, false>(planes, table, low, out, groups);
     case 2:
-        return decodeGroupsAvx2K<2>(planes, table, low, out, groups);
+        return decodeGroupsAvx2K<2, false>(planes, table, low, out, groups);
     case 3:
-        return decodeGroupsAvx2K<3>(planes, table, low, out, groups);
+        return decodeGroupsAvx2K<3, false>(planes, table, low, out, groups);
     default:
-        return decodeGroupsAvx2K<4>(planes, table, low, out, groups);
+        return decodeGroupsAvx2K<4, false>(planes, table, low, out, groups);
     }
 }
 #endif
@@ -256,12 +286,13 @@ std::size_t encodeBlock(const std::byte* raw, std::size_t rawBytes, std::vector<
                 ++e;
                 idx = 0;
             }
-            for (int j = 0; j < k; ++j) w[j] |= std::uint32_t((idx >> j) & 1) << i;
+            for (int j = 0; j < k; ++j) w[j] |= std::uint32_t((idx >> j) & 1) << perm(i);
+            h[l.low + g * kGroup + perm(i)] = std::byte{b[2 * el]};
         }
         for (int j = 0; j < k; ++j)
             store32(h + l.planes + (g * std::size_t(k) + std::size_t(j)) * 4, w[j]);
     }
-    for (std::size_t i = 0; i < n; ++i) h[l.low + i] = std::byte{b[2 * i]};
+    for (std::size_t i = groups * kGroup; i < n; ++i) h[l.low + i] = std::byte{b[2 * i]};
     for (std::size_t i = 0; i < l.tail; ++i)
         h[l.tailHigh + i] = std::byte{b[2 * (groups * kGroup + i) + 1]};
     if (l.odd) h[l.oddAt] = raw[rawBytes - 1];
@@ -270,12 +301,11 @@ std::size_t encodeBlock(const std::byte* raw, std::size_t rawBytes, std::vector<
 }
 
 void decodeBlock(const std::byte* stored, std::size_t storedBytes, std::byte* out,
-                 std::size_t rawBytes, DecodePath path) {
+                 std::size_t rawBytes, DecodePath path, bool checksum) {
     if (storedBytes < kBlockHeaderBytes)
         throw CodecError("block of " + std::to_string(storedBytes) + " bytes, shorter than its " +
                          std::to_string(kBlockHeaderBytes) + "-byte header");
-    const std::uint64_t sum = blockChecksum(stored, storedBytes);
-    if (sum != load64(stored + 8))
+    if (checksum && blockChecksum(stored, storedBytes) != load64(stored + 8))
         throw CodecError("block checksum mismatch (damaged or edited bytes)");
     const auto codec = std::uint8_t(stored[0]);
     const int k = int(std::uint8_t(stored[1]));

@@ -58,8 +58,10 @@ enum class DecodePath { Auto, Scalar, Avx2 };
 // Decodes one stored block into exactly rawBytes bytes at out. Checks the checksum and
 // every size before writing; throws CodecError saying what is wrong (the caller names
 // the layer and block).
+// checksum false skips the block checksum (the benchmark's decode-only figure; the
+// streamer always checks).
 void decodeBlock(const std::byte* stored, std::size_t storedBytes, std::byte* out,
-                 std::size_t rawBytes, DecodePath path = DecodePath::Auto);
+                 std::size_t rawBytes, DecodePath path = DecodePath::Auto, bool checksum = true);
 
 // The codec byte and k of a stored block (for statistics); no checks.
 int blockBits(const std::byte* stored);
