@@ -16,6 +16,7 @@
 #include "k3/model.hpp"
 #include "k3/pack.hpp"
 #include "k3/safetensors.hpp"
+#include "k3/trunk.hpp"
 #include "memory/TrunkCodec.hpp"
 
 #include <time.h>
@@ -30,6 +31,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -250,6 +252,88 @@ int runE2e(const std::string& model, const std::string& rawTrunk, const std::str
     return same ? 0 : 1;
 }
 
+// Every layer of the coded trunk, streamed whole and in two pieces, against the raw trunk
+// read the same way: the same bytes (memcmp) for every tensor.
+int runSame(const std::string& model, const std::string& rawTrunk, const std::string& codedTrunk) {
+    const k3::TrunkIndex raw = k3::openTrunkIndex(rawTrunk, model);
+    const k3::TrunkIndex coded = k3::openTrunkIndex(codedTrunk, model);
+    std::uint64_t largest = 0, maxPiece = 0;
+    for (const auto& r : coded.layers) {
+        largest = std::max(largest, k3::alignUp(r.bytes));
+        maxPiece = std::max(maxPiece, k3::largestPieceBytes(r));
+    }
+    int mismatches = 0;
+    // First the blocks as packed, one by one with plain reads (no streamer).
+    for (std::size_t L = 0; L < coded.layers.size(); ++L) {
+        const auto& c = coded.layers[L];
+        const auto& r = raw.layers[L];
+        if (!c.compressed()) continue;
+        std::ifstream fc(coded.binPath, std::ios::binary), fr(raw.binPath, std::ios::binary);
+        std::vector<std::byte> blk, want(coded.blockBytes), got(coded.blockBytes);
+        int bad = 0;
+        for (std::size_t j = 0; j < c.blockCount(); ++j) {
+            blk.resize(c.blockStarts[j + 1] - c.blockStarts[j]);
+            fc.seekg(std::streamoff(c.offset + c.blockStarts[j]));
+            fc.read(reinterpret_cast<char*>(blk.data()), std::streamsize(blk.size()));
+            const std::size_t n =
+                std::min<std::uint64_t>(coded.blockBytes, c.bytes - j * coded.blockBytes);
+            fr.seekg(std::streamoff(r.offset + j * coded.blockBytes));
+            fr.read(reinterpret_cast<char*>(want.data()), std::streamsize(n));
+            try {
+                codec::decodeBlock(blk.data(), blk.size(), got.data(), n);
+                if (std::memcmp(got.data(), want.data(), n) != 0)
+                    throw codec::CodecError("bytes differ");
+            } catch (const codec::CodecError& e) {
+                if (bad++ < 3) std::printf("layer %zu block %zu: %s\n", L, j, e.what());
+            }
+        }
+        std::printf("layer %zu: %zu blocks read one by one, %d bad\n", L, c.blockCount(), bad);
+        mismatches += bad;
+    }
+    for (const bool pieces : {false, true}) {
+        k3::MemoryPlan plan;
+        plan.totalLayers = int(coded.layers.size());
+        plan.ringSlots = 1;
+        plan.ringSlotBytes = pieces ? maxPiece : largest;
+        plan.piecewise = pieces;
+        k3::TrunkStreamer a(raw, plan), b(coded, plan);
+        for (int L = 0; L < plan.totalLayers; ++L) {
+            for (int p = pieces && a.piecewise(L) ? 0 : -1; p < (pieces && a.piecewise(L) ? 2 : 0);
+                 ++p) {
+                std::vector<std::byte> copy;
+                const auto& rec = raw.layers[std::size_t(L)];
+                std::map<std::string, std::uint64_t, std::less<>> at;
+                const std::byte* x = nullptr;
+                if (p < 0) {
+                    x = a.acquire(L);
+                    for (const auto& [n, t] : rec.tensors) at[n] = t.offset;
+                } else {
+                    x = a.acquirePiece(L, p);
+                    at = a.piece(L, p).tensorAt;
+                }
+                std::uint64_t bytes = 0;
+                for (const auto& [n, o] : at)
+                    bytes = std::max(bytes, o + rec.tensors.at(n).info.nbytes);
+                copy.assign(x, x + bytes);
+                const std::byte* y = p < 0 ? b.acquire(L) : b.acquirePiece(L, p);
+                for (const auto& [n, o] : at)
+                    if (std::memcmp(copy.data() + o, y + o, rec.tensors.at(n).info.nbytes) != 0) {
+                        std::printf("layer %d piece %d tensor %s differs\n", L, p, n.c_str());
+                        ++mismatches;
+                    }
+                std::printf("layer %d %s: %zu tensors compared\n", L,
+                            p < 0 ? "whole" : (p == 0 ? "piece 0" : "piece 1"), at.size());
+            }
+        }
+        const k3::TrunkStats s = b.stats();
+        std::printf("%s: coded trunk read %.3f GB, decoded %.3f GB, decode %.2f s on the reader\n",
+                    pieces ? "pieces" : "whole layers", double(s.bytesRead) / 1e9,
+                    double(s.bytesDecoded) / 1e9, s.decodeSeconds);
+    }
+    std::printf("same bytes as the raw trunk: %s\n", mismatches ? "NO" : "yes");
+    return mismatches ? 1 : 0;
+}
+
 double numberAfter(int& i, int argc, char** argv) {
     if (i + 1 >= argc) {
         std::fprintf(stderr, "%s needs a value\n", argv[i]);
@@ -269,6 +353,7 @@ int main(int argc, char** argv) {
                 if (std::string(argv[i]) == "--sample-gb") gb = numberAfter(i, argc, argv);
             return runCodec(argv[2], gb);
         }
+        if (mode == "same" && argc >= 5) return runSame(argv[2], argv[3], argv[4]);
         if (mode == "e2e" && argc >= 5) {
             double trunkGb = 1.5, cacheGb = 0.5;
             int tokens = 4;
@@ -285,6 +370,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     std::fprintf(stderr, "usage: bench_trunk_codec codec MODEL_DIR [--sample-gb X]\n"
+                         "       bench_trunk_codec same MODEL_DIR RAW_TRUNK CODED_TRUNK\n"
                          "       bench_trunk_codec e2e MODEL_DIR RAW_TRUNK CODED_TRUNK "
                          "[--trunk-gb X] [--cache-gb Y] [--tokens N]\n");
     return 2;

@@ -298,7 +298,8 @@ std::string MemoryPlan::format() const {
                   piecewise ? ", larger layers in 2 pieces" : "");
     line(out, ringSlots ? "trunk (STREAMED)" : "trunk (PINNED)", trunkBytes(), note);
     if (trunkDecodeBytes)
-        line(out, "trunk decode", trunkDecodeBytes, "compressed trunk: staging + one block");
+        line(out, "trunk decode", trunkDecodeBytes,
+             "compressed trunk: 2 staging halves + one block");
     line(out, "embed + lm_head", modelBytes,
          modelTablesStreamed ? "STREAMED: one embedding row, lm_head in row blocks" : "");
     if (residentExpertBytes) line(out, "experts (RESIDENT)", residentExpertBytes);

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -110,38 +111,60 @@ struct TrunkStreamer::Impl {
         const TrunkRecord& r = index.layers[std::size_t(L)];
         const std::uint64_t B = index.blockBytes;
         if (hi <= lo) return;
-        const std::size_t last = std::size_t((hi - 1) / B);
-        for (std::size_t b = std::size_t(lo / B); b <= last;) {
+        // The blocks in windows of at most half the staging buffer: while one half is
+        // decoded, the next window is read into the other (a helper thread's pread), so
+        // the disk never waits for the decode.
+        struct Window {
+            std::size_t first, last;
+            std::uint64_t fileLo, fileHi, need;
+        };
+        const std::uint64_t half = staging.size() / 2;
+        std::vector<Window> windows;
+        const std::size_t lastBlock = std::size_t((hi - 1) / B);
+        for (std::size_t b = std::size_t(lo / B); b <= lastBlock;) {
             const std::uint64_t fileLo =
                 (r.offset + r.blockStarts[b]) / kTrunkAlignment * kTrunkAlignment;
             std::size_t e = b;
-            while (e < last && alignUp(r.offset + r.blockStarts[e + 2]) - fileLo <= staging.size())
-                ++e;
-            const std::uint64_t fileHi = alignUp(r.offset + r.blockStarts[e + 1]);
-            const std::uint64_t need = r.offset + r.blockStarts[e + 1] - fileLo;
+            while (e < lastBlock && alignUp(r.offset + r.blockStarts[e + 2]) - fileLo <= half) ++e;
+            windows.push_back({b, e, fileLo, alignUp(r.offset + r.blockStarts[e + 1]),
+                               r.offset + r.blockStarts[e + 1] - fileLo});
+            b = e + 1;
+        }
+        auto startRead = [&](std::size_t w) {
+            std::byte* buf = staging.data() + (w % 2) * half;
+            const Window win = windows[w];
+            return std::async(std::launch::async, [this, buf, win] {
+                return file->readWindow(win.fileLo, buf, std::size_t(win.fileHi - win.fileLo));
+            });
+        };
+        std::future<std::size_t> pending = startRead(0);
+        for (std::size_t w = 0; w < windows.size(); ++w) {
+            const Window& win = windows[w];
             const auto t0 = Clock::now();
             std::size_t got = 0;
             try {
-                got = file->readWindow(fileLo, staging.data(), std::size_t(fileHi - fileLo));
+                got = pending.get();
             } catch (const std::exception& e) {
                 throw TrunkError("trunk layer " + std::to_string(L) + " block " +
-                                 std::to_string(b) + ": " + e.what());
+                                 std::to_string(win.first) + ": " + e.what());
             }
-            cost.ioSeconds += since(t0);
-            cost.bytesRead += std::min<std::uint64_t>(got, need);
-            if (got < need) {
-                std::size_t cut = b; // the first block the read did not bring whole
-                while (r.offset + r.blockStarts[cut + 1] <= fileLo + got) ++cut;
-                throw TrunkError("trunk layer " + std::to_string(L) + " block " +
-                                 std::to_string(cut) + ": short read from " +
-                                 index.binPath.string() + " at offset " + std::to_string(fileLo) +
-                                 ": got " + std::to_string(got) + " of " + std::to_string(need) +
-                                 " bytes (truncated trunk.bin? re-pack it)");
+            cost.ioSeconds += since(t0); // the wait for the read (not hidden by the decode)
+            if (w + 1 < windows.size()) pending = startRead(w + 1);
+            cost.bytesRead += std::min<std::uint64_t>(got, win.need);
+            if (got < win.need) {
+                std::size_t cut = win.first; // the first block the read did not bring whole
+                while (r.offset + r.blockStarts[cut + 1] <= win.fileLo + got) ++cut;
+                throw TrunkError(
+                    "trunk layer " + std::to_string(L) + " block " + std::to_string(cut) +
+                    ": short read from " + index.binPath.string() + " at offset " +
+                    std::to_string(win.fileLo) + ": got " + std::to_string(got) + " of " +
+                    std::to_string(win.need) + " bytes (truncated trunk.bin? re-pack it)");
             }
+            const std::byte* buf = staging.data() + (w % 2) * half;
             const auto t1 = Clock::now();
-            for (std::size_t j = b; j <= e; ++j) {
+            for (std::size_t j = win.first; j <= win.last; ++j) {
                 const std::uint64_t rawLo = j * B, rawHi = std::min(rawLo + B, r.bytes);
-                const std::byte* src = staging.data() + (r.offset + r.blockStarts[j] - fileLo);
+                const std::byte* src = buf + (r.offset + r.blockStarts[j] - win.fileLo);
                 const std::size_t size = std::size_t(r.blockStarts[j + 1] - r.blockStarts[j]);
                 try {
                     if (rawLo >= lo && rawHi <= hi) {
@@ -164,7 +187,6 @@ struct TrunkStreamer::Impl {
                 cost.bytesDecoded += std::min(hi, rawHi) - std::max(lo, rawLo);
             }
             cost.decodeSeconds += since(t1);
-            b = e + 1;
         }
     }
 
