@@ -36,7 +36,7 @@ bool decodeBoth(const std::byte* stored, std::size_t n, std::size_t rawBytes,
             okSimd = false;
         }
         k3fuzz::check(okScalar == okSimd, "scalar and AVX2 decode disagree on refusing");
-        if (okScalar)
+        if (okScalar && rawBytes > 0) // memcmp of an empty vector's null data is UB
             k3fuzz::check(std::memcmp(scalar.data(), simd.data(), rawBytes) == 0,
                           "scalar and AVX2 decode give different bytes");
     }
