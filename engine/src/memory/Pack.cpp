@@ -777,7 +777,7 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
                 ? kCopyChunk + kCopyChunk / options.blockBytes * codec::kBlockHeaderBytes +
                       2 * kTrunkAlignment
                 : 0);
-        std::vector<std::byte> block;
+        std::vector<std::vector<std::byte>> blocks; // one chunk's coded blocks
         for (const Run& r : runs) {
             auto& f = files[r.shard];
             if (!f) f = std::make_unique<AlignedFile>(ckpt.shardPaths()[r.shard]);
@@ -817,15 +817,32 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
                     }
                     if (pass == 0) {
                         // kCopyChunk is a multiple of the block size: blocks never straddle.
-                        for (std::size_t b = 0; b < n; b += options.blockBytes) {
-                            block.clear();
-                            const std::size_t sz = codec::encodeBlock(
-                                chunk.data() + b, std::min<std::size_t>(options.blockBytes, n - b),
-                                block);
-                            std::memcpy(coded.data() + used, block.data(), sz);
-                            used += sz;
-                            blockSizes.push_back(sz);
-                            stored += sz;
+                        // The blocks of a chunk are coded in parallel (each on its own), then
+                        // appended in order: the file does not depend on the thread count.
+                        const auto count =
+                            std::ptrdiff_t((n + options.blockBytes - 1) / options.blockBytes);
+                        blocks.resize(std::size_t(count));
+                        std::atomic<bool> failed{false}; // no exception may leave the region
+#pragma omp parallel for schedule(dynamic, 8)
+                        for (std::ptrdiff_t i = 0; i < count; ++i) {
+                            const std::size_t b = std::size_t(i) * options.blockBytes;
+                            auto& blk = blocks[std::size_t(i)];
+                            blk.clear();
+                            try {
+                                codec::encodeBlock(chunk.data() + b,
+                                                   std::min<std::size_t>(options.blockBytes, n - b),
+                                                   blk);
+                            } catch (...) {
+                                failed.store(true);
+                            }
+                        }
+                        if (failed.load())
+                            throw PackError(r.name + ": coding a block failed (out of memory?)");
+                        for (const auto& blk : blocks) {
+                            std::memcpy(coded.data() + used, blk.data(), blk.size());
+                            used += blk.size();
+                            blockSizes.push_back(blk.size());
+                            stored += blk.size();
                         }
                         const std::size_t flush =
                             std::size_t(used / kTrunkAlignment * kTrunkAlignment);

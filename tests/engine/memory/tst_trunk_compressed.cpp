@@ -11,6 +11,9 @@
 
 #include <cstring>
 #include <fstream>
+#include <iterator>
+
+#include <omp.h>
 
 #include <k3/model.hpp>
 #include <k3/pack.hpp>
@@ -55,8 +58,8 @@ struct Trunks {
     }
 };
 
-k3::MemoryPlan planFor(const k3::TrunkIndex& idx, int pinned, int ringSlots, std::uint64_t slotBytes,
-                       bool piecewise) {
+k3::MemoryPlan planFor(const k3::TrunkIndex& idx, int pinned, int ringSlots,
+                       std::uint64_t slotBytes, bool piecewise) {
     k3::MemoryPlan p;
     p.totalLayers = int(idx.layers.size());
     p.pinnedLayers = pinned;
@@ -124,6 +127,7 @@ private slots:
     void sameLogitsAtEveryBudget_data();
     void sameLogitsAtEveryBudget();
     void defaultBlocksCompressTheDemo();
+    void packedBytesDoNotDependOnThreads();
     void bitFlippedBlockNamesLayerAndBlock();
     void truncatedBlockNamesLayerAndBlock();
     void unknownBlockCodecNamesLayerAndBlock();
@@ -291,6 +295,26 @@ void TestTrunkCompressed::defaultBlocksCompressTheDemo() {
     const k3::TrunkIndex idx = k3::openTrunkIndex(tmp.filePath(QStringLiteral("t")).toStdString());
     QCOMPARE(idx.layerStoredTotal() < idx.layerBytesTotal(), true);
     QCOMPARE(idx.blockBytes, std::uint64_t(65536));
+}
+
+// Blocks are coded in parallel and appended in order: one thread or two, the same file.
+void TestTrunkCompressed::packedBytesDoNotDependOnThreads() {
+    const std::string model = fixture(QStringLiteral("demo"));
+    QTemporaryDir tmp;
+    std::vector<char> bins[2];
+    for (int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        const std::string dir = tmp.filePath(QString::number(threads)).toStdString();
+        k3::PackOptions o;
+        o.compress = true;
+        o.blockBytes = 1024;
+        k3::packTrunk(model, dir, {}, nullptr, o);
+        QVERIFY(k3::openTrunkIndex(dir).layers[0].blockCount() > 8);
+        std::ifstream in(dir + "/trunk.bin", std::ios::binary);
+        bins[threads - 1].assign(std::istreambuf_iterator<char>(in), {});
+    }
+    QVERIFY(!bins[0].empty());
+    QVERIFY(bins[0] == bins[1]);
 }
 
 void TestTrunkCompressed::bitFlippedBlockNamesLayerAndBlock() {
