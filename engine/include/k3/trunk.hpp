@@ -68,9 +68,9 @@ struct TrunkStats {
     int piecewiseLayers = 0;        // streamed layers that arrive in two pieces
     std::uint64_t bytesRead = 0;    // from trunk.bin (coded bytes for a compressed trunk)
     std::uint64_t bytesDecoded = 0; // coded layers: the raw bytes their blocks gave
-    double ioSeconds = 0;           // time the reader spent in read calls
-    double decodeSeconds = 0;       // time the reader spent decoding blocks (after the reads)
-    double waitSeconds = 0;         // time the compute thread waited for a layer
+    double ioSeconds = 0; // time the reader spent in read calls (coded layers: waiting for them)
+    double decodeSeconds = 0; // time the reader spent decoding blocks (after the reads)
+    double waitSeconds = 0;   // time the compute thread waited for a layer
 };
 
 // The reader's buffers for a compressed trunk (0 for a raw one): coded blocks are read
