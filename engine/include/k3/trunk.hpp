@@ -76,8 +76,8 @@ struct TrunkStats {
 // The reader's buffers for a compressed trunk (0 for a raw one): coded blocks are read
 // into one half of a staging buffer of kTrunkStagingBytes while the other half is decoded
 // into the slot, and a block that straddles a piece's window is decoded into a scratch
-// block first. The plan counts them. 2 x 32 MiB: one read of 4 MiB at a time left the
-// disk idle (bench_trunk_codec e2e).
+// block first. The plan counts them, and the block index (8 bytes a block). 2 x 32 MiB: one read of
+// 4 MiB at a time left the disk idle (bench_trunk_codec e2e).
 inline constexpr std::uint64_t kTrunkStagingBytes = std::uint64_t{64} << 20;
 std::uint64_t trunkDecodeBufferBytes(const TrunkIndex& index);
 

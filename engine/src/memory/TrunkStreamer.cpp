@@ -60,7 +60,11 @@ std::array<TrunkPiece, 2> splitLayerRecord(const TrunkRecord& r) {
 }
 
 std::uint64_t trunkDecodeBufferBytes(const TrunkIndex& index) {
-    return index.compressed() ? kTrunkStagingBytes + alignUp(index.blockBytes) : 0;
+    if (!index.compressed()) return 0;
+    // The block index (where each block starts) is held too: 8 bytes a block.
+    std::uint64_t starts = 0;
+    for (const TrunkRecord& r : index.layers) starts += r.blockStarts.size();
+    return kTrunkStagingBytes + alignUp(index.blockBytes) + 8 * starts;
 }
 
 std::uint64_t largestPieceBytes(const TrunkRecord& r) {

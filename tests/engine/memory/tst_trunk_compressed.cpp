@@ -247,6 +247,11 @@ void TestTrunkCompressed::sameLogitsAtEveryBudget() {
     for (int i = 0; i < 6; ++i) ids.push_back((i * 37 + 11) % resident.config().vocabSize);
     const std::vector<float> ref = logitsOf(resident, ids);
     const std::uint64_t a0 = k3::alignUp(idx.layers[0].bytes);
+    // Staging, one scratch block and the block index (8 bytes a block start).
+    std::uint64_t starts = 0;
+    for (const auto& r : idx.layers) starts += r.blockCount() + 1;
+    const std::uint64_t decodeBytes = k3::kTrunkStagingBytes + kSmallBlocks + 8 * starts;
+    QCOMPARE(k3::trunkDecodeBufferBytes(idx), decodeBytes);
     struct Budget {
         const char* what;
         std::uint64_t trunk;
@@ -265,8 +270,7 @@ void TestTrunkCompressed::sameLogitsAtEveryBudget() {
             o.trunkBytes = b.trunk;
             const k3::Model m = k3::Model::load(model, o);
             QCOMPARE(m.memoryPlan().piecewise, b.pieces);
-            QCOMPARE(m.memoryPlan().trunkDecodeBytes,
-                     c ? k3::kTrunkStagingBytes + kSmallBlocks : 0);
+            QCOMPARE(m.memoryPlan().trunkDecodeBytes, c ? decodeBytes : 0);
             const std::vector<float> got = logitsOf(m, ids);
             QCOMPARE(got.size(), ref.size());
             QVERIFY2(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0,
