@@ -378,9 +378,14 @@ int main(int argc, char** argv) {
                      "Where trunk.bin and trunk.json go (with --draft: the draft's folder)")
         ->required();
     bool packDraft = false;
-    pack->add_flag("--draft", packDraft,
+    CLI::Option* packDraftOpt = pack->add_flag("--draft", packDraft,
                    "Write a draft trunk for speculation instead (the projections in MXFP4, no "
                    "routed experts; use it with --draft-trunk)");
+    bool packCompress = false;
+    pack->add_flag("--compress", packCompress,
+                   "Store each layer losslessly coded per block (trunk format 3): fewer bytes "
+                   "read per token, the same bits; blocks where coding does not pay stay raw")
+        ->excludes(packDraftOpt);
 
     app.footer("Exit codes: 0 ok, 1 load or forward failure or memory refusal, 2 usage error "
                "or unreadable config, 4 run invalid (dropped expert or NaN; the report is "
@@ -416,7 +421,7 @@ int main(int argc, char** argv) {
         if (*download) return k3cli::runDownload(dl);
         if (*pack)
             return packDraft ? k3cli::runPackDraft(packModel, packTrunk)
-                             : k3cli::runPack(packModel, packTrunk);
+                             : k3cli::runPack(packModel, packTrunk, packCompress);
         if (*serve) {
             sv.model.tokenizerGiven = serveTokOpt->count() > 0;
             resolveMemory(*serve, servePresetOpt, serveTrunkGbOpt, serveCacheGbOpt, serveTrunkGB,

@@ -115,7 +115,7 @@ ResolvedSampling resolveSampling(const SamplingArgs& args);
 std::vector<std::int32_t> parseIdList(const std::string& text);
 
 // k3 pack MODEL_DIR TRUNK_DIR
-int runPack(const std::string& modelDir, const std::string& trunkDir);
+int runPack(const std::string& modelDir, const std::string& trunkDir, bool compress = false);
 int runPackDraft(const std::string& modelDir, const std::string& draftDir);
 
 } // namespace k3cli

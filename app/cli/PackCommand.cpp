@@ -33,17 +33,23 @@ k3::PackObserver packProgress(bool tty) {
 }
 } // namespace
 
-int runPack(const std::string& modelDir, const std::string& trunkDir) {
+int runPack(const std::string& modelDir, const std::string& trunkDir, bool compress) {
     std::signal(SIGINT, onPackInterrupt);
     const bool tty = stderrIsTty();
     const k3::PackObserver observer = packProgress(tty);
     try {
-        const k3::PackResult r = k3::packTrunk(modelDir, trunkDir, observer, &packCancel);
+        k3::PackOptions options;
+        options.compress = compress;
+        const k3::PackResult r = k3::packTrunk(modelDir, trunkDir, observer, &packCancel, options);
         if (tty) std::fputc('\n', stderr);
         std::printf(
             "packed %d layers into %s/trunk.bin: %.1f MB (largest layer %.1f MB) in %.1f s\n",
             r.layers, terminalSafe(trunkDir).c_str(), double(r.fileBytes) / 1e6,
             double(r.largestLayerBytes) / 1e6, r.seconds);
+        if (compress)
+            std::printf("compressed: the layers take %.1f MB of %.1f MB raw (%.4f of the size)\n",
+                        double(r.layerStoredBytes) / 1e6, double(r.layerBytes) / 1e6,
+                        r.layerBytes ? double(r.layerStoredBytes) / double(r.layerBytes) : 1.0);
         return kExitOk;
     } catch (const std::exception& e) {
         if (tty) std::fputc('\n', stderr);

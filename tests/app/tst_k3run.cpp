@@ -3,6 +3,7 @@
 
 #include <QDir>
 #include <QFile>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -55,6 +56,7 @@ private slots:
     void missingTensorExitsOne();
     void laterMemoryFlagWins();
     void downloadUsageErrors();
+    void packThenRunFromTheTrunk_data();
     void packThenRunFromTheTrunk();
     void packRefusesAFolderWithoutCheckpoint();
     void downloadUnreachableEndpointFailsClearly();
@@ -70,17 +72,30 @@ void TestK3Run::idsRunGivesReferenceGreedyIds_data() {
     QTest::newRow("k3_tiny_b") << QStringLiteral("k3_tiny_b");
 }
 
-// k3 pack, then the same ids when the trunk streams from trunk.bin and the routed
-// experts go through the cache.
+void TestK3Run::packThenRunFromTheTrunk_data() {
+    QTest::addColumn<bool>("compress");
+    QTest::newRow("raw (format 2)") << false;
+    QTest::newRow("--compress (format 3)") << true;
+}
+
+// k3 pack (raw or --compress), then the same ids when the trunk streams from trunk.bin
+// and the routed experts go through the cache.
 void TestK3Run::packThenRunFromTheTrunk() {
+    QFETCH(bool, compress);
     const QString dir = kModels + QStringLiteral("k3_tiny_b");
     const nlohmann::json expected = readJson(dir + "/expected.json");
     QTemporaryDir tmp;
     const QString trunk = tmp.filePath("trunk");
-    const K3Run packed = runK3({"pack", dir, trunk});
+    const K3Run packed =
+        compress ? runK3({"pack", "--compress", dir, trunk}) : runK3({"pack", dir, trunk});
     QVERIFY2(packed.exitCode == 0, qPrintable(packed.err));
     QVERIFY2(packed.out.startsWith("packed 9 layers into " + trunk + "/trunk.bin"),
              qPrintable(packed.out));
+    QCOMPARE(packed.out.contains(QRegularExpression(
+                 QStringLiteral("compressed: the layers take [0-9.]+ MB of [0-9.]+ MB raw "
+                                "\\(0\\.[0-8][0-9]{3} of the size\\)"))),
+             compress);
+    QCOMPARE(readJson(trunk + "/trunk.json").at("version").get<int>(), compress ? 3 : 2);
     QVERIFY(QFile::exists(trunk + "/trunk.json"));
     const QString out = tmp.filePath("run.json");
     const K3Run r = runK3({dir, "--trunk", trunk, "--trunk-gb", "0.1", "--cache-gb", "0.1", "--ids",
@@ -234,8 +249,8 @@ void TestK3Run::usageErrorsExitTwo_data() {
         << "the conversation is 20 tokens and the context holds 16 positions";
     QTest::newRow("spec not a number") << QStringList{dir, "--ids", "1", "--spec", "many"}
                                        << "--spec many is not auto or a number";
-    QTest::newRow("prefill chunk 0") << QStringList{dir, "--ids", "1", "--prefill-chunk", "0"}
-                                     << "--prefill-chunk";
+    QTest::newRow("prefill chunk 0")
+        << QStringList{dir, "--ids", "1", "--prefill-chunk", "0"} << "--prefill-chunk";
     QTest::newRow("model dir missing")
         << QStringList{"/nonexistent/k3", "--ids", "1"} << "/nonexistent/k3 is not a folder";
     QTest::newRow("missing prompt file")

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -273,7 +274,72 @@ private:
     std::uint64_t written_ = 0;
 };
 
+std::uint64_t splitmix64(std::uint64_t& x) {
+    std::uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// Walker's alias table over the 65536 BF16 codes: code c has the probability that
+// N(0, sigma) rounds to it (the interval between the midpoints to its neighbours), so one
+// 64-bit draw gives one exact sample (16 bits pick a column, 48 bits the threshold).
+struct Bf16GaussianTable {
+    std::vector<std::uint64_t> threshold = std::vector<std::uint64_t>(65536);
+    std::vector<std::uint16_t> alias = std::vector<std::uint16_t>(65536);
+    explicit Bf16GaussianTable(double sigma) {
+        auto value = [](std::uint32_t c) {
+            const std::uint32_t f = c << 16;
+            float v;
+            std::memcpy(&v, &f, 4);
+            return double(v);
+        };
+        std::vector<double> p(65536, 0.0);
+        const double k = 1.0 / (sigma * std::sqrt(2.0));
+        for (std::uint32_t c = 0; c < 0x7f80; ++c) { // +0 .. the largest finite
+            const double lo = c == 0 ? 0.0 : (value(c - 1) + value(c)) / 2;
+            const double hi = c == 0x7f7f ? HUGE_VAL : (value(c) + value(c + 1)) / 2;
+            const double q = 0.5 * (std::erfc(lo * k) - std::erfc(hi * k));
+            p[c] = q;
+            p[c | 0x8000] = q;
+        }
+        // Vose's method on p * 65536.
+        std::vector<double> scaled(65536);
+        std::vector<std::uint32_t> small, large;
+        for (std::uint32_t i = 0; i < 65536; ++i) {
+            scaled[i] = p[i] * 65536.0;
+            (scaled[i] < 1.0 ? small : large).push_back(i);
+        }
+        const double one = double(std::uint64_t{1} << 48);
+        while (!small.empty() && !large.empty()) {
+            const std::uint32_t s = small.back(), l = large.back();
+            small.pop_back();
+            threshold[s] = std::uint64_t(scaled[s] * one);
+            alias[s] = std::uint16_t(l);
+            scaled[l] -= 1.0 - scaled[s];
+            if (scaled[l] < 1.0) {
+                large.pop_back();
+                small.push_back(l);
+            }
+        }
+        for (std::uint32_t i : large)
+            threshold[i] = std::uint64_t{1} << 48, alias[i] = std::uint16_t(i);
+        for (std::uint32_t i : small)
+            threshold[i] = std::uint64_t{1} << 48, alias[i] = std::uint16_t(i);
+    }
+};
+
 } // namespace
+
+void fillGaussianBf16(std::uint16_t* out, std::size_t n, std::uint64_t seed) {
+    static const Bf16GaussianTable t(0.02);
+    std::uint64_t x = seed;
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::uint64_t r = splitmix64(x);
+        const std::uint32_t col = std::uint32_t(r & 0xffff);
+        out[i] = (r >> 16) < t.threshold[col] ? std::uint16_t(col) : t.alias[col];
+    }
+}
 
 std::uint64_t synthCheckpointBytes(const SynthOptions& o) {
     std::uint64_t n = 0;
@@ -320,6 +386,21 @@ SynthResult writeSynthCheckpoint(const fs::path& dir, const SynthOptions& o,
         out.append(lenBytes, 8);
         out.append(reinterpret_cast<const unsigned char*>(h.data()), h.size());
         for (const Tensor& t : shards[si].tensors) {
+            if (o.gaussianTrunk && t.fill == Fill::Small && t.dtype == Dt::BF16 &&
+                t.name.find(".layers.") != std::string::npos) {
+                // Fresh draws, one per element, a stream per tensor.
+                std::vector<std::uint16_t> buf(Pools::kBytes / 2);
+                std::uint64_t seed = o.seed * 0x9e3779b97f4a7c15ull + std::uint64_t(res.tensors);
+                for (std::uint64_t left = t.bytes() / 2; left > 0;) {
+                    const std::size_t n = std::size_t(std::min<std::uint64_t>(left, buf.size()));
+                    fillGaussianBf16(buf.data(), n, splitmix64(seed));
+                    out.append(reinterpret_cast<const unsigned char*>(buf.data()), 2 * n);
+                    left -= n;
+                }
+                res.bytes += t.bytes();
+                ++res.tensors;
+                continue;
+            }
             const auto& pool = pools.pool[int(t.fill)];
             // Start on a multiple of the element size so every element stays valid.
             std::size_t at = std::size_t(cursor % (Pools::kBytes / 2)) & ~std::size_t(7);

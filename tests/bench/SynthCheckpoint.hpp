@@ -10,6 +10,7 @@
 // Written at disk speed: each tensor's bytes are copied from a few pre-filled random
 // pools (nothing is generated per byte) into 16 MB O_DIRECT sequential writes.
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -20,7 +21,14 @@ struct SynthOptions {
     int layers = 2;         // num_hidden_layers (layer 0 dense, the rest MoE)
     int experts = 4;        // routed experts per MoE layer (num_experts)
     std::uint64_t seed = 1; // the same seed writes the same bytes
+    // The layers' BF16 trunk tensors as fresh draws of N(0, 0.02) rounded to BF16 (each
+    // element its own draw, exact to 2^-48 in probability), so a compressed trunk's ratio
+    // means something; otherwise they are cut from pools with 4 equally likely exponents.
+    bool gaussianTrunk = false;
 };
+
+// Fills n BF16 values with draws of round_to_bf16(N(0, 0.02)) from a stream seeded by seed.
+void fillGaussianBf16(std::uint16_t* out, std::size_t n, std::uint64_t seed);
 
 struct SynthResult {
     std::uint64_t bytes = 0; // tensor bytes written

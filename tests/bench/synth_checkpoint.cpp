@@ -2,7 +2,7 @@
 // SynthCheckpoint.hpp), for streaming benchmarks and full-width tests without the
 // 1.56 TB download.
 //
-//   synth_checkpoint OUT_DIR [--layers N=2] [--experts E=4] [--seed S=1]
+//   synth_checkpoint OUT_DIR [--layers N=2] [--experts E=4] [--seed S=1] [--gaussian-trunk 1]
 #include "SynthCheckpoint.hpp"
 
 #include <cstdio>
@@ -13,7 +13,8 @@
 int main(int argc, char** argv) {
     if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
         std::fprintf(stderr,
-                     "usage: synth_checkpoint OUT_DIR [--layers N] [--experts E] [--seed S]\n");
+                     "usage: synth_checkpoint OUT_DIR [--layers N] [--experts E] [--seed S] "
+                     "[--gaussian-trunk 1]\n");
         return 2;
     }
     k3synth::SynthOptions o;
@@ -35,6 +36,8 @@ int main(int argc, char** argv) {
             o.experts = int(v);
         else if (a == "--seed")
             o.seed = std::uint64_t(v);
+        else if (a == "--gaussian-trunk") // the layers' BF16 as fresh N(0, 0.02) draws
+            o.gaussianTrunk = v != 0;
         else {
             std::fprintf(stderr, "synth_checkpoint: unknown option %s\n", a.c_str());
             return 2;

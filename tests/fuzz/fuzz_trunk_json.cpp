@@ -37,8 +37,15 @@ const std::vector<std::byte>& zeroBin() {
 
 void checkRecord(const k3::TrunkRecord& r) {
     k3fuzz::check(r.offset % k3::kTrunkAlignment == 0, "record offset not aligned");
-    k3fuzz::check(r.offset <= kBinBytes && k3::alignUp(r.bytes) <= kBinBytes - r.offset,
+    // A format 3 record occupies its stored (coded) bytes; its blocks add up to them.
+    k3fuzz::check(r.offset <= kBinBytes && k3::alignUp(r.stored()) <= kBinBytes - r.offset,
                   "record runs past trunk.bin");
+    if (r.compressed()) {
+        k3fuzz::check(r.blockStarts.front() == 0 && r.blockStarts.back() == r.storedBytes,
+                      "blocks do not tile the stored record");
+        for (std::size_t i = 1; i < r.blockStarts.size(); ++i)
+            k3fuzz::check(r.blockStarts[i] > r.blockStarts[i - 1], "an empty or backward block");
+    }
     std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
     for (const auto& [name, t] : r.tensors) {
         k3fuzz::check(t.offset <= r.bytes && t.info.nbytes <= r.bytes - t.offset,
@@ -55,6 +62,8 @@ void checkRecord(const k3::TrunkRecord& r) {
         end = off + n;
     }
     k3fuzz::check(end == r.bytes, "tensors do not cover their record");
+    // The stand-in holds the file's bytes; a coded record's decoded bytes are not there.
+    if (r.compressed()) return;
     const std::byte* at = zeroBin().data() + r.offset;
     try {
         k3::verifyTrunkRecord(r, at, "trunk/trunk.bin");
@@ -78,10 +87,11 @@ void parse(std::string_view text) {
         for (const auto* r : all) checkRecord(*r);
         std::sort(all.begin(), all.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
         for (std::size_t i = 1; i < all.size(); ++i)
-            k3fuzz::check(all[i - 1]->offset + k3::alignUp(all[i - 1]->bytes) <= all[i]->offset,
+            k3fuzz::check(all[i - 1]->offset + k3::alignUp(all[i - 1]->stored()) <= all[i]->offset,
                           "records overlap");
         (void)idx.largestLayerBytes();
         (void)idx.layerBytesTotal();
+        (void)idx.layerStoredTotal();
     } catch (const k3::PackError&) {
     }
 }

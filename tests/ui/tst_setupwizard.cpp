@@ -25,6 +25,10 @@
 #include "wizard/SetupWizard.h"
 #include "wizard/SystemCheckPage.h"
 
+#include <k3/kernels.hpp>
+#include <k3/pack.hpp>
+#include <k3/trunk.hpp>
+
 namespace {
 const QString kTinyModel = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a");
 // k3_tiny_a as its config.json and shard headers give it (read with Python's json and
@@ -201,6 +205,9 @@ void TestSetupWizard::packPagePacksTinyCheckpoint() {
     page.setModelDir(kTinyModel);
     page.setTrunkDir(trunk);
     QVERIFY(!page.isComplete());
+    // Compression is offered, on by default where the AVX2 decode runs.
+    QCOMPARE(page.compress(), k3::kernelPathAvailable(k3::KernelPath::Avx2));
+    page.setCompress(true);
     QSignalSpy finished(&page, &PackPage::packingFinished);
     page.startPacking();
     QVERIFY(page.isPacking());
@@ -211,6 +218,11 @@ void TestSetupWizard::packPagePacksTinyCheckpoint() {
     QVERIFY(QFile::exists(trunk + QStringLiteral("/trunk.json")));
     QVERIFY2(page.statusText().startsWith(QStringLiteral("Packed ")),
              qPrintable(page.statusText()));
+    QVERIFY2(page.statusText().contains(
+                 QRegularExpression(QStringLiteral("Compressed: the layers take 0\\.[0-8]\\d\\d of "
+                                                   "their size\\.$"))),
+             qPrintable(page.statusText()));
+    QCOMPARE(k3::openTrunkIndex(trunk.toStdString()).version, 3);
     QCOMPARE(page.trunkDir(), trunk);
     // The last progress update reached the bar: every record written.
     QVERIFY2(
@@ -231,6 +243,8 @@ void TestSetupWizard::packPagePacksTinyCheckpoint() {
     QVERIFY(memory.fits());
     QCOMPARE(memory.plan().totalLayers, kTinyLayers);
     QCOMPARE(memory.plan().pinnedLayers, kTinyLayers); // auto pins all of a tiny model
+    // The decode buffers and the block index are counted (one 64 KiB block per tiny layer).
+    QCOMPARE(memory.plan().trunkDecodeBytes, k3::kTrunkStagingBytes + 65536 + 8 * 2 * kTinyLayers);
 }
 
 void TestSetupWizard::packPageRefusesFolderThatIsNoCheckpoint() {

@@ -17,6 +17,7 @@
 #include <k3/presets.hpp>
 #include <k3/safetensors.hpp>
 #include <k3/system.hpp>
+#include <k3/trunk.hpp>
 
 #include "panels/MemoryPlanPanel.h"
 
@@ -180,6 +181,7 @@ MemoryPage::Sizes MemoryPage::readSizes(const QString& modelDir, const QString& 
         in.streamed = !trunkDir.isEmpty();
         if (in.streamed) {
             const k3::TrunkIndex index = k3::openTrunkIndex(trunkDir.toStdString(), dir);
+            in.trunkDecodeBytes = k3::trunkDecodeBufferBytes(index); // a compressed trunk
             for (int L = 0; L < layers && L < int(index.layers.size()); ++L)
                 in.layerBytes[std::size_t(L)] = index.layers[std::size_t(L)].bytes;
         }

@@ -38,6 +38,11 @@ public:
     QString trunkDir() const;
     bool skipped() const;
     void setSkipped(bool skip);
+    // Lossless compression of the layers (k3 pack --compress): on by default where the
+    // AVX2 decode runs (it outpaces the disk it saves); the portable decode does not.
+    bool compress() const;
+    void setCompress(bool compress);
+    static bool compressionPaysByDefault();
 
     void startPacking();
     void cancelPacking();
@@ -60,6 +65,7 @@ private:
     QProgressBar* m_bar;
     QLabel* m_status;
     QCheckBox* m_skip;
+    QCheckBox* m_compress;
     bool m_packed = false;
     bool m_running = false; // until packDone: the future finishes before its queued updates arrive
     QFutureWatcher<Outcome> m_watcher;

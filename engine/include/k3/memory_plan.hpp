@@ -49,6 +49,7 @@ struct PlanInputs {
     // larger than the ring share is refused rather than streamed in pieces.
     std::vector<std::uint64_t> layerPieceBytes;
     std::uint64_t modelBytes = 0;          // embeddings, final norm, output AttnRes, lm_head
+    std::uint64_t trunkDecodeBytes = 0;    // a compressed trunk's reader buffers
     std::uint64_t residentExpertBytes = 0; // routed experts held in memory (no cache)
     std::uint64_t expertSlotBytes = 0;     // one routed expert, aligned up to 4096
     std::uint64_t expertCount = 0;         // routed experts in the whole model
@@ -81,6 +82,8 @@ struct MemoryPlan {
     std::uint64_t trunkBytes() const {
         return pinnedBytes + std::uint64_t(ringSlots) * ringSlotBytes;
     }
+    // A compressed trunk's staging and scratch buffers (trunkDecodeBufferBytes).
+    std::uint64_t trunkDecodeBytes = 0;
     // the rest
     std::uint64_t modelBytes = 0;
     bool modelTablesStreamed = false;

@@ -13,6 +13,13 @@
 // not overlap, a record's tensors tile it exactly, and when the model is given every
 // tensor's dtype, shape, size and place in its record must be the checkpoint header's.
 //
+// Format 3 (`k3 pack --compress`) stores each LAYER record as blocks of block_bytes raw
+// bytes, each coded on its own (see docs/trunk-format.md: the BF16 high bytes as short
+// indices, or raw when coding does not pay) with its own XXH3-64; trunk.json lists each
+// block's stored size. Model-level records stay raw (their rows are read in place). The
+// record and tensor checksums are of the decoded bytes, so a decode is checked end to end.
+// Format 2 trunks are still read.
+//
 // Packing is atomic: trunk.bin is written as trunk.bin.partial, trunk.json is written
 // last through a temp file + rename, and an old trunk.json is removed first, so a
 // half-written trunk never looks valid.
@@ -60,6 +67,14 @@ struct TrunkRecord {
     std::uint64_t bytes = 0;    // payload; the record occupies alignUp(bytes)
     std::uint64_t checksum = 0; // XXH3-64 of the payload
     std::map<std::string, TrunkTensor, std::less<>> tensors;
+    // Format 3: the stored (coded) size in trunk.bin, and where each block starts in the
+    // record (blocks + 1 entries, the last = storedBytes). Raw records: storedBytes ==
+    // bytes and no blocks.
+    std::uint64_t storedBytes = 0;
+    std::vector<std::uint64_t> blockStarts;
+    bool compressed() const { return !blockStarts.empty(); }
+    std::uint64_t stored() const { return compressed() ? storedBytes : bytes; }
+    std::size_t blockCount() const { return blockStarts.empty() ? 0 : blockStarts.size() - 1; }
 };
 
 // What a trunk was packed from: any difference makes it stale.
@@ -89,11 +104,15 @@ std::uint64_t trunkChecksum(const void* data, std::size_t n);
 struct TrunkIndex {
     std::filesystem::path binPath;
     std::uint64_t fileBytes = 0;
+    int version = 2;
+    std::uint64_t blockBytes = 0; // format 3: raw bytes per block (the last may be shorter)
     CheckpointIdentity source;
     std::vector<TrunkRecord> layers;         // index = layer
     std::vector<TrunkRecord> modelRecords;   // embed, norm, output AttnRes, lm_head
     std::uint64_t largestLayerBytes() const; // the natural ring slot size
     std::uint64_t layerBytesTotal() const;   // sum of alignUp(layer bytes)
+    std::uint64_t layerStoredTotal() const;  // the same as stored in trunk.bin
+    bool compressed() const;                 // any layer record stored in blocks
     const TrunkRecord* modelRecordFor(std::string_view tensor) const;
 };
 
@@ -142,6 +161,8 @@ struct PackProgress {
 struct PackResult {
     std::uint64_t fileBytes = 0;
     std::uint64_t payloadBytes = 0;
+    std::uint64_t layerBytes = 0;       // the layer records, raw
+    std::uint64_t layerStoredBytes = 0; // and as stored (== layerBytes unless compressed)
     std::uint64_t largestLayerBytes = 0;
     int layers = 0;
     double seconds = 0;
@@ -149,10 +170,21 @@ struct PackResult {
 
 using PackObserver = std::function<void(const PackProgress&)>;
 
+struct PackOptions {
+    bool compress = false; // format 3: layer records coded per block
+    // Raw bytes per block, a multiple of 64 up to 65536 (tests use small blocks so a tiny
+    // layer spans many).
+    std::uint64_t blockBytes = 65536;
+    // Keep a layer's blocks even when the record would be smaller raw (tests: exercises the
+    // decoder on layers where coding does not pay).
+    bool keepBlocksWhenLarger = false;
+};
+
 // Packs modelDir's trunk into trunkDir (created if needed). Refuses a layer whose
 // non-expert tensors are not one contiguous run in one shard, naming the layer and the
 // gap. Throws PackError; on cancel (PackError "cancelled"), nothing valid is left.
 PackResult packTrunk(const std::filesystem::path& modelDir, const std::filesystem::path& trunkDir,
-                     const PackObserver& observer = {}, const std::atomic<bool>* cancel = nullptr);
+                     const PackObserver& observer = {}, const std::atomic<bool>* cancel = nullptr,
+                     const PackOptions& options = {});
 
 } // namespace k3

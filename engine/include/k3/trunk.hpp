@@ -61,15 +61,25 @@ struct TrunkStats {
     int ringSlots = 0;
     std::uint64_t pinnedBytes = 0;
     std::uint64_t ringSlotBytes = 0;
-    std::uint64_t binds = 0;      // acquire() calls
-    std::uint64_t pinnedHits = 0; // served from the pinned prefix
-    std::uint64_t reads = 0;      // layer reads from trunk.bin (pinned load included)
-    std::uint64_t pieceReads = 0; // piece reads of layers larger than the slot
-    int piecewiseLayers = 0;      // streamed layers that arrive in two pieces
-    std::uint64_t bytesRead = 0;
-    double ioSeconds = 0;   // time the reader spent in read calls
-    double waitSeconds = 0; // time the compute thread waited for a layer
+    std::uint64_t binds = 0;        // acquire() calls
+    std::uint64_t pinnedHits = 0;   // served from the pinned prefix
+    std::uint64_t reads = 0;        // layer reads from trunk.bin (pinned load included)
+    std::uint64_t pieceReads = 0;   // piece reads of layers larger than the slot
+    int piecewiseLayers = 0;        // streamed layers that arrive in two pieces
+    std::uint64_t bytesRead = 0;    // from trunk.bin (coded bytes for a compressed trunk)
+    std::uint64_t bytesDecoded = 0; // coded layers: the raw bytes their blocks gave
+    double ioSeconds = 0; // time the reader spent in read calls (coded layers: waiting for them)
+    double decodeSeconds = 0; // time the reader spent decoding blocks (after the reads)
+    double waitSeconds = 0;   // time the compute thread waited for a layer
 };
+
+// The reader's buffers for a compressed trunk (0 for a raw one): coded blocks are read
+// into one half of a staging buffer of kTrunkStagingBytes while the other half is decoded
+// into the slot, and a block that straddles a piece's window is decoded into a scratch
+// block first. The plan counts them, and the block index (8 bytes a block). 2 x 32 MiB: one read of
+// 4 MiB at a time left the disk idle (bench_trunk_codec e2e).
+inline constexpr std::uint64_t kTrunkStagingBytes = std::uint64_t{64} << 20;
+std::uint64_t trunkDecodeBufferBytes(const TrunkIndex& index);
 
 class TrunkStreamer {
 public:

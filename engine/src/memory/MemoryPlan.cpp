@@ -160,8 +160,8 @@ MemoryBudget resolveMemoryFlags(std::span<const MemoryFlag> flags) {
 }
 
 std::uint64_t MemoryPlan::total() const {
-    return trunkBytes() + modelBytes + residentExpertBytes + cacheBytes() + stateBytes +
-           bufferBytes + kvBytes;
+    return trunkBytes() + trunkDecodeBytes + modelBytes + residentExpertBytes + cacheBytes() +
+           stateBytes + bufferBytes + kvBytes;
 }
 
 void planTrunk(MemoryPlan& plan, std::span<const std::uint64_t> layers, std::uint64_t budget,
@@ -231,6 +231,7 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
     plan.budget = budget;
     plan.available = available;
     plan.modelBytes = in.modelBytes;
+    plan.trunkDecodeBytes = in.streamed ? in.trunkDecodeBytes : 0;
     plan.modelTablesStreamed = in.modelTablesStreamed;
     plan.residentExpertBytes = in.residentExpertBytes;
     plan.stateBytes = in.stateBytes;
@@ -245,8 +246,9 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
 
     std::uint64_t trunkBudget = budget.trunkBytes, cacheBudget = budget.cacheBytes;
     if (budget.automatic) {
-        const std::uint64_t fixed = plan.modelBytes + plan.residentExpertBytes + plan.stateBytes +
-                                    plan.bufferBytes + plan.kvBytes;
+        const std::uint64_t fixed = plan.trunkDecodeBytes + plan.modelBytes +
+                                    plan.residentExpertBytes + plan.stateBytes + plan.bufferBytes +
+                                    plan.kvBytes;
         const auto spendable = std::uint64_t(double(available) * 0.9);
         const std::uint64_t rest = spendable > fixed ? spendable - fixed : 0;
         std::uint64_t allLayers = 0;
@@ -295,6 +297,9 @@ std::string MemoryPlan::format() const {
                   formatBytes(ringSlotBytes).c_str(),
                   piecewise ? ", larger layers in 2 pieces" : "");
     line(out, ringSlots ? "trunk (STREAMED)" : "trunk (PINNED)", trunkBytes(), note);
+    if (trunkDecodeBytes)
+        line(out, "trunk decode", trunkDecodeBytes,
+             "compressed trunk: 2 staging halves + one block");
     line(out, "embed + lm_head", modelBytes,
          modelTablesStreamed ? "STREAMED: one embedding row, lm_head in row blocks" : "");
     if (residentExpertBytes) line(out, "experts (RESIDENT)", residentExpertBytes);

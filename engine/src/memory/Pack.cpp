@@ -5,9 +5,12 @@
 #include "k3/config.hpp"
 #include "k3/fault_injection.hpp"
 #include "memory/AlignedBuffer.hpp"
+#include "memory/TrunkCodec.hpp"
 
 #include <nlohmann/json.hpp>
-#include <xxhash.h>
+// libxxhash's run-time dispatch (AVX2 where present, same hash values): the plain entry
+// points are its portable build, ~1.4x slower here (bench_trunk_codec).
+#include <xxh_x86dispatch.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -31,7 +34,11 @@ using nlohmann::json;
 
 // 2: XXH3-64 checksums (trunk.json itself, every record, every tensor) and the source
 // named by its shard headers' bytes, not by mtimes. Version 1 trunks are refused.
+// 3: as 2, with layer records coded per block (`k3 pack --compress`); 2 is still read and
+// still written by a plain pack, so an older k3 reads it.
 constexpr int kTrunkFormatVersion = 2;
+constexpr int kCompressedFormatVersion = 3;
+constexpr const char* kCodecName = "k3-bf16-high-planes";
 constexpr const char* kIndexChecksumKey = "index_xxh3";
 constexpr std::size_t kCopyChunk = std::size_t{16} << 20;
 const std::string kModelPrefix = "language_model.model.";
@@ -219,7 +226,8 @@ CheckpointIdentity identityFromJson(const json& j) {
 }
 
 json recordJson(const Run& r, std::uint64_t offset, std::uint64_t checksum,
-                const std::vector<std::uint64_t>& tensorChecksums) {
+                const std::vector<std::uint64_t>& tensorChecksums,
+                const std::vector<std::uint64_t>& blockSizes) {
     json tensors = json::object();
     for (std::size_t i = 0; i < r.tensors.size(); ++i) {
         const auto& [n, t] = r.tensors[i];
@@ -231,23 +239,71 @@ json recordJson(const Run& r, std::uint64_t offset, std::uint64_t checksum,
                       {"shape", shape},
                       {"xxh3", hex64(tensorChecksums[i])}};
     }
-    return {{"name", r.name},       {"layer", r.layer},        {"offset", offset},
-            {"bytes", r.hi - r.lo}, {"xxh3", hex64(checksum)}, {"tensors", tensors}};
+    json j = {{"name", r.name},       {"layer", r.layer},        {"offset", offset},
+              {"bytes", r.hi - r.lo}, {"xxh3", hex64(checksum)}, {"tensors", tensors}};
+    if (!blockSizes.empty()) {
+        std::uint64_t stored = 0;
+        for (std::uint64_t b : blockSizes) stored += b;
+        j["stored_bytes"] = stored;
+        j["blocks"] = blockSizes;
+    }
+    return j;
 }
 
-TrunkRecord recordFromJson(const json& j, std::uint64_t fileBytes, const std::string& where) {
+// A coded record's block list: one stored size per blockBytes of the record (the last
+// block may be shorter), each between a header and a raw block with its header, adding
+// up to stored_bytes.
+void blocksFromJson(TrunkRecord& r, const json& j, std::uint64_t blockBytes,
+                    const std::string& where) {
+    const std::string what = where + ": record " + r.name;
+    r.storedBytes = integerAt<std::uint64_t>(j, "stored_bytes", what);
+    const json& blocks = j.at("blocks");
+    if (!blocks.is_array()) throw PackError(what + ": \"blocks\" is not an array");
+    const std::uint64_t expected = (r.bytes + blockBytes - 1) / blockBytes;
+    if (blocks.size() != expected)
+        throw PackError(what + " lists " + std::to_string(blocks.size()) + " blocks, its " +
+                        std::to_string(r.bytes) + " bytes make " + std::to_string(expected));
+    r.blockStarts.reserve(blocks.size() + 1);
+    std::uint64_t at = 0;
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+        const auto size =
+            integerValue<std::uint64_t>(blocks[i], what + " block " + std::to_string(i));
+        const std::uint64_t raw = std::min(blockBytes, r.bytes - i * blockBytes);
+        if (size < codec::kBlockHeaderBytes || size > codec::maxStoredBytes(raw))
+            throw PackError(what + " block " + std::to_string(i) + " is " + std::to_string(size) +
+                            " bytes stored, outside [" + std::to_string(codec::kBlockHeaderBytes) +
+                            ", " + std::to_string(codec::maxStoredBytes(raw)) + "]");
+        r.blockStarts.push_back(at);
+        at += size;
+    }
+    r.blockStarts.push_back(at);
+    if (at != r.storedBytes)
+        throw PackError(what + ": its blocks add up to " + std::to_string(at) +
+                        " bytes, stored_bytes says " + std::to_string(r.storedBytes));
+    if (r.blockStarts.size() == 1) r.blockStarts.clear(); // an empty record: nothing to decode
+}
+
+TrunkRecord recordFromJson(const json& j, std::uint64_t fileBytes, const std::string& where,
+                           std::uint64_t blockBytes) {
     TrunkRecord r;
     r.name = j.at("name").get<std::string>();
     r.layer = integerAt<int>(j, "layer", where + ": record " + r.name);
     r.offset = integerAt<std::uint64_t>(j, "offset", where + ": record " + r.name);
     r.bytes = integerAt<std::uint64_t>(j, "bytes", where + ": record " + r.name);
     r.checksum = parseHex64(j.at("xxh3"), where + ": record " + r.name + " \"xxh3\"");
+    r.storedBytes = r.bytes;
+    if (j.contains("blocks")) {
+        if (blockBytes == 0)
+            throw PackError(where + ": record " + r.name +
+                            " lists blocks in a trunk format that has none");
+        blocksFromJson(r, j, blockBytes, where);
+    }
     if (r.offset % kTrunkAlignment != 0)
         throw PackError(where + ": record " + r.name + " offset " + std::to_string(r.offset) +
                         " is not 4096-aligned");
-    if (r.offset > fileBytes || alignUp(r.bytes) > fileBytes - r.offset)
+    if (r.offset > fileBytes || alignUp(r.stored()) > fileBytes - r.offset)
         throw PackError(where + ": record " + r.name + " [" + std::to_string(r.offset) + ", +" +
-                        std::to_string(r.bytes) + ") runs past the end of trunk.bin (" +
+                        std::to_string(r.stored()) + ") runs past the end of trunk.bin (" +
                         std::to_string(fileBytes) + " bytes)");
     for (const auto& [n, t] : j.at("tensors").items()) {
         TrunkTensor tt;
@@ -515,6 +571,17 @@ std::uint64_t TrunkIndex::layerBytesTotal() const {
     return s;
 }
 
+std::uint64_t TrunkIndex::layerStoredTotal() const {
+    std::uint64_t s = 0;
+    for (const auto& r : layers) s += alignUp(r.stored());
+    return s;
+}
+
+bool TrunkIndex::compressed() const {
+    return std::any_of(layers.begin(), layers.end(),
+                       [](const TrunkRecord& r) { return r.compressed(); });
+}
+
 const TrunkRecord* TrunkIndex::modelRecordFor(std::string_view tensor) const {
     for (const auto& r : modelRecords)
         if (r.tensors.find(tensor) != r.tensors.end()) return &r;
@@ -531,11 +598,13 @@ TrunkIndex parseTrunkIndex(std::string_view jsonText, std::uint64_t binBytes,
         if (!j.is_object() || !j.contains("format") || j.at("format") != "k3-trunk")
             throw StaleTrunkError(where + ": not a k3 trunk description; re-pack it");
         const int version = integerAt<int>(j, "version", where);
-        if (version != kTrunkFormatVersion)
-            throw StaleTrunkError(where + ": trunk format version " + std::to_string(version) +
-                                  ", this k3 reads version " + std::to_string(kTrunkFormatVersion) +
-                                  " (record checksums); re-pack it (k3 pack MODEL_DIR " +
-                                  trunkDir.string() + ")");
+        if (version != kTrunkFormatVersion && version != kCompressedFormatVersion)
+            throw StaleTrunkError(
+                where + ": trunk format version " + std::to_string(version) +
+                ", this k3 reads versions " + std::to_string(kTrunkFormatVersion) +
+                " (record checksums) and " + std::to_string(kCompressedFormatVersion) +
+                " (compressed); re-pack it (k3 pack MODEL_DIR " + trunkDir.string() + ")");
+        idx.version = version;
         const std::uint64_t stored =
             parseHex64(j.at(kIndexChecksumKey), where + ": \"index_xxh3\"");
         if (const std::uint64_t actual = indexChecksum(j); actual != stored)
@@ -547,8 +616,24 @@ TrunkIndex parseTrunkIndex(std::string_view jsonText, std::uint64_t binBytes,
                             " bytes but trunk.bin has " + std::to_string(binBytes) +
                             " (an interrupted pack?); re-pack it");
         idx.source = identityFromJson(j.at("source"));
+        if (version == kCompressedFormatVersion) {
+            const json& codec = j.at("codec");
+            if (!codec.is_object() || codec.value("name", "") != kCodecName)
+                throw StaleTrunkError(where + ": block codec " + codec.dump() + ", this k3 reads " +
+                                      kCodecName + "; re-pack it (k3 pack --compress MODEL_DIR " +
+                                      trunkDir.string() + ")");
+            idx.blockBytes = integerAt<std::uint64_t>(codec, "block_bytes", where + ": codec");
+            if (idx.blockBytes < 64 || idx.blockBytes > codec::kMaxBlockBytes ||
+                idx.blockBytes % 64 != 0)
+                throw PackError(where + ": codec block_bytes " + std::to_string(idx.blockBytes) +
+                                " is not a multiple of 64 in [64, " +
+                                std::to_string(codec::kMaxBlockBytes) + "]");
+        }
         for (const auto& r : j.at("records")) {
-            TrunkRecord rec = recordFromJson(r, idx.fileBytes, where);
+            TrunkRecord rec = recordFromJson(r, idx.fileBytes, where, idx.blockBytes);
+            if (rec.layer < 0 && rec.compressed())
+                throw PackError(where + ": model record " + rec.name +
+                                " is stored in blocks; model records are read in place, raw");
             if (rec.layer >= 0) {
                 if (rec.layer != int(idx.layers.size()))
                     throw PackError(where + ": layer records out of order at " + rec.name);
@@ -564,10 +649,10 @@ TrunkIndex parseTrunkIndex(std::string_view jsonText, std::uint64_t binBytes,
         std::sort(all.begin(), all.end(),
                   [](const TrunkRecord* a, const TrunkRecord* b) { return a->offset < b->offset; });
         for (std::size_t i = 1; i < all.size(); ++i)
-            if (all[i - 1]->offset + alignUp(all[i - 1]->bytes) > all[i]->offset)
+            if (all[i - 1]->offset + alignUp(all[i - 1]->stored()) > all[i]->offset)
                 throw PackError(where + ": records " + all[i - 1]->name + " [" +
                                 std::to_string(all[i - 1]->offset) + ", +" +
-                                std::to_string(all[i - 1]->bytes) + ") and " + all[i]->name +
+                                std::to_string(all[i - 1]->stored()) + ") and " + all[i]->name +
                                 " (at " + std::to_string(all[i]->offset) + ") overlap");
         if (int(idx.layers.size()) != idx.source.numLayers)
             throw PackError(where + ": " + std::to_string(idx.layers.size()) +
@@ -612,7 +697,8 @@ bool trunkIsCurrent(const fs::path& trunkDir, const fs::path& modelDir) {
 }
 
 PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
-                     const PackObserver& observer, const std::atomic<bool>* cancel) {
+                     const PackObserver& observer, const std::atomic<bool>* cancel,
+                     const PackOptions& options) {
     const auto t0 = std::chrono::steady_clock::now();
     const ModelConfig config = readModelConfig(modelDir / "config.json");
     const Checkpoint ckpt = Checkpoint::open(modelDir);
@@ -635,7 +721,13 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
         if (!t) throw PackError("the checkpoint in " + modelDir.string() + " has no tensor " + n);
         runs.push_back(planRun(n, -1, {{n, *t}}, ckpt));
     }
-    std::uint64_t total = 0, payload = 0, largest = 0;
+    if (options.compress &&
+        (options.blockBytes < 64 || options.blockBytes > codec::kMaxBlockBytes ||
+         options.blockBytes % 64 != 0 || kCopyChunk % options.blockBytes != 0))
+        throw PackError("block size " + std::to_string(options.blockBytes) +
+                        " is not a multiple of 64 in [64, " +
+                        std::to_string(codec::kMaxBlockBytes) + "] dividing the copy chunk");
+    std::uint64_t total = 0, payload = 0, largest = 0, layerBytes = 0, layerStored = 0;
     for (const Run& r : runs) {
         total += alignUp(r.hi - r.lo);
         payload += r.hi - r.lo;
@@ -662,6 +754,7 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
         std::vector<std::unique_ptr<AlignedFile>> files(ckpt.shardPaths().size());
         memory::AlignedBuffer chunk(kCopyChunk);
         std::uint64_t out = 0;
+        std::vector<std::uint64_t> tensorSums;
         XXH3_state_t* recordState = XXH3_createState();
         XXH3_state_t* tensorState = XXH3_createState();
         if (!recordState || !tensorState) {
@@ -677,46 +770,121 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
                 XXH3_freeState(b);
             }
         } freeStates{recordState, tensorState};
+        // Coded output is gathered here and written in aligned prefixes; a record's tail is
+        // padded to 4096 so the next record starts aligned.
+        memory::AlignedBuffer coded(
+            options.compress
+                ? kCopyChunk + kCopyChunk / options.blockBytes * codec::kBlockHeaderBytes +
+                      2 * kTrunkAlignment
+                : 0);
+        std::vector<std::vector<std::byte>> blocks; // one chunk's coded blocks
         for (const Run& r : runs) {
             auto& f = files[r.shard];
             if (!f) f = std::make_unique<AlignedFile>(ckpt.shardPaths()[r.shard]);
-            // The checksums are of the bytes as read for the copy (one pass): the record's,
-            // and each tensor's in turn (they tile the run in offset order).
-            XXH3_64bits_reset(recordState);
-            XXH3_64bits_reset(tensorState);
-            std::vector<std::uint64_t> tensorSums;
-            std::size_t tensor = 0;
-            // One sequential range copy per record.
-            for (std::uint64_t pos = r.lo; pos < r.hi;) {
-                if (cancel && cancel->load()) throw PackError("packing cancelled");
-                const std::size_t n = std::size_t(std::min<std::uint64_t>(kCopyChunk, r.hi - pos));
-                f->read(pos, chunk.data(), n);
-                XXH3_64bits_update(recordState, chunk.data(), n);
-                for (std::uint64_t at = pos; at < pos + n && tensor < r.tensors.size();) {
-                    const TensorInfo& t = r.tensors[tensor].second;
-                    const std::uint64_t upto =
-                        std::min<std::uint64_t>(pos + n, t.offset + t.nbytes);
-                    XXH3_64bits_update(tensorState, chunk.data() + (at - pos),
-                                       std::size_t(upto - at));
-                    at = upto;
-                    if (at == t.offset + t.nbytes) {
-                        tensorSums.push_back(XXH3_64bits_digest(tensorState));
-                        XXH3_64bits_reset(tensorState);
-                        ++tensor;
+            const bool code = options.compress && r.layer >= 0 && r.hi > r.lo;
+            // A layer is coded first; when that does not pay it is copied again, raw.
+            std::vector<std::uint64_t> blockSizes;
+            std::uint64_t stored = 0;
+            for (int pass = code ? 0 : 1; pass < 2; ++pass) {
+                // The checksums are of the bytes as read for the copy (one pass): the
+                // record's, and each tensor's in turn (they tile the run in offset order).
+                XXH3_64bits_reset(recordState);
+                XXH3_64bits_reset(tensorState);
+                tensorSums.clear();
+                blockSizes.clear();
+                std::size_t tensor = 0;
+                std::size_t used = 0;   // coded bytes waiting in `coded`
+                std::uint64_t done = 0; // coded bytes written
+                // One sequential range copy per record.
+                for (std::uint64_t pos = r.lo; pos < r.hi;) {
+                    if (cancel && cancel->load()) throw PackError("packing cancelled");
+                    const std::size_t n =
+                        std::size_t(std::min<std::uint64_t>(kCopyChunk, r.hi - pos));
+                    f->read(pos, chunk.data(), n);
+                    XXH3_64bits_update(recordState, chunk.data(), n);
+                    for (std::uint64_t at = pos; at < pos + n && tensor < r.tensors.size();) {
+                        const TensorInfo& t = r.tensors[tensor].second;
+                        const std::uint64_t upto =
+                            std::min<std::uint64_t>(pos + n, t.offset + t.nbytes);
+                        XXH3_64bits_update(tensorState, chunk.data() + (at - pos),
+                                           std::size_t(upto - at));
+                        at = upto;
+                        if (at == t.offset + t.nbytes) {
+                            tensorSums.push_back(XXH3_64bits_digest(tensorState));
+                            XXH3_64bits_reset(tensorState);
+                            ++tensor;
+                        }
                     }
+                    if (pass == 0) {
+                        // kCopyChunk is a multiple of the block size: blocks never straddle.
+                        // The blocks of a chunk are coded in parallel (each on its own), then
+                        // appended in order: the file does not depend on the thread count.
+                        const auto count =
+                            std::ptrdiff_t((n + options.blockBytes - 1) / options.blockBytes);
+                        blocks.resize(std::size_t(count));
+                        std::atomic<bool> failed{false}; // no exception may leave the region
+#pragma omp parallel for schedule(dynamic, 8)
+                        for (std::ptrdiff_t i = 0; i < count; ++i) {
+                            const std::size_t b = std::size_t(i) * options.blockBytes;
+                            auto& blk = blocks[std::size_t(i)];
+                            blk.clear();
+                            try {
+                                codec::encodeBlock(chunk.data() + b,
+                                                   std::min<std::size_t>(options.blockBytes, n - b),
+                                                   blk);
+                            } catch (...) {
+                                failed.store(true);
+                            }
+                        }
+                        if (failed.load())
+                            throw PackError(r.name + ": coding a block failed (out of memory?)");
+                        for (const auto& blk : blocks) {
+                            std::memcpy(coded.data() + used, blk.data(), blk.size());
+                            used += blk.size();
+                            blockSizes.push_back(blk.size());
+                            stored += blk.size();
+                        }
+                        const std::size_t flush =
+                            std::size_t(used / kTrunkAlignment * kTrunkAlignment);
+                        if (pos + n < r.hi && flush > 0) {
+                            writeAll(fd, coded.data(), flush, out + done, partial);
+                            done += flush;
+                            std::memmove(coded.data(), coded.data() + flush, used - flush);
+                            used -= flush;
+                        } else if (pos + n == r.hi && used > 0) {
+                            const std::size_t padded = std::size_t(alignUp(used));
+                            std::memset(coded.data() + used, 0, padded - used);
+                            writeAll(fd, coded.data(), padded, out + done, partial);
+                            done += padded;
+                            used = 0;
+                        }
+                    } else {
+                        // A record's last chunk is padded with zeros to its aligned footprint.
+                        const std::size_t padded = std::size_t(alignUp(n));
+                        std::memset(chunk.data() + n, 0, padded - n);
+                        writeAll(fd, chunk.data(), padded, out + (pos - r.lo), partial);
+                    }
+                    pos += n;
+                    progress.bytesDone += n;
                 }
-                // A record's last chunk is padded with zeros to its aligned footprint.
-                const std::size_t padded = std::size_t(alignUp(n));
-                std::memset(chunk.data() + n, 0, padded - n);
-                writeAll(fd, chunk.data(), padded, out + (pos - r.lo), partial);
-                pos += n;
-                progress.bytesDone += n;
+                if (pass == 0 && (stored < r.hi - r.lo || options.keepBlocksWhenLarger)) break;
+                if (pass == 0) { // coding did not pay: the same record, raw
+                    progress.bytesDone -= r.hi - r.lo;
+                    blockSizes.clear();
+                    stored = 0;
+                }
             }
             // Zero-byte tensors (none in a real checkpoint) have the empty input's checksum.
             while (tensorSums.size() < r.tensors.size())
                 tensorSums.push_back(XXH3_64bits(nullptr, 0));
-            records.push_back(recordJson(r, out, XXH3_64bits_digest(recordState), tensorSums));
-            out += alignUp(r.hi - r.lo);
+            records.push_back(
+                recordJson(r, out, XXH3_64bits_digest(recordState), tensorSums, blockSizes));
+            const std::uint64_t footprint = alignUp(blockSizes.empty() ? r.hi - r.lo : stored);
+            out += footprint;
+            if (r.layer >= 0) {
+                layerBytes += r.hi - r.lo;
+                layerStored += blockSizes.empty() ? r.hi - r.lo : stored;
+            }
             ++progress.recordsDone;
             progress.seconds =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -725,6 +893,7 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
             progress.record = r.name;
             if (observer) observer(progress);
         }
+        total = out;
         // The tail of the last record is padded too, so aligned reads never overrun.
         if (::ftruncate(fd, static_cast<off_t>(total)) != 0)
             throw PackError(partial.string() + ": cannot size to " + std::to_string(total) +
@@ -738,15 +907,22 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
     ::close(fd);
     fs::rename(partial, binPath);
 
-    json doc{
-        {"format", "k3-trunk"}, {"version", kTrunkFormatVersion},   {"alignment", kTrunkAlignment},
-        {"file_bytes", total},  {"source", identityJson(identity)}, {"records", records}};
+    json doc{{"format", "k3-trunk"},
+             {"version", options.compress ? kCompressedFormatVersion : kTrunkFormatVersion},
+             {"alignment", kTrunkAlignment},
+             {"file_bytes", total},
+             {"source", identityJson(identity)},
+             {"records", records}};
+    if (options.compress)
+        doc["codec"] = {{"name", kCodecName}, {"block_bytes", options.blockBytes}};
     doc[kIndexChecksumKey] = hex64(indexChecksum(doc));
     writeFileAtomically(trunkDir / "trunk.json", doc.dump(1));
 
     PackResult res;
     res.fileBytes = total;
     res.payloadBytes = payload;
+    res.layerBytes = layerBytes;
+    res.layerStoredBytes = layerStored;
     res.largestLayerBytes = largest;
     res.layers = config.numHiddenLayers;
     res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

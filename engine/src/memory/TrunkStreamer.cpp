@@ -2,11 +2,14 @@
 
 #include "k3/aligned_io.hpp"
 #include "memory/AlignedBuffer.hpp"
+#include "memory/TrunkCodec.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -56,6 +59,14 @@ std::array<TrunkPiece, 2> splitLayerRecord(const TrunkRecord& r) {
     return pieces;
 }
 
+std::uint64_t trunkDecodeBufferBytes(const TrunkIndex& index) {
+    if (!index.compressed()) return 0;
+    // The block index (where each block starts) is held too: 8 bytes a block.
+    std::uint64_t starts = 0;
+    for (const TrunkRecord& r : index.layers) starts += r.blockStarts.size();
+    return kTrunkStagingBytes + alignUp(index.blockBytes) + 8 * starts;
+}
+
 std::uint64_t largestPieceBytes(const TrunkRecord& r) {
     const auto p = splitLayerRecord(r);
     return std::max(p[0].slotBytes, p[1].slotBytes);
@@ -88,25 +99,127 @@ struct TrunkStreamer::Impl {
     std::thread reader;
     TrunkStats stats;
 
-    // One aligned O_DIRECT read of a whole layer record; a short read is a corrupt layer.
-    void readLayer(int L, std::byte* dst, double& seconds) {
+    // Coded layers: blocks are read into `staging` (several per read) and decoded here.
+    memory::AlignedBuffer staging;
+    memory::AlignedBuffer scratch; // a block that straddles a piece's window
+
+    struct ReadCost {
+        double ioSeconds = 0, decodeSeconds = 0;
+        std::uint64_t bytesRead = 0, bytesDecoded = 0;
+    };
+
+    // Raw bytes [lo, hi) of coded layer L into dst: the blocks covering them, read in
+    // aligned windows of at most the staging buffer, each checked and decoded. A damaged
+    // block is an error naming the layer and the block, before any of it is used.
+    void readCoded(int L, std::uint64_t lo, std::uint64_t hi, std::byte* dst, ReadCost& cost) {
         const TrunkRecord& r = index.layers[std::size_t(L)];
-        const auto t0 = Clock::now();
-        const std::size_t len = std::size_t(alignUp(r.bytes));
-        std::size_t got = 0;
-        try {
-            got = file->readWindow(r.offset, dst, len);
-        } catch (const std::exception& e) {
-            throw TrunkError("trunk layer " + std::to_string(L) + ": " + e.what());
+        const std::uint64_t B = index.blockBytes;
+        if (hi <= lo) return;
+        // The blocks in windows of at most half the staging buffer: while one half is
+        // decoded, the next window is read into the other (a helper thread's pread), so
+        // the disk never waits for the decode.
+        struct Window {
+            std::size_t first, last;
+            std::uint64_t fileLo, fileHi, need;
+        };
+        const std::uint64_t half = staging.size() / 2;
+        std::vector<Window> windows;
+        const std::size_t lastBlock = std::size_t((hi - 1) / B);
+        for (std::size_t b = std::size_t(lo / B); b <= lastBlock;) {
+            const std::uint64_t fileLo =
+                (r.offset + r.blockStarts[b]) / kTrunkAlignment * kTrunkAlignment;
+            std::size_t e = b;
+            while (e < lastBlock && alignUp(r.offset + r.blockStarts[e + 2]) - fileLo <= half) ++e;
+            windows.push_back({b, e, fileLo, alignUp(r.offset + r.blockStarts[e + 1]),
+                               r.offset + r.blockStarts[e + 1] - fileLo});
+            b = e + 1;
         }
-        seconds = since(t0);
-        if (got < r.bytes)
-            throw TrunkError("trunk layer " + std::to_string(L) + ": short read from " +
-                             index.binPath.string() + " at offset " + std::to_string(r.offset) +
-                             ": got " + std::to_string(got) + " of " + std::to_string(r.bytes) +
-                             " bytes (truncated trunk.bin? re-pack it)");
+        auto startRead = [&](std::size_t w) {
+            std::byte* buf = staging.data() + (w % 2) * half;
+            const Window win = windows[w];
+            return std::async(std::launch::async, [this, buf, win] {
+                return file->readWindow(win.fileLo, buf, std::size_t(win.fileHi - win.fileLo));
+            });
+        };
+        std::future<std::size_t> pending = startRead(0);
+        for (std::size_t w = 0; w < windows.size(); ++w) {
+            const Window& win = windows[w];
+            const auto t0 = Clock::now();
+            std::size_t got = 0;
+            try {
+                got = pending.get();
+            } catch (const std::exception& e) {
+                throw TrunkError("trunk layer " + std::to_string(L) + " block " +
+                                 std::to_string(win.first) + ": " + e.what());
+            }
+            cost.ioSeconds += since(t0); // the wait for the read (not hidden by the decode)
+            if (w + 1 < windows.size()) pending = startRead(w + 1);
+            cost.bytesRead += std::min<std::uint64_t>(got, win.need);
+            if (got < win.need) {
+                std::size_t cut = win.first; // the first block the read did not bring whole
+                while (r.offset + r.blockStarts[cut + 1] <= win.fileLo + got) ++cut;
+                throw TrunkError(
+                    "trunk layer " + std::to_string(L) + " block " + std::to_string(cut) +
+                    ": short read from " + index.binPath.string() + " at offset " +
+                    std::to_string(win.fileLo) + ": got " + std::to_string(got) + " of " +
+                    std::to_string(win.need) + " bytes (truncated trunk.bin? re-pack it)");
+            }
+            const std::byte* buf = staging.data() + (w % 2) * half;
+            const auto t1 = Clock::now();
+            for (std::size_t j = win.first; j <= win.last; ++j) {
+                const std::uint64_t rawLo = j * B, rawHi = std::min(rawLo + B, r.bytes);
+                const std::byte* src = buf + (r.offset + r.blockStarts[j] - win.fileLo);
+                const std::size_t size = std::size_t(r.blockStarts[j + 1] - r.blockStarts[j]);
+                try {
+                    if (rawLo >= lo && rawHi <= hi) {
+                        codec::decodeBlock(src, size, dst + (rawLo - lo),
+                                           std::size_t(rawHi - rawLo));
+                    } else {
+                        codec::decodeBlock(src, size, scratch.data(), std::size_t(rawHi - rawLo));
+                        const std::uint64_t a = std::max(lo, rawLo), z = std::min(hi, rawHi);
+                        std::memcpy(dst + (a - lo), scratch.data() + (a - rawLo),
+                                    std::size_t(z - a));
+                    }
+                } catch (const codec::CodecError& err) {
+                    throw TrunkError("trunk layer " + std::to_string(L) + " block " +
+                                     std::to_string(j) + " of " + std::to_string(r.blockCount()) +
+                                     " (" + index.binPath.string() + " offset " +
+                                     std::to_string(r.offset + r.blockStarts[j]) + ", " +
+                                     std::to_string(size) + " bytes): " + err.what() +
+                                     "; trunk.bin is damaged or was changed: re-pack it");
+                }
+                cost.bytesDecoded += std::min(hi, rawHi) - std::max(lo, rawLo);
+            }
+            cost.decodeSeconds += since(t1);
+        }
+    }
+
+    // One aligned O_DIRECT read of a whole layer record (a coded one: its blocks, decoded);
+    // a short read is a corrupt layer.
+    void readLayer(int L, std::byte* dst, ReadCost& cost) {
+        const TrunkRecord& r = index.layers[std::size_t(L)];
+        if (r.compressed()) {
+            readCoded(L, 0, r.bytes, dst, cost);
+        } else {
+            const auto t0 = Clock::now();
+            const std::size_t len = std::size_t(alignUp(r.bytes));
+            std::size_t got = 0;
+            try {
+                got = file->readWindow(r.offset, dst, len);
+            } catch (const std::exception& e) {
+                throw TrunkError("trunk layer " + std::to_string(L) + ": " + e.what());
+            }
+            cost.ioSeconds += since(t0);
+            if (got < r.bytes)
+                throw TrunkError("trunk layer " + std::to_string(L) + ": short read from " +
+                                 index.binPath.string() + " at offset " + std::to_string(r.offset) +
+                                 ": got " + std::to_string(got) + " of " + std::to_string(r.bytes) +
+                                 " bytes (truncated trunk.bin? re-pack it)");
+            cost.bytesRead += r.bytes;
+        }
         // The bytes are checked as they arrive, every time (a damaged or edited trunk.bin
-        // is an error naming the record, never a run on other weights).
+        // is an error naming the record, never a run on other weights). For a coded layer
+        // this checks the decode too: the checksum is of the original bytes.
         try {
             verifyTrunkRecord(r, dst, index.binPath);
         } catch (const PackError& e) {
@@ -114,11 +227,18 @@ struct TrunkStreamer::Impl {
         }
     }
 
-    // The aligned windows of one piece, each straight into its place in the slot.
-    void readPiece(int L, int P, std::byte* dst, double& seconds) {
+    // The aligned windows of one piece, each straight into its place in the slot (a coded
+    // layer: the window's raw bytes, decoded from the blocks that cover it).
+    void readPiece(int L, int P, std::byte* dst, ReadCost& cost) {
         const TrunkPiece& piece = pieces[std::size_t(L)][std::size_t(P)];
-        const auto t0 = Clock::now();
+        const TrunkRecord& r = index.layers[std::size_t(L)];
         for (const TrunkPiece::Run& run : piece.runs) {
+            if (r.compressed()) {
+                const std::uint64_t lo = run.fileOffset - r.offset;
+                readCoded(L, lo, std::min(lo + run.bytes, r.bytes), dst + run.slotOffset, cost);
+                continue;
+            }
+            const auto t0 = Clock::now();
             std::size_t got = 0;
             try {
                 got =
@@ -127,6 +247,7 @@ struct TrunkStreamer::Impl {
                 throw TrunkError("trunk layer " + std::to_string(L) + " piece " +
                                  std::to_string(P) + ": " + e.what());
             }
+            cost.ioSeconds += since(t0);
             // Only the file's last window may come back short (it runs past the end).
             if (got < run.bytes && run.fileOffset + got < index.fileBytes)
                 throw TrunkError("trunk layer " + std::to_string(L) + " piece " +
@@ -134,10 +255,9 @@ struct TrunkStreamer::Impl {
                                  " at offset " + std::to_string(run.fileOffset) + ": got " +
                                  std::to_string(got) + " of " + std::to_string(run.bytes) +
                                  " bytes (truncated trunk.bin? re-pack it)");
+            cost.bytesRead += run.bytes;
         }
-        seconds = since(t0); // the read alone; the check below is compute
         // A piece holds whole tensors: each is checked against its own checksum.
-        const TrunkRecord& r = index.layers[std::size_t(L)];
         for (const auto& [name, at] : piece.tensorAt) {
             try {
                 verifyTrunkTensor(r, name, dst + at, index.binPath);
@@ -146,6 +266,13 @@ struct TrunkStreamer::Impl {
                                  std::to_string(P) + ": " + e.what());
             }
         }
+    }
+
+    void account(const ReadCost& c) {
+        stats.ioSeconds += c.ioSeconds;
+        stats.decodeSeconds += c.decodeSeconds;
+        stats.bytesRead += c.bytesRead;
+        stats.bytesDecoded += c.bytesDecoded;
     }
 
     void readerLoop() {
@@ -159,13 +286,13 @@ struct TrunkStreamer::Impl {
             const int P = ring[std::size_t(s)].piece;
             std::byte* dst = ring[std::size_t(s)].buf.data();
             lock.unlock();
-            double secs = 0;
+            ReadCost cost;
             std::string error;
             try {
                 if (P < 0)
-                    readLayer(L, dst, secs);
+                    readLayer(L, dst, cost);
                 else
-                    readPiece(L, P, dst, secs);
+                    readPiece(L, P, dst, cost);
             } catch (const std::exception& e) {
                 error = e.what();
             }
@@ -173,13 +300,11 @@ struct TrunkStreamer::Impl {
             Slot& slot = ring[std::size_t(s)];
             slot.state = error.empty() ? State::Ready : State::Failed;
             slot.error = error;
-            stats.ioSeconds += secs;
-            if (error.empty() && P < 0) {
-                ++stats.reads;
-                stats.bytesRead += index.layers[std::size_t(L)].bytes;
-            } else if (error.empty()) {
-                ++stats.pieceReads;
-                stats.bytesRead += pieces[std::size_t(L)][std::size_t(P)].slotBytes;
+            if (error.empty()) {
+                account(cost);
+                ++(P < 0 ? stats.reads : stats.pieceReads);
+            } else {
+                stats.ioSeconds += cost.ioSeconds;
             }
             cv.notify_all();
         }
@@ -254,12 +379,15 @@ TrunkStreamer::TrunkStreamer(const TrunkIndex& index, const MemoryPlan& plan)
         pinnedBytes += std::size_t(alignUp(index.layers[std::size_t(L)].bytes));
     }
     d_->pinnedArena = memory::AlignedBuffer(pinnedBytes);
+    if (index.compressed()) {
+        d_->staging = memory::AlignedBuffer(std::size_t(kTrunkStagingBytes));
+        d_->scratch = memory::AlignedBuffer(std::size_t(alignUp(index.blockBytes)));
+    }
     for (int L = 0; L < d_->pinnedCount; ++L) {
-        double secs = 0;
-        d_->readLayer(L, d_->pinnedArena.data() + d_->pinnedOffset[std::size_t(L)], secs);
-        d_->stats.ioSeconds += secs;
+        Impl::ReadCost cost;
+        d_->readLayer(L, d_->pinnedArena.data() + d_->pinnedOffset[std::size_t(L)], cost);
+        d_->account(cost);
         ++d_->stats.reads;
-        d_->stats.bytesRead += index.layers[std::size_t(L)].bytes;
     }
     if (d_->pinnedCount < n) {
         d_->ring.resize(std::size_t(plan.ringSlots));

@@ -213,6 +213,7 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
         else if (!useTrunk)
             in.layerBytes[std::size_t(L)] += t.nbytes;
     }
+    if (useTrunk) in.trunkDecodeBytes = trunkDecodeBufferBytes(*index);
     if (useTrunk)
         for (int L = 0; L < layers; ++L) {
             in.layerBytes[std::size_t(L)] = index->layers[std::size_t(L)].bytes;

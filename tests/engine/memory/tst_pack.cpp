@@ -318,7 +318,8 @@ void TestPack::oldFormatVersionSaysRepack() {
     j["version"] = 1;
     p.write(j);
     const std::string e = p.openError();
-    QVERIFY2(has(e, "trunk format version 1, this k3 reads version 2 (record checksums); re-pack "
+    QVERIFY2(has(e, "trunk format version 1, this k3 reads versions 2 (record checksums) and 3 "
+                    "(compressed); re-pack "
                     "it (k3 pack MODEL_DIR " +
                         p.trunk + ")"),
              e.c_str());

@@ -15,12 +15,14 @@
 #include <k3/safetensors.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 class TestSynthCheckpoint : public QObject {
     Q_OBJECT
 private slots:
     void writesIndexesPacksAndDecodes();
+    void compressedTrunkGivesTheSameBits();
 };
 
 void TestSynthCheckpoint::writesIndexesPacksAndDecodes() {
@@ -98,6 +100,60 @@ void TestSynthCheckpoint::writesIndexesPacksAndDecodes() {
     QCOMPARE(ms.trunk.reads, std::uint64_t(1));
     QCOMPARE(ms.cache.requests, std::uint64_t(4)); // top-k = all 4 experts of layer 1
     QCOMPARE(ms.tableBytesRead, std::uint64_t(7168) * 2 * (1 + 163840));
+}
+
+// The layers as fresh N(0, 0.02) BF16 draws, packed raw and with --compress: the coded
+// layers take ~0.717 of the bytes and every budget gives the raw trunk's logits, bit for bit.
+void TestSynthCheckpoint::compressedTrunkGivesTheSameBits() {
+    QTemporaryDir tmp(QStringLiteral(K3_BINARY_DIR "/synth-XXXXXX"));
+    QVERIFY(tmp.isValid());
+    const std::filesystem::path dir = tmp.filePath(QStringLiteral("model")).toStdString();
+    k3synth::SynthOptions so;
+    so.layers = 2;
+    so.experts = 4;
+    so.gaussianTrunk = true;
+    const std::uint64_t bytes = k3synth::synthCheckpointBytes(so);
+    const auto space = std::filesystem::space(tmp.path().toStdString());
+    if (space.available < 3 * bytes + (4ull << 30))
+        QSKIP(qPrintable(QStringLiteral("needs %1 GB free next to the build, has %2 GB")
+                             .arg(double(3 * bytes + (4ull << 30)) / 1e9)
+                             .arg(double(space.available) / 1e9)));
+    k3synth::writeSynthCheckpoint(dir, so);
+    const std::string raw = tmp.filePath(QStringLiteral("raw")).toStdString();
+    const std::string coded = tmp.filePath(QStringLiteral("coded")).toStdString();
+    k3::packTrunk(dir, raw);
+    k3::PackOptions po;
+    po.compress = true;
+    const k3::PackResult pr = k3::packTrunk(dir, coded, {}, nullptr, po);
+    const double ratio = double(pr.layerStoredBytes) / double(pr.layerBytes);
+    QVERIFY2(ratio > 0.71 && ratio < 0.725, qPrintable(QString::number(ratio, 'f', 4)));
+    const k3::TrunkIndex idx = k3::openTrunkIndex(coded, dir);
+    QVERIFY(idx.layers[0].compressed() && idx.layers[1].compressed());
+
+    // Pieces through one slot, all pinned, the smallest ring (tables on disk throughout).
+    for (const std::uint64_t budget : {1'600'000'000ull, 3'300'000'000ull, 0ull}) {
+        std::vector<float> logits[2];
+        std::uint64_t read[2] = {0, 0};
+        for (int c = 0; c < 2; ++c) {
+            k3::ModelOptions o;
+            o.trunkDir = c ? coded : raw;
+            o.trunkBytes = budget;
+            o.streamModelTables = true;
+            o.expertCacheSlots = 2;
+            const k3::Model model = k3::Model::load(dir, o);
+            logits[c].resize(std::size_t(model.config().vocabSize));
+            k3::InferenceState st = model.newState();
+            model.forward(st, 163584, logits[c]);
+            model.forward(st, 7, logits[c]);
+            read[c] = model.memoryStats().trunk.bytesRead;
+        }
+        QVERIFY2(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4) == 0,
+                 qPrintable(QStringLiteral("budget %1: logits differ").arg(budget)));
+        QVERIFY2(
+            read[1] < read[0] * 0.73,
+            qPrintable(
+                QStringLiteral("budget %1: %2 vs %3 bytes").arg(budget).arg(read[1]).arg(read[0])));
+    }
 }
 
 QTEST_GUILESS_MAIN(TestSynthCheckpoint)
