@@ -10,7 +10,12 @@ SUDO=""
 mapfile -t pkgs < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' "$here/debian-packages.txt" | grep -v '^$')
 pkgs+=("$@")
 
-installed() { dpkg-query -W -f='${Status}\n' "$1" 2>/dev/null | grep -q '^install ok installed$'; }
+installed() {
+  dpkg-query -W -f='${Status}\n' "$1" 2>/dev/null | grep -q '^install ok installed$' && return 0
+  # NodeSource's nodejs bundles npm (it Provides and Conflicts with Debian's npm).
+  [ "$1" = npm ] && command -v npm >/dev/null 2>&1 && return 0
+  return 1
+}
 missing=()
 for p in "${pkgs[@]}"; do installed "$p" || missing+=("$p"); done
 kf6=libkf6syntaxhighlighting-dev
