@@ -5,6 +5,8 @@
 #include "K3Process.hpp"
 
 #include <QDir>
+#include <QFileInfo>
+#include <QStandardPaths>
 #include <QFile>
 #include <QTemporaryDir>
 #include <QTest>
@@ -31,6 +33,7 @@ class TestK3Hostile : public QObject {
     Q_OBJECT
 private slots:
     void nanScalesDropExpertsAndExitFour();
+    void repackWithoutRoomKeepsTheTrunk();
 };
 
 void TestK3Hostile::nanScalesDropExpertsAndExitFour() {
@@ -84,4 +87,46 @@ void TestK3Hostile::nanScalesDropExpertsAndExitFour() {
 }
 
 QTEST_GUILESS_MAIN(TestK3Hostile)
+
+// Issue 22 point 11: re-packing used to delete the valid trunk.json before finding out
+// the disk was full. In a private mount namespace, a tmpfs that holds one trunk but not
+// a second beside it: the re-pack is refused up front and the trunk still runs.
+void TestK3Hostile::repackWithoutRoomKeepsTheTrunk() {
+    if (QStandardPaths::findExecutable(QStringLiteral("unshare")).isEmpty())
+        QSKIP("no unshare(1) here: the disk-full case needs a private tmpfs");
+    QTemporaryDir tmp;
+    const QString probe = tmp.filePath("probe");
+    const K3Run first = runK3({QStringLiteral("pack"), kTinyA, probe});
+    QCOMPARE(first.exitCode, 0);
+    const qint64 bin = QFileInfo(probe + "/trunk.bin").size();
+    QVERIFY(bin > 0);
+    const QString mnt = tmp.filePath("mnt");
+    QVERIFY(QDir().mkpath(mnt));
+    const qint64 sizeKb = (bin + bin / 2) / 1024 + 64; // one trunk and its json, not two
+    const QString script =
+        QStringLiteral("mount -t tmpfs -o size=%1k k3test \"$1\" || exit 97; "
+                       "\"$2\" pack \"$3\" \"$1/trunk\" >/dev/null 2>&1; echo first=$?; "
+                       "\"$2\" pack \"$3\" \"$1/trunk\" 2>&1; echo second=$?; "
+                       "test -f \"$1/trunk/trunk.json\" && echo kept; "
+                       "\"$2\" \"$3\" --trunk \"$1/trunk\" --ids 1,2,3 --gen 2 >/dev/null 2>&1; "
+                       "echo run=$?")
+            .arg(sizeKb);
+    QProcess p;
+    p.start(QStringLiteral("unshare"),
+            {QStringLiteral("--mount"), QStringLiteral("sh"), QStringLiteral("-c"), script,
+             QStringLiteral("sh"), mnt, QStringLiteral(K3_CLI_PATH), kTinyA});
+    QVERIFY(p.waitForFinished(120000));
+    const QString out = QString::fromUtf8(p.readAllStandardOutput());
+    if (p.exitCode() == 97 || out.isEmpty())
+        QSKIP(qPrintable("no private mount namespace with a tmpfs here (needs root): " +
+                         QString::fromUtf8(p.readAllStandardError())));
+    QVERIFY2(out.contains(QStringLiteral("first=0\n")), qPrintable(out));
+    QVERIFY2(out.contains(QStringLiteral("second=1\n")), qPrintable(out));
+    QVERIFY2(out.contains(QStringLiteral("packing needs ")) &&
+                 out.contains(QStringLiteral("nothing was changed")),
+             qPrintable(out));
+    QVERIFY2(out.contains(QStringLiteral("kept\n")), qPrintable(out));
+    QVERIFY2(out.contains(QStringLiteral("run=0\n")), qPrintable(out));
+}
+
 #include "tst_k3hostile.moc"

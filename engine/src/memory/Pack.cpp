@@ -737,6 +737,22 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
     fs::create_directories(trunkDir);
     const fs::path binPath = trunkDir / "trunk.bin";
     const fs::path partial = trunkDir / "trunk.bin.partial";
+    // Checked before the old trunk.json goes: a re-pack that cannot fit keeps the valid
+    // trunk usable. The old trunk.bin stays until the rename, so the new one needs its
+    // whole size free (the raw size: a compressed trunk needs less, never more).
+    {
+        std::error_code spaceError, sizeError;
+        const fs::space_info space = fs::space(trunkDir, spaceError);
+        std::uint64_t reusable = 0; // a leftover .partial is truncated and rewritten
+        if (fs::is_regular_file(partial, sizeError)) reusable = fs::file_size(partial, sizeError);
+        if (sizeError) reusable = 0;
+        if (!spaceError && space.available + reusable < total)
+            throw PackError("packing needs " + std::to_string(total) + " bytes free in " +
+                            trunkDir.string() + " but " +
+                            std::to_string(space.available + reusable) +
+                            " are available; nothing was changed (free some space, or pack to "
+                            "another folder)");
+    }
     fs::remove(trunkDir / "trunk.json"); // the old description must not vouch for new bytes
     // O_DIRECT writes: buffered ones ran at a tenth of the disk here (dirty-page
     // throttling) and would evict the page cache for bytes nobody reads back soon.
