@@ -640,7 +640,7 @@ void MainWindow::onFailed(const QString& message) {
     QMessageBox box(QMessageBox::Warning, tr("The answer failed"),
                     m_remoteUrl.isEmpty()
                         ? tr("The engine stopped with an error; the conversation is kept.")
-                        : tr("The server at %1 answered with an error; the conversation is "
+                        : tr("The request to the server at %1 failed; the conversation is "
                              "kept.")
                               .arg(m_remoteUrl),
                     QMessageBox::Ok, this);

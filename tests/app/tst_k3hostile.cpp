@@ -5,9 +5,9 @@
 #include "K3Process.hpp"
 
 #include <QDir>
+#include <QFile>
 #include <QFileInfo>
 #include <QStandardPaths>
-#include <QFile>
 #include <QTemporaryDir>
 #include <QTest>
 

@@ -6,13 +6,18 @@
 #include <QApplication>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QMessageBox>
+#include <QProcess>
+#include <QRegularExpression>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QTest>
 #include <QThread>
+#include <QTimer>
 
+#include "AppSettings.h"
 #include "MainWindow.h"
 #include "RemoteServerDialog.h"
 #include "chat/ConversationModel.h"
@@ -65,6 +70,40 @@ QString lastData(MainWindow& window, int role) {
     ConversationModel* model = window.conversationView()->conversation();
     return model->index(model->rowCount() - 1).data(role).toString();
 }
+
+// `k3 serve resources/demo` on a free loopback port; the URL comes from its start line.
+struct K3Serve {
+    std::unique_ptr<QProcess> process = std::make_unique<QProcess>();
+    QString url, root;
+    bool start() {
+        process->start(QStringLiteral(K3_CLI_PATH),
+                       {QStringLiteral("serve"), QStringLiteral(K3_SOURCE_DIR "/resources/demo"),
+                        QStringLiteral("--port"), QStringLiteral("0")});
+        const QRegularExpression line(QStringLiteral("on (http://127\\.0\\.0\\.1:\\d+)/v1"));
+        QByteArray err;
+        QElapsedTimer clock;
+        clock.start();
+        while (clock.elapsed() < 30000 && process->state() != QProcess::NotRunning) {
+            process->setReadChannel(QProcess::StandardError);
+            process->waitForReadyRead(200);
+            err += process->readAllStandardError();
+            const auto m = line.match(QString::fromUtf8(err));
+            if (m.hasMatch()) {
+                root = m.captured(1);
+                url = root + QStringLiteral("/v1");
+                return true;
+            }
+        }
+        qWarning("k3 serve did not start: %s", err.constData());
+        return false;
+    }
+    ~K3Serve() {
+        if (process->state() != QProcess::NotRunning) {
+            process->kill();
+            process->waitForFinished(5000);
+        }
+    }
+};
 
 void connectTo(MainWindow& window, const ServerUnderTest& server, const QString& model) {
     QSignalSpy ready(&window, &MainWindow::modelReady);
@@ -260,6 +299,85 @@ private slots:
         QTRY_COMPARE_WITH_TIMEOUT(server.streamsClosedByClient(), 1, 1000);
         QVERIFY(!window.engine()->isBusy());
         window.store()->remove(window.currentConversationId());
+    }
+
+    // The same window against the real server: `k3 serve resources/demo` samples the
+    // demo's think block and answer (temperature 2, seed 6 make it think), which stream
+    // into the view; then the server is killed and the next message says why, with the
+    // conversation kept.
+    void realK3ServeStreamsAThinkBlock() {
+        K3Serve server;
+        QVERIFY(server.start());
+        AppSettings settings = AppSettings::load();
+        settings.greedy = false;
+        settings.temperature = 2.0;
+        settings.fixedSeed = true;
+        settings.seed = 6;
+        settings.maxTokens = 40;
+        settings.save();
+        MainWindow window;
+        window.show();
+        QSignalSpy ready(&window, &MainWindow::modelReady);
+        window.connectRemote(server.url, QStringLiteral("demo"), QString());
+        QVERIFY(ready.wait(10000));
+        QTRY_VERIFY(window.composer()->isReady());
+        QCOMPARE(window.statusBar()->currentMessage(),
+                 QStringLiteral("demo · remote: %1 · ready").arg(server.root));
+        window.composer()->setThinking(true);
+        ConversationModel* model = window.conversationView()->conversation();
+        int reasoningUpdates = 0, contentUpdates = 0;
+        QString lastReasoning, lastContent;
+        connect(model, &QAbstractItemModel::dataChanged, this, [&] {
+            const QModelIndex last = model->index(model->rowCount() - 1);
+            const QString r = last.data(ConversationModel::ReasoningRole).toString();
+            const QString c = last.data(ConversationModel::ContentRole).toString();
+            if (r != lastReasoning) ++reasoningUpdates;
+            if (c != lastContent) ++contentUpdates;
+            lastReasoning = r;
+            lastContent = c;
+        });
+        QSignalSpy finished(&window, &MainWindow::answerFinished);
+        window.sendMessage(QStringLiteral("Hello!"));
+        QVERIFY(finished.wait(30000));
+        const QString reasoning = lastData(window, ConversationModel::ReasoningRole);
+        const QString content = lastData(window, ConversationModel::ContentRole);
+        QVERIFY2(!reasoning.isEmpty() && !content.isEmpty(), qPrintable(reasoning + "|" + content));
+        // Streamed: the think block and the answer each grew over several deltas, and no
+        // channel marker leaked into either.
+        QVERIFY2(reasoningUpdates > 1 && contentUpdates > 1,
+                 qPrintable(QStringLiteral("%1 %2").arg(reasoningUpdates).arg(contentUpdates)));
+        QVERIFY(!content.contains(QStringLiteral("<|")) &&
+                !reasoning.contains(QStringLiteral("<|")));
+        QCOMPARE(lastData(window, ConversationModel::ModelRole), QStringLiteral("demo"));
+
+        server.process->kill();
+        QVERIFY(server.process->waitForFinished(5000));
+        // The failure is a warning box (text: which server; details: curl's reason).
+        QString boxText, boxDetails;
+        QTimer closer;
+        connect(&closer, &QTimer::timeout, this, [&] {
+            for (QWidget* w : QApplication::topLevelWidgets())
+                if (auto* box = qobject_cast<QMessageBox*>(w); box && box->isVisible()) {
+                    boxText = box->text();
+                    boxDetails = box->detailedText();
+                    box->accept();
+                }
+        });
+        closer.start(50);
+        window.sendMessage(QStringLiteral("Again"));
+        QTRY_VERIFY_WITH_TIMEOUT(!boxText.isEmpty(), 10000);
+        closer.stop();
+        QCOMPARE(boxText, QStringLiteral("The request to the server at %1 failed; the "
+                                         "conversation is kept.")
+                              .arg(server.root));
+        QVERIFY2(boxDetails.contains(QStringLiteral("refused")), qPrintable(boxDetails));
+        QTRY_VERIFY(window.composer()->isReady());
+        const QVector<ChatTurn> saved = window.store()->load(window.currentConversationId());
+        QVERIFY(saved.size() >= 2);
+        QCOMPARE(saved[1].content, content);
+        QCOMPARE(saved[1].reasoning, reasoning);
+        window.store()->remove(window.currentConversationId());
+        QSettings().clear();
     }
 
     void killedServerKeepsThePartialAnswerAndSaysWhy() {
