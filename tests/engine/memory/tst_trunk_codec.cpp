@@ -43,7 +43,8 @@ void roundTrip(const std::vector<std::byte>& raw, EncodeChoice c = {}) {
         if (p == DecodePath::Avx2 && !avx2DecodeAvailable()) continue;
         std::vector<std::byte> back(raw.size() + 1, std::byte{0xee});
         decodeBlock(stored.data(), stored.size(), back.data(), raw.size(), p);
-        QVERIFY2(std::memcmp(back.data(), raw.data(), raw.size()) == 0,
+        // memcmp must not see the null data() of an empty block (UBSan).
+        QVERIFY2(raw.empty() || std::memcmp(back.data(), raw.data(), raw.size()) == 0,
                  qPrintable(QStringLiteral("%1 bytes, k %2, path %3")
                                 .arg(raw.size())
                                 .arg(blockBits(stored.data()))
