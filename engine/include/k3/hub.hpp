@@ -55,6 +55,9 @@ struct HubFile {
     std::string name; // relative to the repo root
     std::uint64_t size = 0;
     std::string sha256; // lowercase hex; empty when the hub gives none (non-LFS file)
+    // A non-LFS file's git blob id (SHA-1 of "blob SIZE\0" + content, lowercase hex),
+    // from the listing's "blobId"; the check for files without an LFS sha256.
+    std::string gitBlobSha1;
 };
 
 struct DownloadOptions {
@@ -161,6 +164,8 @@ std::string redactSecret(std::string text, const std::string& secret);
 
 // Lowercase hex sha256 of a file. Throws HubError(Io).
 std::string sha256OfFile(const std::filesystem::path& path);
+// The git blob id of a file: SHA-1 of "blob SIZE\0" followed by its bytes.
+std::string gitBlobSha1OfFile(const std::filesystem::path& path);
 
 // Runs the whole job. Never throws: errors land in the result. cancel (may be null)
 // stops every transfer promptly and leaves .partial files to resume later.

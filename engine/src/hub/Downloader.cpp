@@ -408,7 +408,9 @@ void Downloader::runJob(Job& job) {
         if (!ec && size == job.file.size) {
             setState(job, FileState::Verifying, size);
             std::string sha = job.file.sha256.empty() ? "" : sha256OfFile(final);
-            if (sha == job.file.sha256) {
+            const bool blobOk =
+                job.file.gitBlobSha1.empty() || gitBlobSha1OfFile(final) == job.file.gitBlobSha1;
+            if (sha == job.file.sha256 && blobOk) {
                 job.result.actualSize = size;
                 job.result.actualSha256 = sha;
                 setState(job, FileState::Done, size);
@@ -647,6 +649,11 @@ void Downloader::finish(Job& job, hub::Sha256& hash) {
                   std::to_string(job.file.size);
     else if (!job.file.sha256.empty() && job.result.actualSha256 != job.file.sha256)
         problem = "sha256 " + job.result.actualSha256 + ", the hub lists " + job.file.sha256;
+    else if (job.file.sha256.empty() && !job.file.gitBlobSha1.empty()) {
+        const std::string blob = gitBlobSha1OfFile(partial); // small: non-LFS files
+        if (blob != job.file.gitBlobSha1)
+            problem = "git blob id " + blob + ", the hub lists " + job.file.gitBlobSha1;
+    }
     if (!problem.empty()) {
         fs::rename(partial, corrupt, ec);
         fail(job, HubErrorKind::Verification,

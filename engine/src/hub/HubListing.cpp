@@ -4,6 +4,7 @@
 #include "hub/HubInternal.hpp"
 
 #include <nlohmann/json.hpp>
+#include <openssl/evp.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -84,8 +85,8 @@ bool isSafeFileName(const std::string& name) {
 
 namespace {
 
-bool isHex64(const std::string& text) {
-    if (text.size() != 64) return false;
+bool isHexOfLength(const std::string& text, std::size_t length) {
+    if (text.size() != length) return false;
     for (char c : text)
         if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
             return false;
@@ -133,7 +134,8 @@ std::vector<HubFile> parseFileList(const std::string& json) {
         if (entry.contains("lfs") && entry["lfs"].is_object()) {
             const auto& lfs = entry["lfs"];
             if (lfs.contains("sha256")) {
-                if (!lfs["sha256"].is_string() || !isHex64(lfs["sha256"].get<std::string>()))
+                if (!lfs["sha256"].is_string() ||
+                    !isHexOfLength(lfs["sha256"].get<std::string>(), 64))
                     throw HubError(HubErrorKind::BadListing,
                                    "lfs.sha256 of \"" + file.name + "\" is not 64 hex digits");
                 file.sha256 = lfs["sha256"].get<std::string>();
@@ -147,6 +149,17 @@ std::vector<HubFile> parseFileList(const std::string& json) {
                                    "\"" + file.name + "\": size " + std::to_string(file.size) +
                                        " disagrees with lfs.size " + std::to_string(lfsSize));
             }
+        }
+        // Non-LFS files (config.json, the tokenizer, the index) have no sha256 in the
+        // listing, only their git blob id: checked instead of the size alone.
+        if (file.sha256.empty() && entry.contains("blobId")) {
+            const auto& blob = entry["blobId"];
+            if (!blob.is_string() || !isHexOfLength(blob.get<std::string>(), 40))
+                throw HubError(HubErrorKind::BadListing,
+                               "blobId of \"" + file.name + "\" is not 40 hex digits");
+            file.gitBlobSha1 = blob.get<std::string>();
+            for (char& c : file.gitBlobSha1)
+                if (c >= 'A' && c <= 'F') c = static_cast<char>(c - 'A' + 'a');
         }
         files.push_back(std::move(file));
     }
@@ -217,6 +230,40 @@ std::string sha256OfFile(const std::filesystem::path& path) {
     std::fclose(in);
     if (failed) throw HubError(HubErrorKind::Io, "read error while hashing " + path.string());
     return hash.hexDigest();
+}
+
+std::string gitBlobSha1OfFile(const std::filesystem::path& path) {
+    std::error_code ec;
+    const std::uintmax_t size = std::filesystem::file_size(path, ec);
+    if (ec) throw HubError(HubErrorKind::Io, "cannot open " + path.string() + " to hash it");
+    std::FILE* in = std::fopen(path.c_str(), "rb");
+    if (!in) throw HubError(HubErrorKind::Io, "cannot open " + path.string() + " to hash it");
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha1(), nullptr) != 1) {
+        EVP_MD_CTX_free(ctx);
+        std::fclose(in);
+        throw HubError(HubErrorKind::Io, "sha1: cannot start a digest");
+    }
+    const std::string head = "blob " + std::to_string(size);
+    EVP_DigestUpdate(ctx, head.c_str(), head.size() + 1); // the NUL ends the header
+    std::vector<char> buffer(1 << 20);
+    std::size_t got = 0;
+    while ((got = std::fread(buffer.data(), 1, buffer.size(), in)) > 0)
+        EVP_DigestUpdate(ctx, buffer.data(), got);
+    const bool failed = std::ferror(in) != 0;
+    std::fclose(in);
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int length = 0;
+    EVP_DigestFinal_ex(ctx, digest, &length);
+    EVP_MD_CTX_free(ctx);
+    if (failed) throw HubError(HubErrorKind::Io, "read error while hashing " + path.string());
+    static const char* hex = "0123456789abcdef";
+    std::string out;
+    for (unsigned int i = 0; i < length; ++i) {
+        out += hex[digest[i] >> 4];
+        out += hex[digest[i] & 15];
+    }
+    return out;
 }
 
 std::string DownloadResult::summary() const {

@@ -6,6 +6,7 @@
 
 #include "k3/hub.hpp"
 
+#include <QCryptographicHash>
 #include <QDir>
 #include <QDirIterator>
 #include <QElapsedTimer>
@@ -26,6 +27,7 @@ const char* kServer = R"(
     location ~ ^/k3/big/resolve/ { return 302 /blobs/big.bin; }
     location ~ ^/k3/fileredir/resolve/ { return 302 file:///etc/passwd; }
     location ~ ^/k3/loop/resolve/ { return 302 $uri; }
+    location ~ ^/k3/blob(ok|bad)/resolve/ { return 302 /blobs/config.json; }
     location /blobs/ { }
 )";
 
@@ -49,6 +51,18 @@ qint64 bytesUnder(const QString& dir) {
 
 int entriesIn(const QString& dir) {
     return int(QDir(dir).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden).size());
+}
+
+// The same size, other bytes: only a content check tells them apart.
+const QByteArray kConfigBody = QByteArrayLiteral("{\"hidden_size\": 7168}\n");
+const QByteArray kOtherBody = QByteArrayLiteral("{\"hidden_size\": 7169}\n");
+
+// git's blob id: SHA-1 of "blob SIZE\0" and the bytes.
+QString gitBlobId(const QByteArray& body) {
+    QByteArray all = "blob " + QByteArray::number(body.size());
+    all.append('\0');
+    all += body;
+    return QString::fromLatin1(QCryptographicHash::hash(all, QCryptographicHash::Sha1).toHex());
 }
 
 } // namespace
@@ -94,6 +108,14 @@ private slots:
         for (std::size_t i = 0; i <= k3::kMaxListedFiles; ++i)
             many.append(QJsonObject{{"rfilename", QString("empty-%1.txt").arg(i)}, {"size", 0}});
         writeFile(api + "many/revision/" + kRevision, listing(many));
+        // A non-LFS file: the listing gives only its git blob id.
+        writeFile(www + "/blobs/config.json", kConfigBody);
+        for (const auto& [repo, body] :
+             {std::pair{"blobok", kConfigBody}, std::pair{"blobbad", kOtherBody}})
+            writeFile(api + repo + "/revision/" + kRevision,
+                      listing({QJsonObject{{"rfilename", "config.json"},
+                                           {"size", int(kConfigBody.size())},
+                                           {"blobId", gitBlobId(body)}}}));
         const QString error = nginx_.start(tmp_.path(), QString::fromLatin1(kServer));
         if (!error.isEmpty()) QFAIL(qPrintable(error));
     }
@@ -120,6 +142,35 @@ private slots:
         QVERIFY(!QFile::exists(dest + "/small.bin"));
         QVERIFY(!QFile::exists(dest + "/small.bin.partial"));
         QCOMPARE(requestsFor("/k3/big/resolve/"), 1); // not retried
+    }
+
+    // Issue 22 point 11: a non-LFS file used to be checked by its size only. Its git blob
+    // id from the listing is checked: the right bytes pass, other bytes of the same size
+    // are moved aside and named.
+    void nonLfsFilesAreCheckedByTheirBlobId() {
+        QCOMPARE(gitBlobId(QByteArrayLiteral("hello\n")),
+                 QStringLiteral("ce013625030ba8dba906f756967f9e9ca394464a")); // git hash-object
+        const QString good = tmp_.path() + "/blobok";
+        const k3::DownloadResult ok =
+            k3::downloadCheckpoint(options("k3/blobok", good), nullptr, nullptr);
+        QVERIFY2(ok.ok, ok.error.c_str());
+        QVERIFY(QFile::exists(good + "/config.json"));
+        // A second run checks the file on disk by its blob id and keeps it.
+        QVERIFY(k3::downloadCheckpoint(options("k3/blobok", good), nullptr, nullptr).ok);
+        QCOMPARE(k3::gitBlobSha1OfFile((good + "/config.json").toStdString()),
+                 gitBlobId(kConfigBody).toStdString());
+
+        const QString bad = tmp_.path() + "/blobbad";
+        const k3::DownloadResult r =
+            k3::downloadCheckpoint(options("k3/blobbad", bad), nullptr, nullptr);
+        QVERIFY(!r.ok);
+        QCOMPARE(int(r.errorKind), int(k3::HubErrorKind::Verification));
+        QCOMPARE(QString::fromStdString(r.error),
+                 QStringLiteral("config.json: verification failed (git blob id %1, the hub "
+                                "lists %2); moved aside to config.json.corrupt")
+                     .arg(gitBlobId(kConfigBody), gitBlobId(kOtherBody)));
+        QVERIFY(!QFile::exists(bad + "/config.json"));
+        QVERIFY(QFile::exists(bad + "/config.json.corrupt"));
     }
 
     void redirectToFileIsNotRetried() {
