@@ -49,7 +49,18 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# tst_k3serve installs the openai npm client over the host's network: trust what the
+# host trusts (an egress proxy's CA may be in the host's bundle only). Node keeps its own
+# CAs and adds these; npm reads the same file.
+hostca=()
+if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+  mkdir -p "$root/etc/ssl"
+  cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/k3chat-host-ca.crt"
+  hostca=(NODE_EXTRA_CA_CERTS=/etc/ssl/k3chat-host-ca.crt
+          npm_config_cafile=/etc/ssl/k3chat-host-ca.crt)
+fi
+
 # The build directory lives inside the chroot so it never mixes with the host's.
 chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-  CCACHE_DIR=/work/ccache CI="${CI:-}" \
+  CCACHE_DIR=/work/ccache CI="${CI:-}" "${hostca[@]}" \
   bash -c 'cd /work/k3chat && bash .ci/build-and-test.sh'
