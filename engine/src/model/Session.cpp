@@ -418,6 +418,7 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
         if (proposals.empty()) { // one position, as serial decode
             feed(s, next, result);
             ++result.decodePasses;
+            if (spec) width.recordSerial(secondsSince(tt));
             TokenTiming t = s.lastTiming;
             t.computeSeconds =
                 std::max(0.0, secondsSince(tt) - t.trunkIoSeconds - t.expertIoSeconds);
@@ -455,7 +456,6 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
             if (options.sampling.temperature > 0.0f) correction = c;
             break;
         }
-        width.record(int(proposals.size()), accepted);
         // Walk the accepted proposals as if decoded one by one: one may end the turn or
         // reach maxTokens, and then it is not fed.
         int keep = 1; // `next` is fed
@@ -481,6 +481,8 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
         s.model.rollback(s.state, start + keep);
         s.fed.insert(s.fed.end(), chunk.begin(), chunk.begin() + keep);
         std::copy_n(chunkLogits.data() + std::size_t(keep - 1) * V, V, s.logits.data());
+        width.record(int(proposals.size()), accepted,
+                     share(secondsSince(tt), int(committed.size())));
         // The pass's time, shared by the tokens it committed.
         TokenTiming t;
         t.trunkIoSeconds =

@@ -32,16 +32,24 @@ bool SpeculationWidth::propose() {
     return false;
 }
 
-void SpeculationWidth::record(int proposed, int accepted) {
+void SpeculationWidth::record(int proposed, int accepted, double secondsPerToken) {
     if (proposed <= 0) return;
-    if (accepted > 0) failures_ = 0;
-    if (accepted == proposed) { // every guess held: guess further
+    const bool slower =
+        secondsPerToken > 0 && serialSeconds_ > 0 && secondsPerToken > serialSeconds_;
+    if (accepted > 0 && !slower) failures_ = 0;
+    if (accepted == proposed && !slower) { // every guess held and paid: guess further
         width_ = std::min(max_, width_ * 2);
-    } else if (accepted == 0) { // the first guess failed: the pass was nearly wasted
+    } else if (accepted == 0 || slower) { // the pass was nearly wasted, or cost more
         width_ = std::max(1, width_ / 2);
         failures_ = std::min(failures_ + 1, 6);
         cooldown_ = 1 << failures_; // 2, 4, ... 64 serial steps
     }
+}
+
+void SpeculationWidth::recordSerial(double seconds) {
+    if (seconds <= 0) return;
+    // A short memory: the disk's speed changes as the page cache warms.
+    serialSeconds_ = serialSeconds_ > 0 ? 0.75 * serialSeconds_ + 0.25 * seconds : seconds;
 }
 
 } // namespace k3

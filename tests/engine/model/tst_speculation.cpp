@@ -125,6 +125,28 @@ void TestSpeculation::widthAdapts() {
     QVERIFY(!w.propose());
     QVERIFY(!w.propose());
     QVERIFY(w.propose());
+
+    // Measured seconds: a pass slower per committed token than serial steps fails even
+    // when its guesses held; one that pays grows the width.
+    k3::SpeculationWidth t(16, 4);
+    t.record(4, 4, 0.5); // no serial step measured yet: judged by acceptance only
+    QCOMPARE(t.width(), 8);
+    t.recordSerial(0.2);
+    QCOMPARE(t.serialSeconds(), 0.2);
+    t.recordSerial(0.4); // a moving average, 3/4 the old
+    QCOMPARE(t.serialSeconds(), 0.25);
+    t.record(8, 8, 0.2); // 0.2 s per token against 0.25 serial: pays
+    QCOMPARE(t.width(), 16);
+    QVERIFY(t.propose());
+    t.record(16, 16, 0.3); // every guess held, but slower than serial decode
+    QCOMPARE(t.width(), 8);
+    QVERIFY(!t.propose());
+    QVERIFY(!t.propose());
+    QVERIFY(t.propose());
+    t.record(8, 3, 0.26); // partly accepted and slower: a failure in a row, 4 idle steps
+    QCOMPARE(t.width(), 4);
+    for (int i = 0; i < 4; ++i) QVERIFY(!t.propose());
+    QVERIFY(t.propose());
 }
 
 void TestSpeculation::rollbackGivesThePlainState_data() {
