@@ -13,8 +13,12 @@
 #include <httplib.h>
 
 #include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
@@ -35,6 +39,51 @@ namespace k3cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// "ADDRESS:PORT" of a socket address, as cpp-httplib formats a request's endpoints.
+std::string endpoint(const sockaddr_storage& a, socklen_t len) {
+    char host[NI_MAXHOST], port[NI_MAXSERV];
+    if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof host, port,
+                    sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+        return {};
+    return std::string(host) + ":" + port;
+}
+
+// The descriptor of the connection a request came on, or -1. cpp-httplib 0.11 gives a
+// handler no view of its socket, so it is found among this process's descriptors by its
+// two endpoints (both are unique while the connection is open). A non-streamed
+// generation needs it to notice that its client left: it writes nothing until the end.
+int requestSocket(const httplib::Request& req) {
+    const std::string peer = req.remote_addr + ":" + std::to_string(req.remote_port);
+    const std::string local = req.local_addr + ":" + std::to_string(req.local_port);
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+        const std::string name = entry.path().filename().string();
+        if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+        const int fd = std::stoi(name);
+        struct stat st {};
+        if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+        sockaddr_storage a{};
+        socklen_t len = sizeof a;
+        if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || endpoint(a, len) != peer)
+            continue;
+        len = sizeof a;
+        if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 &&
+            endpoint(a, len) == local)
+            return fd;
+    }
+    return -1;
+}
+
+// True once the peer has closed the connection (an HTTP client that gave up): the
+// socket reads end-of-file or an error. Bytes of a pipelined next request are not EOF.
+bool peerClosed(int fd) {
+    pollfd p{fd, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) return true;
+    char byte;
+    return recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
 
 // FIFO turns for the one session: a request takes a place when it arrives (refused
 // when `limit` already wait), runs when it is first in line, and gives the place up
@@ -282,14 +331,18 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
         if (!place->waitTurn())
             return sendError(res,
                              api::ApiError(503, "the server is shutting down", "server_error"));
-        ReplyObserver observer(request.stop, cancel_,
-                               [](const std::string&, const std::string&) { return true; });
+        // Nothing is written until the end, so each token looks whether the client left.
+        const int socket = requestSocket(req);
+        ReplyObserver observer(
+            request.stop, cancel_,
+            [socket](const std::string&, const std::string&) { return !peerClosed(socket); });
         k3::GenerateResult r;
         try {
             generate(observer, r);
         } catch (const api::ApiError& e) {
             return sendError(res, e);
         }
+        if (observer.clientLeft()) return; // nobody to answer
         api::Completion c;
         c.id = id;
         c.model = modelId_;

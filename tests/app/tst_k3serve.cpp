@@ -160,6 +160,7 @@ private slots:
     void reasoningArrivesSeparately();
     void toolConversationsRenderAsTheTemplate();
     void disconnectFreesTheServer();
+    void nonStreamedDisconnectCancels();
     void concurrentClientsAreServedInTurn();
     void refusals();
     void apiKeyAndBinding();
@@ -338,6 +339,33 @@ void TestK3Serve::disconnectFreesTheServer() {
     QCOMPARE(r[2].toObject()["content"].toString(), kAnswers[1].second);
     QCOMPARE(stopServe(s), 0);
     // The dropped request generated far fewer than its 1063 tokens.
+    const QRegularExpression dropped(
+        QStringLiteral(R"(POST /v1/chat/completions 200 tokens=192\+(\d+) )"));
+    const auto m = dropped.match(s.log);
+    QVERIFY2(m.hasMatch(), qPrintable(s.log));
+    QVERIFY2(m.captured(1).toInt() < 1063, qPrintable(s.log));
+}
+
+// A client that gives up on a non-streamed answer (it writes nothing until the end):
+// the server notices the closed connection and stops generating.
+void TestK3Serve::nonStreamedDisconnectCancels() {
+    Server s = startServe();
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    QJsonObject longAnswer{{"model", "demo"},    {"messages", QJsonArray{user("Hello!")}},
+                           {"temperature", 2},   {"seed", 3},
+                           {"max_tokens", 3000}, {"stream", false}};
+    QJsonObject abandoned = call(longAnswer);
+    abandoned["abortAfterMs"] = 100;
+    const QJsonObject next{{"model", "demo"},
+                           {"messages", QJsonArray{user(kAnswers[1].first)}},
+                           {"thinking", QJsonObject{{"type", "disabled"}}}};
+    const QJsonArray r = chat(s, {abandoned, call(next)});
+    QCOMPARE(r.size(), 2);
+    QVERIFY2(r[0].toObject().contains("error"),
+             qPrintable(QJsonDocument(r[0].toObject()).toJson()));
+    QCOMPARE(r[1].toObject()["content"].toString(), kAnswers[1].second);
+    QCOMPARE(stopServe(s), 0);
+    // Uncancelled, this answer is 1063 tokens (disconnectFreesTheServer's stream).
     const QRegularExpression dropped(
         QStringLiteral(R"(POST /v1/chat/completions 200 tokens=192\+(\d+) )"));
     const auto m = dropped.match(s.log);

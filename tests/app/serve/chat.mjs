@@ -1,8 +1,9 @@
 // Drives k3 serve with the official openai client. argv[2]: a JSON spec
 //   {baseURL, apiKey, concurrent,
-//    calls: [{params, abortAfterChunks, delayMs, afterFirstChunkOf}]}
+//    calls: [{params, abortAfterChunks, abortAfterMs, delayMs, afterFirstChunkOf}]}
 // prints one JSON array with, per call, what the client saw. afterFirstChunkOf: start
 // once call N (concurrent) has received its first chunk, i.e. while N is generating.
+// abortAfterMs: the client gives up (closes the connection) after that long.
 import OpenAI from 'openai';
 
 const spec = JSON.parse(process.argv[2]);
@@ -19,7 +20,8 @@ async function one(call, index) {
                 chunks: 0, reasoningChunks: 0, contentChunks: 0, reasoningAfterContent: false, mixedChunks: 0 };
   try {
     if (!call.params.stream) {
-      const r = await client.chat.completions.create(call.params);
+      const options = call.abortAfterMs ? { signal: AbortSignal.timeout(call.abortAfterMs) } : {};
+      const r = await client.chat.completions.create(call.params, options);
       const m = r.choices[0].message;
       Object.assign(out, { id: r.id, object: r.object, model: r.model, content: m.content,
                            reasoning: m.reasoning_content ?? '', finish_reason: r.choices[0].finish_reason,
