@@ -25,7 +25,8 @@ std::vector<TokenId> proposePromptLookup(std::span<const TokenId> history, int k
 // stops proposing for 2, 4, ... 64 serial steps after each failed pass, so such text
 // decodes within a few percent of serial decode. A pass also fails when it was measured
 // slower per committed token than serial steps (a draft whose own forward costs more
-// than the trunk pass it saves): the width follows seconds, not only acceptance.
+// than the trunk pass it saves): the width follows seconds, not only acceptance. The
+// session times its steps for --spec auto only; a fixed width is judged by acceptance.
 class SpeculationWidth {
 public:
     explicit SpeculationWidth(int maxWidth = 16, int start = 4);

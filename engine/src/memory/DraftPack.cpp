@@ -116,16 +116,27 @@ DraftPackResult packDraft(const fs::path& modelDir, const fs::path& draftDir,
                 const std::size_t rb = mxfp4RowBytes(cols), rs = mxfp4ScalesPerRow(cols);
                 packed.assign(std::size_t(rows) * rb, 0);
                 scales.assign(std::size_t(rows) * rs, 0);
+                // Rows are independent: every core quantises. The first bad row (lowest
+                // index) is the one reported, as a serial loop would.
+                int badRow = rows;
+                std::string badWhat;
+#pragma omp parallel for schedule(dynamic, 64)
                 for (int r = 0; r < rows; ++r) {
                     try {
                         quantizeMxfp4Row(w.data() + std::size_t(r) * std::size_t(cols), cols,
                                          packed.data() + std::size_t(r) * rb,
                                          scales.data() + std::size_t(r) * rs);
                     } catch (const KernelError& e) {
-                        throw PackError("tensor " + name + " row " + std::to_string(r) + ": " +
-                                        e.what());
+#pragma omp critical(k3_draft_bad_row)
+                        if (r < badRow) {
+                            badRow = r;
+                            badWhat = e.what();
+                        }
                     }
                 }
+                if (badRow < rows)
+                    throw PackError("tensor " + name + " row " + std::to_string(badRow) + ": " +
+                                    badWhat);
                 out.write(reinterpret_cast<const char*>(packed.data()),
                           std::streamsize(packed.size()));
                 out.write(reinterpret_cast<const char*>(scales.data()),

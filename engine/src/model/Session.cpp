@@ -367,6 +367,9 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
             const std::atomic<bool>* cancel, Decide&& decide, Report&& report) {
     Sampler sampler(options.sampling);
     const bool spec = options.speculation != 0;
+    // --spec auto follows measured seconds too; a fixed width only acceptance, so its
+    // passes (and counts) do not depend on the machine's load.
+    const bool autoWidth = options.speculation < 0;
     std::optional<TokenId> forced; // a rejected proposal's correction: the next token
     SpeculationWidth width(options.speculation > 0 ? options.speculation : 16,
                            options.speculation > 0 ? options.speculation : 4);
@@ -418,7 +421,7 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
         if (proposals.empty()) { // one position, as serial decode
             feed(s, next, result);
             ++result.decodePasses;
-            if (spec) width.recordSerial(secondsSince(tt));
+            if (autoWidth) width.recordSerial(secondsSince(tt));
             TokenTiming t = s.lastTiming;
             t.computeSeconds =
                 std::max(0.0, secondsSince(tt) - t.trunkIoSeconds - t.expertIoSeconds);
@@ -482,7 +485,7 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
         s.fed.insert(s.fed.end(), chunk.begin(), chunk.begin() + keep);
         std::copy_n(chunkLogits.data() + std::size_t(keep - 1) * V, V, s.logits.data());
         width.record(int(proposals.size()), accepted,
-                     share(secondsSince(tt), int(committed.size())));
+                     autoWidth ? share(secondsSince(tt), int(committed.size())) : 0.0);
         // The pass's time, shared by the tokens it committed.
         TokenTiming t;
         t.trunkIoSeconds =

@@ -212,10 +212,12 @@ private slots:
                                  s.lastLogits().size() * sizeof(float)),
                      0);
             QCOMPARE(s.positions(), serialSession.positions());
-            accepted += r.acceptedProposals + r2.acceptedProposals;
+            // The adaptive width also follows measured seconds (load-dependent): only the
+            // fixed widths' acceptance is a property of the draft.
+            if (width > 0) accepted += r.acceptedProposals + r2.acceptedProposals;
         }
-        qInfo("%s budget %d: %d draft proposals accepted over the widths", qPrintable(name), budget,
-              accepted);
+        qInfo("%s budget %d: %d draft proposals accepted over widths 1, 8, 32", qPrintable(name),
+              budget, accepted);
         // The trained demo's draft (its projections in MXFP4) agrees with the model most of
         // the time, less so without the routed experts (budget 1). The random tiny models'
         // near-flat logits flip under quantisation: few or no proposals are accepted there,
