@@ -60,7 +60,9 @@ QSize ConversationListDelegate::sizeHint(const QStyleOptionViewItem& option,
                                          const QModelIndex&) const {
     const int height = QFontMetrics(option.font).height() + 2 + kGap +
                        QFontMetrics(dateFont(option.font)).height() + kMargin;
-    return QSize(option.rect.width() > 0 ? option.rect.width() : 200, height);
+    // Narrow on purpose: the list gives each entry its whole width and the title is
+    // elided to it, so a long title never brings a horizontal scroll bar.
+    return QSize(QFontMetrics(option.font).averageCharWidth() * 8, height);
 }
 
 void ConversationListDelegate::setModelData(QWidget* editor, QAbstractItemModel*,
