@@ -4,6 +4,7 @@
 #include "AppSettings.h"
 #include "RemoteServerDialog.h"
 #include "SettingsDialog.h"
+#include "chat/ConversationListPanel.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
 
@@ -44,7 +45,6 @@
 
 MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent), m_splitter(new QSplitter(Qt::Horizontal, this)),
-      m_conversationList(new QListWidget), m_search(new QLineEdit),
       m_conversation(new ConversationView), m_composer(new MessageComposer), m_findBar(new FindBar),
       m_engine(new EngineController(this)),
       m_store(std::make_unique<ConversationStore>(
@@ -58,21 +58,16 @@ MainWindow::MainWindow(QWidget* parent)
     auto* sideLayout = new QVBoxLayout(sidebar);
     auto* newChatButton = new QPushButton(tr("New chat"));
     newChatButton->setObjectName(QStringLiteral("newChatButton"));
-    m_search->setObjectName(QStringLiteral("conversationSearch"));
-    m_search->setPlaceholderText(tr("Search conversations"));
-    m_search->setClearButtonEnabled(true);
-    m_conversationList->setObjectName(QStringLiteral("conversationList"));
+    m_conversationPanel = new ConversationListPanel(m_store.get());
     sideLayout->addWidget(newChatButton);
-    sideLayout->addWidget(m_search);
-    sideLayout->addWidget(m_conversationList, 1);
+    sideLayout->addWidget(m_conversationPanel, 1);
     connect(newChatButton, &QPushButton::clicked, this, &MainWindow::newChat);
-    connect(m_conversationList, &QListWidget::itemActivated, this, [this](QListWidgetItem* item) {
-        openConversation(item->data(Qt::UserRole).toString());
-    });
-    connect(m_conversationList, &QListWidget::itemClicked, this, [this](QListWidgetItem* item) {
-        openConversation(item->data(Qt::UserRole).toString());
-    });
-    connect(m_search, &QLineEdit::textChanged, this, &MainWindow::refreshConversationList);
+    connect(m_conversationPanel, &ConversationListPanel::conversationActivated, this,
+            &MainWindow::openConversation);
+    connect(m_conversationPanel, &ConversationListPanel::conversationDeleted, this,
+            [this](const QString& id) {
+                if (id == m_currentId) newChat(); // its file is in the trash now
+            });
 
     auto* center = new QWidget;
     auto* centerLayout = new QVBoxLayout(center);
@@ -137,7 +132,11 @@ MainWindow::MainWindow(QWidget* parent)
     refreshConversationList();
 }
 
-MainWindow::~MainWindow() = default;
+MainWindow::~MainWindow() {
+    // Deletions waiting for Undo become final while the store (a member, gone before
+    // the child widgets) is still there.
+    m_conversationPanel->finishDeletions();
+}
 
 void MainWindow::createDocks() {
     auto* plan = new MemoryPlanPanel;
@@ -245,7 +244,7 @@ void MainWindow::newChat() {
     m_engine->resetConversation();
     m_currentId.clear();
     m_store->release(); // the next save claims the new conversation
-    m_conversationList->clearSelection();
+    m_conversationPanel->setCurrentConversation({});
     m_composer->clear();
     m_composer->setFocus();
 }
@@ -262,16 +261,13 @@ QString MainWindow::demoModelDirectory() {
     return {};
 }
 
+QListWidget* MainWindow::conversationList() const {
+    return m_conversationPanel->list();
+}
+
 void MainWindow::refreshConversationList() {
-    const QString filter = m_search->text().trimmed();
-    m_conversationList->clear();
-    for (const ConversationStore::Summary& c : m_store->list()) {
-        if (!filter.isEmpty() && !c.title.contains(filter, Qt::CaseInsensitive)) continue;
-        auto* item = new QListWidgetItem(c.title, m_conversationList);
-        item->setData(Qt::UserRole, c.id);
-        item->setToolTip(QLocale().toString(c.modified, QLocale::ShortFormat));
-        if (c.id == m_currentId) item->setSelected(true);
-    }
+    m_conversationPanel->setCurrentConversation(m_currentId);
+    m_conversationPanel->refresh();
 }
 
 void MainWindow::openConversation(const QString& id) {
@@ -289,16 +285,20 @@ void MainWindow::openConversation(const QString& id) {
                         QMessageBox::Ok, this);
         box.setTextFormat(Qt::PlainText);
         box.setDetailedText(QString::fromUtf8(e.what()));
+        m_conversationPanel->setCurrentConversation(m_currentId); // the shown one stays lit
         box.exec();
         return;
     }
     try {
         const QVector<ChatTurn> turns = m_store->load(id);
         m_conversation->conversation()->setTurns(turns);
+        m_conversation->scrollToBottom(); // a reopened chat goes on at its end
         m_currentId = id;
+        m_conversationPanel->setCurrentConversation(id);
         statusBar()->showMessage(tr("Opened \"%1\"").arg(ConversationStore::titleFor(turns)), 5000);
     } catch (const std::exception& e) {
         m_store->release();
+        m_conversationPanel->setCurrentConversation(m_currentId);
         QMessageBox box(QMessageBox::Warning, tr("Could not open the conversation"),
                         tr("The saved conversation could not be read; the file was left as it is."),
                         QMessageBox::Ok, this);
@@ -341,9 +341,8 @@ void MainWindow::saveConversation() {
     const QVector<ChatTurn> turns = m_conversation->conversation()->turns();
     if (turns.isEmpty()) return;
     try {
-        const bool isNew = m_currentId.isEmpty();
         m_currentId = m_store->save(m_currentId, turns);
-        if (isNew) refreshConversationList();
+        m_conversationPanel->conversationSaved(m_currentId); // new title, date, first place
     } catch (const std::exception& e) {
         statusBar()->showMessage(
             tr("Could not save the conversation: %1").arg(QString::fromUtf8(e.what())));

@@ -4,6 +4,7 @@
 
 #include <memory>
 
+class ConversationListPanel;
 class ConversationStore;
 struct ChatTurn;
 class ConversationView;
@@ -15,7 +16,6 @@ class MessageComposer;
 class FindBar;
 class QAction;
 class QListWidget;
-class QLineEdit;
 class QSplitter;
 
 // The main window: conversations on the left, the current one in the middle with the
@@ -28,7 +28,8 @@ public:
 
     ConversationView* conversationView() const { return m_conversation; }
     MessageComposer* composer() const { return m_composer; }
-    QListWidget* conversationList() const { return m_conversationList; }
+    ConversationListPanel* conversationPanel() const { return m_conversationPanel; }
+    QListWidget* conversationList() const;
     EngineController* engine() const { return m_engine; }
     ConversationStore* store() const { return m_store.get(); }
     TokenTimingPanel* timingPanel() const { return m_timing; }
@@ -99,8 +100,7 @@ private:
     void applySettings();
 
     QSplitter* m_splitter;
-    QListWidget* m_conversationList;
-    QLineEdit* m_search;
+    ConversationListPanel* m_conversationPanel = nullptr;
     ConversationView* m_conversation;
     MessageComposer* m_composer;
     FindBar* m_findBar;

@@ -1,4 +1,5 @@
 #include <QDateTime>
+#include <QDir>
 #include <QFile>
 #include <QTemporaryDir>
 #include <QTest>
@@ -17,6 +18,10 @@ private slots:
     void titleIsTheFirstQuestion();
     void everyFieldSurvivesSaveAndLoad();
     void secondSessionOnOneConversationIsRefused();
+    void titleIsStoredBesideTheTranscript();
+    void trashedConversationIsRestoredAsItWas();
+    void trashingAConversationInUseIsRefused();
+    void searchMatchesMessageText();
 };
 
 void TestConversationStore::roundTripAndList() {
@@ -141,6 +146,113 @@ void TestConversationStore::secondSessionOnOneConversationIsRefused() {
     QCOMPARE(second.save(id, turns), id);
     QCOMPARE(second.claimedId(), id);
     QVERIFY_THROWS_EXCEPTION(std::runtime_error, first.claim(id));
+}
+
+void TestConversationStore::titleIsStoredBesideTheTranscript() {
+    QTemporaryDir dir;
+    ConversationStore store(dir.path());
+    const QString id = store.save({}, {{QStringLiteral("user"), QStringLiteral("What is KDA?")},
+                                       {QStringLiteral("assistant"), QStringLiteral("A delta.")}});
+    QFile transcript(store.pathFor(id));
+    QVERIFY(transcript.open(QIODevice::ReadOnly));
+    const QByteArray before = transcript.readAll();
+    transcript.close();
+    QCOMPARE(store.storedTitle(id), QString()); // an old file: no title of its own
+    store.setTitle(id, QStringLiteral("  Kimi\nattention  "));
+    QCOMPARE(store.storedTitle(id), QStringLiteral("Kimi attention"));
+    QVERIFY(QFile::exists(dir.filePath(id + QStringLiteral(".title"))));
+    QVERIFY(transcript.open(QIODevice::ReadOnly));
+    QCOMPARE(transcript.readAll(), before); // still the engine's format, byte for byte
+    transcript.close();
+    ConversationStore reopened(dir.path());
+    QCOMPARE(reopened.list().front().title, QStringLiteral("Kimi attention"));
+    QCOMPARE(reopened.summary(id).title, QStringLiteral("Kimi attention"));
+    // An empty title gives the first question back.
+    store.setTitle(id, QStringLiteral("   "));
+    QVERIFY(!QFile::exists(dir.filePath(id + QStringLiteral(".title"))));
+    QCOMPARE(reopened.list().front().title, QStringLiteral("What is KDA?"));
+}
+
+void TestConversationStore::trashedConversationIsRestoredAsItWas() {
+    QTemporaryDir dir;
+    ConversationStore store(dir.path());
+    const QVector<ChatTurn> turns{{QStringLiteral("user"), QStringLiteral("keep me")},
+                                  {QStringLiteral("assistant"), QStringLiteral("kept")}};
+    const QString id = store.save({}, turns);
+    store.setTitle(id, QStringLiteral("Precious"));
+    const QDateTime lastWeek = QDateTime::currentDateTime().addDays(-7);
+    {
+        QFile file(store.pathFor(id));
+        QVERIFY(file.open(QIODevice::ReadWrite));
+        QVERIFY(file.setFileTime(lastWeek, QFileDevice::FileModificationTime));
+    }
+    store.trash(id);
+    QCOMPARE(store.claimedId(), QString()); // the trashed conversation is let go
+    QVERIFY(store.list().isEmpty());
+    QVERIFY(!QFile::exists(store.pathFor(id)));
+    QVERIFY(
+        QFile::exists(store.trashDirectory() + QLatin1Char('/') + id + QStringLiteral(".jsonl")));
+    store.restore(id);
+    const auto list = store.list();
+    QCOMPARE(list.size(), 1);
+    QCOMPARE(list.front().title, QStringLiteral("Precious"));
+    QCOMPARE(list.front().modified.toSecsSinceEpoch(), lastWeek.toSecsSinceEpoch());
+    QCOMPARE(store.load(id).size(), 2);
+    QCOMPARE(store.load(id).at(1).content, QStringLiteral("kept"));
+    // Restoring twice names the file that is no longer in the trash.
+    QVERIFY_THROWS_EXCEPTION(std::runtime_error, store.restore(id));
+    store.trash(id);
+    store.purge(id);
+    QVERIFY(QDir(store.trashDirectory()).isEmpty());
+    try {
+        store.restore(id);
+        QFAIL("a purged conversation came back");
+    } catch (const std::exception& e) {
+        QCOMPARE(QString::fromUtf8(e.what()),
+                 store.trashDirectory() + QLatin1Char('/') + id +
+                     QStringLiteral(".jsonl: not in the trash (deleted for good already)"));
+    }
+}
+
+void TestConversationStore::trashingAConversationInUseIsRefused() {
+    QTemporaryDir dir;
+    ConversationStore first(dir.path());
+    ConversationStore second(dir.path()); // another window writing the conversation
+    const QString id = second.save({}, {{QStringLiteral("user"), QStringLiteral("busy")}});
+    try {
+        first.trash(id);
+        QFAIL("a conversation in use was trashed");
+    } catch (const std::exception& e) {
+        QVERIFY2(QString::fromUtf8(e.what()).startsWith(first.pathFor(id) +
+                                                        QStringLiteral(" is in use by another")),
+                 e.what());
+    }
+    QVERIFY(QFile::exists(first.pathFor(id)));
+    QCOMPARE(second.claimedId(), id);
+}
+
+void TestConversationStore::searchMatchesMessageText() {
+    QTemporaryDir dir;
+    ConversationStore store(dir.path());
+    const QString zeppelin = store.save(
+        {}, {{QStringLiteral("user"), QStringLiteral("Airships")},
+             {QStringLiteral("assistant"), QStringLiteral("The Zeppelin LZ 129 hangar")}});
+    const QString trains = store.save({}, {{QStringLiteral("user"), QStringLiteral("Trains")},
+                                           {QStringLiteral("assistant"), QStringLiteral("Rails")}});
+    store.setTitle(trains, QStringLiteral("Rail hangar notes"));
+    const auto ids = [&](const QString& query) {
+        QStringList out;
+        for (const auto& s : ConversationStore::listDirectory(dir.path(), query)) out << s.id;
+        out.sort();
+        return out;
+    };
+    QCOMPARE(ids(QStringLiteral("zeppelin")), QStringList{zeppelin}); // the answer, not the title
+    QStringList both{zeppelin, trains};
+    both.sort();
+    QCOMPARE(ids(QStringLiteral("HANGAR")), both); // a stored title is searched too
+    QCOMPARE(ids(QStringLiteral("hangar  lz")), QStringList{zeppelin}); // every word
+    QCOMPARE(ids(QStringLiteral("zeppelin rail")), QStringList());
+    QCOMPARE(ids(QString()).size(), 2);
 }
 
 QTEST_GUILESS_MAIN(TestConversationStore)

@@ -6,7 +6,33 @@
 
 #include <k3/chat.hpp>
 
+#include <stdexcept>
+
 namespace {
+
+// Every word somewhere in the title or in one message's text (what the view shows).
+bool holdsEveryWord(const QString& title, const QVector<ChatTurn>& turns,
+                    const QStringList& words) {
+    for (const QString& word : words) {
+        bool found = title.contains(word, Qt::CaseInsensitive);
+        for (qsizetype i = 0; !found && i < turns.size(); ++i)
+            found = turns[i].content.contains(word, Qt::CaseInsensitive);
+        if (!found) return false;
+    }
+    return true;
+}
+
+[[noreturn]] void fail(const QString& message) {
+    throw std::runtime_error(message.toStdString());
+}
+
+// A rename keeps the file's date, so a restored conversation sorts where it was.
+void moveFile(const QString& from, const QString& to) {
+    if (QFileInfo::exists(to)) fail(QObject::tr("%1: not moved to %2, which exists").arg(from, to));
+    QFile file(from);
+    if (!file.rename(to))
+        fail(QObject::tr("%1: could not be moved to %2 (%3)").arg(from, to, file.errorString()));
+}
 
 std::vector<k3::ChatMessage> toMessages(const QVector<ChatTurn>& turns) {
     std::vector<k3::ChatMessage> out;
@@ -56,22 +82,50 @@ QString ConversationStore::titleFor(const QVector<ChatTurn>& turns) {
     return QObject::tr("New chat");
 }
 
-QVector<ConversationStore::Summary> ConversationStore::list() const {
+QString ConversationStore::titlePath(const QString& directory, const QString& id) {
+    return directory + QLatin1Char('/') + id + QStringLiteral(".title");
+}
+
+QString ConversationStore::readTitle(const QString& directory, const QString& id) {
+    QFile file(titlePath(directory, id));
+    if (!file.open(QIODevice::ReadOnly)) return {};
+    return QString::fromUtf8(file.read(4096)).simplified(); // a title, not a document
+}
+
+QVector<ConversationStore::Summary> ConversationStore::listDirectory(const QString& directory,
+                                                                     const QString& query) {
+    const QStringList words = query.simplified().split(QLatin1Char(' '), Qt::SkipEmptyParts);
     QVector<Summary> out;
     const QFileInfoList files =
-        QDir(m_directory).entryInfoList({QStringLiteral("*.jsonl")}, QDir::Files, QDir::Time);
+        QDir(directory).entryInfoList({QStringLiteral("*.jsonl")}, QDir::Files, QDir::Time);
     for (const QFileInfo& f : files) {
-        Summary s;
-        s.id = f.completeBaseName();
-        s.modified = f.lastModified();
-        try {
-            s.title = titleFor(load(s.id));
-        } catch (const std::exception&) {
-            s.title = QObject::tr("%1 (unreadable)").arg(f.fileName());
+        Summary s{f.completeBaseName(), readTitle(directory, f.completeBaseName()),
+                  f.lastModified()};
+        QVector<ChatTurn> turns;
+        // A stored title spares reading the transcript, unless its text is searched.
+        if (s.title.isEmpty() || !words.isEmpty()) {
+            try {
+                turns = toTurns(k3::readTranscript(f.filePath().toStdString()));
+                if (s.title.isEmpty()) s.title = titleFor(turns);
+            } catch (const std::exception&) {
+                if (s.title.isEmpty()) s.title = QObject::tr("%1 (unreadable)").arg(f.fileName());
+            }
         }
-        out.push_back(s);
+        if (words.isEmpty() || holdsEveryWord(s.title, turns, words)) out.push_back(s);
     }
     return out;
+}
+
+ConversationStore::Summary ConversationStore::summary(const QString& id) const {
+    Summary s{id, storedTitle(id), QFileInfo(pathFor(id)).lastModified()};
+    if (s.title.isEmpty()) {
+        try {
+            s.title = titleFor(load(id));
+        } catch (const std::exception&) {
+            s.title = QObject::tr("%1 (unreadable)").arg(QFileInfo(pathFor(id)).fileName());
+        }
+    }
+    return s;
 }
 
 QVector<ChatTurn> ConversationStore::toTurns(const std::vector<k3::ChatMessage>& messages) {
@@ -103,5 +157,66 @@ QString ConversationStore::save(const QString& id, const QVector<ChatTurn>& turn
 
 bool ConversationStore::remove(const QString& id) {
     if (id == m_claimedId) release();
+    QFile::remove(titlePathFor(id));
     return QFile::remove(pathFor(id));
+}
+
+void ConversationStore::setTitle(const QString& id, const QString& title) {
+    const QString path = titlePathFor(id);
+    const QString clean = title.simplified();
+    if (clean.isEmpty()) {
+        if (QFileInfo::exists(path) && !QFile::remove(path))
+            fail(QObject::tr("%1: could not be removed").arg(path));
+        return;
+    }
+    QDir().mkpath(m_directory);
+    k3::writeFileAtomically(path.toStdString(), clean.toStdString()); // throws naming it
+}
+
+void ConversationStore::trash(const QString& id) {
+    const bool wasClaimed = id == m_claimedId;
+    if (wasClaimed) release(); // a second lock by this process would refuse itself
+    try {
+        // Held while moving: a session writing it now is told, not robbed of its file.
+        const k3::OutputLock lock(pathFor(id).toStdString());
+        const QString trashedPath = trashDirectory() + QLatin1Char('/') + id;
+        if (!QFileInfo::exists(pathFor(id)))
+            fail(QObject::tr("%1: no such conversation").arg(pathFor(id)));
+        QDir().mkpath(trashDirectory());
+        // A copy of the same conversation left by a crash during an earlier undo period.
+        QFile::remove(trashedPath + QStringLiteral(".jsonl"));
+        QFile::remove(trashedPath + QStringLiteral(".title"));
+        const bool titled = QFileInfo::exists(titlePathFor(id));
+        if (titled) moveFile(titlePathFor(id), trashedPath + QStringLiteral(".title"));
+        try {
+            moveFile(pathFor(id), trashedPath + QStringLiteral(".jsonl"));
+        } catch (const std::exception&) {
+            if (titled) QFile::rename(trashedPath + QStringLiteral(".title"), titlePathFor(id));
+            throw;
+        }
+    } catch (const std::exception&) {
+        if (wasClaimed) {
+            try {
+                claim(id);
+            } catch (const std::exception&) { // another session took it meanwhile
+            }
+        }
+        throw;
+    }
+}
+
+void ConversationStore::restore(const QString& id) {
+    const QString trashedPath = trashDirectory() + QLatin1Char('/') + id;
+    const QString transcript = trashedPath + QStringLiteral(".jsonl");
+    if (!QFileInfo::exists(transcript))
+        fail(QObject::tr("%1: not in the trash (deleted for good already)").arg(transcript));
+    moveFile(transcript, pathFor(id));
+    if (QFileInfo::exists(trashedPath + QStringLiteral(".title")))
+        moveFile(trashedPath + QStringLiteral(".title"), titlePathFor(id));
+}
+
+void ConversationStore::purge(const QString& id) {
+    const QString trashedPath = trashDirectory() + QLatin1Char('/') + id;
+    QFile::remove(trashedPath + QStringLiteral(".jsonl"));
+    QFile::remove(trashedPath + QStringLiteral(".title"));
 }

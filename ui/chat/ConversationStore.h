@@ -20,12 +20,15 @@ class OutputLock;
 // state. Small enough to run on the GUI thread. The conversation being written is
 // claimed (an advisory lock, k3::OutputLock): a second k3chat, or `k3 --chat --history`
 // on the same file, is refused with a message instead of silently overwriting it.
+// A title the user gave is kept beside the transcript (ID.title, plain UTF-8), so the
+// transcript stays in the engine's format and files without one still open. Deleted
+// conversations go to the trash/ subfolder first, where restore() finds them again.
 class ConversationStore {
 public:
     struct Summary {
-        QString id;    // file name without .jsonl
-        QString title; // the first user message, shortened
-        QDateTime modified;
+        QString id;         // file name without .jsonl
+        QString title;      // the stored title, else the first user message, shortened
+        QDateTime modified; // the transcript's last write
     };
 
     explicit ConversationStore(QString directory);
@@ -35,7 +38,13 @@ public:
 
     const QString& directory() const { return m_directory; }
     // Newest first.
-    QVector<Summary> list() const;
+    QVector<Summary> list() const { return listDirectory(m_directory); }
+    // The conversations in `directory`, newest first; with a `query`, only those whose
+    // title or message text holds every word of it (case-insensitive). Only reads files,
+    // so a worker thread may run it (the sidebar's full-text search).
+    static QVector<Summary> listDirectory(const QString& directory, const QString& query = {});
+    // One conversation's entry (its title and date after a save or a rename).
+    Summary summary(const QString& id) const;
     // Throws std::runtime_error naming the file and line when a transcript is invalid.
     QVector<ChatTurn> load(const QString& id) const;
     // Writes the whole conversation; returns the id (a new one when `id` is empty).
@@ -43,6 +52,24 @@ public:
     // session holds it, and then writes nothing.
     QString save(const QString& id, const QVector<ChatTurn>& turns);
     bool remove(const QString& id);
+
+    // Stores the user's title for `id` (simplified to one line); an empty title removes
+    // it, and the first question is the title again. Throws std::runtime_error naming
+    // the file when it cannot be written.
+    void setTitle(const QString& id, const QString& title);
+    // The stored title; empty when the user never gave one.
+    QString storedTitle(const QString& id) const { return readTitle(m_directory, id); }
+
+    // Moves the transcript and its title into trashDirectory(), unchanged (date
+    // included). Throws std::runtime_error naming the file when another session holds
+    // the conversation or the move fails; nothing is moved then.
+    void trash(const QString& id);
+    // Brings a trashed conversation back as it was. Throws std::runtime_error naming the
+    // file when it is not in the trash or a conversation with its id exists again.
+    void restore(const QString& id);
+    // Deletes a trashed conversation for good.
+    void purge(const QString& id);
+    QString trashDirectory() const { return m_directory + QStringLiteral("/trash"); }
 
     // Locks conversation `id` for this store until another one is claimed, release() or
     // the store goes away. Throws std::runtime_error naming the file and the other
@@ -56,8 +83,12 @@ public:
     static QVector<ChatTurn> toTurns(const std::vector<k3::ChatMessage>& messages);
 
     QString pathFor(const QString& id) const;
+    QString titlePathFor(const QString& id) const { return titlePath(m_directory, id); }
 
 private:
+    static QString titlePath(const QString& directory, const QString& id);
+    static QString readTitle(const QString& directory, const QString& id);
+
     QString m_directory;
     QString m_claimedId;
     std::unique_ptr<k3::OutputLock> m_lock;

@@ -1,0 +1,102 @@
+#pragma once
+
+#include <QTimer>
+#include <QVector>
+#include <QWidget>
+
+#include "chat/ConversationStore.h"
+
+class ConversationListDelegate;
+class QLabel;
+class QLineEdit;
+class QListWidget;
+class QListWidgetItem;
+
+// The sidebar's conversations: newest first, each with its title and how long ago it
+// changed. The highlighted entry is always the shown conversation: choosing one (click,
+// arrow keys, Enter) asks for it to be opened, and a right-click opens a menu for the
+// entry under the mouse without moving the highlight. F2 renames inline; Delete moves
+// the conversation to the store's trash and offers Undo (the button, or Ctrl+Z) for a
+// while; only then, or when the panel goes away, is it deleted for good. The search
+// field matches titles and message text on a worker thread and says when nothing does.
+class ConversationListPanel : public QWidget {
+    Q_OBJECT
+public:
+    // `store` must outlive the panel, or finishDeletions() be called before it goes.
+    explicit ConversationListPanel(ConversationStore* store, QWidget* parent = nullptr);
+    // Deletions still waiting for Undo become final.
+    ~ConversationListPanel() override;
+
+    QListWidget* list() const { return m_list; }
+    QLineEdit* searchField() const { return m_search; }
+    const QString& currentConversation() const { return m_currentId; }
+    // Shown when a search finds nothing; empty otherwise.
+    QString noResultsText() const;
+    // The deleted conversations Undo can still bring back, the latest last.
+    QStringList pendingDeletions() const;
+    // How long Undo is offered after a deletion (10 s unless a test shortens it).
+    void setUndoPeriod(int milliseconds) { m_undoTimer.setInterval(milliseconds); }
+
+public slots:
+    // Lists the store again: at once without a search, on a worker with one.
+    void refresh();
+    // Highlights `id` (none when empty or not listed): the conversation now shown.
+    void setCurrentConversation(const QString& id);
+    // The shown conversation `id` was just written: its entry gets the new title and
+    // date and moves to the top (a new one is added), and it is highlighted.
+    void conversationSaved(const QString& id);
+    // Opens the inline editor on `id`'s title.
+    void renameConversation(const QString& id);
+    void deleteConversation(const QString& id);
+    // Brings back the latest deletion.
+    void undoDelete();
+    // Deletes every pending deletion for good.
+    void finishDeletions();
+
+signals:
+    // The user chose conversation `id` to be shown.
+    void conversationActivated(const QString& id);
+    // `id` was moved to the trash (the window shows a new chat if it was shown).
+    void conversationDeleted(const QString& id);
+    // A search's results are on screen.
+    void searchFinished();
+
+protected:
+    bool eventFilter(QObject* watched, QEvent* event) override;
+
+private:
+    struct Deletion {
+        QString id;
+        QString title;
+        bool wasShown;
+    };
+    void createActions();
+    void startSearch();
+    void showSummaries(const QVector<ConversationStore::Summary>& summaries, const QString& query);
+    void fillItem(QListWidgetItem* item, const ConversationStore::Summary& summary);
+    void updateDates();
+    void updateUndoBar();
+    void onSelectionChanged();
+    void storeTitle(const QString& id, const QString& title);
+    void showContextMenu(const QPoint& position);
+    void showError(const QString& title, const QString& details);
+    QListWidgetItem* itemFor(const QString& id) const;
+    QString selectedId() const;
+
+    ConversationStore* m_store;
+    QLineEdit* m_search;
+    QListWidget* m_list;
+    ConversationListDelegate* m_delegate;
+    QLabel* m_noResults;
+    QWidget* m_undoBar;
+    QLabel* m_undoLabel;
+    QTimer m_searchDelay;
+    QTimer m_undoTimer;
+    QTimer m_dateTimer;
+    QString m_currentId;
+    QVector<Deletion> m_deletions; // pending, oldest first
+    int m_searchGeneration = 0;    // a result of an older search or listing is dropped
+    bool m_filling = false;        // selection changes now are the panel's, not the user's
+    bool m_editing = false;        // a title is being typed
+    bool m_refreshAfterEdit = false;
+};
