@@ -26,7 +26,8 @@ std::vector<TokenId> proposePromptLookup(std::span<const TokenId> history, int k
 // decodes within a few percent of serial decode. A pass also fails when it was measured
 // slower per committed token than serial steps (a draft whose own forward costs more
 // than the trunk pass it saves): the width follows seconds, not only acceptance. The
-// session times its steps for --spec auto only; a fixed width is judged by acceptance.
+// session times its steps for greedy --spec auto only; a fixed width, and sampling
+// (whose random draws follow the proposals, and a seed must reproduce), go by acceptance.
 class SpeculationWidth {
 public:
     explicit SpeculationWidth(int maxWidth = 16, int start = 4);

@@ -367,9 +367,10 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
             const std::atomic<bool>* cancel, Decide&& decide, Report&& report) {
     Sampler sampler(options.sampling);
     const bool spec = options.speculation != 0;
-    // --spec auto follows measured seconds too; a fixed width only acceptance, so its
-    // passes (and counts) do not depend on the machine's load.
-    const bool autoWidth = options.speculation < 0;
+    // Greedy --spec auto follows measured seconds too. A fixed width is judged by
+    // acceptance only, so its passes (and counts) do not depend on the machine's load;
+    // so is sampling, whose draws depend on what was proposed: a seed must reproduce.
+    const bool autoWidth = options.speculation < 0 && options.sampling.temperature <= 0.0f;
     std::optional<TokenId> forced; // a rejected proposal's correction: the next token
     SpeculationWidth width(options.speculation > 0 ? options.speculation : 16,
                            options.speculation > 0 ? options.speculation : 4);
