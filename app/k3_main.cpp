@@ -9,6 +9,7 @@
 #include <k3/config.hpp>
 #include <k3/doctor.hpp>
 #include <k3/hub.hpp>
+#include <k3/launch.hpp>
 #include <k3/presets.hpp>
 #include <k3/system.hpp>
 #include <k3/version.hpp>
@@ -20,41 +21,27 @@ namespace {
 
 using k3cli::kExitUsage;
 
-// --preset and the two -gb flags set the same two numbers; a later flag wins.
+// --preset and the two -gb flags set the same two numbers; a later flag wins. The
+// engine's resolveMemoryFlags applies them; the report keeps what was asked.
 void resolveMemory(const CLI::App& app, const CLI::Option* presetOpt, const CLI::Option* trunkOpt,
                    const CLI::Option* cacheOpt, double trunkGB, double cacheGB,
                    k3cli::MemoryArgs& m) {
-    std::optional<k3::Preset> preset;
-    if (!m.preset.empty()) {
-        if (m.preset == "auto") {
-            const auto mem = k3::readMemoryInfo();
-            if (!mem)
-                throw k3cli::usageError("--preset auto: /proc/meminfo has no MemAvailable; "
-                                        "pick a preset by name (k3 --list-presets)");
-            preset = k3::recommendPreset(mem->availableBytes);
-            if (!preset)
-                throw k3cli::usageError("--preset auto: this machine has under 4 GB available; "
-                                        "no preset fits");
-        } else {
-            preset = k3::findPreset(m.preset);
-        }
-        m.resolvedPreset = std::string(preset->name);
+    std::vector<k3::MemoryFlag> flags;
+    for (const CLI::Option* o : app.parse_order()) {
+        if (o == presetOpt) flags.push_back({k3::MemoryFlag::Kind::Preset, m.preset, 0});
+        if (o == trunkOpt) flags.push_back({k3::MemoryFlag::Kind::TrunkGB, {}, trunkGB});
+        if (o == cacheOpt) flags.push_back({k3::MemoryFlag::Kind::CacheGB, {}, cacheGB});
     }
-    int presetAt = -1, trunkAt = -1, cacheAt = -1;
-    const auto& order = app.parse_order();
-    for (int i = 0; i < int(order.size()); ++i) {
-        if (order[std::size_t(i)] == presetOpt) presetAt = i;
-        if (order[std::size_t(i)] == trunkOpt) trunkAt = i;
-        if (order[std::size_t(i)] == cacheOpt) cacheAt = i;
+    const auto mem = k3::readMemoryInfo();
+    try {
+        m.budget = k3::resolveMemoryFlags(flags, mem ? mem->availableBytes : 0);
+    } catch (const k3::MemoryRefusal& e) {
+        throw k3cli::usageError(e.what());
     }
-    if (preset && presetAt > trunkAt)
-        m.trunkGB = preset->trunkGB;
-    else if (trunkAt >= 0)
-        m.trunkGB = trunkGB;
-    if (preset && presetAt > cacheAt)
-        m.cacheGB = preset->cacheGB;
-    else if (cacheAt >= 0)
-        m.cacheGB = cacheGB;
+    m.resolvedPreset = m.budget.preset;
+    const bool preset = !m.budget.preset.empty();
+    if (preset || m.budget.trunkBytes) m.trunkGB = double(m.budget.resolvedTrunkBytes()) / 1e9;
+    if (preset || m.budget.cacheBytes) m.cacheGB = double(m.budget.resolvedCacheBytes()) / 1e9;
 }
 
 } // namespace
@@ -378,9 +365,10 @@ int main(int argc, char** argv) {
                      "Where trunk.bin and trunk.json go (with --draft: the draft's folder)")
         ->required();
     bool packDraft = false;
-    CLI::Option* packDraftOpt = pack->add_flag("--draft", packDraft,
-                   "Write a draft trunk for speculation instead (the projections in MXFP4, no "
-                   "routed experts; use it with --draft-trunk)");
+    CLI::Option* packDraftOpt =
+        pack->add_flag("--draft", packDraft,
+                       "Write a draft trunk for speculation instead (the projections in MXFP4, no "
+                       "routed experts; use it with --draft-trunk)");
     bool packCompress = false;
     pack->add_flag("--compress", packCompress,
                    "Store each layer losslessly coded per block (trunk format 3): fewer bytes "

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     window.show();
     if (parser.isSet(conversation)) window.importConversation(parser.value(conversation));
     if (parser.isSet(model))
-        window.loadModel(parser.value(model));
+        window.loadModelFolder(parser.value(model));
     else
         window.loadStartupModel();
 

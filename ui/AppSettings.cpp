@@ -7,9 +7,12 @@
 #include <QStyleHints>
 
 #include <algorithm>
+#include <optional>
+
+#include <k3/presets.hpp>
 
 namespace {
-// Keys, shared with MainWindow for model/directory.
+// Keys: every preference, and the whole launch configuration.
 const QString kGreedy = QStringLiteral("sampling/greedy");
 const QString kTemperature = QStringLiteral("sampling/temperature");
 const QString kTopP = QStringLiteral("sampling/topP");
@@ -21,6 +24,21 @@ const QString kTheme = QStringLiteral("appearance/theme");
 const QString kModelDir = QStringLiteral("model/directory");
 const QString kTrunkDir = QStringLiteral("model/trunkDir");
 const QString kThreads = QStringLiteral("engine/threads");
+const QString kPreset = QStringLiteral("launch/preset");
+const QString kTrunkBytes = QStringLiteral("launch/trunkBytes"); // absent: the preset's
+const QString kCacheBytes = QStringLiteral("launch/cacheBytes");
+const QString kPrefillChunk = QStringLiteral("launch/prefillChunk");
+const QString kContextLength = QStringLiteral("launch/contextLength");
+const QString kMaxSpeculation = QStringLiteral("launch/maxSpeculation");
+// Before the launch keys: the wizard's budgets, 0 meaning "the engine's default".
+const QString kLegacyTrunkBytes = QStringLiteral("model/trunkBytes");
+const QString kLegacyCacheBytes = QStringLiteral("model/cacheBytes");
+
+std::optional<std::uint64_t> bytesValue(const QSettings& s, const QString& key) {
+    bool ok = false;
+    const qulonglong v = s.value(key).toULongLong(&ok);
+    return s.contains(key) && ok ? std::optional<std::uint64_t>(v) : std::nullopt;
+}
 const QString kSpeculation = QStringLiteral("engine/speculation");
 const QString kMaxTokens = QStringLiteral("generation/maxTokens");
 
@@ -71,9 +89,7 @@ AppSettings AppSettings::load() {
     if (efforts().contains(effort)) a.thinkingEffort = effort;
     const QString theme = s.value(kTheme, a.theme).toString();
     if (themes().contains(theme)) a.theme = theme;
-    a.modelDir = s.value(kModelDir).toString();
-    a.trunkDir = s.value(kTrunkDir).toString();
-    a.threads = std::clamp(s.value(kThreads, a.threads).toInt(), 0, 1024);
+    a.launch = loadLaunch();
     a.speculation = s.value(kSpeculation, a.speculation).toBool();
     a.maxTokens = std::clamp(s.value(kMaxTokens, a.maxTokens).toInt(), 1, 32768);
     return a;
@@ -89,11 +105,53 @@ void AppSettings::save() const {
     s.setValue(kThinking, thinking);
     s.setValue(kEffort, thinkingEffort);
     s.setValue(kTheme, theme);
-    s.setValue(kModelDir, modelDir);
-    s.setValue(kTrunkDir, trunkDir);
-    s.setValue(kThreads, threads);
+    saveLaunch(launch);
     s.setValue(kSpeculation, speculation);
     s.setValue(kMaxTokens, maxTokens);
+}
+
+k3::LaunchConfig AppSettings::loadLaunch() {
+    const QSettings s;
+    k3::LaunchConfig c;
+    c.modelDir = s.value(kModelDir).toString().toStdString();
+    c.trunkDir = s.value(kTrunkDir).toString().toStdString();
+    // A name the preset table does not know (a hand edit) is dropped, not sent on.
+    const std::string preset = s.value(kPreset).toString().toStdString();
+    if (k3::findPreset(preset)) c.budget.preset = preset;
+    if (s.contains(kPreset)) {
+        c.budget.trunkBytes = bytesValue(s, kTrunkBytes);
+        c.budget.cacheBytes = bytesValue(s, kCacheBytes);
+    } else { // written by an older k3chat
+        if (const auto t = bytesValue(s, kLegacyTrunkBytes); t && *t > 0) c.budget.trunkBytes = t;
+        if (const auto b = bytesValue(s, kLegacyCacheBytes); b && *b > 0) c.budget.cacheBytes = b;
+    }
+    c.threads = std::clamp(s.value(kThreads, c.threads).toInt(), 0, 1024);
+    c.prefillChunk = std::clamp(s.value(kPrefillChunk, c.prefillChunk).toInt(), 0, 4096);
+    c.contextLength = std::clamp(s.value(kContextLength, c.contextLength).toInt(), 1, 1 << 24);
+    c.maxSpeculation =
+        std::clamp(s.value(kMaxSpeculation, c.maxSpeculation).toInt(), 0, k3::kMaxSpeculation);
+    return c;
+}
+
+void AppSettings::saveLaunch(const k3::LaunchConfig& c) {
+    QSettings s;
+    s.setValue(kModelDir, QString::fromStdString(c.modelDir.string()));
+    s.setValue(kTrunkDir, QString::fromStdString(c.trunkDir.string()));
+    s.setValue(kPreset, QString::fromStdString(c.budget.preset));
+    const auto setBytes = [&s](const QString& key, const std::optional<std::uint64_t>& v) {
+        if (v)
+            s.setValue(key, qulonglong(*v));
+        else
+            s.remove(key);
+    };
+    setBytes(kTrunkBytes, c.budget.trunkBytes);
+    setBytes(kCacheBytes, c.budget.cacheBytes);
+    s.remove(kLegacyTrunkBytes);
+    s.remove(kLegacyCacheBytes);
+    s.setValue(kThreads, c.threads);
+    s.setValue(kPrefillChunk, c.prefillChunk);
+    s.setValue(kContextLength, c.contextLength);
+    s.setValue(kMaxSpeculation, c.maxSpeculation);
 }
 
 GenerationSettings AppSettings::generationSettings(quint64 randomSeed) const {
@@ -103,7 +161,7 @@ GenerationSettings AppSettings::generationSettings(quint64 randomSeed) const {
     g.temperature = greedy ? 0.0f : float(temperature);
     g.topP = greedy ? 1.0f : float(topP);
     g.seed = fixedSeed ? quint64(seed) : randomSeed;
-    g.threads = threads;
+    g.threads = launch.threads;
     g.speculation = speculation;
     g.maxTokens = maxTokens;
     return g;

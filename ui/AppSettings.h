@@ -5,6 +5,8 @@
 
 #include "worker/EngineWorker.h"
 
+#include <k3/launch.hpp>
+
 // The preferences the Settings dialog edits, stored in QSettings. MainWindow reads them
 // again for every message, so a change applies to the next one. Values read back are
 // clamped to their valid ranges: a hand-edited settings file never breaks a message.
@@ -18,14 +20,17 @@ public:
     bool thinking = true; // the composer's Think box at start
     QString thinkingEffort = QStringLiteral("max");
     QString theme = QStringLiteral("system"); // system, light, dark
-    QString modelDir;                         // the key MainWindow remembers the last model by
-    QString trunkDir;                         // empty: every weight resident
-    int threads = 0;                          // OpenMP threads; 0: the default (every core)
+    // The model and how it opens: folders, budget, threads (OpenMP; 0: every core),
+    // prefill chunk, context. The wizard, Settings and the next start share it.
+    k3::LaunchConfig launch;
     bool speculation = true; // verify guesses of repeated text in one pass (same answers)
     int maxTokens = 512;     // the longest answer, in tokens
 
     static AppSettings load();
     void save() const;
+    // Only the launch configuration (every key of it is in AppSettings.cpp).
+    static k3::LaunchConfig loadLaunch();
+    static void saveLaunch(const k3::LaunchConfig& launch);
     bool operator==(const AppSettings&) const = default;
 
     // The options for one message. randomSeed is used when the seed is not fixed.

@@ -15,6 +15,7 @@
 #include "panels/ExpertCachePanel.h"
 #include "panels/MemoryPlanPanel.h"
 #include "panels/TokenTimingPanel.h"
+#include "wizard/MemoryPage.h"
 #include "wizard/RemoteServerForm.h"
 #include "wizard/SetupWizard.h"
 #include "wizard/TokenStore.h"
@@ -367,19 +368,15 @@ void MainWindow::loadStartupModel() {
         keys->load();
         return;
     }
-    const QString last = QSettings().value(QStringLiteral("model/directory")).toString();
-    // The trunk chosen in the wizard or Settings, when it is still there.
-    QString trunk = QSettings().value(QStringLiteral("model/trunkDir")).toString();
-    if (!trunk.isEmpty() && !QFileInfo::exists(trunk + QStringLiteral("/trunk.json")))
-        trunk.clear();
-    // The budgets the wizard chose go with the model (0: everything resident / no cache).
-    const quint64 trunkBytes =
-        trunk.isEmpty() ? 0
-                        : QSettings().value(QStringLiteral("model/trunkBytes"), 0).toULongLong();
-    const quint64 cacheBytes =
-        QSettings().value(QStringLiteral("model/cacheBytes"), 0).toULongLong();
-    if (!last.isEmpty() && QFileInfo::exists(last + QStringLiteral("/config.json")))
-        loadModel(last, trunk, trunkBytes, cacheBytes);
+    // The whole configuration the wizard or Settings left: folders, budget, context.
+    k3::LaunchConfig launch = AppSettings::loadLaunch();
+    // The trunk when it is still there.
+    if (!launch.trunkDir.empty() &&
+        !QFileInfo::exists(QString::fromStdString((launch.trunkDir / "trunk.json").string())))
+        launch.trunkDir.clear();
+    if (!launch.modelDir.empty() &&
+        QFileInfo::exists(QString::fromStdString((launch.modelDir / "config.json").string())))
+        loadModel(launch);
     else if (!demoModelDirectory().isEmpty())
         loadDemoModel();
     // First run: the wizard opens over the demo (which loads behind it), so a new user
@@ -395,7 +392,7 @@ void MainWindow::openModelFolder() {
     const QString dir = QFileDialog::getExistingDirectory(
         this, tr("Choose a checkpoint folder (config.json, shards, tokenizer)"),
         QSettings().value(QStringLiteral("model/directory"), QDir::homePath()).toString());
-    if (!dir.isEmpty()) loadModel(dir);
+    if (!dir.isEmpty()) loadModelFolder(dir);
 }
 
 void MainWindow::loadDemoModel() {
@@ -406,17 +403,26 @@ void MainWindow::loadDemoModel() {
                                 "Reinstall k3chat or open a checkpoint folder instead."));
         return;
     }
-    loadModel(dir);
+    loadModelFolder(dir);
 }
 
-void MainWindow::loadModel(const QString& directory, const QString& trunkDir, quint64 trunkBytes,
-                           quint64 cacheBytes) {
+void MainWindow::loadModelFolder(const QString& directory) {
+    k3::LaunchConfig launch = AppSettings::loadLaunch();
+    launch.modelDir = directory.toStdString();
+    launch.trunkDir.clear();
+    launch.budget = k3::LaunchBudget::resident();
+    loadModel(launch);
+}
+
+void MainWindow::loadModel(const k3::LaunchConfig& config) {
     stopGeneration();
     m_composer->setReady(false);
+    m_launch = config;
+    const QString directory = QString::fromStdString(config.modelDir.string());
     m_modelName = QFileInfo(directory).fileName();
     m_connecting = false;
     statusBar()->showMessage(tr("Loading %1…").arg(directory));
-    m_engine->loadModel(directory, trunkDir, trunkBytes, cacheBytes);
+    m_engine->loadModel(config);
 }
 
 void MainWindow::connectRemote(const QString& url, const QString& model, const QString& apiKey) {
@@ -459,7 +465,7 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
     }
     m_remoteUrl.clear();
     QSettings().setValue(QStringLiteral("model/source"), QStringLiteral("local"));
-    QSettings().setValue(QStringLiteral("model/directory"), info.directory);
+    AppSettings::saveLaunch(info.launch); // what opened is what the next start opens
     // The demo was trained to answer directly, without a think channel.
     const QString demo = demoModelDirectory();
     if (!demo.isEmpty() &&
@@ -467,8 +473,11 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
         m_composer->setThinking(false);
     m_composer->setReady(true);
     m_conversation->setPlaceholderText(tr("Model ready. Type a message below."));
-    statusBar()->showMessage(tr("%1 · %2 layers · %3 MB of weights in memory")
-                                 .arg(m_modelName)
+    // The budget in use, as asked for ("preset laptop", "trunk 3.00 GB / cache 1.50 GB").
+    QString budget = QString::fromStdString(info.launch.budget.describe());
+    if (!info.launch.trunkDir.empty()) budget += tr(" streamed");
+    statusBar()->showMessage(tr("%1 · %2 · %3 layers · %4 MB of weights in memory")
+                                 .arg(m_modelName, budget)
                                  .arg(info.layers)
                                  .arg(double(info.weightBytes) / 1e6, 0, 'f', 1));
     emit modelReady();
@@ -656,17 +665,15 @@ void MainWindow::showSetupWizard() {
     }
     auto* wizard = new SetupWizard(this);
     wizard->setAttribute(Qt::WA_DeleteOnClose);
-    connect(wizard, &SetupWizard::setupFinished, this, &MainWindow::loadModel);
+    // Threads, chunk and context as saved: the plan shown is the plan that loads.
+    wizard->memoryPage()->setBaseConfig(AppSettings::loadLaunch());
+    // The whole choice is remembered at once, budgets included: reopened without them, a
+    // streamed checkpoint would be planned fully resident and refused by the memory check.
+    connect(wizard, &SetupWizard::setupFinished, this, [this](const k3::LaunchConfig& config) {
+        AppSettings::saveLaunch(config);
+        loadModel(config);
+    });
     connect(wizard, &SetupWizard::serverChosen, this, &MainWindow::connectRemote);
-    // The whole choice is remembered, budgets included: reopened without them, a streamed
-    // checkpoint would be planned fully resident and refused by the memory check.
-    connect(wizard, &SetupWizard::setupFinished, this,
-            [](const QString&, const QString& trunkDir, quint64 trunkBytes, quint64 cacheBytes) {
-                QSettings s;
-                s.setValue(QStringLiteral("model/trunkDir"), trunkDir);
-                s.setValue(QStringLiteral("model/trunkBytes"), trunkBytes);
-                s.setValue(QStringLiteral("model/cacheBytes"), cacheBytes);
-            });
     wizard->open();
 }
 
@@ -679,9 +686,10 @@ void MainWindow::showSettings() {
         if (after.theme != before.theme || after.thinking != before.thinking ||
             after.thinkingEffort != before.thinkingEffort)
             applySettings();
-        if ((after.modelDir != before.modelDir || after.trunkDir != before.trunkDir) &&
-            !after.modelDir.isEmpty())
-            loadModel(after.modelDir, after.trunkDir);
+        // Threads apply to the next message; anything else of the launch reopens the model.
+        k3::LaunchConfig changed = after.launch;
+        changed.threads = before.launch.threads;
+        if (changed != before.launch && !after.launch.modelDir.empty()) loadModel(after.launch);
     });
     dialog->open();
 }

@@ -4,6 +4,8 @@
 
 #include <memory>
 
+#include "worker/LaunchConfigMetaType.h"
+
 class ConversationListPanel;
 class ConversationStore;
 struct ChatTurn;
@@ -35,6 +37,8 @@ public:
     TokenTimingPanel* timingPanel() const { return m_timing; }
     FindBar* findBar() const { return m_findBar; }
     const QString& currentConversationId() const { return m_currentId; }
+    // The configuration of the local model loaded last (or loading now).
+    const k3::LaunchConfig& launchConfig() const { return m_launch; }
 
     // The bundled demo model: next to the installed binary, or in the source tree.
     static QString demoModelDirectory();
@@ -62,8 +66,11 @@ public slots:
     // Edit > Preferences (Ctrl+,): opens the Settings dialog without blocking.
     void showSettings();
     void openModelFolder();
-    void loadModel(const QString& directory, const QString& trunkDir = {}, quint64 trunkBytes = 0,
-                   quint64 cacheBytes = 0);
+    // Opens `config` (the memory plan enforced); once it loads it is what the next start
+    // opens.
+    void loadModel(const k3::LaunchConfig& config);
+    // A checkpoint folder with every weight resident; threads, chunk and context as saved.
+    void loadModelFolder(const QString& directory);
     void loadDemoModel();
     // Chats through an OpenAI-compatible server instead of a local model.
     void connectRemote(const QString& url, const QString& model, const QString& apiKey);
@@ -107,7 +114,8 @@ private:
     EngineController* m_engine;
     std::unique_ptr<ConversationStore> m_store;
     TokenTimingPanel* m_timing;
-    QString m_currentId;       // empty: not saved yet
+    QString m_currentId; // empty: not saved yet
+    k3::LaunchConfig m_launch;
     QString m_modelName;       // what the status bar calls the model ("name · remote: URL")
     QString m_remoteUrl;       // the server while one answers; empty for a local model
     bool m_connecting = false; // a server (not a folder) is being opened

@@ -137,8 +137,10 @@ SettingsDialog::SettingsDialog(QWidget* parent)
             [this] {
                 // The folders are where the model is, not a preference: they stay.
                 AppSettings defaults;
-                defaults.modelDir = m_modelDir->text();
-                defaults.trunkDir = m_trunkDir->text();
+                defaults.launch = m_launch;
+                defaults.launch.threads = k3::LaunchConfig{}.threads;
+                defaults.launch.modelDir = m_modelDir->text().toStdString();
+                defaults.launch.trunkDir = m_trunkDir->text().toStdString();
                 setValues(defaults);
             });
     connect(m_sampling, &QComboBox::currentIndexChanged, this, &SettingsDialog::updateEnabled);
@@ -157,9 +159,11 @@ AppSettings SettingsDialog::values() const {
     a.thinking = m_thinking->isChecked();
     a.thinkingEffort = m_effort->currentText();
     a.theme = m_theme->currentData().toString();
-    a.modelDir = m_modelDir->text().trimmed();
-    a.trunkDir = m_trunkDir->text().trimmed();
-    a.threads = m_threads->value();
+    // The budget, chunk and context are the wizard's: kept as they were.
+    a.launch = m_launch;
+    a.launch.modelDir = m_modelDir->text().trimmed().toStdString();
+    a.launch.trunkDir = m_trunkDir->text().trimmed().toStdString();
+    a.launch.threads = m_threads->value();
     a.speculation = m_speculation->isChecked();
     a.maxTokens = m_maxTokens->value();
     return a;
@@ -174,9 +178,10 @@ void SettingsDialog::setValues(const AppSettings& a) {
     m_thinking->setChecked(a.thinking);
     m_effort->setCurrentText(a.thinkingEffort);
     m_theme->setCurrentIndex(std::max(0, m_theme->findData(a.theme)));
-    m_modelDir->setText(a.modelDir);
-    m_trunkDir->setText(a.trunkDir);
-    m_threads->setValue(a.threads);
+    m_launch = a.launch;
+    m_modelDir->setText(QString::fromStdString(a.launch.modelDir.string()));
+    m_trunkDir->setText(QString::fromStdString(a.launch.trunkDir.string()));
+    m_threads->setValue(a.launch.threads);
     m_speculation->setChecked(a.speculation);
     m_maxTokens->setValue(a.maxTokens);
     updateEnabled();

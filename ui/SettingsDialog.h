@@ -39,4 +39,5 @@ private:
     QLineEdit* m_modelDir;
     QLineEdit* m_trunkDir;
     QSpinBox* m_threads;
+    k3::LaunchConfig m_launch; // what setValues got: the fields this dialog does not show
 };

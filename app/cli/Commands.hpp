@@ -8,15 +8,18 @@
 #include <string>
 #include <vector>
 
+#include <k3/launch.hpp>
+
 namespace k3cli {
 
 // --preset / --trunk-gb / --cache-gb / --trunk / --dump-cache-trace. With --trunk the
 // trunk streams from the packed trunk within the trunk budget; a cache budget sends the
 // routed experts through the expert cache.
 struct MemoryArgs {
-    std::string preset;         // as asked ("auto" resolved into resolvedPreset)
-    std::string resolvedPreset; // the table entry the numbers came from, if any
-    std::optional<double> trunkGB;
+    k3::LaunchBudget budget;       // the flags in order (k3::resolveMemoryFlags)
+    std::string preset;            // as asked ("auto" resolved into resolvedPreset)
+    std::string resolvedPreset;    // the table entry the numbers came from, if any
+    std::optional<double> trunkGB; // the budget's, for the report (unset: not asked)
     std::optional<double> cacheGB;
     std::string trunkDir;
     std::string cacheTraceDir;

@@ -3,7 +3,7 @@
 #include "CliSupport.hpp"
 
 #include <k3/config.hpp>
-#include <k3/presets.hpp>
+#include <k3/launch.hpp>
 #include <k3/tokenizer.hpp>
 
 #include <chrono>
@@ -50,30 +50,23 @@ LoadedSession openModel(const ModelArgs& args, TokenizerNeed need) {
         loadTokenizer = tokFiles;
     }
 
-    k3::SessionOptions options;
-    options.modelDir = args.modelDir;
+    // The memory dial: the same tokens at every budget, memory only buys speed.
+    k3::LaunchConfig launch;
+    launch.modelDir = args.modelDir;
+    launch.trunkDir = args.memory.trunkDir;
+    launch.budget = args.memory.budget;
+    launch.prefillChunk = args.prefillChunk;
+    launch.contextLength = args.context;
+    // The rollback record the plan counts is sized for the widest verification asked for.
+    if (args.speculation != 0) launch.maxSpeculation = args.speculation > 0 ? args.speculation : 16;
+    // toSessionOptions refuses up front (exit 1, with the numbers and the options) a plan
+    // over 95% of MemAvailable, rather than swapping or being killed halfway through.
+    k3::SessionOptions options = k3::toSessionOptions(launch);
     options.tokenizerDir = tokDir;
     options.loadTokenizer = loadTokenizer;
     options.layerLimit = args.layers;
-    options.prefillChunk = args.prefillChunk;
-    options.contextLength = args.context;
-    // The rollback record the plan counts is sized for the widest verification asked for.
-    if (args.speculation != 0)
-        options.maxSpeculation = args.speculation > 0 ? args.speculation : 16;
     options.draftDir = args.draftDir;
-    // The memory dial: the same tokens at every budget, memory only buys speed.
-    if (!args.memory.trunkDir.empty()) {
-        options.trunkDir = args.memory.trunkDir;
-        if (args.memory.trunkGB) options.trunkBytes = std::uint64_t(*args.memory.trunkGB * 1e9);
-    }
-    if (args.memory.cacheGB && *args.memory.cacheGB > 0)
-        options.expertCacheBytes = std::uint64_t(*args.memory.cacheGB * 1e9);
     options.recordCacheTrace = !args.memory.cacheTraceDir.empty();
-    if (const auto p = k3::findPreset(args.memory.resolvedPreset); p && p->streamsModelTables)
-        options.streamModelTables = true; // ultra: embeddings and lm_head stay on disk
-    // Refuse up front (exit 1, with the numbers and the options) a plan over 95% of
-    // MemAvailable, rather than swapping or being killed halfway through a run.
-    options.enforceMemoryPlan = true;
     if (stderrIsTty())
         std::fprintf(stderr, "loading %s ...\r", terminalSafe(args.modelDir).c_str());
     const auto t0 = std::chrono::steady_clock::now();

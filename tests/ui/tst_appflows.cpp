@@ -8,10 +8,12 @@
 #include <QSettings>
 #include <QSignalSpy>
 #include <QStandardPaths>
+#include <QStatusBar>
 #include <QTemporaryDir>
 #include <QTest>
 #include <QTimer>
 
+#include "AppSettings.h"
 #include "MainWindow.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
@@ -21,6 +23,7 @@
 #include "panels/ExpertCachePanel.h"
 #include "panels/MemoryPlanPanel.h"
 #include "panels/TokenTimingPanel.h"
+#include "wizard/MemoryPage.h"
 #include "wizard/SetupWizard.h"
 #include "wizard/SystemCheckPage.h"
 
@@ -39,6 +42,7 @@ private slots:
     void panelsFillFromAStreamedRun();
     void corruptTranscriptIsReportedAndLeftAsItIs();
     void wizardChoiceSurvivesARestart();
+    void olderSettingsKeepTheirBudget();
 
 private:
     QString m_tiny = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a");
@@ -88,7 +92,7 @@ void TestAppFlows::firstRunWizardDemoButtonToAFirstAnswer() {
 void TestAppFlows::answerStreamsTokenByTokenWithThinkingCollapsed() {
     MainWindow window;
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModel(m_tiny);
+    window.loadModelFolder(m_tiny);
     QVERIFY(ready.wait(30000));
     window.composer()->setThinking(true);
     ConversationModel* model = window.conversationView()->conversation();
@@ -131,7 +135,11 @@ void TestAppFlows::panelsFillFromAStreamedRun() {
     QSettings().setValue(QStringLiteral("generation/maxTokens"), 48);
     MainWindow window;
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModel(m_tiny, trunk, 300'000, 50'000); // 0.3 MB trunk, 50 kB of expert slots
+    k3::LaunchConfig launch;
+    launch.modelDir = m_tiny.toStdString();
+    launch.trunkDir = trunk.toStdString();
+    launch.budget = k3::LaunchBudget::ofBytes(300'000, 50'000); // 0.3 MB trunk, 50 kB of slots
+    window.loadModel(launch);
     QVERIFY(ready.wait(30000));
     window.composer()->setThinking(false);
     QSignalSpy finished(&window, &MainWindow::answerFinished);
@@ -202,44 +210,103 @@ void TestAppFlows::corruptTranscriptIsReportedAndLeftAsItIs() {
 }
 
 // The wizard's whole choice (a streamed trunk and a cache budget) is what the next start
-// opens: the same plan, not "everything resident" (which the real checkpoint is refused).
+// opens: the same launch configuration and the same plan, the one the wizard showed.
 void TestAppFlows::wizardChoiceSurvivesARestart() {
     QTemporaryDir tmp;
     const QString trunk = tmp.filePath(QStringLiteral("trunk"));
     k3::packTrunk(m_tiny.toStdString(), trunk.toStdString());
     QSettings().setValue(QStringLiteral("setup/firstRunDone"), true);
+    // Saved before: the wizard keeps them (they are not its questions).
+    QSettings().setValue(QStringLiteral("launch/contextLength"), 1024);
+    QSettings().setValue(QStringLiteral("engine/threads"), 2);
     const auto planOf = [](MainWindow& w) {
-        QStringList parts;
-        for (const auto& c : w.findChild<MemoryPlanPanel*>()->figures().plan)
-            parts << QStringLiteral("%1=%2").arg(c.name).arg(c.bytes);
-        return parts;
+        return w.findChild<MemoryPlanPanel*>()->figures().enginePlan;
     };
-    QStringList chosen;
+    k3::LaunchConfig chosen;
+    k3::MemoryPlan shown, opened;
     {
         MainWindow window;
         QSignalSpy ready(&window, &MainWindow::modelReady);
         window.showSetupWizard();
         auto* wizard = window.findChild<SetupWizard*>();
         QVERIFY(wizard);
-        emit wizard->setupFinished(m_tiny, trunk, 300'000, 50'000); // as Finish does
+        MemoryPage* page = wizard->memoryPage();
+        QSignalSpy planned(page, &MemoryPage::planReady);
+        page->setModel(m_tiny, trunk);
+        QVERIFY(planned.wait(10000));
+        page->setCustomGB(0, 0.01); // the smallest ring, a 10 MB expert cache
+        QTRY_VERIFY_WITH_TIMEOUT(page->isComplete(), 10000);
+        chosen = page->launchConfig();
+        shown = page->plan();
+        wizard->accept(); // Finish
         QVERIFY(ready.wait(30000));
-        const MemoryFigures& f = window.findChild<MemoryPlanPanel*>()->figures();
-        QVERIFY(f.trunkStreamed); // the plan arrives before "ready"
-        QVERIFY(f.expertsCached);
-        chosen = planOf(window);
+        opened = planOf(window);
+        QCOMPARE(window.launchConfig(), chosen);
+        const QString status = window.statusBar()->currentMessage();
+        QVERIFY2(status.startsWith(QStringLiteral("k3_tiny_a · trunk 0 B / cache 10.00 MB "
+                                                  "streamed · 14 layers · ")),
+                 qPrintable(status));
         window.close();
     }
+    QCOMPARE(chosen.modelDir.string(), m_tiny.toStdString());
+    QCOMPARE(chosen.trunkDir.string(), trunk.toStdString());
+    QCOMPARE(chosen.budget, k3::LaunchBudget::ofBytes(0, 10'000'000));
+    QCOMPARE(chosen.contextLength, 1024);
+    QCOMPARE(chosen.threads, 2);
+    // The plan the wizard showed is the one the engine made.
+    QCOMPARE(opened.pinnedLayers, 0);
+    QCOMPARE(opened.ringSlots, 1);
+    QCOMPARE(opened.cacheSlots, 13 * 12); // 10 MB holds every expert of the tiny model
+    QCOMPARE(opened.contextLength, 1024);
+    QCOMPARE(opened.total(), shown.total());
+    QCOMPARE(opened.ringSlotBytes, shown.ringSlotBytes);
+
     MainWindow again;
     QSignalSpy ready(&again, &MainWindow::modelReady);
     again.loadStartupModel();
     QVERIFY(ready.wait(30000));
-    QCOMPARE(QSettings().value(QStringLiteral("model/directory")).toString(), m_tiny);
+    QCOMPARE(again.launchConfig(), chosen);
+    QCOMPARE(AppSettings::loadLaunch(), chosen);
     const MemoryFigures& f = again.findChild<MemoryPlanPanel*>()->figures();
     QVERIFY(f.trunkStreamed);
     QVERIFY(f.expertsCached);
-    QCOMPARE(planOf(again), chosen);
-    QSettings().remove(QStringLiteral("model/trunkBytes"));
-    QSettings().remove(QStringLiteral("model/cacheBytes"));
+    const k3::MemoryPlan reopened = planOf(again);
+    QCOMPARE(reopened.totalLayers, opened.totalLayers);
+    QCOMPARE(reopened.pinnedLayers, opened.pinnedLayers);
+    QCOMPARE(reopened.ringSlots, opened.ringSlots);
+    QCOMPARE(reopened.ringSlotBytes, opened.ringSlotBytes);
+    QCOMPARE(reopened.cacheSlots, opened.cacheSlots);
+    QCOMPARE(reopened.expertSlotBytes, opened.expertSlotBytes);
+    QCOMPARE(reopened.contextLength, opened.contextLength);
+    QCOMPARE(reopened.total(), opened.total());
+    QSettings().remove(QStringLiteral("launch"));
+    QSettings().remove(QStringLiteral("engine/threads"));
+}
+
+// Settings written by an older k3chat (the wizard's budgets as model/trunkBytes and
+// model/cacheBytes, 0 meaning the default) open as the same budget.
+void TestAppFlows::olderSettingsKeepTheirBudget() {
+    QSettings s;
+    s.remove(QStringLiteral("launch"));
+    s.setValue(QStringLiteral("model/directory"), m_tiny);
+    s.setValue(QStringLiteral("model/trunkDir"), QStringLiteral("/models/trunk"));
+    s.setValue(QStringLiteral("model/trunkBytes"), 300'000);
+    s.setValue(QStringLiteral("model/cacheBytes"), 0);
+    k3::LaunchConfig c = AppSettings::loadLaunch();
+    QCOMPARE(c.budget, (k3::LaunchBudget{{}, 300'000ull, {}}));
+    QCOMPARE(c.trunkDir.string(), std::string("/models/trunk"));
+    // Saved again, in the launch keys only.
+    c.budget.preset = "laptop";
+    AppSettings::saveLaunch(c);
+    QVERIFY(!QSettings().contains(QStringLiteral("model/trunkBytes")));
+    QCOMPARE(QSettings().value(QStringLiteral("launch/preset")).toString(),
+             QStringLiteral("laptop"));
+    QCOMPARE(AppSettings::loadLaunch(), c);
+    // A preset name the table does not know (a hand edit) is dropped, not sent on.
+    QSettings().setValue(QStringLiteral("launch/preset"), QStringLiteral("huge"));
+    QCOMPARE(AppSettings::loadLaunch().budget, (k3::LaunchBudget{{}, 300'000ull, {}}));
+    s.remove(QStringLiteral("launch"));
+    s.remove(QStringLiteral("model"));
 }
 
 QTEST_MAIN(TestAppFlows)

@@ -34,7 +34,7 @@ void TestChatEditing::editAndResendReplacesTheLastExchange() {
     window.show();
     QVERIFY(QTest::qWaitForWindowActive(&window));
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModel(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
+    window.loadModelFolder(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
     QVERIFY(ready.wait(30000));
     window.composer()->setThinking(false);
     // A saved two-exchange conversation, opened as from the sidebar.
@@ -95,7 +95,8 @@ void TestChatEditing::editAndResendReplacesTheLastExchange() {
         QCOMPARE(onDisk.at(i).content, shown.at(i).content);
         QCOMPARE(onDisk.at(i).reasoning, shown.at(i).reasoning);
     }
-    QCOMPARE(int(window.store()->list().size()), savedChats); // replaced in place, not saved as a new chat
+    QCOMPARE(int(window.store()->list().size()),
+             savedChats); // replaced in place, not saved as a new chat
     window.store()->remove(id);
 }
 

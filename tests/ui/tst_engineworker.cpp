@@ -4,8 +4,8 @@
 #include "QueuedSpy.h"
 #include <QTemporaryDir>
 
-#include <k3/pack.hpp>
 #include <QTest>
+#include <k3/pack.hpp>
 
 #include "worker/EngineController.h"
 
@@ -28,11 +28,25 @@ private:
     QVector<ChatTurn> m_history{{QStringLiteral("user"), QStringLiteral("What is MXFP4?"), {}}};
 };
 
-void TestEngineWorker::initTestCase() { qRegisterMetaType<ModelInfo>(); }
+namespace {
+// A checkpoint folder, everything resident unless a trunk and budgets are given.
+k3::LaunchConfig launch(const QString& dir, const QString& trunk = {},
+                        k3::LaunchBudget budget = {}) {
+    k3::LaunchConfig c;
+    c.modelDir = dir.toStdString();
+    c.trunkDir = trunk.toStdString();
+    c.budget = std::move(budget);
+    return c;
+}
+} // namespace
+
+void TestEngineWorker::initTestCase() {
+    qRegisterMetaType<ModelInfo>();
+}
 
 bool TestEngineWorker::load(EngineController& engine, const QString& dir) {
     QueuedSpy loaded(engine.worker(), &EngineWorker::modelLoaded);
-    engine.loadModel(dir);
+    engine.loadModel(launch(dir));
     return loaded.wait(30000);
 }
 
@@ -122,10 +136,11 @@ void TestEngineWorker::destroyingWhileGeneratingJoinsCleanly() {
 void TestEngineWorker::loadFailureNamesTheFile() {
     EngineController engine;
     QueuedSpy failed(engine.worker(), &EngineWorker::loadFailed);
-    engine.loadModel(QStringLiteral("/nonexistent/k3model"));
+    engine.loadModel(launch(QStringLiteral("/nonexistent/k3model")));
     QVERIFY(failed.wait(10000));
     const QString message = failed.at(0).at(0).toString();
-    QVERIFY2(message.contains(QStringLiteral("/nonexistent/k3model/config.json")), qPrintable(message));
+    QVERIFY2(message.contains(QStringLiteral("/nonexistent/k3model/config.json")),
+             qPrintable(message));
     QVERIFY(!engine.isBusy());
 }
 
@@ -144,8 +159,10 @@ void TestEngineWorker::streamedTrunkAndCacheGiveTheSameAnswer() {
         EngineController engine;
         QueuedSpy memory(engine.worker(), &EngineWorker::memoryUpdated);
         QueuedSpy loaded(engine.worker(), &EngineWorker::modelLoaded);
-        if (run == 0) engine.loadModel(m_model);
-        else engine.loadModel(m_model, trunk, 300'000, 50'000); // 0.3 MB trunk, 50 kB cache
+        if (run == 0)
+            engine.loadModel(launch(m_model));
+        else // 0.3 MB trunk, 50 kB cache
+            engine.loadModel(launch(m_model, trunk, k3::LaunchBudget::ofBytes(300'000, 50'000)));
         QVERIFY(loaded.wait(30000));
         QVERIFY(memory.count() >= 1 || memory.wait(5000));
         const auto figures = memory.last().at(0).value<MemoryFigures>();

@@ -132,7 +132,7 @@ void TestMainWindow::remembersGeometry() {
 void TestMainWindow::answerIsSavedAndListed() {
     MainWindow window;
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModel(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
+    window.loadModelFolder(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
     QVERIFY(ready.wait(30000));
     QVERIFY(window.composer()->isReady());
     QCOMPARE(window.conversationList()->count(), 0);
@@ -283,7 +283,7 @@ void TestMainWindow::escapeStopsTheAnswerMidway() {
     window.show();
     QVERIFY(QTest::qWaitForWindowExposed(&window));
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModel(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
+    window.loadModelFolder(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
     QVERIFY(ready.wait(30000));
     window.composer()->setThinking(false);
     QSignalSpy finished(&window, &MainWindow::answerFinished);

@@ -64,7 +64,7 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     // Defaults: greedy, every core, the system theme.
     const AppSettings defaults = AppSettings::load();
     QVERIFY(defaults.greedy);
-    QCOMPARE(defaults.threads, 0);
+    QCOMPARE(defaults.launch.threads, 0);
     QVERIFY(defaults.speculation); // on by default: greedy answers only gain from it
     QVERIFY(defaults.generationSettings(99).speculation);
     QCOMPARE(defaults.theme, QStringLiteral("system"));
@@ -119,9 +119,9 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     expected.thinking = false;
     expected.thinkingEffort = QStringLiteral("low");
     expected.theme = QStringLiteral("dark");
-    expected.modelDir = QStringLiteral("/models/k3");
-    expected.trunkDir = QStringLiteral("/models/k3/trunk");
-    expected.threads = 3;
+    expected.launch.modelDir = "/models/k3";
+    expected.launch.trunkDir = "/models/k3/trunk";
+    expected.launch.threads = 3;
     expected.speculation = false;
     expected.maxTokens = 2000;
     QCOMPARE(AppSettings::load(), expected);
@@ -140,8 +140,8 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     // Restore Defaults resets the preferences but keeps the folders.
     child<QDialogButtonBox>(&again, "")->button(QDialogButtonBox::RestoreDefaults)->click();
     AppSettings restored;
-    restored.modelDir = QStringLiteral("/models/k3");
-    restored.trunkDir = QStringLiteral("/models/k3/trunk");
+    restored.launch.modelDir = "/models/k3";
+    restored.launch.trunkDir = "/models/k3/trunk";
     QCOMPARE(again.values(), restored);
 }
 
@@ -159,7 +159,7 @@ void TestSettingsDialog::badStoredValuesAreClamped() {
     QCOMPARE(a.seed, 0);
     QCOMPARE(a.thinkingEffort, QStringLiteral("max"));
     QCOMPARE(a.theme, QStringLiteral("system"));
-    QCOMPARE(a.threads, 0);
+    QCOMPARE(a.launch.threads, 0);
 }
 
 void TestSettingsDialog::everyControlHasAnAccessibleName() {

@@ -26,6 +26,7 @@
 #include "wizard/SystemCheckPage.h"
 
 #include <k3/kernels.hpp>
+#include <k3/launch.hpp>
 #include <k3/pack.hpp>
 #include <k3/trunk.hpp>
 
@@ -53,6 +54,8 @@ private slots:
     void packPageRefusesFolderThatIsNoCheckpoint();
     void memoryPagePlansTinyModelBeforeLoading();
     void memoryPageWarnsWhenPlanDoesNotFit();
+    void memoryPagePlanIsTheSessionsPlan_data();
+    void memoryPagePlanIsTheSessionsPlan();
     void wizardPassesTheChoicesAlongAndEmitsThemOnFinish();
     void demoButtonOnFirstPageFinishesWithTheDemoModel();
     void useServerPageTestListsTheServersModels();
@@ -290,16 +293,25 @@ void TestSetupWizard::memoryPagePlansTinyModelBeforeLoading() {
     QVERIFY(!names.contains(QStringLiteral("trunk ring")));
     QCOMPARE(page.plan().pinnedLayers, kTinyLayers);
     QCOMPARE(page.plan().totalLayers, kTinyLayers);
-    // The budgets the wizard hands on: every layer pinned, every expert resident, no cache.
-    QCOMPARE(page.trunkBudgetBytes(), kTinyPinnedBytes);
+    // What the wizard hands on: every layer pinned, every expert resident, no cache.
+    QCOMPARE(quint64(page.plan().trunkBytes()), kTinyPinnedBytes);
     QCOMPARE(quint64(page.plan().residentExpertBytes), kTinyExpertBytes);
-    QCOMPARE(page.cacheBudgetBytes(), quint64(0));
+    QCOMPARE(page.plan().cacheSlots, 0);
+    QVERIFY(page.launchConfig().budget.isResident());
+    QCOMPARE(page.launchConfig().modelDir.string(), kTinyModel.toStdString());
 
-    // A preset fills the spin boxes; the plan stays the same size for a resident model.
+    // A preset fills the spin boxes; its cache takes the routed experts (the trunk from
+    // the checkpoint stays resident without a packed trunk), as k3 --preset does.
     page.selectPreset(QStringLiteral("laptop"));
+    QVERIFY(!page.isComplete()); // planned again off the GUI thread
+    QVERIFY(ready.wait(10000));
     QVERIFY(page.fits());
     QCOMPARE(page.findChild<QDoubleSpinBox*>(QStringLiteral("trunkGB"))->value(), 3.0);
     QCOMPARE(page.findChild<QDoubleSpinBox*>(QStringLiteral("cacheGB"))->value(), 1.0);
+    QCOMPARE(page.launchConfig().budget, k3::LaunchBudget::ofPreset("laptop"));
+    QCOMPARE(page.plan().residentExpertBytes, std::uint64_t(0));
+    QCOMPARE(page.plan().cacheSlots, 13 * 12); // the whole gigabyte: every expert a slot
+    QCOMPARE(quint64(page.plan().trunkBytes()), kTinyPinnedBytes);
 }
 
 void TestSetupWizard::memoryPageWarnsWhenPlanDoesNotFit() {
@@ -318,6 +330,80 @@ void TestSetupWizard::memoryPageWarnsWhenPlanDoesNotFit() {
     page.setAvailableBytes(quint64(double(total) / 0.95) + 4096);
     QVERIFY(page.fits());
     QVERIFY(page.warningText().isEmpty());
+}
+
+void TestSetupWizard::memoryPagePlanIsTheSessionsPlan_data() {
+    QTest::addColumn<QString>("model");
+    QTest::addColumn<bool>("packed");
+    QTest::addColumn<QString>("choice"); // a preset button, or "custom"
+    QTest::addColumn<double>("trunkGB");
+    QTest::addColumn<double>("cacheGB");
+    for (const char* model : {"k3_tiny_a", "k3_tiny_b", "k3_tiny_f32"}) {
+        const auto row = [&](const char* name, bool packed, const char* choice, double trunkGB,
+                             double cacheGB) {
+            QTest::newRow((std::string(model) + "/" + name).c_str())
+                << QString::fromLatin1(model) << packed << QString::fromLatin1(choice) << trunkGB
+                << cacheGB;
+        };
+        row("resident", false, "auto", 0, 0);
+        row("laptop, trunk from the checkpoint", false, "laptop", 0, 0);
+        row("auto, packed", true, "auto", 0, 0);
+        row("smallest ring", true, "custom", 0, 0);
+        row("smallest ring and a cache", true, "custom", 0, 0.01);
+        row("ultra", true, "ultra", 0, 0);
+    }
+}
+
+// What the wizard shows is what the engine holds: the page's plan equals the plan a
+// Session reports after opening the configuration Finish hands on.
+void TestSetupWizard::memoryPagePlanIsTheSessionsPlan() {
+    QFETCH(QString, model);
+    QFETCH(bool, packed);
+    QFETCH(QString, choice);
+    QFETCH(double, trunkGB);
+    QFETCH(double, cacheGB);
+    const QString dir = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/") + model;
+    QTemporaryDir tmp;
+    const QString trunk = packed ? tmp.filePath(QStringLiteral("trunk")) : QString();
+    if (packed) k3::packTrunk(dir.toStdString(), trunk.toStdString());
+    MemoryPage page;
+    QSignalSpy ready(&page, &MemoryPage::planReady);
+    page.setAvailableBytes(16'000'000'000ull);
+    page.setModel(dir, trunk);
+    QVERIFY(ready.wait(10000));
+    page.selectPreset(choice);
+    if (choice == QLatin1String("custom")) page.setCustomGB(trunkGB, cacheGB);
+    QTRY_VERIFY_WITH_TIMEOUT(page.isComplete(), 10000);
+    QVERIFY2(page.fits(), qPrintable(page.warningText()));
+
+    k3::SessionOptions options = k3::toSessionOptions(page.launchConfig());
+    options.loadTokenizer = false;
+    const k3::Session session = k3::Session::open(options);
+    const k3::MemoryPlan& wizard = page.plan();
+    const k3::MemoryPlan& engine = session.memoryReport().plan;
+    QCOMPARE(wizard.totalLayers, engine.totalLayers);
+    QCOMPARE(wizard.pinnedLayers, engine.pinnedLayers);
+    QCOMPARE(wizard.pinnedBytes, engine.pinnedBytes);
+    QCOMPARE(wizard.ringSlots, engine.ringSlots);
+    QCOMPARE(wizard.ringSlotBytes, engine.ringSlotBytes);
+    QCOMPARE(wizard.piecewise, engine.piecewise);
+    QCOMPARE(wizard.trunkDecodeBytes, engine.trunkDecodeBytes);
+    QCOMPARE(wizard.modelBytes, engine.modelBytes);
+    QCOMPARE(wizard.modelTablesStreamed, engine.modelTablesStreamed);
+    QCOMPARE(wizard.residentExpertBytes, engine.residentExpertBytes);
+    QCOMPARE(wizard.cacheSlots, engine.cacheSlots);
+    QCOMPARE(wizard.expertSlotBytes, engine.expertSlotBytes);
+    QCOMPARE(wizard.stateBytes, engine.stateBytes);
+    QCOMPARE(wizard.bufferBytes, engine.bufferBytes);
+    QCOMPARE(wizard.kvBytes, engine.kvBytes);
+    QCOMPARE(wizard.total(), engine.total());
+    // The rows plan what they say.
+    QCOMPARE(wizard.ringSlots > 0, choice == QLatin1String("custom"));
+    const bool cached =
+        choice == QLatin1String("custom") ? cacheGB > 0 : choice != QLatin1String("auto") || packed;
+    QCOMPARE(wizard.cacheSlots > 0, cached);
+    QCOMPARE(wizard.modelTablesStreamed, choice == QLatin1String("ultra"));
+    QCOMPARE(session.memoryReport().trunkStreamed, packed);
 }
 
 void TestSetupWizard::wizardPassesTheChoicesAlongAndEmitsThemOnFinish() {
@@ -347,11 +433,11 @@ void TestSetupWizard::wizardPassesTheChoicesAlongAndEmitsThemOnFinish() {
     QVERIFY(wizard.memoryPage()->isComplete());
     wizard.accept();
     QCOMPARE(finished.count(), 1);
-    const QList<QVariant> args = finished.takeFirst();
-    QCOMPARE(args.at(0).toString(), kTinyModel);
-    QVERIFY(args.at(1).toString().isEmpty());
-    QCOMPARE(args.at(2).toULongLong(), kTinyPinnedBytes); // every layer pinned
-    QCOMPARE(args.at(3).toULongLong(), quint64(0));       // experts resident: no cache
+    const auto config = finished.takeFirst().at(0).value<k3::LaunchConfig>();
+    QCOMPARE(config.modelDir.string(), kTinyModel.toStdString());
+    QVERIFY(config.trunkDir.empty());
+    QVERIFY(config.budget.isResident()); // auto without a trunk: every weight in memory
+    QCOMPARE(config.contextLength, 4096);
 }
 
 void TestSetupWizard::demoButtonOnFirstPageFinishesWithTheDemoModel() {
@@ -363,8 +449,10 @@ void TestSetupWizard::demoButtonOnFirstPageFinishesWithTheDemoModel() {
     QVERIFY(button);
     button->click();
     QCOMPARE(finished.count(), 1);
-    QCOMPARE(finished.at(0).at(0).toString(), demo);
-    QVERIFY(finished.at(0).at(1).toString().isEmpty());
+    const auto config = finished.at(0).at(0).value<k3::LaunchConfig>();
+    QCOMPARE(config.modelDir.string(), demo.toStdString());
+    QVERIFY(config.trunkDir.empty());
+    QVERIFY(config.budget.isResident());
     QCOMPARE(wizard.result(), int(QDialog::Accepted));
 
     // Page 2's demo button picks the same folder, validated like any other.

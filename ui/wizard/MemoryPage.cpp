@@ -9,15 +9,8 @@
 #include <QVBoxLayout>
 #include <QtConcurrent>
 
-#include <algorithm>
-#include <set>
-
-#include <k3/config.hpp>
-#include <k3/pack.hpp>
 #include <k3/presets.hpp>
-#include <k3/safetensors.hpp>
 #include <k3/system.hpp>
-#include <k3/trunk.hpp>
 
 #include "panels/MemoryPlanPanel.h"
 
@@ -28,6 +21,20 @@ int customId() {
 }
 QString bytesText(std::uint64_t bytes) {
     return QString::fromStdString(k3::formatBytes(bytes));
+}
+
+// Runs on a pool thread: reads config.json, the headers and trunk.json, no weight.
+MemoryPage::Planned planOffThread(k3::LaunchConfig config, bool automatic, quint64 available) {
+    MemoryPage::Planned p;
+    try {
+        if (automatic) config.budget = k3::automaticBudget(config, available);
+        p.plan = k3::planLaunch(config, available);
+    } catch (const std::exception& e) {
+        p.error = QString::fromStdString(e.what());
+        p.plan.available = available;
+    }
+    p.config = std::move(config);
+    return p;
 }
 } // namespace
 
@@ -94,9 +101,15 @@ MemoryPage::MemoryPage(QWidget* parent)
             m_presets->button(customId())->setChecked(true);
             replan();
         });
-    connect(&m_watcher, &QFutureWatcher<Sizes>::finished, this, [this] {
-        m_sizes = m_watcher.result();
-        replan();
+    // A newer request replaces the watcher's future, so only the latest plan arrives.
+    connect(&m_watcher, &QFutureWatcher<Planned>::finished, this, [this] {
+        const Planned p = m_watcher.result();
+        m_planned = true;
+        m_pending = false;
+        m_config = p.config;
+        m_plan = p.plan;
+        m_error = p.error;
+        showPlan();
         emit planReady();
     });
 }
@@ -104,26 +117,30 @@ MemoryPage::MemoryPage(QWidget* parent)
 void MemoryPage::initializePage() {
     const QString model = field(QStringLiteral("modelDir")).toString();
     const QString trunk = field(QStringLiteral("trunkDir")).toString();
-    if (model != m_modelDir || trunk != m_trunkDir || !m_sizes.ok) setModel(model, trunk);
+    if (model != m_modelDir || trunk != m_trunkDir || !hasPlan()) setModel(model, trunk);
 }
 
 bool MemoryPage::isComplete() const {
-    return m_sizes.ok && m_planError.isEmpty();
+    return hasPlan() && !isPlanning();
+}
+
+void MemoryPage::setBaseConfig(const k3::LaunchConfig& base) {
+    m_base = base;
+    if (!m_modelDir.isEmpty()) replan();
 }
 
 void MemoryPage::setModel(const QString& modelDir, const QString& trunkDir) {
     m_modelDir = modelDir;
     m_trunkDir = trunkDir;
-    m_sizes = Sizes{};
+    m_planned = false;
     m_summary->setText(tr("Reading the checkpoint's sizes…"));
     m_warning->hide();
-    emit completeChanged();
-    m_watcher.setFuture(
-        QtConcurrent::run([modelDir, trunkDir] { return readSizes(modelDir, trunkDir, 4096); }));
+    replan();
 }
 
 void MemoryPage::setAvailableBytes(quint64 bytes) {
     m_available = bytes;
+    showPlan(); // the warning follows at once; the plan itself follows off the thread
     replan();
 }
 
@@ -154,136 +171,48 @@ void MemoryPage::presetClicked(int id) {
     replan();
 }
 
-MemoryPage::Sizes MemoryPage::readSizes(const QString& modelDir, const QString& trunkDir,
-                                        int contextLength) {
-    Sizes s;
-    try {
-        const std::filesystem::path dir = modelDir.toStdString();
-        const k3::ModelConfig c = k3::readModelConfig(dir / "config.json");
-        const k3::Checkpoint ckpt = k3::Checkpoint::open(dir);
-        const int layers = c.numHiddenLayers;
-        k3::PlanInputs& in = s.inputs;
-        in.layerBytes.assign(std::size_t(layers), 0);
-        std::uint64_t expertBytes = 0;
-        std::set<int> moeLayers;
-        const std::string prefix = "language_model.model.layers.";
-        for (const auto& [name, t] : ckpt.tensors()) {
-            if (name.rfind(prefix, 0) != 0) continue;
-            const int L = std::atoi(name.c_str() + prefix.size());
-            if (L < 0 || L >= layers) continue;
-            if (k3::isRoutedExpertTensor(name)) {
-                expertBytes += t.nbytes;
-                moeLayers.insert(L);
-            } else {
-                in.layerBytes[std::size_t(L)] += t.nbytes;
-            }
-        }
-        in.streamed = !trunkDir.isEmpty();
-        if (in.streamed) {
-            const k3::TrunkIndex index = k3::openTrunkIndex(trunkDir.toStdString(), dir);
-            in.trunkDecodeBytes = k3::trunkDecodeBufferBytes(index); // a compressed trunk
-            for (int L = 0; L < layers && L < int(index.layers.size()); ++L)
-                in.layerBytes[std::size_t(L)] = index.layers[std::size_t(L)].bytes;
-        }
-        for (const char* name :
-             {"language_model.model.embed_tokens.weight", "language_model.lm_head.weight",
-              "language_model.model.norm.weight",
-              "language_model.model.output_attn_res_norm.weight",
-              "language_model.model.output_attn_res_proj.weight"})
-            if (const k3::TensorInfo* t = ckpt.find(name)) in.modelBytes += t->nbytes;
-        // The engine's expert store knows the exact slot; the average expert, aligned, is
-        // what the plan needs before anything is opened.
-        in.expertCount = std::uint64_t(moeLayers.size()) * std::uint64_t(std::max(0, c.numExperts));
-        if (in.streamed && in.expertCount > 0)
-            in.expertSlotBytes = k3::alignUp(expertBytes / in.expertCount);
-        else
-            in.residentExpertBytes = expertBytes;
-        in.topK = c.numExpertsPerToken;
-        const std::uint64_t P = std::uint64_t(c.kdaNumHeads) * std::uint64_t(c.kdaHeadDim);
-        const std::uint64_t kdaState =
-            (P * std::uint64_t(c.kdaHeadDim) +
-             3 * P * std::uint64_t(std::max(0, c.shortConvKernelSize - 1))) *
-            4;
-        for (int L = 0; L < layers && L < int(c.layers.size()); ++L) {
-            if (c.layers[std::size_t(L)].attention == k3::AttentionKind::Kda)
-                in.stateBytes += kdaState;
-            else
-                in.kvBytesPerPosition += std::uint64_t(c.kvLoraRank + c.qkRopeHeadDim) * 4;
-        }
-        in.contextLength = contextLength;
-        in.bufferBytes = (std::uint64_t(c.vocabSize) + 64ull * std::uint64_t(c.hiddenSize) +
-                          8ull * std::max<std::uint64_t>(P, std::uint64_t(c.intermediateSize))) *
-                         4;
-        s.ok = true;
-    } catch (const std::exception& e) {
-        s.error = QString::fromStdString(e.what());
-    }
-    return s;
-}
-
-quint64 MemoryPage::trunkBudgetBytes() const {
-    return m_plan.trunkBytes();
-}
-quint64 MemoryPage::cacheBudgetBytes() const {
-    return m_plan.cacheBytes();
-}
 QString MemoryPage::warningText() const {
     return m_warning->text();
 }
 
 bool MemoryPage::fits() const {
-    return m_sizes.ok && m_planError.isEmpty() &&
+    return hasPlan() &&
            double(m_plan.total()) <= k3::kPlanMaxShareOfAvailable * double(m_available);
 }
 
-void MemoryPage::replan() {
-    m_planError.clear();
-    if (!m_sizes.ok) {
-        m_summary->setText(m_sizes.error.isEmpty() ? QString()
-                                                   : tr("Cannot plan: %1").arg(m_sizes.error));
-        emit completeChanged();
-        return;
-    }
-    k3::MemoryBudget budget;
-    if (m_presets->checkedId() == kAutoId) {
-        budget.automatic = true;
-        budget.source = "auto";
-    } else {
-        budget.trunkBytes = std::uint64_t(m_trunkGB->value() * 1e9);
-        budget.cacheBytes = std::uint64_t(m_cacheGB->value() * 1e9);
-        budget.source = m_presets->checkedButton()->text().toStdString();
-    }
-    try {
-        m_plan = k3::planMemory(m_sizes.inputs, budget, m_available);
-    } catch (const std::exception& e) {
-        m_planError = QString::fromStdString(e.what());
-        m_plan = k3::MemoryPlan{};
-        m_plan.available = m_available;
-    }
+k3::LaunchConfig MemoryPage::requestedConfig() const {
+    k3::LaunchConfig c = m_base;
+    c.modelDir = m_modelDir.toStdString();
+    c.trunkDir = m_trunkDir.toStdString();
+    const int id = m_presets->checkedId();
+    if (id == customId())
+        c.budget = k3::LaunchBudget::ofBytes(std::uint64_t(std::llround(m_trunkGB->value() * 1e9)),
+                                             std::uint64_t(std::llround(m_cacheGB->value() * 1e9)));
+    else if (id != kAutoId)
+        c.budget = k3::LaunchBudget::ofPreset(std::string(k3::presets()[std::size_t(id - 1)].name));
+    return c;
+}
 
-    if (m_presets->checkedId() == kAutoId) {
+void MemoryPage::replan() {
+    if (m_modelDir.isEmpty()) return;
+    const bool automatic = m_presets->checkedId() == kAutoId;
+    m_pending = true;
+    m_watcher.setFuture(
+        QtConcurrent::run(planOffThread, requestedConfig(), automatic, m_available));
+    emit completeChanged();
+}
+
+void MemoryPage::showPlan() {
+    if (!m_planned) return;
+    if (m_presets->checkedId() == kAutoId && m_error.isEmpty()) {
         // Show what auto chose, without switching to "custom".
         const QSignalBlocker a(m_trunkGB), b(m_cacheGB);
         m_trunkGB->setValue(double(m_plan.trunkBytes()) / 1e9);
         m_cacheGB->setValue(double(m_plan.cacheBytes()) / 1e9);
     }
-
-    MemoryFigures f;
-    const auto add = [&f](const QString& name, std::uint64_t bytes) {
-        if (bytes > 0) f.plan.push_back({name, bytes});
-    };
-    add(tr("trunk pinned"), m_plan.pinnedBytes);
-    add(tr("trunk ring"), std::uint64_t(m_plan.ringSlots) * m_plan.ringSlotBytes);
-    add(tr("embeddings + head"), m_plan.modelBytes);
-    add(tr("experts resident"), m_plan.residentExpertBytes);
-    add(tr("expert cache"), m_plan.cacheBytes());
-    add(tr("recurrent state"), m_plan.stateBytes);
-    add(tr("KV cache"), m_plan.kvBytes);
-    add(tr("buffers"), m_plan.bufferBytes);
+    MemoryFigures f = MemoryFigures::fromPlan(m_plan);
     f.availableBytes = m_available;
-    f.pinnedLayers = m_plan.pinnedLayers;
-    f.totalLayers = m_plan.totalLayers;
-    f.trunkStreamed = m_sizes.inputs.streamed;
+    f.trunkStreamed = !m_trunkDir.isEmpty();
     f.expertsCached = m_plan.cacheSlots > 0;
     m_panel->setFigures(f);
 
@@ -291,8 +220,9 @@ void MemoryPage::replan() {
                            .arg(bytesText(m_plan.total()), bytesText(m_available))
                            .arg(m_plan.pinnedLayers)
                            .arg(m_plan.totalLayers));
-    if (!m_planError.isEmpty()) {
-        m_warning->setText(tr("This budget cannot work: %1").arg(m_planError));
+    if (!m_error.isEmpty()) {
+        m_summary->setText(tr("Cannot plan: %1").arg(m_error));
+        m_warning->setText(tr("This budget cannot work: %1").arg(m_error));
         m_warning->show();
     } else if (!fits()) {
         m_warning->setText(

@@ -3,6 +3,7 @@
 #include <QFutureWatcher>
 #include <QWizardPage>
 
+#include <k3/launch.hpp>
 #include <k3/memory_plan.hpp>
 
 class MemoryPlanPanel;
@@ -12,15 +13,17 @@ class QLabel;
 
 // Wizard page 4: a preset (or auto, or custom trunk/cache GB) and the memory plan it
 // gives, drawn against MemAvailable with the 95% line BEFORE anything loads, with a
-// warning when it will not fit.
+// warning when it will not fit. The plan is the engine's own (k3::planLaunch, the
+// planning a Session runs when it opens the same configuration), computed off the GUI
+// thread on every change.
 class MemoryPage : public QWizardPage {
     Q_OBJECT
 public:
-    // The model's sizes as the plan needs them, read off the GUI thread.
-    struct Sizes {
-        bool ok = false;
-        QString error;
-        k3::PlanInputs inputs;
+    // One planning's answer: the configuration (auto resolved to sizes) and its plan.
+    struct Planned {
+        k3::LaunchConfig config;
+        k3::MemoryPlan plan;
+        QString error; // empty: planned
     };
 
     explicit MemoryPage(QWidget* parent = nullptr);
@@ -28,30 +31,36 @@ public:
     void initializePage() override;
     bool isComplete() const override;
 
-    // trunkDir empty: no packed trunk, every layer resident.
+    // Threads, chunk and context come from here (the saved configuration); the folders
+    // and the budget from the wizard.
+    void setBaseConfig(const k3::LaunchConfig& base);
+    const k3::LaunchConfig& baseConfig() const { return m_base; }
+    // trunkDir empty: no packed trunk, the trunk from the checkpoint.
     void setModel(const QString& modelDir, const QString& trunkDir);
     void setAvailableBytes(quint64 bytes); // tests; default MemAvailable
     // Selects "auto" (id 0), a preset by name, or "custom".
     void selectPreset(const QString& name);
     void setCustomGB(double trunkGB, double cacheGB);
 
-    bool hasPlan() const { return m_sizes.ok; }
+    bool hasPlan() const { return m_planned && m_error.isEmpty(); }
+    bool isPlanning() const { return m_pending; }
     bool fits() const;
     const k3::MemoryPlan& plan() const { return m_plan; }
-    quint64 trunkBudgetBytes() const;
-    quint64 cacheBudgetBytes() const;
+    // What Finish hands on: exactly the configuration the plan shown was made for.
+    const k3::LaunchConfig& launchConfig() const { return m_config; }
     QString warningText() const;
     MemoryPlanPanel* planPanel() const { return m_panel; }
-
-    static Sizes readSizes(const QString& modelDir, const QString& trunkDir, int contextLength);
 
 signals:
     void planReady();
 
 private:
     void replan();
+    void showPlan();
     void presetClicked(int id);
+    k3::LaunchConfig requestedConfig() const;
 
+    k3::LaunchConfig m_base;
     QString m_modelDir;
     QString m_trunkDir;
     quint64 m_available = 0;
@@ -61,8 +70,10 @@ private:
     MemoryPlanPanel* m_panel;
     QLabel* m_summary;
     QLabel* m_warning;
-    Sizes m_sizes;
+    bool m_planned = false; // a planning has answered for the current model
+    bool m_pending = false; // a planning is under way
+    k3::LaunchConfig m_config;
     k3::MemoryPlan m_plan;
-    QString m_planError;
-    QFutureWatcher<Sizes> m_watcher;
+    QString m_error;
+    QFutureWatcher<Planned> m_watcher;
 };

@@ -25,7 +25,11 @@ SetupWizard::SetupWizard(QWidget* parent)
     connect(m_systemCheck, &SystemCheckPage::demoRequested, this, [this] {
         const QString demo = MainWindow::demoModelDirectory();
         if (demo.isEmpty()) return;
-        emit setupFinished(demo, QString(), 0, 0);
+        k3::LaunchConfig config = m_memory->baseConfig();
+        config.modelDir = demo.toStdString();
+        config.trunkDir.clear();
+        config.budget = k3::LaunchBudget::resident();
+        emit setupFinished(config);
         QWizard::accept();
     });
     connect(m_systemCheck, &SystemCheckPage::serverRequested, this, [this] {
@@ -53,7 +57,6 @@ void SetupWizard::accept() {
         QWizard::accept();
         return;
     }
-    emit setupFinished(m_modelSource->modelDir(), m_pack->trunkDir(), m_memory->trunkBudgetBytes(),
-                       m_memory->cacheBudgetBytes());
+    emit setupFinished(m_memory->launchConfig());
     QWizard::accept();
 }

@@ -2,6 +2,8 @@
 
 #include <QWizard>
 
+#include "worker/LaunchConfigMetaType.h"
+
 class MemoryPage;
 class ModelSourcePage;
 class PackPage;
@@ -28,10 +30,9 @@ public:
     void cleanupPage(int id) override;
 
 signals:
-    // trunkDir is empty when packing was skipped (every weight stays in memory); zero
-    // budgets (the demo from page 1) mean the engine's defaults.
-    void setupFinished(const QString& modelDir, const QString& trunkDir, quint64 trunkBytes,
-                       quint64 cacheBytes);
+    // The whole choice, exactly as the memory page planned it (trunkDir empty when
+    // packing was skipped; the demo from page 1: everything resident).
+    void setupFinished(const k3::LaunchConfig& config);
     // "Use a server" finished: the key is already on its way to the keychain.
     void serverChosen(const QString& url, const QString& model, const QString& apiKey);
 

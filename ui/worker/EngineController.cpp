@@ -19,12 +19,10 @@ EngineController::~EngineController() {
     m_thread.wait();
 }
 
-void EngineController::loadModel(const QString& directory, const QString& trunkDir,
-                                 quint64 trunkBytes, quint64 cacheBytes) {
+void EngineController::loadModel(const k3::LaunchConfig& config) {
     setBusy(true);
     QMetaObject::invokeMethod(m_worker, "loadModel", Qt::QueuedConnection,
-                              Q_ARG(QString, directory), Q_ARG(QString, trunkDir),
-                              Q_ARG(quint64, trunkBytes), Q_ARG(quint64, cacheBytes));
+                              Q_ARG(k3::LaunchConfig, config));
 }
 
 void EngineController::connectRemote(const QString& url, const QString& model,

@@ -17,8 +17,7 @@ public:
     EngineWorker* worker() const { return m_worker; }
     bool isBusy() const { return m_busy; }
 
-    void loadModel(const QString& directory, const QString& trunkDir = {}, quint64 trunkBytes = 0,
-                   quint64 cacheBytes = 0);
+    void loadModel(const k3::LaunchConfig& config);
     void connectRemote(const QString& url, const QString& model, const QString& apiKey);
     void generate(const QVector<ChatTurn>& history, const GenerationSettings& settings);
     void stop();

@@ -42,9 +42,9 @@ quint64 MemoryFigures::plannedBytes() const {
     return total;
 }
 
-MemoryFigures MemoryFigures::from(const k3::MemoryReport& r) {
+MemoryFigures MemoryFigures::fromPlan(const k3::MemoryPlan& p) {
     MemoryFigures f;
-    const k3::MemoryPlan& p = r.plan;
+    f.enginePlan = p;
     const auto add = [&f](const QString& name, std::uint64_t bytes) {
         if (bytes > 0) f.plan.push_back({name, bytes});
     };
@@ -59,6 +59,11 @@ MemoryFigures MemoryFigures::from(const k3::MemoryReport& r) {
     f.availableBytes = p.available;
     f.pinnedLayers = p.pinnedLayers;
     f.totalLayers = p.totalLayers;
+    return f;
+}
+
+MemoryFigures MemoryFigures::from(const k3::MemoryReport& r) {
+    MemoryFigures f = fromPlan(r.plan);
     f.trunkStreamed = r.trunkStreamed;
     f.expertsCached = r.expertsCached;
     f.cacheRequests = r.cache.requests;
@@ -83,27 +88,20 @@ EngineWorker::EngineWorker() {
     qRegisterMetaType<GenerationSummary>();
     qRegisterMetaType<ModelInfo>();
     qRegisterMetaType<MemoryFigures>();
+    qRegisterMetaType<k3::LaunchConfig>();
 }
 
 EngineWorker::~EngineWorker() = default;
 
-void EngineWorker::loadModel(const QString& directory, const QString& trunkDir, quint64 trunkBytes,
-                             quint64 cacheBytes) {
+void EngineWorker::loadModel(const k3::LaunchConfig& config) {
     try {
         m_backend.reset();
-        k3::SessionOptions options;
-        options.modelDir = directory.toStdString();
         // The memory dial chosen in the wizard: the same tokens, memory only buys speed.
-        if (!trunkDir.isEmpty()) {
-            options.trunkDir = trunkDir.toStdString();
-            if (trunkBytes > 0) options.trunkBytes = trunkBytes;
-        }
-        if (cacheBytes > 0) options.expertCacheBytes = cacheBytes;
-        options.enforceMemoryPlan = true;
-        m_backend = k3::openLocalBackend(options);
+        m_backend = k3::openLocalBackend(k3::toSessionOptions(config));
         const k3::BackendInfo b = m_backend->info();
         ModelInfo info;
-        info.directory = directory;
+        info.directory = QString::fromStdString(config.modelDir.string());
+        info.launch = config;
         info.modelName = QString::fromStdString(b.modelName);
         info.summary = QString::fromStdString(b.summary);
         info.layers = b.layers;

@@ -10,6 +10,8 @@
 
 #include <k3/backend.hpp>
 
+#include "worker/LaunchConfigMetaType.h"
+
 // One chat turn as the UI sends it to the engine and the store saves it: every field a
 // transcript holds, so a conversation read and written back is the same file.
 struct ChatTurn {
@@ -57,6 +59,7 @@ struct ModelInfo {
     int layers = 0;
     int vocabSize = 0;
     quint64 weightBytes = 0;
+    k3::LaunchConfig launch; // how a local model was opened
 };
 
 // The engine's memory figures as the panels show them (from k3::MemoryReport).
@@ -87,8 +90,13 @@ struct MemoryFigures {
     // and the panels say "remote: URL".
     QString remoteUrl;
 
+    // The plan as the engine computed it (the components above are drawn from it).
+    k3::MemoryPlan enginePlan;
+
     quint64 plannedBytes() const;
     static MemoryFigures from(const k3::MemoryReport& report);
+    // The plan's components, layers and available memory; nothing measured yet.
+    static MemoryFigures fromPlan(const k3::MemoryPlan& plan);
 };
 
 Q_DECLARE_METATYPE(ChatTurn)
@@ -111,9 +119,8 @@ public:
     void requestStop() { m_cancel.store(true); }
 
 public slots:
-    // trunkDir empty: every weight resident. Budgets of 0: the engine's defaults.
-    void loadModel(const QString& directory, const QString& trunkDir = {}, quint64 trunkBytes = 0,
-                   quint64 cacheBytes = 0);
+    // Opens a local model exactly as `config` describes it (the memory plan enforced).
+    void loadModel(const k3::LaunchConfig& config);
     // A server instead of a local model: checks that it answers and offers `model`
     // (GET /v1/models), then chats through it. The key never leaves this object.
     void connectRemote(const QString& url, const QString& model, const QString& apiKey);

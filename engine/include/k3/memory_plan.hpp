@@ -29,19 +29,6 @@ struct MemoryBudget {
     std::string source; // "preset laptop, then --cache-gb 2" (for the report)
 };
 
-// One memory flag as given on the command line; later flags override earlier ones
-// (--preset server --cache-gb 40: the server trunk with a 40 GB cache).
-struct MemoryFlag {
-    enum class Kind { Preset, TrunkGB, CacheGB };
-    Kind kind = Kind::Preset;
-    std::string preset; // Kind::Preset: a preset name or "auto"
-    double gb = 0;      // Kind::TrunkGB / CacheGB (1 GB = 1e9 bytes, as the presets)
-};
-
-// Applies the flags in order. Throws MemoryRefusal for an unknown preset name (listing
-// the valid ones) or a negative / non-finite size. No flags: "auto".
-MemoryBudget resolveMemoryFlags(std::span<const MemoryFlag> flags);
-
 // What the plan needs to know about the model, from config.json and the packed trunk.
 struct PlanInputs {
     std::vector<std::uint64_t> layerBytes; // each trunk layer record (payload bytes)

@@ -47,6 +47,7 @@ struct ModelOptions {
     bool streamModelTables = false;
     std::uint64_t tableBlockBytes = std::uint64_t{64} << 20;
     bool recordCacheTrace = false; // keep the expert request trace (--dump-cache-trace)
+    std::string budgetSource;      // how the budget was asked for, for the plan's report
     // A draft model (k3 pack --draft) for speculation: binds no routed experts of its own
     // and runs those `draftOf` holds in memory (resident experts; behind an expert cache,
     // none), never reading any for the draft. Resident: trunkDir and the cache options

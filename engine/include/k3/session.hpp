@@ -54,6 +54,7 @@ struct SessionOptions {
     bool enforceMemoryPlan = false;
     bool recordCacheTrace = false;
     bool streamModelTables = false; // embeddings and lm_head stay on disk (ultra)
+    std::string budgetSource;       // "preset laptop", for the plan's report (LaunchBudget)
     // A draft trunk (k3 pack --draft): speculation proposes with it instead of prompt
     // lookup. Resident; checked to be this model's draft.
     std::filesystem::path draftDir;

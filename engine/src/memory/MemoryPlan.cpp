@@ -1,7 +1,6 @@
 #include "k3/memory_plan.hpp"
 
 #include "k3/pack.hpp"
-#include "k3/presets.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,18 +8,6 @@
 
 namespace k3 {
 namespace {
-
-constexpr double kGB = 1e9;
-
-std::uint64_t gbToBytes(double gb) {
-    return std::uint64_t(std::llround(gb * kGB));
-}
-
-std::string presetNames() {
-    std::string s;
-    for (const Preset& p : presets()) s += std::string(p.name) + ", ";
-    return s + "auto";
-}
 
 struct FixedPoint {
     int pinned = 0;
@@ -104,59 +91,6 @@ std::string formatBytes(std::uint64_t bytes) {
     else
         std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
     return buf;
-}
-
-MemoryBudget resolveMemoryFlags(std::span<const MemoryFlag> flags) {
-    MemoryBudget b;
-    b.automatic = true;
-    b.source = "auto";
-    bool first = true;
-    auto note = [&](const std::string& s) {
-        b.source = first ? s : b.source + ", then " + s;
-        first = false;
-    };
-    for (const MemoryFlag& f : flags) {
-        switch (f.kind) {
-        case MemoryFlag::Kind::Preset: {
-            if (f.preset == "auto") {
-                b.automatic = true;
-                note("preset auto");
-                break;
-            }
-            const auto p = findPreset(f.preset);
-            if (!p)
-                throw MemoryRefusal("unknown preset \"" + f.preset + "\"; the presets are " +
-                                    presetNames());
-            b.automatic = false;
-            b.trunkBytes = gbToBytes(p->trunkGB);
-            b.cacheBytes = gbToBytes(p->cacheGB);
-            note("preset " + f.preset);
-            break;
-        }
-        case MemoryFlag::Kind::TrunkGB:
-        case MemoryFlag::Kind::CacheGB: {
-            const bool trunk = f.kind == MemoryFlag::Kind::TrunkGB;
-            const char* flag = trunk ? "--trunk-gb" : "--cache-gb";
-            if (!std::isfinite(f.gb) || f.gb < 0 || f.gb > 1e6)
-                throw MemoryRefusal(std::string(flag) + " " + std::to_string(f.gb) +
-                                    " is not a size in GB between 0 and 1e6");
-            if (b.automatic) {
-                // A lone size flag on top of "auto" keeps the other number from the
-                // smallest ordinary preset rather than leaving it at zero.
-                const auto laptop = findPreset("laptop");
-                b.trunkBytes = gbToBytes(laptop->trunkGB);
-                b.cacheBytes = gbToBytes(laptop->cacheGB);
-                b.automatic = false;
-            }
-            (trunk ? b.trunkBytes : b.cacheBytes) = gbToBytes(f.gb);
-            char buf[64];
-            std::snprintf(buf, sizeof buf, "%s %.2f", flag, f.gb);
-            note(buf);
-            break;
-        }
-        }
-    }
-    return b;
 }
 
 std::uint64_t MemoryPlan::total() const {

@@ -5,6 +5,7 @@
 #include "k3/system.hpp"
 #include "model/ChunkLayers.hpp"
 #include "model/InferenceStateData.hpp"
+#include "model/LoadPlan.hpp"
 #include "model/ModelWeights.hpp"
 #include "model/StreamedTable.hpp"
 
@@ -170,20 +171,18 @@ std::uint64_t Model::weightBytes() const {
 
 Model Model::load(const std::filesystem::path& dir, const ModelOptions& options) {
     auto impl = std::make_unique<Impl>();
-    impl->config = readModelConfig(dir / "config.json");
+    // Everything is added up before anything is allocated (planLoad, as k3::planLaunch).
+    const auto mem = readMemoryInfo();
+    model::LoadPlan lp = model::planLoad(dir, options, mem ? mem->availableBytes : 0);
+    impl->config = std::move(lp.config);
     const ModelConfig& c = impl->config;
-    const int n = c.numHiddenLayers;
-    if (options.layerLimit < 0 || options.layerLimit > n)
-        throw ModelError("--layers " + std::to_string(options.layerLimit) + " is outside 1.." +
-                         std::to_string(n) + " (num_hidden_layers in " +
-                         (dir / "config.json").string() + ")");
-    const int layers = options.layerLimit == 0 ? n : options.layerLimit;
+    const int layers = lp.layers;
     impl->layerCount = layers;
     impl->eps = float(c.rmsNormEps);
-    const Checkpoint ckpt = Checkpoint::open(dir);
+    const Checkpoint& ckpt = lp.checkpoint;
     const bool draft = options.draftOf != nullptr;
-    const bool useTrunk = !draft && !options.trunkDir.empty();
-    const bool useCache = !draft && (options.expertCacheBytes > 0 || options.expertCacheSlots > 0);
+    const bool useTrunk = lp.trunk.has_value();
+    const bool useCache = lp.store != nullptr;
     if (draft) {
         const ModelConfig& x = options.draftOf->config();
         if (x.vocabSize != c.vocabSize || x.hiddenSize != c.hiddenSize ||
@@ -193,109 +192,14 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
                              "num_hidden_layers or n_routed_experts differ)");
         impl->draftOf = options.draftOf->impl_.get();
     }
-
-    // Everything is added up before anything is allocated.
-    std::optional<TrunkIndex> index;
-    if (useTrunk) {
-        index = openTrunkIndex(options.trunkDir, dir);
-        index->layers.resize(std::size_t(layers));
-    }
-    PlanInputs in;
-    in.layerBytes.assign(std::size_t(layers), 0);
-    std::uint64_t expertBytes = 0;
-    for (const auto& [name, t] : ckpt.tensors()) {
-        const std::string prefix = "language_model.model.layers.";
-        if (name.rfind(prefix, 0) != 0) continue;
-        const int L = std::atoi(name.c_str() + prefix.size());
-        if (L < 0 || L >= layers) continue;
-        if (isRoutedExpertTensor(name))
-            expertBytes += t.nbytes;
-        else if (!useTrunk)
-            in.layerBytes[std::size_t(L)] += t.nbytes;
-    }
-    if (useTrunk) in.trunkDecodeBytes = trunkDecodeBufferBytes(*index);
-    if (useTrunk)
-        for (int L = 0; L < layers; ++L) {
-            in.layerBytes[std::size_t(L)] = index->layers[std::size_t(L)].bytes;
-            in.layerPieceBytes.push_back(largestPieceBytes(index->layers[std::size_t(L)]));
-        }
+    std::optional<TrunkIndex>& index = lp.trunk;
+    impl->store = lp.store;
+    impl->plan = std::move(lp.plan);
+    if (mem) impl->plan.availableBoundBy = mem->boundBy;
+    if (options.enforceMemoryPlan) enforceMemoryPlan(impl->plan);
     const std::string embedName = "language_model.model.embed_tokens.weight";
     const std::string headName = "language_model.lm_head.weight";
     const bool streamTables = options.streamModelTables;
-    for (const std::string& name :
-         {embedName, headName, std::string("language_model.model.norm.weight"),
-          std::string("language_model.model.output_attn_res_norm.weight"),
-          std::string("language_model.model.output_attn_res_proj.weight")}) {
-        const TensorInfo* t = ckpt.find(name);
-        if (!t) continue;
-        if ((name == embedName || name == headName) && streamTables) {
-            const std::uint64_t rows = t->rank == 2 ? std::max<std::uint64_t>(1, t->shape[0]) : 1;
-            // The embedding reads one row; only lm_head needs the two block buffers.
-            in.modelBytes += model::StreamedTable::bufferBytes(
-                t->nbytes / rows, name == headName ? options.tableBlockBytes : 0);
-        } else {
-            in.modelBytes += t->nbytes;
-        }
-    }
-    in.modelTablesStreamed = streamTables;
-    if (useCache) {
-        impl->store = std::make_shared<CheckpointExpertStore>(ckpt, c, layers);
-        in.expertSlotBytes = impl->store->slotBytes();
-        in.expertCount = impl->store->totalExperts();
-    } else if (!draft) {
-        in.residentExpertBytes = expertBytes;
-    }
-    in.topK = c.numExpertsPerToken;
-    const std::uint64_t P = std::uint64_t(c.kdaNumHeads) * std::uint64_t(c.kdaHeadDim);
-    const std::uint64_t kdaState = (P * std::uint64_t(c.kdaHeadDim) +
-                                    3 * P * std::uint64_t(std::max(0, c.shortConvKernelSize - 1))) *
-                                   4;
-    // Every copy a session holds: the live state and the prompt snapshot (KDA state and
-    // the MLA cache each), and the rollback record of a verification chunk (the KDA state
-    // before it and, per position, the delta rule's inputs and the raw conv inputs).
-    const std::uint64_t replayPerPosition = (6 * P + std::uint64_t(std::max(0, c.kdaNumHeads))) * 4;
-    const int maxSpec = std::clamp(options.maxSpeculation, 0, kMaxSpeculation);
-    for (int L = 0; L < layers; ++L) {
-        if (c.layers[std::size_t(L)].attention == AttentionKind::Kda)
-            in.stateBytes +=
-                2 * kdaState +
-                (maxSpec > 0 ? kdaState + replayPerPosition * std::uint64_t(maxSpec + 1) : 0);
-        else
-            in.kvBytesPerPosition += 2 * std::uint64_t(c.kvLoraRank + c.qkRopeHeadDim) * 4;
-    }
-    in.contextLength = options.contextLength;
-    in.bufferBytes =
-        (std::uint64_t(c.vocabSize) + 64ull * std::uint64_t(c.hiddenSize) +
-         8ull * std::uint64_t(std::max<std::uint64_t>(P, std::uint64_t(c.intermediateSize)))) *
-        4;
-    {
-        // One position of a chunk: the residual stream and its AttnRes block snapshots,
-        // the attention and MLP intermediates, the router logits and the expert union's
-        // per-position outputs (top-k latents), with room for the kernels' widened x.
-        const auto u = [](int v) { return std::uint64_t(std::max(0, v)); };
-        const std::uint64_t blocks =
-            u(layers) / std::max<std::uint64_t>(1, u(c.attnResBlockSize)) + 2;
-        const std::uint64_t widest =
-            std::max({P, u(c.intermediateSize),
-                      u(c.numAttentionHeads) * u(c.qkNopeHeadDim + c.qkRopeHeadDim),
-                      u(c.numAttentionHeads) * u(c.vHeadDim), 2 * u(c.moeIntermediateSize)});
-        in.chunkBytesPerPosition =
-            4 * ((12 + blocks) * u(c.hiddenSize) + 10 * widest + u(c.numExperts) +
-                 (u(c.numExpertsPerToken) + 4) * u(c.routedExpertHiddenSize));
-        in.requestedChunk = options.prefillChunk;
-    }
-    in.streamed = useTrunk;
-    MemoryBudget budget;
-    budget.trunkBytes = useTrunk ? options.trunkBytes : std::numeric_limits<std::uint64_t>::max();
-    budget.cacheBytes = options.expertCacheSlots > 0
-                            ? std::uint64_t(options.expertCacheSlots) * in.expertSlotBytes
-                            : options.expertCacheBytes;
-    budget.source = "options";
-    const auto mem = readMemoryInfo();
-    impl->plan = planMemory(in, budget, mem ? mem->availableBytes : 0);
-    if (mem) impl->plan.availableBoundBy = mem->boundBy;
-    impl->plan.maxSpeculation = maxSpec;
-    if (options.enforceMemoryPlan) enforceMemoryPlan(impl->plan);
 
     if (useCache) {
         CacheOptions co;

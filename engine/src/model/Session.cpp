@@ -1,6 +1,7 @@
 #include "k3/session.hpp"
 #include "k3/draft.hpp"
 #include "k3/speculation.hpp"
+#include "model/LoadPlan.hpp"
 
 #include <sys/resource.h>
 
@@ -63,7 +64,7 @@ Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 
-Session Session::open(const SessionOptions& options) {
+ModelOptions model::modelOptionsFor(const SessionOptions& options) {
     ModelOptions mo;
     mo.layerLimit = options.layerLimit;
     mo.trunkDir = options.trunkDir;
@@ -76,6 +77,12 @@ Session Session::open(const SessionOptions& options) {
     mo.enforceMemoryPlan = options.enforceMemoryPlan;
     mo.recordCacheTrace = options.recordCacheTrace;
     mo.streamModelTables = options.streamModelTables;
+    mo.budgetSource = options.budgetSource;
+    return mo;
+}
+
+Session Session::open(const SessionOptions& options) {
+    const ModelOptions mo = model::modelOptionsFor(options);
     auto impl = std::make_unique<Impl>(Model::load(options.modelDir, mo));
     impl->chunk = std::max(1, impl->model.memoryPlan().chunkPositions);
     if (!options.draftDir.empty()) {

@@ -1,12 +1,10 @@
-// The memory plan: the pinned-prefix fixed point, the flag resolver (later flags win),
-// and the refusals (numbers, options, the KV cache called a memory limit).
+// The memory plan: the pinned-prefix fixed point and the refusals (numbers, options, the
+// KV cache called a memory limit). The flag resolver is tst_launch's.
 #include <QTest>
 
 #include <k3/memory_plan.hpp>
 #include <k3/pack.hpp>
 #include <k3/presets.hpp>
-
-using k3::MemoryFlag;
 
 class TestMemoryPlan : public QObject {
     Q_OBJECT
@@ -17,8 +15,6 @@ private slots:
     void refusesBelowOneSlot();
     void piecesWhenALayerExceedsTheShare();
     void everyPresetPlansTheRealShapes();
-    void laterFlagsWin();
-    void unknownPresetIsNamed();
     void refusalHasNumbersAndOptions();
     void kvRefusalIsAMemoryLimit();
     void autoPutsTrunkFirst();
@@ -167,40 +163,6 @@ void TestMemoryPlan::everyPresetPlansTheRealShapes() {
     QVERIFY(small.trunkBytes() <= 1'600'000'000ull);
     QVERIFY_THROWS_EXCEPTION(k3::MemoryRefusal,
                              k3::planTrunk(small, layers, 1'400'000'000ull, pieces));
-}
-
-void TestMemoryPlan::laterFlagsWin() {
-    std::vector<MemoryFlag> flags{{MemoryFlag::Kind::Preset, "server", 0},
-                                  {MemoryFlag::Kind::CacheGB, "", 40}};
-    k3::MemoryBudget b = k3::resolveMemoryFlags(flags);
-    QVERIFY(!b.automatic);
-    QCOMPARE(b.trunkBytes, std::uint64_t(110'000'000'000ull));
-    QCOMPARE(b.cacheBytes, std::uint64_t(40'000'000'000ull));
-    // And the other way round: the preset after the flag replaces it.
-    flags = {{MemoryFlag::Kind::CacheGB, "", 40}, {MemoryFlag::Kind::Preset, "laptop", 0}};
-    b = k3::resolveMemoryFlags(flags);
-    QCOMPARE(b.trunkBytes, std::uint64_t(3'000'000'000ull));
-    QCOMPARE(b.cacheBytes, std::uint64_t(1'000'000'000ull));
-    QVERIFY(k3::resolveMemoryFlags({}).automatic);
-    flags = {{MemoryFlag::Kind::Preset, "ultra", 0}, {MemoryFlag::Kind::TrunkGB, "", 1.5}};
-    b = k3::resolveMemoryFlags(flags);
-    QCOMPARE(b.trunkBytes, std::uint64_t(1'500'000'000ull));
-    QCOMPARE(b.cacheBytes, std::uint64_t(310'000'000ull));
-    QCOMPARE(b.source, std::string("preset ultra, then --trunk-gb 1.50"));
-}
-
-void TestMemoryPlan::unknownPresetIsNamed() {
-    const std::vector<MemoryFlag> flags{{MemoryFlag::Kind::Preset, "huge", 0}};
-    try {
-        k3::resolveMemoryFlags(flags);
-        QFAIL("unknown preset accepted");
-    } catch (const k3::MemoryRefusal& e) {
-        const std::string m = e.what();
-        QVERIFY(m.find("\"huge\"") != std::string::npos);
-        QVERIFY(m.find("workstation") != std::string::npos);
-    }
-    const std::vector<MemoryFlag> neg{{MemoryFlag::Kind::CacheGB, "", -1}};
-    QVERIFY_THROWS_EXCEPTION(k3::MemoryRefusal, k3::resolveMemoryFlags(neg));
 }
 
 static k3::PlanInputs inputs() {

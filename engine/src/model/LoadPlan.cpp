@@ -1,0 +1,142 @@
+#include "model/LoadPlan.hpp"
+
+#include "k3/pack.hpp"
+#include "model/StreamedTable.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+namespace k3::model {
+namespace {
+
+const std::string kEmbedName = "language_model.model.embed_tokens.weight";
+const std::string kHeadName = "language_model.lm_head.weight";
+
+// Layer records (from the checkpoint, or the packed trunk with its pieces), the model
+// tensors, and the routed experts resident or through the cache.
+void addWeights(LoadPlan& lp, const ModelOptions& options, bool draft) {
+    PlanInputs& in = lp.inputs;
+    const int layers = lp.layers;
+    const bool useTrunk = lp.trunk.has_value();
+    in.layerBytes.assign(std::size_t(layers), 0);
+    std::uint64_t expertBytes = 0;
+    const std::string prefix = "language_model.model.layers.";
+    for (const auto& [name, t] : lp.checkpoint.tensors()) {
+        if (name.rfind(prefix, 0) != 0) continue;
+        const int L = std::atoi(name.c_str() + prefix.size());
+        if (L < 0 || L >= layers) continue;
+        if (isRoutedExpertTensor(name))
+            expertBytes += t.nbytes;
+        else if (!useTrunk)
+            in.layerBytes[std::size_t(L)] += t.nbytes;
+    }
+    if (useTrunk) {
+        in.trunkDecodeBytes = trunkDecodeBufferBytes(*lp.trunk);
+        for (int L = 0; L < layers; ++L) {
+            in.layerBytes[std::size_t(L)] = lp.trunk->layers[std::size_t(L)].bytes;
+            in.layerPieceBytes.push_back(largestPieceBytes(lp.trunk->layers[std::size_t(L)]));
+        }
+    }
+    const bool streamTables = options.streamModelTables;
+    for (const std::string& name :
+         {kEmbedName, kHeadName, std::string("language_model.model.norm.weight"),
+          std::string("language_model.model.output_attn_res_norm.weight"),
+          std::string("language_model.model.output_attn_res_proj.weight")}) {
+        const TensorInfo* t = lp.checkpoint.find(name);
+        if (!t) continue;
+        if ((name == kEmbedName || name == kHeadName) && streamTables) {
+            const std::uint64_t rows = t->rank == 2 ? std::max<std::uint64_t>(1, t->shape[0]) : 1;
+            // The embedding reads one row; only lm_head needs the two block buffers.
+            in.modelBytes += StreamedTable::bufferBytes(
+                t->nbytes / rows, name == kHeadName ? options.tableBlockBytes : 0);
+        } else {
+            in.modelBytes += t->nbytes;
+        }
+    }
+    in.modelTablesStreamed = streamTables;
+    if (lp.store) {
+        in.expertSlotBytes = lp.store->slotBytes();
+        in.expertCount = lp.store->totalExperts();
+    } else if (!draft) {
+        in.residentExpertBytes = expertBytes;
+    }
+}
+
+// Session state (every copy a session holds), the KV cache per position, the buffers
+// of one position and of a chunk's positions.
+void addState(PlanInputs& in, const ModelConfig& c, int layers, int maxSpec) {
+    in.topK = c.numExpertsPerToken;
+    const std::uint64_t P = std::uint64_t(c.kdaNumHeads) * std::uint64_t(c.kdaHeadDim);
+    const std::uint64_t kdaState = (P * std::uint64_t(c.kdaHeadDim) +
+                                    3 * P * std::uint64_t(std::max(0, c.shortConvKernelSize - 1))) *
+                                   4;
+    // Every copy a session holds: the live state and the prompt snapshot (KDA state and
+    // the MLA cache each), and the rollback record of a verification chunk (the KDA state
+    // before it and, per position, the delta rule's inputs and the raw conv inputs).
+    const std::uint64_t replayPerPosition = (6 * P + std::uint64_t(std::max(0, c.kdaNumHeads))) * 4;
+    for (int L = 0; L < layers; ++L) {
+        if (c.layers[std::size_t(L)].attention == AttentionKind::Kda)
+            in.stateBytes +=
+                2 * kdaState +
+                (maxSpec > 0 ? kdaState + replayPerPosition * std::uint64_t(maxSpec + 1) : 0);
+        else
+            in.kvBytesPerPosition += 2 * std::uint64_t(c.kvLoraRank + c.qkRopeHeadDim) * 4;
+    }
+    in.bufferBytes =
+        (std::uint64_t(c.vocabSize) + 64ull * std::uint64_t(c.hiddenSize) +
+         8ull * std::uint64_t(std::max<std::uint64_t>(P, std::uint64_t(c.intermediateSize)))) *
+        4;
+    // One position of a chunk: the residual stream and its AttnRes block snapshots, the
+    // attention and MLP intermediates, the router logits and the expert union's
+    // per-position outputs (top-k latents), with room for the kernels' widened x.
+    const auto u = [](int v) { return std::uint64_t(std::max(0, v)); };
+    const std::uint64_t blocks = u(layers) / std::max<std::uint64_t>(1, u(c.attnResBlockSize)) + 2;
+    const std::uint64_t widest = std::max(
+        {P, u(c.intermediateSize), u(c.numAttentionHeads) * u(c.qkNopeHeadDim + c.qkRopeHeadDim),
+         u(c.numAttentionHeads) * u(c.vHeadDim), 2 * u(c.moeIntermediateSize)});
+    in.chunkBytesPerPosition =
+        4 * ((12 + blocks) * u(c.hiddenSize) + 10 * widest + u(c.numExperts) +
+             (u(c.numExpertsPerToken) + 4) * u(c.routedExpertHiddenSize));
+}
+
+} // namespace
+
+LoadPlan planLoad(const std::filesystem::path& dir, const ModelOptions& options,
+                  std::uint64_t availableBytes) {
+    LoadPlan lp{readModelConfig(dir / "config.json"), Checkpoint::open(dir), 0, {}, {}, {}, {}};
+    const ModelConfig& c = lp.config;
+    const int n = c.numHiddenLayers;
+    if (options.layerLimit < 0 || options.layerLimit > n)
+        throw ModelError("--layers " + std::to_string(options.layerLimit) + " is outside 1.." +
+                         std::to_string(n) + " (num_hidden_layers in " +
+                         (dir / "config.json").string() + ")");
+    lp.layers = options.layerLimit == 0 ? n : options.layerLimit;
+    const bool draft = options.draftOf != nullptr;
+    if (!draft && !options.trunkDir.empty()) {
+        lp.trunk = openTrunkIndex(options.trunkDir, dir);
+        lp.trunk->layers.resize(std::size_t(lp.layers));
+    }
+    if (!draft && (options.expertCacheBytes > 0 || options.expertCacheSlots > 0))
+        lp.store = std::make_shared<CheckpointExpertStore>(lp.checkpoint, c, lp.layers);
+
+    const int maxSpec = std::clamp(options.maxSpeculation, 0, kMaxSpeculation);
+    addWeights(lp, options, draft);
+    addState(lp.inputs, c, lp.layers, maxSpec);
+    lp.inputs.contextLength = options.contextLength;
+    lp.inputs.requestedChunk = options.prefillChunk;
+    lp.inputs.streamed = lp.trunk.has_value();
+
+    MemoryBudget budget;
+    budget.trunkBytes = lp.trunk ? options.trunkBytes : std::numeric_limits<std::uint64_t>::max();
+    budget.cacheBytes = options.expertCacheSlots > 0
+                            ? std::uint64_t(options.expertCacheSlots) * lp.inputs.expertSlotBytes
+                            : options.expertCacheBytes;
+    budget.source = options.budgetSource.empty() ? "options" : options.budgetSource;
+    lp.plan = planMemory(lp.inputs, budget, availableBytes);
+    lp.plan.maxSpeculation = maxSpec;
+    return lp;
+}
+
+} // namespace k3::model

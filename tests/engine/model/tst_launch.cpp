@@ -1,0 +1,283 @@
+// The launch configuration: the budget a preset and size flags give (later flags win),
+// the session options it opens with, and planLaunch: the plan from the files on disk,
+// which is exactly the plan a Session opened from the same configuration holds.
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <k3/launch.hpp>
+#include <k3/pack.hpp>
+#include <k3/system.hpp>
+
+using k3::LaunchBudget;
+using k3::MemoryFlag;
+
+namespace {
+
+const std::string kModels = K3_SOURCE_DIR "/tests/fixtures/models/";
+
+std::uint64_t availableNow() {
+    const auto mem = k3::readMemoryInfo();
+    return mem ? mem->availableBytes : 0;
+}
+
+// Every planned figure (not `available`, read at another moment).
+void comparePlans(const k3::MemoryPlan& a, const k3::MemoryPlan& b) {
+    QCOMPARE(a.totalLayers, b.totalLayers);
+    QCOMPARE(a.pinnedLayers, b.pinnedLayers);
+    QCOMPARE(a.pinnedBytes, b.pinnedBytes);
+    QCOMPARE(a.ringSlots, b.ringSlots);
+    QCOMPARE(a.ringSlotBytes, b.ringSlotBytes);
+    QCOMPARE(a.piecewise, b.piecewise);
+    QCOMPARE(a.trunkDecodeBytes, b.trunkDecodeBytes);
+    QCOMPARE(a.modelBytes, b.modelBytes);
+    QCOMPARE(a.modelTablesStreamed, b.modelTablesStreamed);
+    QCOMPARE(a.residentExpertBytes, b.residentExpertBytes);
+    QCOMPARE(a.cacheSlots, b.cacheSlots);
+    QCOMPARE(a.expertSlotBytes, b.expertSlotBytes);
+    QCOMPARE(a.stateBytes, b.stateBytes);
+    QCOMPARE(a.bufferBytes, b.bufferBytes);
+    QCOMPARE(a.chunkPositions, b.chunkPositions);
+    QCOMPARE(a.maxSpeculation, b.maxSpeculation);
+    QCOMPARE(a.kvBytes, b.kvBytes);
+    QCOMPARE(a.contextLength, b.contextLength);
+    QCOMPARE(a.total(), b.total());
+    QCOMPARE(a.budget.source, b.budget.source);
+}
+
+} // namespace
+
+class TestLaunch : public QObject {
+    Q_OBJECT
+private slots:
+    void budgetResolvesAndDescribesItself();
+    void laterFlagsWin();
+    void autoIsTheRecommendedPreset();
+    void unknownPresetIsNamed();
+    void sessionOptionsCarryTheWholeConfig();
+    void planLaunchIsTheSessionsPlan_data();
+    void planLaunchIsTheSessionsPlan();
+    void planLaunchGivesTheFiguresOfTheFiles();
+    void automaticBudgetFillsTrunkFirst();
+};
+
+void TestLaunch::budgetResolvesAndDescribesItself() {
+    const LaunchBudget resident = LaunchBudget::resident();
+    QVERIFY(resident.isResident());
+    QCOMPARE(resident.resolvedTrunkBytes(), std::numeric_limits<std::uint64_t>::max());
+    QCOMPARE(resident.resolvedCacheBytes(), std::uint64_t(0));
+    QCOMPARE(resident.describe(), std::string("everything resident"));
+
+    const LaunchBudget laptop = LaunchBudget::ofPreset("laptop");
+    QCOMPARE(laptop.resolvedTrunkBytes(), std::uint64_t(3'000'000'000ull));
+    QCOMPARE(laptop.resolvedCacheBytes(), std::uint64_t(1'000'000'000ull));
+    QVERIFY(!laptop.streamsModelTables());
+    QCOMPARE(laptop.describe(), std::string("preset laptop"));
+
+    LaunchBudget ultra = LaunchBudget::ofPreset("ultra");
+    ultra.trunkBytes = 1'500'000'000ull;
+    QCOMPARE(ultra.resolvedTrunkBytes(), std::uint64_t(1'500'000'000ull));
+    QCOMPARE(ultra.resolvedCacheBytes(), std::uint64_t(310'000'000ull));
+    QVERIFY(ultra.streamsModelTables()); // the preset's tables stay on disk
+    QCOMPARE(ultra.describe(), std::string("preset ultra, trunk 1.50 GB"));
+
+    const LaunchBudget bytes = LaunchBudget::ofBytes(3'000'000'000ull, 1'500'000'000ull);
+    QCOMPARE(bytes.describe(), std::string("trunk 3.00 GB / cache 1.50 GB"));
+    QVERIFY(bytes != laptop);
+    QVERIFY(bytes == LaunchBudget::ofBytes(3'000'000'000ull, 1'500'000'000ull));
+}
+
+void TestLaunch::laterFlagsWin() {
+    std::vector<MemoryFlag> flags{{MemoryFlag::Kind::Preset, "server", 0},
+                                  {MemoryFlag::Kind::CacheGB, "", 40}};
+    LaunchBudget b = k3::resolveMemoryFlags(flags, 0);
+    QCOMPARE(b.preset, std::string("server"));
+    QCOMPARE(b.resolvedTrunkBytes(), std::uint64_t(110'000'000'000ull));
+    QCOMPARE(b.resolvedCacheBytes(), std::uint64_t(40'000'000'000ull));
+    // And the other way round: the preset after the flag replaces it.
+    flags = {{MemoryFlag::Kind::CacheGB, "", 40}, {MemoryFlag::Kind::Preset, "laptop", 0}};
+    QCOMPARE(k3::resolveMemoryFlags(flags, 0), LaunchBudget::ofPreset("laptop"));
+    QVERIFY(k3::resolveMemoryFlags({}, 0).isResident());
+    // A lone size flag: only that number; no trunk budget keeps every layer pinned.
+    flags = {{MemoryFlag::Kind::CacheGB, "", 2}};
+    b = k3::resolveMemoryFlags(flags, 0);
+    QCOMPARE(b, (LaunchBudget{{}, {}, 2'000'000'000ull}));
+    QCOMPARE(b.resolvedTrunkBytes(), std::numeric_limits<std::uint64_t>::max());
+    flags = {{MemoryFlag::Kind::Preset, "ultra", 0}, {MemoryFlag::Kind::TrunkGB, "", 1.5}};
+    b = k3::resolveMemoryFlags(flags, 0);
+    QCOMPARE(b.resolvedTrunkBytes(), std::uint64_t(1'500'000'000ull));
+    QCOMPARE(b.resolvedCacheBytes(), std::uint64_t(310'000'000ull));
+    QCOMPARE(b.describe(), std::string("preset ultra, trunk 1.50 GB"));
+}
+
+void TestLaunch::autoIsTheRecommendedPreset() {
+    const std::vector<MemoryFlag> flags{{MemoryFlag::Kind::Preset, "auto", 0}};
+    QCOMPARE(k3::resolveMemoryFlags(flags, 12'000'000'000ull).preset, std::string("laptop"));
+    QCOMPARE(k3::resolveMemoryFlags(flags, 40'000'000'000ull).preset, std::string("desktop"));
+    try {
+        k3::resolveMemoryFlags(flags, 2'000'000'000ull);
+        QFAIL("auto under 4 GB accepted");
+    } catch (const k3::MemoryRefusal& e) {
+        QVERIFY2(std::string(e.what()).find("under 4 GB") != std::string::npos, e.what());
+    }
+    QVERIFY_THROWS_EXCEPTION(k3::MemoryRefusal, k3::resolveMemoryFlags(flags, 0));
+}
+
+void TestLaunch::unknownPresetIsNamed() {
+    const std::vector<MemoryFlag> flags{{MemoryFlag::Kind::Preset, "huge", 0}};
+    try {
+        k3::resolveMemoryFlags(flags, 0);
+        QFAIL("unknown preset accepted");
+    } catch (const k3::MemoryRefusal& e) {
+        const std::string m = e.what();
+        QVERIFY(m.find("\"huge\"") != std::string::npos);
+        QVERIFY(m.find("workstation") != std::string::npos);
+    }
+    const std::vector<MemoryFlag> neg{{MemoryFlag::Kind::CacheGB, "", -1}};
+    QVERIFY_THROWS_EXCEPTION(k3::MemoryRefusal, k3::resolveMemoryFlags(neg, 0));
+    // A configuration naming an unknown preset (a hand-edited file) is refused by name.
+    k3::LaunchConfig c;
+    c.budget.preset = "huge";
+    QVERIFY_THROWS_EXCEPTION(k3::MemoryRefusal, k3::toSessionOptions(c));
+}
+
+void TestLaunch::sessionOptionsCarryTheWholeConfig() {
+    k3::LaunchConfig c;
+    c.modelDir = "/models/k3";
+    c.trunkDir = "/models/k3/trunk";
+    c.budget = LaunchBudget::ofPreset("ultra");
+    c.budget.cacheBytes = 2'000'000'000ull;
+    c.threads = 6;
+    c.prefillChunk = 32;
+    c.contextLength = 8192;
+    c.maxSpeculation = 4;
+    const k3::SessionOptions o = k3::toSessionOptions(c);
+    QCOMPARE(o.modelDir, std::filesystem::path("/models/k3"));
+    QCOMPARE(o.trunkDir, std::filesystem::path("/models/k3/trunk"));
+    QCOMPARE(o.trunkBytes, std::uint64_t(2'500'000'000ull));
+    QCOMPARE(o.expertCacheBytes, std::uint64_t(2'000'000'000ull));
+    QCOMPARE(o.expertCacheSlots, 0);
+    QVERIFY(o.streamModelTables);
+    QCOMPARE(o.prefillChunk, 32);
+    QCOMPARE(o.contextLength, 8192);
+    QCOMPARE(o.maxSpeculation, 4);
+    QVERIFY(o.enforceMemoryPlan);
+    QVERIFY(o.loadTokenizer);
+    QVERIFY(o.tokenizerDir.empty()); // the model folder's
+    QCOMPARE(o.budgetSource, std::string("preset ultra, cache 2.00 GB"));
+
+    const k3::SessionOptions resident = k3::toSessionOptions(k3::LaunchConfig{});
+    QCOMPARE(resident.trunkBytes, std::numeric_limits<std::uint64_t>::max());
+    QCOMPARE(resident.expertCacheBytes, std::uint64_t(0));
+    QVERIFY(!resident.streamModelTables);
+    QCOMPARE(resident.contextLength, 4096);
+    QCOMPARE(resident.prefillChunk, 0);
+    QCOMPARE(resident.maxSpeculation, 16);
+    // Equality covers every field.
+    k3::LaunchConfig other = c;
+    QVERIFY(other == c);
+    other.threads = 5;
+    QVERIFY(other != c);
+}
+
+void TestLaunch::planLaunchIsTheSessionsPlan_data() {
+    QTest::addColumn<QString>("model");
+    QTest::addColumn<bool>("packed");
+    QTest::addColumn<LaunchBudget>("budget");
+    for (const char* model : {"k3_tiny_a", "k3_tiny_b", "k3_tiny_f32"}) {
+        const auto row = [&](const char* name, bool packed, LaunchBudget b) {
+            QTest::newRow((std::string(model) + "/" + name).c_str())
+                << QString::fromLatin1(model) << packed << b;
+        };
+        row("resident", false, LaunchBudget::resident());
+        row("resident with a cache", false, LaunchBudget{{}, {}, 60'000ull});
+        row("packed, all pinned", true, LaunchBudget::resident());
+        row("streamed small trunk", true, LaunchBudget{{}, 300'000ull, {}});
+        row("streamed small trunk and cache", true, LaunchBudget::ofBytes(300'000ull, 60'000ull));
+        row("smallest ring", true, LaunchBudget::ofBytes(0, 1));
+        row("preset ultra", true, LaunchBudget::ofPreset("ultra"));
+    }
+}
+
+Q_DECLARE_METATYPE(LaunchBudget)
+
+void TestLaunch::planLaunchIsTheSessionsPlan() {
+    QFETCH(QString, model);
+    QFETCH(bool, packed);
+    QFETCH(LaunchBudget, budget);
+    QTemporaryDir tmp;
+    k3::LaunchConfig c;
+    c.modelDir = kModels + model.toStdString();
+    if (packed) {
+        c.trunkDir = tmp.filePath(QStringLiteral("trunk")).toStdString();
+        k3::packTrunk(c.modelDir, c.trunkDir);
+    }
+    c.budget = budget;
+    c.contextLength = 512;
+    c.prefillChunk = 16;
+    const k3::MemoryPlan planned = k3::planLaunch(c, availableNow());
+    k3::SessionOptions o = k3::toSessionOptions(c);
+    o.loadTokenizer = false;
+    const k3::Session session = k3::Session::open(o);
+    comparePlans(planned, session.memoryReport().plan);
+    QCOMPARE(planned.contextLength, 512);
+    QCOMPARE(planned.chunkPositions, 16);
+    QCOMPARE(planned.cacheSlots > 0, budget.resolvedCacheBytes() > 0);
+    QCOMPARE(planned.ringSlots > 0, packed && planned.pinnedLayers < planned.totalLayers);
+}
+
+// k3_tiny_a's numbers, from its headers and config.json (14 layers, 12 experts in each of
+// the 13 MoE layers), as the planning must read them.
+void TestLaunch::planLaunchGivesTheFiguresOfTheFiles() {
+    QTemporaryDir tmp;
+    k3::LaunchConfig c;
+    c.modelDir = kModels + "k3_tiny_a";
+    const k3::MemoryPlan resident = k3::planLaunch(c, 16'000'000'000ull);
+    QCOMPARE(resident.totalLayers, 14);
+    QCOMPARE(resident.pinnedLayers, 14);
+    QCOMPARE(resident.ringSlots, 0);
+    QCOMPARE(resident.cacheSlots, 0);
+    QCOMPARE(resident.residentExpertBytes, std::uint64_t(13 * 12 * 3136)); // MXFP4 experts
+    QCOMPARE(resident.contextLength, 4096);
+    QCOMPARE(resident.chunkPositions, 64);
+    QCOMPARE(resident.available, std::uint64_t(16'000'000'000ull));
+    QCOMPARE(resident.budget.source, std::string("everything resident"));
+
+    c.trunkDir = tmp.filePath(QStringLiteral("trunk")).toStdString();
+    k3::packTrunk(c.modelDir, c.trunkDir);
+    c.budget = LaunchBudget::ofBytes(300'000ull, 60'000ull);
+    const k3::MemoryPlan streamed = k3::planLaunch(c, 16'000'000'000ull);
+    QCOMPARE(streamed.totalLayers, 14);
+    QCOMPARE(streamed.pinnedLayers, 3);
+    QCOMPARE(streamed.ringSlots, 2);
+    QVERIFY(streamed.trunkBytes() <= 300'000ull);
+    // The store's slot: an expert's 3136 bytes read as an aligned window that straddles a
+    // 4096 boundary (the wizard's old copy said 4096, the average expert aligned up).
+    QCOMPARE(streamed.expertSlotBytes, std::uint64_t(8192));
+    QCOMPARE(streamed.cacheSlots, 7); // 60,000 / 8192
+    QCOMPARE(streamed.residentExpertBytes, std::uint64_t(0));
+    QCOMPARE(streamed.total(), std::uint64_t(8'005'832));
+
+    // A trunk packed from another checkpoint is refused, naming it.
+    c.modelDir = kModels + "k3_tiny_b";
+    QVERIFY_THROWS_EXCEPTION(std::exception, k3::planLaunch(c, 16'000'000'000ull));
+}
+
+void TestLaunch::automaticBudgetFillsTrunkFirst() {
+    QTemporaryDir tmp;
+    k3::LaunchConfig c;
+    c.modelDir = kModels + "k3_tiny_a";
+    QVERIFY(k3::automaticBudget(c, 16'000'000'000ull).isResident()); // nothing packed
+    c.trunkDir = tmp.filePath(QStringLiteral("trunk")).toStdString();
+    k3::packTrunk(c.modelDir, c.trunkDir);
+    // Plenty: every layer pinned, every expert a slot.
+    c.budget = k3::automaticBudget(c, 16'000'000'000ull);
+    const k3::MemoryPlan plan = k3::planLaunch(c, 16'000'000'000ull);
+    QCOMPARE(plan.pinnedLayers, 14);
+    QCOMPARE(plan.ringSlots, 0);
+    QCOMPARE(plan.cacheSlots, 13 * 12);
+    QCOMPARE(*c.budget.trunkBytes, plan.trunkBytes());
+    QCOMPARE(*c.budget.cacheBytes, plan.cacheBytes());
+}
+
+QTEST_APPLESS_MAIN(TestLaunch)
+#include "tst_launch.moc"
