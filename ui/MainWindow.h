@@ -10,7 +10,6 @@ struct ChatTurn;
 class ConversationView;
 class TokenTimingPanel;
 class EngineController;
-struct GenerationSummary;
 struct ModelInfo;
 class MessageComposer;
 class FindBar;
@@ -49,6 +48,7 @@ public:
 
 public slots:
     void newChat();
+    // Writes the last answer again; a conversation ending with a question gets its answer.
     void regenerate();
     // Puts the last user message back in the composer; sending it then replaces that
     // message and everything after it, and the answer is generated again.

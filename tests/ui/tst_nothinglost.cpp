@@ -111,6 +111,7 @@ void TestNothingLost::quitMidAnswerKeepsThePartialAnswer() {
         QVERIFY(!window.close()); // once: the same box, not a second one
         QCOMPARE(window.findChildren<QMessageBox*>(QStringLiteral("quitDuringAnswerBox")).size(),
                  1);
+        QVERIFY(box->checkBox() && !box->checkBox()->isChecked()); // "Don't ask again"
         box->findChild<QAbstractButton*>(QStringLiteral("quit"))->click();
         QTRY_VERIFY(!window.isVisible());
         QVERIFY(!window.chat()->isAnswering());
@@ -118,6 +119,8 @@ void TestNothingLost::quitMidAnswerKeepsThePartialAnswer() {
         QVERIFY(lastMessage(window).data(ConversationModel::StoppedRole).toBool());
         kept = lastMessage(window).data(ConversationModel::ContentRole).toString();
         QVERIFY(!kept.isEmpty());
+        QVERIFY(
+            QSettings().value(QStringLiteral("chat/askBeforeQuittingMidAnswer"), true).toBool());
     }
     MainWindow again;
     const QVector<ChatTurn> saved = again.store()->load(id);
