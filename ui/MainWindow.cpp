@@ -1,3 +1,5 @@
+// Over 600 lines: the conversation list and search move to their own panel class (in
+// progress on another branch); the chat itself already lives in chat/ChatController.
 #include "MainWindow.h"
 
 #include "AboutDialog.h"
