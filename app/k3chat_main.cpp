@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
                 QApplication::exit(1);
                 return;
             }
-            window.close();
+            window.closeWithoutAsking(); // unattended: no question to hang on
         });
     }
     return QApplication::exec();

@@ -1,9 +1,12 @@
+// Over 600 lines: the conversation list and search move to their own panel class (in
+// progress on another branch); the chat itself already lives in chat/ChatController.
 #include "MainWindow.h"
 
 #include "AboutDialog.h"
 #include "AppSettings.h"
 #include "RemoteServerDialog.h"
 #include "SettingsDialog.h"
+#include "chat/ChatController.h"
 #include "chat/ConversationListPanel.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
@@ -22,7 +25,9 @@
 #include "worker/EngineController.h"
 #include <k3/chat.hpp>
 
+#include <QAbstractButton>
 #include <QApplication>
+#include <QCheckBox>
 #include <QCloseEvent>
 #include <QComboBox>
 #include <QDir>
@@ -35,7 +40,6 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QPushButton>
-#include <QRandomGenerator>
 #include <QSettings>
 #include <QShortcut>
 #include <QSplitter>
@@ -51,7 +55,9 @@ MainWindow::MainWindow(QWidget* parent)
       m_store(std::make_unique<ConversationStore>(
           QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) +
           QStringLiteral("/conversations"))),
-      m_timing(new TokenTimingPanel) {
+      m_timing(new TokenTimingPanel),
+      m_chat(new ChatController(m_engine, m_conversation->conversation(), m_composer, m_store.get(),
+                                this)) {
     setWindowTitle(tr("k3chat"));
     setWindowIcon(QIcon(QStringLiteral(":/k3chat/icons/k3chat.svg")));
 
@@ -67,7 +73,7 @@ MainWindow::MainWindow(QWidget* parent)
             &MainWindow::openConversation);
     connect(m_conversationPanel, &ConversationListPanel::conversationDeleted, this,
             [this](const QString& id) {
-                if (id == m_currentId) newChat(); // its file is in the trash now
+                if (id == currentConversationId()) newChat(); // its file is in the trash now
             });
 
     auto* center = new QWidget;
@@ -85,12 +91,13 @@ MainWindow::MainWindow(QWidget* parent)
     });
     connect(m_conversation, &ConversationView::matchChanged, m_findBar, &FindBar::setResult);
     connect(m_conversation, &ConversationView::findRequested, this, &MainWindow::showFindBar);
-    connect(m_conversation, &ConversationView::editLastMessageRequested, this,
-            &MainWindow::editLastMessage);
+    connect(m_conversation, &ConversationView::editLastMessageRequested, m_chat,
+            &ChatController::editLastMessage);
     connect(m_conversation, &ConversationView::copied, this, [this](const QString& what) {
         statusBar()->showMessage(tr("Copied %1").arg(what), 3000);
     });
-    connect(m_composer, &MessageComposer::editLastRequested, this, &MainWindow::editLastMessage);
+    connect(m_composer, &MessageComposer::editLastRequested, m_chat,
+            &ChatController::editLastMessage);
 
     m_splitter->setObjectName(QStringLiteral("mainSplitter"));
     m_splitter->addWidget(sidebar);
@@ -104,22 +111,11 @@ MainWindow::MainWindow(QWidget* parent)
     createMenus();
     statusBar()->showMessage(tr("No model loaded"));
 
-    connect(m_composer, &MessageComposer::sendRequested, this, &MainWindow::send);
-    connect(m_composer, &MessageComposer::stopRequested, this, &MainWindow::stopGeneration);
-    auto* escape = new QShortcut(QKeySequence(Qt::Key_Escape), this);
-    connect(escape, &QShortcut::activated, this, [this] {
-        if (m_engine->isBusy())
-            stopGeneration();
-        else
-            cancelEdit();
-    });
+    connectChat();
     EngineWorker* worker = m_engine->worker();
     connect(worker, &EngineWorker::modelLoaded, this, &MainWindow::onModelLoaded);
     connect(worker, &EngineWorker::loadFailed, this, &MainWindow::onLoadFailed);
-    connect(worker, &EngineWorker::tokenGenerated, this, &MainWindow::onToken);
-    connect(worker, &EngineWorker::generationFinished, this, &MainWindow::onFinished);
     connect(worker, &EngineWorker::tokenTiming, m_timing, &TokenTimingPanel::addToken);
-    connect(worker, &EngineWorker::generationFailed, this, &MainWindow::onFailed);
     connect(worker, &EngineWorker::prefillProgress, this,
             [this](int done, int total, double seconds) {
                 m_conversation->conversation()->setReading(done, total, seconds);
@@ -134,9 +130,62 @@ MainWindow::MainWindow(QWidget* parent)
 }
 
 MainWindow::~MainWindow() {
+    // Quitting without a close event (QApplication::quit) still keeps the answer so far.
+    m_chat->stopAndKeep();
     // Deletions waiting for Undo become final while the store (a member, gone before
     // the child widgets) is still there.
     m_conversationPanel->finishDeletions();
+}
+
+void MainWindow::connectChat() {
+    connect(m_composer, &MessageComposer::sendRequested, m_chat, &ChatController::send);
+    connect(m_composer, &MessageComposer::stopRequested, m_chat, &ChatController::stop);
+    auto* escape = new QShortcut(QKeySequence(Qt::Key_Escape), this);
+    connect(escape, &QShortcut::activated, m_chat, [this] {
+        if (m_engine->isBusy())
+            m_chat->stop();
+        else
+            m_chat->cancelEdit();
+    });
+    connect(m_chat, &ChatController::status, this, [this](const QString& text) {
+        statusBar()->showMessage(tr("%1 · %2").arg(m_modelName, text));
+    });
+    connect(m_chat, &ChatController::saveFailed, this, [this](const QString& why) {
+        statusBar()->showMessage(tr("Could not save the conversation: %1").arg(why));
+    });
+    // Every save: a new conversation's entry, a new title, the date and the first place.
+    connect(m_chat, &ChatController::conversationSaved, m_conversationPanel,
+            &ConversationListPanel::conversationSaved);
+    connect(m_chat, &ChatController::answerFailed, this, &MainWindow::showAnswerFailed);
+    connect(m_chat, &ChatController::answerFinished, this, &MainWindow::answerFinished);
+    ConversationModel* conversation = m_conversation->conversation();
+    connect(conversation, &QAbstractItemModel::rowsInserted, this,
+            &MainWindow::updateRegenerateAction);
+    connect(conversation, &QAbstractItemModel::rowsRemoved, this,
+            &MainWindow::updateRegenerateAction);
+    connect(conversation, &QAbstractItemModel::modelReset, this,
+            &MainWindow::updateRegenerateAction);
+}
+
+const QString& MainWindow::currentConversationId() const {
+    return m_chat->conversationId();
+}
+
+void MainWindow::sendMessage(const QString& text) {
+    m_chat->send(text);
+}
+
+// A conversation ending with a question offers to answer it instead.
+void MainWindow::updateRegenerateAction() {
+    auto* action = findChild<QAction*>(QStringLiteral("regenerateAction"));
+    if (!action) return;
+    const ConversationModel* conversation = m_conversation->conversation();
+    const int rows = conversation->rowCount();
+    const bool question =
+        rows > 0 &&
+        conversation->index(rows - 1).data(ConversationModel::RoleNameRole).toString() ==
+            QLatin1String("user");
+    action->setText(question ? tr("&Answer the last question") : tr("&Regenerate the last answer"));
 }
 
 void MainWindow::createDocks() {
@@ -239,11 +288,10 @@ void MainWindow::createMenus() {
 }
 
 void MainWindow::newChat() {
-    stopGeneration();
-    cancelEdit();
+    m_chat->stopAndKeep();
     m_conversation->conversation()->clear();
     m_engine->resetConversation();
-    m_currentId.clear();
+    m_chat->setConversationId({});
     m_store->release(); // the next save claims the new conversation
     m_conversationPanel->setCurrentConversation({});
     m_composer->clear();
@@ -267,14 +315,13 @@ QListWidget* MainWindow::conversationList() const {
 }
 
 void MainWindow::refreshConversationList() {
-    m_conversationPanel->setCurrentConversation(m_currentId);
+    m_conversationPanel->setCurrentConversation(currentConversationId());
     m_conversationPanel->refresh();
 }
 
 void MainWindow::openConversation(const QString& id) {
-    if (id == m_currentId) return;
-    stopGeneration();
-    cancelEdit();
+    if (id == currentConversationId()) return;
+    m_chat->stopAndKeep(); // saved where it was written, not in the conversation opened
     try {
         // Claimed first: another window or `k3 --chat --history` writing it is told, and
         // this one does not open it to overwrite that session's turns.
@@ -286,7 +333,8 @@ void MainWindow::openConversation(const QString& id) {
                         QMessageBox::Ok, this);
         box.setTextFormat(Qt::PlainText);
         box.setDetailedText(QString::fromUtf8(e.what()));
-        m_conversationPanel->setCurrentConversation(m_currentId); // the shown one stays lit
+        m_conversationPanel->setCurrentConversation(
+            currentConversationId()); // the shown one stays lit
         box.exec();
         return;
     }
@@ -294,12 +342,12 @@ void MainWindow::openConversation(const QString& id) {
         const QVector<ChatTurn> turns = m_store->load(id);
         m_conversation->conversation()->setTurns(turns);
         m_conversation->scrollToBottom(); // a reopened chat goes on at its end
-        m_currentId = id;
+        m_chat->setConversationId(id);
         m_conversationPanel->setCurrentConversation(id);
         statusBar()->showMessage(tr("Opened \"%1\"").arg(ConversationStore::titleFor(turns)), 5000);
     } catch (const std::exception& e) {
         m_store->release();
-        m_conversationPanel->setCurrentConversation(m_currentId);
+        m_conversationPanel->setCurrentConversation(currentConversationId());
         QMessageBox box(QMessageBox::Warning, tr("Could not open the conversation"),
                         tr("The saved conversation could not be read; the file was left as it is."),
                         QMessageBox::Ok, this);
@@ -335,18 +383,6 @@ bool MainWindow::importConversation(const QString& file) {
         box->setAttribute(Qt::WA_DeleteOnClose);
         box->open(); // not exec(): --quit-after must still be able to close the app
         return false;
-    }
-}
-
-void MainWindow::saveConversation() {
-    const QVector<ChatTurn> turns = m_conversation->conversation()->turns();
-    if (turns.isEmpty()) return;
-    try {
-        m_currentId = m_store->save(m_currentId, turns);
-        m_conversationPanel->conversationSaved(m_currentId); // new title, date, first place
-    } catch (const std::exception& e) {
-        statusBar()->showMessage(
-            tr("Could not save the conversation: %1").arg(QString::fromUtf8(e.what())));
     }
 }
 
@@ -444,7 +480,7 @@ void MainWindow::showRemoteServerDialog() {
 }
 
 void MainWindow::stopGeneration() {
-    if (m_engine->isBusy()) m_engine->stop();
+    m_chat->stop();
 }
 
 void MainWindow::onModelLoaded(const ModelInfo& info) {
@@ -456,6 +492,7 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
         settings.setValue(QStringLiteral("remote/model"), info.modelName);
         m_remoteUrl = info.directory;
         m_modelName = tr("%1 · remote: %2").arg(info.modelName, info.directory);
+        m_chat->setModel(info.modelName + QStringLiteral(" @ ") + info.directory, true);
         m_composer->setReady(true);
         m_conversation->setPlaceholderText(
             tr("Connected to %1. Type a message below.").arg(info.directory));
@@ -467,10 +504,9 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
     QSettings().setValue(QStringLiteral("model/source"), QStringLiteral("local"));
     AppSettings::saveLaunch(info.launch); // what opened is what the next start opens
     // The demo was trained to answer directly, without a think channel.
+    const QString canonical = QFileInfo(info.directory).canonicalFilePath();
     const QString demo = demoModelDirectory();
-    if (!demo.isEmpty() &&
-        QFileInfo(info.directory).canonicalFilePath() == QFileInfo(demo).canonicalFilePath())
-        m_composer->setThinking(false);
+    m_chat->setModel(canonical, demo.isEmpty() || canonical != QFileInfo(demo).canonicalFilePath());
     m_composer->setReady(true);
     m_conversation->setPlaceholderText(tr("Model ready. Type a message below."));
     // The budget in use, as asked for ("preset laptop", "trunk 3.00 GB / cache 1.50 GB").
@@ -505,57 +541,16 @@ void MainWindow::onLoadFailed(const QString& message) {
     box.exec();
 }
 
-void MainWindow::send(const QString& text) {
-    ConversationModel* conversation = m_conversation->conversation();
-    if (m_editRow >= 0) {
-        // The edited question replaces the old one and everything that followed it.
-        conversation->removeFrom(m_editRow);
-        m_editRow = -1;
-        m_composer->setEditing(false);
-    }
-    conversation->appendMessage(QStringLiteral("user"), text);
-    saveConversation(); // the question is on disk before the answer starts
-    startAnswer(conversation->turns());
-}
-
-void MainWindow::startAnswer(const QVector<ChatTurn>& history) {
-    m_conversation->conversation()->beginAssistantMessage();
-    m_tokensThisAnswer = 0;
-    m_firstTokenSeconds = 0;
-    m_tokenSeconds = 0;
-    // Read again for every message: a change in Settings applies to the next one.
-    GenerationSettings settings =
-        AppSettings::load().generationSettings(QRandomGenerator::global()->generate64());
-    settings.thinking = m_composer->thinking();
-    settings.thinkingEffort = m_composer->thinkingEffort();
-    m_composer->setGenerating(true);
-    m_engine->generate(history, settings);
-}
-
 void MainWindow::regenerate() {
-    ConversationModel* conversation = m_conversation->conversation();
-    if (m_engine->isBusy() || !m_composer->isReady() || conversation->rowCount() == 0) return;
-    const QModelIndex last = conversation->index(conversation->rowCount() - 1);
-    if (last.data(ConversationModel::RoleNameRole).toString() != QLatin1String("assistant")) return;
-    conversation->removeLast();
-    startAnswer(conversation->turns());
+    m_chat->regenerate();
 }
 
 void MainWindow::editLastMessage() {
-    const int row = m_conversation->lastUserRow();
-    if (m_engine->isBusy() || row < 0) return;
-    m_editRow = row;
-    m_composer->setText(
-        m_conversation->conversation()->index(row).data(ConversationModel::ContentRole).toString());
-    m_composer->setEditing(true);
-    m_composer->setFocus();
+    m_chat->editLastMessage();
 }
 
 void MainWindow::cancelEdit() {
-    if (m_editRow < 0) return;
-    m_editRow = -1;
-    m_composer->setEditing(false);
-    m_composer->clear();
+    m_chat->cancelEdit();
 }
 
 void MainWindow::showFindBar() {
@@ -605,56 +600,20 @@ void MainWindow::exportConversation() {
     }
 }
 
-void MainWindow::onToken(int index, const QString& thinking, const QString& response,
-                         double seconds) {
-    m_conversation->conversation()->appendToLast(thinking, response);
-    m_tokensThisAnswer = index + 1;
-    if (index == 0) m_firstTokenSeconds = seconds;
-    m_tokenSeconds += seconds;
-    statusBar()->showMessage(tr("%1 · generating %2 · %3 s/token")
-                                 .arg(m_modelName)
-                                 .arg(m_tokensThisAnswer)
-                                 .arg(m_tokenSeconds / m_tokensThisAnswer, 0, 'f', 3));
-}
-
-void MainWindow::onFinished(const GenerationSummary& s) {
-    QString stats = s.generatedTokens == 1 ? tr("1 token") : tr("%1 tokens").arg(s.generatedTokens);
-    stats += tr(" · prompt %1 s").arg(s.prefillSeconds, 0, 'f', 2);
-    if (s.generatedTokens > 0)
-        stats += tr(" · %1 s/token").arg(s.decodeSeconds / s.generatedTokens, 0, 'f', 3);
-    if (s.reusedPositions > 0) stats += tr(" · %1 positions reused").arg(s.reusedPositions);
-    if (s.cancelled) stats += tr(" · stopped");
-    if (!s.interruption.isEmpty()) stats += tr(" · interrupted: %1").arg(s.interruption);
-    QString invalid;
-    if (!s.valid) {
-        invalid = s.invalidReason.isEmpty() ? tr("an expert failed to load or a NaN appeared")
-                                            : s.invalidReason;
-        stats += tr(" · RUN INVALID (%1)").arg(invalid);
-    }
-    // Saved with the answer, so the conversation says it when reopened.
-    m_conversation->conversation()->finishLast(stats, invalid, s.model);
-    m_composer->setGenerating(false);
-    saveConversation();
-    // A broken stream keeps what arrived; the status bar says why it stopped.
-    statusBar()->showMessage(s.interruption.isEmpty()
-                                 ? tr("%1 · ready").arg(m_modelName)
-                                 : tr("%1 · %2").arg(m_modelName, s.interruption));
-    emit answerFinished();
-}
-
-void MainWindow::onFailed(const QString& message) {
-    m_conversation->conversation()->removeLast();
-    m_composer->setGenerating(false);
-    QMessageBox box(QMessageBox::Warning, tr("The answer failed"),
-                    m_remoteUrl.isEmpty()
-                        ? tr("The engine stopped with an error; the conversation is kept.")
-                        : tr("The request to the server at %1 failed; the conversation is "
-                             "kept.")
-                              .arg(m_remoteUrl),
-                    QMessageBox::Ok, this);
-    box.setTextFormat(Qt::PlainText);
-    box.setDetailedText(message);
-    box.exec();
+void MainWindow::showAnswerFailed(const QString& message) {
+    // Not exec(): the window keeps running (and can quit) while the box is up.
+    auto* box = new QMessageBox(
+        QMessageBox::Warning, tr("The answer failed"),
+        m_remoteUrl.isEmpty()
+            ? tr("The engine stopped with an error; the conversation is kept.")
+            : tr("The request to the server at %1 failed; the conversation is kept.")
+                  .arg(m_remoteUrl),
+        QMessageBox::Ok, this);
+    box->setObjectName(QStringLiteral("answerFailedBox"));
+    box->setTextFormat(Qt::PlainText);
+    box->setDetailedText(message);
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    box->open();
 }
 
 void MainWindow::showSetupWizard() {
@@ -720,7 +679,48 @@ void MainWindow::restoreWindowSettings() {
         m_splitter->restoreState(split);
 }
 
+void MainWindow::setAskBeforeQuittingMidAnswer(bool ask) {
+    QSettings().setValue(QStringLiteral("chat/askBeforeQuittingMidAnswer"), ask);
+}
+
+void MainWindow::closeWithoutAsking() {
+    m_quitConfirmed = true;
+    close();
+}
+
+void MainWindow::askToQuitMidAnswer() {
+    if (auto* open = findChild<QMessageBox*>(QStringLiteral("quitDuringAnswerBox"));
+        open && open->isVisible()) {
+        open->raise(); // asked once
+        return;
+    }
+    auto* box = new QMessageBox(QMessageBox::Question, tr("Quit k3chat?"),
+                                tr("An answer is being written. Quit anyway? The answer so far "
+                                   "is kept."),
+                                QMessageBox::NoButton, this);
+    box->setObjectName(QStringLiteral("quitDuringAnswerBox"));
+    box->addButton(tr("Quit"), QMessageBox::AcceptRole)->setObjectName(QStringLiteral("quit"));
+    box->addButton(QMessageBox::Cancel);
+    box->setCheckBox(new QCheckBox(tr("Don't ask again")));
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    connect(box, &QMessageBox::buttonClicked, this, [this, box](QAbstractButton* button) {
+        if (box->buttonRole(button) != QMessageBox::AcceptRole) return;
+        if (box->checkBox()->isChecked()) setAskBeforeQuittingMidAnswer(false);
+        m_quitConfirmed = true;
+        QTimer::singleShot(0, this, &QWidget::close);
+    });
+    box->open();
+}
+
 void MainWindow::closeEvent(QCloseEvent* event) {
+    if (m_chat->isAnswering() && !m_quitConfirmed &&
+        QSettings().value(QStringLiteral("chat/askBeforeQuittingMidAnswer"), true).toBool()) {
+        event->ignore();
+        askToQuitMidAnswer();
+        return;
+    }
+    m_quitConfirmed = false;
+    m_chat->stopAndKeep(); // the answer so far, marked stopped, is on disk
     // An open wizard is a separate window: it must not keep the app alive.
     for (SetupWizard* wizard : findChildren<SetupWizard*>()) wizard->close();
     QSettings settings;

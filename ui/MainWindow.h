@@ -6,13 +6,13 @@
 
 #include "worker/LaunchConfigMetaType.h"
 
+class ChatController;
 class ConversationListPanel;
 class ConversationStore;
 struct ChatTurn;
 class ConversationView;
 class TokenTimingPanel;
 class EngineController;
-struct GenerationSummary;
 struct ModelInfo;
 class MessageComposer;
 class FindBar;
@@ -36,7 +36,8 @@ public:
     ConversationStore* store() const { return m_store.get(); }
     TokenTimingPanel* timingPanel() const { return m_timing; }
     FindBar* findBar() const { return m_findBar; }
-    const QString& currentConversationId() const { return m_currentId; }
+    ChatController* chat() const { return m_chat; }
+    const QString& currentConversationId() const;
     // The configuration of the local model loaded last (or loading now).
     const k3::LaunchConfig& launchConfig() const { return m_launch; }
 
@@ -52,6 +53,7 @@ public:
 
 public slots:
     void newChat();
+    // Writes the last answer again; a conversation ending with a question gets its answer.
     void regenerate();
     // Puts the last user message back in the composer; sending it then replaces that
     // message and everything after it, and the answer is generated again.
@@ -77,10 +79,15 @@ public slots:
     // Model > Use a server…: the server form in a dialog; Connect switches to it.
     void showRemoteServerDialog();
     void stopGeneration();
+    // Quitting while an answer is written asks first (a non-modal box,
+    // "quitDuringAnswerBox"); off, it quits at once. The answer so far is kept either way.
+    void setAskBeforeQuittingMidAnswer(bool ask);
+    // Closes without that question (--quit-after); the answer so far is still kept.
+    void closeWithoutAsking();
     void openConversation(const QString& id);
     void refreshConversationList();
     // Sends `text` as the user's next message (what Enter in the composer does).
-    void sendMessage(const QString& text) { send(text); }
+    void sendMessage(const QString& text);
     // At start: the last model used, else the bundled demo, else nothing.
     void loadStartupModel();
 
@@ -94,14 +101,12 @@ protected:
 private:
     void createMenus();
     void createDocks();
-    void send(const QString& text);
-    void startAnswer(const QVector<ChatTurn>& history);
     void onModelLoaded(const ModelInfo& info);
     void onLoadFailed(const QString& message);
-    void onToken(int index, const QString& thinking, const QString& response, double seconds);
-    void onFinished(const GenerationSummary& summary);
-    void onFailed(const QString& message);
-    void saveConversation();
+    void connectChat();
+    void showAnswerFailed(const QString& message);
+    void askToQuitMidAnswer();
+    void updateRegenerateAction();
     void restoreWindowSettings();
     // Theme and the composer's thinking defaults from the stored settings.
     void applySettings();
@@ -114,13 +119,10 @@ private:
     EngineController* m_engine;
     std::unique_ptr<ConversationStore> m_store;
     TokenTimingPanel* m_timing;
-    QString m_currentId; // empty: not saved yet
     k3::LaunchConfig m_launch;
-    QString m_modelName;       // what the status bar calls the model ("name · remote: URL")
-    QString m_remoteUrl;       // the server while one answers; empty for a local model
-    bool m_connecting = false; // a server (not a folder) is being opened
-    int m_editRow = -1;        // the user message being edited; -1 when not editing
-    int m_tokensThisAnswer = 0;
-    double m_firstTokenSeconds = 0;
-    double m_tokenSeconds = 0;
+    ChatController* m_chat;
+    QString m_modelName;          // what the status bar calls the model ("name · remote: URL")
+    QString m_remoteUrl;          // the server while one answers; empty for a local model
+    bool m_connecting = false;    // a server (not a folder) is being opened
+    bool m_quitConfirmed = false; // "Quit anyway" was chosen mid-answer
 };

@@ -1,6 +1,7 @@
 #include "chat/ConversationModel.h"
 
 #include <QPointF>
+#include <QStringList>
 
 ConversationModel::ConversationModel(QObject* parent) : QAbstractListModel(parent) {}
 
@@ -34,6 +35,8 @@ QVariant ConversationModel::data(const QModelIndex& index, int role) const {
         return e.invalid;
     case ModelRole:
         return e.model;
+    case StoppedRole:
+        return e.stopped;
     case ReadingRole:
         return e.streaming && e.readTotal > 0 ? QVariant(QPointF(e.readDone, e.readTotal))
                                               : QVariant();
@@ -91,17 +94,24 @@ void ConversationModel::appendToLast(const QString& thinkingDelta, const QString
 }
 
 void ConversationModel::finishLast(const QString& stats, const QString& invalidReason,
-                                   const QString& model) {
+                                   const QString& model, bool stopped,
+                                   const k3::AnswerFigures& figures) {
     if (m_entries.isEmpty()) return;
     Entry& e = m_entries.last();
     e.invalid = invalidReason;
     e.model = model;
+    e.stopped = stopped;
+    e.figures = figures;
     if (e.thinkingClock.isValid() && !e.answerStarted)
         e.thinkingSeconds = e.thinkingClock.elapsed() / 1000.0;
     e.streaming = false;
     e.readTotal = 0;
     e.stats = stats;
     changed(int(m_entries.size()) - 1);
+}
+
+bool ConversationModel::lastIsStreaming() const {
+    return !m_entries.isEmpty() && m_entries.last().streaming;
 }
 
 void ConversationModel::removeLast() {
@@ -148,12 +158,18 @@ void ConversationModel::setTurns(const QVector<ChatTurn>& turns) {
         e.name = t.name;
         e.invalid = t.invalid;
         e.model = t.model;
-        // A reopened answer has no timing line; an invalid one still says what it is, and
-        // one from another model says which.
+        e.stopped = t.stopped;
+        e.figures = t.figures;
+        // A reopened answer shows its saved figures and whether it was cut; an invalid one
+        // still says what it is, and one from another model says which.
+        QStringList stats;
+        if (t.figures.tokens > 0) stats << figuresText(t.figures);
+        if (t.stopped) stats << tr("stopped");
         if (!t.invalid.isEmpty())
-            e.stats = tr("RUN INVALID: %1").arg(t.invalid);
+            stats << tr("RUN INVALID: %1").arg(t.invalid);
         else if (!t.model.isEmpty())
-            e.stats = tr("answered by %1").arg(t.model);
+            stats << tr("answered by %1").arg(t.model);
+        e.stats = stats.join(QStringLiteral(" · "));
         e.thinkingExpanded = m_expandThinking;
         m_entries.push_back(std::move(e));
     }
@@ -164,8 +180,27 @@ QVector<ChatTurn> ConversationModel::turns() const {
     QVector<ChatTurn> out;
     for (const Entry& e : m_entries)
         if (!e.streaming)
-            out.push_back({e.role, e.content, e.reasoning, e.name, e.invalid, e.model});
+            out.push_back(
+                {e.role, e.content, e.reasoning, e.name, e.invalid, e.model, e.stopped, e.figures});
     return out;
+}
+
+QVector<ChatTurn>
+ConversationModel::turnsWithPartialAnswer(const k3::AnswerFigures& figures) const {
+    QVector<ChatTurn> out = turns();
+    if (!lastIsStreaming()) return out;
+    const Entry& e = m_entries.last();
+    // Nothing arrived yet: the question alone is saved, and can be answered later.
+    if (e.content.isEmpty() && e.reasoning.isEmpty()) return out;
+    out.push_back({e.role, e.content, e.reasoning, e.name, e.invalid, e.model, true, figures});
+    return out;
+}
+
+QString ConversationModel::figuresText(const k3::AnswerFigures& f) {
+    if (f.tokens <= 0) return {};
+    return (f.tokens == 1 ? tr("1 token") : tr("%1 tokens").arg(f.tokens)) +
+           tr(" · %1 tok/s").arg(f.tokensPerSecond, 0, 'f', 1) +
+           tr(" · first token %1 s").arg(f.firstTokenSeconds, 0, 'f', 2);
 }
 
 void ConversationModel::changed(int row) {

@@ -23,6 +23,7 @@ public:
         ReadingSecondsLeftRole, // the estimate from the measured rate; -1: not known yet
         InvalidRole,            // why the answer is not the model's; empty when valid
         ModelRole,              // the model that answered; empty when not recorded
+        StoppedRole,            // the answer was cut before the model ended it
     };
 
     explicit ConversationModel(QObject* parent = nullptr);
@@ -40,8 +41,12 @@ public:
     // invalidReason: not empty when the answer is not the model's (an expert failed to
     // load, a NaN appeared); it is kept with the message and saved with it.
     // model: who answered (a folder's or a server's model name), saved with the answer.
+    // stopped: cut before the model ended it; figures: saved with it (tokens 0: none).
     void finishLast(const QString& stats, const QString& invalidReason = {},
-                    const QString& model = {});
+                    const QString& model = {}, bool stopped = false,
+                    const k3::AnswerFigures& figures = {});
+    // The message tokens stream into is still open.
+    bool lastIsStreaming() const;
     void removeLast();
     // Drops message `row` and everything after it (editing an earlier message).
     void removeFrom(int row);
@@ -54,6 +59,12 @@ public:
 
     // The conversation as the engine should see it (streaming message excluded).
     QVector<ChatTurn> turns() const;
+    // turns() and, when it holds text, the streaming answer so far marked stopped with
+    // `figures`: what is saved while an answer streams, so a crash or quit loses nothing.
+    QVector<ChatTurn> turnsWithPartialAnswer(const k3::AnswerFigures& figures) const;
+
+    // "12 tokens · 48.5 tok/s · first token 0.25 s" (empty when no tokens are recorded).
+    static QString figuresText(const k3::AnswerFigures& figures);
 
 private:
     struct Entry {
@@ -63,6 +74,8 @@ private:
         QString name;
         QString invalid;
         QString model;
+        bool stopped = false;
+        k3::AnswerFigures figures;
         bool thinkingExpanded = false;
         bool streaming = false;
         double thinkingSeconds = -1;

@@ -43,7 +43,11 @@ std::vector<k3::ChatMessage> toMessages(const QVector<ChatTurn>& turns) {
         m.reasoningContent = t.reasoning.toStdString();
         m.name = t.name.toStdString();
         m.invalid = t.invalid.toStdString();
-        if (m.role == k3::ChatRole::Assistant) m.model = t.model.toStdString();
+        if (m.role == k3::ChatRole::Assistant) {
+            m.model = t.model.toStdString();
+            m.stopped = t.stopped;
+            m.figures = t.figures;
+        }
         out.push_back(std::move(m));
     }
     return out;
@@ -135,7 +139,8 @@ QVector<ChatTurn> ConversationStore::toTurns(const std::vector<k3::ChatMessage>&
                                            qsizetype(k3::chatRoleName(m.role).size())),
                          QString::fromStdString(m.content),
                          QString::fromStdString(m.reasoningContent), QString::fromStdString(m.name),
-                         QString::fromStdString(m.invalid), QString::fromStdString(m.model)});
+                         QString::fromStdString(m.invalid), QString::fromStdString(m.model),
+                         m.stopped, m.figures});
     return turns;
 }
 

@@ -79,7 +79,8 @@ public:
     const QString& claimedId() const { return m_claimedId; }
 
     static QString titleFor(const QVector<ChatTurn>& turns);
-    // Every field of every message (role, content, reasoning, name, invalid, model).
+    // Every field of every message (role, content, reasoning, name, invalid, model,
+    // stopped, figures).
     static QVector<ChatTurn> toTurns(const std::vector<k3::ChatMessage>& messages);
 
     QString pathFor(const QString& id) const;

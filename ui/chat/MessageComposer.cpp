@@ -59,6 +59,7 @@ MessageComposer::MessageComposer(QWidget* parent)
     });
     connect(m_editor, &QPlainTextEdit::textChanged, this, &MessageComposer::updateSendButton);
     connect(m_think, &QCheckBox::toggled, m_effort, &QWidget::setEnabled);
+    connect(m_think, &QCheckBox::clicked, this, &MessageComposer::thinkingChosen);
     updateSendButton();
 }
 
@@ -98,7 +99,14 @@ bool MessageComposer::thinking() const {
     return m_think->isChecked();
 }
 void MessageComposer::setThinking(bool on) {
-    m_think->setChecked(on);
+    m_think->setChecked(on && m_thinkingAvailable);
+}
+void MessageComposer::setThinkingAvailable(bool available) {
+    m_thinkingAvailable = available;
+    m_think->setEnabled(available);
+    if (!available) m_think->setChecked(false);
+    m_think->setToolTip(available ? tr("Let the model reason before it answers (shown collapsed)")
+                                  : tr("This model answers without thinking"));
 }
 QString MessageComposer::thinkingEffort() const {
     return m_effort->currentText();

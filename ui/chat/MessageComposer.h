@@ -28,7 +28,11 @@ public:
     bool isGenerating() const { return m_generating; }
 
     bool thinking() const;
+    // Ignored while thinking is unavailable: nothing ticks Think for such a model.
     void setThinking(bool on);
+    // false for a model without a think channel: Think is unticked and disabled.
+    void setThinkingAvailable(bool available);
+    bool isThinkingAvailable() const { return m_thinkingAvailable; }
     QString thinkingEffort() const;
 
 signals:
@@ -36,6 +40,8 @@ signals:
     void stopRequested();
     // Up in an empty box: the user wants to edit their last message.
     void editLastRequested();
+    // The user ticked or unticked Think (not emitted for setThinking()).
+    void thinkingChosen(bool on);
 
 protected:
     bool eventFilter(QObject* watched, QEvent* event) override;
@@ -52,4 +58,5 @@ private:
     bool m_editing = false;
     bool m_ready = false;
     bool m_generating = false;
+    bool m_thinkingAvailable = true;
 };

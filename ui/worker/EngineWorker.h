@@ -18,9 +18,11 @@ struct ChatTurn {
     QString role; // "system", "user", "assistant", "tool"
     QString content;
     QString reasoning;
-    QString name;    // the speaker's name; a tool message's tool (required for "tool")
-    QString invalid; // assistant: why the answer is not the model's; empty when valid
-    QString model{}; // assistant: the model that answered; empty when not recorded
+    QString name;                // the speaker's name; a tool message's tool (required for "tool")
+    QString invalid;             // assistant: why the answer is not the model's; empty when valid
+    QString model{};             // assistant: the model that answered; empty when not recorded
+    bool stopped{};              // assistant: cut before the model ended it (Stop, quit, error)
+    k3::AnswerFigures figures{}; // assistant: tokens, speed, first-token time; 0: none
 };
 
 struct GenerationSettings {

@@ -73,6 +73,14 @@ struct ChatToolCall {
     bool operator==(const ChatToolCall&) const = default;
 };
 
+// How an answer was generated, as the app shows it under the answer.
+struct AnswerFigures {
+    int tokens = 0;               // generated tokens; 0: not recorded
+    double tokensPerSecond = 0;   // generation speed, after the first token
+    double firstTokenSeconds = 0; // from the request to the first token (prompt included)
+    bool operator==(const AnswerFigures&) const = default;
+};
+
 struct ChatMessage {
     ChatRole role = ChatRole::User;
     std::string content;
@@ -93,6 +101,12 @@ struct ChatMessage {
     std::vector<ChatToolCall> toolCalls = {};
     // Tool only: the call this result answers (the template orders results by call).
     std::string toolCallId = {};
+    // Assistant only: the answer was cut before the model ended it (Stop, quitting, an
+    // error, or a crash after a periodic save). Saved as "stopped": true; never rendered.
+    bool stopped = false;
+    // Assistant only: how fast it was written; tokens 0 when not recorded. Saved as
+    // "figures": {"tokens", "tokens_per_second", "first_token_seconds"}; never rendered.
+    AnswerFigures figures = {};
 
     bool operator==(const ChatMessage&) const = default;
 };

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
@@ -37,6 +38,44 @@ std::optional<std::string> stringField(const nlohmann::json& obj, const char* ke
                                   std::string("field \"") + key + "\" must be a string, not " +
                                       it->type_name()));
     return it->get<std::string>();
+}
+
+// "stopped" and "figures": assistant only, both optional (older transcripts lack them).
+void readAnswerState(const nlohmann::json& obj, ChatMessage& m, const std::string& source,
+                     std::size_t line) {
+    const bool assistant = m.role == ChatRole::Assistant;
+    if (const auto it = obj.find("stopped"); it != obj.end() && !it->is_null()) {
+        if (!it->is_boolean())
+            throw ChatError(lineError(source, line,
+                                      std::string("field \"stopped\" must be a boolean, not ") +
+                                          it->type_name()));
+        if (!assistant && it->get<bool>())
+            throw ChatError(
+                lineError(source, line, "field \"stopped\" is only allowed on assistant messages"));
+        m.stopped = it->get<bool>();
+    }
+    const auto it = obj.find("figures");
+    if (it == obj.end() || it->is_null()) return;
+    if (!assistant)
+        throw ChatError(
+            lineError(source, line, "field \"figures\" is only allowed on assistant messages"));
+    if (!it->is_object())
+        throw ChatError(lineError(source, line, "field \"figures\" must be an object"));
+    const auto number = [&](const char* key) {
+        const auto f = it->find(key);
+        if (f == it->end() || f->is_null()) return 0.0;
+        if (!f->is_number() || f->get<double>() < 0 || !std::isfinite(f->get<double>()))
+            throw ChatError(lineError(source, line,
+                                      std::string("field \"figures.") + key +
+                                          "\" must be a number of at least 0"));
+        return f->get<double>();
+    };
+    const double tokens = number("tokens");
+    if (tokens > double(INT_MAX) || tokens != double(int(tokens)))
+        throw ChatError(lineError(source, line, "field \"figures.tokens\" must be a whole number"));
+    m.figures.tokens = int(tokens);
+    m.figures.tokensPerSecond = number("tokens_per_second");
+    m.figures.firstTokenSeconds = number("first_token_seconds");
 }
 
 std::string errnoText() {
@@ -84,7 +123,7 @@ std::vector<ChatMessage> parseTranscript(std::string_view text, const std::strin
         for (const auto& item : obj.items()) {
             const std::string& key = item.key();
             if (key == "role" || key == "content" || key == "reasoning_content" || key == "name" ||
-                key == "invalid" || key == "model")
+                key == "invalid" || key == "model" || key == "stopped" || key == "figures")
                 continue;
             if (key == "tool_calls" || key == "tools")
                 throw ChatError(lineError(sourceName, lineNumber,
@@ -132,6 +171,7 @@ std::vector<ChatMessage> parseTranscript(std::string_view text, const std::strin
                                               *role));
             m.model = std::move(*model);
         }
+        readAnswerState(obj, m, sourceName, lineNumber);
         if (m.role == ChatRole::Tool && m.name.empty())
             throw ChatError(
                 lineError(sourceName, lineNumber,
@@ -195,6 +235,11 @@ std::string formatTranscript(const std::vector<ChatMessage>& messages) {
         if (m.role == ChatRole::Assistant) obj["reasoning_content"] = m.reasoningContent;
         if (!m.invalid.empty()) obj["invalid"] = m.invalid;
         if (!m.model.empty() && m.role == ChatRole::Assistant) obj["model"] = m.model;
+        if (m.stopped && m.role == ChatRole::Assistant) obj["stopped"] = true;
+        if (m.figures.tokens > 0 && m.role == ChatRole::Assistant)
+            obj["figures"] = {{"tokens", m.figures.tokens},
+                              {"tokens_per_second", m.figures.tokensPerSecond},
+                              {"first_token_seconds", m.figures.firstTokenSeconds}};
         // A generation cut mid-character leaves invalid UTF-8; the transcript must still save.
         out += obj.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
         out += '\n';

@@ -78,6 +78,7 @@ private slots:
     void readRefusesFifoWithoutBlocking();
     void invalidAnswersAreMarkedAndKept();
     void toolNameIsKept();
+    void stoppedAnswersAndFiguresAreKept();
 };
 
 void TestTranscript::formatIsThePublicEngines() {
@@ -477,6 +478,37 @@ void TestTranscript::toolNameIsKept() {
     const auto back = k3::readTranscript(path);
     QCOMPARE(back.size(), std::size_t(2));
     QCOMPARE(back[1].name, std::string("clock"));
+}
+
+// A cut answer and its speed survive a save; older transcripts (without them) still read.
+void TestTranscript::stoppedAnswersAndFiguresAreKept() {
+    ChatMessage answer{ChatRole::Assistant, "half an ans", "", {}};
+    answer.stopped = true;
+    answer.figures = {12, 48.5, 0.25};
+    const std::vector<ChatMessage> messages = {{ChatRole::User, "hi", {}, {}}, answer};
+    const std::string text = k3::formatTranscript(messages);
+    QCOMPARE(text, std::string("{\"role\":\"user\",\"content\":\"hi\"}\n"
+                               "{\"role\":\"assistant\",\"content\":\"half an ans\","
+                               "\"reasoning_content\":\"\",\"stopped\":true,\"figures\":{"
+                               "\"tokens\":12,\"tokens_per_second\":48.5,"
+                               "\"first_token_seconds\":0.25}}\n"));
+    const auto back = k3::parseTranscript(text, "h.jsonl");
+    QVERIFY(back == messages);
+    QVERIFY(back[1].stopped);
+    QCOMPARE(back[1].figures.tokens, 12);
+    QCOMPARE(back[1].figures.tokensPerSecond, 48.5);
+    QCOMPARE(back[1].figures.firstTokenSeconds, 0.25);
+    const auto old = k3::parseTranscript(R"({"role":"assistant","content":"x"})", "h.jsonl");
+    QVERIFY(!old[0].stopped);
+    QCOMPARE(old[0].figures.tokens, 0);
+    QCOMPARE(errorOf(R"({"role":"user","content":"x","stopped":true})"),
+             std::string(R"(h.jsonl:1: field "stopped" is only allowed on assistant messages)"));
+    QCOMPARE(errorOf(R"({"role":"assistant","content":"x","stopped":"yes"})"),
+             std::string(R"(h.jsonl:1: field "stopped" must be a boolean, not string)"));
+    QCOMPARE(errorOf(R"({"role":"assistant","content":"x","figures":{"tokens":-1}})"),
+             std::string(R"(h.jsonl:1: field "figures.tokens" must be a number of at least 0)"));
+    QCOMPARE(errorOf(R"({"role":"assistant","content":"x","figures":{"tokens":1.5}})"),
+             std::string(R"(h.jsonl:1: field "figures.tokens" must be a whole number)"));
 }
 
 QTEST_GUILESS_MAIN(TestTranscript)

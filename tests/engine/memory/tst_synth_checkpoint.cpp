@@ -4,15 +4,18 @@
 // accepts it, the packer packs it, and one token decodes through the streamer with
 // layer 0 (2.34 GB) larger than the ring share (two pieces), embeddings and lm_head
 // streamed from disk (ultra) and a two-slot expert cache.
+#include <QElapsedTimer>
 #include <QTemporaryDir>
 #include <QTest>
 
 #include <SynthCheckpoint.hpp>
 
 #include <k3/config.hpp>
+#include <k3/draft.hpp>
 #include <k3/model.hpp>
 #include <k3/pack.hpp>
 #include <k3/safetensors.hpp>
+#include <k3/session.hpp>
 
 #include <cmath>
 #include <cstring>
@@ -23,6 +26,7 @@ class TestSynthCheckpoint : public QObject {
 private slots:
     void writesIndexesPacksAndDecodes();
     void compressedTrunkGivesTheSameBits();
+    void speculationGivesSerialIds();
 };
 
 void TestSynthCheckpoint::writesIndexesPacksAndDecodes() {
@@ -154,6 +158,76 @@ void TestSynthCheckpoint::compressedTrunkGivesTheSameBits() {
             qPrintable(
                 QStringLiteral("budget %1: %2 vs %3 bytes").arg(budget).arg(read[1]).arg(read[0])));
     }
+}
+
+// Greedy speculation at the real widths (a KDA layer then an MLA + MoE layer, so a
+// rejected proposal rolls back both kinds of state): prompt lookup (width 4) and the
+// draft trunk (k3 pack --draft; adaptive width) give serial decode's ids and last logits
+// at two budgets (all pinned; layer 0 in two pieces through one slot), tables on disk,
+// a 2-slot expert cache.
+void TestSynthCheckpoint::speculationGivesSerialIds() {
+    QTemporaryDir tmp(QStringLiteral(K3_BINARY_DIR "/synth-XXXXXX"));
+    QVERIFY(tmp.isValid());
+    const std::filesystem::path dir = tmp.filePath(QStringLiteral("model")).toStdString();
+    k3synth::SynthOptions so;
+    so.layers = 2;
+    so.experts = 4;
+    const std::uint64_t bytes = k3synth::synthCheckpointBytes(so);
+    // The checkpoint, its trunk and its draft (each under the checkpoint's size).
+    const auto space = std::filesystem::space(tmp.path().toStdString());
+    if (space.available < 3 * bytes + (4ull << 30))
+        QSKIP(qPrintable(QStringLiteral("needs %1 GB free next to the build, has %2 GB")
+                             .arg(double(3 * bytes + (4ull << 30)) / 1e9)
+                             .arg(double(space.available) / 1e9)));
+    QElapsedTimer clock;
+    clock.start();
+    k3synth::writeSynthCheckpoint(dir, so);
+    const std::string trunk = tmp.filePath(QStringLiteral("trunk")).toStdString();
+    const std::string draft = tmp.filePath(QStringLiteral("draft")).toStdString();
+    k3::packTrunk(dir, trunk);
+    const k3::DraftPackResult dr = k3::packDraft(dir, draft);
+    QVERIFY(dr.quantised > 0);
+    qInfo("written, packed and drafted in %.1f s", clock.restart() / 1e3);
+
+    const auto open = [&](std::uint64_t trunkBytes, const std::string& draftDir) {
+        k3::SessionOptions o;
+        o.modelDir = dir;
+        o.loadTokenizer = false;
+        o.trunkDir = trunk;
+        o.trunkBytes = trunkBytes;
+        o.streamModelTables = true;
+        o.expertCacheSlots = 2;
+        o.maxSpeculation = 8;
+        o.draftDir = draftDir;
+        return k3::Session::open(o);
+    };
+    // Repeats, so prompt lookup finds n-grams to propose from.
+    const std::vector<k3::TokenId> prompt = {163584, 11, 12, 13, 14, 11, 12, 13, 14, 11, 12};
+    k3::GenerateOptions g;
+    g.maxTokens = 4;
+    k3::Session serialSession = open(3'300'000'000ull, {});
+    const k3::GenerateResult serial = serialSession.generateIds(prompt, g);
+    QCOMPARE(int(serial.ids.size()), 4);
+    QCOMPARE(serial.droppedExperts, 0);
+    qInfo("serial decode in %.1f s", clock.restart() / 1e3);
+    for (const std::uint64_t budget : {3'300'000'000ull, 1'600'000'000ull})
+        for (const bool useDraft : {false, true}) {
+            k3::Session s = open(budget, useDraft ? draft : std::string());
+            QCOMPARE(s.memoryReport().plan.piecewise, budget < 2'000'000'000ull);
+            g.speculation = useDraft ? -1 : 4;
+            const k3::GenerateResult r = s.generateIds(prompt, g);
+            const QString what = QStringLiteral("budget %1, %2")
+                                     .arg(budget)
+                                     .arg(QLatin1String(useDraft ? "draft" : "prompt lookup"));
+            QVERIFY2(r.ids == serial.ids, qPrintable(what));
+            QVERIFY2(r.proposed > 0, qPrintable(what));
+            QCOMPARE(r.droppedExperts, 0);
+            QCOMPARE(std::memcmp(s.lastLogits().data(), serialSession.lastLogits().data(),
+                                 s.lastLogits().size() * sizeof(float)),
+                     0);
+            qInfo("%s: %d proposed, %d accepted, %d passes, %.1f s", qPrintable(what), r.proposed,
+                  r.acceptedProposals, r.decodePasses, clock.restart() / 1e3);
+        }
 }
 
 QTEST_GUILESS_MAIN(TestSynthCheckpoint)

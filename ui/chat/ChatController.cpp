@@ -1,0 +1,230 @@
+#include "chat/ChatController.h"
+
+#include "AppSettings.h"
+#include "chat/ConversationModel.h"
+#include "chat/ConversationStore.h"
+#include "chat/MessageComposer.h"
+#include "worker/EngineController.h"
+
+#include <QRandomGenerator>
+#include <QSettings>
+#include <QStringList>
+#include <QVariantMap>
+
+namespace {
+// A map from model key to the Think choice last made for it.
+const QString kThinkingPerModel = QStringLiteral("thinking/perModel");
+} // namespace
+
+ChatController::ChatController(EngineController* engine, ConversationModel* conversation,
+                               MessageComposer* composer, ConversationStore* store, QObject* parent)
+    : QObject(parent), m_engine(engine), m_conversation(conversation), m_composer(composer),
+      m_store(store) {
+    EngineWorker* worker = m_engine->worker();
+    connect(worker, &EngineWorker::tokenGenerated, this, &ChatController::onToken);
+    connect(worker, &EngineWorker::generationFinished, this, &ChatController::onFinished);
+    connect(worker, &EngineWorker::generationFailed, this, &ChatController::onFailed);
+    connect(m_composer, &MessageComposer::thinkingChosen, this, &ChatController::rememberThinking);
+}
+
+void ChatController::setModel(const QString& key, bool hasThinkChannel) {
+    m_modelKey = key;
+    m_composer->setThinkingAvailable(hasThinkChannel);
+    applyThinkingPreference();
+}
+
+bool ChatController::rememberedThinking(const QString& modelKey, bool fallback) {
+    return QSettings().value(kThinkingPerModel).toMap().value(modelKey, fallback).toBool();
+}
+
+void ChatController::applyThinkingPreference() {
+    // setThinking() leaves Think unticked for a model without a think channel.
+    m_composer->setThinking(rememberedThinking(m_modelKey, AppSettings::load().thinking));
+}
+
+void ChatController::rememberThinking(bool on) {
+    if (m_modelKey.isEmpty()) return;
+    QSettings settings;
+    QVariantMap chosen = settings.value(kThinkingPerModel).toMap();
+    chosen.insert(m_modelKey, on);
+    settings.setValue(kThinkingPerModel, chosen);
+}
+
+void ChatController::send(const QString& text) {
+    if (m_engine->isBusy()) return;
+    if (m_editRow >= 0) {
+        // The edited question replaces the old one and everything that followed it.
+        m_conversation->removeFrom(m_editRow);
+        m_editRow = -1;
+        m_composer->setEditing(false);
+    }
+    m_conversation->appendMessage(QStringLiteral("user"), text);
+    save(); // the question is on disk before the answer starts
+    startAnswer(m_conversation->turns());
+}
+
+void ChatController::regenerate() {
+    const int rows = m_conversation->rowCount();
+    if (m_engine->isBusy() || !m_composer->isReady() || rows == 0) return;
+    const QString lastRole =
+        m_conversation->index(rows - 1).data(ConversationModel::RoleNameRole).toString();
+    if (lastRole == QLatin1String("assistant"))
+        m_conversation->removeLast();
+    else if (lastRole != QLatin1String("user"))
+        return; // a system or tool message last: nothing to answer
+    startAnswer(m_conversation->turns());
+}
+
+void ChatController::startAnswer(const QVector<ChatTurn>& history) {
+    m_conversation->beginAssistantMessage();
+    m_answering = true;
+    m_tokens = 0;
+    m_tokenSeconds = 0;
+    m_firstTokenSeconds = 0;
+    m_answerClock.start();
+    m_sinceSave.start();
+    // Read again for every message: a change in Settings applies to the next one.
+    GenerationSettings settings =
+        AppSettings::load().generationSettings(QRandomGenerator::global()->generate64());
+    settings.thinking = m_composer->thinking();
+    settings.thinkingEffort = m_composer->thinkingEffort();
+    m_composer->setGenerating(true);
+    m_engine->generate(history, settings);
+}
+
+void ChatController::editLastMessage() {
+    int row = m_conversation->rowCount() - 1;
+    while (row >= 0 &&
+           m_conversation->index(row).data(ConversationModel::RoleNameRole).toString() !=
+               QLatin1String("user"))
+        --row;
+    if (m_engine->isBusy() || row < 0) return;
+    m_editRow = row;
+    m_composer->setText(m_conversation->index(row).data(ConversationModel::ContentRole).toString());
+    m_composer->setEditing(true);
+    m_composer->setFocus();
+}
+
+void ChatController::cancelEdit() {
+    if (m_editRow < 0) return;
+    m_editRow = -1;
+    m_composer->setEditing(false);
+    m_composer->clear();
+}
+
+void ChatController::stop() {
+    if (m_engine->isBusy()) m_engine->stop();
+}
+
+void ChatController::stopAndKeep() {
+    cancelEdit();
+    if (!m_answering) return;
+    m_engine->stop();
+    keepPartialAnswer(tr("stopped"));
+    save();
+    // The composer stays in its Stop state until the engine reports the end (within a
+    // token), so no new question is queued behind the old answer.
+}
+
+k3::AnswerFigures ChatController::figuresSoFar() const {
+    k3::AnswerFigures f;
+    f.tokens = m_tokens;
+    f.tokensPerSecond = m_tokenSeconds > 0 ? m_tokens / m_tokenSeconds : 0;
+    f.firstTokenSeconds = m_firstTokenSeconds;
+    return f;
+}
+
+void ChatController::keepPartialAnswer(const QString& why) {
+    m_answering = false;
+    if (!m_conversation->lastIsStreaming()) return;
+    const QModelIndex last = m_conversation->index(m_conversation->rowCount() - 1);
+    if (last.data(ConversationModel::ContentRole).toString().isEmpty() &&
+        last.data(ConversationModel::ReasoningRole).toString().isEmpty()) {
+        // Nothing arrived: the question stays last, to be answered later (regenerate()).
+        m_conversation->removeLast();
+        return;
+    }
+    const k3::AnswerFigures figures = figuresSoFar();
+    QString stats = ConversationModel::figuresText(figures);
+    stats += (stats.isEmpty() ? QString() : QStringLiteral(" · ")) + why;
+    m_conversation->finishLast(stats, {}, {}, true, figures);
+}
+
+void ChatController::save() {
+    const QVector<ChatTurn> turns = m_conversation->turnsWithPartialAnswer(figuresSoFar());
+    if (turns.isEmpty()) return;
+    try {
+        m_conversationId = m_store->save(m_conversationId, turns);
+        emit conversationSaved(m_conversationId);
+    } catch (const std::exception& e) {
+        emit saveFailed(QString::fromUtf8(e.what()));
+    }
+}
+
+void ChatController::onToken(int index, const QString& thinking, const QString& response,
+                             double seconds) {
+    if (!m_answering) return; // an answer already kept (stopAndKeep)
+    m_conversation->appendToLast(thinking, response);
+    m_tokens = index + 1;
+    if (index == 0) m_firstTokenSeconds = m_answerClock.elapsed() / 1000.0;
+    m_tokenSeconds += seconds;
+    emit status(tr("generating %1 · %2 tok/s")
+                    .arg(m_tokens)
+                    .arg(figuresSoFar().tokensPerSecond, 0, 'f', 1));
+    // Crash-safe: a long answer is on disk (marked stopped) every few seconds.
+    if (m_sinceSave.elapsed() >= m_partialSaveMs) {
+        save();
+        m_sinceSave.restart();
+    }
+}
+
+QString ChatController::statsLine(const GenerationSummary& s, const k3::AnswerFigures& figures,
+                                  bool stopped, const QString& invalid) {
+    QStringList parts;
+    parts << (figures.tokens > 0 ? ConversationModel::figuresText(figures)
+                                 : tr("%1 tokens").arg(s.generatedTokens));
+    parts << tr("prompt %1 s").arg(s.prefillSeconds, 0, 'f', 2);
+    if (s.reusedPositions > 0) parts << tr("%1 positions reused").arg(s.reusedPositions);
+    if (stopped && s.interruption.isEmpty()) parts << tr("stopped");
+    if (!s.interruption.isEmpty()) parts << tr("interrupted: %1").arg(s.interruption);
+    if (!invalid.isEmpty()) parts << tr("RUN INVALID (%1)").arg(invalid);
+    return parts.join(QStringLiteral(" · "));
+}
+
+void ChatController::onFinished(const GenerationSummary& s) {
+    if (!m_answering) { // kept already by stopAndKeep()
+        m_composer->setGenerating(false);
+        return;
+    }
+    m_answering = false;
+    k3::AnswerFigures figures = figuresSoFar();
+    if (s.generatedTokens > 0) {
+        figures.tokens = s.generatedTokens;
+        if (s.decodeSeconds > 0) figures.tokensPerSecond = s.generatedTokens / s.decodeSeconds;
+    }
+    const bool stopped = s.cancelled || !s.interruption.isEmpty();
+    QString invalid;
+    if (!s.valid)
+        invalid = s.invalidReason.isEmpty() ? tr("an expert failed to load or a NaN appeared")
+                                            : s.invalidReason;
+    const QModelIndex last = m_conversation->index(m_conversation->rowCount() - 1);
+    if (stopped && last.data(ConversationModel::ContentRole).toString().isEmpty() &&
+        last.data(ConversationModel::ReasoningRole).toString().isEmpty())
+        m_conversation->removeLast(); // stopped before a token: the question can be answered
+    else // saved with the answer, so the conversation says it when reopened
+        m_conversation->finishLast(statsLine(s, figures, stopped, invalid), invalid, s.model,
+                                   stopped, figures);
+    m_composer->setGenerating(false);
+    save();
+    // A broken stream keeps what arrived; the status says why it stopped.
+    emit status(s.interruption.isEmpty() ? tr("ready") : s.interruption);
+    emit answerFinished();
+}
+
+void ChatController::onFailed(const QString& message) {
+    m_composer->setGenerating(false);
+    if (!m_answering) return; // kept already by stopAndKeep()
+    keepPartialAnswer(tr("stopped: the answer failed"));
+    save();
+    emit answerFailed(message);
+}

@@ -1,0 +1,99 @@
+#pragma once
+
+#include <QElapsedTimer>
+#include <QObject>
+#include <QString>
+#include <QVector>
+
+#include <k3/chat.hpp>
+
+struct ChatTurn;
+struct GenerationSummary;
+class ConversationModel;
+class ConversationStore;
+class EngineController;
+class MessageComposer;
+
+// The open conversation's answers: send, regenerate (or answer a question left without
+// one), edit-and-resend, stop, and saving. Nothing written is lost: the conversation is
+// saved after every question, when an answer ends however it ends (done, Stop, an error,
+// stopAndKeep() on quitting or switching), and every few seconds while one streams, the
+// partial answer marked stopped so a crash leaves it marked too.
+class ChatController : public QObject {
+    Q_OBJECT
+public:
+    ChatController(EngineController* engine, ConversationModel* conversation,
+                   MessageComposer* composer, ConversationStore* store, QObject* parent = nullptr);
+
+    // The conversation shown; empty for a new one (its first save names it).
+    const QString& conversationId() const { return m_conversationId; }
+    void setConversationId(const QString& id) { m_conversationId = id; }
+    // An answer is streaming into the open conversation.
+    bool isAnswering() const { return m_answering; }
+    bool isEditing() const { return m_editRow >= 0; }
+    // How often a streaming answer is saved, in ms (0: after every token).
+    void setPartialSaveInterval(int ms) { m_partialSaveMs = ms; }
+    int partialSaveInterval() const { return m_partialSaveMs; }
+
+    // The model now answering. `key` names it in the settings (its folder, or the server
+    // and model); without a think channel, Think is unticked and disabled for it.
+    void setModel(const QString& key, bool hasThinkChannel);
+    // Think as chosen last for this model, else the Settings default ("thinking/enabled").
+    void applyThinkingPreference();
+    static bool rememberedThinking(const QString& modelKey, bool fallback);
+
+    // The stats line under a finished answer.
+    static QString statsLine(const GenerationSummary& summary, const k3::AnswerFigures& figures,
+                             bool stopped, const QString& invalid);
+
+public slots:
+    void send(const QString& text);
+    // Generates the last answer again; a conversation ending with a question gets its answer.
+    void regenerate();
+    // Puts the last user message back in the composer; sending it then replaces that
+    // message and everything after it.
+    void editLastMessage();
+    void cancelEdit();
+    // Asks the engine to stop; the answer so far is kept, marked stopped, when it ends.
+    void stop();
+    // Stops and keeps the answer so far now (marked stopped, saved): for quitting and for
+    // leaving the conversation. Late tokens of that answer are then ignored.
+    void stopAndKeep();
+    // Writes the conversation (with the streaming answer so far, marked stopped).
+    void save();
+
+signals:
+    void answerFinished();
+    // Any save (partial or whole answer, a new title): the list shows its date and place.
+    void conversationSaved(const QString& id);
+    // What the chat is doing ("generating 12 · 85.1 tok/s", "ready", why it stopped).
+    void status(const QString& text);
+    void saveFailed(const QString& message);
+    // The engine failed mid-answer; what had arrived is kept (marked stopped).
+    void answerFailed(const QString& message);
+
+private:
+    void startAnswer(const QVector<ChatTurn>& history);
+    void onToken(int index, const QString& thinking, const QString& response, double seconds);
+    void onFinished(const GenerationSummary& summary);
+    void onFailed(const QString& message);
+    // Ends the streaming message as cut, or drops it when nothing arrived.
+    void keepPartialAnswer(const QString& why);
+    k3::AnswerFigures figuresSoFar() const;
+    void rememberThinking(bool on);
+
+    EngineController* m_engine;
+    ConversationModel* m_conversation;
+    MessageComposer* m_composer;
+    ConversationStore* m_store;
+    QString m_conversationId;
+    QString m_modelKey;
+    bool m_answering = false; // false again once kept: late results are then ignored
+    int m_editRow = -1;       // the user message being edited; -1 when not editing
+    int m_partialSaveMs = 3000;
+    int m_tokens = 0;
+    double m_tokenSeconds = 0;      // the engine's time per token, summed
+    double m_firstTokenSeconds = 0; // from the request to the first token
+    QElapsedTimer m_answerClock;
+    QElapsedTimer m_sinceSave;
+};
