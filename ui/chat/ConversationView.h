@@ -35,6 +35,11 @@ public:
     int matchCount() const { return int(m_matches.size()); }
     int currentMatch() const { return m_current; } // 0-based; -1 without matches
 
+    // What a screen reader hears about message `row`: who wrote it, its thinking block
+    // and code blocks and the keys that act on them (the delegate draws them as buttons,
+    // which have no accessible objects of their own).
+    QString describeMessage(int row) const;
+
 public slots:
     void copyMessage(int row);
     void copyCurrentMessage();
@@ -46,11 +51,17 @@ signals:
     // The clipboard now holds `what` (for the status bar).
     void copied(const QString& what);
     void matchChanged(int current, int total);
+    // An answer finished streaming; `text` is what screen readers were told.
+    void answerAnnounced(const QString& text);
 
 protected:
     void paintEvent(QPaintEvent* event) override;
     void resizeEvent(QResizeEvent* event) override;
     void contextMenuEvent(QContextMenuEvent* event) override;
+    void keyPressEvent(QKeyEvent* event) override;
+    void focusInEvent(QFocusEvent* event) override;
+    void focusOutEvent(QFocusEvent* event) override;
+    void currentChanged(const QModelIndex& current, const QModelIndex& previous) override;
 
 private:
     struct Match {
@@ -61,6 +72,8 @@ private:
     QStyleOptionViewItem optionFor(const QModelIndex& index) const;
     void collectMatches();
     void showMatch();
+    void trackStreaming(int first, int last);
+    void announceAnswer(int row);
 
     ConversationModel* m_messages;
     MessageDelegate* m_delegate;
@@ -68,4 +81,5 @@ private:
     QString m_query;
     QVector<Match> m_matches;
     int m_current = -1;
+    int m_streamingRow = -1; // the answer being streamed, announced when it finishes
 };
