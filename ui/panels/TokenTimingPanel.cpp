@@ -4,12 +4,14 @@
 #include <QBarSet>
 #include <QChart>
 #include <QChartView>
+#include <QEvent>
 #include <QLabel>
 #include <QStackedBarSeries>
 #include <QVBoxLayout>
 #include <QValueAxis>
 
 #include <algorithm>
+#include <cmath>
 
 TokenTimingPanel::TokenTimingPanel(QWidget* parent)
     : QWidget(parent), m_chart(new QChart), m_view(new QChartView(m_chart, this)),
@@ -30,17 +32,19 @@ TokenTimingPanel::TokenTimingPanel(QWidget* parent)
     m_series->attachAxis(m_axisX);
     m_chart->addAxis(m_axisY, Qt::AlignLeft);
     m_series->attachAxis(m_axisY);
+    m_axisX->setTitleText(tr("token"));
     m_axisY->setTitleText(tr("seconds"));
-    m_axisY->setLabelFormat(QStringLiteral("%.3f"));
     m_chart->legend()->setAlignment(Qt::AlignBottom);
     m_chart->setMargins(QMargins(2, 2, 2, 2));
     m_chart->setBackgroundRoundness(0);
-    m_chart->setTheme(palette().color(QPalette::Window).lightness() < 128
-                          ? QChart::ChartThemeDark
-                          : QChart::ChartThemeLight);
+    applyPalette();
     m_view->setRenderHint(QPainter::Antialiasing);
-    m_view->setMinimumHeight(160);
-    setMinimumWidth(300);
+    m_view->setAccessibleName(tr("Per-token timing chart"));
+    // The dock's scroll area is the Tab stop (with a focus frame); the chart takes no keys.
+    m_view->setFocusPolicy(Qt::NoFocus);
+    // Small enough that the docks and the conversation fit an 800x600 window.
+    m_view->setMinimumHeight(120);
+    setMinimumWidth(220);
     m_summary->setWordWrap(true);
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
@@ -85,8 +89,7 @@ void TokenTimingPanel::addToken(int index, double computeSeconds, double trunkIo
     if (full) {
         rescale();
     } else if (height > m_top) {
-        m_top = height;
-        m_axisY->setRange(0, m_top * 1.1);
+        setTop(height);
     }
 }
 
@@ -103,8 +106,73 @@ QString TokenTimingPanel::summaryText() const {
 }
 
 void TokenTimingPanel::rescale() {
-    m_top = 0;
+    double top = 0;
     for (int i = 0; i < m_compute->count(); ++i)
-        m_top = std::max(m_top, m_trunk->at(i) + m_experts->at(i) + m_compute->at(i));
-    m_axisY->setRange(0, m_top > 0 ? m_top * 1.1 : 1.0);
+        top = std::max(top, m_trunk->at(i) + m_experts->at(i) + m_compute->at(i));
+    setTop(top);
+}
+
+TokenTimingPanel::Scale TokenTimingPanel::niceScale(double top) {
+    if (!(top > 0) || !std::isfinite(top)) return {1.0, 5, 1};
+    // The smallest 1-2-5 step that covers `top` in at most 5 intervals.
+    const double raw = top / 5;
+    const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+    double step = 10 * magnitude;
+    for (const double m : {1.0, 2.0, 5.0})
+        if (m * magnitude >= raw * (1 - 1e-9)) {
+            step = m * magnitude;
+            break;
+        }
+    // One more interval when the tallest bar would touch the top.
+    const int intervals = std::max(2, int(std::floor(top / step + 1e-9)) + 1);
+    const int decimals = std::max(0, -int(std::floor(std::log10(step) + 1e-9)));
+    return {step * intervals, intervals + 1, decimals};
+}
+
+void TokenTimingPanel::setTop(double top) {
+    m_top = top;
+    const Scale scale = niceScale(top);
+    m_axisY->setRange(0, scale.max);
+    m_axisY->setTickCount(scale.tickCount);
+    m_axisY->setLabelFormat(QStringLiteral("%.%1f").arg(scale.decimals));
+}
+
+QStringList TokenTimingPanel::yAxisLabels() const {
+    QStringList labels;
+    const int ticks = m_axisY->tickCount();
+    for (int i = 0; i < ticks; ++i)
+        labels << QString::asprintf(m_axisY->labelFormat().toLatin1().constData(),
+                                    m_axisY->min() +
+                                        (m_axisY->max() - m_axisY->min()) * i / (ticks - 1));
+    return labels;
+}
+
+void TokenTimingPanel::applyPalette() {
+    const QPalette pal = palette();
+    const bool dark = pal.color(QPalette::Window).lightness() < 128;
+    // The built-in theme picks the bar colours; everything around the bars then takes the
+    // palette's, so no light box is left in a dark window (issue 21).
+    m_chart->setTheme(dark ? QChart::ChartThemeDark : QChart::ChartThemeLight);
+    m_chart->setBackgroundBrush(pal.window());
+    m_chart->setBackgroundPen(Qt::NoPen);
+    m_chart->setPlotAreaBackgroundVisible(false);
+    m_view->setBackgroundBrush(pal.window());
+    const QColor text = pal.color(QPalette::WindowText);
+    QColor grid = text;
+    grid.setAlpha(50);
+    for (QAbstractAxis* axis :
+         {static_cast<QAbstractAxis*>(m_axisX), static_cast<QAbstractAxis*>(m_axisY)}) {
+        axis->setLabelsColor(text);
+        axis->setTitleBrush(text);
+        axis->setLinePenColor(grid);
+        axis->setGridLineColor(grid);
+    }
+    m_chart->legend()->setLabelColor(text);
+}
+
+void TokenTimingPanel::changeEvent(QEvent* event) {
+    QWidget::changeEvent(event);
+    if (event->type() == QEvent::PaletteChange ||
+        event->type() == QEvent::ApplicationPaletteChange || event->type() == QEvent::StyleChange)
+        applyPalette();
 }

@@ -27,9 +27,25 @@ public:
 
     int barCount() const;
     QString summaryText() const;
+    // The y axis labels as drawn, bottom to top (tests read them back).
+    QStringList yAxisLabels() const;
+    // The y axis for bars up to `top` seconds: 0 to a 1-2-5 multiple of a step, 3 to 6
+    // ticks, and enough decimals that no two labels read the same.
+    struct Scale {
+        double max;
+        int tickCount;
+        int decimals;
+    };
+    static Scale niceScale(double top);
+
+protected:
+    void changeEvent(QEvent* event) override;
 
 private:
     void rescale();
+    void setTop(double top);
+    // The chart's colours from the palette: it follows the light or dark theme.
+    void applyPalette();
 
     QChart* m_chart;
     QChartView* m_view;
