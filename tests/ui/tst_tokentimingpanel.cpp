@@ -55,6 +55,7 @@ void TestTokenTimingPanel::acceptedProposalsAreMarked() {
 // for fast tokens. The axis now ends on a 1-2-5 step with the decimals that step needs.
 void TestTokenTimingPanel::yAxisLabelsAreDistinctNiceNumbers() {
     TokenTimingPanel panel;
+    QCOMPARE(panel.yAxisLabels(), (QStringList{"0.0", "0.2", "0.4", "0.6", "0.8", "1.0"}));
     panel.addToken(0, 0.0004, 0.0002, 0.0001);
     panel.addToken(1, 0.0009, 0.0002, 0.0001); // 1.2 ms, the tallest
     panel.addToken(2, 0.0005, 0.0001, 0.0001);

@@ -2,6 +2,7 @@
 
 #include <QEvent>
 #include <QPainter>
+#include <QScrollBar>
 
 namespace {
 constexpr int kFocusFrame = 2; // the ring around the viewport the focus frame is drawn in
@@ -15,6 +16,16 @@ PanelScrollArea::PanelScrollArea(QWidget* panel, const QString& accessibleName, 
     setFocusPolicy(Qt::StrongFocus);
     setAccessibleName(accessibleName);
     setViewportMargins(kFocusFrame, kFocusFrame, kFocusFrame, kFocusFrame);
+    // Only the height gives way: a panel narrower than it needs would scroll sideways.
+    setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    setMinimumWidth(panel->minimumSizeHint().expandedTo(panel->minimumSize()).width() +
+                    2 * kFocusFrame + verticalScrollBar()->sizeHint().width());
+}
+
+QSize PanelScrollArea::sizeHint() const {
+    const QSize frame(2 * kFocusFrame, 2 * kFocusFrame);
+    return widget() ? widget()->sizeHint().expandedTo(widget()->minimumSizeHint()) + frame
+                    : QScrollArea::sizeHint();
 }
 
 bool PanelScrollArea::event(QEvent* event) {

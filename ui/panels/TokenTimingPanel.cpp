@@ -1,6 +1,5 @@
 #include "panels/TokenTimingPanel.h"
 
-#include <QBarCategoryAxis>
 #include <QBarSet>
 #include <QChart>
 #include <QChartView>
@@ -11,23 +10,27 @@
 #include <QValueAxis>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 TokenTimingPanel::TokenTimingPanel(QWidget* parent)
     : QWidget(parent), m_chart(new QChart), m_view(new QChartView(m_chart, this)),
       m_series(new QStackedBarSeries), m_trunk(new QBarSet(tr("trunk I/O"))),
       m_experts(new QBarSet(tr("expert I/O"))), m_compute(new QBarSet(tr("compute"))),
-      m_axisX(new QBarCategoryAxis), m_axisY(new QValueAxis), m_summary(new QLabel(this)) {
+      m_axisX(new QValueAxis), m_axisY(new QValueAxis), m_summary(new QLabel(this)) {
     setObjectName(QStringLiteral("tokenTimingPanel"));
     m_series->append(m_trunk);
     m_series->append(m_experts);
     m_series->append(m_compute);
     m_series->setBarWidth(1.0);
     m_chart->addSeries(m_series);
-    // A category axis is what lays the bars out side by side; its labels would only
-    // repeat the token index, so they are hidden.
-    m_axisX->setLabelsVisible(false);
+    // A value axis, not a category axis: its labels are a few token numbers at nice steps
+    // rather than one per bar (thousands).
     m_axisX->setGridLineVisible(false);
+    m_axisX->setLabelFormat(QStringLiteral("%.0f"));
+    m_axisX->setTickType(QValueAxis::TicksDynamic);
+    m_axisX->setTickAnchor(0);
+    m_axisX->setMinorTickCount(0);
     m_chart->addAxis(m_axisX, Qt::AlignBottom);
     m_series->attachAxis(m_axisX);
     m_chart->addAxis(m_axisY, Qt::AlignLeft);
@@ -44,7 +47,7 @@ TokenTimingPanel::TokenTimingPanel(QWidget* parent)
     m_view->setFocusPolicy(Qt::NoFocus);
     // Small enough that the docks and the conversation fit an 800x600 window.
     m_view->setMinimumHeight(120);
-    setMinimumWidth(220);
+    setMinimumWidth(300);
     m_summary->setWordWrap(true);
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
@@ -57,11 +60,11 @@ void TokenTimingPanel::clear() {
     m_trunk->remove(0, m_trunk->count());
     m_experts->remove(0, m_experts->count());
     m_compute->remove(0, m_compute->count());
-    m_axisX->clear();
     m_total = 0;
     m_tokens = 0;
     m_proposed = 0;
     m_summary->setText(tr("No tokens yet."));
+    updateTokenAxis();
     rescale();
 }
 
@@ -73,17 +76,15 @@ void TokenTimingPanel::addToken(int index, double computeSeconds, double trunkIo
         m_trunk->remove(0);
         m_experts->remove(0);
         m_compute->remove(0);
-        m_axisX->remove(m_axisX->at(0));
     }
     m_trunk->append(trunkIoSeconds);
     m_experts->append(expertIoSeconds);
     m_compute->append(computeSeconds);
-    // One category per bar, or the axis spans a single slot and squeezes the bars.
-    m_axisX->append(QString::number(m_tokens) + (fromProposal ? QStringLiteral("*") : QString()));
     if (fromProposal) ++m_proposed;
     m_total += computeSeconds + trunkIoSeconds + expertIoSeconds;
     ++m_tokens;
     m_summary->setText(summaryText());
+    updateTokenAxis();
     const double height = computeSeconds + trunkIoSeconds + expertIoSeconds;
     // Growing the axis is O(1) per token; only dropping the oldest bar needs a rescan.
     if (full) {
@@ -113,7 +114,7 @@ void TokenTimingPanel::rescale() {
 }
 
 TokenTimingPanel::Scale TokenTimingPanel::niceScale(double top) {
-    if (!(top > 0) || !std::isfinite(top)) return {1.0, 5, 1};
+    if (!(top > 0) || !std::isfinite(top)) return {1.0, 6, 1}; // 0.0 0.2 ... 1.0
     // The smallest 1-2-5 step that covers `top` in at most 5 intervals.
     const double raw = top / 5;
     const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
@@ -135,6 +136,16 @@ void TokenTimingPanel::setTop(double top) {
     m_axisY->setRange(0, scale.max);
     m_axisY->setTickCount(scale.tickCount);
     m_axisY->setLabelFormat(QStringLiteral("%.%1f").arg(scale.decimals));
+}
+
+void TokenTimingPanel::updateTokenAxis() {
+    const int bars = std::max(1, m_compute->count());
+    m_axisX->setRange(-0.5, bars - 0.5);
+    // About five labels: the smallest 1-2-5 step of at least bars / 5 tokens.
+    double step = 1;
+    for (int k = 1; step * 5 < bars; ++k)
+        step = std::array{1.0, 2.0, 5.0}[k % 3] * std::pow(10.0, k / 3);
+    m_axisX->setTickInterval(step);
 }
 
 QStringList TokenTimingPanel::yAxisLabels() const {
