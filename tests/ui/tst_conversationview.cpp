@@ -1,5 +1,6 @@
 #include <QAccessible>
 #include <QClipboard>
+#include <QDialog>
 #include <QElapsedTimer>
 #include <QGuiApplication>
 #include <QImage>
@@ -11,6 +12,7 @@
 #include <QTextBlock>
 #include <QTextCursor>
 #include <QTextDocument>
+#include <QTextEdit>
 #include <QTextImageFormat>
 #include <QTextLayout>
 #include <QVBoxLayout>
@@ -52,6 +54,7 @@ private slots:
     void longCodeLineWrapsWithTheCopyButtonInView();
     void focusIsVisibleAndTheKeyboardReachesTheToggles();
     void finishedAnswerIsAnnounced();
+    void messageTextCanBeSelectedInPart();
 };
 
 namespace {
@@ -587,6 +590,30 @@ void TestConversationView::finishedAnswerIsAnnounced() {
     }
     m->appendMessage(QStringLiteral("user"), QStringLiteral("again")); // no second announcement
     QCOMPARE(announced.count(), 1);
+}
+
+// The delegate draws text that cannot be selected; Select text… (context menu) shows
+// the message in a read-only box where any part of it can be selected and copied.
+void TestConversationView::messageTextCanBeSelectedInPart() {
+    ConversationView view;
+    view.conversation()->appendMessage(QStringLiteral("assistant"),
+                                       QStringLiteral("Line one\nLine **two** ![x](/dev/zero)"));
+    view.showMessageText(0);
+    auto* dialog = view.findChild<QDialog*>(QStringLiteral("messageTextDialog"));
+    QVERIFY(dialog);
+    QVERIFY(dialog->isVisible());
+    auto* text = dialog->findChild<QTextEdit*>(QStringLiteral("messageText"));
+    QVERIFY(text);
+    QVERIFY(text->isReadOnly());
+    QCOMPARE(text->toPlainText(), QStringLiteral("Line one\nLine two [image: x]"));
+    QCOMPARE(qobject_cast<SafeTextDocument*>(text->document())->resourceRequests(), 0);
+    QTextCursor part = text->textCursor();
+    part.setPosition(5);
+    part.setPosition(8, QTextCursor::KeepAnchor);
+    text->setTextCursor(part);
+    text->copy();
+    QCOMPARE(QGuiApplication::clipboard()->text(), QStringLiteral("one"));
+    dialog->close();
 }
 
 QTEST_MAIN(TestConversationView)

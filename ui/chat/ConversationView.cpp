@@ -9,6 +9,8 @@
 #include <QAction>
 #include <QClipboard>
 #include <QContextMenuEvent>
+#include <QDialog>
+#include <QDialogButtonBox>
 #include <QGuiApplication>
 #include <QKeyEvent>
 #include <QMenu>
@@ -16,6 +18,8 @@
 #include <QScrollBar>
 #include <QTextCursor>
 #include <QTextDocument>
+#include <QTextEdit>
+#include <QVBoxLayout>
 
 ConversationView::ConversationView(QWidget* parent)
     : QListView(parent), m_messages(new ConversationModel(this)),
@@ -141,6 +145,32 @@ void ConversationView::copyCodeBlock(int row, int block) {
     emit copied(tr("the code block"));
 }
 
+void ConversationView::showMessageText(int row) {
+    const QModelIndex index = m_messages->index(row);
+    if (!index.isValid()) return;
+    auto* dialog = new QDialog(this);
+    dialog->setObjectName(QStringLiteral("messageTextDialog"));
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    dialog->setWindowTitle(tr("Message text"));
+    auto* text = new QTextEdit(dialog);
+    text->setObjectName(QStringLiteral("messageText"));
+    text->setAccessibleName(tr("Message text"));
+    // The same safe document the view draws: no resource is ever loaded.
+    auto* doc = new SafeTextDocument(text);
+    MessageDelegate::buildBody(*doc, index.data(ConversationModel::ContentRole).toString(), font(),
+                               palette());
+    text->setDocument(doc);
+    text->setReadOnly(true);
+    text->setTextInteractionFlags(Qt::TextSelectableByMouse | Qt::TextSelectableByKeyboard);
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close, dialog);
+    connect(buttons, &QDialogButtonBox::rejected, dialog, &QDialog::reject);
+    auto* layout = new QVBoxLayout(dialog);
+    layout->addWidget(text);
+    layout->addWidget(buttons);
+    dialog->resize(560, 400);
+    dialog->show();
+}
+
 void ConversationView::contextMenuEvent(QContextMenuEvent* event) {
     // From the menu key or Shift+F10: the current message, the menu at its top left.
     const bool keyboard = event->reason() == QContextMenuEvent::Keyboard;
@@ -161,6 +191,8 @@ void ConversationView::contextMenuEvent(QContextMenuEvent* event) {
                                              : tr("Copy code block %1 (%2)").arg(i + 1).arg(lang);
         menu.addAction(label, this, [this, row = index.row(), i] { copyCodeBlock(row, i); });
     }
+    menu.addAction(tr("&Select text…"), this, [this, row = index.row()] { showMessageText(row); })
+        ->setObjectName(QStringLiteral("selectTextAction"));
     if (index.row() == lastUserRow()) {
         QAction* edit = menu.addAction(tr("&Edit and resend") + QStringLiteral("\t") + tr("Up"),
                                        this, &ConversationView::editLastMessageRequested);

@@ -44,6 +44,9 @@ public slots:
     void copyMessage(int row);
     void copyCurrentMessage();
     void copyCodeBlock(int row, int block);
+    // The message as shown, in a window of its own where any part of it can be selected
+    // and copied (the delegate draws text it cannot select).
+    void showMessageText(int row);
 
 signals:
     void editLastMessageRequested();
