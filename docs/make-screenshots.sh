@@ -20,4 +20,8 @@ run --model resources/demo --setup --quit-after 9000 --screenshot docs/screensho
 # a new question (the panels fill in), pictured when the answer ends.
 run --model resources/demo --conversation resources/screenshots/code-and-thinking.jsonl \
     --ask "What is MXFP4?" --screenshot docs/screenshot-main.png --quit-after 60000
-echo "wrote docs/screenshot-wizard.png docs/screenshot-main.png"
+# Line breaks in a question and an answer, and a code line wider than the message
+# (it wraps, its Copy button in view), with the demo answering one more question.
+run --model resources/demo --conversation resources/screenshots/multiline-and-long-code.jsonl \
+    --ask "Hello" --screenshot docs/screenshot-conversation.png --quit-after 60000
+echo "wrote docs/screenshot-wizard.png docs/screenshot-main.png docs/screenshot-conversation.png"

@@ -17,6 +17,7 @@
 #include "panels/DiskIoPanel.h"
 #include "panels/ExpertCachePanel.h"
 #include "panels/MemoryPlanPanel.h"
+#include "panels/PanelScrollArea.h"
 #include "panels/TokenTimingPanel.h"
 #include "wizard/MemoryPage.h"
 #include "wizard/RemoteServerForm.h"
@@ -195,7 +196,8 @@ void MainWindow::createDocks() {
     const auto dock = [this](const QString& title, const char* name, QWidget* panel) {
         auto* d = new QDockWidget(title, this);
         d->setObjectName(QString::fromLatin1(name));
-        d->setWidget(panel);
+        // In a scroll area: the dock can shrink (800x600 fits) and Tab reaches the panel.
+        d->setWidget(new PanelScrollArea(panel, title));
         addDockWidget(Qt::RightDockWidgetArea, d);
     };
     dock(tr("Memory plan"), "memoryDock", plan);

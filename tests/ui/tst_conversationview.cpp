@@ -1,14 +1,21 @@
+#include <QAccessible>
 #include <QClipboard>
+#include <QDialog>
 #include <QElapsedTimer>
 #include <QGuiApplication>
 #include <QImage>
+#include <QPushButton>
 #include <QSet>
+#include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
 #include <QTextBlock>
 #include <QTextCursor>
 #include <QTextDocument>
+#include <QTextEdit>
 #include <QTextImageFormat>
+#include <QTextLayout>
+#include <QVBoxLayout>
 
 #include "chat/CodeBlockHighlighter.h"
 
@@ -43,6 +50,11 @@ private slots:
     void safeDocumentLoadsNoResource();
     void invalidAnswerIsMarkedWhenReopened();
     void singleNewlinesAreLineBreaks();
+    void userLinesKeepTheirHeight();
+    void longCodeLineWrapsWithTheCopyButtonInView();
+    void focusIsVisibleAndTheKeyboardReachesTheToggles();
+    void finishedAnswerIsAnnounced();
+    void messageTextCanBeSelectedInPart();
 };
 
 namespace {
@@ -433,6 +445,175 @@ void TestConversationView::singleNewlinesAreLineBreaks() {
     QTextDocument list;
     MessageDelegate::buildBody(list, QStringLiteral("- a\n- b\n\n```\nx = 1\ny = 2\n```"), QFont());
     QCOMPARE(list.toPlainText(), QStringLiteral("a\nb\nx = 1\ny = 2"));
+}
+
+// A user message "a\nb" takes two lines in the view, not one line "a b" (issue 21).
+void TestConversationView::userLinesKeepTheirHeight() {
+    ConversationView view;
+    view.resize(640, 480);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    ConversationModel* m = view.conversation();
+    m->appendMessage(QStringLiteral("user"), QStringLiteral("a"));
+    m->appendMessage(QStringLiteral("user"), QStringLiteral("a\nb"));
+    m->appendMessage(QStringLiteral("user"), QStringLiteral("a\nb\nc"));
+    QTest::qWait(0);
+    view.doItemsLayout();
+    const int one = view.visualRect(m->index(0)).height();
+    const int two = view.visualRect(m->index(1)).height();
+    const int three = view.visualRect(m->index(2)).height();
+    const int line = two - one;
+    QVERIFY2(line >= QFontMetrics(view.font()).height() - 1, qPrintable(QString::number(line)));
+    QCOMPARE(three - two, line); // each newline adds one line
+    QTextDocument doc;
+    MessageDelegate::buildBody(doc, QStringLiteral("a\nb"), view.font());
+    doc.setTextWidth(600);
+    doc.size(); // lays the document out
+    int lines = 0;
+    for (QTextBlock b = doc.begin(); b.isValid(); b = b.next()) lines += b.layout()->lineCount();
+    QCOMPARE(lines, 2);
+}
+
+// Issue 21: a long code line ran out of the message with no scroll bar, and its Copy
+// button (at the line's right end) with it. Code now wraps at the message width; the
+// button sits at the message's right edge, beside the first line, and copies the line whole.
+void TestConversationView::longCodeLineWrapsWithTheCopyButtonInView() {
+    ConversationView view;
+    view.resize(480, 400);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    const QString longLine = QStringLiteral("auto total = ") +
+                             QStringLiteral("first_value + second_value + ").repeated(12) +
+                             QStringLiteral("0;");
+    const QString answer =
+        QStringLiteral("Here:\n\n```cpp\n") + longLine + QStringLiteral("\n```\n");
+    ConversationModel* m = view.conversation();
+    m->appendMessage(QStringLiteral("assistant"), answer);
+    const QRect button = view.codeCopyButtonRect(0, 0);
+    QVERIFY(!button.isEmpty());
+    QVERIFY2(view.viewport()->rect().contains(button), qPrintable(QStringLiteral("%1,%2 %3x%4")
+                                                                      .arg(button.x())
+                                                                      .arg(button.y())
+                                                                      .arg(button.width())
+                                                                      .arg(button.height())));
+    // Nothing is wider than the message: the document wraps the line at the width.
+    QTextDocument doc;
+    MessageDelegate::buildBody(doc, answer, view.font());
+    const int width = view.viewport()->width() - 24;
+    doc.setTextWidth(width);
+    QVERIFY2(doc.idealWidth() <= width, qPrintable(QString::number(doc.idealWidth())));
+    const auto blocks = CodeBlockHighlighter::codeBlocks(doc, answer);
+    QCOMPARE(blocks.size(), 1);
+    const QTextBlock code = doc.findBlockByNumber(blocks.at(0).firstBlock);
+    QVERIFY(code.layout()->lineCount() >= 3);
+    // The first line stops short of the button.
+    QVERIFY(code.layout()->lineAt(0).naturalTextWidth() <=
+            width - MessageDelegate::copyButtonSize(view.font()).width());
+    QGuiApplication::clipboard()->clear();
+    QTest::mouseClick(view.viewport(), Qt::LeftButton, {}, button.center());
+    QCOMPARE(QGuiApplication::clipboard()->text(), longLine);
+}
+
+// Issue 21: a Tab stop on the conversation showed no focus; the thinking toggle and the
+// Copy buttons the delegate draws had no keyboard way and no accessible names.
+void TestConversationView::focusIsVisibleAndTheKeyboardReachesTheToggles() {
+    QWidget window;
+    auto* before = new QPushButton(QStringLiteral("before"), &window);
+    auto* view = new ConversationView(&window);
+    auto* layout = new QVBoxLayout(&window);
+    layout->addWidget(before);
+    layout->addWidget(view);
+    window.resize(640, 480);
+    ConversationModel* m = view->conversation();
+    m->setTurns({{QStringLiteral("user"), QStringLiteral("Show me main"), {}},
+                 {QStringLiteral("assistant"), kCppAnswer, QStringLiteral("thinking it over")}});
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    before->setFocus();
+    const QColor highlight = view->palette().color(QPalette::Highlight);
+    QCOMPARE(QColor(view->viewport()->grab().toImage().pixel(1, 1)) == highlight, false);
+    QTest::keyClick(before, Qt::Key_Tab);
+    QTRY_VERIFY(view->hasFocus());
+    // A frame in the highlight colour, and the last message is the current one.
+    QCOMPARE(QColor(view->viewport()->grab().toImage().pixel(1, 1)), highlight);
+    QCOMPARE(view->currentIndex().row(), 1);
+    QCOMPARE(view->accessibleDescription(),
+             QStringLiteral("Message 2 of 2, from K3. Thinking hidden: Space shows it. 1 code "
+                            "block: Copy code block 1 is in the context menu."));
+    QTest::keyClick(view, Qt::Key_Space);
+    QVERIFY(m->index(1).data(ConversationModel::ThinkingExpandedRole).toBool());
+    QVERIFY(
+        view->accessibleDescription().contains(QStringLiteral("Thinking shown: Space hides it.")));
+    QTest::keyClick(view, Qt::Key_Space);
+    QVERIFY(!m->index(1).data(ConversationModel::ThinkingExpandedRole).toBool());
+    QTest::keyClick(view, Qt::Key_Up);
+    QCOMPARE(view->currentIndex().row(), 0);
+    QCOMPARE(view->accessibleDescription(), QStringLiteral("Message 1 of 2, from you."));
+}
+
+namespace {
+QVector<QPair<QAccessible::Event, QObject*>> g_accessibleEvents;
+void recordAccessibleEvent(QAccessibleEvent* event) {
+    g_accessibleEvents.push_back({event->type(), event->object()});
+}
+} // namespace
+
+// Issue 21: a screen reader hears the answer once, when it is complete.
+void TestConversationView::finishedAnswerIsAnnounced() {
+    ConversationView view;
+    QSignalSpy announced(&view, &ConversationView::answerAnnounced);
+    ConversationModel* m = view.conversation();
+    m->appendMessage(QStringLiteral("user"), QStringLiteral("hi"));
+    g_accessibleEvents.clear();
+    // As when a screen reader is running (events are dropped otherwise).
+    QAccessible::setActive(true);
+    const QAccessible::UpdateHandler previous =
+        QAccessible::installUpdateHandler(recordAccessibleEvent);
+    m->beginAssistantMessage();
+    m->appendToLast(QStringLiteral("hmm"), {});
+    m->appendToLast({}, QStringLiteral("Hello\nthere"));
+    m->appendToLast({}, QStringLiteral("!"));
+    QCOMPARE(announced.count(), 0); // nothing token by token
+    m->finishLast(QStringLiteral("3 tokens"));
+    QAccessible::installUpdateHandler(previous);
+    QAccessible::setActive(false);
+    QCOMPARE(announced.count(), 1);
+    QCOMPARE(announced.at(0).at(0).toString(), QStringLiteral("K3 answered: Hello there!"));
+    QCOMPARE(view.accessibleDescription(), QStringLiteral("K3 answered: Hello there!"));
+    // Qt delivers accessibility events only where the platform has an accessibility
+    // bridge (not offscreen); there the alert goes to the view.
+    if (QAccessible::isActive()) {
+        int alerts = 0;
+        for (const auto& [type, object] : g_accessibleEvents)
+            if (type == QAccessible::Alert && object == &view) ++alerts;
+        QCOMPARE(alerts, 1);
+    }
+    m->appendMessage(QStringLiteral("user"), QStringLiteral("again")); // no second announcement
+    QCOMPARE(announced.count(), 1);
+}
+
+// The delegate draws text that cannot be selected; Select text… (context menu) shows
+// the message in a read-only box where any part of it can be selected and copied.
+void TestConversationView::messageTextCanBeSelectedInPart() {
+    ConversationView view;
+    view.conversation()->appendMessage(QStringLiteral("assistant"),
+                                       QStringLiteral("Line one\nLine **two** ![x](/dev/zero)"));
+    view.showMessageText(0);
+    auto* dialog = view.findChild<QDialog*>(QStringLiteral("messageTextDialog"));
+    QVERIFY(dialog);
+    QVERIFY(dialog->isVisible());
+    auto* text = dialog->findChild<QTextEdit*>(QStringLiteral("messageText"));
+    QVERIFY(text);
+    QVERIFY(text->isReadOnly());
+    QCOMPARE(text->toPlainText(), QStringLiteral("Line one\nLine two [image: x]"));
+    QCOMPARE(qobject_cast<SafeTextDocument*>(text->document())->resourceRequests(), 0);
+    QTextCursor part = text->textCursor();
+    part.setPosition(5);
+    part.setPosition(8, QTextCursor::KeepAnchor);
+    text->setTextCursor(part);
+    text->copy();
+    QCOMPARE(QGuiApplication::clipboard()->text(), QStringLiteral("one"));
+    dialog->close();
 }
 
 QTEST_MAIN(TestConversationView)

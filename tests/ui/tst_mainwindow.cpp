@@ -1,6 +1,7 @@
 #include <QAction>
 #include <QApplication>
 #include <QDir>
+#include <QDockWidget>
 #include <QFile>
 #include <QLabel>
 #include <QLineEdit>
@@ -9,6 +10,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QPlainTextEdit>
+#include <QSet>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QStandardPaths>
@@ -25,6 +27,10 @@
 #include "chat/FindBar.h"
 #include "chat/MessageComposer.h"
 #include "chat/MessageDelegate.h"
+#include "panels/DiskIoPanel.h"
+#include "panels/ExpertCachePanel.h"
+#include "panels/MemoryPlanPanel.h"
+#include "panels/TokenTimingPanel.h"
 #include "wizard/SetupWizard.h"
 
 #include <k3/chat.hpp>
@@ -51,6 +57,9 @@ private slots:
     void importErrorIsPlainText();
     void importKeepsEveryFieldAndReopens();
     void conversationInUseElsewhereIsNotOpened();
+    void typingAfterUpGoesIntoTheComposer();
+    void fitsIn800x600();
+    void everyPanelIsATabStop();
 };
 
 namespace {
@@ -461,6 +470,81 @@ void TestMainWindow::conversationInUseElsewhereIsNotOpened() {
     QCOMPARE(window.currentConversationId(), QString());
     QCOMPARE(window.conversationView()->messageCount(), 0);
     QVERIFY(window.store()->remove(id));
+}
+
+// Issue 21: after Up (edit the last message) typed keys went nowhere until the composer
+// was clicked.
+void TestMainWindow::typingAfterUpGoesIntoTheComposer() {
+    MainWindow window;
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    ConversationModel* conversation = window.conversationView()->conversation();
+    conversation->appendMessage(QStringLiteral("user"), QStringLiteral("First question"));
+    conversation->appendMessage(QStringLiteral("assistant"), QStringLiteral("An answer"));
+    auto* editor = window.findChild<QPlainTextEdit*>(QStringLiteral("composerEditor"));
+    editor->setFocus();
+    QTest::keyClick(editor, Qt::Key_Up);
+    QVERIFY(window.composer()->isEditing());
+    QTRY_COMPARE(QApplication::focusWidget(), editor);
+    QTest::keyClicks(QApplication::focusWidget(), QStringLiteral(", again"));
+    QCOMPARE(window.composer()->text(), QStringLiteral("First question, again"));
+    // The same from the Edit menu while the conversation has the focus.
+    window.cancelEdit();
+    window.conversationView()->setFocus();
+    actionNamed(window, "editLastAction")->trigger();
+    QTRY_COMPARE(QApplication::focusWidget(), editor);
+    QTest::keyClicks(QApplication::focusWidget(), QStringLiteral("!"));
+    QCOMPARE(window.composer()->text(), QStringLiteral("First question!"));
+}
+
+// Issue 21: the docks' panels held the window at 649 px or more (their minimum heights
+// added up). Offscreen fonts are smaller than a desktop's, so the panels are made as tall
+// as large fonts make them: the docks scroll instead of holding the window up.
+void TestMainWindow::fitsIn800x600() {
+    MainWindow window;
+    const QList<QWidget*> panels{
+        window.findChild<MemoryPlanPanel*>(), window.findChild<ExpertCachePanel*>(),
+        window.findChild<DiskIoPanel*>(), window.findChild<TokenTimingPanel*>()};
+    for (QWidget* panel : panels) {
+        QVERIFY(panel);
+        panel->setMinimumHeight(200);
+    }
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    const QSize least = window.minimumSizeHint().expandedTo(window.minimumSize());
+    QVERIFY2(least.height() <= 600 && least.width() <= 800,
+             qPrintable(QStringLiteral("%1x%2").arg(least.width()).arg(least.height())));
+    window.resize(800, 600);
+    QCOMPARE(window.size(), QSize(800, 600));
+    // Every dock is still open, and the conversation keeps room to read.
+    for (QDockWidget* dock : window.findChildren<QDockWidget*>()) QVERIFY(dock->isVisible());
+    QVERIFY(window.conversationView()->height() >= 150);
+}
+
+// Issue 21: the panels could not be reached by keyboard. Each dock is a Tab stop (its
+// scroll area, named after the dock) with a visible focus frame.
+void TestMainWindow::everyPanelIsATabStop() {
+    MainWindow window;
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    const QList<QDockWidget*> docks = window.findChildren<QDockWidget*>();
+    QCOMPARE(docks.size(), 4);
+    QSet<QDockWidget*> reached;
+    QWidget* start = QApplication::focusWidget();
+    QVERIFY(start);
+    for (int i = 0; i < 40; ++i) {
+        QTest::keyClick(QApplication::focusWidget(), Qt::Key_Tab);
+        QWidget* focus = QApplication::focusWidget();
+        for (QDockWidget* dock : docks)
+            if (dock->isAncestorOf(focus)) {
+                reached.insert(dock);
+                QCOMPARE(focus->accessibleName(), dock->windowTitle());
+                const QColor frame(focus->grab().toImage().pixel(1, 1));
+                QCOMPARE(frame, focus->palette().color(QPalette::Highlight));
+            }
+        if (focus == start) break;
+    }
+    QCOMPARE(reached.size(), 4);
 }
 
 QTEST_MAIN(TestMainWindow)

@@ -1,7 +1,9 @@
+#include <QApplication>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QTest>
+#include <QVBoxLayout>
 
 #include "chat/MessageComposer.h"
 
@@ -12,6 +14,7 @@ private slots:
     void shiftEnterAddsNewLine();
     void notReadyKeepsText();
     void blankMessageIsNotSent();
+    void focusOnTheComposerTypesIntoTheBox();
 };
 
 static QPlainTextEdit* editorOf(MessageComposer& c) {
@@ -58,6 +61,27 @@ void TestMessageComposer::blankMessageIsNotSent() {
     QTest::keyClicks(editorOf(composer), QStringLiteral("   "));
     QTest::keyClick(editorOf(composer), Qt::Key_Return);
     QCOMPARE(sent.count(), 0);
+}
+
+// Issue 21: after Up (edit the last message) the window focused the composer widget
+// itself, which ignores keys: typing went nowhere until the box was clicked.
+void TestMessageComposer::focusOnTheComposerTypesIntoTheBox() {
+    QWidget window;
+    auto* composer = new MessageComposer(&window);
+    auto* other = new QPlainTextEdit(&window); // where the focus was before
+    auto* layout = new QVBoxLayout(&window);
+    layout->addWidget(other);
+    layout->addWidget(composer);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    other->setFocus();
+    composer->setText(QStringLiteral("edit me"));
+    composer->setEditing(true);
+    composer->setFocus();
+    QTRY_COMPARE(QApplication::focusWidget(), editorOf(*composer));
+    QTest::keyClicks(QApplication::focusWidget(), QStringLiteral(" again"));
+    QCOMPARE(composer->text(), QStringLiteral("edit me again"));
+    QCOMPARE(other->toPlainText(), QString());
 }
 
 QTEST_MAIN(TestMessageComposer)

@@ -6,6 +6,7 @@
 #include <QListWidget>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QScreen>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QStandardPaths>
@@ -59,6 +60,7 @@ private slots:
     void wizardPassesTheChoicesAlongAndEmitsThemOnFinish();
     void demoButtonOnFirstPageFinishesWithTheDemoModel();
     void useServerPageTestListsTheServersModels();
+    void oneSizeForEveryPageCentredOnTheWindow();
 };
 
 void TestSetupWizard::initTestCase() {
@@ -522,6 +524,38 @@ void TestSetupWizard::useServerPageTestListsTheServersModels() {
     again.back();
     QCOMPARE(again.currentId(), int(SetupWizard::SystemCheck));
     QCOMPARE(again.nextId(), int(SetupWizard::ModelSource));
+}
+
+// Issue 21: the wizard kept the size of whichever page needed most, so Next and Back
+// changed its height, and it opened at the screen's corner instead of over the window.
+void TestSetupWizard::oneSizeForEveryPageCentredOnTheWindow() {
+    QWidget owner;
+    // Centred on the screen, so a wizard as tall as the screen can be centred on it too.
+    QRect ownerRect(0, 0, 700, 500);
+    ownerRect.moveCenter(owner.screen()->availableGeometry().center());
+    owner.setGeometry(ownerRect);
+    owner.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&owner));
+    SetupWizard wizard(&owner);
+    wizard.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&wizard));
+    const QSize first = wizard.size();
+    // Within a pixel: an odd difference in size cannot be split evenly.
+    const QPoint offset = wizard.frameGeometry().center() - owner.frameGeometry().center();
+    QVERIFY2(offset.manhattanLength() <= 2,
+             qPrintable(QStringLiteral("off centre by %1,%2").arg(offset.x()).arg(offset.y())));
+    for (const int id : {SetupWizard::ModelSource, SetupWizard::Pack, SetupWizard::Memory,
+                         SetupWizard::RemoteServer, SetupWizard::SystemCheck}) {
+        wizard.setStartId(id);
+        wizard.restart();
+        QCOMPARE(wizard.currentId(), id);
+        QCoreApplication::processEvents();
+        QCOMPARE(wizard.size(), first);
+        // The page's content fits: nothing is squeezed below its minimum.
+        const QSize need = wizard.currentPage()->minimumSizeHint();
+        QVERIFY(wizard.currentPage()->width() >= need.width());
+        QVERIFY(wizard.currentPage()->height() >= need.height());
+    }
 }
 
 int main(int argc, char** argv) {

@@ -168,6 +168,10 @@ void CodeBlockHighlighter::highlight(QTextDocument& doc, const QString& markdown
         c.mergeCharFormat(monoFormat);
         QTextBlockFormat blockFormat;
         blockFormat.setBackground(background);
+        // The importer makes code lines non-breakable, so a long line ran out of the
+        // message, clipped and without a scroll bar (issue 21): code wraps at the message
+        // width instead; the copied code keeps its lines.
+        blockFormat.setNonBreakableLines(false);
         c.mergeBlockFormat(blockFormat);
 #ifdef K3_HAVE_KSYNTAXHIGHLIGHTING
         if (const ksh::Definition def = definitionFor(code.language); def.isValid()) {

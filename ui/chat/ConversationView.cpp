@@ -5,15 +5,21 @@
 #include "chat/MessageDelegate.h"
 #include "chat/SafeTextDocument.h"
 
+#include <QAccessible>
 #include <QAction>
 #include <QClipboard>
 #include <QContextMenuEvent>
+#include <QDialog>
+#include <QDialogButtonBox>
 #include <QGuiApplication>
+#include <QKeyEvent>
 #include <QMenu>
 #include <QPainter>
 #include <QScrollBar>
 #include <QTextCursor>
 #include <QTextDocument>
+#include <QTextEdit>
+#include <QVBoxLayout>
 
 ConversationView::ConversationView(QWidget* parent)
     : QListView(parent), m_messages(new ConversationModel(this)),
@@ -41,6 +47,21 @@ ConversationView::ConversationView(QWidget* parent)
         if (atBottom && m_query.isEmpty()) scrollToBottom();
     });
     connect(m_messages, &QAbstractItemModel::rowsInserted, this, [this] { scrollToBottom(); });
+    // Scrolling moves the focus frame's pixels with the messages: draw it afresh.
+    connect(verticalScrollBar(), &QScrollBar::valueChanged, this, [this] {
+        if (hasFocus()) viewport()->update();
+    });
+    // Screen readers hear an answer once it is complete, not token by token.
+    connect(m_messages, &QAbstractItemModel::rowsInserted, this,
+            [this](const QModelIndex&, int first, int last) { trackStreaming(first, last); });
+    connect(m_messages, &QAbstractItemModel::dataChanged, this,
+            [this](const QModelIndex& from, const QModelIndex& to) {
+                trackStreaming(from.row(), to.row());
+            });
+    connect(m_messages, &QAbstractItemModel::modelReset, this, [this] { m_streamingRow = -1; });
+    connect(m_messages, &QAbstractItemModel::rowsRemoved, this, [this] {
+        if (m_streamingRow >= messageCount()) m_streamingRow = -1;
+    });
     // Matches move when messages change: recount them without scrolling.
     const auto refind = [this] {
         if (m_query.isEmpty()) return;
@@ -124,8 +145,37 @@ void ConversationView::copyCodeBlock(int row, int block) {
     emit copied(tr("the code block"));
 }
 
+void ConversationView::showMessageText(int row) {
+    const QModelIndex index = m_messages->index(row);
+    if (!index.isValid()) return;
+    auto* dialog = new QDialog(this);
+    dialog->setObjectName(QStringLiteral("messageTextDialog"));
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    dialog->setWindowTitle(tr("Message text"));
+    auto* text = new QTextEdit(dialog);
+    text->setObjectName(QStringLiteral("messageText"));
+    text->setAccessibleName(tr("Message text"));
+    // The same safe document the view draws: no resource is ever loaded.
+    auto* doc = new SafeTextDocument(text);
+    MessageDelegate::buildBody(*doc, index.data(ConversationModel::ContentRole).toString(), font(),
+                               palette());
+    text->setDocument(doc);
+    text->setReadOnly(true);
+    text->setTextInteractionFlags(Qt::TextSelectableByMouse | Qt::TextSelectableByKeyboard);
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close, dialog);
+    connect(buttons, &QDialogButtonBox::rejected, dialog, &QDialog::reject);
+    auto* layout = new QVBoxLayout(dialog);
+    layout->addWidget(text);
+    layout->addWidget(buttons);
+    dialog->resize(560, 400);
+    dialog->show();
+}
+
 void ConversationView::contextMenuEvent(QContextMenuEvent* event) {
-    const QModelIndex index = indexAt(event->pos());
+    // From the menu key or Shift+F10: the current message, the menu at its top left.
+    const bool keyboard = event->reason() == QContextMenuEvent::Keyboard;
+    const QModelIndex index =
+        keyboard ? m_messages->index(currentMessageRow()) : indexAt(event->pos());
     if (!index.isValid()) return;
     setCurrentIndex(index);
     QMenu menu(this);
@@ -141,6 +191,8 @@ void ConversationView::contextMenuEvent(QContextMenuEvent* event) {
                                              : tr("Copy code block %1 (%2)").arg(i + 1).arg(lang);
         menu.addAction(label, this, [this, row = index.row(), i] { copyCodeBlock(row, i); });
     }
+    menu.addAction(tr("&Select text…"), this, [this, row = index.row()] { showMessageText(row); })
+        ->setObjectName(QStringLiteral("selectTextAction"));
     if (index.row() == lastUserRow()) {
         QAction* edit = menu.addAction(tr("&Edit and resend") + QStringLiteral("\t") + tr("Up"),
                                        this, &ConversationView::editLastMessageRequested);
@@ -150,7 +202,8 @@ void ConversationView::contextMenuEvent(QContextMenuEvent* event) {
     menu.addAction(tr("&Find in conversation…") + QStringLiteral("\t") +
                        QKeySequence(QKeySequence::Find).toString(QKeySequence::NativeText),
                    this, &ConversationView::findRequested);
-    menu.exec(event->globalPos());
+    menu.exec(keyboard ? viewport()->mapToGlobal(visualRect(index).topLeft() + QPoint(16, 16))
+                       : event->globalPos());
 }
 
 void ConversationView::collectMatches() {
@@ -218,8 +271,13 @@ void ConversationView::showMatch() {
 
 void ConversationView::paintEvent(QPaintEvent* event) {
     QListView::paintEvent(event);
-    if (messageCount() > 0) return;
     QPainter painter(viewport());
+    if (hasFocus()) {
+        // The view draws no frame; without this a Tab stop here showed nothing.
+        painter.setPen(QPen(palette().color(QPalette::Highlight), 2));
+        painter.drawRect(viewport()->rect().adjusted(1, 1, -1, -1));
+    }
+    if (messageCount() > 0) return;
     painter.setPen(palette().color(QPalette::PlaceholderText));
     painter.drawText(viewport()->rect().adjusted(24, 24, -24, -24),
                      Qt::AlignCenter | Qt::TextWordWrap, m_placeholder);
@@ -228,4 +286,92 @@ void ConversationView::paintEvent(QPaintEvent* event) {
 void ConversationView::resizeEvent(QResizeEvent* event) {
     QListView::resizeEvent(event);
     scheduleDelayedItemsLayout(); // message heights depend on the width
+}
+
+void ConversationView::trackStreaming(int first, int last) {
+    for (int row = first; row <= last; ++row) {
+        const bool streaming =
+            m_messages->index(row).data(ConversationModel::StreamingRole).toBool();
+        if (streaming)
+            m_streamingRow = row;
+        else if (row == m_streamingRow) {
+            m_streamingRow = -1;
+            announceAnswer(row);
+        }
+    }
+}
+
+void ConversationView::announceAnswer(int row) {
+    const QModelIndex index = m_messages->index(row);
+    const QString content = index.data(ConversationModel::ContentRole).toString().simplified();
+    const QString text = content.isEmpty()
+                             ? tr("K3 finished without an answer.")
+                             : tr("K3 answered: %1").arg(content.left(500)); // a summary
+    // The description change reaches screen readers as an event of the focused view; the
+    // alert makes them read it even when the focus is in the composer.
+    setAccessibleDescription(text);
+    QAccessibleEvent alert(this, QAccessible::Alert);
+    QAccessible::updateAccessibility(&alert);
+    emit answerAnnounced(text);
+}
+
+QString ConversationView::describeMessage(int row) const {
+    const QModelIndex index = m_messages->index(row);
+    if (!index.isValid()) return {};
+    const bool user =
+        index.data(ConversationModel::RoleNameRole).toString() == QLatin1String("user");
+    QStringList parts{tr("Message %1 of %2, from %3.")
+                          .arg(row + 1)
+                          .arg(messageCount())
+                          .arg(user ? tr("you") : tr("K3"))};
+    if (!index.data(ConversationModel::ReasoningRole).toString().isEmpty())
+        parts << (index.data(ConversationModel::ThinkingExpandedRole).toBool()
+                      ? tr("Thinking shown: Space hides it.")
+                      : tr("Thinking hidden: Space shows it."));
+    const QString content = index.data(ConversationModel::ContentRole).toString();
+    SafeTextDocument doc;
+    MessageDelegate::buildBody(doc, content, font());
+    const auto blocks = CodeBlockHighlighter::codeBlocks(doc, content);
+    if (blocks.size() == 1)
+        parts << tr("1 code block: Copy code block 1 is in the context menu.");
+    else if (blocks.size() > 1)
+        parts << tr("%1 code blocks: Copy code block 1 to %1 are in the context menu.")
+                     .arg(blocks.size());
+    return parts.join(QLatin1Char(' '));
+}
+
+void ConversationView::currentChanged(const QModelIndex& current, const QModelIndex& previous) {
+    QListView::currentChanged(current, previous);
+    if (current.isValid()) setAccessibleDescription(describeMessage(current.row()));
+}
+
+void ConversationView::keyPressEvent(QKeyEvent* event) {
+    // Space or Enter shows or hides the thinking of the current message: the keyboard's
+    // way to the "Thought for N s" toggle the delegate draws.
+    const int key = event->key();
+    const QModelIndex index = currentIndex();
+    if (index.isValid() && event->modifiers() == Qt::NoModifier &&
+        (key == Qt::Key_Space || key == Qt::Key_Return || key == Qt::Key_Enter) &&
+        !index.data(ConversationModel::ReasoningRole).toString().isEmpty()) {
+        m_messages->toggleThinking(index.row());
+        setAccessibleDescription(describeMessage(index.row()));
+        return;
+    }
+    QListView::keyPressEvent(event);
+}
+
+void ConversationView::focusInEvent(QFocusEvent* event) {
+    const bool hadCurrent = currentIndex().isValid();
+    QListView::focusInEvent(event); // which makes the first message current
+    // Arriving by Tab with no current message: the latest is the one to read, so the
+    // focus shows on it and Up/Down, Space and the menu key act from there.
+    if (!hadCurrent && messageCount() > 0)
+        selectionModel()->setCurrentIndex(m_messages->index(messageCount() - 1),
+                                          QItemSelectionModel::NoUpdate);
+    viewport()->update();
+}
+
+void ConversationView::focusOutEvent(QFocusEvent* event) {
+    QListView::focusOutEvent(event);
+    viewport()->update();
 }

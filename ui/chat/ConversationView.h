@@ -35,10 +35,18 @@ public:
     int matchCount() const { return int(m_matches.size()); }
     int currentMatch() const { return m_current; } // 0-based; -1 without matches
 
+    // What a screen reader hears about message `row`: who wrote it, its thinking block
+    // and code blocks and the keys that act on them (the delegate draws them as buttons,
+    // which have no accessible objects of their own).
+    QString describeMessage(int row) const;
+
 public slots:
     void copyMessage(int row);
     void copyCurrentMessage();
     void copyCodeBlock(int row, int block);
+    // The message as shown, in a window of its own where any part of it can be selected
+    // and copied (the delegate draws text it cannot select).
+    void showMessageText(int row);
 
 signals:
     void editLastMessageRequested();
@@ -46,11 +54,17 @@ signals:
     // The clipboard now holds `what` (for the status bar).
     void copied(const QString& what);
     void matchChanged(int current, int total);
+    // An answer finished streaming; `text` is what screen readers were told.
+    void answerAnnounced(const QString& text);
 
 protected:
     void paintEvent(QPaintEvent* event) override;
     void resizeEvent(QResizeEvent* event) override;
     void contextMenuEvent(QContextMenuEvent* event) override;
+    void keyPressEvent(QKeyEvent* event) override;
+    void focusInEvent(QFocusEvent* event) override;
+    void focusOutEvent(QFocusEvent* event) override;
+    void currentChanged(const QModelIndex& current, const QModelIndex& previous) override;
 
 private:
     struct Match {
@@ -61,6 +75,8 @@ private:
     QStyleOptionViewItem optionFor(const QModelIndex& index) const;
     void collectMatches();
     void showMatch();
+    void trackStreaming(int first, int last);
+    void announceAnswer(int row);
 
     ConversationModel* m_messages;
     MessageDelegate* m_delegate;
@@ -68,4 +84,5 @@ private:
     QString m_query;
     QVector<Match> m_matches;
     int m_current = -1;
+    int m_streamingRow = -1; // the answer being streamed, announced when it finishes
 };

@@ -20,6 +20,9 @@ MessageComposer::MessageComposer(QWidget* parent)
     m_effort->setObjectName(QStringLiteral("effortCombo"));
     m_editor->setPlaceholderText(tr("Type a message (Enter sends, Shift+Enter for a new line)"));
     m_editor->setTabChangesFocus(true);
+    // setFocus() on the composer (after Up, New chat, closing the find bar) must land in
+    // the text box, or typed keys go to a widget that ignores them.
+    setFocusProxy(m_editor);
     m_editor->setMaximumHeight(110);
     m_editor->installEventFilter(this);
     m_think->setChecked(true);

@@ -12,6 +12,7 @@
 #include <QStyleOptionButton>
 #include <QStyleOptionProgressBar>
 #include <QTextBlock>
+#include <QTextCursor>
 #include <QTextDocument>
 
 #include <cmath>
@@ -75,6 +76,21 @@ void MessageDelegate::buildBody(QTextDocument& doc, const QString& text, const Q
     // document out: model text never makes the view open a file (SafeTextDocument).
     SafeTextDocument::replaceImages(doc);
     CodeBlockHighlighter::highlight(doc, markdown, isDark(palette));
+    // Code wraps at the message width (CodeBlockHighlighter); the first line of each block
+    // stops short of the Copy button drawn at its right end, so neither hides the other.
+    const int buttonRoom = copyButtonSize(font).width() + 4;
+    for (const CodeBlockHighlighter::CodeBlock& code :
+         CodeBlockHighlighter::codeBlocks(doc, markdown)) {
+        QTextCursor first(doc.findBlockByNumber(code.firstBlock));
+        QTextBlockFormat room;
+        room.setRightMargin(buttonRoom);
+        first.mergeBlockFormat(room);
+    }
+}
+
+QSize MessageDelegate::copyButtonSize(const QFont& font) {
+    const QFontMetrics fm(font);
+    return {fm.horizontalAdvance(tr("Copy")) + 16, fm.height() + 4};
 }
 
 QString MessageDelegate::thinkingLabel(const QModelIndex& index) {
@@ -149,15 +165,14 @@ MessageDelegate::Layout MessageDelegate::layout(const QStyleOptionViewItem& opti
 QVector<QRect> MessageDelegate::copyButtonsIn(const QTextDocument& doc, const QString& markdown,
                                               const QRect& body, const QFont& font) const {
     QVector<QRect> out;
-    const QFontMetrics fm(font);
-    const QSize size(fm.horizontalAdvance(tr("Copy")) + 16, fm.height() + 4);
+    const QSize size = copyButtonSize(font);
     for (const CodeBlockHighlighter::CodeBlock& code :
          CodeBlockHighlighter::codeBlocks(doc, markdown)) {
         const QRectF r =
             doc.documentLayout()->blockBoundingRect(doc.findBlockByNumber(code.firstBlock));
-        out.push_back(QRect(
-            QPoint(body.left() + int(r.right()) - size.width() - 2, body.top() + int(r.top()) + 2),
-            size));
+        // At the message's right edge, in the room buildBody left beside the first line.
+        out.push_back(
+            QRect(QPoint(body.right() - size.width() - 1, body.top() + int(r.top()) + 2), size));
     }
     return out;
 }

@@ -23,6 +23,8 @@ public:
     static void buildBody(QTextDocument& doc, const QString& markdown, const QFont& font,
                           const QPalette& palette = QPalette());
     static QString thinkingLabel(const QModelIndex& index);
+    // The Copy button of a code block; its first line leaves room for it.
+    static QSize copyButtonSize(const QFont& font);
     // The Markdown buildBody renders: single newlines outside fenced code made hard breaks.
     static QString hardLineBreaks(const QString& markdown);
     // "Reading your message: 12 of 40 tokens · about 30 s left" while the prompt is read;

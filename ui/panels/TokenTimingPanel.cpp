@@ -1,45 +1,52 @@
 #include "panels/TokenTimingPanel.h"
 
-#include <QBarCategoryAxis>
 #include <QBarSet>
 #include <QChart>
 #include <QChartView>
+#include <QEvent>
 #include <QLabel>
 #include <QStackedBarSeries>
 #include <QVBoxLayout>
 #include <QValueAxis>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 
 TokenTimingPanel::TokenTimingPanel(QWidget* parent)
     : QWidget(parent), m_chart(new QChart), m_view(new QChartView(m_chart, this)),
       m_series(new QStackedBarSeries), m_trunk(new QBarSet(tr("trunk I/O"))),
       m_experts(new QBarSet(tr("expert I/O"))), m_compute(new QBarSet(tr("compute"))),
-      m_axisX(new QBarCategoryAxis), m_axisY(new QValueAxis), m_summary(new QLabel(this)) {
+      m_axisX(new QValueAxis), m_axisY(new QValueAxis), m_summary(new QLabel(this)) {
     setObjectName(QStringLiteral("tokenTimingPanel"));
     m_series->append(m_trunk);
     m_series->append(m_experts);
     m_series->append(m_compute);
     m_series->setBarWidth(1.0);
     m_chart->addSeries(m_series);
-    // A category axis is what lays the bars out side by side; its labels would only
-    // repeat the token index, so they are hidden.
-    m_axisX->setLabelsVisible(false);
+    // A value axis, not a category axis: its labels are a few token numbers at nice steps
+    // rather than one per bar (thousands).
     m_axisX->setGridLineVisible(false);
+    m_axisX->setLabelFormat(QStringLiteral("%.0f"));
+    m_axisX->setTickType(QValueAxis::TicksDynamic);
+    m_axisX->setTickAnchor(0);
+    m_axisX->setMinorTickCount(0);
     m_chart->addAxis(m_axisX, Qt::AlignBottom);
     m_series->attachAxis(m_axisX);
     m_chart->addAxis(m_axisY, Qt::AlignLeft);
     m_series->attachAxis(m_axisY);
+    m_axisX->setTitleText(tr("token"));
     m_axisY->setTitleText(tr("seconds"));
-    m_axisY->setLabelFormat(QStringLiteral("%.3f"));
     m_chart->legend()->setAlignment(Qt::AlignBottom);
     m_chart->setMargins(QMargins(2, 2, 2, 2));
     m_chart->setBackgroundRoundness(0);
-    m_chart->setTheme(palette().color(QPalette::Window).lightness() < 128
-                          ? QChart::ChartThemeDark
-                          : QChart::ChartThemeLight);
+    applyPalette();
     m_view->setRenderHint(QPainter::Antialiasing);
-    m_view->setMinimumHeight(160);
+    m_view->setAccessibleName(tr("Per-token timing chart"));
+    // The dock's scroll area is the Tab stop (with a focus frame); the chart takes no keys.
+    m_view->setFocusPolicy(Qt::NoFocus);
+    // Small enough that the docks and the conversation fit an 800x600 window.
+    m_view->setMinimumHeight(120);
     setMinimumWidth(300);
     m_summary->setWordWrap(true);
     auto* layout = new QVBoxLayout(this);
@@ -53,11 +60,11 @@ void TokenTimingPanel::clear() {
     m_trunk->remove(0, m_trunk->count());
     m_experts->remove(0, m_experts->count());
     m_compute->remove(0, m_compute->count());
-    m_axisX->clear();
     m_total = 0;
     m_tokens = 0;
     m_proposed = 0;
     m_summary->setText(tr("No tokens yet."));
+    updateTokenAxis();
     rescale();
 }
 
@@ -69,24 +76,21 @@ void TokenTimingPanel::addToken(int index, double computeSeconds, double trunkIo
         m_trunk->remove(0);
         m_experts->remove(0);
         m_compute->remove(0);
-        m_axisX->remove(m_axisX->at(0));
     }
     m_trunk->append(trunkIoSeconds);
     m_experts->append(expertIoSeconds);
     m_compute->append(computeSeconds);
-    // One category per bar, or the axis spans a single slot and squeezes the bars.
-    m_axisX->append(QString::number(m_tokens) + (fromProposal ? QStringLiteral("*") : QString()));
     if (fromProposal) ++m_proposed;
     m_total += computeSeconds + trunkIoSeconds + expertIoSeconds;
     ++m_tokens;
     m_summary->setText(summaryText());
+    updateTokenAxis();
     const double height = computeSeconds + trunkIoSeconds + expertIoSeconds;
     // Growing the axis is O(1) per token; only dropping the oldest bar needs a rescan.
     if (full) {
         rescale();
     } else if (height > m_top) {
-        m_top = height;
-        m_axisY->setRange(0, m_top * 1.1);
+        setTop(height);
     }
 }
 
@@ -103,8 +107,83 @@ QString TokenTimingPanel::summaryText() const {
 }
 
 void TokenTimingPanel::rescale() {
-    m_top = 0;
+    double top = 0;
     for (int i = 0; i < m_compute->count(); ++i)
-        m_top = std::max(m_top, m_trunk->at(i) + m_experts->at(i) + m_compute->at(i));
-    m_axisY->setRange(0, m_top > 0 ? m_top * 1.1 : 1.0);
+        top = std::max(top, m_trunk->at(i) + m_experts->at(i) + m_compute->at(i));
+    setTop(top);
+}
+
+TokenTimingPanel::Scale TokenTimingPanel::niceScale(double top) {
+    if (!(top > 0) || !std::isfinite(top)) return {1.0, 6, 1}; // 0.0 0.2 ... 1.0
+    // The smallest 1-2-5 step that covers `top` in at most 5 intervals.
+    const double raw = top / 5;
+    const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+    double step = 10 * magnitude;
+    for (const double m : {1.0, 2.0, 5.0})
+        if (m * magnitude >= raw * (1 - 1e-9)) {
+            step = m * magnitude;
+            break;
+        }
+    // One more interval when the tallest bar would touch the top.
+    const int intervals = std::max(2, int(std::floor(top / step + 1e-9)) + 1);
+    const int decimals = std::max(0, -int(std::floor(std::log10(step) + 1e-9)));
+    return {step * intervals, intervals + 1, decimals};
+}
+
+void TokenTimingPanel::setTop(double top) {
+    m_top = top;
+    const Scale scale = niceScale(top);
+    m_axisY->setRange(0, scale.max);
+    m_axisY->setTickCount(scale.tickCount);
+    m_axisY->setLabelFormat(QStringLiteral("%.%1f").arg(scale.decimals));
+}
+
+void TokenTimingPanel::updateTokenAxis() {
+    const int bars = std::max(1, m_compute->count());
+    m_axisX->setRange(-0.5, bars - 0.5);
+    // About five labels: the smallest 1-2-5 step of at least bars / 5 tokens.
+    double step = 1;
+    for (int k = 1; step * 5 < bars; ++k)
+        step = std::array{1.0, 2.0, 5.0}[k % 3] * std::pow(10.0, k / 3);
+    m_axisX->setTickInterval(step);
+}
+
+QStringList TokenTimingPanel::yAxisLabels() const {
+    QStringList labels;
+    const int ticks = m_axisY->tickCount();
+    for (int i = 0; i < ticks; ++i)
+        labels << QString::asprintf(m_axisY->labelFormat().toLatin1().constData(),
+                                    m_axisY->min() +
+                                        (m_axisY->max() - m_axisY->min()) * i / (ticks - 1));
+    return labels;
+}
+
+void TokenTimingPanel::applyPalette() {
+    const QPalette pal = palette();
+    const bool dark = pal.color(QPalette::Window).lightness() < 128;
+    // The built-in theme picks the bar colours; everything around the bars then takes the
+    // palette's, so no light box is left in a dark window (issue 21).
+    m_chart->setTheme(dark ? QChart::ChartThemeDark : QChart::ChartThemeLight);
+    m_chart->setBackgroundBrush(pal.window());
+    m_chart->setBackgroundPen(Qt::NoPen);
+    m_chart->setPlotAreaBackgroundVisible(false);
+    m_view->setBackgroundBrush(pal.window());
+    const QColor text = pal.color(QPalette::WindowText);
+    QColor grid = text;
+    grid.setAlpha(50);
+    for (QAbstractAxis* axis :
+         {static_cast<QAbstractAxis*>(m_axisX), static_cast<QAbstractAxis*>(m_axisY)}) {
+        axis->setLabelsColor(text);
+        axis->setTitleBrush(text);
+        axis->setLinePenColor(grid);
+        axis->setGridLineColor(grid);
+    }
+    m_chart->legend()->setLabelColor(text);
+}
+
+void TokenTimingPanel::changeEvent(QEvent* event) {
+    QWidget::changeEvent(event);
+    if (event->type() == QEvent::PaletteChange ||
+        event->type() == QEvent::ApplicationPaletteChange || event->type() == QEvent::StyleChange)
+        applyPalette();
 }

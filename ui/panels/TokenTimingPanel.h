@@ -7,7 +7,6 @@ class QChart;
 class QChartView;
 class QLabel;
 class QStackedBarSeries;
-class QBarCategoryAxis;
 class QValueAxis;
 
 // Per-token timing as stacked bars: trunk I/O, expert I/O and compute, one bar per
@@ -21,15 +20,33 @@ public:
     explicit TokenTimingPanel(QWidget* parent = nullptr);
 
     void clear();
-    // fromProposal: an accepted speculative proposal; its bar is labelled with a "*".
+    // fromProposal: an accepted speculative proposal, counted in the summary (the "*").
     void addToken(int index, double computeSeconds, double trunkIoSeconds, double expertIoSeconds,
                   bool fromProposal = false);
 
     int barCount() const;
     QString summaryText() const;
+    // The y axis labels as drawn, bottom to top (tests read them back).
+    QStringList yAxisLabels() const;
+    // The y axis for bars up to `top` seconds: 0 to a 1-2-5 multiple of a step, 3 to 6
+    // ticks, and enough decimals that no two labels read the same.
+    struct Scale {
+        double max;
+        int tickCount;
+        int decimals;
+    };
+    static Scale niceScale(double top);
+
+protected:
+    void changeEvent(QEvent* event) override;
 
 private:
     void rescale();
+    void setTop(double top);
+    // The chart's colours from the palette: it follows the light or dark theme.
+    void applyPalette();
+    // The x axis spans the bars shown, labelled every 1-2-5 step of tokens.
+    void updateTokenAxis();
 
     QChart* m_chart;
     QChartView* m_view;
@@ -37,7 +54,7 @@ private:
     QBarSet* m_trunk;
     QBarSet* m_experts;
     QBarSet* m_compute;
-    QBarCategoryAxis* m_axisX;
+    QValueAxis* m_axisX; // bar i sits at x = i
     QValueAxis* m_axisY;
     QLabel* m_summary;
     double m_total = 0;

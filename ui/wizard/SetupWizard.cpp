@@ -8,6 +8,11 @@
 #include "wizard/RemoteServerPage.h"
 #include "wizard/SystemCheckPage.h"
 
+#include <QGuiApplication>
+#include <QScreen>
+
+#include <algorithm>
+
 SetupWizard::SetupWizard(QWidget* parent)
     : QWizard(parent), m_systemCheck(new SystemCheckPage), m_modelSource(new ModelSourcePage),
       m_pack(new PackPage), m_memory(new MemoryPage), m_remote(new RemoteServerPage) {
@@ -20,7 +25,7 @@ SetupWizard::SetupWizard(QWidget* parent)
     setPage(Pack, m_pack);
     setPage(Memory, m_memory);
     setPage(RemoteServer, m_remote);
-    resize(800, 600);
+    fixSize();
     // The demo needs no download, packing or plan: a new user chats within a minute.
     connect(m_systemCheck, &SystemCheckPage::demoRequested, this, [this] {
         const QString demo = MainWindow::demoModelDirectory();
@@ -59,4 +64,48 @@ void SetupWizard::accept() {
     }
     emit setupFinished(m_memory->launchConfig());
     QWizard::accept();
+}
+
+void SetupWizard::fixSize() {
+    // The largest page decides; the header and the buttons come on top of it.
+    const QSize chrome(40, 140);
+    QSize hint(0, 0), least(0, 0);
+    for (const int id : pageIds()) {
+        hint = hint.expandedTo(page(id)->sizeHint());
+        least = least.expandedTo(page(id)->minimumSizeHint());
+    }
+    QSize size = (hint + chrome).expandedTo(QSize(720, 540));
+    const QScreen* screen =
+        parentWidget() ? parentWidget()->screen() : QGuiApplication::primaryScreen();
+    if (screen) {
+        // Room to spare on the screen, but never less than every page needs.
+        const QSize available = screen->availableSize();
+        size = size.boundedTo(available * 0.9).expandedTo(least + chrome).boundedTo(available);
+    }
+    setFixedSize(size);
+}
+
+void SetupWizard::centreOnParent() {
+    const QWidget* owner = parentWidget() ? parentWidget()->window() : nullptr;
+    if (!owner) return;
+    QRect frame = frameGeometry();
+    frame.moveCenter(owner->frameGeometry().center());
+    // Kept on the screen when the window is near its edge.
+    if (const QScreen* screen = owner->screen()) {
+        const QRect available = screen->availableGeometry();
+        frame.moveLeft(
+            std::clamp(frame.left(), available.left(),
+                       std::max(available.left(), available.right() - frame.width() + 1)));
+        frame.moveTop(
+            std::clamp(frame.top(), available.top(),
+                       std::max(available.top(), available.bottom() - frame.height() + 1)));
+    }
+    move(frame.topLeft());
+}
+
+void SetupWizard::showEvent(QShowEvent* event) {
+    QWizard::showEvent(event);
+    if (m_placed) return;
+    m_placed = true;
+    centreOnParent();
 }

@@ -29,6 +29,9 @@ public:
     int nextId() const override;
     void cleanupPage(int id) override;
 
+protected:
+    void showEvent(QShowEvent* event) override;
+
 signals:
     // The whole choice, exactly as the memory page planned it (trunkDir empty when
     // packing was skipped; the demo from page 1: everything resident).
@@ -37,10 +40,15 @@ signals:
     void serverChosen(const QString& url, const QString& model, const QString& apiKey);
 
 private:
+    // One size for every page, so Next and Back never resize the window (issue 21).
+    void fixSize();
+    void centreOnParent();
+
     SystemCheckPage* m_systemCheck;
     ModelSourcePage* m_modelSource;
     PackPage* m_pack;
     MemoryPage* m_memory;
     RemoteServerPage* m_remote;
     bool m_useServer = false; // page 1's "Use a server" leads to the server page
+    bool m_placed = false;    // centred over the main window on the first show
 };
