@@ -378,7 +378,9 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
     // acceptance only, so its passes (and counts) do not depend on the machine's load;
     // so is sampling, whose draws depend on what was proposed: a seed must reproduce.
     const bool autoWidth = options.speculation < 0 && options.sampling.temperature <= 0.0f;
-    std::optional<TokenId> forced; // a rejected proposal's correction: the next token
+    // A rejected proposal's correction: the next token (-1: none). Not a std::optional:
+    // GCC 12 warns it may be read uninitialised.
+    TokenId forced = -1;
     SpeculationWidth width(options.speculation > 0 ? options.speculation : 16,
                            options.speculation > 0 ? options.speculation : 4);
     const std::size_t V = s.logits.size();
@@ -391,8 +393,8 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
         }
         const auto tt = Clock::now();
         s.lastTiming = {};
-        const TokenId next = forced ? *forced : sampler.sample(s.logits);
-        forced.reset();
+        const TokenId next = forced >= 0 ? forced : sampler.sample(s.logits);
+        forced = -1;
         result.ids.push_back(next);
         ++emitted;
         // A token that is not fed still took its sampling time.
@@ -505,7 +507,7 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
         s.lastTiming = t;
         for (const auto& [id, proposed] : committed) report(id, t, proposed);
         if (stop) break;
-        if (correction && keep == 1 + accepted) forced = correction;
+        if (correction && keep == 1 + accepted) forced = *correction;
     }
 }
 
