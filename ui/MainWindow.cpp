@@ -455,9 +455,8 @@ void MainWindow::loadModelFolder(const QString& directory) {
 void MainWindow::loadModel(const k3::LaunchConfig& config) {
     stopGeneration();
     m_composer->setReady(false);
-    m_launch = config;
+    // m_launch and m_modelName stay the working model's until this one has loaded.
     const QString directory = QString::fromStdString(config.modelDir.string());
-    m_modelName = QFileInfo(directory).fileName();
     m_connecting = false;
     statusBar()->showMessage(tr("Loading %1…").arg(directory));
     m_engine->loadModel(config);
@@ -498,11 +497,14 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
         m_composer->setReady(true);
         m_conversation->setPlaceholderText(
             tr("Connected to %1. Type a message below.").arg(info.directory));
-        statusBar()->showMessage(tr("%1 · ready").arg(m_modelName));
+        m_readyStatus = tr("%1 · ready").arg(m_modelName);
+        statusBar()->showMessage(m_readyStatus);
         emit modelReady();
         return;
     }
     m_remoteUrl.clear();
+    m_launch = info.launch;
+    m_modelName = QFileInfo(info.directory).fileName();
     QSettings().setValue(QStringLiteral("model/source"), QStringLiteral("local"));
     AppSettings::saveLaunch(info.launch); // what opened is what the next start opens
     // The demo was trained to answer directly, without a think channel.
@@ -514,33 +516,37 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
     // The budget in use, as asked for ("preset laptop", "trunk 3.00 GB / cache 1.50 GB").
     QString budget = QString::fromStdString(info.launch.budget.describe());
     if (!info.launch.trunkDir.empty()) budget += tr(" streamed");
-    statusBar()->showMessage(tr("%1 · %2 · %3 layers · %4 MB of weights in memory")
-                                 .arg(m_modelName, budget)
-                                 .arg(info.layers)
-                                 .arg(double(info.weightBytes) / 1e6, 0, 'f', 1));
+    m_readyStatus = tr("%1 · %2 · %3 layers · %4 MB of weights in memory")
+                        .arg(m_modelName, budget)
+                        .arg(info.layers)
+                        .arg(double(info.weightBytes) / 1e6, 0, 'f', 1);
+    statusBar()->showMessage(m_readyStatus);
     emit modelReady();
 }
 
-void MainWindow::onLoadFailed(const QString& message) {
-    statusBar()->showMessage(tr("No model loaded"));
-    if (m_connecting) {
-        m_connecting = false;
-        QMessageBox box(QMessageBox::Critical, tr("Could not use the server"),
-                        tr("The server did not accept the connection. Check the URL, the "
-                           "model name and the API key (Model > Use a server…)."),
-                        QMessageBox::Ok, this);
-        box.setTextFormat(Qt::PlainText);
-        box.setDetailedText(message);
-        box.exec();
-        return;
-    }
-    QMessageBox box(QMessageBox::Critical, tr("Could not load the model"),
-                    tr("The model could not be loaded. Check that the folder holds a complete "
-                       "checkpoint (config.json, every shard, the tokenizer files)."),
-                    QMessageBox::Ok, this);
-    box.setTextFormat(Qt::PlainText);
-    box.setDetailedText(message);
-    box.exec();
+void MainWindow::onLoadFailed(const QString& message, bool previousModelKept) {
+    // The working model (or server) still answers: its figures stay, the chat goes on.
+    const bool kept = previousModelKept && !m_readyStatus.isEmpty();
+    if (!kept) m_readyStatus.clear();
+    statusBar()->showMessage(kept ? m_readyStatus : tr("No model loaded"));
+    m_composer->setReady(kept);
+    const bool server = m_connecting;
+    m_connecting = false;
+    QString text =
+        server ? tr("The server did not accept the connection. Check the URL, the model name "
+                    "and the API key (Model > Use a server…).")
+               : tr("The model could not be loaded:\n%1").arg(message);
+    text += QLatin1String("\n\n") +
+            (kept ? tr("%1 is still loaded.").arg(m_modelName) : tr("No model is loaded now."));
+    auto* box =
+        new QMessageBox(QMessageBox::Critical,
+                        server ? tr("Could not use the server") : tr("Could not load the model"),
+                        text, QMessageBox::Ok, this);
+    box->setObjectName(QStringLiteral("loadFailedBox"));
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    box->setTextFormat(Qt::PlainText);
+    if (server) box->setDetailedText(message);
+    box->open(); // never a nested event loop: the engine's signals keep arriving
 }
 
 void MainWindow::regenerate() {
@@ -628,12 +634,10 @@ void MainWindow::showSetupWizard() {
     wizard->setAttribute(Qt::WA_DeleteOnClose);
     // Threads, chunk and context as saved: the plan shown is the plan that loads.
     wizard->memoryPage()->setBaseConfig(AppSettings::loadLaunch());
-    // The whole choice is remembered at once, budgets included: reopened without them, a
-    // streamed checkpoint would be planned fully resident and refused by the memory check.
-    connect(wizard, &SetupWizard::setupFinished, this, [this](const k3::LaunchConfig& config) {
-        AppSettings::saveLaunch(config);
-        loadModel(config);
-    });
+    // The whole choice, budgets included, is saved by onModelLoaded once it has opened:
+    // a choice that fails never replaces the setup that works.
+    connect(wizard, &SetupWizard::setupFinished, this,
+            [this](const k3::LaunchConfig& config) { loadModel(config); });
     connect(wizard, &SetupWizard::serverChosen, this, &MainWindow::connectRemote);
     wizard->open();
 }

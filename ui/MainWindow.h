@@ -102,7 +102,7 @@ private:
     void createMenus();
     void createDocks();
     void onModelLoaded(const ModelInfo& info);
-    void onLoadFailed(const QString& message);
+    void onLoadFailed(const QString& message, bool previousModelKept);
     void connectChat();
     void showAnswerFailed(const QString& message);
     void askToQuitMidAnswer();
@@ -123,6 +123,7 @@ private:
     ChatController* m_chat;
     QString m_modelName;          // what the status bar calls the model ("name · remote: URL")
     QString m_remoteUrl;          // the server while one answers; empty for a local model
+    QString m_readyStatus;        // the status line of what answers now; empty: nothing
     bool m_connecting = false;    // a server (not a folder) is being opened
     bool m_quitConfirmed = false; // "Quit anyway" was chosen mid-answer
 };

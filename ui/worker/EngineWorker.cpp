@@ -1,10 +1,15 @@
 #include "worker/EngineWorker.h"
 
+#include <QStringList>
 #include <QThread>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include <omp.h>
+
+#include <k3/launch.hpp>
 
 namespace {
 
@@ -94,32 +99,75 @@ EngineWorker::EngineWorker() {
 EngineWorker::~EngineWorker() = default;
 
 void EngineWorker::loadModel(const k3::LaunchConfig& config) {
+    // Everything the load reads is checked first: a folder that cannot open never
+    // unloads the model that works.
     try {
-        m_backend.reset();
+        const std::vector<std::string> problems = k3::checkLaunch(config);
+        if (!problems.empty()) {
+            QStringList lines;
+            for (const std::string& p : problems) lines << QString::fromStdString(p);
+            emit loadFailed(lines.join(QLatin1Char('\n')), m_backend != nullptr);
+            return;
+        }
+    } catch (const std::exception& e) {
+        emit loadFailed(QString::fromUtf8(e.what()), m_backend != nullptr);
+        return;
+    }
+    const std::optional<k3::LaunchConfig> previous = m_localConfig;
+    const bool wasRemote = m_backend && !m_localConfig;
+    QString failure;
+    try {
+        openLocal(config);
+        return;
+    } catch (const std::exception& e) {
+        failure = QString::fromUtf8(e.what());
+    }
+    // It failed past the checks (memory, a damaged tensor): the model that worked is
+    // opened again, so the chat goes on where it was. A server cannot be restored here
+    // (its key is not kept), so it is said to be gone.
+    bool restored = false;
+    if (previous && !wasRemote) {
+        try {
+            openLocal(*previous, false);
+            restored = true;
+        } catch (const std::exception& e) {
+            failure += tr("\nThe model that was loaded could not be opened again: %1")
+                           .arg(QString::fromUtf8(e.what()));
+        }
+    }
+    emit loadFailed(failure, restored);
+}
+
+void EngineWorker::openLocal(const k3::LaunchConfig& config, bool announce) {
+    m_backend.reset();
+    m_localConfig.reset();
+    try {
         // The memory dial chosen in the wizard: the same tokens, memory only buys speed.
         m_backend = k3::openLocalBackend(k3::toSessionOptions(config));
-        const k3::BackendInfo b = m_backend->info();
-        ModelInfo info;
-        info.directory = QString::fromStdString(config.modelDir.string());
-        info.launch = config;
-        info.modelName = QString::fromStdString(b.modelName);
-        info.summary = QString::fromStdString(b.summary);
-        info.layers = b.layers;
-        info.vocabSize = b.vocabSize;
-        info.weightBytes = b.weightBytes;
-        m_modelName = info.modelName;
-        // The plan first: when the window says the model is ready, its panels already
-        // show the plan (queued signals arrive in this order).
-        emit memoryUpdated(MemoryFigures::from(*m_backend->memoryReport()));
-        emit modelLoaded(info);
-    } catch (const std::exception& e) {
+    } catch (...) {
         m_backend.reset();
-        emit loadFailed(QString::fromUtf8(e.what()));
+        throw;
     }
+    m_localConfig = config;
+    const k3::BackendInfo b = m_backend->info();
+    ModelInfo info;
+    info.directory = QString::fromStdString(config.modelDir.string());
+    info.launch = config;
+    info.modelName = QString::fromStdString(b.modelName);
+    info.summary = QString::fromStdString(b.summary);
+    info.layers = b.layers;
+    info.vocabSize = b.vocabSize;
+    info.weightBytes = b.weightBytes;
+    m_modelName = info.modelName;
+    // The plan first: when the window says the model is ready, its panels already
+    // show the plan (queued signals arrive in this order).
+    emit memoryUpdated(MemoryFigures::from(*m_backend->memoryReport()));
+    if (announce) emit modelLoaded(info);
 }
 
 void EngineWorker::connectRemote(const QString& url, const QString& model, const QString& apiKey) {
     m_backend.reset();
+    m_localConfig.reset();
     m_cancel.store(false);
     try {
         k3::RemoteOptions options;

@@ -131,7 +131,8 @@ public slots:
 
 signals:
     void modelLoaded(const ModelInfo& info);
-    void loadFailed(const QString& message);
+    // previousModelKept: what was loaded before (a model or a server) still answers.
+    void loadFailed(const QString& message, bool previousModelKept = false);
     // After each prompt chunk: positions read of this prompt, seconds since it started.
     void prefillProgress(int done, int total, double seconds);
     void tokenGenerated(int index, const QString& thinkingDelta, const QString& responseDelta,
@@ -150,8 +151,12 @@ signals:
     void generationFailed(const QString& message);
 
 private:
+    // Opens `config` in place of the current backend; announce: emit modelLoaded.
+    void openLocal(const k3::LaunchConfig& config, bool announce = true);
+
     std::unique_ptr<k3::ChatBackend> m_backend;
-    QString m_modelName; // recorded with each answer
+    std::optional<k3::LaunchConfig> m_localConfig; // the local model open now, if any
+    QString m_modelName;                           // recorded with each answer
     std::atomic<bool> m_cancel{false};
     int m_defaultThreads = 0; // the engine thread's OpenMP default, read on first use
 };
