@@ -61,11 +61,15 @@ resumeAfterStoppedAnswer(const Tokenizer& tokenizer, const std::vector<ChatMessa
 std::vector<TokenId> encodeResuming(const Tokenizer& tokenizer,
                                     const std::vector<ChatMessage>& history,
                                     const ChatRenderOptions& options,
-                                    const std::optional<ResumePoint>& resume) {
+                                    std::span<const ResumePoint> points) {
     const std::vector<ChatSegment> segments = renderChatSegments(history, options);
-    if (!resume || resume->segments.size() > segments.size() ||
-        !std::equal(resume->segments.begin(), resume->segments.end(), segments.begin()))
-        return encodeChatSegments(tokenizer, segments);
+    const ResumePoint* resume = nullptr;
+    for (const ResumePoint& p : points)
+        if (p.segments.size() <= segments.size() &&
+            std::equal(p.segments.begin(), p.segments.end(), segments.begin()) &&
+            (!resume || p.segments.size() > resume->segments.size()))
+            resume = &p;
+    if (!resume) return encodeChatSegments(tokenizer, segments);
     std::vector<TokenId> ids = resume->ids;
     const std::vector<ChatSegment> rest(segments.begin() + std::ptrdiff_t(resume->segments.size()),
                                         segments.end());

@@ -31,11 +31,11 @@ resumeAfterStoppedAnswer(const Tokenizer& tokenizer, const std::vector<ChatMessa
                          std::span<const TokenId> prompt, std::span<const TokenId> fed,
                          std::span<const TokenId> answerIds);
 
-// `history` rendered and encoded, with the resume point's ids standing for its segments
-// when the render begins with them.
+// `history` rendered and encoded, with a resume point's ids standing for its segments
+// when the render begins with them (the longest such point of `points`).
 std::vector<TokenId> encodeResuming(const Tokenizer& tokenizer,
                                     const std::vector<ChatMessage>& history,
                                     const ChatRenderOptions& options,
-                                    const std::optional<ResumePoint>& resume);
+                                    std::span<const ResumePoint> points);
 
 } // namespace k3::chat

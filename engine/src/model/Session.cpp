@@ -23,8 +23,9 @@ struct Session::Impl {
     // prompt but not the generated tokens' exact ids, and KDA state cannot be rewound.
     std::optional<InferenceState> promptSnapshot;
     std::vector<TokenId> promptSnapshotIds;
-    // The last stopped answer's place in later prompts (chat/ChatResume.hpp).
-    std::optional<chat::ResumePoint> resume;
+    // Stopped answers' places in later prompts (chat/ChatResume.hpp), the latest last:
+    // Regenerate and edits go back to conversations before the latest one.
+    std::vector<chat::ResumePoint> resume;
     std::vector<float> logits;
     int chunk = 1;          // positions per prefill chunk
     double wallSeconds = 0; // time spent feeding tokens
@@ -149,7 +150,7 @@ void Session::reset() {
     impl_->fed.clear();
     impl_->promptSnapshot.reset();
     impl_->promptSnapshotIds.clear();
-    impl_->resume.reset();
+    impl_->resume.clear();
     if (impl_->draftState) impl_->draftState->reset();
     impl_->draftFed.clear();
 }
@@ -630,7 +631,8 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
     if (result.cancelled && !result.endOfTurn)
         if (auto point = chat::resumeAfterStoppedAnswer(tok, history, result.reply, options.render,
                                                         prompt, s.fed, result.ids))
-            s.resume = std::move(point);
+            s.resume.push_back(std::move(*point));
+    if (s.resume.size() > 8) s.resume.erase(s.resume.begin()); // older turns are rarely resent
     return result;
 }
 
