@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 #include <vector>
+#include <cmath>
 
 #include <omp.h>
 
@@ -20,9 +21,20 @@ k3::ChatRole roleFromName(const QString& role) {
 // Forwards engine callbacks (on this worker thread) as queued signals.
 class SignalObserver : public k3::SessionObserver {
 public:
-    explicit SignalObserver(EngineWorker* worker) : m_worker(worker) {}
+    SignalObserver(EngineWorker* worker, const k3::ChatBackend* backend)
+        : m_worker(worker), m_backend(backend) {}
     void onProgress(const k3::SessionProgress& p) override {
         emit m_worker->prefillProgress(int(p.done), int(p.total), p.seconds);
+        // The panels move while the prompt is read too: on a streamed trunk that is
+        // minutes of disk reads before the first token.
+        const std::optional<k3::MemoryReport> report = m_backend->memoryReport();
+        if (!report) return;
+        MemoryFigures f = MemoryFigures::from(*report);
+        f.prefillDone = int(p.done);
+        f.prefillTotal = int(p.total);
+        f.prefillSeconds = p.seconds;
+        f.prefillBytesRead = p.trunkBytes + p.expertBytes;
+        emit m_worker->memoryUpdated(f);
     }
     void onToken(const k3::TokenEvent& e) override {
         emit m_worker->tokenGenerated(e.index, QString::fromStdString(e.thinkingDelta),
@@ -37,6 +49,7 @@ public:
 
 private:
     EngineWorker* m_worker;
+    const k3::ChatBackend* m_backend;
 };
 
 } // namespace
@@ -45,6 +58,25 @@ quint64 MemoryFigures::plannedBytes() const {
     quint64 total = 0;
     for (const Component& c : plan) total += c.bytes;
     return total;
+}
+
+QString MemoryFigures::prefillText() const {
+    if (prefillTotal <= 0) return {};
+    const QString read = prefillBytesRead >= 1'000'000'000ull
+                             ? QObject::tr("%1 GB").arg(double(prefillBytesRead) / 1e9, 0, 'f', 2)
+                             : QObject::tr("%1 MB").arg(double(prefillBytesRead) / 1e6, 0, 'f', 1);
+    QString text = QObject::tr("reading the prompt %1 of %2 · %3 read")
+                       .arg(prefillDone)
+                       .arg(prefillTotal)
+                       .arg(read);
+    if (prefillDone > 0 && prefillDone < prefillTotal && prefillSeconds > 0) {
+        // The rate so far: chunks cost about the same, the disk reads dominate.
+        const int left =
+            int(std::ceil(prefillSeconds * (prefillTotal - prefillDone) / prefillDone));
+        text += left >= 120 ? QObject::tr(" · about %1 min left").arg((left + 30) / 60)
+                            : QObject::tr(" · about %1 s left").arg(std::max(1, left));
+    }
+    return text;
 }
 
 MemoryFigures MemoryFigures::fromPlan(const k3::MemoryPlan& p) {
@@ -72,6 +104,9 @@ MemoryFigures MemoryFigures::from(const k3::MemoryReport& r) {
     f.trunkStreamed = r.trunkStreamed;
     f.expertsCached = r.expertsCached;
     f.cacheRequests = r.cache.requests;
+    f.cacheResidentHits = r.cache.residentHits;
+    f.cachePrefetchHits = r.cache.prefetchHits;
+    f.cacheDiskReads = r.cache.diskReads;
     f.cacheHitRate = r.cache.hitRate();
     f.cacheResidentHitRate = r.cache.residentHitRate();
     f.cacheEvictions = r.cache.evictions;
@@ -234,13 +269,14 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
     applied.threads = omp_get_max_threads();
     emit settingsApplied(applied);
     try {
-        SignalObserver observer(this);
+        SignalObserver observer(this, m_backend.get());
         const k3::GenerateResult r = m_backend->chat(messages, options, &observer, &m_cancel);
         GenerationSummary s;
         s.content = QString::fromStdString(r.reply.content);
         s.reasoning = QString::fromStdString(r.reply.reasoningContent);
         s.promptTokens = r.promptTokens;
         s.reusedPositions = r.reusedPositions;
+        s.prefillPositions = r.prefillPositions;
         s.generatedTokens = r.tokenCount();
         s.model = r.model.empty() ? m_modelName : QString::fromStdString(r.model);
         s.interruption = QString::fromStdString(r.interruption);
