@@ -123,7 +123,10 @@ void TestFollowUp::init() {
 void TestFollowUp::followUpAfterStopReadsOnlyNewPositions_data() {
     QTest::addColumn<bool>("thinking");
     QTest::newRow("answer") << false;
-    QTest::newRow("thinking") << true;
+    // Not "thinking": k3_tiny_a writes a channel tag within its first thinking tokens, and
+    // a Stop that lands after it (timing) gives no resume point by design (the answer's
+    // channel cannot be told from its ids): the follow-up then re-reads the answer. The
+    // engine test (tst_session_prefill) covers thinking at a fixed stopping point.
 }
 
 // Send, Stop after a few tokens, send a follow-up: only the follow-up's positions are
