@@ -50,14 +50,15 @@ if [[ -n "${K3_SYNTH_APP:-}" && -n "${K3_SYNTH_TRUNK:-}" ]]; then
 directory=$K3_SYNTH_APP
 trunkDir=$K3_SYNTH_TRUNK
 [launch]
+preset=
 trunkBytes=1500000000
 cacheBytes=500000000
 CONF
   XDG_CONFIG_HOME="$home/config" XDG_DATA_HOME="$home/data" \
     xvfb-run -a -s "-screen 0 1400x900x24" bash -c '
       "$0" --ask "Tell me about disks." --quit-after 240000 & app=$!
-      sleep "${K3_SYNTH_SHOT_AFTER:-90}"
-      import -window root docs/screenshot-streaming.png
+      sleep "${K3_SYNTH_SHOT_AFTER:-120}"
+      import -window root -trim +repage docs/screenshot-streaming.png
       kill $app' "$k3chat"
   echo "wrote docs/screenshot-streaming.png"
 fi

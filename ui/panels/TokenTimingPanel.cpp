@@ -182,6 +182,9 @@ void TokenTimingPanel::applyPalette() {
     // The built-in theme picks the bar colours; everything around the bars then takes the
     // palette's, so no light box is left in a dark window (issue 21).
     m_chart->setTheme(dark ? QChart::ChartThemeDark : QChart::ChartThemeLight);
+    // No outline: the theme's light border drowned the fill once hundreds of bars shared
+    // the width (a long answer looked white).
+    for (QBarSet* set : {m_trunk, m_experts, m_compute}) set->setPen(Qt::NoPen);
     m_chart->setBackgroundBrush(pal.window());
     m_chart->setBackgroundPen(Qt::NoPen);
     m_chart->setPlotAreaBackgroundVisible(false);
