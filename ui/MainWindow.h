@@ -1,6 +1,7 @@
 #pragma once
 
 #include <QMainWindow>
+#include <QPointer>
 
 #include <memory>
 
@@ -14,7 +15,9 @@ class ConversationView;
 class TokenTimingPanel;
 class EngineController;
 struct ModelInfo;
+class MainMenus;
 class MessageComposer;
+class QMessageBox;
 class FindBar;
 class QAction;
 class QListWidget;
@@ -99,8 +102,6 @@ protected:
     void closeEvent(QCloseEvent* event) override;
 
 private:
-    void createMenus();
-    void createDocks();
     void onModelLoaded(const ModelInfo& info);
     void onLoadFailed(const QString& message);
     void connectChat();
@@ -121,8 +122,10 @@ private:
     TokenTimingPanel* m_timing;
     k3::LaunchConfig m_launch;
     ChatController* m_chat;
-    QString m_modelName;          // what the status bar calls the model ("name · remote: URL")
-    QString m_remoteUrl;          // the server while one answers; empty for a local model
-    bool m_connecting = false;    // a server (not a folder) is being opened
-    bool m_quitConfirmed = false; // "Quit anyway" was chosen mid-answer
+    QString m_modelName;       // what the status bar calls the model ("name · remote: URL")
+    QString m_remoteUrl;       // the server while one answers; empty for a local model
+    bool m_connecting = false; // a server (not a folder) is being opened
+    std::unique_ptr<MainMenus> m_menus;
+    QPointer<QMessageBox> m_quitBox; // "Quit anyway?" while it is open
+    bool m_quitConfirmed = false;    // "Quit anyway" was chosen mid-answer
 };
