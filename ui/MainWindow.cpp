@@ -1,9 +1,8 @@
-// Over 600 lines: the conversation list and search move to their own panel class (in
-// progress on another branch); the chat itself already lives in chat/ChatController.
 #include "MainWindow.h"
 
 #include "AboutDialog.h"
 #include "AppSettings.h"
+#include "MainMenus.h"
 #include "RemoteServerDialog.h"
 #include "SettingsDialog.h"
 #include "chat/ChatController.h"
@@ -14,10 +13,7 @@
 #include "chat/ConversationView.h"
 #include "chat/FindBar.h"
 #include "chat/MessageComposer.h"
-#include "panels/DiskIoPanel.h"
-#include "panels/ExpertCachePanel.h"
-#include "panels/MemoryPlanPanel.h"
-#include "panels/PanelScrollArea.h"
+#include "panels/PanelDocks.h"
 #include "panels/TokenTimingPanel.h"
 #include "wizard/MemoryPage.h"
 #include "wizard/RemoteServerForm.h"
@@ -30,15 +26,12 @@
 #include <QApplication>
 #include <QCheckBox>
 #include <QCloseEvent>
-#include <QComboBox>
 #include <QDir>
-#include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
-#include <QMenuBar>
 #include <QMessageBox>
 #include <QPushButton>
 #include <QSettings>
@@ -108,8 +101,8 @@ MainWindow::MainWindow(QWidget* parent)
     m_splitter->setSizes({220, 780});
     setCentralWidget(m_splitter);
 
-    createDocks();
-    createMenus();
+    m_menus =
+        std::make_unique<MainMenus>(this, PanelDocks::create(this, m_engine->worker(), m_timing));
     statusBar()->showMessage(tr("No model loaded"));
 
     connectChat();
@@ -178,8 +171,7 @@ void MainWindow::sendMessage(const QString& text) {
 
 // A conversation ending with a question offers to answer it instead.
 void MainWindow::updateRegenerateAction() {
-    auto* action = findChild<QAction*>(QStringLiteral("regenerateAction"));
-    if (!action) return;
+    QAction* action = m_menus->regenerateAction();
     const ConversationModel* conversation = m_conversation->conversation();
     const int rows = conversation->rowCount();
     const bool question =
@@ -187,106 +179,6 @@ void MainWindow::updateRegenerateAction() {
         conversation->index(rows - 1).data(ConversationModel::RoleNameRole).toString() ==
             QLatin1String("user");
     action->setText(question ? tr("&Answer the last question") : tr("&Regenerate the last answer"));
-}
-
-void MainWindow::createDocks() {
-    auto* plan = new MemoryPlanPanel;
-    auto* cache = new ExpertCachePanel;
-    auto* disk = new DiskIoPanel;
-    const auto dock = [this](const QString& title, const char* name, QWidget* panel) {
-        auto* d = new QDockWidget(title, this);
-        d->setObjectName(QString::fromLatin1(name));
-        // In a scroll area: the dock can shrink (800x600 fits) and Tab reaches the panel.
-        d->setWidget(new PanelScrollArea(panel, title));
-        addDockWidget(Qt::RightDockWidgetArea, d);
-    };
-    dock(tr("Memory plan"), "memoryDock", plan);
-    dock(tr("Expert cache"), "cacheDock", cache);
-    dock(tr("Disk I/O"), "diskDock", disk);
-    dock(tr("Per-token timing"), "timingDock", m_timing);
-    EngineWorker* worker = m_engine->worker();
-    connect(worker, &EngineWorker::memoryUpdated, plan, &MemoryPlanPanel::setFigures);
-    connect(worker, &EngineWorker::memoryUpdated, cache, &ExpertCachePanel::setFigures);
-    connect(worker, &EngineWorker::memoryUpdated, disk, &DiskIoPanel::setFigures);
-}
-
-void MainWindow::createMenus() {
-    QMenu* file = menuBar()->addMenu(tr("&File"));
-    QAction* newChatAction = file->addAction(tr("&New chat"), this, &MainWindow::newChat);
-    newChatAction->setShortcut(QKeySequence::New);
-    newChatAction->setObjectName(QStringLiteral("newChatAction"));
-    QAction* exportAction = file->addAction(tr("&Export conversation as Markdown…"), this,
-                                            &MainWindow::exportConversation);
-    exportAction->setObjectName(QStringLiteral("exportAction"));
-    file->addSeparator();
-    QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
-    quit->setShortcut(QKeySequence::Quit);
-
-    QMenu* edit = menuBar()->addMenu(tr("&Edit"));
-    QAction* regen =
-        edit->addAction(tr("&Regenerate the last answer"), this, &MainWindow::regenerate);
-    regen->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
-    regen->setObjectName(QStringLiteral("regenerateAction"));
-    // Up only works in the empty composer, so it is shown here but not bound globally.
-    QAction* editLast =
-        edit->addAction(tr("&Edit the last message") + QStringLiteral("\t") + tr("Up"), this,
-                        &MainWindow::editLastMessage);
-    editLast->setObjectName(QStringLiteral("editLastAction"));
-    edit->addSeparator();
-    edit->addAction(m_conversation->findChild<QAction*>(QStringLiteral("copyMessageAction")));
-    edit->addSeparator();
-    QAction* find = edit->addAction(tr("&Find in conversation…"), this, &MainWindow::showFindBar);
-    find->setObjectName(QStringLiteral("findAction"));
-    find->setShortcut(QKeySequence::Find);
-    QAction* findNext = edit->addAction(tr("Find &next"), this, [this] {
-        if (m_findBar->text().isEmpty())
-            showFindBar();
-        else
-            m_conversation->findNext();
-    });
-    findNext->setObjectName(QStringLiteral("findNextAction"));
-    findNext->setShortcut(QKeySequence(Qt::Key_F3));
-    QAction* findPrevious = edit->addAction(tr("Find &previous"), this, [this] {
-        if (m_findBar->text().isEmpty())
-            showFindBar();
-        else
-            m_conversation->findPrevious();
-    });
-    findPrevious->setObjectName(QStringLiteral("findPreviousAction"));
-    findPrevious->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F3));
-    edit->addSeparator();
-    QAction* preferences = edit->addAction(tr("&Preferences…"), this, &MainWindow::showSettings);
-    preferences->setObjectName(QStringLiteral("preferencesAction"));
-    preferences->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Comma));
-    preferences->setMenuRole(QAction::PreferencesRole);
-    QAction* open = new QAction(tr("&Open model folder…"), this);
-    open->setShortcut(QKeySequence::Open);
-    connect(open, &QAction::triggered, this, &MainWindow::openModelFolder);
-    QAction* demo = new QAction(tr("Load the &demo model"), this);
-    demo->setObjectName(QStringLiteral("loadDemoAction"));
-    connect(demo, &QAction::triggered, this, &MainWindow::loadDemoModel);
-    QMenu* view = menuBar()->addMenu(tr("&View"));
-    for (QDockWidget* dock : findChildren<QDockWidget*>())
-        view->addAction(dock->toggleViewAction());
-    view->addSeparator();
-    QAction* keepThinking = view->addAction(tr("&Keep thinking expanded"));
-    keepThinking->setObjectName(QStringLiteral("keepThinkingExpandedAction"));
-    keepThinking->setCheckable(true);
-    keepThinking->setChecked(
-        QSettings().value(QStringLiteral("chat/keepThinkingExpanded"), false).toBool());
-    m_conversation->conversation()->setThinkingExpandedByDefault(keepThinking->isChecked());
-    connect(keepThinking, &QAction::toggled, this, &MainWindow::setKeepThinkingExpanded);
-    QMenu* model = menuBar()->addMenu(tr("&Model"));
-    model->addAction(open);
-    model->addAction(demo);
-    QAction* server =
-        model->addAction(tr("Use a &server…"), this, &MainWindow::showRemoteServerDialog);
-    server->setObjectName(QStringLiteral("useServerAction"));
-    model->addSeparator();
-    QAction* setup = model->addAction(tr("&Setup wizard…"), this, &MainWindow::showSetupWizard);
-    setup->setObjectName(QStringLiteral("setupWizardAction"));
-    QMenu* help = menuBar()->addMenu(tr("&Help"));
-    help->addAction(tr("&About k3chat"), this, &MainWindow::showAbout);
 }
 
 void MainWindow::newChat() {
@@ -663,9 +555,7 @@ void MainWindow::applySettings() {
     const AppSettings settings = AppSettings::load();
     AppSettings::applyTheme(settings.theme);
     m_composer->setThinking(settings.thinking);
-    // The composer has no effort setter yet; its combo box is found by name.
-    if (auto* effort = m_composer->findChild<QComboBox*>(QStringLiteral("effortCombo")))
-        effort->setCurrentText(settings.thinkingEffort);
+    m_composer->setThinkingEffort(settings.thinkingEffort);
 }
 
 void MainWindow::showAbout() {
@@ -695,9 +585,8 @@ void MainWindow::closeWithoutAsking() {
 }
 
 void MainWindow::askToQuitMidAnswer() {
-    if (auto* open = findChild<QMessageBox*>(QStringLiteral("quitDuringAnswerBox"));
-        open && open->isVisible()) {
-        open->raise(); // asked once
+    if (m_quitBox && m_quitBox->isVisible()) {
+        m_quitBox->raise(); // asked once
         return;
     }
     auto* box = new QMessageBox(QMessageBox::Question, tr("Quit k3chat?"),
@@ -705,6 +594,7 @@ void MainWindow::askToQuitMidAnswer() {
                                    "is kept."),
                                 QMessageBox::NoButton, this);
     box->setObjectName(QStringLiteral("quitDuringAnswerBox"));
+    m_quitBox = box;
     box->addButton(tr("Quit"), QMessageBox::AcceptRole)->setObjectName(QStringLiteral("quit"));
     box->addButton(QMessageBox::Cancel);
     box->setCheckBox(new QCheckBox(tr("Don't ask again")));

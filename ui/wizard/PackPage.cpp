@@ -12,9 +12,9 @@
 #include <QVBoxLayout>
 #include <QtConcurrent>
 
-#include <k3/kernels.hpp>
 #include <k3/memory_plan.hpp>
 #include <k3/pack.hpp>
+#include <k3/system.hpp>
 
 PackPage::PackPage(QWidget* parent)
     : QWizardPage(parent), m_trunk(new QLineEdit), m_pack(new QPushButton(tr("Pack"))),
