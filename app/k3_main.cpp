@@ -473,7 +473,7 @@ int main(int argc, char** argv) {
         k3cli::printError(error.what());
         return kExitUsage;
     } catch (const std::exception& error) {
-        k3cli::printError(error.what());
+        k3cli::printError(error.what() + k3cli::cliAdvice(error));
         return k3cli::kExitFailure;
     }
 }

@@ -233,29 +233,22 @@ int chatLoop(const ChatArgs& args, k3::ChatBackend& backend, std::vector<k3::Cha
     for (;;) {
         clearCancel();
         std::string line;
-        bool got = false;
-        if (interruptCount() == seen) {
-            if (stdinIsTty()) {
-                std::fputs("> ", stdout);
-                std::fflush(stdout);
-            }
-            got = bool(std::getline(std::cin, line)); // Ctrl-C interrupts the read (EINTR)
+        if (stdinIsTty()) {
+            std::fputs("> ", stdout);
+            std::fflush(stdout);
         }
-        if (interruptCount() != seen) { // Ctrl-C at the prompt, or just before it showed
+        const PromptInput input = readPromptLine(line, seen);
+        if (input == PromptInput::Interrupted) { // Ctrl-C at the prompt, or just before it showed
             seen = interruptCount();
-            std::cin.clear();
-            std::clearerr(stdin);
             if (++promptInterrupts >= 2) {
                 std::fputs("\n", stderr);
                 break;
             }
             std::fputs("\n(Ctrl-C again or /exit to leave)\n", stderr);
-            if (!got) continue;
-        } else if (!got) {
-            break; // end of input
-        } else {
-            promptInterrupts = 0;
+            continue;
         }
+        if (input == PromptInput::End) break;
+        promptInterrupts = 0;
         clearCancel();
         if (!line.empty() && line.back() == '\r') line.pop_back();
         if (line.find_first_not_of(" \t") == std::string::npos) continue;

@@ -1,9 +1,14 @@
 #include "CliSupport.hpp"
 
+#include "k3/memory_plan.hpp"
+
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <fcntl.h>
 #include <fstream>
+#include <poll.h>
 #include <string>
 #include <unistd.h>
 
@@ -13,10 +18,20 @@ namespace {
 std::atomic<bool> gCancel{false};
 std::atomic<int> gInterrupts{0};
 volatile std::sig_atomic_t gHardExitOnSecond = 0;
+int gInterruptPipe[2] = {-1, -1}; // the handler writes a byte; the prompt polls the read end
+
+std::string gPromptBuffer; // bytes read from stdin after the last full line returned
+bool gPromptEnd = false;   // stdin reached its end (or failed)
 
 void onInterrupt(int) {
+    const int saved = errno;
     const int n = gInterrupts.fetch_add(1) + 1;
     gCancel.store(true);
+    if (gInterruptPipe[1] >= 0) {
+        const ssize_t wrote = write(gInterruptPipe[1], "!", 1); // full pipe: a wake-up is queued
+        (void)wrote;
+    }
+    errno = saved;
     if (gHardExitOnSecond && n >= 2) _exit(kExitInterrupted);
 }
 
@@ -49,6 +64,8 @@ bool stdinIsTty() {
 
 void installInterruptHandler(bool hardExitOnSecond) {
     gHardExitOnSecond = hardExitOnSecond ? 1 : 0;
+    if (gInterruptPipe[0] < 0 && pipe2(gInterruptPipe, O_CLOEXEC | O_NONBLOCK) != 0)
+        gInterruptPipe[0] = gInterruptPipe[1] = -1; // no pipe: the prompt falls back to EINTR
     struct sigaction action {};
     action.sa_handler = onInterrupt;
     sigemptyset(&action.sa_mask);
@@ -65,6 +82,63 @@ void clearCancel() {
 }
 int interruptCount() {
     return gInterrupts.load();
+}
+
+std::string cliAdvice(const std::exception& error) {
+    const auto* refusal = dynamic_cast<const k3::MemoryRefusal*>(&error);
+    if (refusal == nullptr) return {};
+    switch (refusal->reason()) {
+    case k3::MemoryRefusal::Reason::TrunkTooSmall:
+        return " Raise --trunk-gb to at least " + formatBytes(double(refusal->minTrunkBytes())) +
+               " (or choose a larger --preset).";
+    case k3::MemoryRefusal::Reason::ContextTooBig:
+        return " Options: --context " + std::to_string(refusal->fitPositions()) +
+               " or less, a smaller --cache-gb or --trunk-gb, or a machine with more memory.";
+    case k3::MemoryRefusal::Reason::OverAvailable:
+        return " Options: a smaller --preset or --trunk-gb/--cache-gb (the output is the same "
+               "at every budget, only slower), close other programs, or a machine with more "
+               "memory.";
+    case k3::MemoryRefusal::Reason::Setting:
+        break;
+    }
+    return {};
+}
+
+PromptInput readPromptLine(std::string& line, int seenInterrupts) {
+    for (;;) {
+        const std::size_t newline = gPromptBuffer.find('\n');
+        if (newline != std::string::npos) {
+            line.assign(gPromptBuffer, 0, newline);
+            gPromptBuffer.erase(0, newline + 1);
+            return PromptInput::Line;
+        }
+        if (gPromptEnd) {
+            if (gPromptBuffer.empty()) return PromptInput::End;
+            line = std::move(gPromptBuffer);
+            gPromptBuffer.clear();
+            return PromptInput::Line;
+        }
+        // Drain old wake-ups first, then look at the count: a press after this check
+        // leaves a byte in the pipe, so the poll below returns at once.
+        char drain[64];
+        while (gInterruptPipe[0] >= 0 && read(gInterruptPipe[0], drain, sizeof drain) > 0) {
+        }
+        if (interruptCount() != seenInterrupts) return PromptInput::Interrupted;
+        pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {gInterruptPipe[0], POLLIN, 0}};
+        const int ready = poll(fds, gInterruptPipe[0] >= 0 ? 2 : 1, -1);
+        if (ready < 0) {
+            if (errno == EINTR) continue; // the handler ran: the count says so above
+            gPromptEnd = true;
+            continue;
+        }
+        if (fds[0].revents == 0) continue; // only the pipe: the count says so above
+        char chunk[4096];
+        const ssize_t got = read(STDIN_FILENO, chunk, sizeof chunk);
+        if (got > 0)
+            gPromptBuffer.append(chunk, std::size_t(got));
+        else if (got == 0 || (errno != EINTR && errno != EAGAIN))
+            gPromptEnd = true;
+    }
 }
 
 std::uint64_t peakRssBytes() {

@@ -47,6 +47,16 @@ const std::atomic<bool>& cancelFlag();
 void clearCancel();
 int interruptCount();
 
+// One line of the chat prompt from stdin. A Ctrl-C ends the wait whenever it lands
+// (before the wait, during it, or handled on another thread): the handler also writes
+// to a pipe that the wait polls beside stdin. A last line without a newline is a line.
+enum class PromptInput { Line, Interrupted, End };
+PromptInput readPromptLine(std::string& line, int seenInterrupts);
+
+// What to do about an engine error, in the CLI's words (its flags), to follow the
+// engine's message; empty when the message says it all.
+std::string cliAdvice(const std::exception& error);
+
 // Model output is text, never terminal commands: control characters (C0 except tab and
 // newline, DEL, and UTF-8 encoded C1) become visible escapes like "\x1b". Model text on
 // stdout passes it on a terminal; messages on stderr always (printError and friends).

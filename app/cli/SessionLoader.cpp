@@ -82,8 +82,8 @@ LoadedSession openModel(const ModelArgs& args, TokenizerNeed need) {
         throw CommandError{kExitFailure,
                            "cannot read the tokenizer in " + tokDir + ": " + error.what()};
     } catch (const std::exception& error) {
-        throw CommandError{kExitFailure,
-                           "cannot load the model in " + args.modelDir + ": " + error.what()};
+        throw CommandError{kExitFailure, "cannot load the model in " + args.modelDir + ": " +
+                                             error.what() + cliAdvice(error)};
     }
 }
 

@@ -2,6 +2,12 @@
 // text, and the report formatters.
 #include <QTest>
 
+#include <csignal>
+#include <cstring>
+#include <pthread.h>
+#include <thread>
+#include <unistd.h>
+
 #include "cli/CliSupport.hpp"
 #include "cli/Commands.hpp"
 
@@ -13,7 +19,34 @@ private slots:
     void samplingFollowsTheSeed();
     void terminalSafeEscapesControls();
     void formatters();
+    void interruptHandledOnAnotherThreadEndsThePromptWait();
+    void interruptBeforeTheWaitIsSeen();
+    void promptReadsLinesThenTheEnd();
 };
+
+namespace {
+// stdin replaced by a pipe for one test; the write end is the test's keyboard.
+struct PipedStdin {
+    int keys = -1;
+    int saved = -1;
+    PipedStdin() {
+        int fds[2];
+        if (pipe(fds) != 0) return;
+        saved = dup(STDIN_FILENO);
+        dup2(fds[0], STDIN_FILENO);
+        close(fds[0]);
+        keys = fds[1];
+    }
+    void type(const char* text) const {
+        const ssize_t n = write(keys, text, std::strlen(text));
+        QCOMPARE(n, ssize_t(std::strlen(text)));
+    }
+    ~PipedStdin() {
+        if (keys >= 0) close(keys);
+        if (saved >= 0) dup2(saved, STDIN_FILENO), close(saved);
+    }
+};
+} // namespace
 
 void TestCliSupport::idListParses() {
     QCOMPARE(k3cli::parseIdList("1008,10484, 318 ,0"),
@@ -73,6 +106,64 @@ void TestCliSupport::formatters() {
     QCOMPARE(k3cli::formatDuration(192), std::string("3 min 12 s"));
     QCOMPARE(k3cli::formatDuration(3840), std::string("1 h 04 min"));
     QVERIFY(k3cli::peakRssBytes() > 100000);
+}
+
+void TestCliSupport::interruptHandledOnAnotherThreadEndsThePromptWait() {
+    // The main thread blocks SIGINT, so the press is handled on another thread and the
+    // prompt's read is never interrupted (EINTR): only the handler's pipe can end the wait.
+    k3cli::installInterruptHandler(false);
+    PipedStdin in;
+    QVERIFY(in.keys >= 0);
+    sigset_t sigint, old;
+    sigemptyset(&sigint);
+    sigaddset(&sigint, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigint, &old);
+    const int seen = k3cli::interruptCount();
+    std::thread presser([&] {
+        pthread_sigmask(SIG_UNBLOCK, &sigint, nullptr);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        raise(SIGINT); // handled on this thread
+        // Without the pipe the prompt would wait for this line instead.
+        std::this_thread::sleep_for(std::chrono::seconds(5));
+        in.type("too late\n");
+    });
+    std::string line;
+    const k3cli::PromptInput got = k3cli::readPromptLine(line, seen);
+    presser.join();
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    QCOMPARE(int(got), int(k3cli::PromptInput::Interrupted));
+    QCOMPARE(k3cli::interruptCount(), seen + 1);
+    QCOMPARE(int(k3cli::readPromptLine(line, seen + 1)), int(k3cli::PromptInput::Line));
+    QCOMPARE(line, std::string("too late"));
+}
+
+void TestCliSupport::interruptBeforeTheWaitIsSeen() {
+    k3cli::installInterruptHandler(false);
+    PipedStdin in;
+    const int seen = k3cli::interruptCount();
+    raise(SIGINT); // pressed before the prompt waits
+    std::string line;
+    QCOMPARE(int(k3cli::readPromptLine(line, seen)), int(k3cli::PromptInput::Interrupted));
+    in.type("next\n");
+    QCOMPARE(int(k3cli::readPromptLine(line, seen + 1)), int(k3cli::PromptInput::Line));
+    QCOMPARE(line, std::string("next"));
+}
+
+// Last: the end of stdin is remembered for the rest of the process.
+void TestCliSupport::promptReadsLinesThenTheEnd() {
+    PipedStdin in;
+    in.type("first\nsecond\nno newline");
+    close(in.keys);
+    in.keys = -1;
+    const int seen = k3cli::interruptCount();
+    std::string line;
+    QCOMPARE(int(k3cli::readPromptLine(line, seen)), int(k3cli::PromptInput::Line));
+    QCOMPARE(line, std::string("first"));
+    QCOMPARE(int(k3cli::readPromptLine(line, seen)), int(k3cli::PromptInput::Line));
+    QCOMPARE(line, std::string("second"));
+    QCOMPARE(int(k3cli::readPromptLine(line, seen)), int(k3cli::PromptInput::Line));
+    QCOMPARE(line, std::string("no newline"));
+    QCOMPARE(int(k3cli::readPromptLine(line, seen)), int(k3cli::PromptInput::End));
 }
 
 QTEST_GUILESS_MAIN(TestCliSupport)

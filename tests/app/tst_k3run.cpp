@@ -104,6 +104,12 @@ void TestK3Run::packThenRunFromTheTrunk() {
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
     QCOMPARE(readJson(out).at("ids").get<std::vector<int>>(),
              expected.at("greedy").at("incremental").get<std::vector<int>>());
+    // A budget below one layer: the engine's numbers, then the CLI's own advice (its flag).
+    const K3Run small = runK3({dir, "--trunk", trunk, "--trunk-gb", "0.00001", "--ids", "5"});
+    QCOMPARE(small.exitCode, 1);
+    QVERIFY2(small.err.contains(QRegularExpression(QStringLiteral(
+                 "cannot hold one ring slot .* Raise --trunk-gb to at least [0-9.]+ [kKM]B"))),
+             qPrintable(small.err));
 }
 
 void TestK3Run::packRefusesAFolderWithoutCheckpoint() {

@@ -16,7 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                               "sha256 is not lowercase hex");
         }
     } catch (const k3::HubError& e) {
-        k3fuzz::check(e.kind() == k3::HubErrorKind::BadListing, "a listing error of another kind");
+        k3fuzz::check(e.hubKind() == k3::HubErrorKind::BadListing,
+                      "a listing error of another kind");
     }
     return 0;
 }

@@ -27,9 +27,10 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 import k3_bpe
 import k3_reference as ref
 
-TEMPLATE = "/work/shared/reference/Kimi-K3.jinja"
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+# A generator, not a test: the official template sits beside the repository (../shared).
+TEMPLATE = os.path.join(REPO, "..", "shared", "reference", "Kimi-K3.jinja")
 
 COMMON_TEXT = {
     "model_type": "kimi_linear", "rms_norm_eps": 1e-5, "tie_word_embeddings": False,

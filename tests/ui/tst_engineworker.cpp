@@ -4,6 +4,7 @@
 #include "QueuedSpy.h"
 #include <QTemporaryDir>
 
+#include <QRegularExpression>
 #include <QTest>
 #include <k3/pack.hpp>
 
@@ -20,6 +21,7 @@ private slots:
     void stopEndsTheAnswer();
     void destroyingWhileGeneratingJoinsCleanly();
     void loadFailureNamesTheFile();
+    void refusedBudgetSaysWhatToChooseInTheApp();
     void streamedTrunkAndCacheGiveTheSameAnswer();
 
 private:
@@ -142,6 +144,25 @@ void TestEngineWorker::loadFailureNamesTheFile() {
     QVERIFY2(message.contains(QStringLiteral("/nonexistent/k3model/config.json")),
              qPrintable(message));
     QVERIFY(!engine.isBusy());
+}
+
+// The engine's refusal has the numbers; the app adds where to change the budget (its
+// wizard), never a command-line flag.
+void TestEngineWorker::refusedBudgetSaysWhatToChooseInTheApp() {
+    QTemporaryDir tmp;
+    const QString trunk = tmp.filePath(QStringLiteral("trunk"));
+    k3::packTrunk(m_model.toStdString(), trunk.toStdString());
+    EngineController engine;
+    QueuedSpy failed(engine.worker(), &EngineWorker::loadFailed);
+    engine.loadModel(launch(m_model, trunk, k3::LaunchBudget::ofBytes(10'000, 50'000)));
+    QVERIFY(failed.wait(30000));
+    const QString message = failed.at(0).at(0).toString();
+    QVERIFY2(message.contains(QStringLiteral("cannot hold one ring slot")), qPrintable(message));
+    QVERIFY2(message.contains(QRegularExpression(QStringLiteral(
+                 "Choose a trunk budget of at least [0-9]+\\.[0-9]{2} [KMG]B \\(Model > Setup "
+                 "wizard…"))),
+             qPrintable(message));
+    QVERIFY2(!message.contains(QStringLiteral("--trunk-gb")), qPrintable(message));
 }
 
 // The budgets the wizard chose reach the engine: the trunk streams from trunk.bin, the

@@ -86,12 +86,13 @@ QString RemoteServerForm::resultText() const {
 }
 
 void RemoteServerForm::test() {
-    if (m_watcher.isRunning()) return;
+    if (m_testing) return;
     k3::RemoteOptions options;
     options.baseUrl = url().toStdString();
     // Listing models needs no model name; the client insists on one, so any will do.
     options.model = model().isEmpty() ? std::string("-") : model().toStdString();
     options.apiKey = apiKey().toStdString();
+    m_testing = true;
     m_test->setEnabled(false);
     m_result->setText(tr("Asking %1 for its models…").arg(url()));
     // By value only: the form may close while the server is still silent.
@@ -109,6 +110,7 @@ void RemoteServerForm::test() {
 }
 
 void RemoteServerForm::showResult(const TestResult& result) {
+    m_testing = false;
     m_test->setEnabled(true);
     m_models = result.models;
     if (!result.error.isEmpty()) {

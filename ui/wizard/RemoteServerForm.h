@@ -32,7 +32,8 @@ public:
     void saveApiKey();
 
     void test();
-    bool isTesting() const { return m_watcher.isRunning(); }
+    // From Test until its result is shown (the worker may be done before the GUI hears).
+    bool isTesting() const { return m_testing; }
     QString resultText() const;
     QStringList testedModels() const { return m_models; }
     TokenStore* keyStore() const { return m_keyStore; }
@@ -57,6 +58,7 @@ private:
     TokenStore* m_keyStore;
     QStringList m_models;
     QFutureWatcher<TestResult> m_watcher;
+    bool m_testing = false;
     // Set when the form goes away: a test still waiting on a server stops at once.
     std::shared_ptr<std::atomic<bool>> m_cancel = std::make_shared<std::atomic<bool>>(false);
 };

@@ -4,13 +4,14 @@
 #include <QThread>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
-#include <cmath>
 
 #include <omp.h>
 
 #include <k3/launch.hpp>
+#include <k3/memory_plan.hpp>
 
 namespace {
 
@@ -133,6 +134,31 @@ EngineWorker::EngineWorker() {
 
 EngineWorker::~EngineWorker() = default;
 
+namespace {
+// What to do about an engine error, in the app's words (the engine's message has the numbers).
+QString appAdvice(const std::exception& error) {
+    const auto* refusal = dynamic_cast<const k3::MemoryRefusal*>(&error);
+    if (refusal == nullptr) return {};
+    switch (refusal->reason()) {
+    case k3::MemoryRefusal::Reason::TrunkTooSmall:
+        return EngineWorker::tr("\n\nChoose a trunk budget of at least %1 (Model > Setup "
+                                "wizard…, the memory page).")
+            .arg(QString::fromStdString(k3::formatBytes(refusal->minTrunkBytes())));
+    case k3::MemoryRefusal::Reason::ContextTooBig:
+        return EngineWorker::tr("\n\nSet the context length to %1 positions or fewer, or choose "
+                                "a smaller memory budget (Model > Setup wizard…).")
+            .arg(refusal->fitPositions());
+    case k3::MemoryRefusal::Reason::OverAvailable:
+        return EngineWorker::tr("\n\nChoose a smaller memory budget (Model > Setup wizard…, the "
+                                "memory page): the answers are the same at every budget, only "
+                                "slower. Closing other programs also frees memory.");
+    case k3::MemoryRefusal::Reason::Setting:
+        break;
+    }
+    return {};
+}
+} // namespace
+
 void EngineWorker::loadModel(const k3::LaunchConfig& config) {
     // Everything the load reads is checked first: a folder that cannot open never
     // unloads the model that works.
@@ -155,7 +181,7 @@ void EngineWorker::loadModel(const k3::LaunchConfig& config) {
         openLocal(config);
         return;
     } catch (const std::exception& e) {
-        failure = QString::fromUtf8(e.what());
+        failure = QString::fromUtf8(e.what()) + appAdvice(e);
     }
     // It failed past the checks (memory, a damaged tensor): the model that worked is
     // opened again, so the chat goes on where it was. A server cannot be restored here

@@ -15,6 +15,7 @@
 //   back until it can no longer match.
 
 #include "k3/chat.hpp"
+#include "k3/error.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -26,7 +27,7 @@
 namespace k3::api {
 
 // An OpenAI-style refusal: the HTTP status and the error object's fields.
-class ApiError : public std::runtime_error {
+class ApiError : public Error {
 public:
     ApiError(int status, const std::string& message, std::string type = "invalid_request_error",
              std::string param = {}, std::string code = {});

@@ -26,6 +26,7 @@
 //   directories are refused; an existing file keeps its permissions
 //   (tst_transcript::outputRule*).
 
+#include "k3/error.hpp"
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -39,9 +40,9 @@
 namespace k3 {
 
 // Every refusal in this area: bad options, unsupported messages, unreadable transcripts.
-class ChatError : public std::runtime_error {
+class ChatError : public Error {
 public:
-    using std::runtime_error::runtime_error;
+    explicit ChatError(const std::string& message) : Error(ErrorKind::Chat, message) {}
 };
 
 // The special-token markers of XTML, as the tokenizer's added tokens spell them.

@@ -15,6 +15,7 @@
 // Both the released nested shape (text_config, text_config.linear_attn_config,
 // text_config.quantization_config) and the flat shape of small test models read alike.
 
+#include "k3/error.hpp"
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -26,9 +27,9 @@
 namespace k3 {
 
 // A config.json that cannot be read with confidence (the CLI exits 2 on it).
-class ConfigError : public std::runtime_error {
+class ConfigError : public Error {
 public:
-    using std::runtime_error::runtime_error;
+    explicit ConfigError(const std::string& message) : Error(ErrorKind::Config, message) {}
 };
 
 enum class AttentionKind { Kda, Mla };

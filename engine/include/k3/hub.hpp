@@ -13,6 +13,7 @@
 //   continues it with a Range request; a server that ignores Range restarts it at 0.
 // - A file name from the server never escapes the destination folder.
 
+#include "k3/error.hpp"
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
@@ -42,11 +43,11 @@ enum class HubErrorKind {
     Cancelled,
 };
 
-class HubError : public std::runtime_error {
+class HubError : public Error {
 public:
     HubError(HubErrorKind kind, const std::string& message)
-        : std::runtime_error(message), kind_(kind) {}
-    HubErrorKind kind() const { return kind_; }
+        : Error(ErrorKind::Hub, message), kind_(kind) {}
+    HubErrorKind hubKind() const { return kind_; }
 
 private:
     HubErrorKind kind_;

@@ -8,6 +8,7 @@
 // pinned count and the slot size depend on each other (the slot must hold the largest
 // layer NOT pinned), so they are computed as a fixed point.
 
+#include "k3/error.hpp"
 #include <cstdint>
 #include <span>
 #include <stdexcept>
@@ -16,9 +17,27 @@
 
 namespace k3 {
 
-class MemoryRefusal : public std::runtime_error {
+// Why a plan was refused, with the figure a front end turns into its own advice.
+class MemoryRefusal : public Error {
 public:
-    using std::runtime_error::runtime_error;
+    enum class Reason {
+        Setting,       // a preset or budget that cannot be read
+        TrunkTooSmall, // the trunk budget holds no ring slot: needs minTrunkBytes()
+        OverAvailable, // the plan exceeds 95% of the available memory
+        ContextTooBig, // ... and the KV cache is what does not fit: fitPositions() do
+    };
+    explicit MemoryRefusal(const std::string& message, Reason reason = Reason::Setting,
+                           std::uint64_t minTrunkBytes = 0, std::uint64_t fitPositions = 0)
+        : Error(ErrorKind::Memory, message), reason_(reason), minTrunkBytes_(minTrunkBytes),
+          fitPositions_(fitPositions) {}
+    Reason reason() const { return reason_; }
+    std::uint64_t minTrunkBytes() const { return minTrunkBytes_; }
+    std::uint64_t fitPositions() const { return fitPositions_; }
+
+private:
+    Reason reason_;
+    std::uint64_t minTrunkBytes_;
+    std::uint64_t fitPositions_;
 };
 
 // The budget the user asked for, in bytes. `automatic`: fill from MemAvailable, trunk first.

@@ -6,6 +6,7 @@
 // full-sequence forward: every layer is causal, so both give the same logits.
 
 #include "k3/config.hpp"
+#include "k3/error.hpp"
 #include "k3/memory_plan.hpp"
 #include "k3/memory_stats.hpp"
 
@@ -21,9 +22,10 @@
 
 namespace k3 {
 
-class ModelError : public std::runtime_error {
+class ModelError : public Error {
 public:
-    using std::runtime_error::runtime_error;
+    explicit ModelError(const std::string& message, ErrorKind kind = ErrorKind::Model)
+        : Error(kind, message) {}
 };
 
 // The defaults keep every weight resident, read from the checkpoint at load. The

@@ -24,6 +24,7 @@
 // last through a temp file + rename, and an old trunk.json is removed first, so a
 // half-written trunk never looks valid.
 
+#include "k3/error.hpp"
 #include "k3/safetensors.hpp"
 
 #include <atomic>
@@ -37,15 +38,17 @@
 
 namespace k3 {
 
-class PackError : public std::runtime_error {
+class PackError : public Error {
 public:
-    using std::runtime_error::runtime_error;
+    explicit PackError(const std::string& message, ErrorKind kind = ErrorKind::Pack)
+        : Error(kind, message) {}
 };
 
 // The trunk exists but was packed from a different checkpoint (or an older format).
 class StaleTrunkError : public PackError {
 public:
-    using PackError::PackError;
+    explicit StaleTrunkError(const std::string& message)
+        : PackError(message, ErrorKind::StaleTrunk) {}
 };
 
 inline constexpr std::uint64_t kTrunkAlignment = 4096;

@@ -5,6 +5,7 @@
 // folder) is refused before a byte is read, without blocking on a FIFO, and a file larger
 // than its kind may be is refused with both sizes.
 
+#include "k3/error.hpp"
 #include <cstdint>
 #include <filesystem>
 #include <stdexcept>
@@ -12,9 +13,9 @@
 
 namespace k3 {
 
-class FileReadError : public std::runtime_error {
+class FileReadError : public Error {
 public:
-    using std::runtime_error::runtime_error;
+    explicit FileReadError(const std::string& message) : Error(ErrorKind::FileRead, message) {}
 };
 
 // Caps, far above what the real checkpoint ships (config.json 6 KB, tiktoken.model

@@ -5,6 +5,7 @@
 // header and never appears in a message or a log.
 
 #include "k3/chat.hpp"
+#include "k3/error.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -29,11 +30,11 @@ enum class RemoteErrorKind {
     EarlyClose,   // the stream ended before finish_reason / [DONE]
 };
 
-class RemoteError : public std::runtime_error {
+class RemoteError : public Error {
 public:
     RemoteError(RemoteErrorKind kind, const std::string& message, long status = 0)
-        : std::runtime_error(message), kind_(kind), status_(status) {}
-    RemoteErrorKind kind() const { return kind_; }
+        : Error(ErrorKind::Remote, message), kind_(kind), status_(status) {}
+    RemoteErrorKind remoteKind() const { return kind_; }
     long httpStatus() const { return status_; } // 0 when no response came
 
 private:

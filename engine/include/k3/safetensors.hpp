@@ -5,6 +5,7 @@
 // outside its file, overlaps, overflows or names an unknown dtype is refused with
 // the file and the tensor named (FormatError).
 
+#include "k3/error.hpp"
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -26,9 +27,9 @@ namespace k3 {
 
 class AlignedFile;
 
-class FormatError : public std::runtime_error {
+class FormatError : public Error {
 public:
-    using std::runtime_error::runtime_error;
+    explicit FormatError(const std::string& message) : Error(ErrorKind::Format, message) {}
 };
 
 // Only what the checkpoint uses; anything else is refused by name (e.g. "I64").

@@ -27,9 +27,10 @@ class ContextFull : public ModelError {
 public:
     ContextFull(int tokens, int context)
         : ModelError("the conversation is " + std::to_string(tokens) +
-                     " tokens and the context holds " + std::to_string(context) +
-                     " positions (the KV cache the memory plan sized); start a new "
-                     "conversation or raise the context length"),
+                         " tokens and the context holds " + std::to_string(context) +
+                         " positions (the KV cache the memory plan sized); start a new "
+                         "conversation or raise the context length",
+                     ErrorKind::ContextFull),
           tokens_(tokens), context_(context) {}
     int tokens() const { return tokens_; }
     int context() const { return context_; }

@@ -14,6 +14,7 @@
 // TextDecoder does (one U+FFFD per maximal subpart), which is what a JavaScript string
 // handed to tiktoken would contain.
 
+#include "k3/error.hpp"
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -30,9 +31,9 @@ using TokenId = std::int32_t;
 
 // Any tokenizer failure: unreadable or malformed files (the message names file and line),
 // an id outside the vocabulary.
-class TokenizerError : public std::runtime_error {
+class TokenizerError : public Error {
 public:
-    using std::runtime_error::runtime_error;
+    explicit TokenizerError(const std::string& message) : Error(ErrorKind::Tokenizer, message) {}
 };
 
 struct AddedToken {

@@ -7,6 +7,7 @@
 // offset, never silent zeros. Every read consults the fault-injection test hook
 // (k3/fault_injection.hpp) under the file's IoKind.
 
+#include "k3/error.hpp"
 #include "k3/fault_injection.hpp"
 
 #include <atomic>
@@ -18,9 +19,9 @@
 
 namespace k3 {
 
-class IoError : public std::runtime_error {
+class IoError : public Error {
 public:
-    using std::runtime_error::runtime_error;
+    explicit IoError(const std::string& message) : Error(ErrorKind::Io, message) {}
 };
 
 inline constexpr std::size_t kDirectIoAlignment = 4096;

@@ -14,6 +14,7 @@
 // Not thread-safe: one model thread drives it (the reads inside a batch are parallel).
 
 #include "k3/config.hpp"
+#include "k3/error.hpp"
 #include "k3/memory_stats.hpp"
 #include "k3/safetensors.hpp"
 
@@ -31,9 +32,9 @@
 
 namespace k3 {
 
-class CacheError : public std::runtime_error {
+class CacheError : public Error {
 public:
-    using std::runtime_error::runtime_error;
+    explicit CacheError(const std::string& message) : Error(ErrorKind::Cache, message) {}
 };
 
 // Where the bytes of routed experts come from.

@@ -41,6 +41,7 @@
 // The other kernels have a single (scalar) implementation; their order is the loop
 // order written in their .cpp, with the accumulator type stated there.
 
+#include "k3/error.hpp"
 #include "k3/system.hpp"
 
 #include <bit>
@@ -52,9 +53,9 @@
 
 namespace k3 {
 
-class KernelError : public std::runtime_error {
+class KernelError : public Error {
 public:
-    using std::runtime_error::runtime_error;
+    explicit KernelError(const std::string& message) : Error(ErrorKind::Kernel, message) {}
 };
 
 // ---- path selection: KernelPath and kernelPathAvailable() are in k3/system.hpp --------

@@ -9,6 +9,7 @@
 // so it has just been evicted: an LRU of N-3 slots over an N-layer cycle hits exactly
 // 0%. A pinned prefix of P layers hits P/N, deterministically.
 
+#include "k3/error.hpp"
 #include "k3/memory_plan.hpp"
 #include "k3/memory_stats.hpp"
 #include "k3/pack.hpp"
@@ -24,9 +25,9 @@
 
 namespace k3 {
 
-class TrunkError : public std::runtime_error {
+class TrunkError : public Error {
 public:
-    using std::runtime_error::runtime_error;
+    explicit TrunkError(const std::string& message) : Error(ErrorKind::Trunk, message) {}
 };
 
 // A streamed layer larger than the ring slot arrives in two PIECES, in the order the

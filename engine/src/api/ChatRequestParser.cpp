@@ -167,7 +167,7 @@ void toolChoice(const Json& v, ChatRequest& r) {
 
 ApiError::ApiError(int status, const std::string& message, std::string type, std::string param,
                    std::string code)
-    : std::runtime_error(message), status_(status), type_(std::move(type)),
+    : Error(ErrorKind::Api, message), status_(status), type_(std::move(type)),
       param_(std::move(param)), code_(std::move(code)) {}
 
 ChatRequest parseChatRequest(std::string_view body) {

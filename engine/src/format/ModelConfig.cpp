@@ -229,7 +229,8 @@ void readQuantization(FieldReader& reader, ArchitectureCheck& arch, const json& 
     }
 }
 
-// Value checks, after every field was read. Each problem is collected as well.
+// Value checks, after every field was read. Each problem is collected as well. Long on
+// purpose: one line per rule, all of them visible together.
 std::vector<std::string> validate(ModelConfig& c, bool kdaGiven) {
     std::vector<std::string> bad;
     auto positive = [&](const char* name, int v) {
@@ -359,6 +360,8 @@ std::string ModelConfig::summary() const {
     return s.str();
 }
 
+// Long on purpose: one read per config.json key, in the file's order, so the list of keys
+// the engine understands is one screenful to compare with the released config.
 ModelConfig parseModelConfig(std::string_view jsonText, std::string_view sourceName) {
     json root;
     try {

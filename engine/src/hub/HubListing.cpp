@@ -174,7 +174,7 @@ std::vector<HubFile> fetchFileList(const DownloadOptions& options) {
     try {
         return parseFileList(body);
     } catch (const HubError& error) {
-        throw HubError(error.kind(), redactSecret(url + ": " + error.what(), token));
+        throw HubError(error.hubKind(), redactSecret(url + ": " + error.what(), token));
     }
 }
 

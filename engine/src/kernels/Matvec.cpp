@@ -291,6 +291,8 @@ void matvec(float* y, const float* x, const WeightView& w) {
 // BF16 is 3 MB) while the weights are read once for every 64 columns.
 constexpr int kMatmatColumns = 64;
 
+// Long on purpose: one dispatch over every weight format and instruction-set path, so the
+// choice of kernel is read in one place (each branch is a call into that path's kernel).
 void matmat(float* y, const float* x, const WeightView& w, int columns) {
     if (columns < 0) throw KernelError("matmat: negative column count " + std::to_string(columns));
     if (columns == 0) return;

@@ -65,6 +65,8 @@ struct CheckpointExpertStore::Files {
     std::vector<std::unique_ptr<AlignedFile>> files;
 };
 
+// Long on purpose: every expert tensor's name, shape and file offset is checked in one
+// pass over the index, so a mismatch names the tensor before anything is read.
 CheckpointExpertStore::CheckpointExpertStore(const Checkpoint& ckpt, const ModelConfig& c,
                                              int layerCount, bool checkShapes)
     : shardPaths_(ckpt.shardPaths()), numExperts_(c.numExperts), files_(std::make_unique<Files>()) {

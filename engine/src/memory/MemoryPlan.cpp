@@ -146,18 +146,15 @@ void planTrunk(MemoryPlan& plan, std::span<const std::uint64_t> layers, std::uin
         plan.piecewise = split;
         return;
     }
-    if (canSplit)
-        throw MemoryRefusal(
-            "the trunk budget of " + formatBytes(budget) +
-            " cannot hold one ring slot for the largest piece of a layer (" +
-            formatBytes(largestPiece) + ": a layer's attention or its MLP); raise " +
-            "--trunk-gb to at least " + formatBytes(largestPiece) + " (two slots, " +
-            formatBytes(2 * largestPiece) + ", also overlap the next read with compute)");
-    throw MemoryRefusal(
-        "the trunk budget of " + formatBytes(budget) +
-        " cannot hold one ring slot for the largest layer (" + formatBytes(alignUp(largest)) +
-        "); raise --trunk-gb to at least " + formatBytes(alignUp(largest)) + " (two slots, " +
-        formatBytes(2 * alignUp(largest)) + ", also overlap the next read with compute)");
+    const std::uint64_t slot = canSplit ? largestPiece : alignUp(largest);
+    throw MemoryRefusal("the trunk budget of " + formatBytes(budget) +
+                            " cannot hold one ring slot for the largest " +
+                            (canSplit ? "piece of a layer (" + formatBytes(slot) +
+                                            ": a layer's attention or its MLP)"
+                                      : "layer (" + formatBytes(slot) + ")") +
+                            "; it needs at least " + formatBytes(slot) + " (two slots, " +
+                            formatBytes(2 * slot) + ", also overlap the next read with compute)",
+                        MemoryRefusal::Reason::TrunkTooSmall, slot);
 }
 
 MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uint64_t available) {
@@ -268,15 +265,10 @@ void enforceMemoryPlan(const MemoryPlan& plan) {
                formatBytes(perPos) +
                " each) is what does not fit. This is a memory limit of this "
                "machine, not an engine ceiling: about " +
-               std::to_string(fitPositions) +
-               " positions fit here. Options: a shorter context, a smaller --cache-gb or "
-               "--trunk-gb, or a machine with more memory.";
-    } else {
-        msg += "Options: a smaller preset or --trunk-gb/--cache-gb (the output is the same at "
-               "every budget, only slower), close other programs, or a machine with more "
-               "memory.";
+               std::to_string(fitPositions) + " positions fit here.";
+        throw MemoryRefusal(msg, MemoryRefusal::Reason::ContextTooBig, 0, fitPositions);
     }
-    throw MemoryRefusal(msg);
+    throw MemoryRefusal(msg, MemoryRefusal::Reason::OverAvailable);
 }
 
 } // namespace k3

@@ -233,6 +233,9 @@ void runExpert(const ExpertWeights& ex, const Routed& r, const Floats& z, Floats
 
 } // namespace
 
+// Long on purpose: routing, the union of experts, their matmats and the weighted sum
+// share per-chunk buffers and one expert-major loop order (each expert read once per
+// chunk); split, the pieces would pass those buffers around and hide that order.
 int moeChunk(float* out, const float* xn, int T, const MoeWeightsStored& w, const ModelConfig& c,
              float eps, const ExpertSource& src) {
     const int hidden = c.hiddenSize, latent = w.down.rows, topK = c.numExpertsPerToken;

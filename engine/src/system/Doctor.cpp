@@ -95,39 +95,38 @@ DoctorCheck diskSpeedCheck(const DiskBandwidth& disk) {
             text};
 }
 
-DoctorReport runDoctor(const DoctorOptions& options) {
-    DoctorReport r;
-    r.modelDir = options.modelDir.empty() ? std::filesystem::current_path() : options.modelDir;
-    r.cpu = detectCpuFeatures();
-    r.memory = readMemoryInfo();
+namespace {
 
-    if (r.cpu.avx2 && r.cpu.fma)
-        r.checks.push_back(
-            {"cpu", CheckStatus::Ok, "CPU: " + r.cpu.summary() + ", the fast kernels run"});
-    else
-        r.checks.push_back({"cpu", CheckStatus::Warning,
-                            "CPU: no AVX2/FMA, the portable kernels run (same output, slower)"});
+DoctorCheck cpuCheck(const CpuFeatures& cpu) {
+    if (cpu.avx2 && cpu.fma)
+        return {"cpu", CheckStatus::Ok, "CPU: " + cpu.summary() + ", the fast kernels run"};
+    return {"cpu", CheckStatus::Warning,
+            "CPU: no AVX2/FMA, the portable kernels run (same output, slower)"};
+}
 
-    if (!r.memory) {
-        r.checks.push_back({"memory", CheckStatus::Fail,
-                            "RAM: /proc/meminfo has no MemTotal/MemAvailable, cannot size a plan"});
-    } else {
-        const double avail = static_cast<double>(r.memory->availableBytes);
-        const std::string bound = r.memory->boundBy == "MemAvailable"
-                                      ? std::string()
-                                      : " (bound by " + r.memory->boundBy + ")";
-        r.recommendedPreset = recommendPreset(r.memory->availableBytes);
-        if (r.recommendedPreset)
-            r.checks.push_back({"memory", CheckStatus::Ok,
-                                "RAM: " + gb(avail) + " available" + bound + " -> preset " +
-                                    std::string(r.recommendedPreset->name)});
-        else
-            r.checks.push_back({"memory", CheckStatus::Fail,
-                                "RAM: " + gb(avail) + " available" + bound +
-                                    "; the smallest preset (ultra) needs about 4 GB. "
-                                    "Close other programs or add memory."});
-    }
+// The memory check, and the preset it recommends.
+DoctorCheck memoryCheck(DoctorReport& r) {
+    if (!r.memory)
+        return {"memory", CheckStatus::Fail,
+                "RAM: /proc/meminfo has no MemTotal/MemAvailable, cannot size a plan"};
+    const double avail = static_cast<double>(r.memory->availableBytes);
+    const std::string bound = r.memory->boundBy == "MemAvailable"
+                                  ? std::string()
+                                  : " (bound by " + r.memory->boundBy + ")";
+    r.recommendedPreset = recommendPreset(r.memory->availableBytes);
+    if (r.recommendedPreset)
+        return {"memory", CheckStatus::Ok,
+                "RAM: " + gb(avail) + " available" + bound + " -> preset " +
+                    std::string(r.recommendedPreset->name)};
+    return {"memory", CheckStatus::Fail,
+            "RAM: " + gb(avail) + " available" + bound +
+                "; the smallest preset (ultra) needs about 4 GB. Close other programs or add "
+                "memory."};
+}
 
+// A checkpoint in the folder is opened (no weight data read); otherwise the free space
+// for downloading one is checked.
+DoctorCheck checkpointOrSpaceCheck(DoctorReport& r) {
     std::error_code ec;
     r.checkpointPresent =
         std::filesystem::is_regular_file(r.modelDir / "config.json", ec) &&
@@ -139,30 +138,48 @@ DoctorReport runDoctor(const DoctorOptions& options) {
         // would only surface at load (issue 22). The same readers, no weight data.
         try {
             const std::string what = openCheckpoint(r.modelDir);
-            r.checks.push_back(
-                {"checkpoint", CheckStatus::Ok,
-                 "Checkpoint: readable at " + r.modelDir.string() + " (" + what + ")"});
+            return {"checkpoint", CheckStatus::Ok,
+                    "Checkpoint: readable at " + r.modelDir.string() + " (" + what + ")"};
         } catch (const std::exception& e) {
             r.checkpointError = e.what();
-            r.checks.push_back({"checkpoint", CheckStatus::Fail,
-                                "Checkpoint: cannot be read: " + r.checkpointError});
+            return {"checkpoint", CheckStatus::Fail,
+                    "Checkpoint: cannot be read: " + r.checkpointError};
         }
-    } else if (!r.freeBytes) {
-        r.checks.push_back({"disk-space", CheckStatus::Warning,
-                            "Disk: cannot read free space at " + r.modelDir.string()});
-    } else if (*r.freeBytes >= kCheckpointBytes) {
-        r.checks.push_back({"disk-space", CheckStatus::Ok,
-                            "Disk: " + gb(double(*r.freeBytes)) + " free at " +
-                                r.modelDir.string() + ", " + gb(double(kCheckpointBytes)) +
-                                " needed"});
-    } else {
-        r.checks.push_back({"disk-space", CheckStatus::Warning,
-                            "Disk: " + gb(double(*r.freeBytes)) + " free at " +
-                                r.modelDir.string() + ", " + gb(double(kCheckpointBytes)) +
-                                " needed (short by " + gb(double(kCheckpointBytes - *r.freeBytes)) +
-                                "); choose another folder or free space"});
     }
+    if (!r.freeBytes)
+        return {"disk-space", CheckStatus::Warning,
+                "Disk: cannot read free space at " + r.modelDir.string()};
+    const std::string have = "Disk: " + gb(double(*r.freeBytes)) + " free at " +
+                             r.modelDir.string() + ", " + gb(double(kCheckpointBytes)) + " needed";
+    if (*r.freeBytes >= kCheckpointBytes) return {"disk-space", CheckStatus::Ok, have};
+    return {"disk-space", CheckStatus::Warning,
+            have + " (short by " + gb(double(kCheckpointBytes - *r.freeBytes)) +
+                "); choose another folder or free space"};
+}
 
+// The one command that moves this machine forward: download, pack, or run.
+std::string nextCommand(const DoctorReport& r) {
+    if (!r.canRun()) return {};
+    const std::string dir = shellQuote(r.modelDir.string());
+    const std::string trunk = shellQuote((r.modelDir / "trunk").string());
+    std::error_code ec;
+    if (!r.checkpointPresent) return "k3 download " + dir;
+    if (!std::filesystem::is_regular_file(r.modelDir / "trunk" / "trunk.json", ec))
+        return "k3 pack " + dir + " " + trunk;
+    return "k3 " + dir + " --trunk " + trunk + " --preset " +
+           std::string(r.recommendedPreset->name) + " --prompt 'Hello'";
+}
+
+} // namespace
+
+DoctorReport runDoctor(const DoctorOptions& options) {
+    DoctorReport r;
+    r.modelDir = options.modelDir.empty() ? std::filesystem::current_path() : options.modelDir;
+    r.cpu = detectCpuFeatures();
+    r.memory = readMemoryInfo();
+    r.checks.push_back(cpuCheck(r.cpu));
+    r.checks.push_back(memoryCheck(r));
+    r.checks.push_back(checkpointOrSpaceCheck(r));
     if (options.measureDisk) {
         try {
             const auto dir = r.checkpointPresent ? r.modelDir : existingAncestor(r.modelDir);
@@ -173,18 +190,7 @@ DoctorReport runDoctor(const DoctorOptions& options) {
                                 std::string("Disk speed: not measured: ") + e.what()});
         }
     }
-
-    const std::string dir = shellQuote(r.modelDir.string());
-    const std::string trunk = shellQuote((r.modelDir / "trunk").string());
-    if (!r.canRun())
-        r.nextCommand.clear();
-    else if (!r.checkpointPresent)
-        r.nextCommand = "k3 download " + dir;
-    else if (!std::filesystem::is_regular_file(r.modelDir / "trunk" / "trunk.json", ec))
-        r.nextCommand = "k3 pack " + dir + " " + trunk;
-    else
-        r.nextCommand = "k3 " + dir + " --trunk " + trunk + " --preset " +
-                        std::string(r.recommendedPreset->name) + " --prompt 'Hello'";
+    r.nextCommand = nextCommand(r);
     return r;
 }
 

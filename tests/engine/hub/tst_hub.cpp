@@ -244,7 +244,7 @@ private slots:
                 k3::parseFileList(json);
             } catch (const k3::HubError& e) {
                 return std::string(e.what()).find(needle) != std::string::npos &&
-                       e.kind() == k3::HubErrorKind::BadListing;
+                       e.hubKind() == k3::HubErrorKind::BadListing;
             }
             return false;
         };

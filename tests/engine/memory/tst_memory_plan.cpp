@@ -64,6 +64,11 @@ void TestMemoryPlan::refusesBelowOneSlot() {
         const std::string m = e.what();
         QVERIFY2(m.find("5.00 MB") != std::string::npos, e.what());
         QVERIFY2(m.find("20.00 MB") != std::string::npos, e.what());
+        QCOMPARE(e.kind(), k3::ErrorKind::Memory);
+        QCOMPARE(e.reason(), k3::MemoryRefusal::Reason::TrunkTooSmall);
+        QCOMPARE(e.minTrunkBytes(), (20 * MB + 4095) / 4096 * 4096); // one aligned slot
+        // The engine says what is wrong; each front end adds its own flag or setting.
+        QVERIFY2(m.find("--") == std::string::npos, e.what());
     }
 }
 
@@ -91,6 +96,8 @@ void TestMemoryPlan::piecesWhenALayerExceedsTheShare() {
     } catch (const k3::MemoryRefusal& e) {
         QVERIFY2(std::string(e.what()).find("largest piece") != std::string::npos, e.what());
         QVERIFY2(std::string(e.what()).find("20.00 MB") != std::string::npos, e.what());
+        QCOMPARE(e.reason(), k3::MemoryRefusal::Reason::TrunkTooSmall);
+        QCOMPARE(e.minTrunkBytes(), (20 * MB + 4095) / 4096 * 4096); // one aligned slot
     }
     // 51 MB holds the big layer whole in ONE slot, but two 25.5 MB slots overlap every
     // read with compute, the big layer's in two pieces: overlap wins.
@@ -194,7 +201,8 @@ void TestMemoryPlan::refusalHasNumbersAndOptions() {
         const std::string m = e.what();
         QVERIFY2(m.find("REFUSING TO START") != std::string::npos, e.what());
         QVERIFY2(m.find("500.00 MB") != std::string::npos, e.what());
-        QVERIFY2(m.find("Options:") != std::string::npos, e.what());
+        QCOMPARE(e.reason(), k3::MemoryRefusal::Reason::OverAvailable);
+        QVERIFY2(m.find("--") == std::string::npos, e.what());
         QVERIFY2(m.find("not an engine ceiling") == std::string::npos, e.what());
     }
     // Within 95%: accepted.
@@ -220,6 +228,8 @@ void TestMemoryPlan::kvRefusalIsAMemoryLimit() {
         QVERIFY2(m.find("2000 positions") != std::string::npos, e.what());
         // 95% of 1500 = 1425 MB; the rest: a 2 x 100.004 MB ring + 50 + 16 + 10 + 1 MB.
         QVERIFY2(m.find("about 1147 positions fit") != std::string::npos, e.what());
+        QCOMPARE(e.reason(), k3::MemoryRefusal::Reason::ContextTooBig);
+        QCOMPARE(e.fitPositions(), std::uint64_t(1147));
     }
 }
 

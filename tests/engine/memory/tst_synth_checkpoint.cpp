@@ -24,26 +24,47 @@
 class TestSynthCheckpoint : public QObject {
     Q_OBJECT
 private slots:
+    void initTestCase();
     void writesIndexesPacksAndDecodes();
     void compressedTrunkGivesTheSameBits();
     void speculationGivesSerialIds();
+
+private:
+    // One checkpoint (its layers fresh N(0, 0.02) BF16 draws, so the codec's ratio means
+    // something) and its raw trunk, shared by every test: ~11 GB written once, not three times.
+    QTemporaryDir m_tmp{QStringLiteral(K3_BINARY_DIR "/synth-XXXXXX")};
+    k3synth::SynthOptions m_options;
+    k3synth::SynthResult m_written;
+    std::filesystem::path m_dir;
+    std::filesystem::path m_trunk;
+    k3::PackResult m_packed;
 };
 
-void TestSynthCheckpoint::writesIndexesPacksAndDecodes() {
-    QTemporaryDir tmp(QStringLiteral(K3_BINARY_DIR "/synth-XXXXXX"));
-    QVERIFY(tmp.isValid());
-    const std::filesystem::path dir = tmp.filePath(QStringLiteral("model")).toStdString();
-    k3synth::SynthOptions so;
-    so.layers = 2;
-    so.experts = 4;
-    const std::uint64_t bytes = k3synth::synthCheckpointBytes(so);
-    // The checkpoint and its packed trunk side by side need twice its size.
-    const auto space = std::filesystem::space(tmp.path().toStdString());
-    if (space.available < 2 * bytes + (4ull << 30))
+void TestSynthCheckpoint::initTestCase() {
+    QVERIFY(m_tmp.isValid());
+    m_options.layers = 2;
+    m_options.experts = 4;
+    m_options.gaussianTrunk = true;
+    const std::uint64_t bytes = k3synth::synthCheckpointBytes(m_options);
+    // The checkpoint, its raw trunk, then a compressed trunk or a draft (each smaller).
+    const auto space = std::filesystem::space(m_tmp.path().toStdString());
+    if (space.available < 3 * bytes + (4ull << 30))
         QSKIP(qPrintable(QStringLiteral("needs %1 GB free next to the build, has %2 GB")
-                             .arg(double(2 * bytes + (4ull << 30)) / 1e9)
+                             .arg(double(3 * bytes + (4ull << 30)) / 1e9)
                              .arg(double(space.available) / 1e9)));
-    const k3synth::SynthResult w = k3synth::writeSynthCheckpoint(dir, so);
+    QElapsedTimer clock;
+    clock.start();
+    m_dir = m_tmp.filePath(QStringLiteral("model")).toStdString();
+    m_written = k3synth::writeSynthCheckpoint(m_dir, m_options);
+    m_trunk = m_tmp.filePath(QStringLiteral("trunk")).toStdString();
+    m_packed = k3::packTrunk(m_dir, m_trunk);
+    qInfo("written and packed in %.1f s", clock.elapsed() / 1e3);
+}
+
+void TestSynthCheckpoint::writesIndexesPacksAndDecodes() {
+    const std::filesystem::path& dir = m_dir;
+    const k3synth::SynthResult& w = m_written;
+    const std::uint64_t bytes = k3synth::synthCheckpointBytes(m_options);
     QCOMPARE(w.bytes, bytes);
     QCOMPARE(w.shards, 4); // embeddings, layer 0, layer 1, the head
 
@@ -72,8 +93,8 @@ void TestSynthCheckpoint::writesIndexesPacksAndDecodes() {
     QCOMPARE(expert, std::uint64_t(17'547'264)); // one released expert
 
     // Packed: layer 0 (KDA + the dense MLP) is the seed's 2.341 GB largest layer run.
-    const std::filesystem::path trunk = tmp.filePath(QStringLiteral("trunk")).toStdString();
-    const k3::PackResult pr = k3::packTrunk(dir, trunk);
+    const std::filesystem::path& trunk = m_trunk;
+    const k3::PackResult& pr = m_packed;
     QCOMPARE(pr.layers, 2);
     QCOMPARE(pr.largestLayerBytes, std::uint64_t(2'340'893'440));
 
@@ -109,23 +130,9 @@ void TestSynthCheckpoint::writesIndexesPacksAndDecodes() {
 // The layers as fresh N(0, 0.02) BF16 draws, packed raw and with --compress: the coded
 // layers take ~0.717 of the bytes and every budget gives the raw trunk's logits, bit for bit.
 void TestSynthCheckpoint::compressedTrunkGivesTheSameBits() {
-    QTemporaryDir tmp(QStringLiteral(K3_BINARY_DIR "/synth-XXXXXX"));
-    QVERIFY(tmp.isValid());
-    const std::filesystem::path dir = tmp.filePath(QStringLiteral("model")).toStdString();
-    k3synth::SynthOptions so;
-    so.layers = 2;
-    so.experts = 4;
-    so.gaussianTrunk = true;
-    const std::uint64_t bytes = k3synth::synthCheckpointBytes(so);
-    const auto space = std::filesystem::space(tmp.path().toStdString());
-    if (space.available < 3 * bytes + (4ull << 30))
-        QSKIP(qPrintable(QStringLiteral("needs %1 GB free next to the build, has %2 GB")
-                             .arg(double(3 * bytes + (4ull << 30)) / 1e9)
-                             .arg(double(space.available) / 1e9)));
-    k3synth::writeSynthCheckpoint(dir, so);
-    const std::string raw = tmp.filePath(QStringLiteral("raw")).toStdString();
-    const std::string coded = tmp.filePath(QStringLiteral("coded")).toStdString();
-    k3::packTrunk(dir, raw);
+    const std::filesystem::path& dir = m_dir;
+    const std::string raw = m_trunk.string();
+    const std::string coded = m_tmp.filePath(QStringLiteral("coded")).toStdString();
     k3::PackOptions po;
     po.compress = true;
     const k3::PackResult pr = k3::packTrunk(dir, coded, {}, nullptr, po);
@@ -158,6 +165,7 @@ void TestSynthCheckpoint::compressedTrunkGivesTheSameBits() {
             qPrintable(
                 QStringLiteral("budget %1: %2 vs %3 bytes").arg(budget).arg(read[1]).arg(read[0])));
     }
+    std::filesystem::remove_all(coded); // room for the draft
 }
 
 // Greedy speculation at the real widths (a KDA layer then an MLA + MoE layer, so a
@@ -166,28 +174,14 @@ void TestSynthCheckpoint::compressedTrunkGivesTheSameBits() {
 // at two budgets (all pinned; layer 0 in two pieces through one slot), tables on disk,
 // a 2-slot expert cache.
 void TestSynthCheckpoint::speculationGivesSerialIds() {
-    QTemporaryDir tmp(QStringLiteral(K3_BINARY_DIR "/synth-XXXXXX"));
-    QVERIFY(tmp.isValid());
-    const std::filesystem::path dir = tmp.filePath(QStringLiteral("model")).toStdString();
-    k3synth::SynthOptions so;
-    so.layers = 2;
-    so.experts = 4;
-    const std::uint64_t bytes = k3synth::synthCheckpointBytes(so);
-    // The checkpoint, its trunk and its draft (each under the checkpoint's size).
-    const auto space = std::filesystem::space(tmp.path().toStdString());
-    if (space.available < 3 * bytes + (4ull << 30))
-        QSKIP(qPrintable(QStringLiteral("needs %1 GB free next to the build, has %2 GB")
-                             .arg(double(3 * bytes + (4ull << 30)) / 1e9)
-                             .arg(double(space.available) / 1e9)));
+    const std::filesystem::path& dir = m_dir;
+    const std::string trunk = m_trunk.string();
     QElapsedTimer clock;
     clock.start();
-    k3synth::writeSynthCheckpoint(dir, so);
-    const std::string trunk = tmp.filePath(QStringLiteral("trunk")).toStdString();
-    const std::string draft = tmp.filePath(QStringLiteral("draft")).toStdString();
-    k3::packTrunk(dir, trunk);
+    const std::string draft = m_tmp.filePath(QStringLiteral("draft")).toStdString();
     const k3::DraftPackResult dr = k3::packDraft(dir, draft);
     QVERIFY(dr.quantised > 0);
-    qInfo("written, packed and drafted in %.1f s", clock.restart() / 1e3);
+    qInfo("drafted in %.1f s", clock.restart() / 1e3);
 
     const auto open = [&](std::uint64_t trunkBytes, const std::string& draftDir) {
         k3::SessionOptions o;

@@ -50,7 +50,7 @@ template <class F> std::pair<std::string, k3::RemoteErrorKind> errorOf(F&& call)
     try {
         call();
     } catch (const k3::RemoteError& e) {
-        return {e.what(), e.kind()};
+        return {e.what(), e.remoteKind()};
     }
     return {"(no error)", k3::RemoteErrorKind::Usage};
 }
@@ -218,7 +218,7 @@ private slots:
                      "the server at " + root(server) +
                          " closed the stream early, after 3 deltas (no finish_reason or "
                          "[DONE]); the partial answer is kept");
-            QVERIFY(e.kind() == k3::RemoteErrorKind::EarlyClose);
+            QVERIFY(e.remoteKind() == k3::RemoteErrorKind::EarlyClose);
             QCOMPARE(e.partial().reasoning, std::string("Thinking"));
             QCOMPARE(e.partial().content, std::string("Partial answer"));
             QCOMPARE(e.partial().finishReason, std::string());
