@@ -22,17 +22,26 @@ std::vector<TokenId> proposePromptLookup(std::span<const TokenId> history, int k
 // The adaptive width ("--spec auto"): grows while whole proposals are accepted, shrinks
 // when the first proposed token is rejected, between 1 and maxWidth. Where proposals keep
 // failing (text the model does not repeat although the conversation does), it also
-// stops proposing for 2, 4, ... 64 serial steps after each failed pass, so such text
-// decodes within a few percent of serial decode. A pass also fails when it was measured
-// slower per committed token than serial steps (a draft whose own forward costs more
-// than the trunk pass it saves): the width follows seconds, not only acceptance. The
-// session times its steps for greedy --spec auto only; a fixed width, and sampling
-// (whose random draws follow the proposals, and a seed must reproduce), go by acceptance.
+// stops proposing for 2, 4, ... 256 serial steps after each failed pass, so such text
+// decodes within a few percent of serial decode.
+// Timed (greedy --spec auto; the session measures its steps): the first step is serial
+// (the yardstick), a pass also fails when it was slower per committed token than serial
+// steps (a draft whose own forward costs more than the trunk pass it saves), and the
+// seconds passes lost against serial steps are held to a budget: every step earns
+// kLossBudget of its seconds, every pass adds what it saved or lost, and no proposal is
+// made while that credit is below zero. The credit starts at, and is capped at, one
+// serial step, so a good stretch does not pay for a long bad one. A fixed width, and
+// sampling (whose random draws follow the proposals, and a seed must reproduce), go by
+// acceptance only.
 class SpeculationWidth {
 public:
-    explicit SpeculationWidth(int maxWidth = 16, int start = 4);
+    static constexpr double kLossBudget = 0.01;
+    static constexpr int kMaxFailures = 8; // back-off of at most 2^8 steps
+
+    explicit SpeculationWidth(int maxWidth = 16, int start = 4, bool timed = false);
     int width() const { return width_; }
-    // False while cooling down after rejections; each call is one decode step.
+    // False while cooling down after rejections, or (timed) over the loss budget; each
+    // call is one decode step.
     bool propose();
     // A speculative step: `proposed` guesses, `accepted` kept; `secondsPerToken` is the
     // whole step (proposing and verifying) over the tokens it committed (0: not timed).
@@ -40,13 +49,17 @@ public:
     // A serial step's seconds (the yardstick for record's secondsPerToken).
     void recordSerial(double seconds);
     double serialSeconds() const { return serialSeconds_; }
+    // Timed: the loss budget's credit in serial steps (see above).
+    double credit() const { return credit_; }
 
 private:
     int max_;
     int width_;
+    bool timed_;
     int failures_ = 0;         // failed passes in a row
     int cooldown_ = 0;         // steps left without proposals
     double serialSeconds_ = 0; // moving average of serial steps (0: none measured yet)
+    double credit_ = 1;        // timed: serial steps speculation may still lose
 };
 
 } // namespace k3

@@ -32,10 +32,11 @@ struct Session::Impl {
     TokenTiming lastTiming; // of the last fed token
 
     // The draft (SessionOptions::draftDir) runs `model`'s experts, so it is declared after
-    // it (destroyed first). draftFed: the ids draftState holds.
+    // it (destroyed first). draftSeen: the conversation draftState has caught up with
+    // (read, or skipped after a back-off: see proposeWithDraft).
     std::optional<Model> draft;
     std::optional<InferenceState> draftState;
-    std::vector<TokenId> draftFed;
+    std::vector<TokenId> draftSeen;
     std::vector<float> draftLogits;
     std::uint64_t draftFileBytes = 0;
 
@@ -152,7 +153,7 @@ void Session::reset() {
     impl_->promptSnapshotIds.clear();
     impl_->resume.clear();
     if (impl_->draftState) impl_->draftState->reset();
-    impl_->draftFed.clear();
+    impl_->draftSeen.clear();
 }
 
 MemoryReport Session::memoryReport() const {
@@ -337,35 +338,52 @@ double share(double total, int parts) {
     return parts > 0 ? total / parts : 0;
 }
 
+// Decoded tokens the draft reads before a proposal, at most: see proposeWithDraft.
+constexpr std::size_t kDraftWindow = 8;
+
 // Up to k tokens the draft's greedy decode continues `context` with (the conversation
-// and the pending token). The draft first catches up with the conversation (in chunks;
-// from scratch when the conversation is not a continuation of what it holds), then
-// proposes from a copy of its state point, which is put back afterwards: the draft never
-// needs a rollback.
-std::vector<TokenId> proposeWithDraft(Session::Impl& s, std::span<const TokenId> context, int k) {
+// and the pending token). The draft first catches up with the conversation in chunks
+// (from scratch when the conversation is not a continuation of what it has seen): all
+// of it before `decodedFrom` (the prompt), then the last kDraftWindow decoded tokens
+// only. Catching up on every committed token would cost one draft position per token (as
+// much compute as the model's own step) whatever the back-off; skipping the older
+// decoded tokens costs only proposal quality, never the ids. The pending token is read
+// in the same chunk, and that state is kept (the next catch-up starts after it); the
+// k - 1 further forwards run from a copy that is put back: the draft needs no rollback.
+std::vector<TokenId> proposeWithDraft(Session::Impl& s, std::span<const TokenId> context, int k,
+                                      std::size_t decodedFrom) {
+    if (k <= 0) return {};
     const Model& d = *s.draft;
     InferenceState& st = *s.draftState;
+    std::vector<TokenId>& seen = s.draftSeen;
     const std::size_t known = context.size() - 1;
-    if (!isPrefix(s.draftFed, context.first(known))) {
+    if (!isPrefix(seen, context.first(known))) {
         st.reset();
-        s.draftFed.clear();
+        seen.clear();
     }
     const std::size_t chunk = std::size_t(std::max(1, d.memoryPlan().chunkPositions));
-    while (s.draftFed.size() < known) {
-        const std::size_t n = std::min(chunk, known - s.draftFed.size());
-        d.forward(st, context.subspan(s.draftFed.size(), n), s.draftLogits);
-        s.draftFed.insert(s.draftFed.end(), context.begin() + std::ptrdiff_t(s.draftFed.size()),
-                          context.begin() + std::ptrdiff_t(s.draftFed.size() + n));
+    const auto read = [&](std::size_t end) {
+        while (seen.size() < end) {
+            const std::size_t n = std::min(chunk, end - seen.size());
+            d.forward(st, context.subspan(seen.size(), n), s.draftLogits);
+            seen.insert(seen.end(), context.begin() + std::ptrdiff_t(seen.size()),
+                        context.begin() + std::ptrdiff_t(seen.size() + n));
+        }
+    };
+    read(std::min(decodedFrom, known));
+    if (known > kDraftWindow && seen.size() < known - kDraftWindow)
+        seen.insert(seen.end(), context.begin() + std::ptrdiff_t(seen.size()),
+                    context.begin() + std::ptrdiff_t(known - kDraftWindow));
+    read(context.size());
+    std::vector<TokenId> out{argmax(s.draftLogits)};
+    if (k > 1) {
+        InferenceState saved = st.clone();
+        for (int i = 1; i < k; ++i) {
+            d.forward(st, out.back(), s.draftLogits);
+            out.push_back(argmax(s.draftLogits));
+        }
+        st = std::move(saved);
     }
-    InferenceState saved = st.clone();
-    std::vector<TokenId> out;
-    TokenId current = context.back();
-    for (int i = 0; i < k; ++i) {
-        d.forward(st, current, s.draftLogits);
-        current = argmax(s.draftLogits);
-        out.push_back(current);
-    }
-    st = std::move(saved);
     return out;
 }
 
@@ -386,8 +404,14 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
     // A rejected proposal's correction: the next token (-1: none). Not a std::optional:
     // GCC 12 warns it may be read uninitialised.
     TokenId forced = -1;
+    // Auto starts the draft at one proposal (each costs a draft forward), prompt lookup
+    // (free guesses) at 4.
     SpeculationWidth width(options.speculation > 0 ? options.speculation : 16,
-                           options.speculation > 0 ? options.speculation : 4);
+                           options.speculation > 0 ? options.speculation
+                           : s.draft               ? 1
+                                                   : 4,
+                           autoWidth);
+    const std::size_t decodedFrom = s.fed.size(); // the draft reads all before (the prompt)
     const std::size_t V = s.logits.size();
     std::vector<float> chunkLogits;
     int emitted = 0;
@@ -430,7 +454,8 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
                                     s.model.memoryPlan().maxSpeculation});
             // The conversation so far plus `next`, without copying it every step.
             s.fed.push_back(next);
-            proposals = s.draft ? proposeWithDraft(s, s.fed, k) : proposePromptLookup(s.fed, k);
+            proposals = s.draft ? proposeWithDraft(s, s.fed, k, decodedFrom)
+                                : proposePromptLookup(s.fed, k);
             s.fed.pop_back();
         }
         if (proposals.empty()) { // one position, as serial decode

@@ -23,26 +23,38 @@ std::vector<TokenId> proposePromptLookup(std::span<const TokenId> history, int k
     return out;
 }
 
-SpeculationWidth::SpeculationWidth(int maxWidth, int start)
-    : max_(std::max(1, maxWidth)), width_(std::clamp(start, 1, std::max(1, maxWidth))) {}
+SpeculationWidth::SpeculationWidth(int maxWidth, int start, bool timed)
+    : max_(std::max(1, maxWidth)), width_(std::clamp(start, 1, std::max(1, maxWidth))),
+      timed_(timed) {}
 
 bool SpeculationWidth::propose() {
-    if (cooldown_ == 0) return true;
-    --cooldown_;
-    return false;
+    if (timed_ && serialSeconds_ <= 0) return false; // no yardstick yet
+    if (cooldown_ > 0) {
+        --cooldown_;
+        return false;
+    }
+    return !timed_ || credit_ >= 0;
 }
 
 void SpeculationWidth::record(int proposed, int accepted, double secondsPerToken) {
     if (proposed <= 0) return;
-    const bool slower =
-        secondsPerToken > 0 && serialSeconds_ > 0 && secondsPerToken > serialSeconds_;
+    const bool measured = secondsPerToken > 0 && serialSeconds_ > 0;
+    const bool slower = measured && secondsPerToken > serialSeconds_;
+    if (timed_ && measured) {
+        // Saved (lost) against serial steps, in serial steps: the pass committed
+        // accepted + 1 tokens (fewer only where the answer ends).
+        const double committed = accepted + 1;
+        credit_ += committed * (1.0 - secondsPerToken / serialSeconds_) +
+                   kLossBudget * committed * secondsPerToken / serialSeconds_;
+        credit_ = std::min(credit_, 1.0);
+    }
     if (accepted > 0 && !slower) failures_ = 0;
     if (accepted == proposed && !slower) { // every guess held and paid: guess further
         width_ = std::min(max_, width_ * 2);
     } else if (accepted == 0 || slower) { // the pass was nearly wasted, or cost more
         width_ = std::max(1, width_ / 2);
-        failures_ = std::min(failures_ + 1, 6);
-        cooldown_ = 1 << failures_; // 2, 4, ... 64 serial steps
+        failures_ = std::min(failures_ + 1, kMaxFailures);
+        cooldown_ = 1 << failures_; // 2, 4, ... 256 serial steps
     }
 }
 
@@ -50,6 +62,7 @@ void SpeculationWidth::recordSerial(double seconds) {
     if (seconds <= 0) return;
     // A short memory: the disk's speed changes as the page cache warms.
     serialSeconds_ = serialSeconds_ > 0 ? 0.75 * serialSeconds_ + 0.25 * seconds : seconds;
+    if (timed_) credit_ = std::min(1.0, credit_ + kLossBudget * seconds / serialSeconds_);
 }
 
 } // namespace k3

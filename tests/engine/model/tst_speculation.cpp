@@ -5,6 +5,7 @@
 #include <QTest>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 
 #include <k3/model.hpp>
@@ -66,6 +67,7 @@ class TestSpeculation : public QObject {
 private slots:
     void promptLookupProposesWhatFollowed();
     void widthAdapts();
+    void timedWidthKeepsLossesInBudget();
     void rollbackGivesThePlainState_data();
     void rollbackGivesThePlainState();
     void rejectedFirstMiddleAndLast();
@@ -115,10 +117,10 @@ void TestSpeculation::widthAdapts() {
         }
     }
     QCOMPARE(w.width(), 1);
-    w.record(1, 0); // at most 64 steps without proposals
+    w.record(1, 0); // at most 256 steps without proposals
     int idle = 0;
     while (!w.propose()) ++idle;
-    QCOMPARE(idle, 64);
+    QCOMPARE(idle, 256);
     w.record(1, 1); // an accepted guess ends the back-off
     QVERIFY(w.propose());
     w.record(2, 0);
@@ -147,6 +149,45 @@ void TestSpeculation::widthAdapts() {
     QCOMPARE(t.width(), 4);
     for (int i = 0; i < 4; ++i) QVERIFY(!t.propose());
     QVERIFY(t.propose());
+}
+
+// Timed (greedy --spec auto): a serial step first, then the seconds lost against serial
+// steps stay within 1% of the steps' seconds, after an allowance of one serial step.
+void TestSpeculation::timedWidthKeepsLossesInBudget() {
+    k3::SpeculationWidth t(16, 1, /*timed=*/true);
+    QVERIFY(!t.propose()); // no serial step measured yet
+    t.recordSerial(1.0);
+    QCOMPARE(t.credit(), 1.0); // capped at one serial step
+    QVERIFY(t.propose());
+    // Nothing accepted, 1.5 s for its one token: 0.5 lost, 0.015 earned.
+    t.record(1, 0, 1.5);
+    QCOMPARE(t.width(), 1);
+    QVERIFY(std::abs(t.credit() - 0.515) < 1e-12);
+    for (int i = 0; i < 2; ++i) {
+        QVERIFY(!t.propose()); // the back-off: 2 steps
+        t.recordSerial(1.0);
+    }
+    QVERIFY(t.propose()); // 0.535
+    t.record(1, 0, 1.5);
+    for (int i = 0; i < 4; ++i) {
+        QVERIFY(!t.propose());
+        t.recordSerial(1.0);
+    }
+    QVERIFY(t.propose()); // 0.09
+    t.record(1, 0, 1.5);  // -0.395: 40 serial steps to earn it back (the back-off is 8)
+    int idle = 0;
+    while (!t.propose()) {
+        ++idle;
+        t.recordSerial(1.0);
+    }
+    QCOMPARE(idle, 40);
+    t.record(1, 1, 0.6); // paid: 2 tokens at 0.6 s, 0.8 saved
+    QVERIFY(std::abs(t.credit() - (0.005 + 0.812)) < 1e-9);
+    QCOMPARE(t.width(), 2);
+    QVERIFY(t.propose());
+    t.record(2, 2, 0.4);
+    QCOMPARE(t.credit(), 1.0); // a good stretch does not bank more than one step
+    QCOMPARE(t.width(), 4);
 }
 
 void TestSpeculation::rollbackGivesThePlainState_data() {
