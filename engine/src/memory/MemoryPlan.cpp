@@ -281,7 +281,7 @@ std::string MemoryPlan::format() const {
     if (!pinChoice.empty()) out += "  " + pinChoice + "\n";
     if (trunkDecodeBytes)
         line(out, "trunk decode", trunkDecodeBytes,
-             "compressed trunk: 2 staging halves + 2 blocks");
+             "compressed trunk: staging in 4 parts + 2 blocks");
     line(out, "embed + lm_head", modelBytes,
          modelTablesStreamed ? "STREAMED: one embedding row, lm_head in row blocks" : "");
     if (residentExpertBytes) line(out, "experts (RESIDENT)", residentExpertBytes);

@@ -19,6 +19,8 @@ namespace k3 {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+// The staging buffer in parts: one decoded while the reads of the others are in flight.
+constexpr std::size_t kStagingParts = 4;
 double since(Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -240,45 +242,50 @@ struct TrunkStreamer::Impl {
         const TrunkRecord& r = index.layers[std::size_t(L)];
         const std::uint64_t B = index.blockBytes;
         if (hi <= lo) return;
-        // The blocks in windows of at most half the staging buffer: while one half is
-        // decoded, the next window is read into the other (a helper thread's pread), so
-        // the disk never waits for the decode.
+        // The blocks in windows of at most a quarter of the staging buffer: while one
+        // quarter is decoded, the next windows are read into the others (helper threads'
+        // preads, up to kInFlight at once), so the disk keeps a deep queue.
         struct Window {
             std::size_t first, last;
             std::uint64_t fileLo, fileHi, need;
         };
-        const std::uint64_t half = staging.size() / 2;
+        const std::uint64_t part = staging.size() / kStagingParts;
         std::vector<Window> windows;
         const std::size_t lastBlock = std::size_t((hi - 1) / B);
         for (std::size_t b = std::size_t(lo / B); b <= lastBlock;) {
             const std::uint64_t fileLo =
                 (r.offset + r.blockStarts[b]) / kTrunkAlignment * kTrunkAlignment;
             std::size_t e = b;
-            while (e < lastBlock && alignUp(r.offset + r.blockStarts[e + 2]) - fileLo <= half) ++e;
+            while (e < lastBlock && alignUp(r.offset + r.blockStarts[e + 2]) - fileLo <= part) ++e;
             windows.push_back({b, e, fileLo, alignUp(r.offset + r.blockStarts[e + 1]),
                                r.offset + r.blockStarts[e + 1] - fileLo});
             b = e + 1;
         }
         auto startRead = [&](std::size_t w) {
-            std::byte* buf = staging.data() + (w % 2) * half;
+            std::byte* buf = staging.data() + (w % kStagingParts) * part;
             const Window win = windows[w];
             return std::async(std::launch::async, [this, buf, win] {
                 return file->readWindow(win.fileLo, buf, std::size_t(win.fileHi - win.fileLo));
             });
         };
-        std::future<std::size_t> pending = startRead(0);
+        std::deque<std::future<std::size_t>> pending;
+        std::size_t issued = 0;
+        for (; issued < windows.size() && issued < kStagingParts - 1; ++issued)
+            pending.push_back(startRead(issued));
         for (std::size_t w = 0; w < windows.size(); ++w) {
             const Window& win = windows[w];
             const auto t0 = Clock::now();
             std::size_t got = 0;
             try {
-                got = pending.get();
+                got = pending.front().get();
+                pending.pop_front();
             } catch (const std::exception& e) {
                 throw TrunkError("trunk layer " + std::to_string(L) + " block " +
                                  std::to_string(win.first) + ": " + e.what());
             }
             cost.ioSeconds += since(t0); // the wait for the read (not hidden by the decode)
-            if (w + 1 < windows.size()) pending = startRead(w + 1);
+            // The part read by window w - 1 is free again (decoded): the next read goes there.
+            if (issued < windows.size()) pending.push_back(startRead(issued++));
             cost.bytesRead += std::min<std::uint64_t>(got, win.need);
             if (got < win.need) {
                 std::size_t cut = win.first; // the first block the read did not bring whole
@@ -293,7 +300,7 @@ struct TrunkStreamer::Impl {
             DecodeJob job;
             job.L = L;
             job.r = &r;
-            job.buf = staging.data() + (w % 2) * half;
+            job.buf = staging.data() + (w % kStagingParts) * part;
             job.fileLo = win.fileLo;
             job.first = win.first;
             job.last = win.last;
