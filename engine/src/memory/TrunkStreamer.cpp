@@ -161,7 +161,8 @@ struct TrunkStreamer::Impl {
         std::atomic<std::uint64_t> decoded{0};
         int helpers = 0; // compute threads inside runJob (guarded by m)
         std::mutex errorMutex;
-        std::string error; // the first block that failed
+        std::size_t errorBlock = ~std::size_t{0};
+        std::string error; // the lowest block that failed
     };
     DecodeJob* job = nullptr; // the window being decoded (guarded by m)
 
@@ -198,8 +199,13 @@ struct TrunkStreamer::Impl {
             try {
                 decodeOne(jb, j, blockScratch);
             } catch (const std::exception& e) {
+                // Blocks are claimed in order, so every block before j is claimed and
+                // finishes: keeping the lowest failing one names the first damaged block.
                 std::lock_guard lock(jb.errorMutex);
-                if (jb.error.empty()) jb.error = e.what();
+                if (j < jb.errorBlock) {
+                    jb.errorBlock = j;
+                    jb.error = e.what();
+                }
                 jb.next.store(jb.last + 1);
                 break;
             }
