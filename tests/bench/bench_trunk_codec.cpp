@@ -194,6 +194,8 @@ int runE2e(const std::string& model, const std::string& rawTrunk, const std::str
            double trunkGb, double cacheGb, int tokens) {
     struct Result {
         double gbPerToken = 0, sPerToken = 0, waitPerToken = 0, decodePerToken = 0;
+        double helperPerToken = 0, helperShare = 0, pinnedDecodePerToken = 0;
+        int pinned = 0, pinnedCompressed = 0;
         std::uint64_t layerStored = 0, layerRaw = 0;
     } res[2];
     std::vector<float> firstLogits[2];
@@ -228,6 +230,13 @@ int runE2e(const std::string& model, const std::string& rawTrunk, const std::str
         res[c].sPerToken = secs / tokens;
         res[c].waitPerToken = (s1.waitSeconds - s0.waitSeconds) / tokens;
         res[c].decodePerToken = (s1.decodeSeconds - s0.decodeSeconds) / tokens;
+        res[c].helperPerToken = (s1.helperDecodeSeconds - s0.helperDecodeSeconds) / tokens;
+        const std::uint64_t decoded = s1.bytesDecoded - s0.bytesDecoded;
+        res[c].helperShare =
+            decoded ? double(s1.helperBytesDecoded - s0.helperBytesDecoded) / double(decoded) : 0;
+        res[c].pinnedDecodePerToken = (s1.pinnedDecodeSeconds - s0.pinnedDecodeSeconds) / tokens;
+        res[c].pinned = s1.pinnedLayers;
+        res[c].pinnedCompressed = s1.pinnedCompressedLayers;
     }
     const bool same = firstLogits[0] == firstLogits[1] &&
                       std::memcmp(firstLogits[0].data(), firstLogits[1].data(),
@@ -235,12 +244,15 @@ int runE2e(const std::string& model, const std::string& rawTrunk, const std::str
     std::printf("\nend to end, --trunk-gb %.2f --cache-gb %.2f, %d tokens after a first one, page "
                 "cache dropped before each model:\n",
                 trunkGb, cacheGb, tokens);
-    std::printf("  %-11s %14s %12s %12s %14s\n", "trunk", "trunk GB/token", "s/token", "wait s/tok",
-                "decode s/tok");
+    std::printf("  %-11s %14s %10s %10s %12s %12s %8s %14s %8s\n", "trunk", "trunk GB/token",
+                "s/token", "wait s/tok", "decode s/tok", "helper s/tok", "helped", "pinned (coded)",
+                "pin dec s");
     for (int c = 0; c < 2; ++c)
-        std::printf("  %-11s %14.3f %12.3f %12.3f %14.3f\n", c ? "compressed" : "raw",
-                    res[c].gbPerToken, res[c].sPerToken, res[c].waitPerToken,
-                    res[c].decodePerToken);
+        std::printf("  %-11s %14.3f %10.3f %10.3f %12.3f %12.3f %7.0f%% %10d (%d) %8.3f\n",
+                    c ? "compressed" : "raw", res[c].gbPerToken, res[c].sPerToken,
+                    res[c].waitPerToken, res[c].decodePerToken, res[c].helperPerToken,
+                    100 * res[c].helperShare, res[c].pinned, res[c].pinnedCompressed,
+                    res[c].pinnedDecodePerToken);
     const double byteRatio = res[1].gbPerToken / res[0].gbPerToken;
     const double saved = 1.0 - byteRatio;
     const double timeSaved = 1.0 - res[1].sPerToken / res[0].sPerToken;
@@ -249,6 +261,10 @@ int runE2e(const std::string& model, const std::string& rawTrunk, const std::str
     std::printf("  s/token saved: %.1f%%, %.0f%% of the %.1f%% byte saving\n", 100 * timeSaved,
                 saved > 0 ? 100 * timeSaved / saved : 0.0, 100 * saved);
     std::printf("  first token's logits identical (memcmp): %s\n", same ? "yes" : "NO");
+    std::ifstream loadavg("/proc/loadavg");
+    std::string load;
+    std::getline(loadavg, load);
+    std::printf("  load average at the end: %s\n", load.c_str());
     return same ? 0 : 1;
 }
 

@@ -17,6 +17,11 @@
 
 namespace k3 {
 
+// How a compressed trunk's pinned layers are held: as raw bytes, compressed (decoded
+// before each use, so a budget pins more layers), or compressed where a measurement at
+// load says the decode costs less time than the reads it saves (pinCompressedPays).
+enum class PinMode { Raw, Compressed, Measured };
+
 // Why a plan was refused, with the figure a front end turns into its own advice.
 class MemoryRefusal : public Error {
 public:
@@ -54,8 +59,12 @@ struct PlanInputs {
     // Per layer, the slot bytes of its larger piece (attention | MLP); empty: a layer
     // larger than the ring share is refused rather than streamed in pieces.
     std::vector<std::uint64_t> layerPieceBytes;
-    std::uint64_t modelBytes = 0;          // embeddings, final norm, output AttnRes, lm_head
-    std::uint64_t trunkDecodeBytes = 0;    // a compressed trunk's reader buffers
+    std::uint64_t modelBytes = 0;       // embeddings, final norm, output AttnRes, lm_head
+    std::uint64_t trunkDecodeBytes = 0; // a compressed trunk's reader buffers
+    // A compressed trunk's layer records as stored (coded); set to pin layers compressed:
+    // a pinned layer then costs its stored bytes, and one decode slot of the largest
+    // pinned layer holds the pinned layer in use (decoded before each use).
+    std::vector<std::uint64_t> layerStoredBytes;
     std::uint64_t residentExpertBytes = 0; // routed experts held in memory (no cache)
     std::uint64_t expertSlotBytes = 0;     // one routed expert, aligned up to 4096
     std::uint64_t expertCount = 0;         // routed experts in the whole model
@@ -85,8 +94,15 @@ struct MemoryPlan {
     // A streamed layer larger than the slot arrives in two pieces (attention, MLP); the
     // slot then holds the larger piece, so the budget is never silently overshot.
     bool piecewise = false;
+    // Pinned layers kept compressed in RAM (pinnedBytes counts their stored bytes) and
+    // decoded into the decode slot before each use; the slot is part of the trunk budget.
+    bool pinCompressed = false;
+    int pinnedCompressedLayers = 0; // of pinnedLayers: those whose record is coded
+    std::uint64_t pinDecodeSlotBytes = 0;
+    // What decided it (the measured decode and disk rates), for the report; empty: not asked.
+    std::string pinChoice;
     std::uint64_t trunkBytes() const {
-        return pinnedBytes + std::uint64_t(ringSlots) * ringSlotBytes;
+        return pinnedBytes + pinDecodeSlotBytes + std::uint64_t(ringSlots) * ringSlotBytes;
     }
     // A compressed trunk's staging and scratch buffers (trunkDecodeBufferBytes).
     std::uint64_t trunkDecodeBytes = 0;
@@ -127,8 +143,18 @@ inline constexpr int kMaxSpeculation = 32;
 // slot is the ring's share of the budget (a ring of 2, then of 1). A budget of 0 asks for
 // the smallest ring: nothing pinned, one slot of the largest piece (or layer). Throws
 // MemoryRefusal when the budget cannot hold even that (the message gives the numbers).
+// With `storedBytes` (a compressed trunk's stored layer records), pinned layers stay
+// compressed: each costs its stored bytes, plus one decode slot of the largest raw pinned
+// layer (pinCompressed, pinDecodeSlotBytes).
 void planTrunk(MemoryPlan& plan, std::span<const std::uint64_t> layerBytes,
-               std::uint64_t budgetBytes, std::span<const std::uint64_t> pieceBytes = {});
+               std::uint64_t budgetBytes, std::span<const std::uint64_t> pieceBytes = {},
+               std::span<const std::uint64_t> storedBytes = {});
+
+// Pinning compressed decodes the layers a raw plan pins (rawPinnedBytes) on every token
+// and saves the reads of the layers it pins beyond them (storedSavedBytes): true when the
+// decode at decodeBytesPerSecond takes less time than those reads at diskBytesPerSecond.
+bool pinCompressedPays(std::uint64_t rawPinnedBytes, std::uint64_t storedSavedBytes,
+                       double decodeBytesPerSecond, double diskBytesPerSecond);
 
 // Adds everything up. An automatic budget is filled from `availableBytes`: the trunk
 // first (pinning is worth more than cache), the rest to the cache. Does not refuse.

@@ -21,7 +21,14 @@ struct TrunkStats {
     std::uint64_t bytesDecoded = 0; // coded layers: the raw bytes their blocks gave
     double ioSeconds = 0; // time the reader spent in read calls (coded layers: waiting for them)
     double decodeSeconds = 0; // time the reader spent decoding blocks (after the reads)
-    double waitSeconds = 0;   // time the compute thread waited for a layer
+    // A compute thread waiting for a streamed unit decodes blocks alongside the reader.
+    double helperDecodeSeconds = 0;
+    std::uint64_t helperBytesDecoded = 0; // part of bytesDecoded
+    // Pinned layers kept compressed in RAM, decoded by the compute threads before each use.
+    int pinnedCompressedLayers = 0;
+    std::uint64_t pinnedBytesDecoded = 0; // not part of bytesDecoded (no read behind it)
+    double pinnedDecodeSeconds = 0;
+    double waitSeconds = 0; // time the compute thread waited for a layer
 };
 
 struct CacheStats {

@@ -35,10 +35,11 @@ struct ModelOptions {
     int layerLimit = 0;             // bind and run only the first N layers (0: all), a diagnostic
     std::filesystem::path trunkDir; // packed trunk (k3 pack); empty: trunk from the checkpoint
     std::uint64_t trunkBytes = std::numeric_limits<std::uint64_t>::max(); // pinned + ring
-    std::uint64_t expertCacheBytes = 0; // > 0: routed experts go through the expert cache
-    int expertCacheSlots = 0;           // > 0: exactly this many slots (overrides the bytes)
-    int contextLength = 4096;           // positions the plan's KV cache must hold
-    int prefillChunk = 0;               // positions per chunk (0: kDefaultPrefillChunk)
+    PinMode pinMode = PinMode::Measured; // a compressed trunk's pinned layers (memory_plan.hpp)
+    std::uint64_t expertCacheBytes = 0;  // > 0: routed experts go through the expert cache
+    int expertCacheSlots = 0;            // > 0: exactly this many slots (overrides the bytes)
+    int contextLength = 4096;            // positions the plan's KV cache must hold
+    int prefillChunk = 0;                // positions per chunk (0: kDefaultPrefillChunk)
     // Speculation width the plan holds rollback records for (0: none, at most
     // kMaxSpeculation); a verification chunk holds this many proposals plus one.
     int maxSpeculation = 16;

@@ -47,6 +47,7 @@ struct SessionOptions {
     // The memory dial (see ModelOptions): defaults keep every weight resident.
     std::filesystem::path trunkDir;
     std::uint64_t trunkBytes = std::numeric_limits<std::uint64_t>::max();
+    PinMode pinMode = PinMode::Measured;
     std::uint64_t expertCacheBytes = 0;
     int expertCacheSlots = 0;
     int contextLength = 4096;

@@ -58,10 +58,12 @@ std::array<TrunkPiece, 2> splitLayerRecord(const TrunkRecord& record);
 std::uint64_t largestPieceBytes(const TrunkRecord& record);
 
 // The reader's buffers for a compressed trunk (0 for a raw one): coded blocks are read
-// into one half of a staging buffer of kTrunkStagingBytes while the other half is decoded
-// into the slot, and a block that straddles a piece's window is decoded into a scratch
-// block first. The plan counts them, and the block index (8 bytes a block). 2 x 32 MiB: one read of
-// 4 MiB at a time left the disk idle (bench_trunk_codec e2e).
+// into a staging buffer of kTrunkStagingBytes in 4 parts of 16 MiB (up to 3 reads in
+// flight while one part is decoded into the slot), and a block that straddles a piece's
+// window is decoded into a scratch block first (one for the reader, one for a compute
+// thread that, while it waits for the unit, decodes blocks of the staged window alongside
+// the reader). The plan counts them, and the block index (8 bytes a block). One read of
+// 4 MiB at a time left the disk idle, and so did one of 32 MiB (bench_trunk_codec e2e).
 inline constexpr std::uint64_t kTrunkStagingBytes = std::uint64_t{64} << 20;
 std::uint64_t trunkDecodeBufferBytes(const TrunkIndex& index);
 
@@ -87,7 +89,10 @@ public:
     const TrunkPiece& piece(int layer, int piece) const;
 
     bool pinned(int layer) const;
-    // A pinned layer's bytes (stable for the streamer's lifetime); null when not pinned.
+    // A pinned layer kept compressed (plan.pinCompressed): acquire() decodes it into the
+    // decode slot (valid until the next acquire of such a layer); pinnedData is null.
+    bool pinnedCompressed(int layer) const;
+    // A pinned raw layer's bytes (stable for the streamer's lifetime); null otherwise.
     const std::byte* pinnedData(int layer) const;
     TrunkStats stats() const;
     const TrunkIndex& index() const;

@@ -12,8 +12,29 @@ namespace {
 struct FixedPoint {
     int pinned = 0;
     std::uint64_t pinnedBytes = 0;
+    std::uint64_t decodeSlot = 0;
     std::uint64_t slot = 0;
     bool ok = false;
+};
+
+// What pinning the first k layers costs: their bytes as held (raw, or stored when pinned
+// compressed), and for compressed ones the decode slot of the largest of them.
+struct PinCosts {
+    std::vector<std::uint64_t> prefix, decodeSlot;
+    PinCosts(std::span<const std::uint64_t> layers, std::span<const std::uint64_t> stored) {
+        const std::size_t n = layers.size();
+        prefix.assign(n + 1, 0);
+        decodeSlot.assign(n + 1, 0);
+        codedCount.assign(n + 1, 0);
+        for (std::size_t i = 0; i < n; ++i) {
+            const bool coded = !stored.empty() && stored[i] != layers[i];
+            codedCount[i + 1] = codedCount[i] + (coded ? 1 : 0);
+            prefix[i + 1] = prefix[i] + alignUp(coded ? stored[i] : layers[i]);
+            decodeSlot[i + 1] = std::max(decodeSlot[i], coded ? alignUp(layers[i]) : 0);
+        }
+    }
+    std::uint64_t at(std::size_t k) const { return prefix[k] + decodeSlot[k]; }
+    std::vector<int> codedCount; // coded layers among the first k
 };
 
 // Pinned count and slot size depend on each other: the ring slot must hold the largest
@@ -21,17 +42,18 @@ struct FixedPoint {
 // than iterate from "nothing pinned" (which never discovers that pinning one big layer
 // shrinks the slot enough to pin more), every prefix length is checked with a suffix
 // maximum and the longest self-consistent one wins: that is the fixed point.
-FixedPoint fixedPoint(std::span<const std::uint64_t> layers, std::uint64_t budget, int ring) {
+FixedPoint fixedPoint(std::span<const std::uint64_t> layers, const PinCosts& pin,
+                      std::uint64_t budget, int ring) {
     const std::size_t n = layers.size();
-    std::vector<std::uint64_t> suffixMax(n + 1, 0), prefix(n + 1, 0);
+    std::vector<std::uint64_t> suffixMax(n + 1, 0);
     for (std::size_t i = n; i-- > 0;) suffixMax[i] = std::max(suffixMax[i + 1], layers[i]);
-    for (std::size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + alignUp(layers[i]);
     FixedPoint fp;
     for (std::size_t k = n; k-- > 0;) { // k pinned, layers k..n-1 streamed
         const std::uint64_t slot = alignUp(std::max<std::uint64_t>(suffixMax[k], 1));
-        if (prefix[k] + slot * std::uint64_t(ring) <= budget) {
+        if (pin.at(k) + slot * std::uint64_t(ring) <= budget) {
             fp.pinned = int(k);
-            fp.pinnedBytes = prefix[k];
+            fp.pinnedBytes = pin.prefix[k];
+            fp.decodeSlot = pin.decodeSlot[k];
             fp.slot = slot;
             fp.ok = true;
             return fp;
@@ -44,25 +66,25 @@ FixedPoint fixedPoint(std::span<const std::uint64_t> layers, std::uint64_t budge
 // the budget after the pinned prefix is the ring, so layers up to the slot stay whole.
 // The longest prefix that leaves such a slot wins (a pinned layer saves a read).
 FixedPoint piecewiseFixedPoint(std::span<const std::uint64_t> layers,
-                               std::span<const std::uint64_t> pieces, std::uint64_t budget,
-                               int ring) {
+                               std::span<const std::uint64_t> pieces, const PinCosts& pin,
+                               std::uint64_t budget, int ring) {
     const std::size_t n = layers.size();
-    std::vector<std::uint64_t> suffixPiece(n + 1, 0), suffixLayer(n + 1, 0), prefix(n + 1, 0);
+    std::vector<std::uint64_t> suffixPiece(n + 1, 0), suffixLayer(n + 1, 0);
     for (std::size_t i = n; i-- > 0;) {
         suffixPiece[i] =
             std::max(suffixPiece[i + 1], alignUp(std::min(pieces[i], alignUp(layers[i]))));
         suffixLayer[i] = std::max(suffixLayer[i + 1], alignUp(layers[i]));
     }
-    for (std::size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + alignUp(layers[i]);
     FixedPoint fp;
     for (std::size_t k = n; k-- > 0;) {
-        if (prefix[k] > budget) continue;
+        if (pin.at(k) > budget) continue;
         const std::uint64_t share =
-            (budget - prefix[k]) / std::uint64_t(ring) / kTrunkAlignment * kTrunkAlignment;
+            (budget - pin.at(k)) / std::uint64_t(ring) / kTrunkAlignment * kTrunkAlignment;
         const std::uint64_t slot = std::min(share, suffixLayer[k]);
         if (slot >= std::max<std::uint64_t>(suffixPiece[k], kTrunkAlignment)) {
             fp.pinned = int(k);
-            fp.pinnedBytes = prefix[k];
+            fp.pinnedBytes = pin.prefix[k];
+            fp.decodeSlot = pin.decodeSlot[k];
             fp.slot = slot;
             fp.ok = true;
             return fp;
@@ -98,18 +120,30 @@ std::uint64_t MemoryPlan::total() const {
            stateBytes + bufferBytes + kvBytes;
 }
 
+bool pinCompressedPays(std::uint64_t rawPinnedBytes, std::uint64_t storedSavedBytes,
+                       double decodeBytesPerSecond, double diskBytesPerSecond) {
+    if (storedSavedBytes == 0 || !(decodeBytesPerSecond > 0) || !(diskBytesPerSecond > 0))
+        return false;
+    return double(rawPinnedBytes) / decodeBytesPerSecond <
+           double(storedSavedBytes) / diskBytesPerSecond;
+}
+
 void planTrunk(MemoryPlan& plan, std::span<const std::uint64_t> layers, std::uint64_t budget,
-               std::span<const std::uint64_t> pieces) {
+               std::span<const std::uint64_t> pieces, std::span<const std::uint64_t> stored) {
+    if (!stored.empty() && stored.size() != layers.size()) stored = {};
+    const PinCosts pin(layers, stored);
     plan.totalLayers = int(layers.size());
     plan.piecewise = false;
-    std::uint64_t all = 0, largest = 0;
-    for (auto b : layers) {
-        all += alignUp(b);
-        largest = std::max(largest, b);
-    }
-    if (budget >= all) { // everything pinned: no ring at all
+    plan.pinCompressed = !stored.empty();
+    plan.pinDecodeSlotBytes = 0;
+    plan.pinnedCompressedLayers = 0;
+    std::uint64_t largest = 0;
+    for (auto b : layers) largest = std::max(largest, b);
+    if (budget >= pin.at(layers.size())) { // everything pinned: no ring at all
         plan.pinnedLayers = int(layers.size());
-        plan.pinnedBytes = all;
+        plan.pinnedBytes = pin.prefix.back();
+        plan.pinDecodeSlotBytes = pin.decodeSlot.back();
+        plan.pinnedCompressedLayers = pin.codedCount.back();
         plan.ringSlots = 0;
         plan.ringSlotBytes = 0;
         return;
@@ -125,6 +159,7 @@ void planTrunk(MemoryPlan& plan, std::span<const std::uint64_t> layers, std::uin
     if (budget == 0) { // "stream everything through the smallest ring": one slot, no overlap
         plan.pinnedLayers = 0;
         plan.pinnedBytes = 0;
+        plan.pinCompressed = false;
         plan.ringSlots = 1;
         plan.piecewise = canSplit && largestPiece < alignUp(largest);
         plan.ringSlotBytes =
@@ -132,15 +167,17 @@ void planTrunk(MemoryPlan& plan, std::span<const std::uint64_t> layers, std::uin
         return;
     }
     for (int ring : {2, 1}) {
-        FixedPoint fp = fixedPoint(layers, budget, ring);
+        FixedPoint fp = fixedPoint(layers, pin, budget, ring);
         bool split = false;
         if (!fp.ok && canSplit) {
-            fp = piecewiseFixedPoint(layers, pieces, budget, ring);
+            fp = piecewiseFixedPoint(layers, pieces, pin, budget, ring);
             split = fp.ok;
         }
         if (!fp.ok) continue;
         plan.pinnedLayers = fp.pinned;
         plan.pinnedBytes = fp.pinnedBytes;
+        plan.pinDecodeSlotBytes = fp.decodeSlot;
+        plan.pinnedCompressedLayers = pin.codedCount[std::size_t(fp.pinned)];
         plan.ringSlots = ring;
         plan.ringSlotBytes = fp.slot;
         plan.piecewise = split;
@@ -182,22 +219,28 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
                                     plan.kvBytes;
         const auto spendable = std::uint64_t(double(available) * 0.9);
         const std::uint64_t rest = spendable > fixed ? spendable - fixed : 0;
-        std::uint64_t allLayers = 0;
-        for (auto b : in.layerBytes) allLayers += alignUp(b);
+        std::uint64_t allLayers = 0, decodeSlot = 0;
+        for (std::size_t i = 0; i < in.layerBytes.size(); ++i) {
+            const bool coded = in.layerStoredBytes.size() == in.layerBytes.size() &&
+                               in.layerStoredBytes[i] != in.layerBytes[i];
+            allLayers += alignUp(coded ? in.layerStoredBytes[i] : in.layerBytes[i]);
+            if (coded) decodeSlot = std::max(decodeSlot, alignUp(in.layerBytes[i]));
+        }
+        allLayers += decodeSlot;
         // Trunk first: a pinned layer saves a read on every token, an expert slot only
         // on a repeat.
         const std::uint64_t minCache = in.expertSlotBytes * std::uint64_t(std::max(1, in.topK));
         trunkBudget = std::min(allLayers, rest > minCache ? rest - minCache : 0);
         MemoryPlan probe;
         try {
-            planTrunk(probe, in.layerBytes, trunkBudget, in.layerPieceBytes);
+            planTrunk(probe, in.layerBytes, trunkBudget, in.layerPieceBytes, in.layerStoredBytes);
         } catch (const MemoryRefusal&) {
             probe.ringSlotBytes = 0;
         }
         cacheBudget = rest > probe.trunkBytes() ? rest - probe.trunkBytes() : 0;
     }
     if (!in.streamed) trunkBudget = ~std::uint64_t{0};
-    planTrunk(plan, in.layerBytes, trunkBudget, in.layerPieceBytes);
+    planTrunk(plan, in.layerBytes, trunkBudget, in.layerPieceBytes, in.layerStoredBytes);
 
     if (in.expertSlotBytes > 0 && in.expertCount > 0) {
         std::uint64_t slots = cacheBudget / in.expertSlotBytes;
@@ -228,9 +271,14 @@ std::string MemoryPlan::format() const {
                   formatBytes(ringSlotBytes).c_str(),
                   piecewise ? ", larger layers in 2 pieces" : "");
     line(out, ringSlots ? "trunk (STREAMED)" : "trunk (PINNED)", trunkBytes(), note);
+    if (pinnedCompressedLayers > 0)
+        line(out, "  pinned decode", pinDecodeSlotBytes,
+             std::to_string(pinnedCompressedLayers) + " of the " + std::to_string(pinnedLayers) +
+                 " pinned layers kept compressed, each decoded here before use");
+    if (!pinChoice.empty()) out += "  " + pinChoice + "\n";
     if (trunkDecodeBytes)
         line(out, "trunk decode", trunkDecodeBytes,
-             "compressed trunk: 2 staging halves + one block");
+             "compressed trunk: staging in 4 parts + 2 blocks");
     line(out, "embed + lm_head", modelBytes,
          modelTablesStreamed ? "STREAMED: one embedding row, lm_head in row blocks" : "");
     if (residentExpertBytes) line(out, "experts (RESIDENT)", residentExpertBytes);

@@ -186,7 +186,9 @@ bool useAvx2(DecodePath path) {
         if (!avx2DecodeAvailable()) throw CodecError("the AVX2 decode does not run on this CPU");
         return true;
     }
-    return kernelPath() == KernelPath::Avx2;
+    // Every vector kernel path (AVX2, AVX-512) has the AVX2 decode; only a scalar kernel
+    // path (K3_FORCE_SCALAR, or a CPU without AVX2) decodes with the portable loop.
+    return kernelPath() != KernelPath::Scalar && avx2DecodeAvailable();
 #else
     if (path == DecodePath::Avx2) throw CodecError("the AVX2 decode is not compiled in");
     return false;

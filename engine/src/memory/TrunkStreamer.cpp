@@ -5,6 +5,7 @@
 #include "memory/TrunkCodec.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -18,6 +19,8 @@ namespace k3 {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+// The staging buffer in parts: one decoded while the reads of the others are in flight.
+constexpr std::size_t kStagingParts = 4;
 double since(Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -64,7 +67,8 @@ std::uint64_t trunkDecodeBufferBytes(const TrunkIndex& index) {
     // The block index (where each block starts) is held too: 8 bytes a block.
     std::uint64_t starts = 0;
     for (const TrunkRecord& r : index.layers) starts += r.blockStarts.size();
-    return kTrunkStagingBytes + alignUp(index.blockBytes) + 8 * starts;
+    // One scratch block for the reader and one for the compute thread that helps it.
+    return kTrunkStagingBytes + 2 * alignUp(index.blockBytes) + 8 * starts;
 }
 
 std::uint64_t largestPieceBytes(const TrunkRecord& r) {
@@ -87,6 +91,41 @@ struct TrunkStreamer::Impl {
     int pinnedCount = 0;
     memory::AlignedBuffer pinnedArena;
     std::vector<std::size_t> pinnedOffset;
+    std::vector<bool> pinnedCoded;    // kept compressed in the arena
+    memory::AlignedBuffer decodeSlot; // the compressed pinned layer in use, decoded
+    int decodedLayer = -1;            // which one the decode slot holds
+
+    // A compressed pinned layer's blocks from the arena into the decode slot, the blocks
+    // shared among the compute threads (they are idle until the layer is there).
+    void decodePinned(int L) {
+        const TrunkRecord& r = index.layers[std::size_t(L)];
+        const std::byte* base = pinnedArena.data() + pinnedOffset[std::size_t(L)];
+        std::byte* out = decodeSlot.data();
+        const std::uint64_t B = index.blockBytes;
+        const long blocks = long(r.blockCount());
+        std::string error;
+#pragma omp parallel for schedule(dynamic, 4)
+        for (long j = 0; j < blocks; ++j) {
+            const std::uint64_t rawLo = std::uint64_t(j) * B;
+            const std::size_t size =
+                std::size_t(r.blockStarts[std::size_t(j) + 1] - r.blockStarts[std::size_t(j)]);
+            try {
+                codec::decodeBlock(base + r.blockStarts[std::size_t(j)], size, out + rawLo,
+                                   std::size_t(std::min(rawLo + B, r.bytes) - rawLo));
+            } catch (const codec::CodecError& e) {
+#pragma omp critical(k3_pinned_decode)
+                if (error.empty())
+                    error = "trunk layer " + std::to_string(L) + " block " + std::to_string(j) +
+                            " of " + std::to_string(r.blockCount()) +
+                            " (pinned compressed in memory): " + e.what();
+            }
+        }
+        if (!error.empty()) {
+            decodedLayer = -1;
+            throw TrunkError(error);
+        }
+        decodedLayer = L;
+    }
     std::vector<Slot> ring;
     int current = -1;
     // Per streamed layer: its two pieces when it is larger than the slot, else empty.
@@ -108,6 +147,100 @@ struct TrunkStreamer::Impl {
         std::uint64_t bytesRead = 0, bytesDecoded = 0;
     };
 
+    // The blocks of one staged window, decoded by the reader and by a compute thread
+    // that waits for them (each block claimed by one of them through `next`).
+    struct DecodeJob {
+        int L = 0;
+        const TrunkRecord* r = nullptr;
+        const std::byte* buf = nullptr; // the staged window, from fileLo
+        std::uint64_t fileLo = 0;
+        std::size_t first = 0, last = 0;
+        std::uint64_t lo = 0, hi = 0; // the raw range asked for, written at dst
+        std::byte* dst = nullptr;
+        std::atomic<std::size_t> next{0};
+        std::atomic<std::uint64_t> decoded{0};
+        int helpers = 0; // compute threads inside runJob (guarded by m)
+        std::mutex errorMutex;
+        std::size_t errorBlock = ~std::size_t{0};
+        std::string error; // the lowest block that failed
+    };
+    DecodeJob* job = nullptr; // the window being decoded (guarded by m)
+
+    void decodeOne(const DecodeJob& jb, std::size_t j, std::byte* blockScratch) {
+        const TrunkRecord& r = *jb.r;
+        const std::uint64_t B = index.blockBytes;
+        const std::uint64_t rawLo = j * B, rawHi = std::min(rawLo + B, r.bytes);
+        const std::byte* src = jb.buf + (r.offset + r.blockStarts[j] - jb.fileLo);
+        const std::size_t size = std::size_t(r.blockStarts[j + 1] - r.blockStarts[j]);
+        try {
+            if (rawLo >= jb.lo && rawHi <= jb.hi) {
+                codec::decodeBlock(src, size, jb.dst + (rawLo - jb.lo), std::size_t(rawHi - rawLo));
+            } else {
+                codec::decodeBlock(src, size, blockScratch, std::size_t(rawHi - rawLo));
+                const std::uint64_t a = std::max(jb.lo, rawLo), z = std::min(jb.hi, rawHi);
+                std::memcpy(jb.dst + (a - jb.lo), blockScratch + (a - rawLo), std::size_t(z - a));
+            }
+        } catch (const codec::CodecError& err) {
+            throw TrunkError(
+                "trunk layer " + std::to_string(jb.L) + " block " + std::to_string(j) + " of " +
+                std::to_string(r.blockCount()) + " (" + index.binPath.string() + " offset " +
+                std::to_string(r.offset + r.blockStarts[j]) + ", " + std::to_string(size) +
+                " bytes): " + err.what() + "; trunk.bin is damaged or was changed: re-pack it");
+        }
+    }
+
+    // Claims and decodes blocks of the job until none is left; returns the raw bytes
+    // written. A failure stops the job (the reader throws it once the helpers are out).
+    std::uint64_t runJob(DecodeJob& jb, std::byte* blockScratch) {
+        std::uint64_t done = 0;
+        for (;;) {
+            const std::size_t j = jb.next.fetch_add(1);
+            if (j > jb.last) break;
+            try {
+                decodeOne(jb, j, blockScratch);
+            } catch (const std::exception& e) {
+                // Blocks are claimed in order, so every block before j is claimed and
+                // finishes: keeping the lowest failing one names the first damaged block.
+                std::lock_guard lock(jb.errorMutex);
+                if (j < jb.errorBlock) {
+                    jb.errorBlock = j;
+                    jb.error = e.what();
+                }
+                jb.next.store(jb.last + 1);
+                break;
+            }
+            const std::uint64_t rawLo = j * index.blockBytes;
+            const std::uint64_t rawHi = std::min(rawLo + index.blockBytes, jb.r->bytes);
+            const std::uint64_t n = std::min(jb.hi, rawHi) - std::max(jb.lo, rawLo);
+            done += n;
+            jb.decoded.fetch_add(n);
+        }
+        return done;
+    }
+
+    // The compute thread's wait for slot s (lock held): while the reader decodes a window,
+    // it takes blocks too.
+    memory::AlignedBuffer helperScratch;
+    void waitHelping(std::unique_lock<std::mutex>& lock, int s) {
+        while (ring[std::size_t(s)].state == State::Reading) {
+            DecodeJob* jb = job;
+            if (jb && jb->next.load() <= jb->last) {
+                ++jb->helpers;
+                lock.unlock();
+                const auto t0 = Clock::now();
+                const std::uint64_t n = runJob(*jb, helperScratch.data());
+                const double secs = since(t0);
+                lock.lock();
+                --jb->helpers;
+                stats.helperDecodeSeconds += secs;
+                stats.helperBytesDecoded += n;
+                cv.notify_all();
+                continue;
+            }
+            cv.wait(lock);
+        }
+    }
+
     // Raw bytes [lo, hi) of coded layer L into dst: the blocks covering them, read in
     // aligned windows of at most the staging buffer, each checked and decoded. A damaged
     // block is an error naming the layer and the block, before any of it is used.
@@ -115,45 +248,50 @@ struct TrunkStreamer::Impl {
         const TrunkRecord& r = index.layers[std::size_t(L)];
         const std::uint64_t B = index.blockBytes;
         if (hi <= lo) return;
-        // The blocks in windows of at most half the staging buffer: while one half is
-        // decoded, the next window is read into the other (a helper thread's pread), so
-        // the disk never waits for the decode.
+        // The blocks in windows of at most a quarter of the staging buffer: while one
+        // quarter is decoded, the next windows are read into the others (helper threads'
+        // preads, up to kInFlight at once), so the disk keeps a deep queue.
         struct Window {
             std::size_t first, last;
             std::uint64_t fileLo, fileHi, need;
         };
-        const std::uint64_t half = staging.size() / 2;
+        const std::uint64_t part = staging.size() / kStagingParts;
         std::vector<Window> windows;
         const std::size_t lastBlock = std::size_t((hi - 1) / B);
         for (std::size_t b = std::size_t(lo / B); b <= lastBlock;) {
             const std::uint64_t fileLo =
                 (r.offset + r.blockStarts[b]) / kTrunkAlignment * kTrunkAlignment;
             std::size_t e = b;
-            while (e < lastBlock && alignUp(r.offset + r.blockStarts[e + 2]) - fileLo <= half) ++e;
+            while (e < lastBlock && alignUp(r.offset + r.blockStarts[e + 2]) - fileLo <= part) ++e;
             windows.push_back({b, e, fileLo, alignUp(r.offset + r.blockStarts[e + 1]),
                                r.offset + r.blockStarts[e + 1] - fileLo});
             b = e + 1;
         }
         auto startRead = [&](std::size_t w) {
-            std::byte* buf = staging.data() + (w % 2) * half;
+            std::byte* buf = staging.data() + (w % kStagingParts) * part;
             const Window win = windows[w];
             return std::async(std::launch::async, [this, buf, win] {
                 return file->readWindow(win.fileLo, buf, std::size_t(win.fileHi - win.fileLo));
             });
         };
-        std::future<std::size_t> pending = startRead(0);
+        std::deque<std::future<std::size_t>> pending;
+        std::size_t issued = 0;
+        for (; issued < windows.size() && issued < kStagingParts - 1; ++issued)
+            pending.push_back(startRead(issued));
         for (std::size_t w = 0; w < windows.size(); ++w) {
             const Window& win = windows[w];
             const auto t0 = Clock::now();
             std::size_t got = 0;
             try {
-                got = pending.get();
+                got = pending.front().get();
+                pending.pop_front();
             } catch (const std::exception& e) {
                 throw TrunkError("trunk layer " + std::to_string(L) + " block " +
                                  std::to_string(win.first) + ": " + e.what());
             }
             cost.ioSeconds += since(t0); // the wait for the read (not hidden by the decode)
-            if (w + 1 < windows.size()) pending = startRead(w + 1);
+            // The part read by window w - 1 is free again (decoded): the next read goes there.
+            if (issued < windows.size()) pending.push_back(startRead(issued++));
             cost.bytesRead += std::min<std::uint64_t>(got, win.need);
             if (got < win.need) {
                 std::size_t cut = win.first; // the first block the read did not bring whole
@@ -164,33 +302,34 @@ struct TrunkStreamer::Impl {
                     std::to_string(win.fileLo) + ": got " + std::to_string(got) + " of " +
                     std::to_string(win.need) + " bytes (truncated trunk.bin? re-pack it)");
             }
-            const std::byte* buf = staging.data() + (w % 2) * half;
             const auto t1 = Clock::now();
-            for (std::size_t j = win.first; j <= win.last; ++j) {
-                const std::uint64_t rawLo = j * B, rawHi = std::min(rawLo + B, r.bytes);
-                const std::byte* src = buf + (r.offset + r.blockStarts[j] - win.fileLo);
-                const std::size_t size = std::size_t(r.blockStarts[j + 1] - r.blockStarts[j]);
-                try {
-                    if (rawLo >= lo && rawHi <= hi) {
-                        codec::decodeBlock(src, size, dst + (rawLo - lo),
-                                           std::size_t(rawHi - rawLo));
-                    } else {
-                        codec::decodeBlock(src, size, scratch.data(), std::size_t(rawHi - rawLo));
-                        const std::uint64_t a = std::max(lo, rawLo), z = std::min(hi, rawHi);
-                        std::memcpy(dst + (a - lo), scratch.data() + (a - rawLo),
-                                    std::size_t(z - a));
-                    }
-                } catch (const codec::CodecError& err) {
-                    throw TrunkError("trunk layer " + std::to_string(L) + " block " +
-                                     std::to_string(j) + " of " + std::to_string(r.blockCount()) +
-                                     " (" + index.binPath.string() + " offset " +
-                                     std::to_string(r.offset + r.blockStarts[j]) + ", " +
-                                     std::to_string(size) + " bytes): " + err.what() +
-                                     "; trunk.bin is damaged or was changed: re-pack it");
-                }
-                cost.bytesDecoded += std::min(hi, rawHi) - std::max(lo, rawLo);
+            DecodeJob job;
+            job.L = L;
+            job.r = &r;
+            job.buf = staging.data() + (w % kStagingParts) * part;
+            job.fileLo = win.fileLo;
+            job.first = win.first;
+            job.last = win.last;
+            job.lo = lo;
+            job.hi = hi;
+            job.dst = dst;
+            job.next.store(win.first);
+            // Offered to a compute thread that waits for this unit: it decodes blocks
+            // alongside the reader (claimed one at a time), so a waiting core is not idle.
+            {
+                std::lock_guard lock(m);
+                this->job = &job;
             }
+            cv.notify_all();
+            runJob(job, scratch.data());
+            {
+                std::unique_lock lock(m);
+                cv.wait(lock, [&] { return job.helpers == 0; });
+                this->job = nullptr;
+            }
+            cost.bytesDecoded += job.decoded.load();
             cost.decodeSeconds += since(t1);
+            if (!job.error.empty()) throw TrunkError(job.error);
         }
     }
 
@@ -222,6 +361,36 @@ struct TrunkStreamer::Impl {
         // this checks the decode too: the checksum is of the original bytes.
         try {
             verifyTrunkRecord(r, dst, index.binPath);
+        } catch (const PackError& e) {
+            throw TrunkError("trunk layer " + std::to_string(L) + ": " + e.what());
+        }
+    }
+
+    // A layer pinned compressed: its stored blocks as they are in trunk.bin, then decoded
+    // once into the decode slot and checked against the record's checksum (each later
+    // decode checks every block's own checksum).
+    void readPinnedCoded(int L, std::byte* dst, ReadCost& cost) {
+        const TrunkRecord& r = index.layers[std::size_t(L)];
+        const auto t0 = Clock::now();
+        std::size_t got = 0;
+        try {
+            got = file->readWindow(r.offset, dst, std::size_t(alignUp(r.storedBytes)));
+        } catch (const std::exception& e) {
+            throw TrunkError("trunk layer " + std::to_string(L) + ": " + e.what());
+        }
+        cost.ioSeconds += since(t0);
+        if (got < r.storedBytes)
+            throw TrunkError(
+                "trunk layer " + std::to_string(L) + ": short read from " + index.binPath.string() +
+                " at offset " + std::to_string(r.offset) + ": got " + std::to_string(got) + " of " +
+                std::to_string(r.storedBytes) + " bytes (truncated trunk.bin? re-pack it)");
+        cost.bytesRead += r.storedBytes;
+        const auto t1 = Clock::now();
+        decodePinned(L);
+        cost.decodeSeconds += since(t1);
+        cost.bytesDecoded += r.bytes;
+        try {
+            verifyTrunkRecord(r, decodeSlot.data(), index.binPath);
         } catch (const PackError& e) {
             throw TrunkError("trunk layer " + std::to_string(L) + ": " + e.what());
         }
@@ -326,7 +495,9 @@ struct TrunkStreamer::Impl {
         const int next = L + 1 < n ? L + 1 : pinnedCount; // the cycle restarts past the prefix
         return next < n ? next : -1;
     }
-    bool split(int L) const { return !pieces[std::size_t(L)].empty(); }
+    bool split(int L) const {
+        return !pieces[std::size_t(L)].empty();
+    }
     // The unit read after (L, P) in the cyclic order: the second piece, else the next layer.
     std::pair<int, int> nextUnit(int L, int P) const {
         if (P == 0) return {L, 1};
@@ -374,18 +545,36 @@ TrunkStreamer::TrunkStreamer(const TrunkIndex& index, const MemoryPlan& plan)
     }
 
     std::size_t pinnedBytes = 0;
+    std::uint64_t decodeSlot = 0;
     for (int L = 0; L < d_->pinnedCount; ++L) {
+        const TrunkRecord& r = index.layers[std::size_t(L)];
+        const bool coded = plan.pinCompressed && r.compressed();
+        d_->pinnedCoded.push_back(coded);
         d_->pinnedOffset.push_back(pinnedBytes);
-        pinnedBytes += std::size_t(alignUp(index.layers[std::size_t(L)].bytes));
+        pinnedBytes += std::size_t(alignUp(coded ? r.storedBytes : r.bytes));
+        if (coded) {
+            decodeSlot = std::max(decodeSlot, alignUp(r.bytes));
+            ++d_->stats.pinnedCompressedLayers;
+        }
     }
+    if (decodeSlot > plan.pinDecodeSlotBytes)
+        throw TrunkError("the memory plan's decode slot for compressed pinned layers is " +
+                         std::to_string(plan.pinDecodeSlotBytes) + " bytes; a pinned layer needs " +
+                         std::to_string(decodeSlot));
     d_->pinnedArena = memory::AlignedBuffer(pinnedBytes);
+    if (decodeSlot) d_->decodeSlot = memory::AlignedBuffer(std::size_t(decodeSlot));
     if (index.compressed()) {
         d_->staging = memory::AlignedBuffer(std::size_t(kTrunkStagingBytes));
         d_->scratch = memory::AlignedBuffer(std::size_t(alignUp(index.blockBytes)));
+        d_->helperScratch = memory::AlignedBuffer(std::size_t(alignUp(index.blockBytes)));
     }
     for (int L = 0; L < d_->pinnedCount; ++L) {
         Impl::ReadCost cost;
-        d_->readLayer(L, d_->pinnedArena.data() + d_->pinnedOffset[std::size_t(L)], cost);
+        std::byte* at = d_->pinnedArena.data() + d_->pinnedOffset[std::size_t(L)];
+        if (d_->pinnedCoded[std::size_t(L)])
+            d_->readPinnedCoded(L, at, cost);
+        else
+            d_->readLayer(L, at, cost);
         d_->account(cost);
         ++d_->stats.reads;
     }
@@ -415,8 +604,11 @@ TrunkStreamer::~TrunkStreamer() {
 bool TrunkStreamer::pinned(int layer) const {
     return layer >= 0 && layer < d_->pinnedCount;
 }
+bool TrunkStreamer::pinnedCompressed(int layer) const {
+    return pinned(layer) && d_->pinnedCoded[std::size_t(layer)];
+}
 const std::byte* TrunkStreamer::pinnedData(int layer) const {
-    if (!pinned(layer)) return nullptr;
+    if (!pinned(layer) || pinnedCompressed(layer)) return nullptr;
     return d_->pinnedArena.data() + d_->pinnedOffset[std::size_t(layer)];
 }
 
@@ -463,7 +655,18 @@ const std::byte* TrunkStreamer::Impl::acquireUnit(int L, int P) {
     if (P <= 0) ++d.stats.binds; // one bind per layer, however many pieces
     if (L < d.pinnedCount) {
         ++d.stats.pinnedHits;
-        return d.pinnedArena.data() + d.pinnedOffset[std::size_t(L)];
+        if (!d.pinnedCoded[std::size_t(L)])
+            return d.pinnedArena.data() + d.pinnedOffset[std::size_t(L)];
+        if (d.decodedLayer == L) return d.decodeSlot.data();
+        // Only the compute side touches the decode slot: the reader keeps reading.
+        lock.unlock();
+        const auto t0 = Clock::now();
+        d.decodePinned(L);
+        const double secs = since(t0);
+        lock.lock();
+        d.stats.pinnedDecodeSeconds += secs;
+        d.stats.pinnedBytesDecoded += d.index.layers[std::size_t(L)].bytes;
+        return d.decodeSlot.data();
     }
     using State = Impl::State;
     const int R = int(d.ring.size());
@@ -477,10 +680,10 @@ const std::byte* TrunkStreamer::Impl::acquireUnit(int L, int P) {
     const auto t0 = Clock::now();
     if (s < 0) { // not prefetched (first layer of the run, or out-of-order access)
         s = (R == 1 || d.current != 0) ? 0 : 1;
-        d.cv.wait(lock, [&] { return d.ring[std::size_t(s)].state != State::Reading; });
+        d.waitHelping(lock, s);
         d.request(s, L, P);
     }
-    d.cv.wait(lock, [&] { return d.ring[std::size_t(s)].state != State::Reading; });
+    d.waitHelping(lock, s);
     d.stats.waitSeconds += since(t0);
     Impl::Slot& slot = d.ring[std::size_t(s)];
     if (slot.state == State::Failed) {

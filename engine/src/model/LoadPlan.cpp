@@ -1,11 +1,18 @@
 #include "model/LoadPlan.hpp"
 
+#include "k3/aligned_io.hpp"
 #include "k3/pack.hpp"
+#include "memory/AlignedBuffer.hpp"
+#include "memory/TrunkCodec.hpp"
 #include "model/StreamedTable.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <string>
 
 namespace k3::model {
@@ -101,6 +108,118 @@ void addState(PlanInputs& in, const ModelConfig& c, int layers, int maxSpec) {
              (u(c.numExpertsPerToken) + 4) * u(c.routedExpertHiddenSize));
 }
 
+struct PinRates {
+    double decodeBytesPerSecond = 0, diskBytesPerSecond = 0;
+};
+
+// The decode and read rates pinning compressed trades: up to 32 MiB of the first coded
+// layer's blocks read with O_DIRECT (the disk), then decoded the way a compressed pinned
+// layer is (blocks shared among the OpenMP threads, raw bytes out per wall second).
+// Measured once per trunk file in a process, so every plan of a run makes the same choice.
+PinRates measurePinRates(const TrunkIndex& index) {
+    static std::mutex m;
+    static std::map<std::string, PinRates> seen;
+    std::lock_guard lock(m);
+    const std::string key = index.binPath.string() + ":" + std::to_string(index.fileBytes);
+    if (auto it = seen.find(key); it != seen.end()) return it->second;
+    PinRates rates;
+    for (const TrunkRecord& r : index.layers) {
+        if (!r.compressed()) continue;
+        std::size_t blocks = 0;
+        while (blocks < r.blockCount() && r.blockStarts[blocks + 1] <= (std::uint64_t{32} << 20))
+            ++blocks;
+        blocks = std::max<std::size_t>(blocks, 1);
+        const std::uint64_t stored = r.blockStarts[blocks];
+        const std::uint64_t raw = std::min(std::uint64_t(blocks) * index.blockBytes, r.bytes);
+        memory::AlignedBuffer in(std::size_t(alignUp(stored))), out(std::size_t(alignUp(raw)));
+        using Clock = std::chrono::steady_clock;
+        try {
+            AlignedFile file(index.binPath);
+            const auto t0 = Clock::now();
+            const std::size_t got = file.readWindow(r.offset, in.data(), in.size());
+            const double readSecs = std::chrono::duration<double>(Clock::now() - t0).count();
+            if (got < stored) break;
+            const auto t1 = Clock::now();
+            bool ok = true;
+#pragma omp parallel for schedule(dynamic, 4)
+            for (long j = 0; j < long(blocks); ++j) {
+                const std::uint64_t lo = std::uint64_t(j) * index.blockBytes;
+                try {
+                    codec::decodeBlock(in.data() + r.blockStarts[std::size_t(j)],
+                                       std::size_t(r.blockStarts[std::size_t(j) + 1] -
+                                                   r.blockStarts[std::size_t(j)]),
+                                       out.data() + lo,
+                                       std::size_t(std::min(lo + index.blockBytes, r.bytes) - lo));
+                } catch (const codec::CodecError&) {
+#pragma omp critical(k3_pin_measure)
+                    ok = false;
+                }
+            }
+            const double decodeSecs = std::chrono::duration<double>(Clock::now() - t1).count();
+            if (!ok) break; // a damaged block: the load names it; no measurement
+            rates.diskBytesPerSecond = double(stored) / std::max(readSecs, 1e-9);
+            rates.decodeBytesPerSecond = double(raw) / std::max(decodeSecs, 1e-9);
+        } catch (const std::exception&) {
+            // unreadable here: the load reports it; pinning stays raw
+        }
+        break;
+    }
+    seen[key] = rates;
+    return rates;
+}
+
+// A compressed trunk's pinned layers kept compressed when asked, or when the measurement
+// says the decode of the layers a raw plan pins costs less than the reads the extra
+// pinned layers save.
+void choosePinning(LoadPlan& lp, const ModelOptions& options, const MemoryBudget& budget,
+                   std::uint64_t availableBytes) {
+    if (!lp.trunk || !lp.trunk->compressed() || options.pinMode == PinMode::Raw) return;
+    PlanInputs coded = lp.inputs;
+    for (const TrunkRecord& r : lp.trunk->layers)
+        coded.layerStoredBytes.push_back(r.compressed() ? r.storedBytes : r.bytes);
+    MemoryPlan alt = planMemory(coded, budget, availableBytes);
+    const MemoryPlan& raw = lp.plan;
+    char note[256];
+    if (options.pinMode == PinMode::Compressed) {
+        alt.pinChoice = "pinned layers kept compressed (asked)";
+        lp.inputs = std::move(coded);
+        lp.plan = std::move(alt);
+        return;
+    }
+    if (alt.pinnedLayers <= raw.pinnedLayers) {
+        if (raw.pinnedLayers < raw.totalLayers) {
+            std::snprintf(note, sizeof note,
+                          "pinned layers raw: compressed, this budget pins no more (%d)",
+                          alt.pinnedLayers);
+            lp.plan.pinChoice = note;
+        }
+        return;
+    }
+    std::uint64_t rawPinned = 0, storedSaved = 0;
+    for (int L = 0; L < alt.pinnedLayers; ++L) {
+        const TrunkRecord& r = lp.trunk->layers[std::size_t(L)];
+        if (L < raw.pinnedLayers && r.compressed()) rawPinned += r.bytes;
+        if (L >= raw.pinnedLayers) storedSaved += r.stored();
+    }
+    const PinRates rates = measurePinRates(*lp.trunk);
+    const bool pays = pinCompressedPays(rawPinned, storedSaved, rates.decodeBytesPerSecond,
+                                        rates.diskBytesPerSecond);
+    std::snprintf(note, sizeof note,
+                  "pinned layers %s: compressed pins %d layers, raw %d; measured decode %.2f "
+                  "GB/s, disk %.2f GB/s: decoding %s per token %s the %s reads it saves",
+                  pays ? "kept compressed" : "raw", alt.pinnedLayers, raw.pinnedLayers,
+                  rates.decodeBytesPerSecond / 1e9, rates.diskBytesPerSecond / 1e9,
+                  formatBytes(rawPinned).c_str(), pays ? "costs less than" : "does not pay for",
+                  formatBytes(storedSaved).c_str());
+    if (!pays) {
+        lp.plan.pinChoice = note;
+        return;
+    }
+    alt.pinChoice = note;
+    lp.inputs = std::move(coded);
+    lp.plan = std::move(alt);
+}
+
 } // namespace
 
 LoadPlan planLoad(const std::filesystem::path& dir, const ModelOptions& options,
@@ -135,6 +254,7 @@ LoadPlan planLoad(const std::filesystem::path& dir, const ModelOptions& options,
                             : options.expertCacheBytes;
     budget.source = options.budgetSource.empty() ? "options" : options.budgetSource;
     lp.plan = planMemory(lp.inputs, budget, availableBytes);
+    choosePinning(lp, options, budget, availableBytes);
     lp.plan.maxSpeculation = maxSpec;
     return lp;
 }

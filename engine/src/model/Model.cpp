@@ -129,7 +129,7 @@ model::ExpertSource Model::Impl::expertSource(int L) const {
 
 const model::LayerWeights& Model::Impl::layer(int L) {
     if (!trunk) return w.layers[std::size_t(L)];
-    if (trunk->pinned(L)) {
+    if (trunk->pinned(L) && !trunk->pinnedCompressed(L)) {
         trunk->acquire(L); // counts the pinned hit; the binding is permanent
         return w.layers[std::size_t(L)];
     }
@@ -140,7 +140,8 @@ const model::LayerWeights& Model::Impl::layer(int L) {
         streamed = model::bindLayer(src, config, L, false, ignored, /*withMlp=*/false);
         return streamed;
     }
-    // Views into the ring slot: valid until the next streamed layer is acquired.
+    // Views into the ring slot (or the decode slot of a compressed pinned layer): valid
+    // until the next streamed layer is acquired.
     const RecordSource src({{&record, trunk->acquire(L)}});
     streamed = model::bindLayer(src, config, L, false, ignored);
     return streamed;
@@ -260,6 +261,7 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
     }
     impl->w.layers.resize(std::size_t(layers));
     for (int L = 0; L < layers && impl->trunk->pinned(L); ++L) {
+        if (impl->trunk->pinnedCompressed(L)) continue; // bound at each use, once decoded
         const RecordSource src({{&ti.layers[std::size_t(L)], impl->trunk->pinnedData(L)}});
         std::uint64_t lent = 0; // pinned bytes are counted by the streamer
         impl->w.layers[std::size_t(L)] = model::bindLayer(src, c, L, false, lent);

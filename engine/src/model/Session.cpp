@@ -74,6 +74,7 @@ ModelOptions model::modelOptionsFor(const SessionOptions& options) {
     mo.layerLimit = options.layerLimit;
     mo.trunkDir = options.trunkDir;
     mo.trunkBytes = options.trunkBytes;
+    mo.pinMode = options.pinMode;
     mo.expertCacheBytes = options.expertCacheBytes;
     mo.expertCacheSlots = options.expertCacheSlots;
     mo.contextLength = options.contextLength;
@@ -212,9 +213,9 @@ std::string MemoryReport::format() const {
             trunk.ioSeconds > 0 ? double(trunk.bytesRead) / 1e6 / trunk.ioSeconds : 0;
         std::snprintf(
             buf, sizeof buf,
-            "trunk\n  pinned %d/%d layers, ring %d slots of %s\n"
+            "trunk\n  pinned %d/%d layers (%d kept compressed), ring %d slots of %s\n"
             "  binds %llu, pinned hits %llu, reads %llu\n  read %s in %.2f s (%.0f MB/s)\n",
-            trunk.pinnedLayers, trunk.totalLayers, trunk.ringSlots,
+            trunk.pinnedLayers, trunk.totalLayers, trunk.pinnedCompressedLayers, trunk.ringSlots,
             formatBytes(trunk.ringSlotBytes).c_str(), (unsigned long long)trunk.binds,
             (unsigned long long)trunk.pinnedHits, (unsigned long long)trunk.reads,
             formatBytes(trunk.bytesRead).c_str(), trunk.ioSeconds, mbps);

@@ -18,6 +18,8 @@ private slots:
     void refusalHasNumbersAndOptions();
     void kvRefusalIsAMemoryLimit();
     void autoPutsTrunkFirst();
+    void pinnedCompressedPinsMore();
+    void pinnedCompressedPaysByMeasurement();
 };
 
 static const std::uint64_t MB = 1'000'000;
@@ -246,6 +248,55 @@ void TestMemoryPlan::autoPutsTrunkFirst() {
     QCOMPARE(big.pinnedLayers, 10);
     QCOMPARE(big.ringSlots, 0);
     QCOMPARE(big.cacheSlots, 1000);
+}
+
+void TestMemoryPlan::pinnedCompressedPinsMore() {
+    // Twenty 8 MB layers stored in 6 MB: at 110 MB raw pins 11 (+ a ring of 2 x 8 MB);
+    // kept compressed, 14 pinned layers cost 14 x 6 MB plus one 8 MB decode slot, and the
+    // ring.
+    const std::vector<std::uint64_t> layers(20, 8 * MB), stored(20, 6 * MB);
+    k3::MemoryPlan raw, coded;
+    k3::planTrunk(raw, layers, 110 * MB);
+    k3::planTrunk(coded, layers, 110 * MB, {}, stored);
+    QCOMPARE(raw.pinnedLayers, 11);
+    QCOMPARE(raw.pinnedCompressedLayers, 0);
+    QCOMPARE(coded.pinnedLayers, 14);
+    QCOMPARE(coded.pinnedCompressedLayers, 14);
+    QVERIFY(coded.pinCompressed);
+    QCOMPARE(coded.pinnedBytes, 14 * k3::alignUp(6 * MB));
+    QCOMPARE(coded.pinDecodeSlotBytes, k3::alignUp(8 * MB));
+    QCOMPARE(coded.ringSlots, 2);
+    QCOMPARE(coded.ringSlotBytes, k3::alignUp(8 * MB));
+    QCOMPARE(coded.trunkBytes(), 14 * k3::alignUp(6 * MB) + 3 * k3::alignUp(8 * MB));
+    QVERIFY(coded.trunkBytes() <= 110 * MB);
+    // 130 MB holds all twenty compressed and the decode slot: no ring.
+    k3::planTrunk(coded, layers, 130 * MB, {}, stored);
+    QCOMPARE(coded.pinnedLayers, 20);
+    QCOMPARE(coded.ringSlots, 0);
+    QCOMPARE(coded.trunkBytes(), 20 * k3::alignUp(6 * MB) + k3::alignUp(8 * MB));
+    // A layer stored raw (stored == bytes) is pinned raw and needs no decode slot.
+    const std::vector<std::uint64_t> two(2, 8 * MB), mixed{8 * MB, 6 * MB};
+    k3::planTrunk(coded, two, 30 * MB, {}, mixed);
+    QCOMPARE(coded.pinnedLayers, 2);
+    QCOMPARE(coded.pinnedCompressedLayers, 1);
+    QCOMPARE(coded.pinnedBytes, k3::alignUp(8 * MB) + k3::alignUp(6 * MB));
+    QCOMPARE(coded.pinDecodeSlotBytes, k3::alignUp(8 * MB));
+    // The format names the layers kept compressed and the decode slot.
+    k3::planTrunk(coded, layers, 110 * MB, {}, stored);
+    const std::string f = coded.format();
+    QVERIFY2(f.find("14 of the 14 pinned layers kept compressed") != std::string::npos, f.c_str());
+}
+
+void TestMemoryPlan::pinnedCompressedPaysByMeasurement() {
+    // Decoding 1 GB at 10 GB/s (0.1 s) against reading 0.5 GB at 3 GB/s (0.167 s): pays.
+    QVERIFY(k3::pinCompressedPays(1'000'000'000, 500'000'000, 10e9, 3e9));
+    // At 5 GB/s the decode (0.2 s) costs more than the reads it saves.
+    QVERIFY(!k3::pinCompressedPays(1'000'000'000, 500'000'000, 5e9, 3e9));
+    // Nothing pinned raw: the extra pinned layers are free.
+    QVERIFY(k3::pinCompressedPays(0, 500'000'000, 5e9, 3e9));
+    // Nothing saved, or no measurement: never.
+    QVERIFY(!k3::pinCompressedPays(0, 0, 5e9, 3e9));
+    QVERIFY(!k3::pinCompressedPays(1'000'000'000, 500'000'000, 0, 3e9));
 }
 
 QTEST_GUILESS_MAIN(TestMemoryPlan)

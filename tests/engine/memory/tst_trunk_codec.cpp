@@ -5,6 +5,8 @@
 
 #include "memory/TrunkCodec.hpp"
 
+#include <k3/system.hpp>
+
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -63,6 +65,7 @@ private slots:
     void adversarialBlocks();
     void incompressibleBlockIsStoredRaw();
     void damagedBlocksAreRefused();
+    void vectorKernelPathsDecodeWithAvx2();
 };
 
 void TestTrunkCodec::gaussianBlockCodesInThreeBits() {
@@ -160,6 +163,20 @@ void TestTrunkCodec::damagedBlocksAreRefused() {
     b.push_back(std::byte{0});
     sealBlock(b.data(), b.size());
     QVERIFY(refused(b, raw.size(), "say"));
+}
+
+// The decode follows the kernel path: AVX2 and AVX-512 both decode with AVX2 (an AVX-512
+// kernel path once sent the decode to the portable loop, 10x slower); scalar stays scalar.
+void TestTrunkCodec::vectorKernelPathsDecodeWithAvx2() {
+    if (!avx2DecodeAvailable()) QSKIP("this CPU or build has no AVX2 decode");
+    for (const k3::KernelPath p :
+         {k3::KernelPath::Scalar, k3::KernelPath::Avx2, k3::KernelPath::Avx512}) {
+        if (!k3::kernelPathAvailable(p)) continue;
+        k3::setKernelPath(p);
+        QCOMPARE(QString::fromLatin1(decodePathName()),
+                 QString::fromLatin1(p == k3::KernelPath::Scalar ? "scalar" : "AVX2"));
+    }
+    k3::resetKernelPath();
 }
 
 QTEST_GUILESS_MAIN(TestTrunkCodec)

@@ -126,6 +126,9 @@ private slots:
     void decodesToTheRawBytes();
     void sameLogitsAtEveryBudget_data();
     void sameLogitsAtEveryBudget();
+    void pinnedCompressedSameLogits_data();
+    void pinnedCompressedSameLogits();
+    void pinnedCompressedBitFlipNamesLayerAndBlock();
     void defaultBlocksCompressTheDemo();
     void packedBytesDoNotDependOnThreads();
     void bitFlippedBlockNamesLayerAndBlock();
@@ -247,10 +250,11 @@ void TestTrunkCompressed::sameLogitsAtEveryBudget() {
     for (int i = 0; i < 6; ++i) ids.push_back((i * 37 + 11) % resident.config().vocabSize);
     const std::vector<float> ref = logitsOf(resident, ids);
     const std::uint64_t a0 = k3::alignUp(idx.layers[0].bytes);
-    // Staging, one scratch block and the block index (8 bytes a block start).
+    // Staging, two scratch blocks (reader, helping compute thread) and the block index (8 bytes a
+    // block start).
     std::uint64_t starts = 0;
     for (const auto& r : idx.layers) starts += r.blockCount() + 1;
-    const std::uint64_t decodeBytes = k3::kTrunkStagingBytes + kSmallBlocks + 8 * starts;
+    const std::uint64_t decodeBytes = k3::kTrunkStagingBytes + 2 * kSmallBlocks + 8 * starts;
     QCOMPARE(k3::trunkDecodeBufferBytes(idx), decodeBytes);
     struct Budget {
         const char* what;
@@ -268,6 +272,7 @@ void TestTrunkCompressed::sameLogitsAtEveryBudget() {
             k3::ModelOptions o;
             o.trunkDir = c ? t.coded : t.raw;
             o.trunkBytes = b.trunk;
+            o.pinMode = k3::PinMode::Raw; // the same plan as raw (pinnedCompressedSameLogits)
             const k3::Model m = k3::Model::load(model, o);
             QCOMPARE(m.memoryPlan().piecewise, b.pieces);
             QCOMPARE(m.memoryPlan().trunkDecodeBytes, c ? decodeBytes : 0);
@@ -283,6 +288,132 @@ void TestTrunkCompressed::sameLogitsAtEveryBudget() {
                                                    .arg(QLatin1String(b.what))
                                                    .arg(read[1])
                                                    .arg(read[0])));
+    }
+}
+
+void TestTrunkCompressed::pinnedCompressedSameLogits_data() {
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<bool>("pinsMore");
+    QTest::newRow("k3_tiny_a") << QStringLiteral("k3_tiny_a") << true;
+    QTest::newRow("k3_tiny_b") << QStringLiteral("k3_tiny_b") << true;
+    // 4 layers, the first the largest: its decode slot costs more than compression saves
+    // on the others, so no budget pins more; the logits are checked all the same.
+    QTest::newRow("demo") << QStringLiteral("demo") << false;
+}
+
+// Pinned layers kept compressed in RAM (decoded into the decode slot before each use):
+// at several budgets the logits are the resident model's bits, the plan stays within
+// the budget with the decode slot counted, and some budget pins more layers than raw.
+void TestTrunkCompressed::pinnedCompressedSameLogits() {
+    QFETCH(QString, name);
+    QFETCH(bool, pinsMore);
+    const std::string model = fixture(name);
+    const Trunks t(model);
+    const k3::TrunkIndex idx = k3::openTrunkIndex(t.coded, model);
+    const int n = int(idx.layers.size());
+    std::uint64_t rawAll = 0, storedAll = 0, decodeSlot = 0, largest = 0;
+    int coded = 0;
+    for (const auto& r : idx.layers) {
+        rawAll += k3::alignUp(r.bytes);
+        storedAll += k3::alignUp(r.stored());
+        largest = std::max(largest, k3::alignUp(r.bytes));
+        if (r.compressed()) {
+            decodeSlot = std::max(decodeSlot, k3::alignUp(r.bytes));
+            ++coded;
+        }
+    }
+    QVERIFY(coded > 0);
+    QCOMPARE(storedAll + decodeSlot < rawAll, pinsMore);
+    const k3::Model resident = k3::Model::load(model);
+    std::vector<int> ids;
+    for (int i = 0; i < 6; ++i) ids.push_back((i * 37 + 11) % resident.config().vocabSize);
+    const std::vector<float> ref = logitsOf(resident, ids);
+    const std::uint64_t budgets[] = {storedAll + decodeSlot, (storedAll + decodeSlot + rawAll) / 2,
+                                     decodeSlot + 2 * largest + storedAll / 2, 2 * largest};
+    int pinnedMore = 0;
+    for (const std::uint64_t budget : budgets) {
+        int pinned[2] = {0, 0};
+        for (const k3::PinMode mode : {k3::PinMode::Raw, k3::PinMode::Compressed}) {
+            const bool c = mode == k3::PinMode::Compressed;
+            k3::ModelOptions o;
+            o.trunkDir = t.coded;
+            o.trunkBytes = budget;
+            o.pinMode = mode;
+            const k3::Model m = k3::Model::load(model, o);
+            const k3::MemoryPlan& plan = m.memoryPlan();
+            const QString what = QStringLiteral("budget %1, %2 pinned (%3 compressed)")
+                                     .arg(budget)
+                                     .arg(plan.pinnedLayers)
+                                     .arg(plan.pinnedCompressedLayers);
+            QVERIFY2(plan.trunkBytes() <= budget, qPrintable(what));
+            pinned[c] = plan.pinnedLayers;
+            const std::vector<float> got = logitsOf(m, ids);
+            QCOMPARE(got.size(), ref.size());
+            QVERIFY2(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0,
+                     qPrintable(what + QStringLiteral(": logits differ")));
+            const k3::TrunkStats s = m.memoryStats().trunk;
+            QCOMPARE(s.pinnedCompressedLayers, plan.pinnedCompressedLayers);
+            QCOMPARE(plan.pinCompressed, c);
+            if (!c) {
+                QCOMPARE(plan.pinnedCompressedLayers, 0);
+                QCOMPARE(plan.pinDecodeSlotBytes, std::uint64_t(0));
+                continue;
+            }
+            if (budget == budgets[0]) { // every layer pinned, the coded ones compressed
+                QCOMPARE(plan.pinnedLayers, n);
+                QCOMPARE(plan.ringSlots, 0);
+                QCOMPARE(plan.pinnedCompressedLayers, coded);
+                QCOMPARE(plan.pinnedBytes, storedAll);
+                QCOMPARE(plan.pinDecodeSlotBytes, decodeSlot);
+            }
+            if (plan.pinnedCompressedLayers > 0) {
+                // 6 tokens: every compressed pinned layer decoded once per token (the
+                // decode slot holds one layer; with one such layer it stays decoded).
+                const std::uint64_t per = plan.pinnedCompressedLayers > 1 ? 6 : 0;
+                std::uint64_t bytes = 0;
+                for (int L = 0; L < plan.pinnedLayers; ++L)
+                    if (idx.layers[std::size_t(L)].compressed())
+                        bytes += idx.layers[std::size_t(L)].bytes;
+                QCOMPARE(s.pinnedBytesDecoded, per * bytes);
+            }
+        }
+        pinnedMore += pinned[1] > pinned[0];
+        if (pinned[1] <= pinned[0]) continue;
+        // Left to the measurement: it says what it measured and picks one of the two plans.
+        k3::ModelOptions o;
+        o.trunkDir = t.coded;
+        o.trunkBytes = budget;
+        const k3::Model m = k3::Model::load(model, o);
+        const k3::MemoryPlan& plan = m.memoryPlan();
+        QVERIFY2(has(plan.pinChoice, "measured decode") && has(plan.pinChoice, "GB/s, disk"),
+                 plan.pinChoice.c_str());
+        QCOMPARE(plan.pinnedLayers, plan.pinCompressed ? pinned[1] : pinned[0]);
+        QVERIFY2(has(plan.format(), plan.pinChoice), plan.format().c_str());
+        const std::vector<float> got = logitsOf(m, ids);
+        QVERIFY(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0);
+    }
+    QCOMPARE(pinnedMore > 0, pinsMore);
+}
+
+// A damaged block of a layer pinned compressed is refused at load, naming layer and block.
+void TestTrunkCompressed::pinnedCompressedBitFlipNamesLayerAndBlock() {
+    const std::string model = fixture(QStringLiteral("k3_tiny_a"));
+    const Trunks t(model);
+    const k3::TrunkIndex idx = k3::openTrunkIndex(t.coded, model);
+    const k3::TrunkRecord& r = idx.layers[0];
+    QVERIFY(r.blockCount() >= 3);
+    flipByte(t.coded + "/trunk.bin", r.offset + (r.blockStarts[1] + r.blockStarts[2]) / 2);
+    k3::ModelOptions o;
+    o.trunkDir = t.coded;
+    o.pinMode = k3::PinMode::Compressed;
+    try {
+        const k3::Model m = k3::Model::load(model, o);
+        QFAIL("a bit-flipped block was accepted");
+    } catch (const std::exception& e) {
+        const std::string msg = e.what();
+        QVERIFY2(has(msg, "trunk layer 0 block 1 of " + std::to_string(r.blockCount())) &&
+                     has(msg, "block checksum mismatch"),
+                 e.what());
     }
 }
 
