@@ -83,7 +83,7 @@ struct RemoteReply {
     // The calls the answer makes (finish_reason "tool_calls"), assembled from the
     // streamed pieces by index: arguments are the server's JSON text.
     std::vector<ChatToolCall> toolCalls;
-    int promptTokens = -1;    // usage; -1 when the server sent none
+    int promptTokens = -1; // usage; -1 when the server sent none
     int completionTokens = -1;
     bool cancelled = false;
     double firstDeltaSeconds = 0; // request to first text delta
