@@ -110,6 +110,10 @@ MainWindow::MainWindow(QWidget* parent)
     connect(worker, &EngineWorker::modelLoaded, this, &MainWindow::onModelLoaded);
     connect(worker, &EngineWorker::loadFailed, this, &MainWindow::onLoadFailed);
     connect(worker, &EngineWorker::tokenTiming, m_timing, &TokenTimingPanel::addToken);
+    connect(worker, &EngineWorker::deltaTiming, m_timing, &TokenTimingPanel::addDelta);
+    // A server's usage arrives with its last chunk: only then are batched deltas split.
+    connect(worker, &EngineWorker::generationFinished, m_timing,
+            [this](const GenerationSummary& s) { m_timing->finishAnswer(s.generatedTokens); });
     connect(worker, &EngineWorker::prefillProgress, this,
             [this](int done, int total, double seconds) {
                 m_conversation->conversation()->setReading(done, total, seconds);

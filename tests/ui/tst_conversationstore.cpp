@@ -4,6 +4,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
 
 #include <k3/chat.hpp>
@@ -100,19 +101,38 @@ void TestConversationStore::everyFieldSurvivesSaveAndLoad() {
     // copy of an imported conversation, and invalid answers came back as ordinary ones.
     QTemporaryDir dir;
     ConversationStore store(dir.path());
-    const std::vector<k3::ChatMessage> messages = {
+    // Tool calls and the results answering them went the same way (the view's model too).
+    k3::ChatMessage calls{k3::ChatRole::Assistant, "", "which city?", {}};
+    calls.toolCalls = {{"call_1", "get_weather", R"({"city":"Oslo"})"},
+                       {"call_2", "clock", R"({"tz": "UTC"})", true}};
+    k3::ChatMessage result{k3::ChatRole::Tool, "-3 C", {}, {}};
+    result.toolCallId = "call_1";
+    std::vector<k3::ChatMessage> messages = {
         {k3::ChatRole::User, "time?", {}, {}},
         {k3::ChatRole::Tool, "12:00", {}, "clock"},
-        {k3::ChatRole::Assistant, "noon", "r", {}, "2 routed expert(s) could not be loaded"}};
+        {k3::ChatRole::Assistant, "noon", "r", {}, "2 routed expert(s) could not be loaded"},
+        calls,
+        result};
+    messages.back().name = "get_weather";
     const QVector<ChatTurn> turns = ConversationStore::toTurns(messages);
     QCOMPARE(turns.at(1).role, QStringLiteral("tool"));
     QCOMPARE(turns.at(1).name, QStringLiteral("clock"));
-    const QString id = store.save({}, turns);
+    QCOMPARE(turns.at(3).toolCalls.size(), std::size_t(2));
+    QCOMPARE(turns.at(4).toolCallId, QStringLiteral("call_1"));
+    ConversationModel view;
+    view.setTurns(turns);
+    const QString id = store.save({}, view.turns());
     const QVector<ChatTurn> back = store.load(id);
-    QCOMPARE(back.size(), 3);
+    QCOMPARE(back.size(), 5);
     QCOMPARE(back.at(1).name, QStringLiteral("clock"));
     QCOMPARE(back.at(2).invalid, QStringLiteral("2 routed expert(s) could not be loaded"));
+    QVERIFY(back.at(3).toolCalls == calls.toolCalls);
+    QCOMPARE(back.at(4).toolCallId, QStringLiteral("call_1"));
     QVERIFY(k3::readTranscript(store.pathFor(id).toStdString()) == messages);
+    // The answer that only calls tools says so under it.
+    view.setTurns(back);
+    QCOMPARE(view.index(3).data(ConversationModel::StatsRole).toString(),
+             QStringLiteral("calls get_weather, clock"));
 }
 
 void TestConversationStore::secondSessionOnOneConversationIsRefused() {

@@ -2,6 +2,8 @@
 // refused before anything is unloaded (a broken config.json, another model's trunk), or,
 // when the open fails past the checks, the working model is opened again. Either way the
 // engine still answers, the status bar shows the old model and the saved setup is as it was.
+// A server that cannot be used (refused, a wrong key, a model it does not offer) is the
+// same: the local model answers on.
 #include <QDir>
 #include <QFile>
 #include <QMessageBox>
@@ -21,6 +23,8 @@
 #include <k3/launch.hpp>
 #include <k3/pack.hpp>
 
+#include "FakeOpenAiServer.hpp"
+
 class TestFailedOpen : public QObject {
     Q_OBJECT
 private slots:
@@ -30,12 +34,13 @@ private slots:
     void anotherModelsTrunkKeepsTheWorkingModel();
     void failureAfterTheChecksReopensTheWorkingModel();
     void wizardChoiceThatFailsIsNotSaved();
+    void unusableServerKeepsTheWorkingModel();
 
 private:
     // Loads k3_tiny_a as the working model; its status line and saved launch.
     void loadWorkingModel(MainWindow& window);
     // Waits for the failure box, gives its text and closes it.
-    void failureText(MainWindow& window, QString& text);
+    void failureText(MainWindow& window, QString& text, QString* details = nullptr);
     // The engine answers a question after the failure.
     void stillAnswers(MainWindow& window);
     void checkNothingChanged(MainWindow& window);
@@ -68,12 +73,14 @@ void TestFailedOpen::loadWorkingModel(MainWindow& window) {
     QCOMPARE(m_saved.modelDir.string(), m_tiny.toStdString());
 }
 
-void TestFailedOpen::failureText(MainWindow& window, QString& text) {
+void TestFailedOpen::failureText(MainWindow& window, QString& text, QString* details) {
     QMessageBox* box = nullptr;
     QTRY_VERIFY_WITH_TIMEOUT(
         (box = window.findChild<QMessageBox*>(QStringLiteral("loadFailedBox"))) != nullptr, 30000);
     text = box->text();
+    if (details) *details = box->detailedText();
     box->close();
+    delete box; // closed boxes are deleted later; the next failure must find its own
 }
 
 void TestFailedOpen::checkNothingChanged(MainWindow& window) {
@@ -161,6 +168,46 @@ void TestFailedOpen::wizardChoiceThatFailsIsNotSaved() {
     QVERIFY2(text.contains(tmp.filePath(QStringLiteral("missing")) + " is not a folder"),
              qPrintable(text));
     checkNothingChanged(window);
+}
+
+// Refused, a wrong key, a model the server does not offer: each says so, and the local
+// model, its status, its saved setup and the saved source ("local") stay.
+void TestFailedOpen::unusableServerKeepsTheWorkingModel() {
+    QString refusedUrl; // a port nobody listens on any more
+    {
+        FakeOpenAiServer gone;
+        refusedUrl = QString::fromStdString(gone.url());
+    }
+    FakeOpenAiServer keyed("sk-right-key");
+    FakeOpenAiServer open;
+    struct Case {
+        QString url, model, key, detail;
+    };
+    const Case cases[] = {
+        {refusedUrl, QStringLiteral("k3-think"), {}, QStringLiteral("connection refused")},
+        {QString::fromStdString(keyed.url()), QStringLiteral("k3-think"),
+         QStringLiteral("sk-wrong"), QStringLiteral("401")},
+        {QString::fromStdString(open.url()),
+         QStringLiteral("no-such-model"),
+         {},
+         QStringLiteral("does not offer the model \"no-such-model\"; it offers: k3-think, "
+                        "k3-slow, k3-cut, k3-batch, k3-batch-usage.")},
+    };
+    MainWindow window;
+    loadWorkingModel(window);
+    for (const Case& c : cases) {
+        window.connectRemote(c.url, c.model, c.key);
+        QString text, details;
+        failureText(window, text, &details);
+        QVERIFY2(text.startsWith(QStringLiteral("The server did not accept the connection.")),
+                 qPrintable(text));
+        QVERIFY2(text.endsWith(QStringLiteral("k3_tiny_a is still loaded.")), qPrintable(text));
+        QVERIFY2(details.contains(c.detail), qPrintable(details));
+        checkNothingChanged(window);
+        QCOMPARE(QSettings().value(QStringLiteral("model/source")).toString(),
+                 QStringLiteral("local"));
+    }
+    stillAnswers(window);
 }
 
 QTEST_MAIN(TestFailedOpen)

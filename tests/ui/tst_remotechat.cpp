@@ -274,6 +274,45 @@ private slots:
         QSettings().setValue(QStringLiteral("model/source"), QStringLiteral("local"));
     }
 
+    // A server that sends several tokens per delta: the timing chart still has one bar
+    // per token. With a running usage on each chunk the split is live and exact; with the
+    // total only, the deltas' bars are redrawn when the usage arrives. The panel says so.
+    void batchingServerGetsOneBarPerToken() {
+        const ServerUnderTest server = startFakeServer();
+        MainWindow window;
+        QSignalSpy finished(&window, &MainWindow::answerFinished);
+        const QString split = QStringLiteral(
+            " · the server sent them in 4 deltas; each delta's time is split evenly over its "
+            "tokens (counts %1)");
+        struct Case {
+            QString model;
+            int tokens;
+            QString counts;
+        };
+        for (const Case& c : {Case{QStringLiteral("k3-batch-usage"), 10,
+                                   QStringLiteral("from the server's usage per chunk")},
+                              Case{QStringLiteral("k3-batch"), 11,
+                                   QStringLiteral("shared out evenly from the answer's usage")}}) {
+            connectTo(window, server, c.model);
+            window.sendMessage(QStringLiteral("Count"));
+            QVERIFY(finished.wait(10000));
+            QCOMPARE(window.timingPanel()->barCount(), c.tokens);
+            const QString summary = window.timingPanel()->summaryText();
+            QVERIFY2(summary.startsWith(QStringLiteral("%1 tokens · ").arg(c.tokens)) &&
+                         summary.endsWith(split.arg(c.counts)),
+                     qPrintable(summary));
+            // Each delta's bars are equal: its time split evenly (20 ms apart, at least).
+            QVERIFY(window.timingPanel()->barSeconds(0) > 0);
+            QCOMPARE(window.timingPanel()->barSeconds(1), window.timingPanel()->barSeconds(0));
+            QVERIFY2(lastData(window, ConversationModel::StatsRole)
+                         .startsWith(QStringLiteral("%1 tokens").arg(c.tokens)),
+                     qPrintable(lastData(window, ConversationModel::StatsRole)));
+            const QString id = window.currentConversationId();
+            window.newChat();
+            window.store()->remove(id);
+        }
+    }
+
     void stopClosesTheStream() {
         const ServerUnderTest server = startFakeServer();
         MainWindow window;
@@ -376,6 +415,75 @@ private slots:
         QVERIFY(saved.size() >= 2);
         QCOMPARE(saved[1].content, content);
         QCOMPARE(saved[1].reasoning, reasoning);
+        window.store()->remove(window.currentConversationId());
+        QSettings().clear();
+    }
+
+    // Stop against the real server: the app closes the stream at the first delta, and
+    // `k3 serve` stops generating (its access log line for the request comes at once,
+    // with far fewer than the 1063 tokens this sampled answer has uncancelled; the same
+    // request as tst_k3serve::disconnectFreesTheServer, 192 prompt tokens), and is free
+    // for the next message.
+    void stopCancelsTheRealServersGeneration() {
+        K3Serve server;
+        QVERIFY(server.start());
+        AppSettings settings = AppSettings::load();
+        settings.greedy = false;
+        settings.temperature = 2.0;
+        settings.fixedSeed = true;
+        settings.seed = 3;
+        settings.maxTokens = 3000;
+        settings.save();
+        MainWindow window;
+        QSignalSpy ready(&window, &MainWindow::modelReady);
+        window.connectRemote(server.url, QStringLiteral("demo"), QString());
+        QVERIFY(ready.wait(10000));
+        QTRY_VERIFY(window.composer()->isReady());
+        window.composer()->setThinking(true);
+        ConversationModel* model = window.conversationView()->conversation();
+        QElapsedTimer sinceSend, sinceStop;
+        qint64 firstDeltaMs = -1;
+        connect(model, &QAbstractItemModel::dataChanged, this, [&] {
+            const QModelIndex last = model->index(model->rowCount() - 1);
+            if (sinceStop.isValid() || !model->lastIsStreaming() ||
+                (last.data(ConversationModel::ContentRole).toString().isEmpty() &&
+                 last.data(ConversationModel::ReasoningRole).toString().isEmpty()))
+                return;
+            firstDeltaMs = sinceSend.elapsed();
+            sinceStop.start();
+            window.stopGeneration();
+        });
+        QSignalSpy finished(&window, &MainWindow::answerFinished);
+        const QRegularExpression logged(
+            QStringLiteral(R"(POST /v1/chat/completions 200 tokens=(\d+)\+(\d+) )"));
+        QByteArray log;
+        for (const QString& message : {QStringLiteral("Hello!"), QStringLiteral("Hi")}) {
+            sinceStop.invalidate();
+            sinceSend.start();
+            window.sendMessage(message);
+            QVERIFY(finished.wait(30000));
+            QVERIFY(sinceStop.isValid());
+            QVERIFY2(
+                lastData(window, ConversationModel::StatsRole).contains(QStringLiteral("stopped")),
+                qPrintable(lastData(window, ConversationModel::StatsRole)));
+            // The server's line for this request: written when its generation ended.
+            QRegularExpressionMatch m;
+            while (!(m = logged.match(QString::fromUtf8(log))).hasMatch() &&
+                   sinceStop.elapsed() < 5000) {
+                server.process->waitForReadyRead(50);
+                log += server.process->readAllStandardError();
+            }
+            QVERIFY2(m.hasMatch(), log.constData());
+            QVERIFY2(sinceStop.elapsed() < 2000, qPrintable(QString::number(sinceStop.elapsed())));
+            if (message == QStringLiteral("Hello!")) {
+                QCOMPARE(m.captured(1).toInt(), 192);
+                QVERIFY2(m.captured(2).toInt() < 1063 / 2, log.constData());
+            } else {
+                // Free at once: the next request's first delta came within a second.
+                QVERIFY2(firstDeltaMs < 1000, qPrintable(QString::number(firstDeltaMs)));
+            }
+            log = log.mid(m.capturedEnd());
+        }
         window.store()->remove(window.currentConversationId());
         QSettings().clear();
     }

@@ -527,7 +527,8 @@ void TestSetupWizard::useServerPageTestListsTheServersModels() {
     QVERIFY(tested.wait(5000));
     QCOMPARE(tested.at(0).at(0).toBool(), true);
     QCOMPARE(form->resultText(),
-             QStringLiteral("The server answers with 3 model(s): k3-think, k3-slow, k3-cut"));
+             QStringLiteral("The server answers with 5 model(s): k3-think, k3-slow, k3-cut, "
+                            "k3-batch, k3-batch-usage"));
     QCOMPARE(form->model(), QStringLiteral("k3-think"));
     QVERIFY(wizard.remoteServerPage()->isComplete());
 
@@ -535,7 +536,8 @@ void TestSetupWizard::useServerPageTestListsTheServersModels() {
     form->test();
     QVERIFY(tested.wait(5000));
     QCOMPARE(form->resultText(),
-             QStringLiteral("The server answers with 3 model(s): k3-think, k3-slow, k3-cut\n"
+             QStringLiteral("The server answers with 5 model(s): k3-think, k3-slow, k3-cut, "
+                            "k3-batch, k3-batch-usage\n"
                             "It does not offer \"kimi-k9\": pick one of these."));
     form->setModel(QStringLiteral("k3-slow"));
 

@@ -14,6 +14,8 @@ private slots:
     void acceptedProposalsAreMarked();
     void yAxisLabelsAreDistinctNiceNumbers();
     void chartFollowsTheDarkPalette();
+    void batchedDeltasGetOneBarPerToken();
+    void batchedDeltasSharedOutFromTheTotal();
 };
 
 void TestTokenTimingPanel::keepsTheLastBarsAndAverages() {
@@ -112,6 +114,54 @@ void TestTokenTimingPanel::chartFollowsTheDarkPalette() {
                  qPrintable(QColor(image.pixel(p)).name()));
     QCOMPARE(view->chart()->axes(Qt::Vertical).at(0)->titleText(), QStringLiteral("seconds"));
     QCOMPARE(view->chart()->axes(Qt::Horizontal).at(0)->titleText(), QStringLiteral("token"));
+}
+
+// A server that counts each chunk's tokens: a delta of 3 tokens after 0.6 s is three bars
+// of 0.2 s, at once.
+void TestTokenTimingPanel::batchedDeltasGetOneBarPerToken() {
+    TokenTimingPanel panel;
+    panel.addDelta(0, 0.5, 2);
+    panel.addDelta(1, 0.6, 3);
+    panel.addDelta(2, 0.1, 1);
+    QCOMPARE(panel.barCount(), 6);
+    const double expected[] = {0.25, 0.25, 0.2, 0.2, 0.2, 0.1};
+    for (int i = 0; i < 6; ++i) QCOMPARE(panel.barSeconds(i), expected[i]);
+    const QString note = QStringLiteral(
+        " · the server sent them in 3 deltas; each delta's time is split evenly over its tokens "
+        "(counts from the server's usage per chunk)");
+    QCOMPARE(panel.summaryText(), QStringLiteral("6 tokens · 0.200 s/token on average") + note);
+    panel.finishAnswer(6); // the usage agrees: nothing to redraw
+    QCOMPARE(panel.barCount(), 6);
+    QCOMPARE(panel.summaryText(), QStringLiteral("6 tokens · 0.200 s/token on average") + note);
+}
+
+// A server that says only the answer's total (usage at the end): one bar per delta while
+// it streams, then the total shared out evenly over the deltas and each split.
+void TestTokenTimingPanel::batchedDeltasSharedOutFromTheTotal() {
+    TokenTimingPanel panel;
+    panel.addDelta(0, 0.4, 0);
+    panel.addDelta(1, 0.6, 0);
+    panel.addDelta(2, 0.6, 0);
+    panel.addDelta(3, 0.9, 0);
+    QCOMPARE(panel.barCount(), 4);
+    QCOMPARE(panel.summaryText(), QStringLiteral("4 tokens · 0.625 s/token on average"));
+    panel.finishAnswer(11); // shares 2, 3, 3, 3
+    QCOMPARE(panel.barCount(), 11);
+    const double expected[] = {0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.3, 0.3, 0.3};
+    for (int i = 0; i < 11; ++i) QCOMPARE(panel.barSeconds(i), expected[i]);
+    QCOMPARE(panel.summaryText(),
+             QStringLiteral("11 tokens · 0.227 s/token on average · the server sent them in 4 "
+                            "deltas; each delta's time is split evenly over its tokens (counts "
+                            "shared out evenly from the answer's usage)"));
+    // As many tokens as deltas (or fewer): one bar per delta stays; a local answer next
+    // starts afresh and finishAnswer() leaves it alone.
+    panel.addDelta(0, 0.5, 0);
+    panel.finishAnswer(1);
+    QCOMPARE(panel.barCount(), 1);
+    panel.addToken(0, 0.5, 0, 0);
+    panel.finishAnswer(40);
+    QCOMPARE(panel.barCount(), 1);
+    QCOMPARE(panel.summaryText(), QStringLiteral("1 token · 0.500 s/token on average"));
 }
 
 QTEST_MAIN(TestTokenTimingPanel)

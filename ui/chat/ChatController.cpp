@@ -190,6 +190,7 @@ QString ChatController::statsLine(const GenerationSummary& s, const k3::AnswerFi
                      .arg(s.prefillPositions)
                      .arg(s.reusedPositions);
     if (stopped && s.interruption.isEmpty()) parts << tr("stopped");
+    if (!s.toolCalls.empty()) parts << ConversationModel::toolCallsText(s.toolCalls);
     if (!s.interruption.isEmpty()) parts << tr("interrupted: %1").arg(s.interruption);
     if (!invalid.isEmpty()) parts << tr("RUN INVALID (%1)").arg(invalid);
     return parts.join(QStringLiteral(" · "));
@@ -217,7 +218,7 @@ void ChatController::onFinished(const GenerationSummary& s) {
         m_conversation->removeLast(); // stopped before a token: the question can be answered
     else // saved with the answer, so the conversation says it when reopened
         m_conversation->finishLast(statsLine(s, figures, stopped, invalid), invalid, s.model,
-                                   stopped, figures);
+                                   stopped, figures, s.toolCalls);
     m_composer->setGenerating(false);
     save();
     // A broken stream keeps what arrived; the status says why it stopped.

@@ -95,9 +95,11 @@ void ConversationModel::appendToLast(const QString& thinkingDelta, const QString
 
 void ConversationModel::finishLast(const QString& stats, const QString& invalidReason,
                                    const QString& model, bool stopped,
-                                   const k3::AnswerFigures& figures) {
+                                   const k3::AnswerFigures& figures,
+                                   const std::vector<k3::ChatToolCall>& toolCalls) {
     if (m_entries.isEmpty()) return;
     Entry& e = m_entries.last();
+    e.toolCalls = toolCalls;
     e.invalid = invalidReason;
     e.model = model;
     e.stopped = stopped;
@@ -160,11 +162,14 @@ void ConversationModel::setTurns(const QVector<ChatTurn>& turns) {
         e.model = t.model;
         e.stopped = t.stopped;
         e.figures = t.figures;
+        e.toolCalls = t.toolCalls;
+        e.toolCallId = t.toolCallId;
         // A reopened answer shows its saved figures and whether it was cut; an invalid one
         // still says what it is, and one from another model says which.
         QStringList stats;
         if (t.figures.tokens > 0) stats << figuresText(t.figures);
         if (t.stopped) stats << tr("stopped");
+        if (!t.toolCalls.empty()) stats << toolCallsText(t.toolCalls);
         if (!t.invalid.isEmpty())
             stats << tr("RUN INVALID: %1").arg(t.invalid);
         else if (!t.model.isEmpty())
@@ -180,8 +185,8 @@ QVector<ChatTurn> ConversationModel::turns() const {
     QVector<ChatTurn> out;
     for (const Entry& e : m_entries)
         if (!e.streaming)
-            out.push_back(
-                {e.role, e.content, e.reasoning, e.name, e.invalid, e.model, e.stopped, e.figures});
+            out.push_back({e.role, e.content, e.reasoning, e.name, e.invalid, e.model, e.stopped,
+                           e.figures, e.toolCalls, e.toolCallId});
     return out;
 }
 
@@ -194,6 +199,13 @@ ConversationModel::turnsWithPartialAnswer(const k3::AnswerFigures& figures) cons
     if (e.content.isEmpty() && e.reasoning.isEmpty()) return out;
     out.push_back({e.role, e.content, e.reasoning, e.name, e.invalid, e.model, true, figures});
     return out;
+}
+
+QString ConversationModel::toolCallsText(const std::vector<k3::ChatToolCall>& calls) {
+    if (calls.empty()) return {};
+    QStringList names;
+    for (const k3::ChatToolCall& call : calls) names << QString::fromStdString(call.name);
+    return tr("calls %1").arg(names.join(QStringLiteral(", ")));
 }
 
 QString ConversationModel::figuresText(const k3::AnswerFigures& f) {

@@ -42,9 +42,11 @@ public:
     // load, a NaN appeared); it is kept with the message and saved with it.
     // model: who answered (a folder's or a server's model name), saved with the answer.
     // stopped: cut before the model ended it; figures: saved with it (tokens 0: none).
+    // toolCalls: the functions the answer calls, saved with it.
     void finishLast(const QString& stats, const QString& invalidReason = {},
                     const QString& model = {}, bool stopped = false,
-                    const k3::AnswerFigures& figures = {});
+                    const k3::AnswerFigures& figures = {},
+                    const std::vector<k3::ChatToolCall>& toolCalls = {});
     // The message tokens stream into is still open.
     bool lastIsStreaming() const;
     void removeLast();
@@ -65,6 +67,9 @@ public:
 
     // "12 tokens · 48.5 tok/s · first token 0.25 s" (empty when no tokens are recorded).
     static QString figuresText(const k3::AnswerFigures& figures);
+    // "calls get_weather, clock" (empty without calls): the app runs no tools, so an
+    // answer that only calls one would otherwise look empty.
+    static QString toolCallsText(const std::vector<k3::ChatToolCall>& calls);
 
 private:
     struct Entry {
@@ -76,6 +81,8 @@ private:
         QString model;
         bool stopped = false;
         k3::AnswerFigures figures;
+        std::vector<k3::ChatToolCall> toolCalls;
+        QString toolCallId;
         bool thinkingExpanded = false;
         bool streaming = false;
         double thinkingSeconds = -1;

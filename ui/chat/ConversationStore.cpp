@@ -47,7 +47,9 @@ std::vector<k3::ChatMessage> toMessages(const QVector<ChatTurn>& turns) {
             m.model = t.model.toStdString();
             m.stopped = t.stopped;
             m.figures = t.figures;
+            m.toolCalls = t.toolCalls;
         }
+        if (m.role == k3::ChatRole::Tool) m.toolCallId = t.toolCallId.toStdString();
         out.push_back(std::move(m));
     }
     return out;
@@ -140,7 +142,7 @@ QVector<ChatTurn> ConversationStore::toTurns(const std::vector<k3::ChatMessage>&
                          QString::fromStdString(m.content),
                          QString::fromStdString(m.reasoningContent), QString::fromStdString(m.name),
                          QString::fromStdString(m.invalid), QString::fromStdString(m.model),
-                         m.stopped, m.figures});
+                         m.stopped, m.figures, m.toolCalls, QString::fromStdString(m.toolCallId)});
     return turns;
 }
 

@@ -57,6 +57,12 @@ TokenTimingPanel::TokenTimingPanel(QWidget* parent)
 }
 
 void TokenTimingPanel::clear() {
+    m_deltas.clear();
+    m_sharedOut = false;
+    clearBars();
+}
+
+void TokenTimingPanel::clearBars() {
     m_trunk->remove(0, m_trunk->count());
     m_experts->remove(0, m_experts->count());
     m_compute->remove(0, m_compute->count());
@@ -72,6 +78,49 @@ void TokenTimingPanel::clear() {
 void TokenTimingPanel::addToken(int index, double computeSeconds, double trunkIoSeconds,
                                 double expertIoSeconds, bool fromProposal) {
     if (index == 0) clear();
+    appendBar(computeSeconds, trunkIoSeconds, expertIoSeconds, fromProposal);
+}
+
+void TokenTimingPanel::addDelta(int index, double seconds, int tokens) {
+    if (index == 0) clear();
+    m_deltas.push_back({seconds, std::max(0, tokens)});
+    const int bars = std::max(1, tokens);
+    for (int i = 0; i < bars; ++i) appendBar(seconds / bars, 0, 0, false);
+}
+
+void TokenTimingPanel::finishAnswer(int tokens) {
+    if (m_deltas.isEmpty()) return;
+    int counted = 0, unsaid = 0;
+    for (const Delta& d : m_deltas) {
+        counted += d.tokens;
+        unsaid += d.tokens == 0;
+    }
+    const int left = tokens - counted;
+    if (unsaid == 0 || left <= unsaid) return; // one bar per delta is already one per token
+    // Even shares, the remainder spread: delta j of the unsaid ones gets
+    // floor((j+1)*left/unsaid) - floor(j*left/unsaid) tokens (at least 1 each).
+    QVector<int> shares;
+    int j = 0;
+    for (const Delta& d : m_deltas) {
+        if (d.tokens > 0) {
+            shares.push_back(d.tokens);
+            continue;
+        }
+        shares.push_back(int(qint64(j + 1) * left / unsaid - qint64(j) * left / unsaid));
+        ++j;
+    }
+    m_sharedOut = true;
+    drawDeltas(shares);
+}
+
+void TokenTimingPanel::drawDeltas(const QVector<int>& shares) {
+    clearBars();
+    for (qsizetype i = 0; i < m_deltas.size(); ++i)
+        for (int t = 0; t < shares[i]; ++t) appendBar(m_deltas[i].seconds / shares[i], 0, 0, false);
+}
+
+void TokenTimingPanel::appendBar(double computeSeconds, double trunkIoSeconds,
+                                 double expertIoSeconds, bool fromProposal) {
     const bool full = m_compute->count() == kMaxBars;
     if (full) {
         // The marks move with the bars: the selection is by index.
@@ -108,6 +157,10 @@ int TokenTimingPanel::barCount() const {
     return m_compute->count();
 }
 
+double TokenTimingPanel::barSeconds(int bar) const {
+    return m_trunk->at(bar) + m_experts->at(bar) + m_compute->at(bar);
+}
+
 bool TokenTimingPanel::isFromProposal(int bar) const {
     return m_compute->isBarSelected(bar);
 }
@@ -121,6 +174,16 @@ QString TokenTimingPanel::summaryText() const {
     const QString count = m_tokens == 1 ? tr("1 token") : tr("%1 tokens").arg(m_tokens);
     QString text = tr("%1 · %2 s/token on average").arg(count).arg(m_total / m_tokens, 0, 'f', 3);
     if (m_proposed > 0) text += tr(" · %1 from accepted proposals (green)").arg(m_proposed);
+    // A server that batches: say that the bars split each delta's time, and where the
+    // token counts came from.
+    if (!m_deltas.isEmpty() && m_tokens > m_deltas.size())
+        text += (m_sharedOut ? tr(" · the server sent them in %1 deltas; each delta's time is "
+                                  "split evenly over its tokens (counts shared out evenly from "
+                                  "the answer's usage)")
+                             : tr(" · the server sent them in %1 deltas; each delta's time is "
+                                  "split evenly over its tokens (counts from the server's usage "
+                                  "per chunk)"))
+                    .arg(m_deltas.size());
     return text;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <QColor>
+#include <QVector>
 #include <QWidget>
 
 class QBarSet;
@@ -25,8 +26,18 @@ public:
     // in proposalColor() and the summary counts it.
     void addToken(int index, double computeSeconds, double trunkIoSeconds, double expertIoSeconds,
                   bool fromProposal = false);
+    // A server's delta: `seconds` since the previous one, split evenly over the `tokens` it
+    // carried (one bar each; the server's compute and the network are one figure). tokens
+    // 0: the server did not say; the delta gets one bar until finishAnswer() knows more.
+    void addDelta(int index, double seconds, int tokens);
+    // The answer's token count as the server's usage gives it: the tokens no delta
+    // accounted for are shared out evenly over the deltas that did not say, and their
+    // bars redrawn. Nothing changes for a local model's answer.
+    void finishAnswer(int tokens);
 
     int barCount() const;
+    // The height of bar `bar` (all its segments), in seconds.
+    double barSeconds(int bar) const;
     bool isFromProposal(int bar) const;
     QColor proposalColor() const;
     QString summaryText() const;
@@ -51,6 +62,11 @@ private:
     void applyPalette();
     // The x axis spans the bars shown, labelled every 1-2-5 step of tokens.
     void updateTokenAxis();
+    void appendBar(double computeSeconds, double trunkIoSeconds, double expertIoSeconds,
+                   bool fromProposal);
+    void clearBars();
+    // Redraws the bars from m_deltas, with `shares` tokens for each.
+    void drawDeltas(const QVector<int>& shares);
 
     QChart* m_chart;
     QChartView* m_view;
@@ -65,4 +81,10 @@ private:
     int m_tokens = 0;
     int m_proposed = 0; // tokens of this answer that came from accepted proposals
     double m_top = 0;   // the tallest bar shown: the y axis tops out just above it
+    struct Delta {
+        double seconds;
+        int tokens; // 0: not said by the server
+    };
+    QVector<Delta> m_deltas;  // a server's answer: its deltas, to redraw when usage arrives
+    bool m_sharedOut = false; // some deltas' token counts were shared out from the total
 };

@@ -22,8 +22,8 @@ k3::ChatRole roleFromName(const QString& role) {
 // Forwards engine callbacks (on this worker thread) as queued signals.
 class SignalObserver : public k3::SessionObserver {
 public:
-    SignalObserver(EngineWorker* worker, const k3::ChatBackend* backend)
-        : m_worker(worker), m_backend(backend) {}
+    SignalObserver(EngineWorker* worker, const k3::ChatBackend* backend, bool remote)
+        : m_worker(worker), m_backend(backend), m_remote(remote) {}
     void onProgress(const k3::SessionProgress& p) override {
         emit m_worker->prefillProgress(int(p.done), int(p.total), p.seconds);
         // The panels move while the prompt is read too: on a streamed trunk that is
@@ -41,8 +41,11 @@ public:
         emit m_worker->tokenGenerated(e.index, QString::fromStdString(e.thinkingDelta),
                                       QString::fromStdString(e.responseDelta),
                                       e.timing.totalSeconds());
-        emit m_worker->tokenTiming(e.index, e.timing.computeSeconds, e.timing.trunkIoSeconds,
-                                   e.timing.expertIoSeconds, e.fromProposal);
+        if (m_remote)
+            emit m_worker->deltaTiming(e.index, e.timing.totalSeconds(), e.tokens);
+        else
+            emit m_worker->tokenTiming(e.index, e.timing.computeSeconds, e.timing.trunkIoSeconds,
+                                       e.timing.expertIoSeconds, e.fromProposal);
     }
     void onMemory(const k3::MemoryReport& report) override {
         emit m_worker->memoryUpdated(MemoryFigures::from(report));
@@ -51,6 +54,7 @@ public:
 private:
     EngineWorker* m_worker;
     const k3::ChatBackend* m_backend;
+    bool m_remote;
 };
 
 } // namespace
@@ -227,9 +231,10 @@ void EngineWorker::openLocal(const k3::LaunchConfig& config, bool announce) {
 }
 
 void EngineWorker::connectRemote(const QString& url, const QString& model, const QString& apiKey) {
-    m_backend.reset();
-    m_localConfig.reset();
+    // The model in use stays until the server has answered: a wrong URL, key or model
+    // name never costs a local model that works (or the server that was in use).
     m_cancel.store(false);
+    const bool kept = m_backend != nullptr;
     try {
         k3::RemoteOptions options;
         options.baseUrl = url.trimmed().toStdString();
@@ -244,24 +249,26 @@ void EngineWorker::connectRemote(const QString& url, const QString& model, const
             emit loadFailed(
                 tr("The server at %1 does not offer the model \"%2\"; it offers: %3.")
                     .arg(QString::fromStdString(client.serverUrl()), model,
-                         names.isEmpty() ? tr("none") : names.join(QStringLiteral(", "))));
+                         names.isEmpty() ? tr("none") : names.join(QStringLiteral(", "))),
+                kept);
             return;
         }
-        m_backend = k3::openRemoteBackend(options);
-        const k3::BackendInfo b = m_backend->info();
+        std::unique_ptr<k3::ChatBackend> remote = k3::openRemoteBackend(options);
+        const k3::BackendInfo b = remote->info();
         ModelInfo info;
         info.remote = true;
         info.directory = QString::fromStdString(b.location);
         info.modelName = QString::fromStdString(b.modelName);
         info.summary = QString::fromStdString(b.summary);
+        m_backend = std::move(remote);
+        m_localConfig.reset();
         m_modelName = info.modelName;
-        MemoryFigures remote;
-        remote.remoteUrl = info.directory;
-        emit memoryUpdated(remote);
+        MemoryFigures figures;
+        figures.remoteUrl = info.directory;
+        emit memoryUpdated(figures);
         emit modelLoaded(info);
     } catch (const std::exception& e) {
-        m_backend.reset();
-        emit loadFailed(QString::fromUtf8(e.what()));
+        emit loadFailed(QString::fromUtf8(e.what()), kept);
     }
 }
 
@@ -273,10 +280,13 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
         return;
     }
     std::vector<k3::ChatMessage> messages;
-    for (const ChatTurn& turn : history)
+    for (const ChatTurn& turn : history) {
         messages.push_back({roleFromName(turn.role), turn.content.toStdString(),
                             turn.reasoning.toStdString(), turn.name.toStdString(),
                             turn.invalid.toStdString(), turn.model.toStdString()});
+        messages.back().toolCalls = turn.toolCalls;
+        messages.back().toolCallId = turn.toolCallId.toStdString();
+    }
     k3::GenerateOptions options;
     options.render.thinking = settings.thinking;
     options.render.thinkingEffort = settings.thinkingEffort.toStdString();
@@ -295,7 +305,7 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
     applied.threads = omp_get_max_threads();
     emit settingsApplied(applied);
     try {
-        SignalObserver observer(this, m_backend.get());
+        SignalObserver observer(this, m_backend.get(), !m_localConfig);
         const k3::GenerateResult r = m_backend->chat(messages, options, &observer, &m_cancel);
         GenerationSummary s;
         s.content = QString::fromStdString(r.reply.content);
@@ -306,6 +316,7 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
         s.generatedTokens = r.tokenCount();
         s.model = r.model.empty() ? m_modelName : QString::fromStdString(r.model);
         s.interruption = QString::fromStdString(r.interruption);
+        s.toolCalls = r.reply.toolCalls;
         s.endOfTurn = r.endOfTurn;
         s.cancelled = r.cancelled;
         s.valid = r.valid();

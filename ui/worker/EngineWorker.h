@@ -23,6 +23,8 @@ struct ChatTurn {
     QString model{};             // assistant: the model that answered; empty when not recorded
     bool stopped{};              // assistant: cut before the model ended it (Stop, quit, error)
     k3::AnswerFigures figures{}; // assistant: tokens, speed, first-token time; 0: none
+    std::vector<k3::ChatToolCall> toolCalls{}; // assistant: the functions it called
+    QString toolCallId{};                      // tool: the call this result answers
 };
 
 struct GenerationSettings {
@@ -52,6 +54,7 @@ struct GenerationSummary {
     QStringList problems;
     QString model;        // who answered: the model folder's name, or the server's model
     QString interruption; // a server's stream broke: why (content holds what arrived)
+    std::vector<k3::ChatToolCall> toolCalls; // the calls the answer makes (saved with it)
 };
 
 struct ModelInfo {
@@ -157,6 +160,9 @@ signals:
     // verification pass's time with the others that pass committed).
     void tokenTiming(int index, double computeSeconds, double trunkIoSeconds,
                      double expertIoSeconds, bool fromProposal = false);
+    // A server's delta instead of tokenTiming: the seconds since the previous delta and
+    // the tokens it carried (0: the server did not say; its usage gives the total at the end).
+    void deltaTiming(int index, double seconds, int tokens);
     void generationFinished(const GenerationSummary& summary);
     // Before the prompt is read: the settings as the engine gets them (threads: the
     // OpenMP thread count now in force on the engine thread).

@@ -225,6 +225,33 @@ private:
     std::vector<std::string> problems_;
 };
 
+// Generated ids -> the assistant's reply, exactly as a session reads its own output:
+// each id decoded (an incomplete UTF-8 sequence held back for the next id) and parsed
+// into channels, special tokens fed as markers; at the end, the tool calls of its tools
+// channel. The session (so k3 serve, k3 --chat and the app) gets every answer and its
+// OpenAI tool_calls from this (tst_api::generatedToolCallsBecomeToolCalls feeds it the
+// template's own tool-call turns).
+class ReplyReader {
+public:
+    ReplyReader(const Tokenizer& tokenizer, const ChatRenderOptions& options);
+    // What this id added to each channel; endOfTurn when it ended the turn.
+    ChatParseDelta push(TokenId id);
+    // The turn ended (or the parser gave up): nothing more belongs to this reply.
+    bool done() const { return parser_.finished(); }
+    bool endOfTurn() const { return parser_.endOfTurn(); }
+    // The stream stopped before the turn ended: the decoder's held-back bytes and what the
+    // parser held until now, so the deltas add up to the reply. Call once, at the end.
+    ChatParseDelta finish();
+    // Role assistant: content, reasoning_content and the tool calls. `problems` gets the
+    // parser's, then those of malformed calls.
+    ChatMessage reply(std::vector<std::string>& problems);
+
+private:
+    const Tokenizer* tokenizer_;
+    ChatOutputParser parser_;
+    StreamDecoder decoder_;
+};
+
 // The tool calls in the raw text of the model's uninterpreted channels
 // (ChatOutputParser::otherChannels()): every call tag of a tools channel, arguments
 // turned back into a JSON object text (typed by each argument's type attribute; a json
@@ -233,20 +260,23 @@ std::vector<ChatToolCall> parseToolCalls(std::string_view otherChannels,
                                          std::vector<std::string>* problems = nullptr);
 
 // Transcripts: one JSON object per line, {"role","content","reasoning_content"} plus an
-// optional "name" (required for role "tool") and, on assistant lines, an optional
-// "invalid" (the reason the answer is not the model's) and "model" (who answered). Blank lines are
-// skipped. Unknown roles and fields are refused, with the source, line number and field in the
-// message.
+// optional "name" (the tool's name on role "tool"; it or "tool_call_id" is required
+// there) and, on assistant lines, an optional "invalid" (the reason the answer is not the
+// model's), "model" (who answered) and "tool_calls" (OpenAI's entries: id, type
+// "function", function.name and function.arguments: an object for the argument-tag form,
+// a string for the json-block form). Transcripts without the newer fields read as they
+// always did. Blank lines are skipped. Unknown roles and fields are refused, with the
+// source, line number and field in the message.
 std::vector<ChatMessage> parseTranscript(std::string_view text,
                                          const std::string& sourceName = "transcript");
 // Refuses anything but a regular file before reading it (a FIFO never blocks, a device
 // is never read) and a file over kMaxTranscriptBytes.
 std::vector<ChatMessage> readTranscript(const std::filesystem::path& path);
 inline constexpr std::uint64_t kMaxTranscriptBytes = 256ull << 20;
-// One line per message, keys in the order role, name, content, reasoning_content,
-// invalid, model (reasoning_content on assistant lines only, invalid and model only when
-// set). Invalid
-// UTF-8 becomes U+FFFD.
+// One line per message, keys in the order role, name, tool_call_id, content,
+// reasoning_content, tool_calls, invalid, model, stopped, figures (reasoning_content on
+// assistant lines only, the others only when set). A call's argument-form text is stored
+// as the JSON object it holds (compact, keys in its order); invalid UTF-8 becomes U+FFFD.
 std::string formatTranscript(const std::vector<ChatMessage>& messages);
 // writeFileAtomically() of formatTranscript().
 void writeTranscript(const std::filesystem::path& path, const std::vector<ChatMessage>& messages);

@@ -57,6 +57,10 @@ struct RemoteDelta {
     std::string content;   // the answer
     double secondsSinceStart = 0;
     double secondsSincePrevious = 0; // since the previous text delta (the request for the first)
+    // The tokens this delta carried, when the server counts them per chunk (a usage
+    // object on every chunk, as vLLM's continuous_usage_stats sends); 0 when it did not
+    // say. Servers that batch tokens send several per delta.
+    int tokens = 0;
 };
 
 struct RemoteRequest {
@@ -77,7 +81,10 @@ struct RemoteReply {
     std::string model;        // as the server named it in its chunks
     std::string finishReason; // "stop", "length", ...; empty when cancelled
     int deltas = 0;           // text deltas received
-    int promptTokens = -1;    // usage; -1 when the server sent none
+    // The calls the answer makes (finish_reason "tool_calls"), assembled from the
+    // streamed pieces by index: arguments are the server's JSON text.
+    std::vector<ChatToolCall> toolCalls;
+    int promptTokens = -1; // usage; -1 when the server sent none
     int completionTokens = -1;
     bool cancelled = false;
     double firstDeltaSeconds = 0; // request to first text delta

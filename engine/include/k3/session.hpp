@@ -102,6 +102,9 @@ struct TokenEvent {
     std::string responseDelta; // text this token added to the answer
     TokenTiming timing;        // a verification pass's time is shared by its tokens
     bool fromProposal = false; // an accepted speculative proposal
+    // The tokens this event stands for: 1 from a local model; a server's delta may carry
+    // several (RemoteDelta::tokens), and 0 means the server did not say how many.
+    int tokens = 1;
 };
 
 // After each prefill chunk: positions read so far of this prompt, and what it cost.

@@ -20,13 +20,16 @@ namespace k3 {
 
 namespace {
 
+// Ordered: tool-call arguments read back keep their key order (the order they render in).
+using Json = nlohmann::ordered_json;
+
 std::string lineError(const std::string& source, std::size_t line, const std::string& what) {
     return source + ":" + std::to_string(line) + ": " + what;
 }
 
 // A string field that may be absent; null counts as absent.
-std::optional<std::string> stringField(const nlohmann::json& obj, const char* key,
-                                       const std::string& source, std::size_t line) {
+std::optional<std::string> stringField(const Json& obj, const char* key, const std::string& source,
+                                       std::size_t line) {
     const auto it = obj.find(key);
     if (it == obj.end() || it->is_null()) return std::nullopt;
     if (it->is_array() && std::string_view(key) == "content")
@@ -41,8 +44,7 @@ std::optional<std::string> stringField(const nlohmann::json& obj, const char* ke
 }
 
 // "stopped" and "figures": assistant only, both optional (older transcripts lack them).
-void readAnswerState(const nlohmann::json& obj, ChatMessage& m, const std::string& source,
-                     std::size_t line) {
+void readAnswerState(const Json& obj, ChatMessage& m, const std::string& source, std::size_t line) {
     const bool assistant = m.role == ChatRole::Assistant;
     if (const auto it = obj.find("stopped"); it != obj.end() && !it->is_null()) {
         if (!it->is_boolean())
@@ -78,6 +80,85 @@ void readAnswerState(const nlohmann::json& obj, ChatMessage& m, const std::strin
     m.figures.firstTokenSeconds = number("first_token_seconds");
 }
 
+// "tool_calls" (assistant) and "tool_call_id" (tool), as OpenAI's messages spell them.
+// Transcripts written before tool calls were saved have neither and read as before.
+void readToolFields(const Json& obj, ChatMessage& m, const std::string& source, std::size_t line) {
+    if (auto id = stringField(obj, "tool_call_id", source, line)) {
+        if (m.role != ChatRole::Tool)
+            throw ChatError(
+                lineError(source, line, "field \"tool_call_id\" is only allowed on tool messages"));
+        m.toolCallId = std::move(*id);
+    }
+    const auto calls = obj.find("tool_calls");
+    if (calls == obj.end() || calls->is_null()) return;
+    if (m.role != ChatRole::Assistant)
+        throw ChatError(
+            lineError(source, line, "field \"tool_calls\" is only allowed on assistant messages"));
+    if (!calls->is_array())
+        throw ChatError(lineError(source, line,
+                                  std::string("field \"tool_calls\" must be an array, not ") +
+                                      calls->type_name()));
+    for (std::size_t i = 0; i < calls->size(); ++i) {
+        const Json& c = (*calls)[i];
+        const std::string field = "tool_calls[" + std::to_string(i) + "]";
+        const auto wrong = [&](const std::string& key, const std::string& what) {
+            return ChatError(lineError(source, line, "field \"" + field + key + "\" " + what));
+        };
+        if (!c.is_object()) throw wrong("", std::string("must be an object, not ") + c.type_name());
+        ChatToolCall call;
+        for (const auto& item : c.items())
+            if (item.key() != "id" && item.key() != "type" && item.key() != "function")
+                throw wrong("." + item.key(), "is unknown (id, type, function)");
+        if (const auto id = c.find("id"); id != c.end() && !id->is_null()) {
+            if (!id->is_string()) throw wrong(".id", "must be a string");
+            call.id = id->get<std::string>();
+        }
+        if (const auto type = c.find("type"); type != c.end() && !type->is_null())
+            if (!type->is_string() || type->get<std::string>() != "function")
+                throw wrong(".type", "must be \"function\"");
+        const auto fn = c.find("function");
+        if (fn == c.end() || !fn->is_object()) throw wrong(".function", "is required, an object");
+        const auto name = fn->find("name");
+        if (name == fn->end() || !name->is_string() || name->get<std::string>().empty())
+            throw wrong(".function.name", "is required, a non-empty string");
+        call.name = name->get<std::string>();
+        // As in a request: an object renders as argument tags, a string verbatim in a json
+        // block (the template's two forms); formatTranscript() writes each back that way.
+        const auto args = fn->find("arguments");
+        if (args == fn->end() || args->is_null()) {
+            call.arguments = "{}";
+        } else if (args->is_object()) {
+            call.arguments = args->dump(-1, ' ', false, Json::error_handler_t::replace);
+        } else if (args->is_string()) {
+            call.arguments = args->get<std::string>();
+            call.argumentsAsJsonBlock = true;
+        } else {
+            throw wrong(".function.arguments",
+                        std::string("must be an object or a string, not ") + args->type_name());
+        }
+        m.toolCalls.push_back(std::move(call));
+    }
+}
+
+Json toolCallsJson(const std::vector<ChatToolCall>& calls) {
+    Json list = Json::array();
+    for (const ChatToolCall& call : calls) {
+        Json c;
+        if (!call.id.empty()) c["id"] = call.id;
+        c["type"] = "function";
+        Json arguments = call.arguments;
+        if (!call.argumentsAsJsonBlock) {
+            // The mapping form is stored as the object it is; text that is no JSON object
+            // renders as a json block anyway, so it is stored as the string form.
+            Json parsed = Json::parse(call.arguments, nullptr, false);
+            if (parsed.is_object()) arguments = std::move(parsed);
+        }
+        c["function"] = {{"name", call.name}, {"arguments", std::move(arguments)}};
+        list.push_back(std::move(c));
+    }
+    return list;
+}
+
 std::string errnoText() {
     return std::strerror(errno);
 }
@@ -109,10 +190,10 @@ std::vector<ChatMessage> parseTranscript(std::string_view text, const std::strin
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
 
-        nlohmann::json obj;
+        Json obj;
         try {
-            obj = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::exception& e) {
+            obj = Json::parse(line);
+        } catch (const Json::exception& e) {
             throw ChatError(
                 lineError(sourceName, lineNumber, std::string("not valid JSON: ") + e.what()));
         }
@@ -123,13 +204,13 @@ std::vector<ChatMessage> parseTranscript(std::string_view text, const std::strin
         for (const auto& item : obj.items()) {
             const std::string& key = item.key();
             if (key == "role" || key == "content" || key == "reasoning_content" || key == "name" ||
-                key == "invalid" || key == "model" || key == "stopped" || key == "figures")
+                key == "invalid" || key == "model" || key == "stopped" || key == "figures" ||
+                key == "tool_calls" || key == "tool_call_id")
                 continue;
-            if (key == "tool_calls" || key == "tools")
+            if (key == "tools")
                 throw ChatError(lineError(sourceName, lineNumber,
-                                          "field \"" + key +
-                                              "\" is not supported (tool calls "
-                                              "and tool declarations)"));
+                                          "field \"tools\" is not supported (tool declarations "
+                                          "belong to a request, not to a message)"));
             throw ChatError(lineError(sourceName, lineNumber, "unknown field \"" + key + "\""));
         }
 
@@ -172,10 +253,12 @@ std::vector<ChatMessage> parseTranscript(std::string_view text, const std::strin
             m.model = std::move(*model);
         }
         readAnswerState(obj, m, sourceName, lineNumber);
-        if (m.role == ChatRole::Tool && m.name.empty())
-            throw ChatError(
-                lineError(sourceName, lineNumber,
-                          "field \"name\" (the tool's name) is required for role tool"));
+        readToolFields(obj, m, sourceName, lineNumber);
+        // The renderer finds the tool's name from the call a tool_call_id names.
+        if (m.role == ChatRole::Tool && m.name.empty() && m.toolCallId.empty())
+            throw ChatError(lineError(sourceName, lineNumber,
+                                      "field \"name\" (the tool's name) or \"tool_call_id\" "
+                                      "(the call answered) is required for role tool"));
         messages.push_back(std::move(m));
     }
     return messages;
@@ -228,11 +311,14 @@ std::vector<ChatMessage> readTranscript(const std::filesystem::path& path) {
 std::string formatTranscript(const std::vector<ChatMessage>& messages) {
     std::string out;
     for (const ChatMessage& m : messages) {
-        nlohmann::ordered_json obj;
+        Json obj;
         obj["role"] = std::string(chatRoleName(m.role));
         if (!m.name.empty()) obj["name"] = m.name;
+        if (!m.toolCallId.empty() && m.role == ChatRole::Tool) obj["tool_call_id"] = m.toolCallId;
         obj["content"] = m.content;
         if (m.role == ChatRole::Assistant) obj["reasoning_content"] = m.reasoningContent;
+        if (!m.toolCalls.empty() && m.role == ChatRole::Assistant)
+            obj["tool_calls"] = toolCallsJson(m.toolCalls);
         if (!m.invalid.empty()) obj["invalid"] = m.invalid;
         if (!m.model.empty() && m.role == ChatRole::Assistant) obj["model"] = m.model;
         if (m.stopped && m.role == ChatRole::Assistant) obj["stopped"] = true;
@@ -241,7 +327,7 @@ std::string formatTranscript(const std::vector<ChatMessage>& messages) {
                               {"tokens_per_second", m.figures.tokensPerSecond},
                               {"first_token_seconds", m.figures.firstTokenSeconds}};
         // A generation cut mid-character leaves invalid UTF-8; the transcript must still save.
-        out += obj.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+        out += obj.dump(-1, ' ', false, Json::error_handler_t::replace);
         out += '\n';
     }
     return out;

@@ -573,7 +573,7 @@ GenerateResult Session::generateIds(std::span<const TokenId> prompt, const Gener
     return result;
 }
 
-// Over 80 lines: render, prefill, the decode callbacks sharing one parser and decoder, and
+// Over 80 lines: render, prefill, the decode callbacks sharing one ReplyReader, and
 // the stopped answer's resume point read as one turn; split, they would share a struct.
 GenerateResult Session::chat(const std::vector<ChatMessage>& history,
                              const GenerateOptions& options, SessionObserver* observer,
@@ -595,8 +595,7 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
     result.reusedPositions = prefill(s, prompt, observer, cancel, result, snapshotAt);
     result.prefillSeconds = secondsSince(t0);
 
-    ChatOutputParser parser = ChatOutputParser::forOptions(options.render);
-    StreamDecoder decoder(tok);
+    ReplyReader reader(tok, options.render);
     const auto t1 = Clock::now();
     // decide() parses each token as it is committed; report() hands its text on in the
     // same order (a verification pass decides several before it reports them).
@@ -606,17 +605,8 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
         decode(
             s, options, result, cancel,
             [&](TokenId next) {
-                ChatParseDelta delta;
-                if (tok.isAddedToken(next)) {
-                    // Text held back for an incomplete UTF-8 sequence belongs before the marker.
-                    const ChatParseDelta before = parser.feedText(decoder.flush());
-                    delta = parser.feedSpecial(tok.tokenBytes(next));
-                    delta.thinking = before.thinking + delta.thinking;
-                    delta.response = before.response + delta.response;
-                } else {
-                    delta = parser.feedText(decoder.push(next));
-                }
-                const bool more = !(delta.endOfTurn || parser.finished());
+                ChatParseDelta delta = reader.push(next);
+                const bool more = !(delta.endOfTurn || reader.done());
                 pending.push_back(std::move(delta));
                 return more;
             },
@@ -637,10 +627,7 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
     if (!result.endOfTurn) {
         // The decoder's held-back bytes, then whatever the parser held until the end:
         // the observer must see every byte that lands in the reply.
-        ChatParseDelta tail = parser.feedText(decoder.flush());
-        const ChatParseDelta released = parser.finish();
-        tail.thinking += released.thinking;
-        tail.response += released.response;
+        const ChatParseDelta tail = reader.finish();
         if (observer && (!tail.thinking.empty() || !tail.response.empty())) {
             TokenEvent ev;
             ev.index = int(result.ids.size());
@@ -649,13 +636,10 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
             observer->onToken(ev);
         }
     }
-    parser.finish();
     result.decodeSeconds = secondsSince(t1);
-    result.reply.role = ChatRole::Assistant;
-    result.reply.content = parser.response();
-    result.reply.reasoningContent = parser.thinking();
-    result.problems = parser.problems();
-    result.reply.toolCalls = parseToolCalls(parser.otherChannels(), &result.problems);
+    std::vector<std::string> problems;
+    result.reply = reader.reply(problems);
+    result.problems = std::move(problems);
     if (result.cancelled && !result.endOfTurn)
         if (auto point = chat::resumeAfterStoppedAnswer(tok, history, result.reply, options.render,
                                                         prompt, s.fed, result.ids))

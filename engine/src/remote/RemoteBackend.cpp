@@ -41,6 +41,7 @@ public:
             e.responseDelta = d.content;
             // The server's compute and the network are one figure from here.
             e.timing.computeSeconds = d.secondsSincePrevious;
+            e.tokens = d.tokens;
             observer->onToken(e);
         };
         GenerateResult r;
@@ -54,16 +55,19 @@ public:
         r.reply.role = ChatRole::Assistant;
         r.reply.content = reply.content;
         r.reply.reasoningContent = reply.reasoning;
+        r.reply.toolCalls = reply.toolCalls;
+        for (ChatToolCall& call : r.reply.toolCalls)
+            if (call.arguments.empty()) call.arguments = "{}";
         r.model = reply.model.empty() ? client_.options().model : reply.model;
         r.reply.model = r.model;
         r.promptTokens = std::max(reply.promptTokens, 0);
         r.remoteTokens = reply.completionTokens >= 0 ? reply.completionTokens : reply.deltas;
-        r.endOfTurn = reply.finishReason == "stop";
+        r.endOfTurn = reply.finishReason == "stop" || reply.finishReason == "tool_calls";
         r.cancelled = reply.cancelled;
         r.prefillSeconds = reply.firstDeltaSeconds;
         r.decodeSeconds = std::max(0.0, reply.totalSeconds - reply.firstDeltaSeconds);
         if (!reply.finishReason.empty() && reply.finishReason != "stop" &&
-            reply.finishReason != "length")
+            reply.finishReason != "length" && reply.finishReason != "tool_calls")
             r.problems.push_back("the server finished with \"" + reply.finishReason + "\"");
         return r;
     }

@@ -80,12 +80,35 @@ struct Transfer {
     RemoteReply reply;
     Clock::time_point start;
     Clock::time_point lastDelta;
+    int countedTokens = 0; // the last per-chunk usage.completion_tokens
     const std::function<void(const RemoteDelta&)>* onDelta = nullptr;
 };
 
 std::string stringAt(const nlohmann::json& obj, const char* key) {
     if (auto it = obj.find(key); it != obj.end() && it->is_string()) return it->get<std::string>();
     return {};
+}
+
+// A streamed call comes in pieces: the first names its index, id and function, later
+// ones add to its arguments text.
+void readToolCallPieces(Transfer& t, const nlohmann::json& delta) {
+    const auto calls = delta.find("tool_calls");
+    if (calls == delta.end() || !calls->is_array()) return;
+    for (const nlohmann::json& piece : *calls) {
+        if (!piece.is_object()) continue;
+        const auto at = piece.find("index");
+        const std::size_t index = at != piece.end() && at->is_number_unsigned()
+                                      ? at->get<std::size_t>()
+                                      : t.reply.toolCalls.size();
+        if (index > t.reply.toolCalls.size() || index >= 128) continue; // not a call we can place
+        if (index == t.reply.toolCalls.size()) t.reply.toolCalls.push_back({"", "", ""});
+        ChatToolCall& call = t.reply.toolCalls[index];
+        if (std::string id = stringAt(piece, "id"); !id.empty()) call.id = id;
+        if (auto fn = piece.find("function"); fn != piece.end() && fn->is_object()) {
+            call.name += stringAt(*fn, "name");
+            call.arguments += stringAt(*fn, "arguments");
+        }
+    }
 }
 
 void handleEvent(Transfer& t, const std::string& data) {
@@ -105,9 +128,14 @@ void handleEvent(Transfer& t, const std::string& data) {
         return;
     }
     if (std::string model = stringAt(chunk, "model"); !model.empty()) t.reply.model = model;
+    int chunkTokens = 0; // this chunk's share of a running completion_tokens count
     if (auto usage = chunk.find("usage"); usage != chunk.end() && usage->is_object()) {
         t.reply.promptTokens = usage->value("prompt_tokens", -1);
         t.reply.completionTokens = usage->value("completion_tokens", -1);
+        if (t.reply.completionTokens > t.countedTokens) {
+            chunkTokens = t.reply.completionTokens - t.countedTokens;
+            t.countedTokens = t.reply.completionTokens;
+        }
     }
     auto choices = chunk.find("choices");
     if (choices == chunk.end() || !choices->is_array() || choices->empty()) return;
@@ -124,6 +152,7 @@ void handleEvent(Transfer& t, const std::string& data) {
             d.index = t.reply.deltas++;
             d.secondsSinceStart = std::chrono::duration<double>(now - t.start).count();
             d.secondsSincePrevious = std::chrono::duration<double>(now - t.lastDelta).count();
+            d.tokens = chunkTokens;
             if (d.index == 0) t.reply.firstDeltaSeconds = d.secondsSinceStart;
             t.lastDelta = now;
             t.reply.reasoning += d.reasoning;
@@ -131,6 +160,8 @@ void handleEvent(Transfer& t, const std::string& data) {
             if (t.onDelta && *t.onDelta) (*t.onDelta)(d);
         }
     }
+    if (auto delta = choice.find("delta"); delta != choice.end() && delta->is_object())
+        readToolCallPieces(t, *delta);
     if (std::string finish = stringAt(choice, "finish_reason"); !finish.empty())
         t.reply.finishReason = finish;
 }
@@ -227,6 +258,19 @@ std::string RemoteClient::requestBody(const RemoteRequest& request) const {
         // Earlier thinking goes back to the server, which renders it as the template says.
         if (m.role == ChatRole::Assistant && !m.reasoningContent.empty())
             msg["reasoning_content"] = m.reasoningContent;
+        if (m.role == ChatRole::Assistant && !m.toolCalls.empty()) {
+            nlohmann::ordered_json calls = nlohmann::ordered_json::array();
+            for (const ChatToolCall& call : m.toolCalls) {
+                nlohmann::ordered_json c;
+                if (!call.id.empty()) c["id"] = call.id;
+                c["type"] = "function";
+                // A JSON text, as OpenAI's API defines it (vLLM's takes nothing else).
+                c["function"] = {{"name", call.name}, {"arguments", call.arguments}};
+                calls.push_back(std::move(c));
+            }
+            msg["tool_calls"] = std::move(calls);
+        }
+        if (m.role == ChatRole::Tool && !m.toolCallId.empty()) msg["tool_call_id"] = m.toolCallId;
         if (!m.name.empty()) msg["name"] = m.name;
         messages.push_back(std::move(msg));
     }

@@ -39,6 +39,11 @@ async function one(call, index) {
           if (r) { out.reasoning += r; out.reasoningChunks++; if (out.contentChunks) out.reasoningAfterContent = true; }
           if (t) { out.content += t; out.contentChunks++; }
           if (r && t) out.mixedChunks++;
+          for (const call of c.delta.tool_calls ?? []) { // pieces of a call share its index
+            const t = ((out.tool_calls ??= [])[call.index] ??= { id: call.id, type: call.type, function: { name: '', arguments: '' } });
+            t.function.name += call.function?.name ?? '';
+            t.function.arguments += call.function?.arguments ?? '';
+          }
           if (c.finish_reason) out.finish_reason = c.finish_reason;
         }
         if (call.abortAfterChunks && out.chunks >= call.abortAfterChunks) break; // closes the connection

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include <k3/api.hpp>
+#include <k3/tokenizer.hpp>
 #include <nlohmann/json.hpp>
 
 using namespace k3::api;
@@ -40,6 +41,7 @@ private slots:
     void finishUsageAndDone();
     void stopStringsAreNeverSent();
     void toolFixturesRenderThroughTheApi();
+    void generatedToolCallsBecomeToolCalls();
     void finishReasons();
     void modelList();
 };
@@ -302,6 +304,120 @@ void TestApi::toolFixturesRenderThroughTheApi() {
         ++checked;
     }
     QCOMPARE(checked, 11);
+}
+
+// The template's own tool-call turns, as a model generates them: the text after the
+// generation prompt, encoded with the demo's tokenizer and read back id by id by the
+// session's ReplyReader, becomes what k3 serve sends: finish_reason tool_calls, each call
+// with its id, name and arguments (JSON text), in one message or in the stream's one
+// tool_calls chunk before the finish chunk. (A tiny random model never calls a tool on
+// its own; this is the same path from its ids.)
+void TestApi::generatedToolCallsBecomeToolCalls() {
+    std::ifstream in(K3_SOURCE_DIR "/tests/fixtures/chat/tool_renders.json");
+    QVERIFY(in.good());
+    const Json doc = Json::parse(in);
+    const k3::Tokenizer tok = k3::Tokenizer::fromDirectory(K3_SOURCE_DIR "/resources/demo");
+    int checked = 0;
+    for (const Json& c : doc.at("cases")) {
+        const std::string name = c.at("name").get<std::string>();
+        if (name != "assistant_calls_nogen" && name != "calls_and_results_by_id_nothink" &&
+            name != "string_arguments")
+            continue;
+        // The conversation up to its (first) assistant turn with calls, as the API reads it.
+        Json messages = Json::array();
+        Json turn;
+        for (const Json& m : c.at("messages")) {
+            messages.push_back(m);
+            if (m.contains("tool_calls")) {
+                turn = m;
+                break;
+            }
+        }
+        QVERIFY2(!turn.is_null(), name.c_str());
+        Json body = {{"model", "demo"}, {"messages", messages}};
+        if (c.at("options").contains("thinking"))
+            body["thinking"] = {
+                {"type", c.at("options").at("thinking").get<bool>() ? "enabled" : "disabled"}};
+        ChatRequest request = parseChatRequest(body.dump());
+        const std::vector<k3::ChatMessage> asked(request.messages.begin(),
+                                                 request.messages.end() - 1);
+        const std::string prompt = k3::renderChat(asked, request.render);
+        k3::ChatRenderOptions closed = request.render;
+        closed.addGenerationPrompt = false;
+        const std::string whole = k3::renderChat(request.messages, closed);
+        if (name == "assistant_calls_nogen") QCOMPARE(whole, c.at("expected").get<std::string>());
+        QVERIFY2(whole.starts_with(prompt), name.c_str());
+        const std::vector<k3::TokenId> ids = tok.encodeWithSpecial(whole.substr(prompt.size()));
+
+        k3::ReplyReader reader(tok, request.render);
+        ChunkWriter writer("chatcmpl-t7", "demo", 1);
+        std::string events = writer.start();
+        std::size_t fed = 0;
+        while (fed < ids.size() && !reader.done()) {
+            const k3::ChatParseDelta d = reader.push(ids[fed++]);
+            events += writer.delta(d.thinking, d.response);
+        }
+        QCOMPARE(fed, ids.size()); // the turn ends at its last id, <|end_of_msg|>
+        QVERIFY(reader.endOfTurn());
+        std::vector<std::string> problems;
+        const k3::ChatMessage reply = reader.reply(problems);
+        QCOMPARE(problems, std::vector<std::string>());
+        QCOMPARE(reply.content, turn.at("content").get<std::string>());
+        QCOMPARE(reply.reasoningContent, request.render.thinking
+                                             ? turn.value("reasoning_content", std::string())
+                                             : std::string());
+        const Json& calls = turn.at("tool_calls");
+        QCOMPARE(reply.toolCalls.size(), calls.size());
+        const std::string reason = finishReason(reply, true, false);
+        QCOMPARE(reason, std::string("tool_calls"));
+
+        Completion completion{"chatcmpl-t7", "demo", 1, reply, reason, {}};
+        const Json j = Json::parse(completionJson(completion));
+        const Json& message = j["choices"][0]["message"];
+        QCOMPARE(j["choices"][0]["finish_reason"].get<std::string>(), reason);
+        QVERIFY(message["content"].is_null() == reply.content.empty());
+        events += writer.finish(reply.toolCalls, reason);
+        Json streamedCalls, finish;
+        std::string streamedReasoning;
+        int callChunks = 0;
+        for (std::size_t at = 0; (at = events.find("data: ", at)) != std::string::npos;) {
+            const std::size_t end = events.find("\n\n", at);
+            const Json chunk = Json::parse(events.substr(at + 6, end - at - 6));
+            at = end;
+            const Json& choice = chunk["choices"][0];
+            if (choice["delta"].contains("reasoning_content"))
+                streamedReasoning += choice["delta"]["reasoning_content"].get<std::string>();
+            if (choice["delta"].contains("tool_calls")) {
+                streamedCalls = choice["delta"]["tool_calls"];
+                ++callChunks;
+                QVERIFY(choice["finish_reason"].is_null());
+            }
+            if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+        }
+        QCOMPARE(callChunks, 1);
+        QCOMPARE(finish.get<std::string>(), reason);
+        QCOMPARE(streamedReasoning, reply.reasoningContent);
+        for (std::size_t i = 0; i < calls.size(); ++i) {
+            const Json& fn = calls[i].at("function");
+            // What the turn said: an object in its key order, or the string verbatim.
+            const std::string arguments = fn.at("arguments").is_string()
+                                              ? fn.at("arguments").get<std::string>()
+                                              : fn.at("arguments").dump();
+            QCOMPARE(reply.toolCalls[i].name, fn.at("name").get<std::string>());
+            QCOMPARE(reply.toolCalls[i].arguments, arguments);
+            QCOMPARE(reply.toolCalls[i].argumentsAsJsonBlock, fn.at("arguments").is_string());
+            for (const Json& got : {message["tool_calls"][i], streamedCalls[i]}) {
+                QCOMPARE(got["id"].get<std::string>(), "call_" + std::to_string(i) + "_t7");
+                QCOMPARE(got["type"].get<std::string>(), std::string("function"));
+                QCOMPARE(got["function"]["name"].get<std::string>(),
+                         fn.at("name").get<std::string>());
+                QCOMPARE(got["function"]["arguments"].get<std::string>(), arguments);
+            }
+            QCOMPARE(streamedCalls[i]["index"].get<int>(), int(i));
+        }
+        ++checked;
+    }
+    QCOMPARE(checked, 3);
 }
 
 void TestApi::finishReasons() {

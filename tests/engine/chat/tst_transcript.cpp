@@ -13,6 +13,7 @@
 #include <QElapsedTimer>
 
 #include <k3/chat.hpp>
+#include <nlohmann/json.hpp>
 
 using k3::ChatMessage;
 using k3::ChatRole;
@@ -79,6 +80,9 @@ private slots:
     void invalidAnswersAreMarkedAndKept();
     void toolNameIsKept();
     void stoppedAnswersAndFiguresAreKept();
+    void toolCallsAndResultsAreKept();
+    void toolConversationsRenderAsTheTemplate();
+    void transcriptsWithoutToolFieldsAreUnchanged();
 };
 
 void TestTranscript::formatIsThePublicEngines() {
@@ -137,12 +141,45 @@ void TestTranscript::validationNamesLineAndField_data() {
         << R"(h.jsonl:1: field "reasoning_content" is only allowed on assistant messages, not user)";
     QTest::newRow("unknown field") << R"({"role":"user","content":"x","contnet":"y"})"
                                    << R"(h.jsonl:1: unknown field "contnet")";
-    QTest::newRow("tool calls")
-        << R"({"role":"assistant","content":"","tool_calls":[]})"
-        << R"(h.jsonl:1: field "tool_calls" is not supported (tool calls and tool declarations))";
-    QTest::newRow("tool without name")
+    QTest::newRow("tool declarations")
+        << R"({"role":"user","content":"","tools":[]})"
+        << R"(h.jsonl:1: field "tools" is not supported (tool declarations belong to a request, not to a message))";
+    QTest::newRow("tool without name or call")
         << R"({"role":"tool","content":"x"})"
-        << R"(h.jsonl:1: field "name" (the tool's name) is required for role tool)";
+        << R"(h.jsonl:1: field "name" (the tool's name) or "tool_call_id" (the call answered) is required for role tool)";
+    QTest::newRow("tool calls on user")
+        << R"({"role":"user","content":"","tool_calls":[]})"
+        << R"(h.jsonl:1: field "tool_calls" is only allowed on assistant messages)";
+    QTest::newRow("tool calls not array")
+        << R"({"role":"assistant","content":"","tool_calls":{}})"
+        << R"(h.jsonl:1: field "tool_calls" must be an array, not object)";
+    QTest::newRow("tool call not object")
+        << R"({"role":"assistant","content":"","tool_calls":["f"]})"
+        << R"(h.jsonl:1: field "tool_calls[0]" must be an object, not string)";
+    QTest::newRow("tool call unknown key")
+        << R"({"role":"assistant","content":"","tool_calls":[{"function":{"name":"f"},"index":0}]})"
+        << R"(h.jsonl:1: field "tool_calls[0].index" is unknown (id, type, function))";
+    QTest::newRow("tool call type")
+        << R"({"role":"assistant","content":"","tool_calls":[{"type":"code","function":{"name":"f"}}]})"
+        << R"(h.jsonl:1: field "tool_calls[0].type" must be "function")";
+    QTest::newRow("tool call id number")
+        << R"({"role":"assistant","content":"","tool_calls":[{"id":7,"function":{"name":"f"}}]})"
+        << R"(h.jsonl:1: field "tool_calls[0].id" must be a string)";
+    QTest::newRow("tool call without function")
+        << R"({"role":"assistant","content":"","tool_calls":[{"id":"c"}]})"
+        << R"(h.jsonl:1: field "tool_calls[0].function" is required, an object)";
+    QTest::newRow("tool call without name")
+        << R"({"role":"assistant","content":"","tool_calls":[{"function":{"name":""}}]})"
+        << R"(h.jsonl:1: field "tool_calls[0].function.name" is required, a non-empty string)";
+    QTest::newRow("tool call arguments number")
+        << R"({"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":3}}]})"
+        << R"(h.jsonl:1: field "tool_calls[0].function.arguments" must be an object or a string, not number)";
+    QTest::newRow("tool call id on assistant")
+        << R"({"role":"assistant","content":"","tool_call_id":"c"})"
+        << R"(h.jsonl:1: field "tool_call_id" is only allowed on tool messages)";
+    QTest::newRow("tool call id number on tool")
+        << R"({"role":"tool","content":"","tool_call_id":1})"
+        << R"(h.jsonl:1: field "tool_call_id" must be a string, not number)";
     QTest::newRow("not an object") << "[1,2]"
                                    << "h.jsonl:1: expected a JSON object, got array";
     QTest::newRow("role not string") << R"({"role":1,"content":"x"})"
@@ -509,6 +546,124 @@ void TestTranscript::stoppedAnswersAndFiguresAreKept() {
              std::string(R"(h.jsonl:1: field "figures.tokens" must be a number of at least 0)"));
     QCOMPARE(errorOf(R"({"role":"assistant","content":"x","figures":{"tokens":1.5}})"),
              std::string(R"(h.jsonl:1: field "figures.tokens" must be a whole number)"));
+}
+
+// An assistant's calls (both argument forms) and the results that answer them, saved in
+// OpenAI's message shape and read back exactly.
+void TestTranscript::toolCallsAndResultsAreKept() {
+    ChatMessage calls{ChatRole::Assistant, "", "Need the weather.", {}};
+    calls.toolCalls = {{"call_1", "get_weather", R"({"city":"Oslo","days":3,"a":[1,{"z":null}]})"},
+                       {"call_2", "clock", R"({"tz": "UTC"})", true},
+                       {"", "ping", "{}"}};
+    ChatMessage byId{ChatRole::Tool, "-3 C", {}, {}};
+    byId.toolCallId = "call_1";
+    ChatMessage both{ChatRole::Tool, "12:00", {}, "clock"};
+    both.toolCallId = "call_2";
+    const std::vector<ChatMessage> messages = {
+        {ChatRole::User, "Weather?", {}, {}}, calls, byId, both};
+    const std::string text = k3::formatTranscript(messages);
+    QCOMPARE(
+        text,
+        std::string(
+            R"({"role":"user","content":"Weather?"})"
+            "\n"
+            R"({"role":"assistant","content":"","reasoning_content":"Need the weather.",)"
+            R"("tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather",)"
+            R"("arguments":{"city":"Oslo","days":3,"a":[1,{"z":null}]}}},)"
+            R"({"id":"call_2","type":"function","function":{"name":"clock",)"
+            "\"arguments\":\"{\\\"tz\\\": \\\"UTC\\\"}\"}},"
+            R"({"type":"function","function":{"name":"ping","arguments":{}}}]})"
+            "\n"
+            R"({"role":"tool","tool_call_id":"call_1","content":"-3 C"})"
+            "\n"
+            R"({"role":"tool","name":"clock","tool_call_id":"call_2","content":"12:00"})"
+            "\n"));
+    QVERIFY(k3::parseTranscript(text, "h.jsonl") == messages);
+    QTemporaryDir dir;
+    const std::filesystem::path path = dir.filePath("t.jsonl").toStdString();
+    k3::writeTranscript(path, messages);
+    const auto back = k3::readTranscript(path);
+    QVERIFY(back == messages);
+    QCOMPARE(back[1].toolCalls.size(), std::size_t(3));
+    QVERIFY(!back[1].toolCalls[0].argumentsAsJsonBlock);
+    QVERIFY(back[1].toolCalls[1].argumentsAsJsonBlock);
+    QCOMPARE(back[1].toolCalls[1].arguments, std::string(R"({"tz": "UTC"})"));
+    QCOMPARE(back[2].toolCallId, std::string("call_1"));
+    // Argument-form text that is no JSON object renders as a json block: stored so.
+    ChatMessage odd{ChatRole::Assistant, "", "", {}};
+    odd.toolCalls = {{"c", "f", "[1, 2]"}};
+    const auto oddBack = k3::parseTranscript(k3::formatTranscript({odd}), "h.jsonl");
+    QCOMPARE(oddBack[0].toolCalls[0].arguments, std::string("[1, 2]"));
+    QVERIFY(oddBack[0].toolCalls[0].argumentsAsJsonBlock);
+    QCOMPARE(k3::renderChat(oddBack, {}), k3::renderChat({odd}, {}));
+}
+
+// The official template's tool conversations (tests/fixtures/chat/tool_renders.json),
+// written one message per line as a transcript, read back and rendered: byte for byte
+// what jinja2 rendered, before and after a save.
+void TestTranscript::toolConversationsRenderAsTheTemplate() {
+    using Json = nlohmann::ordered_json;
+    std::ifstream in(K3_SOURCE_DIR "/tests/fixtures/chat/tool_renders.json");
+    QVERIFY(in.good());
+    const Json fixtures = Json::parse(in);
+    int checked = 0;
+    for (const Json& c : fixtures.at("cases")) {
+        if (!c.contains("expected")) continue;
+        bool tools = false, named = true;
+        std::string text;
+        for (const Json& m : c.at("messages")) {
+            tools = tools || m.contains("tool_calls") || m.at("role") == "tool";
+            named = named &&
+                    (m.at("role") != "tool" || m.contains("name") || m.contains("tool_call_id"));
+            text += m.dump() + "\n";
+        }
+        if (!tools) continue;
+        const std::string name = c.at("name").get<std::string>();
+        if (!named) { // results matched by position only: a transcript names the call
+            QVERIFY2(errorOf(text).find(R"("tool_call_id" (the call answered) is required)") !=
+                         std::string::npos,
+                     name.c_str());
+            continue;
+        }
+        k3::ChatRenderOptions options;
+        const Json& o = c.at("options");
+        options.thinking = o.value("thinking", true);
+        options.addGenerationPrompt = o.value("add_generation_prompt", false);
+        if (o.contains("tools")) options.toolsJson = o.at("tools").dump();
+        const auto read = k3::parseTranscript(text, name);
+        const std::string expected = c.at("expected").get<std::string>();
+        QCOMPARE(k3::renderChat(read, options), expected);
+        const auto saved = k3::parseTranscript(k3::formatTranscript(read), name);
+        QVERIFY2(saved == read, name.c_str());
+        QCOMPARE(k3::renderChat(saved, options), expected);
+        ++checked;
+    }
+    // calls_and_results_by_id(_nothink), assistant_calls_nogen, string_arguments,
+    // results_partly_unmatched, escaped_tool_name.
+    QCOMPARE(checked, 6);
+}
+
+// Files written before tool calls were saved read as they did, and write back unchanged.
+void TestTranscript::transcriptsWithoutToolFieldsAreUnchanged() {
+    const std::string old =
+        R"({"role":"system","content":"Be brief."})"
+        "\n"
+        R"({"role":"user","name":"Ann","content":"hi"})"
+        "\n"
+        R"({"role":"assistant","content":"x","reasoning_content":"r","invalid":"why",)"
+        R"("model":"k3","stopped":true,"figures":{"tokens":2,"tokens_per_second":4.0,)"
+        R"("first_token_seconds":0.5}})"
+        "\n"
+        R"({"role":"tool","name":"clock","content":"12:00"})"
+        "\n";
+    const auto messages = k3::parseTranscript(old, "old.jsonl");
+    QCOMPARE(messages.size(), std::size_t(4));
+    for (const ChatMessage& m : messages) {
+        QVERIFY(m.toolCalls.empty());
+        QVERIFY(m.toolCallId.empty());
+    }
+    QCOMPARE(messages[3].name, std::string("clock"));
+    QCOMPARE(k3::formatTranscript(messages), old);
 }
 
 QTEST_GUILESS_MAIN(TestTranscript)

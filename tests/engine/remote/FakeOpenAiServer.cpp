@@ -23,6 +23,15 @@ std::string chunk(const std::string& model, const json& delta, const json& finis
     return "data: " + c.dump() + "\n\n";
 }
 
+// A delta and the running usage a server counting per chunk sends with it.
+std::string countedChunk(const std::string& model, const json& delta, int prompt, int completion) {
+    json c = json::parse(chunk(model, delta).substr(6));
+    c["usage"] = {{"prompt_tokens", prompt},
+                  {"completion_tokens", completion},
+                  {"total_tokens", prompt + completion}};
+    return "data: " + c.dump() + "\n\n";
+}
+
 std::string usageChunk(const std::string& model, int prompt, int completion) {
     json c = {{"id", "chatcmpl-test"},
               {"object", "chat.completion.chunk"},
@@ -62,6 +71,46 @@ Script scriptFor(const std::string& model) {
             s.events.push_back(chunk(model, {{"content", std::to_string(i) + " "}}));
         s.events.push_back(chunk(model, json::object(), "stop"));
         s.events.push_back("data: [DONE]\n\n");
+    } else if (model == "k3-batch") {
+        // Several tokens per delta (a server streaming at an interval); usage at the end.
+        s.delayMs = 20;
+        s.events = {chunk(model, {{"content", "one two three"}}),
+                    chunk(model, {{"content", " four five six"}}),
+                    chunk(model, {{"content", " seven eight nine"}}),
+                    chunk(model, {{"content", " ten eleven"}}),
+                    chunk(model, json::object(), "stop"),
+                    usageChunk(model, 5, 11),
+                    "data: [DONE]\n\n"};
+    } else if (model == "k3-batch-usage") {
+        // The same, with a running usage on every chunk: 2, 3, 1 and 4 tokens.
+        s.delayMs = 20;
+        s.events = {countedChunk(model, {{"content", "one two"}}, 5, 2),
+                    countedChunk(model, {{"content", " three four five"}}, 5, 5),
+                    countedChunk(model, {{"content", " six"}}, 5, 6),
+                    countedChunk(model, {{"content", " seven eight nine ten"}}, 5, 10),
+                    chunk(model, json::object(), "stop"),
+                    usageChunk(model, 5, 10),
+                    "data: [DONE]\n\n"};
+    } else if (model == "k3-tools") {
+        // Two calls, the first's arguments in pieces, as vLLM streams them.
+        const auto piece = [](int index, const json& fields) {
+            json p = fields;
+            p["index"] = index;
+            return json{{"tool_calls", json::array({p})}};
+        };
+        s.events = {
+            chunk(model, {{"reasoning_content", "Need the weather."}}),
+            chunk(model, piece(0, {{"id", "call_a"},
+                                   {"type", "function"},
+                                   {"function", {{"name", "get_weather"}, {"arguments", ""}}}})),
+            chunk(model, piece(0, {{"function", {{"arguments", "{\"city\":"}}}})),
+            chunk(model, piece(0, {{"function", {{"arguments", "\"Oslo\"}"}}}})),
+            chunk(model, piece(1, {{"id", "call_b"},
+                                   {"type", "function"},
+                                   {"function", {{"name", "clock"}}}})),
+            chunk(model, json::object(), "tool_calls"),
+            usageChunk(model, 20, 9),
+            "data: [DONE]\n\n"};
     } else if (model == "k3-cut") {
         s.events = {chunk(model, {{"reasoning_content", "Thinking"}}),
                     chunk(model, {{"content", "Partial"}}), chunk(model, {{"content", " answer"}})};
@@ -89,7 +138,7 @@ FakeOpenAiServer::FakeOpenAiServer(std::string apiKey)
         "/v1/models", [this, authorized](const httplib::Request& req, httplib::Response& res) {
             if (!authorized(req, res)) return;
             json data = json::array();
-            for (const char* id : {"k3-think", "k3-slow", "k3-cut"})
+            for (const char* id : {"k3-think", "k3-slow", "k3-cut", "k3-batch", "k3-batch-usage"})
                 data.push_back({{"id", id}, {"object", "model"}, {"owned_by", "test"}});
             res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
         });

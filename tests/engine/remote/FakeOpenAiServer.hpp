@@ -4,6 +4,9 @@
 //   k3-think  reasoning_content x2, reasoning x1, content x3, finish "stop", usage, [DONE]
 //   k3-slow   reasoning x2 then content x200, one every 50 ms (cancel, stop)
 //   k3-cut    reasoning x1, content x2, then the connection closes (no finish, no [DONE])
+//   k3-batch  content x4 holding 11 tokens (several per delta), usage 11 at the end
+//   k3-batch-usage  content x4 with a running usage on each chunk (2, 3, 1, 4 tokens)
+//   k3-tools  reasoning, then two tool calls in pieces, finish "tool_calls" (not listed)
 //   k3-busy   429 with an OpenAI JSON error body
 //   k3-broken 500 with an OpenAI JSON error body
 //   anything else: 404 "The model `NAME` does not exist."

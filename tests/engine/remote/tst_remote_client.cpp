@@ -106,6 +106,48 @@ private slots:
                                                       R"({"role":"user","content":"Hi"}])"));
     }
 
+    // An assistant's calls and the results answering them go back to the server in
+    // OpenAI's shape (arguments as JSON text), as saved transcripts hold them.
+    void toolCallsGoBackToTheServer() {
+        FakeOpenAiServer server;
+        k3::RemoteRequest r = hello();
+        k3::ChatMessage calls{k3::ChatRole::Assistant, "", "", {}};
+        calls.toolCalls = {{"c1", "get_weather", R"({"city":"Oslo"})"}};
+        k3::ChatMessage result{k3::ChatRole::Tool, "-3 C", {}, {}};
+        result.toolCallId = "c1";
+        r.messages.push_back(calls);
+        r.messages.push_back(result);
+        QCOMPARE(client(server.url(), "k3-think").chat(r).content, std::string("Hello, wörld!"));
+        const auto body = nlohmann::ordered_json::parse(server.lastBody());
+        QCOMPARE(body["messages"][2].dump(),
+                 std::string(R"({"role":"assistant","content":"","tool_calls":[{"id":"c1",)"
+                             R"("type":"function","function":{"name":"get_weather",)"
+                             "\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"}}]}"));
+        QCOMPARE(body["messages"][3].dump(),
+                 std::string(R"({"role":"tool","content":"-3 C","tool_call_id":"c1"})"));
+    }
+
+    // A server's streamed calls, assembled by index, are the answer's tool calls (saved
+    // with it), and finish_reason "tool_calls" ends the turn without a problem.
+    void streamedToolCallsAreTheAnswers() {
+        FakeOpenAiServer server;
+        k3::RemoteOptions o;
+        o.baseUrl = server.url();
+        o.model = "k3-tools";
+        const k3::GenerateResult r =
+            k3::openRemoteBackend(o)->chat(hello().messages, {}, nullptr, nullptr);
+        const std::vector<k3::ChatToolCall> expected = {
+            {"call_a", "get_weather", R"({"city":"Oslo"})"}, {"call_b", "clock", "{}"}};
+        QVERIFY(r.reply.toolCalls == expected);
+        QCOMPARE(r.reply.reasoningContent, std::string("Need the weather."));
+        QCOMPARE(r.reply.content, std::string());
+        QVERIFY(r.endOfTurn);
+        QCOMPARE(r.problems, std::vector<std::string>());
+        QCOMPARE(r.tokenCount(), 9);
+        const auto saved = k3::parseTranscript(k3::formatTranscript({r.reply}), "t.jsonl");
+        QVERIFY(saved[0].toolCalls == expected);
+    }
+
     void baseUrlFormsMeanTheSameServer() {
         FakeOpenAiServer server;
         for (const std::string& url :
@@ -126,7 +168,8 @@ private slots:
         FakeOpenAiServer server("sk-test-123");
         const std::vector<std::string> ids =
             client(server.url(), "k3-think", "sk-test-123").listModels();
-        QCOMPARE(ids, (std::vector<std::string>{"k3-think", "k3-slow", "k3-cut"}));
+        QCOMPARE(ids, (std::vector<std::string>{"k3-think", "k3-slow", "k3-cut", "k3-batch",
+                                                "k3-batch-usage"}));
     }
 
     void refusedConnectionNamesHostAndPort() {
@@ -292,6 +335,33 @@ private slots:
                                        " closed the stream early, after 3 deltas (no "
                                        "finish_reason or [DONE]); the partial answer is kept");
         QCOMPARE(int(cutObserver.events.size()), 3);
+    }
+
+    // A server that batches tokens: the tokens of each delta when it counts them per chunk
+    // (a running usage on every chunk), else 0 (unknown) and the total from the end usage.
+    void batchedDeltasSayHowManyTokensTheyCarry() {
+        FakeOpenAiServer server;
+        k3::RemoteOptions o;
+        o.baseUrl = server.url();
+        o.model = "k3-batch-usage";
+        Collector counted;
+        const k3::GenerateResult r =
+            k3::openRemoteBackend(o)->chat(hello().messages, {}, &counted, nullptr);
+        QCOMPARE(r.reply.content, std::string("one two three four five six seven eight nine ten"));
+        QCOMPARE(r.tokenCount(), 10);
+        QCOMPARE(int(counted.events.size()), 4);
+        const int expected[] = {2, 3, 1, 4};
+        for (int i = 0; i < 4; ++i) {
+            QCOMPARE(counted.events[std::size_t(i)].index, i);
+            QCOMPARE(counted.events[std::size_t(i)].tokens, expected[i]);
+        }
+        o.model = "k3-batch";
+        Collector unknown;
+        const k3::GenerateResult u =
+            k3::openRemoteBackend(o)->chat(hello().messages, {}, &unknown, nullptr);
+        QCOMPARE(u.tokenCount(), 11);
+        QCOMPARE(int(unknown.events.size()), 4);
+        for (const k3::TokenEvent& e : unknown.events) QCOMPARE(e.tokens, 0);
     }
 
     void transcriptsRecordTheModelAndReadOldFiles() {
