@@ -24,4 +24,42 @@ run --model resources/demo --conversation resources/screenshots/code-and-thinkin
 # (it wraps, its Copy button in view), with the demo answering one more question.
 run --model resources/demo --conversation resources/screenshots/multiline-and-long-code.jsonl \
     --ask "Hello" --screenshot docs/screenshot-conversation.png --quit-after 60000
-echo "wrote docs/screenshot-wizard.png docs/screenshot-main.png docs/screenshot-conversation.png"
+# The conversation list with dates: four saved chats, modified minutes, hours, a day
+# and ten days ago.
+conversations="$home/data/k3chat/k3chat/conversations"
+rm -rf "$conversations" && mkdir -p "$conversations"
+chat() { # ID AGE QUESTION ANSWER
+  printf '{"role": "user", "content": "%s"}\n{"role": "assistant", "content": "%s"}\n' "$3" "$4" \
+    > "$conversations/$1.jsonl"
+  touch -d "$2" "$conversations/$1.jsonl"
+}
+chat 20261120-090000-aaaa "10 days ago" "Which preset fits a 16 GB laptop?" "The laptop preset."
+chat 20261129-180000-bbbb "1 day ago" "How big is the checkpoint?" "About 1.56 TB."
+chat 20261130-120000-cccc "3 hours ago" "What is MXFP4?" "Four-bit weights with a shared scale."
+chat 20261130-150000-dddd "5 minutes ago" "Hello!" "Hello! Ask me about the app."
+run --model resources/demo --conversation resources/screenshots/code-and-thinking.jsonl \
+    --quit-after 8000 --screenshot docs/screenshot-conversations.png
+rm -rf "$conversations"
+
+# The panels while a full-width synthetic checkpoint streams (optional: K3_SYNTH_APP is a
+# synthetic checkpoint with a K3 tokenizer beside its shards, K3_SYNTH_TRUNK its packed
+# trunk): a 1.5 GB trunk and 0.5 GB cache budget, pictured mid-answer.
+if [[ -n "${K3_SYNTH_APP:-}" && -n "${K3_SYNTH_TRUNK:-}" ]]; then
+  cat >> "$home/config/k3chat/k3chat.conf" <<CONF
+[model]
+directory=$K3_SYNTH_APP
+trunkDir=$K3_SYNTH_TRUNK
+[launch]
+preset=
+trunkBytes=1500000000
+cacheBytes=500000000
+CONF
+  XDG_CONFIG_HOME="$home/config" XDG_DATA_HOME="$home/data" \
+    xvfb-run -a -s "-screen 0 1400x900x24" bash -c '
+      "$0" --ask "Tell me about disks." --quit-after 240000 & app=$!
+      sleep "${K3_SYNTH_SHOT_AFTER:-120}"
+      import -window root -trim +repage docs/screenshot-streaming.png
+      kill $app' "$k3chat"
+  echo "wrote docs/screenshot-streaming.png"
+fi
+echo "wrote docs/screenshot-wizard.png docs/screenshot-main.png docs/screenshot-conversation.png docs/screenshot-conversations.png"

@@ -1,9 +1,8 @@
-// Over 600 lines: the conversation list and search move to their own panel class (in
-// progress on another branch); the chat itself already lives in chat/ChatController.
 #include "MainWindow.h"
 
 #include "AboutDialog.h"
 #include "AppSettings.h"
+#include "MainMenus.h"
 #include "RemoteServerDialog.h"
 #include "SettingsDialog.h"
 #include "chat/ChatController.h"
@@ -14,10 +13,7 @@
 #include "chat/ConversationView.h"
 #include "chat/FindBar.h"
 #include "chat/MessageComposer.h"
-#include "panels/DiskIoPanel.h"
-#include "panels/ExpertCachePanel.h"
-#include "panels/MemoryPlanPanel.h"
-#include "panels/PanelScrollArea.h"
+#include "panels/PanelDocks.h"
 #include "panels/TokenTimingPanel.h"
 #include "wizard/MemoryPage.h"
 #include "wizard/RemoteServerForm.h"
@@ -30,15 +26,12 @@
 #include <QApplication>
 #include <QCheckBox>
 #include <QCloseEvent>
-#include <QComboBox>
 #include <QDir>
-#include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
-#include <QMenuBar>
 #include <QMessageBox>
 #include <QPushButton>
 #include <QSettings>
@@ -108,8 +101,8 @@ MainWindow::MainWindow(QWidget* parent)
     m_splitter->setSizes({220, 780});
     setCentralWidget(m_splitter);
 
-    createDocks();
-    createMenus();
+    m_menus =
+        std::make_unique<MainMenus>(this, PanelDocks::create(this, m_engine->worker(), m_timing));
     statusBar()->showMessage(tr("No model loaded"));
 
     connectChat();
@@ -178,8 +171,7 @@ void MainWindow::sendMessage(const QString& text) {
 
 // A conversation ending with a question offers to answer it instead.
 void MainWindow::updateRegenerateAction() {
-    auto* action = findChild<QAction*>(QStringLiteral("regenerateAction"));
-    if (!action) return;
+    QAction* action = m_menus->regenerateAction();
     const ConversationModel* conversation = m_conversation->conversation();
     const int rows = conversation->rowCount();
     const bool question =
@@ -187,106 +179,6 @@ void MainWindow::updateRegenerateAction() {
         conversation->index(rows - 1).data(ConversationModel::RoleNameRole).toString() ==
             QLatin1String("user");
     action->setText(question ? tr("&Answer the last question") : tr("&Regenerate the last answer"));
-}
-
-void MainWindow::createDocks() {
-    auto* plan = new MemoryPlanPanel;
-    auto* cache = new ExpertCachePanel;
-    auto* disk = new DiskIoPanel;
-    const auto dock = [this](const QString& title, const char* name, QWidget* panel) {
-        auto* d = new QDockWidget(title, this);
-        d->setObjectName(QString::fromLatin1(name));
-        // In a scroll area: the dock can shrink (800x600 fits) and Tab reaches the panel.
-        d->setWidget(new PanelScrollArea(panel, title));
-        addDockWidget(Qt::RightDockWidgetArea, d);
-    };
-    dock(tr("Memory plan"), "memoryDock", plan);
-    dock(tr("Expert cache"), "cacheDock", cache);
-    dock(tr("Disk I/O"), "diskDock", disk);
-    dock(tr("Per-token timing"), "timingDock", m_timing);
-    EngineWorker* worker = m_engine->worker();
-    connect(worker, &EngineWorker::memoryUpdated, plan, &MemoryPlanPanel::setFigures);
-    connect(worker, &EngineWorker::memoryUpdated, cache, &ExpertCachePanel::setFigures);
-    connect(worker, &EngineWorker::memoryUpdated, disk, &DiskIoPanel::setFigures);
-}
-
-void MainWindow::createMenus() {
-    QMenu* file = menuBar()->addMenu(tr("&File"));
-    QAction* newChatAction = file->addAction(tr("&New chat"), this, &MainWindow::newChat);
-    newChatAction->setShortcut(QKeySequence::New);
-    newChatAction->setObjectName(QStringLiteral("newChatAction"));
-    QAction* exportAction = file->addAction(tr("&Export conversation as Markdown…"), this,
-                                            &MainWindow::exportConversation);
-    exportAction->setObjectName(QStringLiteral("exportAction"));
-    file->addSeparator();
-    QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
-    quit->setShortcut(QKeySequence::Quit);
-
-    QMenu* edit = menuBar()->addMenu(tr("&Edit"));
-    QAction* regen =
-        edit->addAction(tr("&Regenerate the last answer"), this, &MainWindow::regenerate);
-    regen->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
-    regen->setObjectName(QStringLiteral("regenerateAction"));
-    // Up only works in the empty composer, so it is shown here but not bound globally.
-    QAction* editLast =
-        edit->addAction(tr("&Edit the last message") + QStringLiteral("\t") + tr("Up"), this,
-                        &MainWindow::editLastMessage);
-    editLast->setObjectName(QStringLiteral("editLastAction"));
-    edit->addSeparator();
-    edit->addAction(m_conversation->findChild<QAction*>(QStringLiteral("copyMessageAction")));
-    edit->addSeparator();
-    QAction* find = edit->addAction(tr("&Find in conversation…"), this, &MainWindow::showFindBar);
-    find->setObjectName(QStringLiteral("findAction"));
-    find->setShortcut(QKeySequence::Find);
-    QAction* findNext = edit->addAction(tr("Find &next"), this, [this] {
-        if (m_findBar->text().isEmpty())
-            showFindBar();
-        else
-            m_conversation->findNext();
-    });
-    findNext->setObjectName(QStringLiteral("findNextAction"));
-    findNext->setShortcut(QKeySequence(Qt::Key_F3));
-    QAction* findPrevious = edit->addAction(tr("Find &previous"), this, [this] {
-        if (m_findBar->text().isEmpty())
-            showFindBar();
-        else
-            m_conversation->findPrevious();
-    });
-    findPrevious->setObjectName(QStringLiteral("findPreviousAction"));
-    findPrevious->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F3));
-    edit->addSeparator();
-    QAction* preferences = edit->addAction(tr("&Preferences…"), this, &MainWindow::showSettings);
-    preferences->setObjectName(QStringLiteral("preferencesAction"));
-    preferences->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Comma));
-    preferences->setMenuRole(QAction::PreferencesRole);
-    QAction* open = new QAction(tr("&Open model folder…"), this);
-    open->setShortcut(QKeySequence::Open);
-    connect(open, &QAction::triggered, this, &MainWindow::openModelFolder);
-    QAction* demo = new QAction(tr("Load the &demo model"), this);
-    demo->setObjectName(QStringLiteral("loadDemoAction"));
-    connect(demo, &QAction::triggered, this, &MainWindow::loadDemoModel);
-    QMenu* view = menuBar()->addMenu(tr("&View"));
-    for (QDockWidget* dock : findChildren<QDockWidget*>())
-        view->addAction(dock->toggleViewAction());
-    view->addSeparator();
-    QAction* keepThinking = view->addAction(tr("&Keep thinking expanded"));
-    keepThinking->setObjectName(QStringLiteral("keepThinkingExpandedAction"));
-    keepThinking->setCheckable(true);
-    keepThinking->setChecked(
-        QSettings().value(QStringLiteral("chat/keepThinkingExpanded"), false).toBool());
-    m_conversation->conversation()->setThinkingExpandedByDefault(keepThinking->isChecked());
-    connect(keepThinking, &QAction::toggled, this, &MainWindow::setKeepThinkingExpanded);
-    QMenu* model = menuBar()->addMenu(tr("&Model"));
-    model->addAction(open);
-    model->addAction(demo);
-    QAction* server =
-        model->addAction(tr("Use a &server…"), this, &MainWindow::showRemoteServerDialog);
-    server->setObjectName(QStringLiteral("useServerAction"));
-    model->addSeparator();
-    QAction* setup = model->addAction(tr("&Setup wizard…"), this, &MainWindow::showSetupWizard);
-    setup->setObjectName(QStringLiteral("setupWizardAction"));
-    QMenu* help = menuBar()->addMenu(tr("&Help"));
-    help->addAction(tr("&About k3chat"), this, &MainWindow::showAbout);
 }
 
 void MainWindow::newChat() {
@@ -455,9 +347,8 @@ void MainWindow::loadModelFolder(const QString& directory) {
 void MainWindow::loadModel(const k3::LaunchConfig& config) {
     stopGeneration();
     m_composer->setReady(false);
-    m_launch = config;
+    // m_launch and m_modelName stay the working model's until this one has loaded.
     const QString directory = QString::fromStdString(config.modelDir.string());
-    m_modelName = QFileInfo(directory).fileName();
     m_connecting = false;
     statusBar()->showMessage(tr("Loading %1…").arg(directory));
     m_engine->loadModel(config);
@@ -498,11 +389,14 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
         m_composer->setReady(true);
         m_conversation->setPlaceholderText(
             tr("Connected to %1. Type a message below.").arg(info.directory));
-        statusBar()->showMessage(tr("%1 · ready").arg(m_modelName));
+        m_readyStatus = tr("%1 · ready").arg(m_modelName);
+        statusBar()->showMessage(m_readyStatus);
         emit modelReady();
         return;
     }
     m_remoteUrl.clear();
+    m_launch = info.launch;
+    m_modelName = QFileInfo(info.directory).fileName();
     QSettings().setValue(QStringLiteral("model/source"), QStringLiteral("local"));
     AppSettings::saveLaunch(info.launch); // what opened is what the next start opens
     // The demo was trained to answer directly, without a think channel.
@@ -514,33 +408,37 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
     // The budget in use, as asked for ("preset laptop", "trunk 3.00 GB / cache 1.50 GB").
     QString budget = QString::fromStdString(info.launch.budget.describe());
     if (!info.launch.trunkDir.empty()) budget += tr(" streamed");
-    statusBar()->showMessage(tr("%1 · %2 · %3 layers · %4 MB of weights in memory")
-                                 .arg(m_modelName, budget)
-                                 .arg(info.layers)
-                                 .arg(double(info.weightBytes) / 1e6, 0, 'f', 1));
+    m_readyStatus = tr("%1 · %2 · %3 layers · %4 MB of weights in memory")
+                        .arg(m_modelName, budget)
+                        .arg(info.layers)
+                        .arg(double(info.weightBytes) / 1e6, 0, 'f', 1);
+    statusBar()->showMessage(m_readyStatus);
     emit modelReady();
 }
 
-void MainWindow::onLoadFailed(const QString& message) {
-    statusBar()->showMessage(tr("No model loaded"));
-    if (m_connecting) {
-        m_connecting = false;
-        QMessageBox box(QMessageBox::Critical, tr("Could not use the server"),
-                        tr("The server did not accept the connection. Check the URL, the "
-                           "model name and the API key (Model > Use a server…)."),
-                        QMessageBox::Ok, this);
-        box.setTextFormat(Qt::PlainText);
-        box.setDetailedText(message);
-        box.exec();
-        return;
-    }
-    QMessageBox box(QMessageBox::Critical, tr("Could not load the model"),
-                    tr("The model could not be loaded. Check that the folder holds a complete "
-                       "checkpoint (config.json, every shard, the tokenizer files)."),
-                    QMessageBox::Ok, this);
-    box.setTextFormat(Qt::PlainText);
-    box.setDetailedText(message);
-    box.exec();
+void MainWindow::onLoadFailed(const QString& message, bool previousModelKept) {
+    // The working model (or server) still answers: its figures stay, the chat goes on.
+    const bool kept = previousModelKept && !m_readyStatus.isEmpty();
+    if (!kept) m_readyStatus.clear();
+    statusBar()->showMessage(kept ? m_readyStatus : tr("No model loaded"));
+    m_composer->setReady(kept);
+    const bool server = m_connecting;
+    m_connecting = false;
+    QString text =
+        server ? tr("The server did not accept the connection. Check the URL, the model name "
+                    "and the API key (Model > Use a server…).")
+               : tr("The model could not be loaded:\n%1").arg(message);
+    text += QLatin1String("\n\n") +
+            (kept ? tr("%1 is still loaded.").arg(m_modelName) : tr("No model is loaded now."));
+    auto* box =
+        new QMessageBox(QMessageBox::Critical,
+                        server ? tr("Could not use the server") : tr("Could not load the model"),
+                        text, QMessageBox::Ok, this);
+    box->setObjectName(QStringLiteral("loadFailedBox"));
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    box->setTextFormat(Qt::PlainText);
+    if (server) box->setDetailedText(message);
+    box->open(); // never a nested event loop: the engine's signals keep arriving
 }
 
 void MainWindow::regenerate() {
@@ -628,12 +526,10 @@ void MainWindow::showSetupWizard() {
     wizard->setAttribute(Qt::WA_DeleteOnClose);
     // Threads, chunk and context as saved: the plan shown is the plan that loads.
     wizard->memoryPage()->setBaseConfig(AppSettings::loadLaunch());
-    // The whole choice is remembered at once, budgets included: reopened without them, a
-    // streamed checkpoint would be planned fully resident and refused by the memory check.
-    connect(wizard, &SetupWizard::setupFinished, this, [this](const k3::LaunchConfig& config) {
-        AppSettings::saveLaunch(config);
-        loadModel(config);
-    });
+    // The whole choice, budgets included, is saved by onModelLoaded once it has opened:
+    // a choice that fails never replaces the setup that works.
+    connect(wizard, &SetupWizard::setupFinished, this,
+            [this](const k3::LaunchConfig& config) { loadModel(config); });
     connect(wizard, &SetupWizard::serverChosen, this, &MainWindow::connectRemote);
     wizard->open();
 }
@@ -659,9 +555,7 @@ void MainWindow::applySettings() {
     const AppSettings settings = AppSettings::load();
     AppSettings::applyTheme(settings.theme);
     m_composer->setThinking(settings.thinking);
-    // The composer has no effort setter yet; its combo box is found by name.
-    if (auto* effort = m_composer->findChild<QComboBox*>(QStringLiteral("effortCombo")))
-        effort->setCurrentText(settings.thinkingEffort);
+    m_composer->setThinkingEffort(settings.thinkingEffort);
 }
 
 void MainWindow::showAbout() {
@@ -691,9 +585,8 @@ void MainWindow::closeWithoutAsking() {
 }
 
 void MainWindow::askToQuitMidAnswer() {
-    if (auto* open = findChild<QMessageBox*>(QStringLiteral("quitDuringAnswerBox"));
-        open && open->isVisible()) {
-        open->raise(); // asked once
+    if (m_quitBox && m_quitBox->isVisible()) {
+        m_quitBox->raise(); // asked once
         return;
     }
     auto* box = new QMessageBox(QMessageBox::Question, tr("Quit k3chat?"),
@@ -701,6 +594,7 @@ void MainWindow::askToQuitMidAnswer() {
                                    "is kept."),
                                 QMessageBox::NoButton, this);
     box->setObjectName(QStringLiteral("quitDuringAnswerBox"));
+    m_quitBox = box;
     box->addButton(tr("Quit"), QMessageBox::AcceptRole)->setObjectName(QStringLiteral("quit"));
     box->addButton(QMessageBox::Cancel);
     box->setCheckBox(new QCheckBox(tr("Don't ask again")));

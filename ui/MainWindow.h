@@ -1,6 +1,7 @@
 #pragma once
 
 #include <QMainWindow>
+#include <QPointer>
 
 #include <memory>
 
@@ -14,7 +15,9 @@ class ConversationView;
 class TokenTimingPanel;
 class EngineController;
 struct ModelInfo;
+class MainMenus;
 class MessageComposer;
+class QMessageBox;
 class FindBar;
 class QAction;
 class QListWidget;
@@ -99,10 +102,8 @@ protected:
     void closeEvent(QCloseEvent* event) override;
 
 private:
-    void createMenus();
-    void createDocks();
     void onModelLoaded(const ModelInfo& info);
-    void onLoadFailed(const QString& message);
+    void onLoadFailed(const QString& message, bool previousModelKept);
     void connectChat();
     void showAnswerFailed(const QString& message);
     void askToQuitMidAnswer();
@@ -123,6 +124,9 @@ private:
     ChatController* m_chat;
     QString m_modelName;          // what the status bar calls the model ("name · remote: URL")
     QString m_remoteUrl;          // the server while one answers; empty for a local model
+    QString m_readyStatus;        // the status line of what answers now; empty: nothing
     bool m_connecting = false;    // a server (not a folder) is being opened
-    bool m_quitConfirmed = false; // "Quit anyway" was chosen mid-answer
+    std::unique_ptr<MainMenus> m_menus;
+    QPointer<QMessageBox> m_quitBox; // "Quit anyway?" while it is open
+    bool m_quitConfirmed = false;    // "Quit anyway" was chosen mid-answer
 };

@@ -159,10 +159,10 @@ void TestAppFlows::panelsFillFromAStreamedRun() {
     QVERIFY(f.trunkBytesRead > 0);
     QVERIFY(f.expertBytesRead > 0);
     const QString cacheText = cache->text();
-    QVERIFY2(cacheText.contains(QStringLiteral("requests ") +
-                                QLocale().toString(qulonglong(f.cacheRequests))),
+    QVERIFY2(cacheText.contains(QStringLiteral(" of %1 requests)")
+                                    .arg(QLocale().toString(qulonglong(f.cacheRequests)))),
              qPrintable(cacheText));
-    QVERIFY2(cacheText.contains(QStringLiteral("resident ")) &&
+    QVERIFY2(cacheText.contains(QStringLiteral("served from memory ")) &&
                  cacheText.contains(QStringLiteral("evictions ")),
              qPrintable(cacheText));
     QVERIFY2(!disk->text().startsWith(QStringLiteral("0.000 GB read")), qPrintable(disk->text()));

@@ -27,6 +27,8 @@
 
 #include <memory>
 
+#include <k3/memory_plan.hpp>
+
 #include "wizard/ModelSourcePage.h"
 #include "wizard/PendingDownload.h"
 #include "wizard/TokenStore.h"
@@ -99,6 +101,8 @@ private slots:
     void initTestCase();
     void cleanupTestCase() { nginx_.stop(); }
     void pauseThenResumeInANewPageContinuesFromTheBytesOnDisk();
+    void diskTooSmallIsRefusedWithTheNumbersAndLeavesNothing();
+    void missingTokenSaysWhatToDo();
     void tokenFromTheFieldReachesTheHubAndStaysOutOfSettings();
 };
 
@@ -254,6 +258,56 @@ void TestDownloadPage::pauseThenResumeInANewPageContinuesFromTheBytesOnDisk() {
     QVERIFY(validated.wait(10000));
     QCOMPARE(page.modelDir(), dest);
     QVERIFY(page.isComplete());
+}
+
+// The whole size against the free space, before a byte is fetched: refused with both
+// numbers, no folder made, nothing offered for resuming.
+void TestDownloadPage::diskTooSmallIsRefusedWithTheNumbersAndLeavesNothing() {
+    PendingDownload::clear();
+    const QString dest = tmp_.path() + QStringLiteral("/small-disk/k3model");
+    ModelSourcePage page;
+    page.setFreeBytesForTests(1000);
+    QCOMPARE(page.freeSpaceText(), QStringLiteral("1.00 KB free there"));
+    page.setEndpoint(nginx_.baseUrl());
+    page.setRepository(QStringLiteral("k3/tiny"), kRevision);
+    page.setDownloadTarget(dest);
+    QSignalSpy done(&page, &ModelSourcePage::downloadFinished);
+    page.startDownload();
+    QVERIFY(done.wait(20000));
+    QCOMPARE(done.at(0).at(0).toBool(), false);
+    const QString needed = QString::fromStdString(k3::formatBytes(quint64(totalBytes_)));
+    const QString shortBy = QString::fromStdString(k3::formatBytes(quint64(totalBytes_) - 1000));
+    QCOMPARE(page.downloadStatusText(),
+             QStringLiteral("Download failed: not enough free space: the download needs ") +
+                 needed + QStringLiteral(", the disk at ") + dest +
+                 QStringLiteral(" has 1.00 KB free (short by ") + shortBy +
+                 QStringLiteral("); free some space or choose another folder"));
+    QCOMPARE(page.lastResult().bytesTransferred, std::uint64_t(0));
+    QVERIFY(!QFileInfo::exists(tmp_.path() + QStringLiteral("/small-disk")));
+    QVERIFY(!PendingDownload::load());
+    QVERIFY(!ModelSourcePage().offersResume());
+    QCOMPARE(page.startButton()->text(), QStringLiteral("Start"));
+}
+
+// A gated repository without a token: what to do (a token), not "HTTP 401".
+void TestDownloadPage::missingTokenSaysWhatToDo() {
+    const QString dest = tmp_.path() + QStringLiteral("/no-token");
+    ModelSourcePage page;
+    page.tokenField()->clear();
+    page.setEndpoint(nginx_.baseUrl());
+    page.setRepository(QStringLiteral("k3/private"), kRevision);
+    page.setDownloadTarget(dest);
+    QSignalSpy done(&page, &ModelSourcePage::downloadFinished);
+    page.startDownload();
+    QVERIFY(done.wait(20000));
+    QCOMPARE(done.at(0).at(0).toBool(), false);
+    QCOMPARE(page.downloadStatusText(),
+             QStringLiteral("Download failed: 127.0.0.1 needs a valid access token (401): paste "
+                            "a token with read access (127.0.0.1/settings/tokens) into Token, "
+                            "then Retry."));
+    QCOMPARE(page.verificationText(), QString());
+    QVERIFY(!QFileInfo::exists(dest));
+    QVERIFY(!PendingDownload::load());
 }
 
 void TestDownloadPage::tokenFromTheFieldReachesTheHubAndStaysOutOfSettings() {

@@ -1,4 +1,5 @@
 #include <QImage>
+#include <QLabel>
 #include <QLocale>
 #include <QTest>
 
@@ -11,6 +12,9 @@ class TestEnginePanels : public QObject {
 private slots:
     void planListsEveryComponent();
     void cacheShowsBothHitRates();
+    void cacheLeadsWithServedFromMemoryAndDiskReads();
+    void prefillProgressLeadsThePanels();
+    void remoteModeSaysThereAreNoLocalFigures();
     void diskShowsBytesRateAndShare();
 };
 
@@ -25,6 +29,9 @@ static MemoryFigures sample() {
     f.trunkStreamed = true;
     f.expertsCached = true;
     f.cacheRequests = 1000;
+    f.cacheResidentHits = 120;
+    f.cachePrefetchHits = 260;
+    f.cacheDiskReads = 880;
     f.cacheHitRate = 0.38;
     f.cacheResidentHitRate = 0.12;
     f.cacheEvictions = 1204;
@@ -84,16 +91,108 @@ void TestEnginePanels::planListsEveryComponent() {
 void TestEnginePanels::cacheShowsBothHitRates() {
     ExpertCachePanel panel;
     panel.setFigures(sample());
-    // Counts follow the user's locale ("1,204" in English).
-    QCOMPARE(
-        panel.text(),
-        QStringLiteral("hit 38.0%   TRUE resident 12.0%\nevictions %1\nrequests %2\ncapacity 57 "
-                       "experts (1000.2 MB)")
-            .arg(QLocale().toString(1204), QLocale().toString(1000)));
+    // Counts follow the user's locale ("1,204" in English). The engine's 38% "hit rate"
+    // counts the 260 prefetched experts, which came from disk: it is not shown as a hit.
+    QCOMPARE(panel.text(), QStringLiteral("served from memory 12.0% (120 of %1 requests)\n"
+                                          "read from disk 34.0 GB (880 experts)\n"
+                                          "prefetched 260 · evictions %2\n"
+                                          "capacity 57 experts (1000.2 MB)")
+                               .arg(QLocale().toString(1000), QLocale().toString(1204)));
+    QVERIFY(!panel.text().contains(QStringLiteral("hit")));
     MemoryFigures resident = sample();
     resident.expertsCached = false;
     panel.setFigures(resident);
-    QVERIFY(panel.text().startsWith(QStringLiteral("Every routed expert is resident")));
+    QCOMPARE(panel.text(), QStringLiteral("Every routed expert is resident: no cache in use."));
+}
+
+// Issue 21's run: 8,400 requests, 84 of them in memory, 8,316 read (147 GB), every
+// one of those an eviction. The engine called it "hit 100.0%" (all prefetched).
+void TestEnginePanels::cacheLeadsWithServedFromMemoryAndDiskReads() {
+    MemoryFigures f = sample();
+    f.cacheRequests = 8400;
+    f.cacheResidentHits = 84;
+    f.cachePrefetchHits = 8316;
+    f.cacheDiskReads = 8316;
+    f.cacheEvictions = 8316;
+    f.cacheHitRate = 1.0;
+    f.cacheResidentHitRate = 0.01;
+    f.expertBytesRead = 147'000'000'000ull;
+    ExpertCachePanel panel;
+    panel.setFigures(f);
+    const QLocale locale;
+    const QStringList lines = panel.text().split(QLatin1Char('\n'));
+    QCOMPARE(
+        lines.value(0),
+        QStringLiteral("served from memory 1.0% (84 of %1 requests)").arg(locale.toString(8400)));
+    QCOMPARE(lines.value(1),
+             QStringLiteral("read from disk 147.0 GB (%1 experts)").arg(locale.toString(8316)));
+    QCOMPARE(lines.value(2),
+             QStringLiteral("prefetched %1 · evictions %1").arg(locale.toString(8316)));
+    // Each term says what it counts.
+    const auto tip = [&](const char* name) {
+        auto* label = panel.findChild<QLabel*>(QLatin1String(name));
+        return label ? label->toolTip() : QString();
+    };
+    QVERIFY(tip("servedFromMemory").contains(QStringLiteral("without any disk read")));
+    QVERIFY(tip("readFromDisk")
+                .contains(QStringLiteral("read from disk because they were not in memory")));
+    QVERIFY(tip("cacheDetail").contains(QStringLiteral("not served from memory")));
+    QVERIFY(tip("cacheCapacity").contains(QStringLiteral("How many experts")));
+}
+
+// While a prompt is read, every panel leads with how far it is, what it read and the
+// time left at the rate so far.
+void TestEnginePanels::prefillProgressLeadsThePanels() {
+    MemoryFigures f = sample();
+    f.prefillDone = 16;
+    f.prefillTotal = 40;
+    f.prefillSeconds = 8; // 2 positions/s: 24 left take 12 s
+    f.prefillBytesRead = 1'234'000'000ull;
+    const QString reading =
+        QStringLiteral("reading the prompt 16 of 40 · 1.23 GB read · about 12 s left");
+    QCOMPARE(f.prefillText(), reading);
+    ExpertCachePanel cache;
+    cache.setFigures(f);
+    QCOMPARE(cache.text().section(QLatin1Char('\n'), 0, 0), reading);
+    DiskIoPanel disk;
+    disk.setFigures(f);
+    QCOMPARE(disk.text().section(QLatin1Char('\n'), 0, 0), reading);
+    MemoryPlanPanel plan;
+    plan.setFigures(f);
+    QCOMPARE(plan.detailsText().section(QLatin1Char('\n'), 0, 0), reading);
+    f.prefillDone = 40; // done: no estimate
+    QCOMPARE(f.prefillText(), QStringLiteral("reading the prompt 40 of 40 · 1.23 GB read"));
+    f.prefillTotal = 0; // a token's figures: no reading line
+    cache.setFigures(f);
+    QVERIFY(cache.text().startsWith(QStringLiteral("served from memory")));
+}
+
+// Remote mode: the panels say so, and the plan panel draws no (empty) bar.
+void TestEnginePanels::remoteModeSaysThereAreNoLocalFigures() {
+    MemoryFigures f;
+    f.remoteUrl = QStringLiteral("http://127.0.0.1:8080");
+    const QString first = QStringLiteral("remote: http://127.0.0.1:8080 — no local memory figures");
+    MemoryPlanPanel plan;
+    plan.setFigures(f);
+    QCOMPARE(plan.detailsText().section(QLatin1Char('\n'), 0, 0), first);
+    ExpertCachePanel cache;
+    cache.setFigures(f);
+    QCOMPARE(cache.text().section(QLatin1Char('\n'), 0, 0), first);
+    DiskIoPanel disk;
+    disk.setFigures(f);
+    QCOMPARE(disk.text().section(QLatin1Char('\n'), 0, 0), first);
+    plan.resize(312, 200);
+    QImage image(plan.size(), QImage::Format_ARGB32);
+    image.fill(Qt::white);
+    plan.render(&image);
+    // The bar's frame corners (6,6) and (305,6) in local mode: the panel's background here.
+    const QRgb background = plan.palette().color(QPalette::Window).rgb() | 0xff000000u;
+    QCOMPARE(image.pixel(6, 6) | 0xff000000u, background);
+    QCOMPARE(image.pixel(305, 6) | 0xff000000u, background);
+    plan.setFigures(sample()); // a local plan draws its bar there
+    image.fill(Qt::white);
+    plan.render(&image);
+    QVERIFY((image.pixel(6, 6) | 0xff000000u) != background);
 }
 
 void TestEnginePanels::diskShowsBytesRateAndShare() {

@@ -37,7 +37,8 @@ void TestTokenTimingPanel::aNewAnswerStartsAfresh() {
     QCOMPARE(panel.summaryText(), QStringLiteral("1 token · 0.500 s/token on average"));
 }
 
-// Tokens that came from an accepted speculative proposal: a "*" on their bar and a count.
+// Tokens that came from an accepted speculative proposal: their bar's compute segment in
+// green (a selected bar of the compute set) and a count.
 void TestTokenTimingPanel::acceptedProposalsAreMarked() {
     TokenTimingPanel panel;
     panel.addToken(0, 0.3, 0, 0);
@@ -46,9 +47,22 @@ void TestTokenTimingPanel::acceptedProposalsAreMarked() {
     panel.addToken(3, 0.1, 0, 0);
     QCOMPARE(panel.barCount(), 4);
     QCOMPARE(panel.summaryText(), QStringLiteral("4 tokens · 0.150 s/token on average · 2 from "
-                                                 "accepted proposals (*)"));
+                                                 "accepted proposals (green)"));
+    QCOMPARE(QList<bool>({panel.isFromProposal(0), panel.isFromProposal(1), panel.isFromProposal(2),
+                          panel.isFromProposal(3)}),
+             QList<bool>({false, true, true, false}));
+    QCOMPARE(panel.proposalColor().green() > panel.proposalColor().red(), true);
     panel.addToken(0, 0.5, 0, 0); // the next answer starts the count again
     QCOMPARE(panel.summaryText(), QStringLiteral("1 token · 0.500 s/token on average"));
+    QVERIFY(!panel.isFromProposal(0));
+
+    // Past kMaxBars the oldest bar goes, and the marks move with their bars.
+    for (int i = 1; i < TokenTimingPanel::kMaxBars; ++i) panel.addToken(i, 0.1, 0, 0, i == 1);
+    QVERIFY(panel.isFromProposal(1));
+    panel.addToken(TokenTimingPanel::kMaxBars, 0.1, 0, 0);
+    QCOMPARE(panel.barCount(), TokenTimingPanel::kMaxBars);
+    QVERIFY(panel.isFromProposal(0));
+    QVERIFY(!panel.isFromProposal(1));
 }
 
 // Issue 21: "%.3f" over 0 to 1.1 x the tallest bar printed "0.000 0.000 0.001 0.001"

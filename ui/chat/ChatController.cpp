@@ -184,7 +184,11 @@ QString ChatController::statsLine(const GenerationSummary& s, const k3::AnswerFi
     parts << (figures.tokens > 0 ? ConversationModel::figuresText(figures)
                                  : tr("%1 tokens").arg(s.generatedTokens));
     parts << tr("prompt %1 s").arg(s.prefillSeconds, 0, 'f', 2);
-    if (s.reusedPositions > 0) parts << tr("%1 positions reused").arg(s.reusedPositions);
+    // What a follow-up cost: only the positions the state did not hold are read.
+    if (s.reusedPositions > 0)
+        parts << tr("%1 new prompt tokens read, %2 reused")
+                     .arg(s.prefillPositions)
+                     .arg(s.reusedPositions);
     if (stopped && s.interruption.isEmpty()) parts << tr("stopped");
     if (!s.interruption.isEmpty()) parts << tr("interrupted: %1").arg(s.interruption);
     if (!invalid.isEmpty()) parts << tr("RUN INVALID (%1)").arg(invalid);

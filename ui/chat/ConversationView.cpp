@@ -76,7 +76,7 @@ ConversationView::ConversationView(QWidget* parent)
     connect(m_messages, &QAbstractItemModel::rowsRemoved, this, refind);
     connect(m_messages, &QAbstractItemModel::dataChanged, this, refind);
 
-    auto* copy = new QAction(tr("&Copy message"), this);
+    auto* copy = m_copyMessage = new QAction(tr("&Copy message"), this);
     copy->setObjectName(QStringLiteral("copyMessageAction"));
     copy->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
     connect(copy, &QAction::triggered, this, &ConversationView::copyCurrentMessage);

@@ -9,6 +9,8 @@ class MessageDelegate;
 // ConversationModel so long conversations stay fast. When empty, the view says how
 // to begin instead of showing a blank area. It owns the per-message actions (copy the
 // message or a code block, edit the last question) and find in conversation.
+class QAction;
+
 class ConversationView : public QListView {
     Q_OBJECT
 public:
@@ -39,6 +41,8 @@ public:
     // and code blocks and the keys that act on them (the delegate draws them as buttons,
     // which have no accessible objects of their own).
     QString describeMessage(int row) const;
+    // Copy message (Ctrl+Shift+C): the Edit menu shows the same action.
+    QAction* copyMessageAction() const { return m_copyMessage; }
 
 public slots:
     void copyMessage(int row);
@@ -85,4 +89,5 @@ private:
     QVector<Match> m_matches;
     int m_current = -1;
     int m_streamingRow = -1; // the answer being streamed, announced when it finishes
+    QAction* m_copyMessage = nullptr;
 };

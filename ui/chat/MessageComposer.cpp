@@ -115,6 +115,10 @@ QString MessageComposer::thinkingEffort() const {
     return m_effort->currentText();
 }
 
+void MessageComposer::setThinkingEffort(const QString& effort) {
+    m_effort->setCurrentText(effort);
+}
+
 bool MessageComposer::eventFilter(QObject* watched, QEvent* event) {
     if (watched == m_editor && event->type() == QEvent::KeyPress) {
         auto* key = static_cast<QKeyEvent*>(event);

@@ -34,6 +34,7 @@ public:
     void setThinkingAvailable(bool available);
     bool isThinkingAvailable() const { return m_thinkingAvailable; }
     QString thinkingEffort() const;
+    void setThinkingEffort(const QString& effort); // one of the combo box's levels
 
 signals:
     void sendRequested(const QString& text);

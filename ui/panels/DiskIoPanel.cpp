@@ -17,8 +17,9 @@ DiskIoPanel::DiskIoPanel(QWidget* parent) : QWidget(parent), m_label(new QLabel(
 
 void DiskIoPanel::setFigures(const MemoryFigures& f) {
     if (!f.remoteUrl.isEmpty()) {
-        m_label->setText(
-            tr("remote: %1\nNo weights are read from this computer's disk.").arg(f.remoteUrl));
+        m_label->setText(tr("remote: %1 — no local memory figures\nNo weights are read from "
+                            "this computer's disk.")
+                             .arg(f.remoteUrl));
         return;
     }
     const double total = double(f.trunkBytesRead + f.expertBytesRead);
@@ -27,7 +28,10 @@ void DiskIoPanel::setFigures(const MemoryFigures& f) {
                                                 .arg(f.pinnedLayers)
                                                 .arg(f.totalLayers)
                                           : tr("trunk resident (%1 layers)").arg(f.totalLayers);
+    // While a prompt is read, how far it is comes first: the totals below keep growing.
+    const QString reading = f.prefillText();
     m_label->setText(
+        (reading.isEmpty() ? QString() : reading + QLatin1Char('\n')) +
         tr("%1 GB read (trunk %2 GB, experts %3 GB)\n%4 GB/s while reading\nI/O %5% of "
            "wall clock\n%6")
             .arg(total / 1e9, 0, 'f', 3)

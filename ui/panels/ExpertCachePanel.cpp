@@ -4,42 +4,81 @@
 #include <QLocale>
 #include <QVBoxLayout>
 
-ExpertCachePanel::ExpertCachePanel(QWidget* parent) : QWidget(parent), m_label(new QLabel(this)) {
+ExpertCachePanel::ExpertCachePanel(QWidget* parent) : QWidget(parent) {
     setObjectName(QStringLiteral("expertCachePanel"));
     setMinimumHeight(70);
-    m_label->setTextFormat(Qt::PlainText);
-    m_label->setWordWrap(true);
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(6, 6, 6, 6);
-    layout->addWidget(m_label);
+    layout->setSpacing(2);
+    addLine("prefillProgress",
+            tr("The prompt is being read: positions done of the prompt's total, what this "
+               "prompt has read from disk so far and the time left at the rate so far."));
+    addLine("servedFromMemory",
+            tr("Requests for a routed expert that were served from memory, without any disk "
+               "read: the expert was already in the cache when its layer asked for it."));
+    addLine("readFromDisk", tr("Routed experts read from disk because they were not in memory, "
+                               "and their bytes. This is what makes a small cache slow."));
+    addLine("cacheDetail",
+            tr("Prefetched: experts read from disk by their layer's batch just before use "
+               "(not served from memory). Evictions: experts dropped to make room for "
+               "another one."));
+    addLine("cacheCapacity", tr("How many experts the cache holds at once, and its size."));
     layout->addStretch(1);
-    m_label->setText(tr("No model loaded."));
+    showLines({{}, tr("No model loaded.")});
+}
+
+QLabel* ExpertCachePanel::addLine(const char* objectName, const QString& toolTip) {
+    auto* label = new QLabel(this);
+    label->setObjectName(QLatin1String(objectName));
+    label->setTextFormat(Qt::PlainText);
+    label->setWordWrap(true);
+    label->setToolTip(toolTip);
+    static_cast<QVBoxLayout*>(layout())->addWidget(label);
+    m_lines << label;
+    return label;
+}
+
+// Line i goes to label i; an empty line hides its label.
+void ExpertCachePanel::showLines(const QStringList& lines) {
+    for (int i = 0; i < m_lines.size(); ++i) {
+        const QString text = lines.value(i);
+        m_lines[i]->setText(text);
+        m_lines[i]->setVisible(!text.isEmpty());
+    }
 }
 
 void ExpertCachePanel::setFigures(const MemoryFigures& f) {
     if (!f.remoteUrl.isEmpty()) {
-        m_label->setText(
-            tr("remote: %1\nThe server's expert cache is not visible here.").arg(f.remoteUrl));
+        showLines({{},
+                   tr("remote: %1 — no local memory figures").arg(f.remoteUrl),
+                   tr("The server's expert cache is not visible here.")});
         return;
     }
     if (!f.expertsCached) {
-        m_label->setText(tr("Every routed expert is resident: no cache in use."));
+        showLines({f.prefillText(), tr("Every routed expert is resident: no cache in use.")});
         return;
     }
     const QLocale locale;
-    // "resident" is the TRUE resident hit rate: experts already in memory before their
-    // layer asked, not the ones its own batch prefetched just in time.
-    m_label->setText(
-        tr("hit %1%   TRUE resident %2%\nevictions %3\nrequests %4\ncapacity %5 experts "
-           "(%6 MB)")
-            .arg(f.cacheHitRate * 100, 0, 'f', 1)
-            .arg(f.cacheResidentHitRate * 100, 0, 'f', 1)
-            .arg(locale.toString(qulonglong(f.cacheEvictions)))
-            .arg(locale.toString(qulonglong(f.cacheRequests)))
-            .arg(locale.toString(f.cacheSlots))
-            .arg(double(f.cacheSlots) * double(f.cacheSlotBytes) / 1e6, 0, 'f', 1));
+    const auto count = [&locale](quint64 n) { return locale.toString(qulonglong(n)); };
+    const double served =
+        f.cacheRequests > 0 ? 100.0 * double(f.cacheResidentHits) / double(f.cacheRequests) : 0;
+    showLines({f.prefillText(),
+               tr("served from memory %1% (%2 of %3 requests)")
+                   .arg(served, 0, 'f', 1)
+                   .arg(count(f.cacheResidentHits), count(f.cacheRequests)),
+               tr("read from disk %1 GB (%2 experts)")
+                   .arg(double(f.expertBytesRead) / 1e9, 0, 'f', 1)
+                   .arg(count(f.cacheDiskReads)),
+               tr("prefetched %1 · evictions %2")
+                   .arg(count(f.cachePrefetchHits), count(f.cacheEvictions)),
+               tr("capacity %1 experts (%2 MB)")
+                   .arg(locale.toString(f.cacheSlots))
+                   .arg(double(f.cacheSlots) * double(f.cacheSlotBytes) / 1e6, 0, 'f', 1)});
 }
 
 QString ExpertCachePanel::text() const {
-    return m_label->text();
+    QStringList visible;
+    for (const QLabel* label : m_lines)
+        if (!label->text().isEmpty()) visible << label->text();
+    return visible.join(QLatin1Char('\n'));
 }

@@ -6,15 +6,20 @@
 
 class QLabel;
 
-// The routed-expert cache: hit rate, the TRUE resident hit rate (in memory before the
-// layer asked, not fetched by its own batch), evictions and requests.
+// The routed-expert cache, leading with what a user can act on: the share of requests
+// served from memory (no disk read at all) and what was read from disk instead. The
+// engine's "hit" also counts experts its batch read just before use, so it is shown as
+// "prefetched", never as a hit. Every line has a tooltip saying what it counts.
 class ExpertCachePanel : public QWidget {
     Q_OBJECT
 public:
     explicit ExpertCachePanel(QWidget* parent = nullptr);
     void setFigures(const MemoryFigures& figures);
-    QString text() const;
+    QString text() const; // the visible lines, joined by newlines
 
 private:
-    QLabel* m_label;
+    QLabel* addLine(const char* objectName, const QString& toolTip);
+    void showLines(const QStringList& lines);
+
+    QList<QLabel*> m_lines; // progress, served, disk, detail, capacity
 };

@@ -36,6 +36,8 @@ MemoryPlanPanel::MemoryPlanPanel(QWidget* parent) : QWidget(parent), m_details(n
 
 void MemoryPlanPanel::setFigures(const MemoryFigures& figures) {
     m_figures = figures;
+    // Remote: no bar is drawn, so the text takes its place.
+    layout()->setContentsMargins(6, figures.remoteUrl.isEmpty() ? kBarHeight + 12 : 6, 6, 6);
     m_details->setText(detailsText());
     update();
 }
@@ -43,10 +45,11 @@ void MemoryPlanPanel::setFigures(const MemoryFigures& figures) {
 QString MemoryPlanPanel::detailsText() const {
     const MemoryFigures& f = m_figures;
     if (!f.remoteUrl.isEmpty())
-        return tr("remote: %1\nThe server holds the model; this computer only shows the "
-                  "answer.")
+        return tr("remote: %1 — no local memory figures\nThe server holds the model; this "
+                  "computer only shows the answer.")
             .arg(f.remoteUrl);
     QStringList rows;
+    if (!f.prefillText().isEmpty()) rows << f.prefillText();
     for (const MemoryFigures::Component& c : f.plan)
         rows << QStringLiteral("%1  %2").arg(c.name, gb(c.bytes));
     rows << tr("planned %1 of %2 available").arg(gb(f.plannedBytes()), gb(f.availableBytes));
@@ -60,6 +63,8 @@ QString MemoryPlanPanel::detailsText() const {
 }
 
 void MemoryPlanPanel::paintEvent(QPaintEvent*) {
+    // A server plans its own memory: no bar, only the text saying so.
+    if (!m_figures.remoteUrl.isEmpty()) return;
     QPainter painter(this);
     const QRect bar(6, 6, width() - 12, kBarHeight);
     painter.fillRect(bar, palette().color(QPalette::AlternateBase));

@@ -60,6 +60,7 @@ void TokenTimingPanel::clear() {
     m_trunk->remove(0, m_trunk->count());
     m_experts->remove(0, m_experts->count());
     m_compute->remove(0, m_compute->count());
+    m_compute->deselectAllBars();
     m_total = 0;
     m_tokens = 0;
     m_proposed = 0;
@@ -73,14 +74,23 @@ void TokenTimingPanel::addToken(int index, double computeSeconds, double trunkIo
     if (index == 0) clear();
     const bool full = m_compute->count() == kMaxBars;
     if (full) {
+        // The marks move with the bars: the selection is by index.
+        QList<int> marked = m_compute->selectedBars();
+        m_compute->deselectAllBars();
         m_trunk->remove(0);
         m_experts->remove(0);
         m_compute->remove(0);
+        for (int& i : marked) --i;
+        marked.removeAll(-1);
+        m_compute->selectBars(marked);
     }
     m_trunk->append(trunkIoSeconds);
     m_experts->append(expertIoSeconds);
     m_compute->append(computeSeconds);
-    if (fromProposal) ++m_proposed;
+    if (fromProposal) {
+        ++m_proposed;
+        m_compute->selectBar(m_compute->count() - 1);
+    }
     m_total += computeSeconds + trunkIoSeconds + expertIoSeconds;
     ++m_tokens;
     m_summary->setText(summaryText());
@@ -98,11 +108,19 @@ int TokenTimingPanel::barCount() const {
     return m_compute->count();
 }
 
+bool TokenTimingPanel::isFromProposal(int bar) const {
+    return m_compute->isBarSelected(bar);
+}
+
+QColor TokenTimingPanel::proposalColor() const {
+    return m_compute->selectedColor();
+}
+
 QString TokenTimingPanel::summaryText() const {
     if (m_tokens == 0) return tr("No tokens yet.");
     const QString count = m_tokens == 1 ? tr("1 token") : tr("%1 tokens").arg(m_tokens);
     QString text = tr("%1 · %2 s/token on average").arg(count).arg(m_total / m_tokens, 0, 'f', 3);
-    if (m_proposed > 0) text += tr(" · %1 from accepted proposals (*)").arg(m_proposed);
+    if (m_proposed > 0) text += tr(" · %1 from accepted proposals (green)").arg(m_proposed);
     return text;
 }
 
@@ -164,6 +182,9 @@ void TokenTimingPanel::applyPalette() {
     // The built-in theme picks the bar colours; everything around the bars then takes the
     // palette's, so no light box is left in a dark window (issue 21).
     m_chart->setTheme(dark ? QChart::ChartThemeDark : QChart::ChartThemeLight);
+    // No outline: the theme's light border drowned the fill once hundreds of bars shared
+    // the width (a long answer looked white).
+    for (QBarSet* set : {m_trunk, m_experts, m_compute}) set->setPen(Qt::NoPen);
     m_chart->setBackgroundBrush(pal.window());
     m_chart->setBackgroundPen(Qt::NoPen);
     m_chart->setPlotAreaBackgroundVisible(false);
@@ -179,6 +200,9 @@ void TokenTimingPanel::applyPalette() {
         axis->setGridLineColor(grid);
     }
     m_chart->legend()->setLabelColor(text);
+    // Tokens from accepted proposals: their compute segment in a colour of its own, which
+    // the summary line names (the legend cannot show a per-bar colour).
+    m_compute->setSelectedColor(dark ? QColor(0x7c, 0xd9, 0x92) : QColor(0x1b, 0x8a, 0x3e));
 }
 
 void TokenTimingPanel::changeEvent(QEvent* event) {

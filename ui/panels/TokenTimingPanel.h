@@ -1,5 +1,6 @@
 #pragma once
 
+#include <QColor>
 #include <QWidget>
 
 class QBarSet;
@@ -20,11 +21,14 @@ public:
     explicit TokenTimingPanel(QWidget* parent = nullptr);
 
     void clear();
-    // fromProposal: an accepted speculative proposal, counted in the summary (the "*").
+    // fromProposal: an accepted speculative proposal: its bar's compute segment is drawn
+    // in proposalColor() and the summary counts it.
     void addToken(int index, double computeSeconds, double trunkIoSeconds, double expertIoSeconds,
                   bool fromProposal = false);
 
     int barCount() const;
+    bool isFromProposal(int bar) const;
+    QColor proposalColor() const;
     QString summaryText() const;
     // The y axis labels as drawn, bottom to top (tests read them back).
     QStringList yAxisLabels() const;

@@ -12,12 +12,14 @@
 #include <QRadioButton>
 #include <QStorageInfo>
 #include <QTreeWidget>
+#include <QUrl>
 #include <QVBoxLayout>
 #include <QtConcurrent>
 
 #include <filesystem>
 
 #include <k3/config.hpp>
+#include <k3/launch.hpp>
 #include <k3/memory_plan.hpp>
 #include <k3/safetensors.hpp>
 
@@ -39,6 +41,43 @@ QString durationText(double seconds) {
 }
 
 enum Column { Name, Size, State, Progress };
+
+// Nothing reached the disk: no file finished and no .partial holds a byte.
+bool fetchedNothing(const k3::DownloadResult& result) {
+    return result.bytesOnDisk == 0 && result.bytesTransferred == 0;
+}
+
+// What a user can act on, instead of curl's words: the host that could not be reached,
+// the token or the licence for 401/403, the sizes for a full disk.
+QString friendlyError(const k3::DownloadResult& result, const QString& endpoint,
+                      const QString& repo) {
+    const QString host = QUrl(endpoint).host().isEmpty() ? endpoint : QUrl(endpoint).host();
+    const QString detail = QString::fromStdString(result.error);
+    switch (result.errorKind) {
+    case k3::HubErrorKind::Network:
+        if (fetchedNothing(result))
+            return QObject::tr("Could not reach %1: check the network (and a proxy, if you "
+                               "use one), then Retry.")
+                .arg(host);
+        return QObject::tr("The connection to %1 broke: Retry continues from the bytes on "
+                           "disk. (%2)")
+            .arg(host, detail);
+    case k3::HubErrorKind::Unauthorized:
+        return QObject::tr("%1 needs a valid access token (401): paste a token with read "
+                           "access (%1/settings/tokens) into Token, then Retry.")
+            .arg(host);
+    case k3::HubErrorKind::Forbidden:
+        return QObject::tr("%1 refused access to %2 (403): open %3/%2 while signed in, accept "
+                           "the licence, and use a token of that account, then Retry.")
+            .arg(host, repo, endpoint);
+    case k3::HubErrorKind::NotFound:
+        return QObject::tr("%1 has no %2 at that revision (404): check the repository and the "
+                           "revision.")
+            .arg(host, repo);
+    default:
+        return detail.isEmpty() ? QString::fromStdString(result.summary()) : detail;
+    }
+}
 } // namespace
 
 ModelSourcePage::ModelSourcePage(QWidget* parent)
@@ -225,14 +264,21 @@ ModelSourcePage::Verdict ModelSourcePage::checkFolder(const QString& dir) {
     Verdict v;
     v.dir = dir;
     try {
-        const std::filesystem::path path = dir.toStdString();
-        if (dir.isEmpty() || !std::filesystem::is_directory(path))
-            throw std::runtime_error(dir.toStdString() + " is not a folder");
-        const k3::ModelConfig config = k3::readModelConfig(path / "config.json");
-        const k3::Checkpoint ckpt = k3::Checkpoint::open(path);
+        // The engine's own pre-load checks: what the wizard accepts, a load can open.
+        k3::LaunchConfig launch;
+        launch.modelDir = dir.toStdString();
+        const std::vector<std::string> problems = k3::checkLaunch(launch);
+        if (!problems.empty()) {
+            QStringList lines;
+            for (const std::string& p : problems) lines << QString::fromStdString(p);
+            v.message = lines.join(QLatin1Char('\n'));
+            return v;
+        }
+        const k3::ModelConfig config = k3::readModelConfig(launch.modelDir / "config.json");
+        const k3::Checkpoint ckpt = k3::Checkpoint::open(launch.modelDir);
         v.ok = true;
         v.message =
-            tr("Valid checkpoint: %1 tensors in %2 shard file(s), %3.\n%4")
+            tr("Valid checkpoint: %1 tensors in %2 shard file(s), %3, tokenizer files present.\n%4")
                 .arg(ckpt.tensorCount())
                 .arg(ckpt.shardPaths().size())
                 .arg(bytesText(ckpt.totalTensorBytes()), QString::fromStdString(config.summary()));
@@ -274,6 +320,10 @@ void ModelSourcePage::setEndpoint(const QString& endpoint) {
 void ModelSourcePage::setRepository(const QString& repo, const QString& revision) {
     m_repo->setText(repo);
     m_revision->setText(revision);
+}
+
+QString ModelSourcePage::freeSpaceText() const {
+    return m_freeSpace->text();
 }
 
 QString ModelSourcePage::speedText() const {
@@ -320,9 +370,13 @@ void ModelSourcePage::updateFreeSpace() {
     while (!dir.exists() && !dir.isRoot() && dir.cdUp()) {
     }
     const QStorageInfo storage(dir);
-    m_freeSpace->setText(storage.isValid()
-                             ? tr("%1 free there").arg(bytesText(quint64(storage.bytesAvailable())))
-                             : tr("free space unknown"));
+    if (m_freeBytesForTests)
+        m_freeSpace->setText(tr("%1 free there").arg(bytesText(*m_freeBytesForTests)));
+    else
+        m_freeSpace->setText(
+            storage.isValid()
+                ? tr("%1 free there").arg(bytesText(quint64(storage.bytesAvailable())))
+                : tr("free space unknown"));
 }
 
 void ModelSourcePage::startDownload() {
@@ -336,6 +390,7 @@ void ModelSourcePage::startDownload() {
     options.revision = m_revision->text().trimmed().toStdString();
     options.token = m_token->text().toStdString();
     options.destination = m_target->text().toStdString();
+    if (m_freeBytesForTests) options.freeBytesForTests = *m_freeBytesForTests;
     // Entered once: kept in the keychain (or this run's memory), never in QSettings.
     if (m_token->text() != m_tokenStore->token()) m_tokenStore->store(m_token->text());
     // Remembered before the first byte so quitting at any point can be resumed.
@@ -365,20 +420,26 @@ void ModelSourcePage::pauseDownload() {
 void ModelSourcePage::downloadDone(const k3::DownloadResult& result) {
     m_downloading = false;
     m_lastResult = result;
-    if (result.ok) PendingDownload::clear();
+    // Nothing on disk is nothing to resume: the next start offers no "Resume download".
+    const bool nothing = !result.ok && fetchedNothing(result);
+    if (result.ok || nothing) PendingDownload::clear();
     showVerification(result);
     m_start->setEnabled(true);
     m_start->setText(result.ok                                         ? tr("Start")
+                     : nothing                                         ? tr("Start")
                      : result.errorKind == k3::HubErrorKind::Cancelled ? tr("Resume")
                                                                        : tr("Retry"));
     m_pause->setEnabled(false);
     QString text = QString::fromStdString(result.summary());
+    const QString endpoint = m_endpoint->text().trimmed().isEmpty()
+                                 ? QString::fromStdString(k3::resolveEndpoint({}))
+                                 : m_endpoint->text().trimmed();
     if (!result.ok && result.errorKind == k3::HubErrorKind::Cancelled)
-        text = tr("Paused. Start again to resume. %1").arg(text);
+        text = nothing ? tr("Stopped before any byte was fetched.")
+                       : tr("Paused. Start again to resume. %1").arg(text);
     else if (!result.ok)
         text = tr("Download failed: %1")
-                   .arg(QString::fromStdString(result.error.empty() ? result.summary()
-                                                                    : result.error));
+                   .arg(friendlyError(result, endpoint, m_repo->text().trimmed()));
     m_downloadStatus->setText(text);
     m_downloadStatus->setStyleSheet(result.ok || result.errorKind == k3::HubErrorKind::Cancelled
                                         ? QString()
@@ -389,6 +450,11 @@ void ModelSourcePage::downloadDone(const k3::DownloadResult& result) {
 }
 
 void ModelSourcePage::showVerification(const k3::DownloadResult& result) {
+    m_verification->setStyleSheet(QString());
+    if (result.files.empty()) { // no file list: nothing was compared, so nothing is said
+        m_verification->clear();
+        return;
+    }
     if (!result.ok && result.errorKind == k3::HubErrorKind::Cancelled) {
         m_verification->setText(tr("Verification: continues when the download resumes."));
         return;
@@ -433,7 +499,11 @@ void ModelSourcePage::showFileList(const std::vector<k3::HubFile>& files) {
         row->setText(Size, bytesText(f.size));
         row->setText(State, QString::fromUtf8(k3::fileStateName(k3::FileState::Queued)));
     }
-    m_downloadStatus->setText(tr("%n file(s) to fetch.", nullptr, int(files.size())));
+    std::uint64_t total = 0;
+    for (const k3::HubFile& f : files) total += f.size;
+    // Said before the first byte, so a disk too small is seen at once.
+    m_downloadStatus->setText(tr("%n file(s), %1 in all; %2", nullptr, int(files.size()))
+                                  .arg(bytesText(total), m_freeSpace->text()));
 }
 
 void ModelSourcePage::showFileProgress(const k3::FileProgress& progress) {

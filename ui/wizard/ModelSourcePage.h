@@ -56,6 +56,12 @@ public:
     void setEndpoint(const QString& endpoint);
     void setRepository(const QString& repo, const QString& revision);
     void setDownloadTarget(const QString& dir);
+    // Tests: the free space the download plans against instead of the disk's.
+    void setFreeBytesForTests(quint64 bytes) {
+        m_freeBytesForTests = bytes;
+        updateFreeSpace();
+    }
+    QString freeSpaceText() const;
     void startDownload();
     void pauseDownload();
     bool isDownloading() const { return m_downloading; }
@@ -128,6 +134,7 @@ private:
     QHash<QString, QTreeWidgetItem*> m_rows;
     QSet<QString> m_verifying; // files whose sha256 step was shown this run
     std::optional<PendingDownload> m_pending;
+    std::optional<quint64> m_freeBytesForTests;
     k3::DownloadResult m_lastResult;
 
     QString m_validDir;

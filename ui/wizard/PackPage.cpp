@@ -12,9 +12,9 @@
 #include <QVBoxLayout>
 #include <QtConcurrent>
 
-#include <k3/kernels.hpp>
 #include <k3/memory_plan.hpp>
 #include <k3/pack.hpp>
+#include <k3/system.hpp>
 
 PackPage::PackPage(QWidget* parent)
     : QWizardPage(parent), m_trunk(new QLineEdit), m_pack(new QPushButton(tr("Pack"))),
@@ -161,9 +161,9 @@ void PackPage::startPacking() {
         const auto observer = [self](const k3::PackProgress& p) {
             QMetaObject::invokeMethod(
                 QCoreApplication::instance(),
-                [self, done = p.recordsDone, total = p.recordsTotal, bytes = quint64(p.bytesDone),
-                 mbps = p.mbPerSecond] {
-                    if (self) self->showProgress(done, total, bytes, mbps);
+                [self, p] {
+                    // A late update after the result changes nothing.
+                    if (self && self->isPacking()) self->showProgress(p);
                 },
                 Qt::QueuedConnection);
         };
@@ -194,15 +194,34 @@ void PackPage::cancelPacking() {
     m_status->setText(tr("Cancelling…"));
 }
 
-void PackPage::showProgress(int done, int total, quint64 bytes, double mbPerSecond) {
-    if (!isPacking()) return; // a late update after the result
-    m_bar->setRange(0, std::max(1, total));
-    m_bar->setValue(done);
-    m_bar->setFormat(tr("record %1/%2 · %3 · %4 MB/s")
-                         .arg(done)
-                         .arg(total)
-                         .arg(QString::fromStdString(k3::formatBytes(bytes)))
-                         .arg(mbPerSecond, 0, 'f', 0));
+void PackPage::showProgress(const k3::PackProgress& p) {
+    m_bar->setRange(0, 1000);
+    const double share =
+        p.bytesTotal ? std::min(1.0, double(p.bytesDone) / double(p.bytesTotal)) : 0.0;
+    m_bar->setValue(int(1000 * share));
+    // The time left at the pace so far: a 10 GB trunk packs for minutes, so say how many.
+    QString left = tr("time left unknown");
+    if (p.recordsTotal > 0 && p.recordsDone >= p.recordsTotal)
+        left = tr("done");
+    else if (p.bytesDone > 0 && p.seconds > 0 && p.bytesDone < p.bytesTotal)
+        left = tr("about %1 left")
+                   .arg(roughDuration(p.seconds * double(p.bytesTotal - p.bytesDone) /
+                                      double(p.bytesDone)));
+    m_bar->setFormat(tr("%1% · record %2/%3 · %4 of %5 · %6 MB/s · %7")
+                         .arg(int(100 * share))
+                         .arg(p.recordsDone)
+                         .arg(p.recordsTotal)
+                         .arg(QString::fromStdString(k3::formatBytes(p.bytesDone)),
+                              QString::fromStdString(k3::formatBytes(p.bytesTotal)))
+                         .arg(p.mbPerSecond, 0, 'f', 0)
+                         .arg(left));
+}
+
+QString PackPage::roughDuration(double seconds) {
+    const qint64 s = qint64(seconds + 0.5);
+    if (s >= 3600) return tr("%1 h %2 min").arg(s / 3600).arg((s % 3600) / 60);
+    if (s >= 60) return tr("%1 min").arg((s + 30) / 60);
+    return tr("%1 s").arg(s);
 }
 
 void PackPage::packDone(const Outcome& outcome) {

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <memory>
 
+#include <k3/pack.hpp>
+
 class QCheckBox;
 class QLabel;
 class QLineEdit;
@@ -49,12 +51,15 @@ public:
     bool isPacking() const { return m_running; }
     QString statusText() const;
     QString progressText() const;
+    // One progress event as the bar shows it: percent, records, bytes, speed, time left.
+    void showProgress(const k3::PackProgress& progress);
+    // "3 min", "1 h 5 min", "40 s".
+    static QString roughDuration(double seconds);
 
 signals:
     void packingFinished(bool ok);
 
 private:
-    void showProgress(int done, int total, quint64 bytes, double mbPerSecond);
     void packDone(const Outcome& outcome);
     void refreshExisting();
 

@@ -1,10 +1,16 @@
 #include "worker/EngineWorker.h"
 
+#include <QStringList>
 #include <QThread>
 
 #include <algorithm>
+#include <string>
+#include <vector>
+#include <cmath>
 
 #include <omp.h>
+
+#include <k3/launch.hpp>
 
 namespace {
 
@@ -15,9 +21,20 @@ k3::ChatRole roleFromName(const QString& role) {
 // Forwards engine callbacks (on this worker thread) as queued signals.
 class SignalObserver : public k3::SessionObserver {
 public:
-    explicit SignalObserver(EngineWorker* worker) : m_worker(worker) {}
+    SignalObserver(EngineWorker* worker, const k3::ChatBackend* backend)
+        : m_worker(worker), m_backend(backend) {}
     void onProgress(const k3::SessionProgress& p) override {
         emit m_worker->prefillProgress(int(p.done), int(p.total), p.seconds);
+        // The panels move while the prompt is read too: on a streamed trunk that is
+        // minutes of disk reads before the first token.
+        const std::optional<k3::MemoryReport> report = m_backend->memoryReport();
+        if (!report) return;
+        MemoryFigures f = MemoryFigures::from(*report);
+        f.prefillDone = int(p.done);
+        f.prefillTotal = int(p.total);
+        f.prefillSeconds = p.seconds;
+        f.prefillBytesRead = p.trunkBytes + p.expertBytes;
+        emit m_worker->memoryUpdated(f);
     }
     void onToken(const k3::TokenEvent& e) override {
         emit m_worker->tokenGenerated(e.index, QString::fromStdString(e.thinkingDelta),
@@ -32,6 +49,7 @@ public:
 
 private:
     EngineWorker* m_worker;
+    const k3::ChatBackend* m_backend;
 };
 
 } // namespace
@@ -40,6 +58,25 @@ quint64 MemoryFigures::plannedBytes() const {
     quint64 total = 0;
     for (const Component& c : plan) total += c.bytes;
     return total;
+}
+
+QString MemoryFigures::prefillText() const {
+    if (prefillTotal <= 0) return {};
+    const QString read = prefillBytesRead >= 1'000'000'000ull
+                             ? QObject::tr("%1 GB").arg(double(prefillBytesRead) / 1e9, 0, 'f', 2)
+                             : QObject::tr("%1 MB").arg(double(prefillBytesRead) / 1e6, 0, 'f', 1);
+    QString text = QObject::tr("reading the prompt %1 of %2 · %3 read")
+                       .arg(prefillDone)
+                       .arg(prefillTotal)
+                       .arg(read);
+    if (prefillDone > 0 && prefillDone < prefillTotal && prefillSeconds > 0) {
+        // The rate so far: chunks cost about the same, the disk reads dominate.
+        const int left =
+            int(std::ceil(prefillSeconds * (prefillTotal - prefillDone) / prefillDone));
+        text += left >= 120 ? QObject::tr(" · about %1 min left").arg((left + 30) / 60)
+                            : QObject::tr(" · about %1 s left").arg(std::max(1, left));
+    }
+    return text;
 }
 
 MemoryFigures MemoryFigures::fromPlan(const k3::MemoryPlan& p) {
@@ -67,6 +104,9 @@ MemoryFigures MemoryFigures::from(const k3::MemoryReport& r) {
     f.trunkStreamed = r.trunkStreamed;
     f.expertsCached = r.expertsCached;
     f.cacheRequests = r.cache.requests;
+    f.cacheResidentHits = r.cache.residentHits;
+    f.cachePrefetchHits = r.cache.prefetchHits;
+    f.cacheDiskReads = r.cache.diskReads;
     f.cacheHitRate = r.cache.hitRate();
     f.cacheResidentHitRate = r.cache.residentHitRate();
     f.cacheEvictions = r.cache.evictions;
@@ -94,32 +134,75 @@ EngineWorker::EngineWorker() {
 EngineWorker::~EngineWorker() = default;
 
 void EngineWorker::loadModel(const k3::LaunchConfig& config) {
+    // Everything the load reads is checked first: a folder that cannot open never
+    // unloads the model that works.
     try {
-        m_backend.reset();
+        const std::vector<std::string> problems = k3::checkLaunch(config);
+        if (!problems.empty()) {
+            QStringList lines;
+            for (const std::string& p : problems) lines << QString::fromStdString(p);
+            emit loadFailed(lines.join(QLatin1Char('\n')), m_backend != nullptr);
+            return;
+        }
+    } catch (const std::exception& e) {
+        emit loadFailed(QString::fromUtf8(e.what()), m_backend != nullptr);
+        return;
+    }
+    const std::optional<k3::LaunchConfig> previous = m_localConfig;
+    const bool wasRemote = m_backend && !m_localConfig;
+    QString failure;
+    try {
+        openLocal(config);
+        return;
+    } catch (const std::exception& e) {
+        failure = QString::fromUtf8(e.what());
+    }
+    // It failed past the checks (memory, a damaged tensor): the model that worked is
+    // opened again, so the chat goes on where it was. A server cannot be restored here
+    // (its key is not kept), so it is said to be gone.
+    bool restored = false;
+    if (previous && !wasRemote) {
+        try {
+            openLocal(*previous, false);
+            restored = true;
+        } catch (const std::exception& e) {
+            failure += tr("\nThe model that was loaded could not be opened again: %1")
+                           .arg(QString::fromUtf8(e.what()));
+        }
+    }
+    emit loadFailed(failure, restored);
+}
+
+void EngineWorker::openLocal(const k3::LaunchConfig& config, bool announce) {
+    m_backend.reset();
+    m_localConfig.reset();
+    try {
         // The memory dial chosen in the wizard: the same tokens, memory only buys speed.
         m_backend = k3::openLocalBackend(k3::toSessionOptions(config));
-        const k3::BackendInfo b = m_backend->info();
-        ModelInfo info;
-        info.directory = QString::fromStdString(config.modelDir.string());
-        info.launch = config;
-        info.modelName = QString::fromStdString(b.modelName);
-        info.summary = QString::fromStdString(b.summary);
-        info.layers = b.layers;
-        info.vocabSize = b.vocabSize;
-        info.weightBytes = b.weightBytes;
-        m_modelName = info.modelName;
-        // The plan first: when the window says the model is ready, its panels already
-        // show the plan (queued signals arrive in this order).
-        emit memoryUpdated(MemoryFigures::from(*m_backend->memoryReport()));
-        emit modelLoaded(info);
-    } catch (const std::exception& e) {
+    } catch (...) {
         m_backend.reset();
-        emit loadFailed(QString::fromUtf8(e.what()));
+        throw;
     }
+    m_localConfig = config;
+    const k3::BackendInfo b = m_backend->info();
+    ModelInfo info;
+    info.directory = QString::fromStdString(config.modelDir.string());
+    info.launch = config;
+    info.modelName = QString::fromStdString(b.modelName);
+    info.summary = QString::fromStdString(b.summary);
+    info.layers = b.layers;
+    info.vocabSize = b.vocabSize;
+    info.weightBytes = b.weightBytes;
+    m_modelName = info.modelName;
+    // The plan first: when the window says the model is ready, its panels already
+    // show the plan (queued signals arrive in this order).
+    emit memoryUpdated(MemoryFigures::from(*m_backend->memoryReport()));
+    if (announce) emit modelLoaded(info);
 }
 
 void EngineWorker::connectRemote(const QString& url, const QString& model, const QString& apiKey) {
     m_backend.reset();
+    m_localConfig.reset();
     m_cancel.store(false);
     try {
         k3::RemoteOptions options;
@@ -186,13 +269,14 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
     applied.threads = omp_get_max_threads();
     emit settingsApplied(applied);
     try {
-        SignalObserver observer(this);
+        SignalObserver observer(this, m_backend.get());
         const k3::GenerateResult r = m_backend->chat(messages, options, &observer, &m_cancel);
         GenerationSummary s;
         s.content = QString::fromStdString(r.reply.content);
         s.reasoning = QString::fromStdString(r.reply.reasoningContent);
         s.promptTokens = r.promptTokens;
         s.reusedPositions = r.reusedPositions;
+        s.prefillPositions = r.prefillPositions;
         s.generatedTokens = r.tokenCount();
         s.model = r.model.empty() ? m_modelName : QString::fromStdString(r.model);
         s.interruption = QString::fromStdString(r.interruption);

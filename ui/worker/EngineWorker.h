@@ -41,6 +41,7 @@ struct GenerationSummary {
     QString reasoning;
     int promptTokens = 0;
     int reusedPositions = 0;
+    int prefillPositions = 0; // prompt positions computed: the prompt less the reused ones
     int generatedTokens = 0;
     bool endOfTurn = false;
     bool cancelled = false;
@@ -77,6 +78,11 @@ struct MemoryFigures {
     bool trunkStreamed = false;
     bool expertsCached = false;
     quint64 cacheRequests = 0;
+    // Served without a disk read: the expert was in memory before its layer asked. The
+    // engine's "hits" also count experts the layer's own batch had just read (prefetch).
+    quint64 cacheResidentHits = 0;
+    quint64 cachePrefetchHits = 0; // read from disk by the layer's batch just before use
+    quint64 cacheDiskReads = 0;    // experts read from disk
     double cacheHitRate = 0;
     double cacheResidentHitRate = 0;
     quint64 cacheEvictions = 0;
@@ -91,11 +97,20 @@ struct MemoryFigures {
     // Set when a server answers: it plans its own memory, so there are no local figures
     // and the panels say "remote: URL".
     QString remoteUrl;
+    // While the prompt is read (prefill): positions done of total, seconds so far and the
+    // bytes this prefill read. prefillTotal 0: not reading a prompt.
+    int prefillDone = 0;
+    int prefillTotal = 0;
+    double prefillSeconds = 0;
+    quint64 prefillBytesRead = 0;
 
     // The plan as the engine computed it (the components above are drawn from it).
     k3::MemoryPlan enginePlan;
 
     quint64 plannedBytes() const;
+    // "reading the prompt 16 of 40 · 1.20 GB read · about 12 s left"; empty when no
+    // prompt is being read.
+    QString prefillText() const;
     static MemoryFigures from(const k3::MemoryReport& report);
     // The plan's components, layers and available memory; nothing measured yet.
     static MemoryFigures fromPlan(const k3::MemoryPlan& plan);
@@ -131,7 +146,8 @@ public slots:
 
 signals:
     void modelLoaded(const ModelInfo& info);
-    void loadFailed(const QString& message);
+    // previousModelKept: what was loaded before (a model or a server) still answers.
+    void loadFailed(const QString& message, bool previousModelKept = false);
     // After each prompt chunk: positions read of this prompt, seconds since it started.
     void prefillProgress(int done, int total, double seconds);
     void tokenGenerated(int index, const QString& thinkingDelta, const QString& responseDelta,
@@ -150,8 +166,12 @@ signals:
     void generationFailed(const QString& message);
 
 private:
+    // Opens `config` in place of the current backend; announce: emit modelLoaded.
+    void openLocal(const k3::LaunchConfig& config, bool announce = true);
+
     std::unique_ptr<k3::ChatBackend> m_backend;
-    QString m_modelName; // recorded with each answer
+    std::optional<k3::LaunchConfig> m_localConfig; // the local model open now, if any
+    QString m_modelName;                           // recorded with each answer
     std::atomic<bool> m_cancel{false};
     int m_defaultThreads = 0; // the engine thread's OpenMP default, read on first use
 };

@@ -33,6 +33,9 @@ struct DiskBenchOptions {
     std::uint64_t fileBytes = 256u << 20; // test file written when no shard exists
     double maxSecondsPerDepth = 3.0;
     std::uint64_t maxBytesPerDepth = 2ull << 30;
+    // Each depth is measured this many times (the time and byte bounds shared out) and
+    // the best pass counts: a pass another program's reads slowed down is not the disk.
+    int passes = 3;
 };
 
 // Large random reads at queue depth 1 and 16 from `file` (or a scratch file written
@@ -48,6 +51,11 @@ struct DoctorCheck {
     CheckStatus status;
     std::string verdict; // one sentence for a person
 };
+
+// The "disk-speed" check for measured figures. Sixteen reads in flight are never slower
+// than one on a quiet disk, so depth 1 measured faster says the measurement was
+// disturbed (a Warning that asks for a re-run), never a figure to trust.
+DoctorCheck diskSpeedCheck(const DiskBandwidth& disk);
 
 struct DoctorOptions {
     std::filesystem::path modelDir;

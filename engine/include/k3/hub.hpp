@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -73,6 +74,8 @@ struct DownloadOptions {
     long stallTimeoutSeconds = 60; // below 1 KiB/s for this long counts as a timeout
     int layers = 0;                // > 0: only the shards layers [0, layers) need
     bool checkDiskSpace = true;
+    // Set: the free space the check plans against instead of the disk's (tests).
+    std::optional<std::uint64_t> freeBytesForTests;
     std::vector<std::string> only; // non-empty: restrict to these names (tests, retries)
 };
 

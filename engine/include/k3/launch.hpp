@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace k3 {
 
@@ -65,6 +66,16 @@ SessionOptions toSessionOptions(const LaunchConfig& config);
 // weight. Throws what opening would (a missing file, a trunk of another checkpoint, a
 // budget that cannot hold one ring slot), naming it.
 MemoryPlan planLaunch(const LaunchConfig& config, std::uint64_t availableBytes);
+
+// The files Tokenizer::fromDirectory reads from a model folder.
+inline constexpr const char* kTokenizerFiles[] = {"tiktoken.model", "tokenizer_config.json"};
+
+// What stops `config` from opening, found without reading a weight: config.json, every
+// shard the index names (present, its header inside the file), the tokenizer files, and
+// a packed trunk made from THIS checkpoint. Each problem names the file and what is
+// wrong; empty: everything a load reads is there. The memory budget is not judged here
+// (planLaunch does that against the memory available).
+std::vector<std::string> checkLaunch(const LaunchConfig& config);
 
 // "auto": the budget that fills `availableBytes` (90% of it), the trunk first (a pinned
 // layer saves a read on every token), the rest to the expert cache, as explicit sizes.

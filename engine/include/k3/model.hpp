@@ -6,9 +6,8 @@
 // full-sequence forward: every layer is causal, so both give the same logits.
 
 #include "k3/config.hpp"
-#include "k3/expert_cache.hpp"
 #include "k3/memory_plan.hpp"
-#include "k3/trunk.hpp"
+#include "k3/memory_stats.hpp"
 
 #include <cstdint>
 #include <filesystem>

@@ -125,6 +125,11 @@ struct TrunkIndex {
 TrunkIndex openTrunkIndex(const std::filesystem::path& trunkDir,
                           const std::filesystem::path& modelDir = {});
 
+// A folder for a NEW trunk of modelDir, never one that exists (so never another model's
+// trunk): MODEL_DIR/trunk, else MODEL_DIR/trunk-2, trunk-3, ... Messages that suggest
+// `k3 pack` name this folder.
+std::filesystem::path freshTrunkFolder(const std::filesystem::path& modelDir);
+
 // The same checks on trunk.json's text, for a trunk.bin of binBytes in trunkDir (the
 // folder only names files in messages and fills binPath; nothing is read).
 TrunkIndex parseTrunkIndex(std::string_view json, std::uint64_t binBytes,

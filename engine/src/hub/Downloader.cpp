@@ -4,6 +4,7 @@
 #include "hub/HubInternal.hpp"
 
 #include "k3/fault_injection.hpp"
+#include "k3/memory_plan.hpp"
 
 #include <curl/curl.h>
 #include <openssl/crypto.h>
@@ -43,6 +44,18 @@ enum class Outcome { Done, Retry, Fatal, Cancelled };
 
 // The constructor must not throw: a refused token is reported by run() (fetchFileList
 // resolves it again and throws), so nothing is sent with it.
+// The outermost folder of `dir` that does not exist yet (empty: dir exists).
+fs::path firstMissingAncestor(const fs::path& dir) {
+    std::error_code ec;
+    fs::path missing;
+    for (fs::path p = fs::absolute(dir, ec); !p.empty() && !fs::exists(p, ec);
+         p = p.parent_path()) {
+        missing = p;
+        if (p == p.parent_path()) break;
+    }
+    return missing;
+}
+
 std::string tokenOrEmpty(const DownloadOptions& options) {
     try {
         return resolveToken(options);
@@ -64,6 +77,7 @@ private:
     // Planning.
     std::vector<HubFile> selectFiles(std::vector<HubFile> listing, DownloadResult& result);
     void checkDiskSpace();
+    void removeIfNothingFetched();
     // Transfers.
     void worker();
     void runJob(Job& job);
@@ -89,6 +103,7 @@ private:
     friend int onXfer(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t);
 
     DownloadOptions options_;
+    fs::path createdFrom_; // the outermost folder this run created; empty: none
     DownloadObserver* observer_;
     const std::atomic<bool>* cancel_;
     std::string token_;
@@ -362,16 +377,19 @@ void Downloader::checkDiskSpace() {
     if (statvfs(dest_.c_str(), &info) != 0)
         throw HubError(HubErrorKind::Io, "cannot read the free space of " + dest_.string());
     std::uint64_t free = std::uint64_t(info.f_bavail) * info.f_frsize;
+    if (options_.freeBytesForTests) free = *options_.freeBytesForTests;
     if (free < needed) {
-        auto gb = [](std::uint64_t b) {
+        auto size = [](std::uint64_t b) {
             char text[32];
-            std::snprintf(text, sizeof text, "%.2f GB", double(b) / 1e9);
+            if (b < 1'000'000'000'000ull) return formatBytes(b);
+            std::snprintf(text, sizeof text, "%.2f TB", double(b) / 1e12);
             return std::string(text);
         };
-        throw HubError(HubErrorKind::DiskSpace,
-                       "not enough free space in " + dest_.string() + ": the download needs " +
-                           gb(needed) + ", " + gb(free) + " are free, short by " +
-                           gb(needed - free) + "; free some space or choose another folder");
+        throw HubError(HubErrorKind::DiskSpace, "not enough free space: the download needs " +
+                                                    size(needed) + ", the disk at " +
+                                                    dest_.string() + " has " + size(free) +
+                                                    " free (short by " + size(needed - free) +
+                                                    "); free some space or choose another folder");
     }
 }
 
@@ -678,6 +696,7 @@ DownloadResult Downloader::run() {
             throw HubError(HubErrorKind::Io, "no destination folder given");
         dest_ = options_.destination;
         std::error_code ec;
+        createdFrom_ = firstMissingAncestor(dest_);
         fs::create_directories(dest_, ec);
         if (ec || !fs::is_directory(dest_))
             throw HubError(HubErrorKind::Io, "cannot create the folder " + dest_.string());
@@ -735,8 +754,19 @@ DownloadResult Downloader::run() {
         result.errorKind = HubErrorKind::Network;
         result.error = "not every file finished";
     }
+    if (!result.ok) removeIfNothingFetched();
     message(result.summary());
     return result;
+}
+
+// A run that fetched nothing leaves no folder it made: no empty k3model behind a typo.
+void Downloader::removeIfNothingFetched() {
+    if (createdFrom_.empty()) return;
+    std::error_code ec;
+    for (fs::path dir = dest_;; dir = dir.parent_path()) {
+        if (!fs::is_directory(dir, ec) || !fs::is_empty(dir, ec) || !fs::remove(dir, ec)) return;
+        if (dir == createdFrom_ || dir == dir.parent_path()) return;
+    }
 }
 
 } // namespace

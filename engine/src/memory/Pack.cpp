@@ -679,9 +679,13 @@ TrunkIndex openTrunkIndex(const fs::path& trunkDir, const fs::path& modelDir) {
         const Checkpoint ckpt = Checkpoint::open(modelDir);
         const std::string diff = identityOf(ckpt, modelDir).differenceFrom(idx.source);
         if (!diff.empty())
-            throw StaleTrunkError("the trunk in " + trunkDir.string() + " is stale: " + diff +
-                                  "; re-pack it (k3 pack " + modelDir.string() + " " +
-                                  trunkDir.string() + ")");
+            // Never "re-pack it" in place: it may be another model's trunk, still in use.
+            throw StaleTrunkError("the trunk in " + trunkDir.string() +
+                                  " was packed from another checkpoint (" + diff +
+                                  "); choose this model's trunk, or pack one into a new "
+                                  "folder (k3 pack " +
+                                  modelDir.string() + " " + freshTrunkFolder(modelDir).string() +
+                                  ")");
         checkRecordsAgainst(idx, ckpt, modelDir);
     }
     return idx;

@@ -1,4 +1,5 @@
 #include "k3/session.hpp"
+#include "chat/ChatResume.hpp"
 #include "k3/draft.hpp"
 #include "k3/speculation.hpp"
 #include "model/LoadPlan.hpp"
@@ -22,6 +23,9 @@ struct Session::Impl {
     // prompt but not the generated tokens' exact ids, and KDA state cannot be rewound.
     std::optional<InferenceState> promptSnapshot;
     std::vector<TokenId> promptSnapshotIds;
+    // Stopped answers' places in later prompts (chat/ChatResume.hpp), the latest last:
+    // Regenerate and edits go back to conversations before the latest one.
+    std::vector<chat::ResumePoint> resume;
     std::vector<float> logits;
     int chunk = 1;          // positions per prefill chunk
     double wallSeconds = 0; // time spent feeding tokens
@@ -146,6 +150,7 @@ void Session::reset() {
     impl_->fed.clear();
     impl_->promptSnapshot.reset();
     impl_->promptSnapshotIds.clear();
+    impl_->resume.clear();
     if (impl_->draftState) impl_->draftState->reset();
     impl_->draftFed.clear();
 }
@@ -378,7 +383,9 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
     // acceptance only, so its passes (and counts) do not depend on the machine's load;
     // so is sampling, whose draws depend on what was proposed: a seed must reproduce.
     const bool autoWidth = options.speculation < 0 && options.sampling.temperature <= 0.0f;
-    std::optional<TokenId> forced; // a rejected proposal's correction: the next token
+    // A rejected proposal's correction: the next token (-1: none). Not a std::optional:
+    // GCC 12 warns it may be read uninitialised.
+    TokenId forced = -1;
     SpeculationWidth width(options.speculation > 0 ? options.speculation : 16,
                            options.speculation > 0 ? options.speculation : 4);
     const std::size_t V = s.logits.size();
@@ -391,8 +398,8 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
         }
         const auto tt = Clock::now();
         s.lastTiming = {};
-        const TokenId next = forced ? *forced : sampler.sample(s.logits);
-        forced.reset();
+        const TokenId next = forced >= 0 ? forced : sampler.sample(s.logits);
+        forced = -1;
         result.ids.push_back(next);
         ++emitted;
         // A token that is not fed still took its sampling time.
@@ -505,7 +512,7 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
         s.lastTiming = t;
         for (const auto& [id, proposed] : committed) report(id, t, proposed);
         if (stop) break;
-        if (correction && keep == 1 + accepted) forced = correction;
+        if (correction && keep == 1 + accepted) forced = *correction;
     }
 }
 
@@ -540,17 +547,19 @@ GenerateResult Session::generateIds(std::span<const TokenId> prompt, const Gener
     return result;
 }
 
+// Over 80 lines: render, prefill, the decode callbacks sharing one parser and decoder, and
+// the stopped answer's resume point read as one turn; split, they would share a struct.
 GenerateResult Session::chat(const std::vector<ChatMessage>& history,
                              const GenerateOptions& options, SessionObserver* observer,
                              const std::atomic<bool>* cancel) {
     Impl& s = *impl_;
     const Tokenizer& tok = tokenizer();
     const std::vector<TokenId> prompt =
-        encodeChatSegments(tok, renderChatSegments(history, options.render));
+        chat::encodeResuming(tok, history, options.render, s.resume);
     // The conversation without the generation prompt: where the snapshot goes.
     ChatRenderOptions closed = options.render;
     closed.addGenerationPrompt = false;
-    const std::vector<TokenId> head = encodeChatSegments(tok, renderChatSegments(history, closed));
+    const std::vector<TokenId> head = chat::encodeResuming(tok, history, closed, s.resume);
     const std::size_t snapshotAt =
         !head.empty() && head.size() < prompt.size() && isPrefix(head, prompt) ? head.size()
                                                                                : prompt.size();
@@ -621,6 +630,11 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
     result.reply.reasoningContent = parser.thinking();
     result.problems = parser.problems();
     result.reply.toolCalls = parseToolCalls(parser.otherChannels(), &result.problems);
+    if (result.cancelled && !result.endOfTurn)
+        if (auto point = chat::resumeAfterStoppedAnswer(tok, history, result.reply, options.render,
+                                                        prompt, s.fed, result.ids))
+            s.resume.push_back(std::move(*point));
+    if (s.resume.size() > 8) s.resume.erase(s.resume.begin()); // older turns are rarely resent
     return result;
 }
 

@@ -20,6 +20,7 @@
 #include <k3/model.hpp>
 #include <k3/pack.hpp>
 #include <k3/session.hpp>
+#include <k3/trunk.hpp>
 
 using nlohmann::json;
 
@@ -247,7 +248,7 @@ void TestMemoryModel::failedExpertReadInvalidatesRun() {
     k3::ModelOptions o;
     o.expertCacheSlots = 2;
     std::atomic<int> faults{0}; // called from the cache's reader threads
-    k3::FaultRule rule; // the engine's one fault hook, narrowed to some experts
+    k3::FaultRule rule;         // the engine's one fault hook, narrowed to some experts
     rule.kind = k3::IoKind::Expert;
     rule.expertFilter = [&faults](int layer, int expert) {
         const bool fail = layer == 3 && expert % 2 == 0;
@@ -311,7 +312,8 @@ void TestMemoryModel::sessionReportsMemory() {
     so.modelDir = dir;
     so.loadTokenizer = false;
     so.trunkDir = trunk;
-    so.trunkBytes = 1; // smaller than one layer's piece: refused with numbers (0 asks for the smallest ring)
+    so.trunkBytes =
+        1; // smaller than one layer's piece: refused with numbers (0 asks for the smallest ring)
     try {
         k3::Session::open(so);
         QFAIL("a trunk budget below one layer was accepted");

@@ -528,9 +528,14 @@ void TestPack::anotherModelWithTheSameNamesSizesAndMtimesIsRefused() {
         k3::openTrunkIndex(trunk, b.toStdString());
         QFAIL("another model's trunk was accepted");
     } catch (const k3::StaleTrunkError& e) {
-        QVERIFY2(has(e.what(), "is stale: shard model-00001-of-00003.safetensors's header") &&
+        QVERIFY2(has(e.what(), "was packed from another checkpoint (shard "
+                               "model-00001-of-00003.safetensors's header") &&
                      has(e.what(), "another model"),
                  e.what());
+        // The suggestion packs into a new folder of b, never over a's trunk.
+        const std::string fresh = b.toStdString() + "/trunk";
+        QVERIFY2(has(e.what(), "(k3 pack " + b.toStdString() + " " + fresh + ")"), e.what());
+        QVERIFY2(!has(e.what(), " " + trunk + ")"), e.what());
     }
     QVERIFY(!k3::trunkIsCurrent(trunk, b.toStdString()));
 }

@@ -15,6 +15,7 @@
 #include <fstream>
 
 #include <k3/model.hpp>
+#include <k3/trunk.hpp>
 #include <k3/pack.hpp>
 
 using nlohmann::json;

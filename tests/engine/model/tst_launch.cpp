@@ -1,6 +1,8 @@
 // The launch configuration: the budget a preset and size flags give (later flags win),
 // the session options it opens with, and planLaunch: the plan from the files on disk,
 // which is exactly the plan a Session opened from the same configuration holds.
+#include <QDir>
+#include <QFile>
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -58,6 +60,8 @@ private slots:
     void planLaunchIsTheSessionsPlan();
     void planLaunchGivesTheFiguresOfTheFiles();
     void automaticBudgetFillsTrunkFirst();
+    void checkLaunchNamesWhatALoadWouldMiss();
+    void checkLaunchRefusesAnotherModelsTrunk();
 };
 
 void TestLaunch::budgetResolvesAndDescribesItself() {
@@ -277,6 +281,69 @@ void TestLaunch::automaticBudgetFillsTrunkFirst() {
     QCOMPARE(plan.cacheSlots, 13 * 12);
     QCOMPARE(*c.budget.trunkBytes, plan.trunkBytes());
     QCOMPARE(*c.budget.cacheBytes, plan.cacheBytes());
+}
+
+namespace {
+// A copy of a fixture model in `dir`, so files can be removed or broken.
+std::string copyModel(const QString& name, const QString& dir) {
+    const QString src = QString::fromStdString(kModels) + name;
+    QDir().mkpath(dir);
+    for (const QString& f : QDir(src).entryList(QDir::Files))
+        QFile::copy(src + QLatin1Char('/') + f, dir + QLatin1Char('/') + f);
+    return dir.toStdString();
+}
+
+bool mentions(const std::vector<std::string>& problems, const std::string& part) {
+    for (const std::string& p : problems)
+        if (p.find(part) != std::string::npos) return true;
+    return false;
+}
+} // namespace
+
+void TestLaunch::checkLaunchNamesWhatALoadWouldMiss() {
+    QTemporaryDir tmp;
+    k3::LaunchConfig c;
+    c.modelDir = copyModel(QStringLiteral("k3_tiny_a"), tmp.filePath(QStringLiteral("m")));
+    QCOMPARE(k3::checkLaunch(c).size(), std::size_t(0));
+
+    QVERIFY(QFile::remove(QString::fromStdString((c.modelDir / "tiktoken.model").string())));
+    std::vector<std::string> problems = k3::checkLaunch(c);
+    QCOMPARE(problems.size(), std::size_t(1));
+    QCOMPARE(problems[0], (c.modelDir / "tiktoken.model").string() +
+                              " is missing: the tokenizer needs tiktoken.model");
+
+    QFile config(QString::fromStdString((c.modelDir / "config.json").string()));
+    QVERIFY(config.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    config.write("{ not json");
+    config.close();
+    problems = k3::checkLaunch(c);
+    QCOMPARE(problems.size(), std::size_t(2));
+    QVERIFY2(mentions(problems, "config.json"), problems[0].c_str());
+
+    c.modelDir = tmp.filePath(QStringLiteral("nothing-here")).toStdString();
+    QCOMPARE(k3::checkLaunch(c),
+             std::vector<std::string>{(c.modelDir / "config.json").string() + " does not exist: " +
+                                      c.modelDir.string() + " is not a folder"});
+}
+
+void TestLaunch::checkLaunchRefusesAnotherModelsTrunk() {
+    QTemporaryDir tmp;
+    const std::string otherTrunk = tmp.filePath(QStringLiteral("b-trunk")).toStdString();
+    k3::packTrunk(kModels + "k3_tiny_b", otherTrunk);
+    k3::LaunchConfig c;
+    c.modelDir = copyModel(QStringLiteral("k3_tiny_a"), tmp.filePath(QStringLiteral("a")));
+    c.trunkDir = otherTrunk;
+    const std::vector<std::string> problems = k3::checkLaunch(c);
+    QCOMPARE(problems.size(), std::size_t(1));
+    QVERIFY2(mentions(problems, "was packed from another checkpoint"), problems[0].c_str());
+    // The suggestion is a new folder next to the model, never the other model's trunk.
+    QVERIFY2(mentions(problems, "(k3 pack " + c.modelDir.string() + " " +
+                                    (c.modelDir / "trunk").string() + ")"),
+             problems[0].c_str());
+    QVERIFY2(!mentions(problems, " " + otherTrunk + ")"), problems[0].c_str());
+    QCOMPARE(k3::freshTrunkFolder(c.modelDir), c.modelDir / "trunk");
+    QDir().mkpath(QString::fromStdString((c.modelDir / "trunk").string()));
+    QCOMPARE(k3::freshTrunkFolder(c.modelDir), c.modelDir / "trunk-2");
 }
 
 QTEST_APPLESS_MAIN(TestLaunch)

@@ -50,6 +50,9 @@ private slots:
     void stateHeldIsThePlans();
     void contextLengthIsEnforced();
     void followUpAfterStopReadsOnlyNewPositions();
+    void followUpAfterStopWhileThinkingReadsOnlyNewPositions();
+    void regenerateComputesOnlyTheAssistantHeader();
+    void hiWithThinkingIsTheEffortPreambleAndTheQuestion();
 };
 
 void TestSessionPrefill::progressAfterEveryChunk() {
@@ -243,6 +246,113 @@ void TestSessionPrefill::followUpAfterStopReadsOnlyNewPositions() {
     const auto droppedPrompt =
         k3::encodeChatSegments(tok, k3::renderChatSegments(dropped, g.render));
     QCOMPARE(third.prefillPositions, int(droppedPrompt.size() - head));
+}
+
+namespace {
+std::size_t tokensOf(const k3::Tokenizer& tok, const std::vector<k3::ChatMessage>& history,
+                     k3::ChatRenderOptions render, bool generationPrompt) {
+    render.addGenerationPrompt = generationPrompt;
+    return k3::encodeChatSegments(tok, k3::renderChatSegments(history, render)).size();
+}
+} // namespace
+
+// The same with Think on: the stopped answer is all reasoning, which the template renders
+// back (earlier turns keep their reasoning while thinking is on) with the tokens fed.
+void TestSessionPrefill::followUpAfterStopWhileThinkingReadsOnlyNewPositions() {
+    // The tiny random model writes into the think channel until stopped (the demo closes
+    // it at once).
+    k3::SessionOptions o;
+    o.modelDir = kModel;
+    k3::Session s = k3::Session::open(o);
+    const k3::Tokenizer& tok = s.tokenizer();
+    k3::GenerateOptions g;
+    g.render.thinking = true;
+    g.render.thinkingEffort = "max";
+    g.maxTokens = 64;
+    struct StopAfter : k3::SessionObserver {
+        std::atomic<bool>* cancel = nullptr;
+        int tokens = 0;
+        void onToken(const k3::TokenEvent&) override {
+            if (++tokens == 4) cancel->store(true);
+        }
+    } stop;
+    std::atomic<bool> cancel{false};
+    stop.cancel = &cancel;
+    std::vector<k3::ChatMessage> history{{k3::ChatRole::User, "Hello!", "", "", ""}};
+    const k3::GenerateResult first = s.chat(history, g, &stop, &cancel);
+    QVERIFY(first.cancelled);
+    QCOMPARE(int(first.ids.size()), 4);
+    QVERIFY(!first.reply.reasoningContent.empty());
+    cancel = false;
+    history.push_back(first.reply);
+    history.push_back({k3::ChatRole::User, "What is MXFP4?", "", "", ""});
+    const k3::GenerateResult second = s.chat(history, g);
+    QCOMPARE(second.reusedPositions, first.promptTokens + 4);
+    // What is new: the answer's closing tags, the question, the header. With the answer
+    // empty the render is the first prompt followed by exactly these.
+    std::vector<k3::ChatMessage> blank = history;
+    blank[1].reasoningContent.clear();
+    const int fresh = int(tokensOf(tok, blank, g.render, true)) - first.promptTokens;
+    QCOMPARE(second.prefillPositions, fresh);
+    QCOMPARE(second.promptTokens, first.promptTokens + 4 + fresh);
+    // The random model's "ad\xEF\xBF\xBD ans" (a byte that is no UTF-8) does not encode
+    // back to its 4 ids: the prompt spells the answer with the ids the state holds.
+    QVERIFY(int(tokensOf(tok, history, g.render, true)) != second.promptTokens);
+
+    // A third turn still spells the stopped answer that way. The second answer ran to the
+    // token limit (its last token never fed) and its random text does not encode back
+    // either, so the state before its header (13 tokens with Think on) is reused.
+    QVERIFY(!second.cancelled && !second.endOfTurn);
+    history.push_back(second.reply);
+    history.push_back({k3::ChatRole::User, "Thanks.", "", "", ""});
+    const k3::GenerateResult third = s.chat(history, g);
+    QCOMPARE(third.reusedPositions, second.promptTokens - 13);
+}
+
+// Regenerate sends the same history again: the state before the answer's assistant
+// header is reused, so only the header (the generation prompt) is computed: the open
+// marker, `message role="assistant"`, the separator, the open marker, `response`, the
+// separator.
+void TestSessionPrefill::regenerateComputesOnlyTheAssistantHeader() {
+    k3::SessionOptions o;
+    o.modelDir = K3_SOURCE_DIR "/resources/demo";
+    k3::Session s = k3::Session::open(o);
+    const k3::Tokenizer& tok = s.tokenizer();
+    k3::GenerateOptions g;
+    g.render.thinking = false;
+    g.maxTokens = 8;
+    const std::vector<k3::ChatMessage> history{{k3::ChatRole::User, "Hello!", "", "", ""}};
+    const k3::GenerateResult first = s.chat(history, g);
+    QCOMPARE(first.reusedPositions, 0);
+    const int head = int(tokensOf(tok, history, g.render, false));
+    const k3::GenerateResult again = s.chat(history, g);
+    QCOMPARE(again.promptTokens, first.promptTokens);
+    QCOMPARE(again.reusedPositions, head);
+    QCOMPARE(again.prefillPositions, 10); // the demo tokenizer's count for the header
+    QCOMPARE(again.ids, first.ids);       // greedy: the same answer from the reused state
+}
+
+// Issue 21: "Hi" with Think on was 226 prompt tokens. The template puts the
+// thinking-effort system message before the conversation whenever thinking is on; "Hi"
+// itself is a handful of tokens.
+void TestSessionPrefill::hiWithThinkingIsTheEffortPreambleAndTheQuestion() {
+    const k3::Tokenizer tok = k3::Tokenizer::fromDirectory(K3_SOURCE_DIR "/resources/demo");
+    k3::ChatRenderOptions think;
+    think.thinking = true;
+    think.thinkingEffort = "max";
+    const std::vector<k3::ChatMessage> hi{{k3::ChatRole::User, "Hi", "", "", ""}};
+    const std::size_t preamble = tokensOf(tok, {}, think, false);
+    const std::size_t withHi = tokensOf(tok, hi, think, false);
+    const std::size_t prompt = tokensOf(tok, hi, think, true);
+    k3::ChatRenderOptions plain;
+    plain.thinking = false;
+    const std::size_t plainPrompt = tokensOf(tok, hi, plain, true);
+    // With the demo's tokenizer: 166 of the 191 are the preamble, 12 the message (its
+    // tags), 13 the header opening the think channel; without thinking: 12 + 10.
+    QCOMPARE(int(preamble), 166);
+    QCOMPARE(int(withHi - preamble), 12);
+    QCOMPARE(int(prompt), 166 + 12 + 13);
+    QCOMPARE(int(plainPrompt), 12 + 10);
 }
 
 QTEST_GUILESS_MAIN(TestSessionPrefill)

@@ -14,6 +14,7 @@
 // Not thread-safe: one model thread drives it (the reads inside a batch are parallel).
 
 #include "k3/config.hpp"
+#include "k3/memory_stats.hpp"
 #include "k3/safetensors.hpp"
 
 #include <cstddef>
@@ -124,23 +125,6 @@ public:
 
 enum class CachePolicy { Lru };
 std::unique_ptr<EvictionPolicy> makeEvictionPolicy(CachePolicy policy, int slotCount);
-
-struct CacheStats {
-    std::uint64_t requests = 0;     // experts asked for by the forward
-    std::uint64_t hits = 0;         // served without a read on the request path
-    std::uint64_t residentHits = 0; // TRUE resident: in memory before the layer asked
-    std::uint64_t prefetchHits = 0; // read by the layer's batch just before use
-    std::uint64_t misses = 0;       // read synchronously on request (batch had no slot)
-    std::uint64_t evictions = 0;
-    std::uint64_t failedReads = 0;
-    std::uint64_t diskReads = 0;
-    std::uint64_t bytesRead = 0;
-    double readSeconds = 0; // wall time spent waiting for expert reads
-    double hitRate() const { return requests ? double(hits) / double(requests) : 0; }
-    double residentHitRate() const {
-        return requests ? double(residentHits) / double(requests) : 0;
-    }
-};
 
 // How one request was served, as the request trace records it.
 enum class CacheHit : std::uint8_t {

@@ -10,6 +10,7 @@
 // 0%. A pinned prefix of P layers hits P/N, deterministically.
 
 #include "k3/memory_plan.hpp"
+#include "k3/memory_stats.hpp"
 #include "k3/pack.hpp"
 
 #include <array>
@@ -54,24 +55,6 @@ std::array<TrunkPiece, 2> splitLayerRecord(const TrunkRecord& record);
 
 // The slot bytes the larger of a record's two pieces needs.
 std::uint64_t largestPieceBytes(const TrunkRecord& record);
-
-struct TrunkStats {
-    int totalLayers = 0;
-    int pinnedLayers = 0;
-    int ringSlots = 0;
-    std::uint64_t pinnedBytes = 0;
-    std::uint64_t ringSlotBytes = 0;
-    std::uint64_t binds = 0;        // acquire() calls
-    std::uint64_t pinnedHits = 0;   // served from the pinned prefix
-    std::uint64_t reads = 0;        // layer reads from trunk.bin (pinned load included)
-    std::uint64_t pieceReads = 0;   // piece reads of layers larger than the slot
-    int piecewiseLayers = 0;        // streamed layers that arrive in two pieces
-    std::uint64_t bytesRead = 0;    // from trunk.bin (coded bytes for a compressed trunk)
-    std::uint64_t bytesDecoded = 0; // coded layers: the raw bytes their blocks gave
-    double ioSeconds = 0; // time the reader spent in read calls (coded layers: waiting for them)
-    double decodeSeconds = 0; // time the reader spent decoding blocks (after the reads)
-    double waitSeconds = 0;   // time the compute thread waited for a layer
-};
 
 // The reader's buffers for a compressed trunk (0 for a raw one): coded blocks are read
 // into one half of a staging buffer of kTrunkStagingBytes while the other half is decoded

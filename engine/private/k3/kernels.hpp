@@ -41,6 +41,8 @@
 // The other kernels have a single (scalar) implementation; their order is the loop
 // order written in their .cpp, with the accumulator type stated there.
 
+#include "k3/system.hpp"
+
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -55,24 +57,7 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-// ---- path selection ------------------------------------------------------------------
-
-// Avx512 is Avx2 plus an AVX-512F BF16 multi-column kernel (the one product that is
-// compute-bound); every path gives the same bits.
-enum class KernelPath { Scalar, Avx2, Avx512 };
-
-const char* kernelPathName(KernelPath path);
-// Avx2 needs AVX2 and FMA from CPUID (with OS register support), Avx512 also AVX-512F
-// (with OS ZMM support); Scalar is always there.
-bool kernelPathAvailable(KernelPath path);
-// The path matvec uses now. Automatic choice: the widest available, unless the
-// environment variable K3_FORCE_SCALAR is set to a non-empty value other than "0", or
-// K3_FORCE_AVX2 to one (AVX-512 off).
-KernelPath kernelPath();
-// Forces a path (tests, benchmarks). Throws KernelError when the CPU lacks it.
-void setKernelPath(KernelPath path);
-// Back to the automatic choice.
-void resetKernelPath();
+// ---- path selection: KernelPath and kernelPathAvailable() are in k3/system.hpp --------
 
 // ---- weights -------------------------------------------------------------------------
 

@@ -1,0 +1,114 @@
+#include "MainMenus.h"
+
+#include "MainWindow.h"
+#include "chat/ConversationModel.h"
+#include "chat/ConversationView.h"
+#include "chat/FindBar.h"
+
+#include <QAction>
+#include <QDockWidget>
+#include <QMenu>
+#include <QMenuBar>
+#include <QSettings>
+
+MainMenus::MainMenus(MainWindow* window, const QList<QDockWidget*>& docks) : m_window(window) {
+    createFileMenu();
+    createEditMenu();
+    createViewMenu(docks);
+    createModelMenu();
+    QMenu* help = m_window->menuBar()->addMenu(MainWindow::tr("&Help"));
+    help->addAction(MainWindow::tr("&About k3chat"), m_window, &MainWindow::showAbout);
+}
+
+void MainMenus::createFileMenu() {
+    QMenu* file = m_window->menuBar()->addMenu(MainWindow::tr("&File"));
+    QAction* newChatAction =
+        file->addAction(MainWindow::tr("&New chat"), m_window, &MainWindow::newChat);
+    newChatAction->setShortcut(QKeySequence::New);
+    newChatAction->setObjectName(QStringLiteral("newChatAction"));
+    QAction* exportAction = file->addAction(MainWindow::tr("&Export conversation as Markdown…"),
+                                            m_window, &MainWindow::exportConversation);
+    exportAction->setObjectName(QStringLiteral("exportAction"));
+    file->addSeparator();
+    QAction* quit = file->addAction(MainWindow::tr("&Quit"), m_window, &QWidget::close);
+    quit->setShortcut(QKeySequence::Quit);
+}
+
+void MainMenus::createEditMenu() {
+    QMenu* edit = m_window->menuBar()->addMenu(MainWindow::tr("&Edit"));
+    m_regenerate = edit->addAction(MainWindow::tr("&Regenerate the last answer"), m_window,
+                                   &MainWindow::regenerate);
+    m_regenerate->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
+    m_regenerate->setObjectName(QStringLiteral("regenerateAction"));
+    // Up only works in the empty composer, so it is shown here but not bound globally.
+    QAction* editLast = edit->addAction(MainWindow::tr("&Edit the last message") +
+                                            QStringLiteral("\t") + MainWindow::tr("Up"),
+                                        m_window, &MainWindow::editLastMessage);
+    editLast->setObjectName(QStringLiteral("editLastAction"));
+    edit->addSeparator();
+    edit->addAction(m_window->conversationView()->copyMessageAction());
+    edit->addSeparator();
+    createFindActions(edit);
+    edit->addSeparator();
+    QAction* preferences =
+        edit->addAction(MainWindow::tr("&Preferences…"), m_window, &MainWindow::showSettings);
+    preferences->setObjectName(QStringLiteral("preferencesAction"));
+    preferences->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Comma));
+    preferences->setMenuRole(QAction::PreferencesRole);
+}
+
+void MainMenus::createFindActions(QMenu* edit) {
+    MainWindow* window = m_window;
+    QAction* find =
+        edit->addAction(MainWindow::tr("&Find in conversation…"), window, &MainWindow::showFindBar);
+    find->setObjectName(QStringLiteral("findAction"));
+    find->setShortcut(QKeySequence::Find);
+    QAction* findNext = edit->addAction(MainWindow::tr("Find &next"), window, [window] {
+        if (window->findBar()->text().isEmpty())
+            window->showFindBar();
+        else
+            window->conversationView()->findNext();
+    });
+    findNext->setObjectName(QStringLiteral("findNextAction"));
+    findNext->setShortcut(QKeySequence(Qt::Key_F3));
+    QAction* findPrevious = edit->addAction(MainWindow::tr("Find &previous"), window, [window] {
+        if (window->findBar()->text().isEmpty())
+            window->showFindBar();
+        else
+            window->conversationView()->findPrevious();
+    });
+    findPrevious->setObjectName(QStringLiteral("findPreviousAction"));
+    findPrevious->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F3));
+}
+
+void MainMenus::createViewMenu(const QList<QDockWidget*>& docks) {
+    QMenu* view = m_window->menuBar()->addMenu(MainWindow::tr("&View"));
+    for (QDockWidget* dock : docks) view->addAction(dock->toggleViewAction());
+    view->addSeparator();
+    QAction* keepThinking = view->addAction(MainWindow::tr("&Keep thinking expanded"));
+    keepThinking->setObjectName(QStringLiteral("keepThinkingExpandedAction"));
+    keepThinking->setCheckable(true);
+    keepThinking->setChecked(
+        QSettings().value(QStringLiteral("chat/keepThinkingExpanded"), false).toBool());
+    m_window->conversationView()->conversation()->setThinkingExpandedByDefault(
+        keepThinking->isChecked());
+    QObject::connect(keepThinking, &QAction::toggled, m_window,
+                     &MainWindow::setKeepThinkingExpanded);
+}
+
+void MainMenus::createModelMenu() {
+    QMenu* model = m_window->menuBar()->addMenu(MainWindow::tr("&Model"));
+    QAction* open = model->addAction(MainWindow::tr("&Open model folder…"), m_window,
+                                     &MainWindow::openModelFolder);
+    open->setShortcut(QKeySequence::Open);
+    QAction* demo = model->addAction(MainWindow::tr("Load the &demo model"), m_window,
+                                     &MainWindow::loadDemoModel);
+    demo->setObjectName(QStringLiteral("loadDemoAction"));
+    QAction* server = model->addAction(MainWindow::tr("Use a &server…"), m_window,
+                                       &MainWindow::showRemoteServerDialog);
+    server->setObjectName(QStringLiteral("useServerAction"));
+    model->addSeparator();
+    QAction* setup =
+        model->addAction(MainWindow::tr("&Setup wizard…"), m_window, &MainWindow::showSetupWizard);
+    setup->setObjectName(QStringLiteral("setupWizardAction"));
+}
