@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include <k3/backend.hpp>
 
@@ -23,6 +24,10 @@ struct ChatTurn {
     QString model{};             // assistant: the model that answered; empty when not recorded
     bool stopped{};              // assistant: cut before the model ended it (Stop, quit, error)
     k3::AnswerFigures figures{}; // assistant: tokens, speed, first-token time; 0: none
+    // The other versions of this message (regenerated, edited), each with what followed
+    // it; this one is version versionIndex (from 0). Never sent to the engine.
+    std::vector<std::vector<ChatTurn>> otherVersions{};
+    int versionIndex{};
 };
 
 struct GenerationSettings {
