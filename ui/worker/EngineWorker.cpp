@@ -4,9 +4,9 @@
 #include <QThread>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
-#include <cmath>
 
 #include <omp.h>
 
