@@ -41,6 +41,7 @@ std::optional<std::uint64_t> bytesValue(const QSettings& s, const QString& key) 
 }
 const QString kSpeculation = QStringLiteral("engine/speculation");
 const QString kMaxTokens = QStringLiteral("generation/maxTokens");
+const QString kSystemPrompt = QStringLiteral("generation/systemPrompt");
 
 QPalette darkPalette() {
     QPalette p;
@@ -92,6 +93,7 @@ AppSettings AppSettings::load() {
     a.launch = loadLaunch();
     a.speculation = s.value(kSpeculation, a.speculation).toBool();
     a.maxTokens = std::clamp(s.value(kMaxTokens, a.maxTokens).toInt(), 1, 32768);
+    a.systemPrompt = s.value(kSystemPrompt).toString();
     return a;
 }
 
@@ -108,6 +110,7 @@ void AppSettings::save() const {
     saveLaunch(launch);
     s.setValue(kSpeculation, speculation);
     s.setValue(kMaxTokens, maxTokens);
+    s.setValue(kSystemPrompt, systemPrompt);
 }
 
 k3::LaunchConfig AppSettings::loadLaunch() {

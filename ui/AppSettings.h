@@ -25,6 +25,9 @@ public:
     k3::LaunchConfig launch;
     bool speculation = true; // verify guesses of repeated text in one pass (same answers)
     int maxTokens = 512;     // the longest answer, in tokens
+    // The system prompt a new conversation starts with (empty: none); each conversation
+    // keeps its own in its transcript.
+    QString systemPrompt;
 
     static AppSettings load();
     void save() const;

@@ -45,6 +45,8 @@ void MainMenus::createEditMenu() {
                                             QStringLiteral("\t") + MainWindow::tr("Up"),
                                         m_window, &MainWindow::editLastMessage);
     editLast->setObjectName(QStringLiteral("editLastAction"));
+    edit->addAction(MainWindow::tr("S&ystem prompt…"), m_window, &MainWindow::showSystemPrompt)
+        ->setObjectName(QStringLiteral("systemPromptAction"));
     edit->addSeparator();
     edit->addAction(m_window->conversationView()->copyMessageAction());
     edit->addSeparator();

@@ -13,6 +13,7 @@
 #include "chat/ConversationView.h"
 #include "chat/FindBar.h"
 #include "chat/MessageComposer.h"
+#include "chat/SystemPromptDialog.h"
 #include "panels/PanelDocks.h"
 #include "panels/TokenTimingPanel.h"
 #include "wizard/MemoryPage.h"
@@ -92,6 +93,8 @@ MainWindow::MainWindow(QWidget* parent)
     });
     connect(m_composer, &MessageComposer::editLastRequested, m_chat,
             &ChatController::editLastMessage);
+    connect(m_conversation, &ConversationView::versionRequested, m_chat,
+            &ChatController::showVersion);
 
     m_splitter->setObjectName(QStringLiteral("mainSplitter"));
     m_splitter->addWidget(sidebar);
@@ -515,6 +518,7 @@ void MainWindow::showAnswerFailed(const QString& message) {
         QMessageBox::Ok, this);
     box->setObjectName(QStringLiteral("answerFailedBox"));
     box->setTextFormat(Qt::PlainText);
+    box->setInformativeText(message); // what to do is in it (a context too small, ...)
     box->setDetailedText(message);
     box->setAttribute(Qt::WA_DeleteOnClose);
     box->open();
@@ -552,6 +556,12 @@ void MainWindow::showSettings() {
         changed.threads = before.launch.threads;
         if (changed != before.launch && !after.launch.modelDir.empty()) loadModel(after.launch);
     });
+    dialog->open();
+}
+
+void MainWindow::showSystemPrompt() {
+    auto* dialog = new SystemPromptDialog(m_chat, this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
     dialog->open();
 }
 

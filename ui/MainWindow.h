@@ -70,6 +70,8 @@ public slots:
     void showSetupWizard();
     // Edit > Preferences (Ctrl+,): opens the Settings dialog without blocking.
     void showSettings();
+    // Edit > System prompt…: the open conversation's system prompt, without blocking.
+    void showSystemPrompt();
     void openModelFolder();
     // Opens `config` (the memory plan enforced); once it loads it is what the next start
     // opens.
@@ -122,10 +124,10 @@ private:
     TokenTimingPanel* m_timing;
     k3::LaunchConfig m_launch;
     ChatController* m_chat;
-    QString m_modelName;          // what the status bar calls the model ("name · remote: URL")
-    QString m_remoteUrl;          // the server while one answers; empty for a local model
-    QString m_readyStatus;        // the status line of what answers now; empty: nothing
-    bool m_connecting = false;    // a server (not a folder) is being opened
+    QString m_modelName;       // what the status bar calls the model ("name · remote: URL")
+    QString m_remoteUrl;       // the server while one answers; empty for a local model
+    QString m_readyStatus;     // the status line of what answers now; empty: nothing
+    bool m_connecting = false; // a server (not a folder) is being opened
     std::unique_ptr<MainMenus> m_menus;
     QPointer<QMessageBox> m_quitBox; // "Quit anyway?" while it is open
     bool m_quitConfirmed = false;    // "Quit anyway" was chosen mid-answer

@@ -8,7 +8,9 @@
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
+#include <QLabel>
 #include <QLineEdit>
+#include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSpinBox>
 #include <QThread>
@@ -39,9 +41,10 @@ SettingsDialog::SettingsDialog(QWidget* parent)
     : QDialog(parent), m_sampling(new QComboBox), m_temperature(new QDoubleSpinBox),
       m_topP(new QDoubleSpinBox), m_fixedSeed(new QCheckBox(tr("Fixed seed"))),
       m_seed(new QSpinBox), m_thinking(new QCheckBox(tr("Think before answering"))),
+      m_speculation(new QCheckBox(tr("Speculative decoding"))), m_maxTokens(new QSpinBox),
       m_effort(new QComboBox), m_theme(new QComboBox), m_modelDir(new QLineEdit),
-      m_trunkDir(new QLineEdit), m_threads(new QSpinBox),
-      m_speculation(new QCheckBox(tr("Speculative decoding"))), m_maxTokens(new QSpinBox) {
+      m_trunkDir(new QLineEdit), m_threads(new QSpinBox), m_contextLength(new QSpinBox),
+      m_systemPrompt(new QPlainTextEdit) {
     setObjectName(QStringLiteral("settingsDialog"));
     setWindowTitle(tr("Settings"));
 
@@ -88,6 +91,19 @@ SettingsDialog::SettingsDialog(QWidget* parent)
     m_maxTokens->setObjectName(QStringLiteral("maxTokens"));
     m_maxTokens->setAccessibleName(tr("Longest answer in tokens"));
     m_maxTokens->setRange(1, 32768);
+    m_maxTokens->setSuffix(tr(" tokens"));
+    m_contextLength->setObjectName(QStringLiteral("contextLength"));
+    m_contextLength->setAccessibleName(tr("Context length in tokens"));
+    m_contextLength->setRange(1, 1 << 24); // as AppSettings reads it back
+    m_contextLength->setSingleStep(1024);
+    m_contextLength->setSuffix(tr(" tokens"));
+    m_contextLength->setToolTip(tr("The longest conversation the model holds (its KV cache). "
+                                   "Applied when the model is loaded next: OK reloads it."));
+    m_systemPrompt->setObjectName(QStringLiteral("systemPromptDefault"));
+    m_systemPrompt->setAccessibleName(tr("Default system prompt for new conversations"));
+    m_systemPrompt->setPlaceholderText(tr("none"));
+    m_systemPrompt->setTabChangesFocus(true);
+    m_systemPrompt->setFixedHeight(m_systemPrompt->fontMetrics().lineSpacing() * 3 + 12);
     m_speculation->setObjectName(QStringLiteral("speculation"));
     m_speculation->setAccessibleName(tr("Speculative decoding"));
     m_speculation->setToolTip(
@@ -110,6 +126,7 @@ SettingsDialog::SettingsDialog(QWidget* parent)
     thinkingForm->addRow(m_thinking);
     thinkingForm->addRow(tr("Effort:"), m_effort);
     thinkingForm->addRow(tr("Longest answer:"), m_maxTokens);
+    thinkingForm->addRow(tr("System prompt:"), m_systemPrompt);
 
     auto* general = new QGroupBox(tr("Appearance, model and engine"));
     auto* generalForm = new QFormLayout(general);
@@ -119,6 +136,12 @@ SettingsDialog::SettingsDialog(QWidget* parent)
     generalForm->addRow(tr("Trunk folder:"),
                         folderRow(m_trunkDir, tr("Trunk folder"), QStringLiteral("browseTrunk")));
     generalForm->addRow(tr("Threads:"), m_threads);
+    auto* contextNote = new QLabel(tr("applied at the next load"));
+    contextNote->setObjectName(QStringLiteral("contextLengthNote"));
+    auto* contextRow = new QHBoxLayout;
+    contextRow->addWidget(m_contextLength, 1);
+    contextRow->addWidget(contextNote);
+    generalForm->addRow(tr("Context length:"), contextRow);
     generalForm->addRow(m_speculation);
 
     auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel |
@@ -139,6 +162,7 @@ SettingsDialog::SettingsDialog(QWidget* parent)
                 AppSettings defaults;
                 defaults.launch = m_launch;
                 defaults.launch.threads = k3::LaunchConfig{}.threads;
+                defaults.launch.contextLength = k3::LaunchConfig{}.contextLength;
                 defaults.launch.modelDir = m_modelDir->text().toStdString();
                 defaults.launch.trunkDir = m_trunkDir->text().toStdString();
                 setValues(defaults);
@@ -159,13 +183,15 @@ AppSettings SettingsDialog::values() const {
     a.thinking = m_thinking->isChecked();
     a.thinkingEffort = m_effort->currentText();
     a.theme = m_theme->currentData().toString();
-    // The budget, chunk and context are the wizard's: kept as they were.
+    // The budget and chunk are the wizard's: kept as they were.
     a.launch = m_launch;
     a.launch.modelDir = m_modelDir->text().trimmed().toStdString();
     a.launch.trunkDir = m_trunkDir->text().trimmed().toStdString();
     a.launch.threads = m_threads->value();
+    a.launch.contextLength = m_contextLength->value();
     a.speculation = m_speculation->isChecked();
     a.maxTokens = m_maxTokens->value();
+    a.systemPrompt = m_systemPrompt->toPlainText();
     return a;
 }
 
@@ -182,8 +208,10 @@ void SettingsDialog::setValues(const AppSettings& a) {
     m_modelDir->setText(QString::fromStdString(a.launch.modelDir.string()));
     m_trunkDir->setText(QString::fromStdString(a.launch.trunkDir.string()));
     m_threads->setValue(a.launch.threads);
+    m_contextLength->setValue(a.launch.contextLength);
     m_speculation->setChecked(a.speculation);
     m_maxTokens->setValue(a.maxTokens);
+    m_systemPrompt->setPlainText(a.systemPrompt);
     updateEnabled();
 }
 

@@ -8,6 +8,7 @@ class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
 class QLineEdit;
+class QPlainTextEdit;
 class QSpinBox;
 
 // Edit > Preferences (Ctrl+,): sampling, thinking defaults, theme, model and trunk
@@ -39,5 +40,7 @@ private:
     QLineEdit* m_modelDir;
     QLineEdit* m_trunkDir;
     QSpinBox* m_threads;
+    QSpinBox* m_contextLength;
+    QPlainTextEdit* m_systemPrompt;
     k3::LaunchConfig m_launch; // what setValues got: the fields this dialog does not show
 };

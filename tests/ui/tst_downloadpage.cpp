@@ -17,6 +17,7 @@
 #include <QLineEdit>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QRadioButton>
 #include <QRegularExpression>
 #include <QSettings>
 #include <QSignalSpy>
@@ -29,6 +30,7 @@
 
 #include <k3/memory_plan.hpp>
 
+#include "wizard/CheckpointSize.h"
 #include "wizard/ModelSourcePage.h"
 #include "wizard/PendingDownload.h"
 #include "wizard/TokenStore.h"
@@ -102,6 +104,8 @@ private slots:
     void cleanupTestCase() { nginx_.stop(); }
     void pauseThenResumeInANewPageContinuesFromTheBytesOnDisk();
     void diskTooSmallIsRefusedWithTheNumbersAndLeavesNothing();
+    void sizeIsCheckedBeforeStart();
+    void officialSizeWhenTheHubDoesNotAnswer();
     void missingTokenSaysWhatToDo();
     void tokenFromTheFieldReachesTheHubAndStaysOutOfSettings();
 };
@@ -287,6 +291,79 @@ void TestDownloadPage::diskTooSmallIsRefusedWithTheNumbersAndLeavesNothing() {
     QVERIFY(!PendingDownload::load());
     QVERIFY(!ModelSourcePage().offersResume());
     QCOMPARE(page.startButton()->text(), QStringLiteral("Start"));
+}
+
+namespace {
+void chooseDownload(ModelSourcePage& page) {
+    for (QRadioButton* radio : page.findChildren<QRadioButton*>())
+        if (radio->text() == QStringLiteral("Download")) radio->setChecked(true);
+}
+} // namespace
+
+// Before Start the page shows the size from the hub's listing against the free space;
+// too little is refused at Start with the numbers, and nothing is created or fetched.
+void TestDownloadPage::sizeIsCheckedBeforeStart() {
+    PendingDownload::clear();
+    const QString dest = tmp_.path() + QStringLiteral("/before-start/k3model");
+    ModelSourcePage page;
+    page.setFreeBytesForTests(quint64(totalBytes_));
+    page.setEndpoint(nginx_.baseUrl());
+    page.setRepository(QStringLiteral("k3/tiny"), kRevision);
+    page.setDownloadTarget(dest);
+    QTest::qWait(600);
+    QCOMPARE(page.sizeCheckText(), QString()); // a folder of one's own asks the hub nothing
+    chooseDownload(page);
+    const QString total = CheckpointSize::sizeText(quint64(totalBytes_));
+    QTRY_COMPARE(page.sizeCheckText(), QStringLiteral("The checkpoint needs ") + total +
+                                           QStringLiteral(" (from the hub's file list); it fits."));
+    page.setFreeBytesForTests(1000);
+    const QString tooBig = QStringLiteral("Not enough free space: the checkpoint needs ") + total +
+                           QStringLiteral(" (from the hub's file list) and the disk at ") + dest +
+                           QStringLiteral(" has 1.00 KB free (short by ") +
+                           CheckpointSize::sizeText(quint64(totalBytes_) - 1000) +
+                           QStringLiteral("). Free some space or choose another folder.");
+    QCOMPARE(page.sizeCheckText(), tooBig);
+    const qsizetype requests = nginx_.accessLog().size();
+    QSignalSpy done(&page, &ModelSourcePage::downloadFinished);
+    page.startDownload();
+    QVERIFY(!page.isDownloading());
+    QCOMPARE(page.downloadStatusText(), tooBig);
+    QTest::qWait(100);
+    QCOMPARE(done.count(), 0);
+    QCOMPARE(nginx_.accessLog().size(), requests); // not even the file list again
+    QVERIFY(!QFileInfo::exists(tmp_.path() + QStringLiteral("/before-start")));
+    QVERIFY(!PendingDownload::load());
+}
+
+// The hub does not answer: the official Kimi K3 checkpoint's size (1.56 TB) is what the
+// free space is held to; another repository's size is unknown until its hub answers.
+void TestDownloadPage::officialSizeWhenTheHubDoesNotAnswer() {
+    const QString dest = tmp_.path() + QStringLiteral("/offline/k3model");
+    ModelSourcePage page;
+    page.setFreeBytesForTests(500'000'000'000ull);
+    page.setEndpoint(QStringLiteral("http://127.0.0.1:1")); // nothing listens there
+    page.setRepository(QString::fromUtf8(k3::kDefaultHubRepo),
+                       QString::fromUtf8(k3::kDefaultHubRevision));
+    page.setDownloadTarget(dest);
+    chooseDownload(page);
+    QTRY_COMPARE_WITH_TIMEOUT(
+        page.sizeCheckText(),
+        QStringLiteral("Not enough free space: the checkpoint needs 1.56 TB (the official "
+                       "checkpoint's size; the hub did not answer) and the disk at ") +
+            dest +
+            QStringLiteral(" has 500.00 GB free (short by 1.06 TB). Free some space or choose "
+                           "another folder."),
+        20000);
+    page.setFreeBytesForTests(2'000'000'000'000ull);
+    QCOMPARE(page.sizeCheckText(),
+             QStringLiteral("The checkpoint needs 1.56 TB (the official checkpoint's size; the "
+                            "hub did not answer); it fits."));
+    page.setRepository(QStringLiteral("someone/else"), kRevision);
+    QTRY_COMPARE_WITH_TIMEOUT(
+        page.sizeCheckText(),
+        QStringLiteral("The checkpoint's size is not known (the hub did not answer); Start "
+                       "checks the space once it does."),
+        20000);
 }
 
 // A gated repository without a token: what to do (a token), not "HTTP 401".

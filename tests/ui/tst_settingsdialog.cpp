@@ -10,6 +10,7 @@
 #include <QDialogButtonBox>
 #include <QDoubleSpinBox>
 #include <QLineEdit>
+#include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSettings>
 #include <QSignalSpy>
@@ -93,6 +94,11 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     child<QSpinBox>(&dialog, "threads")->setValue(3);
     QCOMPARE(child<QSpinBox>(&dialog, "maxTokens")->value(), 512);
     child<QSpinBox>(&dialog, "maxTokens")->setValue(2000);
+    QCOMPARE(child<QSpinBox>(&dialog, "contextLength")->value(), 4096);
+    child<QSpinBox>(&dialog, "contextLength")->setValue(8192);
+    QCOMPARE(child<QPlainTextEdit>(&dialog, "systemPromptDefault")->toPlainText(), QString());
+    child<QPlainTextEdit>(&dialog, "systemPromptDefault")
+        ->setPlainText(QStringLiteral("Answer in French.\nBe brief."));
     dialog.accept();
 
     QSettings settings;
@@ -109,6 +115,9 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     QCOMPARE(settings.value("engine/threads").toInt(), 3);
     QCOMPARE(settings.value("engine/speculation").toBool(), false);
     QCOMPARE(settings.value("generation/maxTokens").toInt(), 2000);
+    QCOMPARE(settings.value("launch/contextLength").toInt(), 8192);
+    QCOMPARE(settings.value("generation/systemPrompt").toString(),
+             QStringLiteral("Answer in French.\nBe brief."));
 
     AppSettings expected;
     expected.greedy = false;
@@ -124,6 +133,8 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     expected.launch.threads = 3;
     expected.speculation = false;
     expected.maxTokens = 2000;
+    expected.launch.contextLength = 8192;
+    expected.systemPrompt = QStringLiteral("Answer in French.\nBe brief.");
     QCOMPARE(AppSettings::load(), expected);
     SettingsDialog again;
     QCOMPARE(again.values(), expected);
@@ -175,12 +186,14 @@ void TestSettingsDialog::everyControlHasAnAccessibleName() {
             QVERIFY2(!button->accessibleName().isEmpty() || !button->text().isEmpty(),
                      qPrintable(button->objectName()));
         } else if (qobject_cast<QComboBox*>(w) || qobject_cast<QAbstractSpinBox*>(w) ||
-                   qobject_cast<QLineEdit*>(w)) {
+                   qobject_cast<QLineEdit*>(w) || qobject_cast<QPlainTextEdit*>(w)) {
             ++controls;
             QVERIFY2(!w->accessibleName().isEmpty(), qPrintable(w->objectName()));
         }
     }
-    QCOMPARE(controls, 18); // 13 settings, 2 Browse, OK, Cancel, Restore Defaults
+    // 15 settings (the context length and the default system prompt among them), 2 Browse,
+    // OK, Cancel, Restore Defaults
+    QCOMPARE(controls, 20);
 }
 
 void TestSettingsDialog::savedSettingsReachTheWorkerWithTheNextMessage() {

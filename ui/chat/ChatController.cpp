@@ -52,15 +52,19 @@ void ChatController::rememberThinking(bool on) {
 
 void ChatController::send(const QString& text) {
     if (m_engine->isBusy()) return;
+    if (!m_conversation->systemPromptChosen())
+        m_conversation->setSystemPrompt(AppSettings::load().systemPrompt);
     if (m_editRow >= 0) {
-        // The edited question replaces the old one and everything that followed it.
-        m_conversation->removeFrom(m_editRow);
+        // The edited question is a new version of the old one, which is kept with
+        // everything that followed it.
+        m_conversation->appendVersion(m_editRow, QStringLiteral("user"), text);
         m_editRow = -1;
         m_composer->setEditing(false);
+    } else {
+        m_conversation->appendMessage(QStringLiteral("user"), text);
     }
-    m_conversation->appendMessage(QStringLiteral("user"), text);
     save(); // the question is on disk before the answer starts
-    startAnswer(m_conversation->turns());
+    startAnswer(-1);
 }
 
 void ChatController::regenerate() {
@@ -68,15 +72,36 @@ void ChatController::regenerate() {
     if (m_engine->isBusy() || !m_composer->isReady() || rows == 0) return;
     const QString lastRole =
         m_conversation->index(rows - 1).data(ConversationModel::RoleNameRole).toString();
-    if (lastRole == QLatin1String("assistant"))
-        m_conversation->removeLast();
-    else if (lastRole != QLatin1String("user"))
+    if (lastRole != QLatin1String("assistant") && lastRole != QLatin1String("user"))
         return; // a system or tool message last: nothing to answer
-    startAnswer(m_conversation->turns());
+    // The answer written before stays, as an earlier version of the new one.
+    startAnswer(lastRole == QLatin1String("assistant") ? rows - 1 : -1);
 }
 
-void ChatController::startAnswer(const QVector<ChatTurn>& history) {
-    m_conversation->beginAssistantMessage();
+bool ChatController::showVersion(int row, int index) {
+    if (m_answering || m_engine->isBusy() || !m_conversation->switchVersion(row, index))
+        return false;
+    save(); // the shown version is what the next message continues from, and reopens
+    return true;
+}
+
+void ChatController::setSystemPrompt(const QString& prompt) {
+    m_conversation->setSystemPrompt(prompt);
+    if (m_conversation->rowCount() > 0 && !m_answering) save();
+}
+
+QString ChatController::systemPrompt() const {
+    return m_conversation->systemPromptChosen() ? m_conversation->systemPrompt()
+                                                : AppSettings::load().systemPrompt;
+}
+
+void ChatController::startAnswer(int versionOfRow) {
+    if (versionOfRow >= 0)
+        m_conversation->beginAssistantVersion(versionOfRow);
+    else
+        m_conversation->beginAssistantMessage();
+    // The streaming message (and the versions it keeps aside) are not part of it.
+    const QVector<ChatTurn> history = m_conversation->turns();
     m_answering = true;
     m_tokens = 0;
     m_tokenSeconds = 0;

@@ -42,6 +42,9 @@ public:
     void applyThinkingPreference();
     static bool rememberedThinking(const QString& modelKey, bool fallback);
 
+    // The conversation's system prompt; for a new one not started yet, the Settings default.
+    QString systemPrompt() const;
+
     // The stats line under a finished answer.
     static QString statsLine(const GenerationSummary& summary, const k3::AnswerFigures& figures,
                              bool stopped, const QString& invalid);
@@ -61,6 +64,11 @@ public slots:
     void stopAndKeep();
     // Writes the conversation (with the streaming answer so far, marked stopped).
     void save();
+    // Shows version `index` (from 0) of message `row` (a regenerated answer, an edited
+    // question) and saves; the next message continues from it. Refused while answering.
+    bool showVersion(int row, int index);
+    // Used from the next answer on, and saved with the conversation.
+    void setSystemPrompt(const QString& prompt);
 
 signals:
     void answerFinished();
@@ -73,7 +81,8 @@ signals:
     void answerFailed(const QString& message);
 
 private:
-    void startAnswer(const QVector<ChatTurn>& history);
+    // Answers the conversation; versionOfRow >= 0: as a new version of that answer.
+    void startAnswer(int versionOfRow);
     void onToken(int index, const QString& thinking, const QString& response, double seconds);
     void onFinished(const GenerationSummary& summary);
     void onFailed(const QString& message);

@@ -1,7 +1,10 @@
 #include "chat/ConversationModel.h"
 
+#include <QPoint>
 #include <QPointF>
 #include <QStringList>
+
+#include <algorithm>
 
 ConversationModel::ConversationModel(QObject* parent) : QAbstractListModel(parent) {}
 
@@ -37,6 +40,8 @@ QVariant ConversationModel::data(const QModelIndex& index, int role) const {
         return e.model;
     case StoppedRole:
         return e.stopped;
+    case VersionRole:
+        return QPoint(e.versionIndex + 1, int(e.otherVersions.size()) + 1);
     case ReadingRole:
         return e.streaming && e.readTotal > 0 ? QVariant(QPointF(e.readDone, e.readTotal))
                                               : QVariant();
@@ -119,9 +124,76 @@ bool ConversationModel::lastIsStreaming() const {
 void ConversationModel::removeLast() {
     if (m_entries.isEmpty()) return;
     const int row = int(m_entries.size()) - 1;
+    std::vector<std::vector<ChatTurn>> others = std::move(m_entries[row].otherVersions);
+    const int index = std::min(m_entries[row].versionIndex, int(others.size()) - 1);
     beginRemoveRows({}, row, row);
     m_entries.removeLast();
     endRemoveRows();
+    if (others.empty()) return;
+    // A new version that never got a word: the one shown before it comes back.
+    std::vector<ChatTurn> branch = std::move(others[std::size_t(index)]);
+    others.erase(others.begin() + index);
+    showBranch(std::move(branch), std::move(others), index);
+}
+
+std::vector<ChatTurn> ConversationModel::branchFrom(int row) const {
+    std::vector<ChatTurn> branch;
+    for (int i = row; i < m_entries.size(); ++i) branch.push_back(turnFor(m_entries[i]));
+    if (!branch.empty()) {
+        branch.front().otherVersions.clear();
+        branch.front().versionIndex = 0;
+    }
+    return branch;
+}
+
+std::vector<std::vector<ChatTurn>> ConversationModel::takeVersions(int row) {
+    std::vector<std::vector<ChatTurn>> versions = m_entries[row].otherVersions;
+    const int index = std::clamp(m_entries[row].versionIndex, 0, int(versions.size()));
+    versions.insert(versions.begin() + index, branchFrom(row));
+    beginRemoveRows({}, row, int(m_entries.size()) - 1);
+    m_entries.resize(row);
+    endRemoveRows();
+    return versions;
+}
+
+void ConversationModel::showBranch(std::vector<ChatTurn> branch,
+                                   std::vector<std::vector<ChatTurn>> others, int index) {
+    if (branch.empty()) return;
+    branch.front().otherVersions = std::move(others);
+    branch.front().versionIndex = index;
+    const int row = int(m_entries.size());
+    beginInsertRows({}, row, row + int(branch.size()) - 1);
+    for (const ChatTurn& t : branch) m_entries.push_back(entryFor(t, m_expandThinking));
+    endInsertRows();
+}
+
+int ConversationModel::appendVersion(int row, const QString& role, const QString& content) {
+    if (row < 0 || row >= m_entries.size()) return appendMessage(role, content);
+    std::vector<std::vector<ChatTurn>> versions = takeVersions(row);
+    const int added = appendMessage(role, content);
+    m_entries[added].versionIndex = int(versions.size());
+    m_entries[added].otherVersions = std::move(versions);
+    changed(added);
+    return added;
+}
+
+int ConversationModel::beginAssistantVersion(int row) {
+    const int added = appendVersion(row, QStringLiteral("assistant"), QString());
+    m_entries[added].streaming = true;
+    changed(added);
+    return added;
+}
+
+bool ConversationModel::switchVersion(int row, int index) {
+    if (row < 0 || row >= m_entries.size() || lastIsStreaming()) return false;
+    const Entry& e = m_entries.at(row);
+    if (index < 0 || index > int(e.otherVersions.size())) return false;
+    if (index == e.versionIndex) return true;
+    std::vector<std::vector<ChatTurn>> versions = takeVersions(row);
+    std::vector<ChatTurn> shown = std::move(versions[std::size_t(index)]);
+    versions.erase(versions.begin() + index);
+    showBranch(std::move(shown), std::move(versions), index);
+    return true;
 }
 
 void ConversationModel::removeFrom(int row) {
@@ -146,47 +218,80 @@ void ConversationModel::toggleThinking(int row) {
 void ConversationModel::clear() {
     beginResetModel();
     m_entries.clear();
+    m_systemPrompt.clear();
+    m_systemPromptChosen = false;
     endResetModel();
+}
+
+void ConversationModel::setSystemPrompt(const QString& prompt) {
+    m_systemPrompt = prompt;
+    m_systemPromptChosen = true;
+}
+
+ConversationModel::Entry ConversationModel::entryFor(const ChatTurn& t, bool expandThinking) {
+    Entry e;
+    e.role = t.role;
+    e.content = t.content;
+    e.reasoning = t.reasoning;
+    e.name = t.name;
+    e.invalid = t.invalid;
+    e.model = t.model;
+    e.stopped = t.stopped;
+    e.figures = t.figures;
+    e.toolCalls = t.toolCalls;
+    e.toolCallId = t.toolCallId;
+    e.otherVersions = t.otherVersions;
+    e.versionIndex = std::clamp(t.versionIndex, 0, int(t.otherVersions.size()));
+    // A reopened answer shows its saved figures and whether it was cut; an invalid one
+    // still says what it is, and one from another model says which.
+    QStringList stats;
+    if (t.figures.tokens > 0) stats << figuresText(t.figures);
+    if (t.stopped) stats << tr("stopped");
+    if (!t.toolCalls.empty()) stats << toolCallsText(t.toolCalls);
+    if (!t.invalid.isEmpty())
+        stats << tr("RUN INVALID: %1").arg(t.invalid);
+    else if (!t.model.isEmpty())
+        stats << tr("answered by %1").arg(t.model);
+    e.stats = stats.join(QStringLiteral(" · "));
+    e.thinkingExpanded = expandThinking;
+    return e;
+}
+
+ChatTurn ConversationModel::turnFor(const Entry& e) {
+    ChatTurn t{e.role,  e.content, e.reasoning, e.name,      e.invalid,
+               e.model, e.stopped, e.figures,   e.toolCalls, e.toolCallId};
+    t.otherVersions = e.otherVersions;
+    t.versionIndex = e.versionIndex;
+    return t;
 }
 
 void ConversationModel::setTurns(const QVector<ChatTurn>& turns) {
     beginResetModel();
     m_entries.clear();
-    for (const ChatTurn& t : turns) {
-        Entry e;
-        e.role = t.role;
-        e.content = t.content;
-        e.reasoning = t.reasoning;
-        e.name = t.name;
-        e.invalid = t.invalid;
-        e.model = t.model;
-        e.stopped = t.stopped;
-        e.figures = t.figures;
-        e.toolCalls = t.toolCalls;
-        e.toolCallId = t.toolCallId;
-        // A reopened answer shows its saved figures and whether it was cut; an invalid one
-        // still says what it is, and one from another model says which.
-        QStringList stats;
-        if (t.figures.tokens > 0) stats << figuresText(t.figures);
-        if (t.stopped) stats << tr("stopped");
-        if (!t.toolCalls.empty()) stats << toolCallsText(t.toolCalls);
-        if (!t.invalid.isEmpty())
-            stats << tr("RUN INVALID: %1").arg(t.invalid);
-        else if (!t.model.isEmpty())
-            stats << tr("answered by %1").arg(t.model);
-        e.stats = stats.join(QStringLiteral(" · "));
-        e.thinkingExpanded = m_expandThinking;
-        m_entries.push_back(std::move(e));
+    // An opened conversation keeps the prompt it had: none when it began without one.
+    m_systemPromptChosen = true;
+    m_systemPrompt.clear();
+    qsizetype first = 0;
+    if (!turns.isEmpty() && turns.first().role == QLatin1String("system") &&
+        turns.first().otherVersions.empty()) {
+        m_systemPrompt = turns.first().content;
+        first = 1;
     }
+    for (qsizetype i = first; i < turns.size(); ++i)
+        m_entries.push_back(entryFor(turns[i], m_expandThinking));
     endResetModel();
 }
 
 QVector<ChatTurn> ConversationModel::turns() const {
     QVector<ChatTurn> out;
+    if (!m_systemPrompt.isEmpty()) {
+        ChatTurn system;
+        system.role = QStringLiteral("system");
+        system.content = m_systemPrompt;
+        out.push_back(std::move(system));
+    }
     for (const Entry& e : m_entries)
-        if (!e.streaming)
-            out.push_back({e.role, e.content, e.reasoning, e.name, e.invalid, e.model, e.stopped,
-                           e.figures, e.toolCalls, e.toolCallId});
+        if (!e.streaming) out.push_back(turnFor(e));
     return out;
 }
 
@@ -195,9 +300,23 @@ ConversationModel::turnsWithPartialAnswer(const k3::AnswerFigures& figures) cons
     QVector<ChatTurn> out = turns();
     if (!lastIsStreaming()) return out;
     const Entry& e = m_entries.last();
-    // Nothing arrived yet: the question alone is saved, and can be answered later.
-    if (e.content.isEmpty() && e.reasoning.isEmpty()) return out;
-    out.push_back({e.role, e.content, e.reasoning, e.name, e.invalid, e.model, true, figures});
+    if (e.content.isEmpty() && e.reasoning.isEmpty()) {
+        // Nothing arrived yet: the question alone is saved, and can be answered later; a
+        // regenerated answer's earlier versions are saved as they were, the latest shown.
+        if (e.otherVersions.empty()) return out;
+        const int index = std::min(e.versionIndex, int(e.otherVersions.size()) - 1);
+        std::vector<std::vector<ChatTurn>> others = e.otherVersions;
+        std::vector<ChatTurn> branch = std::move(others[std::size_t(index)]);
+        others.erase(others.begin() + index);
+        branch.front().otherVersions = std::move(others);
+        branch.front().versionIndex = index;
+        for (ChatTurn& t : branch) out.push_back(std::move(t));
+        return out;
+    }
+    ChatTurn partial = turnFor(e);
+    partial.stopped = true;
+    partial.figures = figures;
+    out.push_back(std::move(partial));
     return out;
 }
 

@@ -24,6 +24,7 @@ public:
         InvalidRole,            // why the answer is not the model's; empty when valid
         ModelRole,              // the model that answered; empty when not recorded
         StoppedRole,            // the answer was cut before the model ended it
+        VersionRole,            // QPoint(shown version from 1, versions); (1, 1): only one
     };
 
     explicit ConversationModel(QObject* parent = nullptr);
@@ -49,7 +50,16 @@ public:
                     const std::vector<k3::ChatToolCall>& toolCalls = {});
     // The message tokens stream into is still open.
     bool lastIsStreaming() const;
+    // Drops the last message; when it has other versions, the latest of them is shown.
     void removeLast();
+    // Keeps rows `row`..end as a version of that position and puts a new message there
+    // (an edited question, or with beginAssistantVersion a regenerated answer), shown
+    // as the last version.
+    int appendVersion(int row, const QString& role, const QString& content);
+    int beginAssistantVersion(int row);
+    // Shows version `index` (from 0) of message `row` and what followed it; the branch
+    // shown before is kept. False when there is no such version.
+    bool switchVersion(int row, int index);
     // Drops message `row` and everything after it (editing an earlier message).
     void removeFrom(int row);
     void toggleThinking(int row);
@@ -57,9 +67,18 @@ public:
     void setThinkingExpandedByDefault(bool expanded);
     bool thinkingExpandedByDefault() const { return m_expandThinking; }
     void clear();
+    // A leading system turn becomes the system prompt.
     void setTurns(const QVector<ChatTurn>& turns);
 
-    // The conversation as the engine should see it (streaming message excluded).
+    // The conversation's system prompt, sent (and saved) as its first, system turn. Not
+    // chosen: a new conversation, which takes the Settings default when it starts.
+    void setSystemPrompt(const QString& prompt);
+    const QString& systemPrompt() const { return m_systemPrompt; }
+    bool systemPromptChosen() const { return m_systemPromptChosen; }
+
+    // The conversation as the engine should see it (streaming message excluded): the
+    // system prompt first when there is one, then the shown branch, each message with its
+    // other versions.
     QVector<ChatTurn> turns() const;
     // turns() and, when it holds text, the streaming answer so far marked stopped with
     // `figures`: what is saved while an answer streams, so a crash or quit loses nothing.
@@ -91,8 +110,21 @@ private:
         bool answerStarted = false;
         int readDone = 0, readTotal = 0;
         double readSecondsLeft = -1;
+        std::vector<std::vector<ChatTurn>> otherVersions;
+        int versionIndex = 0;
     };
+    static Entry entryFor(const ChatTurn& turn, bool expandThinking);
+    static ChatTurn turnFor(const Entry& e);
+    // Rows `row`..end as turns (the first without its versions).
+    std::vector<ChatTurn> branchFrom(int row) const;
+    // Every version of position `row` (the shown one too, at its index); removes the rows.
+    std::vector<std::vector<ChatTurn>> takeVersions(int row);
+    // Shows `branch` from `row` on (appended), with `versions` as its other versions.
+    void showBranch(std::vector<ChatTurn> branch, std::vector<std::vector<ChatTurn>> others,
+                    int index);
     void changed(int row);
     QVector<Entry> m_entries;
     bool m_expandThinking = false;
+    QString m_systemPrompt;
+    bool m_systemPromptChosen = false;
 };

@@ -34,7 +34,7 @@ void moveFile(const QString& from, const QString& to) {
         fail(QObject::tr("%1: could not be moved to %2 (%3)").arg(from, to, file.errorString()));
 }
 
-std::vector<k3::ChatMessage> toMessages(const QVector<ChatTurn>& turns) {
+template <typename Turns> std::vector<k3::ChatMessage> toMessages(const Turns& turns) {
     std::vector<k3::ChatMessage> out;
     for (const ChatTurn& t : turns) {
         k3::ChatMessage m;
@@ -50,6 +50,9 @@ std::vector<k3::ChatMessage> toMessages(const QVector<ChatTurn>& turns) {
             m.toolCalls = t.toolCalls;
         }
         if (m.role == k3::ChatRole::Tool) m.toolCallId = t.toolCallId.toStdString();
+        for (const std::vector<ChatTurn>& branch : t.otherVersions)
+            m.otherVersions.push_back(toMessages(branch));
+        m.versionIndex = t.versionIndex;
         out.push_back(std::move(m));
     }
     return out;
@@ -136,13 +139,25 @@ ConversationStore::Summary ConversationStore::summary(const QString& id) const {
 
 QVector<ChatTurn> ConversationStore::toTurns(const std::vector<k3::ChatMessage>& messages) {
     QVector<ChatTurn> turns;
-    for (const k3::ChatMessage& m : messages)
-        turns.push_back({QString::fromUtf8(k3::chatRoleName(m.role).data(),
-                                           qsizetype(k3::chatRoleName(m.role).size())),
-                         QString::fromStdString(m.content),
-                         QString::fromStdString(m.reasoningContent), QString::fromStdString(m.name),
-                         QString::fromStdString(m.invalid), QString::fromStdString(m.model),
-                         m.stopped, m.figures, m.toolCalls, QString::fromStdString(m.toolCallId)});
+    for (const k3::ChatMessage& m : messages) {
+        ChatTurn t{QString::fromUtf8(k3::chatRoleName(m.role).data(),
+                                     qsizetype(k3::chatRoleName(m.role).size())),
+                   QString::fromStdString(m.content),
+                   QString::fromStdString(m.reasoningContent),
+                   QString::fromStdString(m.name),
+                   QString::fromStdString(m.invalid),
+                   QString::fromStdString(m.model),
+                   m.stopped,
+                   m.figures,
+                   m.toolCalls,
+                   QString::fromStdString(m.toolCallId)};
+        for (const std::vector<k3::ChatMessage>& branch : m.otherVersions) {
+            const QVector<ChatTurn> other = toTurns(branch);
+            t.otherVersions.emplace_back(other.begin(), other.end());
+        }
+        t.versionIndex = m.versionIndex;
+        turns.push_back(std::move(t));
+    }
     return turns;
 }
 

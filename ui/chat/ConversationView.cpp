@@ -37,6 +37,10 @@ ConversationView::ConversationView(QWidget* parent)
     setMouseTracking(true);
     connect(m_delegate, &MessageDelegate::thinkingToggled, m_messages,
             &ConversationModel::toggleThinking);
+    connect(m_delegate, &MessageDelegate::versionRequested, this, [this](int row, int version) {
+        emit versionRequested(row, version);
+        setCurrentIndex(m_messages->index(row)); // the switched message stays current
+    });
     connect(m_delegate, &MessageDelegate::copyCodeRequested, this,
             &ConversationView::copyCodeBlock);
     // Follow a streaming answer while the user is at the bottom; keep their place otherwise.
@@ -124,6 +128,14 @@ QRect ConversationView::codeCopyButtonRect(int row, int block) {
     return block >= 0 && block < rects.size() ? rects.at(block) : QRect();
 }
 
+QRect ConversationView::versionButtonRect(int row, bool next) {
+    executeDelayedItemsLayout();
+    const QModelIndex index = m_messages->index(row);
+    if (!index.isValid()) return {};
+    const QPair<QRect, QRect> buttons = m_delegate->versionButtonRects(optionFor(index), index);
+    return next ? buttons.second : buttons.first;
+}
+
 void ConversationView::copyMessage(int row) {
     const QModelIndex index = m_messages->index(row);
     if (!index.isValid()) return;
@@ -193,6 +205,21 @@ void ConversationView::contextMenuEvent(QContextMenuEvent* event) {
     }
     menu.addAction(tr("&Select text…"), this, [this, row = index.row()] { showMessageText(row); })
         ->setObjectName(QStringLiteral("selectTextAction"));
+    const QPoint version = index.data(ConversationModel::VersionRole).toPoint();
+    if (version.y() > 1) {
+        menu.addSeparator();
+        QAction* previous =
+            menu.addAction(tr("&Previous version") + QStringLiteral("\t") + tr("Alt+Left"), this,
+                           [this, row = index.row()] { requestVersionStep(row, -1); });
+        previous->setObjectName(QStringLiteral("previousVersionAction"));
+        previous->setEnabled(version.x() > 1);
+        QAction* next =
+            menu.addAction(tr("&Next version") + QStringLiteral("\t") + tr("Alt+Right"), this,
+                           [this, row = index.row()] { requestVersionStep(row, 1); });
+        next->setObjectName(QStringLiteral("nextVersionAction"));
+        next->setEnabled(version.x() < version.y());
+        menu.addSeparator();
+    }
     if (index.row() == lastUserRow()) {
         QAction* edit = menu.addAction(tr("&Edit and resend") + QStringLiteral("\t") + tr("Up"),
                                        this, &ConversationView::editLastMessageRequested);
@@ -328,6 +355,8 @@ QString ConversationView::describeMessage(int row) const {
         parts << (index.data(ConversationModel::ThinkingExpandedRole).toBool()
                       ? tr("Thinking shown: Space hides it.")
                       : tr("Thinking hidden: Space shows it."));
+    if (const QPoint v = index.data(ConversationModel::VersionRole).toPoint(); v.y() > 1)
+        parts << tr("Version %1 of %2: Alt+Left and Alt+Right switch.").arg(v.x()).arg(v.y());
     const QString content = index.data(ConversationModel::ContentRole).toString();
     SafeTextDocument doc;
     MessageDelegate::buildBody(doc, content, font());
@@ -345,11 +374,27 @@ void ConversationView::currentChanged(const QModelIndex& current, const QModelIn
     if (current.isValid()) setAccessibleDescription(describeMessage(current.row()));
 }
 
+bool ConversationView::requestVersionStep(int row, int step) {
+    const QPoint version = m_messages->index(row).data(ConversationModel::VersionRole).toPoint();
+    const int target = version.x() - 1 + step; // from 0
+    if (version.y() < 2 || target < 0 || target >= version.y()) return false;
+    emit versionRequested(row, target);
+    setCurrentIndex(m_messages->index(row)); // the switched message stays current
+    setAccessibleDescription(describeMessage(row));
+    return true;
+}
+
 void ConversationView::keyPressEvent(QKeyEvent* event) {
     // Space or Enter shows or hides the thinking of the current message: the keyboard's
     // way to the "Thought for N s" toggle the delegate draws.
     const int key = event->key();
     const QModelIndex index = currentIndex();
+    // Alt+Left and Alt+Right: the keyboard's way to the "< 2/3 >" switcher.
+    if (index.isValid() && event->modifiers() == Qt::AltModifier &&
+        (key == Qt::Key_Left || key == Qt::Key_Right)) {
+        requestVersionStep(index.row(), key == Qt::Key_Left ? -1 : 1);
+        return;
+    }
     if (index.isValid() && event->modifiers() == Qt::NoModifier &&
         (key == Qt::Key_Space || key == Qt::Key_Return || key == Qt::Key_Enter) &&
         !index.data(ConversationModel::ReasoningRole).toString().isEmpty()) {

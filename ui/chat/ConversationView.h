@@ -27,6 +27,9 @@ public:
     int lastUserRow() const;
     // The code block's copy button, in viewport coordinates (tests click it).
     QRect codeCopyButtonRect(int row, int block);
+    // The "<" (next false) or ">" of the version switcher, in viewport coordinates;
+    // null without versions.
+    QRect versionButtonRect(int row, bool next);
 
     // Find in conversation, over the answers' text as shown (case-insensitive).
     // Returns the number of matches and selects the first one.
@@ -58,6 +61,9 @@ signals:
     // The clipboard now holds `what` (for the status bar).
     void copied(const QString& what);
     void matchChanged(int current, int total);
+    // Show version `version` (from 0) of message `row`: the switcher's "<" and ">",
+    // Alt+Left and Alt+Right on the current message, or its context menu.
+    void versionRequested(int row, int version);
     // An answer finished streaming; `text` is what screen readers were told.
     void answerAnnounced(const QString& text);
 
@@ -81,6 +87,8 @@ private:
     void showMatch();
     void trackStreaming(int first, int last);
     void announceAnswer(int row);
+    // The previous (step -1) or next (+1) version of message `row`; false when none.
+    bool requestVersionStep(int row, int step);
 
     ConversationModel* m_messages;
     MessageDelegate* m_delegate;

@@ -127,6 +127,15 @@ MessageDelegate::Layout MessageDelegate::layout(const QStyleOptionViewItem& opti
     const int width = std::max(100, option.rect.width() - 2 * kMargin);
     int y = option.rect.top() + kMargin;
     l.role = QRect(option.rect.left() + kMargin, y, width, fm.height());
+    if (const QString version = versionText(index); !version.isEmpty()) {
+        // "< 2/3 >" after the speaker's name.
+        const int x = l.role.left() + fm.horizontalAdvance(tr("You")) + 3 * kMargin;
+        const int button = fm.horizontalAdvance(QLatin1Char('<')) + 2 * kGap + 4;
+        l.previousVersion = QRect(x, y, button, fm.height());
+        l.version = QRect(l.previousVersion.right() + 1, y,
+                          fm.horizontalAdvance(version) + 2 * kGap, fm.height());
+        l.nextVersion = QRect(l.version.right() + 1, y, button, fm.height());
+    }
     y += fm.height() + kGap;
     const QString reasoning = index.data(ConversationModel::ReasoningRole).toString();
     if (!reasoning.isEmpty()) {
@@ -227,6 +236,18 @@ void MessageDelegate::paint(QPainter* painter, const QStyleOptionViewItem& optio
     painter->setFont(bold);
     painter->setPen(pal.color(QPalette::Text));
     painter->drawText(l.role, Qt::AlignLeft | Qt::AlignVCenter, user ? tr("You") : tr("K3"));
+    if (!l.version.isNull()) {
+        const QPoint v = index.data(ConversationModel::VersionRole).toPoint();
+        painter->setFont(option.font);
+        const QColor on = pal.color(QPalette::Link);
+        const QColor off = pal.color(QPalette::Disabled, QPalette::Text);
+        painter->setPen(v.x() > 1 ? on : off);
+        painter->drawText(l.previousVersion, Qt::AlignCenter, QStringLiteral("<"));
+        painter->setPen(pal.color(QPalette::PlaceholderText));
+        painter->drawText(l.version, Qt::AlignCenter, versionText(index));
+        painter->setPen(v.x() < v.y() ? on : off);
+        painter->drawText(l.nextVersion, Qt::AlignCenter, QStringLiteral(">"));
+    }
 
     painter->setFont(option.font);
     if (!l.thinking.isNull()) {
@@ -313,6 +334,17 @@ void MessageDelegate::paint(QPainter* painter, const QStyleOptionViewItem& optio
     painter->restore();
 }
 
+QString MessageDelegate::versionText(const QModelIndex& index) {
+    const QPoint v = index.data(ConversationModel::VersionRole).toPoint();
+    return v.y() > 1 ? QStringLiteral("%1/%2").arg(v.x()).arg(v.y()) : QString();
+}
+
+QPair<QRect, QRect> MessageDelegate::versionButtonRects(const QStyleOptionViewItem& option,
+                                                        const QModelIndex& index) const {
+    const Layout l = layout(option, index);
+    return {l.previousVersion, l.nextVersion};
+}
+
 QSize MessageDelegate::sizeHint(const QStyleOptionViewItem& option,
                                 const QModelIndex& index) const {
     const Layout l = layout(option, index);
@@ -325,6 +357,15 @@ bool MessageDelegate::editorEvent(QEvent* event, QAbstractItemModel* model,
         const auto* mouse = static_cast<QMouseEvent*>(event);
         const QPoint at = mouse->position().toPoint();
         const Layout l = layout(option, index);
+        const QPoint v = index.data(ConversationModel::VersionRole).toPoint();
+        if (!l.version.isNull() && l.previousVersion.contains(at) && v.x() > 1) {
+            emit versionRequested(index.row(), v.x() - 2);
+            return true;
+        }
+        if (!l.version.isNull() && l.nextVersion.contains(at) && v.x() < v.y()) {
+            emit versionRequested(index.row(), v.x());
+            return true;
+        }
         if (!l.thinking.isNull() && l.thinking.contains(at)) {
             emit thinkingToggled(index.row());
             return true;

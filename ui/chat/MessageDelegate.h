@@ -30,6 +30,11 @@ public:
     // "Reading your message: 12 of 40 tokens · about 30 s left" while the prompt is read;
     // empty otherwise.
     static QString readingLabel(const QModelIndex& index);
+    // "2/3" beside a message with versions (regenerated, edited); empty with only one.
+    static QString versionText(const QModelIndex& index);
+    // The switcher's "<" and ">" in view coordinates; null rects without versions.
+    QPair<QRect, QRect> versionButtonRects(const QStyleOptionViewItem& option,
+                                           const QModelIndex& index) const;
 
     // The Copy buttons of the message's code blocks, in view coordinates, in block order.
     QVector<QRect> copyButtonRects(const QStyleOptionViewItem& option,
@@ -49,10 +54,13 @@ public:
 signals:
     void thinkingToggled(int row);
     void copyCodeRequested(int row, int block);
+    // The switcher's "<" or ">": show version `version` (from 0) of message `row`.
+    void versionRequested(int row, int version);
 
 private:
     struct Layout {
-        QRect role, thinking, reasoning, reading, readingBar, body, stats;
+        QRect role, previousVersion, version, nextVersion, thinking, reasoning, reading, readingBar,
+            body, stats;
     };
     Layout layout(const QStyleOptionViewItem& option, const QModelIndex& index) const;
     QVector<QRect> copyButtonsIn(const QTextDocument& doc, const QString& markdown,

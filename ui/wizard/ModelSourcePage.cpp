@@ -11,6 +11,7 @@
 #include <QPushButton>
 #include <QRadioButton>
 #include <QStorageInfo>
+#include <QTimer>
 #include <QTreeWidget>
 #include <QUrl>
 #include <QVBoxLayout>
@@ -24,6 +25,7 @@
 #include <k3/safetensors.hpp>
 
 #include "MainWindow.h"
+#include "wizard/CheckpointSize.h"
 #include "wizard/HubDownloadBridge.h"
 #include "wizard/TokenStore.h"
 
@@ -87,7 +89,8 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
       m_endpoint(new QLineEdit), m_repo(new QLineEdit(QString::fromUtf8(k3::kDefaultHubRepo))),
       m_revision(new QLineEdit(QString::fromUtf8(k3::kDefaultHubRevision))),
       m_target(new QLineEdit(QDir::homePath() + QStringLiteral("/k3model"))),
-      m_freeSpace(new QLabel), m_token(new QLineEdit), m_start(new QPushButton(tr("Start"))),
+      m_freeSpace(new QLabel), m_sizeCheck(new QLabel), m_size(new CheckpointSize(this)),
+      m_sizeDelay(new QTimer(this)), m_token(new QLineEdit), m_start(new QPushButton(tr("Start"))),
       m_pause(new QPushButton(tr("Pause"))), m_files(new QTreeWidget), m_overall(new QProgressBar),
       m_speed(new QLabel), m_downloadStatus(new QLabel), m_verification(new QLabel),
       m_tokenNote(new QLabel), m_resumeBox(new QWidget), m_resumeLabel(new QLabel),
@@ -176,6 +179,7 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
     form->addRow(tr("Revision:"), m_revision);
     form->addRow(tr("Target folder:"), targetRow);
     form->addRow(QString(), m_freeSpace);
+    form->addRow(QString(), m_sizeCheck);
     form->addRow(tr("Token:"), m_token);
     form->addRow(QString(), m_tokenNote);
     auto* controls = new QHBoxLayout;
@@ -217,6 +221,16 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
         if (!dir.isEmpty()) setDownloadTarget(dir);
     });
     connect(m_target, &QLineEdit::textChanged, this, &ModelSourcePage::updateFreeSpace);
+    m_sizeCheck->setObjectName(QStringLiteral("downloadSizeCheck"));
+    m_sizeCheck->setWordWrap(true);
+    m_sizeCheck->setTextFormat(Qt::PlainText);
+    m_sizeDelay->setSingleShot(true);
+    m_sizeDelay->setInterval(400);
+    connect(m_sizeDelay, &QTimer::timeout, this, &ModelSourcePage::requestSize);
+    for (QLineEdit* field : {m_endpoint, m_repo, m_revision, m_target})
+        connect(field, &QLineEdit::textChanged, m_sizeDelay, qOverload<>(&QTimer::start));
+    connect(m_downloadMode, &QRadioButton::toggled, m_sizeDelay, qOverload<>(&QTimer::start));
+    connect(m_size, &CheckpointSize::changed, this, &ModelSourcePage::updateSizeCheck);
     connect(demo, &QPushButton::clicked, this, [this] {
         m_haveIt->setChecked(true);
         chooseFolder(MainWindow::demoModelDirectory());
@@ -364,23 +378,90 @@ void ModelSourcePage::setDownloadTarget(const QString& dir) {
     m_target->setText(dir);
 }
 
-void ModelSourcePage::updateFreeSpace() {
+std::optional<quint64> ModelSourcePage::freeBytes() const {
+    if (m_freeBytesForTests) return m_freeBytesForTests;
     // The nearest existing ancestor: the target is usually created by the download.
     QDir dir(m_target->text());
     while (!dir.exists() && !dir.isRoot() && dir.cdUp()) {
     }
     const QStorageInfo storage(dir);
-    if (m_freeBytesForTests)
-        m_freeSpace->setText(tr("%1 free there").arg(bytesText(*m_freeBytesForTests)));
-    else
-        m_freeSpace->setText(
-            storage.isValid()
-                ? tr("%1 free there").arg(bytesText(quint64(storage.bytesAvailable())))
-                : tr("free space unknown"));
+    if (!storage.isValid()) return std::nullopt;
+    return quint64(storage.bytesAvailable());
+}
+
+void ModelSourcePage::updateFreeSpace() {
+    const std::optional<quint64> free = freeBytes();
+    m_freeSpace->setText(free ? tr("%1 free there").arg(bytesText(*free))
+                              : tr("free space unknown"));
+    updateSizeCheck();
+}
+
+QString ModelSourcePage::sizeCheckText() const {
+    return m_sizeCheck->text();
+}
+
+void ModelSourcePage::requestSize() {
+    // Only a download asks the hub: choosing a folder never touches the network.
+    if (!m_downloadMode->isChecked() || m_downloading) return;
+    k3::DownloadOptions options;
+    options.endpoint = m_endpoint->text().trimmed().toStdString();
+    options.repo = m_repo->text().trimmed().toStdString();
+    options.revision = m_revision->text().trimmed().toStdString();
+    options.token = m_token->text().toStdString();
+    options.destination = m_target->text().toStdString();
+    m_size->request(options);
+}
+
+QString ModelSourcePage::doesNotFitText() const {
+    const std::optional<quint64> needed = m_size->neededBytes();
+    const std::optional<quint64> free = freeBytes();
+    if (!needed || !free || *needed <= *free) return {};
+    const auto size = &CheckpointSize::sizeText;
+    return tr("Not enough free space: the checkpoint needs %1 %2 and the disk at %3 has %4 "
+              "free (short by %5). Free some space or choose another folder.")
+        .arg(size(*needed),
+             m_size->fromListing() ? tr("(from the hub's file list)")
+                                   : tr("(the official checkpoint's size; the hub did not "
+                                        "answer)"),
+             m_target->text(), size(*free), size(*needed - *free));
+}
+
+void ModelSourcePage::updateSizeCheck() {
+    const auto size = &CheckpointSize::sizeText;
+    const QString tooBig = doesNotFitText();
+    m_sizeCheck->setStyleSheet(tooBig.isEmpty() ? QString() : QStringLiteral("color: #c0392b;"));
+    if (!tooBig.isEmpty()) {
+        m_sizeCheck->setText(tooBig);
+    } else if (m_size->isPending()) {
+        m_sizeCheck->setText(tr("Asking the hub for the checkpoint's size…"));
+    } else if (const std::optional<quint64> needed = m_size->neededBytes(); needed) {
+        const QString source = m_size->fromListing()
+                                   ? tr("from the hub's file list")
+                                   : tr("the official checkpoint's size; the hub did not answer");
+        const quint64 total = *m_size->totalBytes();
+        m_sizeCheck->setText(
+            *needed == total
+                ? tr("The checkpoint needs %1 (%2); it fits.").arg(size(total), source)
+                : tr("The checkpoint needs %1 more (%2 in all, the rest is already there; %3); "
+                     "it fits.")
+                      .arg(size(*needed), size(total), source));
+    } else {
+        m_sizeCheck->setText(m_downloadMode->isChecked()
+                                 ? tr("The checkpoint's size is not known (the hub did not "
+                                      "answer); Start checks the space once it does.")
+                                 : QString());
+    }
 }
 
 void ModelSourcePage::startDownload() {
     if (m_downloading) return;
+    updateFreeSpace();
+    // Refused before anything is created or fetched: the size was known before Start.
+    if (const QString tooBig = doesNotFitText(); !tooBig.isEmpty()) {
+        m_downloadStatus->setText(tooBig);
+        m_downloadStatus->setStyleSheet(QStringLiteral("color: #c0392b;"));
+        return;
+    }
     m_downloading = true;
     m_downloadMode->setChecked(true);
     m_cancel = std::make_shared<std::atomic<bool>>(false);
@@ -446,7 +527,10 @@ void ModelSourcePage::downloadDone(const k3::DownloadResult& result) {
                                         : QStringLiteral("color: #c0392b;"));
     emit completeChanged();
     emit downloadFinished(result.ok);
-    if (result.ok) chooseFolder(m_target->text());
+    if (result.ok)
+        chooseFolder(m_target->text());
+    else
+        m_sizeDelay->start(); // what is still needed, now that some of it is on disk
 }
 
 void ModelSourcePage::showVerification(const k3::DownloadResult& result) {

@@ -18,10 +18,12 @@ class QLineEdit;
 class QProgressBar;
 class QPushButton;
 class QRadioButton;
+class QTimer;
 class QTreeWidget;
 class QTreeWidgetItem;
 class QWidget;
 class TokenStore;
+class CheckpointSize;
 
 // Wizard page 2: an existing checkpoint folder (validated off the GUI thread: config
 // readable, every shard present) or a download from the hub with per-file rows, an
@@ -62,6 +64,10 @@ public:
         updateFreeSpace();
     }
     QString freeSpaceText() const;
+    // The checkpoint's size against the target's free space, shown before Start:
+    // "Needs 1.56 TB (…); 2.10 TB free there: it fits." or why it does not fit.
+    QString sizeCheckText() const;
+    CheckpointSize* checkpointSize() const { return m_size; }
     void startDownload();
     void pauseDownload();
     bool isDownloading() const { return m_downloading; }
@@ -104,6 +110,13 @@ private:
     void showVerdict(const Verdict& verdict);
     void downloadDone(const k3::DownloadResult& result);
     void updateFreeSpace();
+    // The target's free space (the nearest existing ancestor's); empty when unknown.
+    std::optional<quint64> freeBytes() const;
+    // Asks the hub for the checkpoint's size again (download mode, not while downloading).
+    void requestSize();
+    void updateSizeCheck();
+    // Empty when the checkpoint fits or its size is not known yet; else why it does not.
+    QString doesNotFitText() const;
     QTreeWidgetItem* rowFor(const QString& name);
     void showVerification(const k3::DownloadResult& result);
 
@@ -118,6 +131,9 @@ private:
     QLineEdit* m_revision;
     QLineEdit* m_target;
     QLabel* m_freeSpace;
+    QLabel* m_sizeCheck;
+    CheckpointSize* m_size;
+    QTimer* m_sizeDelay; // one request after a burst of typing
     QLineEdit* m_token;
     QPushButton* m_start;
     QPushButton* m_pause;

@@ -329,6 +329,13 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
         s.decodeSeconds = r.decodeSeconds;
         for (const std::string& p : r.problems) s.problems << QString::fromStdString(p);
         emit generationFinished(s);
+    } catch (const k3::ContextFull& e) { // refused before anything was computed
+        emit generationFailed(
+            tr("The conversation is %1 tokens and the model was loaded with a context of %2 "
+               "tokens. Start a new conversation, or raise Context length in Settings "
+               "(applied when the model is loaded next).")
+                .arg(e.tokens())
+                .arg(e.context()));
     } catch (const std::exception& e) {
         emit generationFailed(QString::fromUtf8(e.what()));
     }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include <k3/backend.hpp>
 
@@ -25,6 +26,10 @@ struct ChatTurn {
     k3::AnswerFigures figures{}; // assistant: tokens, speed, first-token time; 0: none
     std::vector<k3::ChatToolCall> toolCalls{}; // assistant: the functions it called
     QString toolCallId{};                      // tool: the call this result answers
+    // The other versions of this message (regenerated, edited), each with what followed
+    // it; this one is version versionIndex (from 0). Never sent to the engine.
+    std::vector<std::vector<ChatTurn>> otherVersions{};
+    int versionIndex{};
 };
 
 struct GenerationSettings {

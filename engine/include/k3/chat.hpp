@@ -108,6 +108,12 @@ struct ChatMessage {
     // Assistant only: how fast it was written; tokens 0 when not recorded. Saved as
     // "figures": {"tokens", "tokens_per_second", "first_token_seconds"}; never rendered.
     AnswerFigures figures = {};
+    // The other versions of this message (a regenerated answer, an edited question), each
+    // with the conversation that followed it; this message is version versionIndex (from
+    // 0) among them. Saved as "versions": {"index", "others"}; never rendered, so a
+    // reader that only continues the shown branch (k3 --chat --history) may ignore it.
+    std::vector<std::vector<ChatMessage>> otherVersions = {};
+    int versionIndex = 0;
 
     bool operator==(const ChatMessage&) const = default;
 };
@@ -264,9 +270,11 @@ std::vector<ChatToolCall> parseToolCalls(std::string_view otherChannels,
 // there) and, on assistant lines, an optional "invalid" (the reason the answer is not the
 // model's), "model" (who answered) and "tool_calls" (OpenAI's entries: id, type
 // "function", function.name and function.arguments: an object for the argument-tag form,
-// a string for the json-block form). Transcripts without the newer fields read as they
-// always did. Blank lines are skipped. Unknown roles and fields are refused, with the
-// source, line number and field in the message.
+// a string for the json-block form). Any line may hold "versions": {"index": k, "others":
+// [[message, ...], ...]}, the other versions of that message with what followed each (the
+// lines are the shown branch). Transcripts without the newer fields read as they always
+// did. Blank lines are skipped. Unknown roles and fields are refused, with the source,
+// line number and field in the message.
 std::vector<ChatMessage> parseTranscript(std::string_view text,
                                          const std::string& sourceName = "transcript");
 // Refuses anything but a regular file before reading it (a FIFO never blocks, a device

@@ -159,6 +159,104 @@ Json toolCallsJson(const std::vector<ChatToolCall>& calls) {
     return list;
 }
 
+ChatMessage parseMessage(const Json& obj, const std::string& source, std::size_t line);
+
+// "versions": {"index": k, "others": [[message, ...], ...]}, optional on any message.
+void readVersions(const Json& obj, ChatMessage& m, const std::string& source, std::size_t line) {
+    const auto it = obj.find("versions");
+    if (it == obj.end() || it->is_null()) return;
+    const auto others = it->is_object() ? it->find("others") : it->end();
+    if (others == it->end() || !others->is_array())
+        throw ChatError(lineError(source, line,
+                                  "field \"versions\" must be an object with an array "
+                                  "\"others\""));
+    for (const auto& branch : *others) {
+        if (!branch.is_array() || branch.empty())
+            throw ChatError(lineError(source, line,
+                                      "field \"versions.others\" must hold non-empty arrays "
+                                      "of messages"));
+        std::vector<ChatMessage> messages;
+        for (const auto& message : branch) {
+            if (!message.is_object())
+                throw ChatError(lineError(source, line,
+                                          "field \"versions.others\" holds a " +
+                                              std::string(message.type_name()) +
+                                              ", not a message object"));
+            messages.push_back(parseMessage(message, source, line));
+        }
+        m.otherVersions.push_back(std::move(messages));
+    }
+    const auto index = it->find("index");
+    if (index == it->end() || !index->is_number_integer() || index->get<long long>() < 0 ||
+        index->get<long long>() > (long long)m.otherVersions.size())
+        throw ChatError(lineError(source, line,
+                                  "field \"versions.index\" must be a whole number from 0 to " +
+                                      std::to_string(m.otherVersions.size())));
+    m.versionIndex = index->get<int>();
+}
+
+ChatMessage parseMessage(const Json& obj, const std::string& source, std::size_t line) {
+    for (const auto& item : obj.items()) {
+        const std::string& key = item.key();
+        if (key == "role" || key == "content" || key == "reasoning_content" || key == "name" ||
+            key == "invalid" || key == "model" || key == "stopped" || key == "figures" ||
+            key == "versions" || key == "tool_calls" || key == "tool_call_id")
+            continue;
+        if (key == "tools")
+            throw ChatError(lineError(source, line,
+                                      "field \"tools\" is not supported (tool declarations "
+                                      "belong to a request, not to a message)"));
+        throw ChatError(lineError(source, line, "unknown field \"" + key + "\""));
+    }
+
+    const auto role = stringField(obj, "role", source, line);
+    if (!role) throw ChatError(lineError(source, line, "missing field \"role\""));
+    const auto parsedRole = parseChatRole(*role);
+    if (!parsedRole)
+        throw ChatError(lineError(source, line,
+                                  "field \"role\" has unknown value \"" + *role +
+                                      "\" (expected system, user, assistant or tool)"));
+    ChatMessage m;
+    m.role = *parsedRole;
+    const auto content = stringField(obj, "content", source, line);
+    if (!content) throw ChatError(lineError(source, line, "missing field \"content\""));
+    m.content = *content;
+    if (auto reasoning = stringField(obj, "reasoning_content", source, line)) {
+        if (m.role != ChatRole::Assistant && !reasoning->empty())
+            throw ChatError(lineError(source, line,
+                                      "field \"reasoning_content\" is only allowed on "
+                                      "assistant messages, not " +
+                                          *role));
+        m.reasoningContent = std::move(*reasoning);
+    }
+    if (auto name = stringField(obj, "name", source, line)) m.name = std::move(*name);
+    if (auto invalid = stringField(obj, "invalid", source, line)) {
+        if (m.role != ChatRole::Assistant && !invalid->empty())
+            throw ChatError(lineError(source, line,
+                                      "field \"invalid\" is only allowed on assistant "
+                                      "messages, not " +
+                                          *role));
+        m.invalid = std::move(*invalid);
+    }
+    if (auto model = stringField(obj, "model", source, line)) {
+        if (m.role != ChatRole::Assistant && !model->empty())
+            throw ChatError(lineError(source, line,
+                                      "field \"model\" is only allowed on assistant "
+                                      "messages, not " +
+                                          *role));
+        m.model = std::move(*model);
+    }
+    readAnswerState(obj, m, source, line);
+    readToolFields(obj, m, source, line);
+    readVersions(obj, m, source, line);
+    // The renderer finds the tool's name from the call a tool_call_id names.
+    if (m.role == ChatRole::Tool && m.name.empty() && m.toolCallId.empty())
+        throw ChatError(lineError(source, line,
+                                  "field \"name\" (the tool's name) or \"tool_call_id\" "
+                                  "(the call answered) is required for role tool"));
+    return m;
+}
+
 std::string errnoText() {
     return std::strerror(errno);
 }
@@ -201,65 +299,7 @@ std::vector<ChatMessage> parseTranscript(std::string_view text, const std::strin
             throw ChatError(
                 lineError(sourceName, lineNumber,
                           "expected a JSON object, got " + std::string(obj.type_name())));
-        for (const auto& item : obj.items()) {
-            const std::string& key = item.key();
-            if (key == "role" || key == "content" || key == "reasoning_content" || key == "name" ||
-                key == "invalid" || key == "model" || key == "stopped" || key == "figures" ||
-                key == "tool_calls" || key == "tool_call_id")
-                continue;
-            if (key == "tools")
-                throw ChatError(lineError(sourceName, lineNumber,
-                                          "field \"tools\" is not supported (tool declarations "
-                                          "belong to a request, not to a message)"));
-            throw ChatError(lineError(sourceName, lineNumber, "unknown field \"" + key + "\""));
-        }
-
-        const auto role = stringField(obj, "role", sourceName, lineNumber);
-        if (!role) throw ChatError(lineError(sourceName, lineNumber, "missing field \"role\""));
-        const auto parsedRole = parseChatRole(*role);
-        if (!parsedRole)
-            throw ChatError(lineError(sourceName, lineNumber,
-                                      "field \"role\" has unknown value \"" + *role +
-                                          "\" (expected system, user, assistant or tool)"));
-        ChatMessage m;
-        m.role = *parsedRole;
-        const auto content = stringField(obj, "content", sourceName, lineNumber);
-        if (!content)
-            throw ChatError(lineError(sourceName, lineNumber, "missing field \"content\""));
-        m.content = *content;
-        if (auto reasoning = stringField(obj, "reasoning_content", sourceName, lineNumber)) {
-            if (m.role != ChatRole::Assistant && !reasoning->empty())
-                throw ChatError(lineError(sourceName, lineNumber,
-                                          "field \"reasoning_content\" is only allowed on "
-                                          "assistant messages, not " +
-                                              *role));
-            m.reasoningContent = std::move(*reasoning);
-        }
-        if (auto name = stringField(obj, "name", sourceName, lineNumber)) m.name = std::move(*name);
-        if (auto invalid = stringField(obj, "invalid", sourceName, lineNumber)) {
-            if (m.role != ChatRole::Assistant && !invalid->empty())
-                throw ChatError(lineError(sourceName, lineNumber,
-                                          "field \"invalid\" is only allowed on assistant "
-                                          "messages, not " +
-                                              *role));
-            m.invalid = std::move(*invalid);
-        }
-        if (auto model = stringField(obj, "model", sourceName, lineNumber)) {
-            if (m.role != ChatRole::Assistant && !model->empty())
-                throw ChatError(lineError(sourceName, lineNumber,
-                                          "field \"model\" is only allowed on assistant "
-                                          "messages, not " +
-                                              *role));
-            m.model = std::move(*model);
-        }
-        readAnswerState(obj, m, sourceName, lineNumber);
-        readToolFields(obj, m, sourceName, lineNumber);
-        // The renderer finds the tool's name from the call a tool_call_id names.
-        if (m.role == ChatRole::Tool && m.name.empty() && m.toolCallId.empty())
-            throw ChatError(lineError(sourceName, lineNumber,
-                                      "field \"name\" (the tool's name) or \"tool_call_id\" "
-                                      "(the call answered) is required for role tool"));
-        messages.push_back(std::move(m));
+        messages.push_back(parseMessage(obj, sourceName, lineNumber));
     }
     return messages;
 }
@@ -308,26 +348,44 @@ std::vector<ChatMessage> readTranscript(const std::filesystem::path& path) {
     return parseTranscript(text, path.string());
 }
 
+namespace {
+
+nlohmann::ordered_json messageJson(const ChatMessage& m) {
+    nlohmann::ordered_json obj;
+    obj["role"] = std::string(chatRoleName(m.role));
+    if (!m.name.empty()) obj["name"] = m.name;
+    if (!m.toolCallId.empty() && m.role == ChatRole::Tool) obj["tool_call_id"] = m.toolCallId;
+    obj["content"] = m.content;
+    if (m.role == ChatRole::Assistant) obj["reasoning_content"] = m.reasoningContent;
+    if (!m.toolCalls.empty() && m.role == ChatRole::Assistant)
+        obj["tool_calls"] = toolCallsJson(m.toolCalls);
+    if (!m.invalid.empty()) obj["invalid"] = m.invalid;
+    if (!m.model.empty() && m.role == ChatRole::Assistant) obj["model"] = m.model;
+    if (m.stopped && m.role == ChatRole::Assistant) obj["stopped"] = true;
+    if (m.figures.tokens > 0 && m.role == ChatRole::Assistant)
+        obj["figures"] = {{"tokens", m.figures.tokens},
+                          {"tokens_per_second", m.figures.tokensPerSecond},
+                          {"first_token_seconds", m.figures.firstTokenSeconds}};
+    if (!m.otherVersions.empty()) {
+        nlohmann::ordered_json others = nlohmann::ordered_json::array();
+        for (const std::vector<ChatMessage>& branch : m.otherVersions) {
+            nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+            for (const ChatMessage& other : branch) messages.push_back(messageJson(other));
+            others.push_back(std::move(messages));
+        }
+        obj["versions"] = {{"index", m.versionIndex}, {"others", std::move(others)}};
+    }
+    return obj;
+}
+
+} // namespace
+
 std::string formatTranscript(const std::vector<ChatMessage>& messages) {
     std::string out;
     for (const ChatMessage& m : messages) {
-        Json obj;
-        obj["role"] = std::string(chatRoleName(m.role));
-        if (!m.name.empty()) obj["name"] = m.name;
-        if (!m.toolCallId.empty() && m.role == ChatRole::Tool) obj["tool_call_id"] = m.toolCallId;
-        obj["content"] = m.content;
-        if (m.role == ChatRole::Assistant) obj["reasoning_content"] = m.reasoningContent;
-        if (!m.toolCalls.empty() && m.role == ChatRole::Assistant)
-            obj["tool_calls"] = toolCallsJson(m.toolCalls);
-        if (!m.invalid.empty()) obj["invalid"] = m.invalid;
-        if (!m.model.empty() && m.role == ChatRole::Assistant) obj["model"] = m.model;
-        if (m.stopped && m.role == ChatRole::Assistant) obj["stopped"] = true;
-        if (m.figures.tokens > 0 && m.role == ChatRole::Assistant)
-            obj["figures"] = {{"tokens", m.figures.tokens},
-                              {"tokens_per_second", m.figures.tokensPerSecond},
-                              {"first_token_seconds", m.figures.firstTokenSeconds}};
         // A generation cut mid-character leaves invalid UTF-8; the transcript must still save.
-        out += obj.dump(-1, ' ', false, Json::error_handler_t::replace);
+        out +=
+            messageJson(m).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
         out += '\n';
     }
     return out;

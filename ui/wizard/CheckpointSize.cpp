@@ -1,0 +1,63 @@
+#include "wizard/CheckpointSize.h"
+
+#include <QFutureWatcher>
+#include <QtConcurrent>
+
+#include <filesystem>
+#include <system_error>
+
+#include <k3/memory_plan.hpp>
+
+CheckpointSize::CheckpointSize(QObject* parent) : QObject(parent) {}
+
+void CheckpointSize::request(const k3::DownloadOptions& options) {
+    const int generation = ++m_generation;
+    m_pending = true;
+    m_answer = {};
+    emit changed();
+    auto* watcher = new QFutureWatcher<Answer>(this);
+    connect(watcher, &QFutureWatcher<Answer>::finished, this, [this, watcher, generation] {
+        watcher->deleteLater();
+        if (generation != m_generation) return; // the fields changed since
+        m_answer = watcher->result();
+        m_pending = false;
+        emit changed();
+    });
+    watcher->setFuture(QtConcurrent::run([options] { return compute(options); }));
+}
+
+CheckpointSize::Answer CheckpointSize::compute(const k3::DownloadOptions& options) {
+    namespace fs = std::filesystem;
+    try {
+        Answer a;
+        a.fromListing = true;
+        a.total = 0;
+        a.needed = 0;
+        for (const k3::HubFile& file : k3::fetchFileList(options)) {
+            // As the downloader: nested files (README figures) are not part of the checkpoint.
+            if (file.name.find('/') != std::string::npos) continue;
+            std::error_code ec;
+            std::uint64_t have = 0;
+            const fs::path final = options.destination / file.name;
+            const fs::path partial = options.destination / (file.name + ".partial");
+            if (const auto size = fs::file_size(final, ec); !ec && size == file.size)
+                have = file.size;
+            else if (const auto p = fs::file_size(partial, ec); !ec && p <= file.size)
+                have = p;
+            *a.total += file.size;
+            *a.needed += file.size - have;
+        }
+        return a;
+    } catch (const std::exception&) {
+        // No answer (offline, a token missing): the official checkpoint's size is still known.
+        if (options.repo == k3::kDefaultHubRepo && options.revision == k3::kDefaultHubRevision)
+            return {kOfficialBytes, kOfficialBytes, false};
+        return {};
+    }
+}
+
+QString CheckpointSize::sizeText(quint64 bytes) {
+    if (bytes >= 1'000'000'000'000ull)
+        return QStringLiteral("%1 TB").arg(double(bytes) / 1e12, 0, 'f', 2);
+    return QString::fromStdString(k3::formatBytes(bytes));
+}
