@@ -665,58 +665,57 @@ void TestTranscript::transcriptsWithoutToolFieldsAreUnchanged() {
     }
     QCOMPARE(messages[3].name, std::string("clock"));
     QCOMPARE(k3::formatTranscript(messages), old);
+}
 
-    // Regenerated answers and edited questions: the lines are the shown branch (what
-    // k3 --chat --history renders and continues); the other versions ride on the message
-    // they are versions of, each with what followed it, and survive a round trip.
-    void TestTranscript::versionsAreKeptBesideTheShownBranch() {
-        ChatMessage shown{ChatRole::Assistant, "third", "", {}};
-        shown.versionIndex = 2;
-        shown.otherVersions = {{{ChatRole::Assistant, "first", "", {}},
-                                {ChatRole::User, "more", {}, {}},
-                                {ChatRole::Assistant, "after first", "", {}}},
-                               {{ChatRole::Assistant, "second", "", {}}}};
-        const std::vector<ChatMessage> messages = {
-            {ChatRole::System, "be brief", {}, {}}, {ChatRole::User, "hi", {}, {}}, shown};
-        const std::string text = k3::formatTranscript(messages);
-        QCOMPARE(text,
-                 std::string(
-                     "{\"role\":\"system\",\"content\":\"be brief\"}\n"
-                     "{\"role\":\"user\",\"content\":\"hi\"}\n"
-                     "{\"role\":\"assistant\",\"content\":\"third\",\"reasoning_content\":\"\","
-                     "\"versions\":{\"index\":2,\"others\":["
-                     "[{\"role\":\"assistant\",\"content\":\"first\",\"reasoning_content\":\"\"},"
-                     "{\"role\":\"user\",\"content\":\"more\"},"
-                     "{\"role\":\"assistant\",\"content\":\"after first\","
-                     "\"reasoning_content\":\"\"}],"
-                     "[{\"role\":\"assistant\",\"content\":\"second\","
-                     "\"reasoning_content\":\"\"}]]}}\n"));
-        const auto back = k3::parseTranscript(text, "h.jsonl");
-        QVERIFY(back == messages);
-        QCOMPARE(back.size(), std::size_t(3));
-        QCOMPARE(back[2].versionIndex, 2);
-        QCOMPARE(back[2].otherVersions.size(), std::size_t(2));
-        QCOMPARE(back[2].otherVersions[0][2].content, std::string("after first"));
-        // The render sees only the shown branch.
-        QCOMPARE(
-            k3::renderChat(back),
-            k3::renderChat({messages[0], messages[1], {ChatRole::Assistant, "third", "", {}}}));
-        // An old transcript has no versions.
-        const auto old = k3::parseTranscript(R"({"role":"assistant","content":"x"})", "h.jsonl");
-        QVERIFY(old[0].otherVersions.empty());
-        QCOMPARE(old[0].versionIndex, 0);
-        QCOMPARE(
-            errorOf(R"({"role":"user","content":"x","versions":[]})"),
-            std::string(R"(h.jsonl:1: field "versions" must be an object with an array "others")"));
-        QCOMPARE(
-            errorOf(
-                R"({"role":"user","content":"x","versions":{"index":2,"others":[[{"role":"user","content":"y"}]]}})"),
-            std::string(R"(h.jsonl:1: field "versions.index" must be a whole number from 0 to 1)"));
-        QCOMPARE(
-            errorOf(
-                R"({"role":"user","content":"x","versions":{"index":0,"others":[[{"role":"user"}]]}})"),
-            std::string(R"(h.jsonl:1: missing field "content")"));
-    }
+// Regenerated answers and edited questions: the lines are the shown branch (what
+// k3 --chat --history renders and continues); the other versions ride on the message
+// they are versions of, each with what followed it, and survive a round trip.
+void TestTranscript::versionsAreKeptBesideTheShownBranch() {
+    ChatMessage shown{ChatRole::Assistant, "third", "", {}};
+    shown.versionIndex = 2;
+    shown.otherVersions = {{{ChatRole::Assistant, "first", "", {}},
+                            {ChatRole::User, "more", {}, {}},
+                            {ChatRole::Assistant, "after first", "", {}}},
+                           {{ChatRole::Assistant, "second", "", {}}}};
+    const std::vector<ChatMessage> messages = {
+        {ChatRole::System, "be brief", {}, {}}, {ChatRole::User, "hi", {}, {}}, shown};
+    const std::string text = k3::formatTranscript(messages);
+    QCOMPARE(text, std::string(
+                       "{\"role\":\"system\",\"content\":\"be brief\"}\n"
+                       "{\"role\":\"user\",\"content\":\"hi\"}\n"
+                       "{\"role\":\"assistant\",\"content\":\"third\",\"reasoning_content\":\"\","
+                       "\"versions\":{\"index\":2,\"others\":["
+                       "[{\"role\":\"assistant\",\"content\":\"first\",\"reasoning_content\":\"\"},"
+                       "{\"role\":\"user\",\"content\":\"more\"},"
+                       "{\"role\":\"assistant\",\"content\":\"after first\","
+                       "\"reasoning_content\":\"\"}],"
+                       "[{\"role\":\"assistant\",\"content\":\"second\","
+                       "\"reasoning_content\":\"\"}]]}}\n"));
+    const auto back = k3::parseTranscript(text, "h.jsonl");
+    QVERIFY(back == messages);
+    QCOMPARE(back.size(), std::size_t(3));
+    QCOMPARE(back[2].versionIndex, 2);
+    QCOMPARE(back[2].otherVersions.size(), std::size_t(2));
+    QCOMPARE(back[2].otherVersions[0][2].content, std::string("after first"));
+    // The render sees only the shown branch.
+    QCOMPARE(k3::renderChat(back),
+             k3::renderChat({messages[0], messages[1], {ChatRole::Assistant, "third", "", {}}}));
+    // An old transcript has no versions.
+    const auto old = k3::parseTranscript(R"({"role":"assistant","content":"x"})", "h.jsonl");
+    QVERIFY(old[0].otherVersions.empty());
+    QCOMPARE(old[0].versionIndex, 0);
+    QCOMPARE(
+        errorOf(R"({"role":"user","content":"x","versions":[]})"),
+        std::string(R"(h.jsonl:1: field "versions" must be an object with an array "others")"));
+    QCOMPARE(
+        errorOf(
+            R"({"role":"user","content":"x","versions":{"index":2,"others":[[{"role":"user","content":"y"}]]}})"),
+        std::string(R"(h.jsonl:1: field "versions.index" must be a whole number from 0 to 1)"));
+    QCOMPARE(
+        errorOf(
+            R"({"role":"user","content":"x","versions":{"index":0,"others":[[{"role":"user"}]]}})"),
+        std::string(R"(h.jsonl:1: missing field "content")"));
+}
 
-    QTEST_GUILESS_MAIN(TestTranscript)
+QTEST_GUILESS_MAIN(TestTranscript)
 #include "tst_transcript.moc"
