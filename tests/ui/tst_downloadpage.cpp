@@ -91,10 +91,10 @@ private:
     qint64 totalBytes_ = 0;
 
     QString www() const { return tmp_.path() + QStringLiteral("/www"); }
-    // Access-log lines "URI STATUS "RANGE"" for one blob.
+    // Access-log lines "URI STATUS "RANGE"" for one blob, once nginx has written them all.
     QStringList blobRequests(const QString& name) const {
         QStringList lines;
-        for (const QString& line : nginx_.accessLog())
+        for (const QString& line : nginx_.settledAccessLog())
             if (line.startsWith(QStringLiteral("/blobs/") + name + QLatin1Char(' '))) lines << line;
         return lines;
     }

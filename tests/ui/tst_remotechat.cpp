@@ -105,11 +105,26 @@ struct K3Serve {
     }
 };
 
-void connectTo(MainWindow& window, const ServerUnderTest& server, const QString& model) {
+void connectTo(MainWindow& window, const QString& url, const QString& model) {
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.connectRemote(server.url, model, QString());
+    window.connectRemote(url, model, QString());
     QVERIFY(ready.wait(10000));
     QTRY_VERIFY(window.composer()->isReady());
+}
+
+void connectTo(MainWindow& window, const ServerUnderTest& server, const QString& model) {
+    connectTo(window, server.url, model);
+}
+
+// Sampled answers from the real server: temperature 2 with a fixed seed.
+void saveSampling(int seed, int maxTokens) {
+    AppSettings settings = AppSettings::load();
+    settings.greedy = false;
+    settings.temperature = 2.0;
+    settings.fixedSeed = true;
+    settings.seed = seed;
+    settings.maxTokens = maxTokens;
+    settings.save();
 }
 
 } // namespace
@@ -347,19 +362,11 @@ private slots:
     void realK3ServeStreamsAThinkBlock() {
         K3Serve server;
         QVERIFY(server.start());
-        AppSettings settings = AppSettings::load();
-        settings.greedy = false;
-        settings.temperature = 2.0;
-        settings.fixedSeed = true;
-        settings.seed = 6;
-        settings.maxTokens = 40;
-        settings.save();
+        saveSampling(6, 40);
         MainWindow window;
         window.show();
-        QSignalSpy ready(&window, &MainWindow::modelReady);
-        window.connectRemote(server.url, QStringLiteral("demo"), QString());
-        QVERIFY(ready.wait(10000));
-        QTRY_VERIFY(window.composer()->isReady());
+        connectTo(window, server.url, QStringLiteral("demo"));
+        if (QTest::currentTestFailed()) return;
         QCOMPARE(window.statusBar()->currentMessage(),
                  QStringLiteral("demo · remote: %1 · ready").arg(server.root));
         window.composer()->setThinking(true);
@@ -427,18 +434,10 @@ private slots:
     void stopCancelsTheRealServersGeneration() {
         K3Serve server;
         QVERIFY(server.start());
-        AppSettings settings = AppSettings::load();
-        settings.greedy = false;
-        settings.temperature = 2.0;
-        settings.fixedSeed = true;
-        settings.seed = 3;
-        settings.maxTokens = 3000;
-        settings.save();
+        saveSampling(3, 3000);
         MainWindow window;
-        QSignalSpy ready(&window, &MainWindow::modelReady);
-        window.connectRemote(server.url, QStringLiteral("demo"), QString());
-        QVERIFY(ready.wait(10000));
-        QTRY_VERIFY(window.composer()->isReady());
+        connectTo(window, server.url, QStringLiteral("demo"));
+        if (QTest::currentTestFailed()) return;
         window.composer()->setThinking(true);
         ConversationModel* model = window.conversationView()->conversation();
         QElapsedTimer sinceSend, sinceStop;

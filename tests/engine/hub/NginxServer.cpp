@@ -1,5 +1,8 @@
 #include "NginxServer.hpp"
 
+#include <QElapsedTimer>
+#include <QThread>
+
 #include <QDir>
 #include <QFile>
 #include <QStandardPaths>
@@ -137,4 +140,20 @@ QStringList NginxServer::accessLog() const {
     QFile file(dir_ + QStringLiteral("/access.log"));
     if (!file.open(QIODevice::ReadOnly)) return {};
     return QString::fromUtf8(file.readAll()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+}
+
+QStringList NginxServer::settledAccessLog() const {
+    QStringList last = accessLog();
+    QElapsedTimer quiet, total;
+    quiet.start();
+    total.start();
+    while (quiet.elapsed() < 300 && total.elapsed() < 3000) {
+        QThread::msleep(20);
+        QStringList now = accessLog();
+        if (now != last) {
+            last = std::move(now);
+            quiet.restart();
+        }
+    }
+    return last;
 }
