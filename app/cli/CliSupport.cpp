@@ -89,7 +89,7 @@ std::string cliAdvice(const std::exception& error) {
     if (refusal == nullptr) return {};
     switch (refusal->reason()) {
     case k3::MemoryRefusal::Reason::TrunkTooSmall:
-        return " Raise --trunk-gb to at least " + formatBytes(double(refusal->minTrunkBytes())) +
+        return " Raise --trunk-gb to at least " + k3::formatBytes(refusal->minTrunkBytes()) +
                " (or choose a larger --preset).";
     case k3::MemoryRefusal::Reason::ContextTooBig:
         return " Options: --context " + std::to_string(refusal->fitPositions()) +
@@ -185,19 +185,6 @@ bool progressDue(bool last) {
     if (!last && now - previous < std::chrono::milliseconds(100)) return false;
     previous = now;
     return true;
-}
-
-std::string formatBytes(double bytes) {
-    char text[64];
-    if (bytes >= 1e9)
-        std::snprintf(text, sizeof text, "%.2f GB", bytes / 1e9);
-    else if (bytes >= 1e6)
-        std::snprintf(text, sizeof text, "%.1f MB", bytes / 1e6);
-    else if (bytes >= 1e3)
-        std::snprintf(text, sizeof text, "%.1f KB", bytes / 1e3);
-    else
-        std::snprintf(text, sizeof text, "%.0f B", bytes);
-    return text;
 }
 
 std::string formatDuration(double seconds) {

@@ -68,8 +68,9 @@ bool progressDue(bool last);
 // Peak resident set of this process (VmHWM in /proc/self/status), 0 when unknown.
 std::uint64_t peakRssBytes();
 
-// "1.23 GB", "456.7 MB", "12.0 KB", "17 B" (decimal units, like the seed's report).
-std::string formatBytes(double bytes);
+// Sizes are written with k3::formatBytes (k3/memory_plan.hpp), the engine's one format:
+// "1.23 GB", "456.70 MB", "12.00 KB", "17 B".
+
 // "0.42 s", "3 min 12 s", "1 h 04 min".
 std::string formatDuration(double seconds);
 

@@ -11,6 +11,8 @@
 #include "cli/CliSupport.hpp"
 #include "cli/Commands.hpp"
 
+#include <k3/memory_plan.hpp>
+
 class TestCliSupport : public QObject {
     Q_OBJECT
 private slots:
@@ -99,9 +101,15 @@ void TestCliSupport::terminalSafeEscapesControls() {
 }
 
 void TestCliSupport::formatters() {
-    QCOMPARE(k3cli::formatBytes(8.24e9), std::string("8.24 GB"));
-    QCOMPARE(k3cli::formatBytes(1.5e6), std::string("1.5 MB"));
-    QCOMPARE(k3cli::formatBytes(17), std::string("17 B"));
+    // The CLI writes sizes with the engine's formatter (one format for the plan, the
+    // advice and the download progress): two decimals from KB up.
+    QCOMPARE(k3::formatBytes(8'240'000'000ull), std::string("8.24 GB"));
+    QCOMPARE(k3::formatBytes(1'500'000ull), std::string("1.50 MB"));
+    QCOMPARE(k3::formatBytes(12'000ull), std::string("12.00 KB"));
+    QCOMPARE(k3::formatBytes(17ull), std::string("17 B"));
+    QCOMPARE(k3cli::cliAdvice(
+                 k3::MemoryRefusal("x", k3::MemoryRefusal::Reason::TrunkTooSmall, 25'500'000ull)),
+             std::string(" Raise --trunk-gb to at least 25.50 MB (or choose a larger --preset)."));
     QCOMPARE(k3cli::formatDuration(0.42), std::string("0.42 s"));
     QCOMPARE(k3cli::formatDuration(192), std::string("3 min 12 s"));
     QCOMPARE(k3cli::formatDuration(3840), std::string("1 h 04 min"));
