@@ -21,6 +21,7 @@ private slots:
     void samplingFollowsTheSeed();
     void terminalSafeEscapesControls();
     void formatters();
+    void pinModeParsesAndRefusesNamingTheValue();
     void interruptHandledOnAnotherThreadEndsThePromptWait();
     void interruptBeforeTheWaitIsSeen();
     void promptReadsLinesThenTheEnd();
@@ -71,6 +72,28 @@ void TestCliSupport::idListRefusesNamingTheItem() {
     QVERIFY(refused("").find("(item 1)") != std::string::npos);
     QVERIFY(refused("1;2").find("\"1;2\" (item 1)") != std::string::npos);
     QVERIFY(refused("99999999999").find("(item 1)") != std::string::npos); // overflows int32
+}
+
+// --pin-mode (k3, k3 --chat, k3 serve): the three words, and a refusal naming the value.
+void TestCliSupport::pinModeParsesAndRefusesNamingTheValue() {
+    QVERIFY(k3cli::parsePinMode("raw") == k3::PinMode::Raw);
+    QVERIFY(k3cli::parsePinMode("compressed") == k3::PinMode::Compressed);
+    QVERIFY(k3cli::parsePinMode("measured") == k3::PinMode::Measured);
+    QCOMPARE(std::string(k3cli::pinModeName(k3::PinMode::Compressed)), std::string("compressed"));
+    for (const std::string bad : {"fast", "Raw", "", "raw "}) {
+        try {
+            k3cli::parsePinMode(bad);
+            QFAIL(("accepted --pin-mode \"" + bad + "\"").c_str());
+        } catch (const k3cli::CommandError& e) {
+            QCOMPARE(e.exitCode, k3cli::kExitUsage);
+            QCOMPARE(e.message,
+                     "--pin-mode \"" + bad +
+                         "\" is not a pin mode: use raw (pinned layers decoded once, at load), "
+                         "compressed (kept compressed, decoded at each use: a budget pins more "
+                         "layers) or measured (compressed where a measurement at load says it "
+                         "pays; the default)");
+        }
+    }
 }
 
 void TestCliSupport::samplingFollowsTheSeed() {
