@@ -44,6 +44,11 @@ void resolveMemory(const CLI::App& app, const CLI::Option* presetOpt, const CLI:
     if (preset || m.budget.cacheBytes) m.cacheGB = double(m.budget.resolvedCacheBytes()) / 1e9;
 }
 
+constexpr const char* kPinModeHelp =
+    "How a compressed trunk's pinned layers are held: raw (decoded once, at load), "
+    "compressed (decoded at each use, so the budget pins more layers) or measured (compressed "
+    "where a measurement at load says it pays; the default)";
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -118,6 +123,10 @@ int main(int argc, char** argv) {
         ->check(CLI::ExistingDirectory)
         ->group(memoryGroup)
         ->type_name("DIR");
+    std::string pinModeText;
+    CLI::Option* pinModeOpt = app.add_option("--pin-mode", pinModeText, kPinModeHelp)
+                                  ->group(memoryGroup)
+                                  ->type_name("raw|compressed|measured");
     app.add_option("--dump-cache-trace", model.memory.cacheTraceDir,
                    "Write the expert-cache request trace to DIR: expert_requests.tsv (step, layer, "
                    "expert, hit), expert_trace.bin and expert_hist.json (needs a cache)")
@@ -324,6 +333,9 @@ int main(int argc, char** argv) {
     serve->add_option("--trunk", sv.model.memory.trunkDir, "The packed trunk folder")
         ->check(CLI::ExistingDirectory)
         ->type_name("DIR");
+    std::string servePinModeText;
+    CLI::Option* servePinModeOpt = serve->add_option("--pin-mode", servePinModeText, kPinModeHelp)
+                                       ->type_name("raw|compressed|measured");
     serve->add_option("--context", sv.model.context, "Positions a conversation may hold")
         ->check(CLI::Range(16, 1 << 20))
         ->type_name("N");
@@ -414,6 +426,8 @@ int main(int argc, char** argv) {
             sv.model.tokenizerGiven = serveTokOpt->count() > 0;
             resolveMemory(*serve, servePresetOpt, serveTrunkGbOpt, serveCacheGbOpt, serveTrunkGB,
                           serveCacheGB, sv.model.memory);
+            if (servePinModeOpt->count())
+                sv.model.memory.pinMode = k3cli::parsePinMode(servePinModeText);
             if (!serveSpec.empty())
                 sv.model.speculation = serveSpec == "auto" ? -1 : std::stoi(serveSpec);
             return k3cli::runServe(sv);
@@ -429,6 +443,7 @@ int main(int argc, char** argv) {
 
         model.tokenizerGiven = tokOpt->count() > 0;
         resolveMemory(app, presetOpt, trunkGbOpt, cacheGbOpt, trunkGB, cacheGB, model.memory);
+        if (pinModeOpt->count()) model.memory.pinMode = k3cli::parsePinMode(pinModeText);
         if (!specText.empty()) model.speculation = specText == "auto" ? -1 : std::stoi(specText);
         if (!model.draftDir.empty() && specText.empty()) model.speculation = -1;
         if (temperatureOpt->count()) model.sampling.temperature = temperature;

@@ -54,13 +54,20 @@ public:
         if (!ev.responseDelta.empty()) {
             closeThink();
             std::fputs(shown(ev.responseDelta).c_str(), stdout);
+            answered_ = true;
         }
         std::fflush(stdout);
     }
 
-    void finish() {
+    // Ends the answer; then each tool call the answer makes, one line each:
+    // "[tool call] get_weather({"city":"Oslo"})" (the arguments as the JSON text they are).
+    void finish(const std::vector<k3::ChatToolCall>& calls = {}) {
         closeThink();
-        std::fputs("\n", stdout);
+        if (answered_ || calls.empty()) std::fputs("\n", stdout);
+        for (const k3::ChatToolCall& call : calls)
+            std::fputs(
+                ("[tool call] " + shown(call.name) + "(" + shown(call.arguments) + ")\n").c_str(),
+                stdout);
         std::fflush(stdout);
     }
 
@@ -77,6 +84,7 @@ private:
     bool tty_;
     bool progress_;
     bool inThink_ = false;
+    bool answered_ = false; // answer text was printed
 };
 
 std::vector<k3::ChatMessage> initialHistory(const ChatArgs& args) {
@@ -298,7 +306,8 @@ int chatLoop(const ChatArgs& args, k3::ChatBackend& backend, std::vector<k3::Cha
             throw CommandError{kExitFailure,
                                std::string("the forward pass failed: ") + error.what()};
         }
-        printer.finish();
+        // The calls stay in the reply (history), so the next turn sends them back.
+        printer.finish(r.reply.toolCalls);
         seen = interruptCount(); // a press during the answer stopped it; it is not a prompt press
         if (r.cancelled && r.tokenCount() == 0) {
             history.pop_back(); // stopped before any answer: as if never sent

@@ -89,7 +89,7 @@ std::string cliAdvice(const std::exception& error) {
     if (refusal == nullptr) return {};
     switch (refusal->reason()) {
     case k3::MemoryRefusal::Reason::TrunkTooSmall:
-        return " Raise --trunk-gb to at least " + formatBytes(double(refusal->minTrunkBytes())) +
+        return " Raise --trunk-gb to at least " + k3::formatBytes(refusal->minTrunkBytes()) +
                " (or choose a larger --preset).";
     case k3::MemoryRefusal::Reason::ContextTooBig:
         return " Options: --context " + std::to_string(refusal->fitPositions()) +
@@ -187,17 +187,27 @@ bool progressDue(bool last) {
     return true;
 }
 
-std::string formatBytes(double bytes) {
-    char text[64];
-    if (bytes >= 1e9)
-        std::snprintf(text, sizeof text, "%.2f GB", bytes / 1e9);
-    else if (bytes >= 1e6)
-        std::snprintf(text, sizeof text, "%.1f MB", bytes / 1e6);
-    else if (bytes >= 1e3)
-        std::snprintf(text, sizeof text, "%.1f KB", bytes / 1e3);
-    else
-        std::snprintf(text, sizeof text, "%.0f B", bytes);
-    return text;
+k3::PinMode parsePinMode(const std::string& text) {
+    if (text == "raw") return k3::PinMode::Raw;
+    if (text == "compressed") return k3::PinMode::Compressed;
+    if (text == "measured") return k3::PinMode::Measured;
+    throw usageError("--pin-mode \"" + text +
+                     "\" is not a pin mode: use raw (pinned layers decoded once, at load), "
+                     "compressed (kept compressed, decoded at each use: a budget pins more "
+                     "layers) or measured (compressed where a measurement at load says it "
+                     "pays; the default)");
+}
+
+const char* pinModeName(k3::PinMode mode) {
+    switch (mode) {
+    case k3::PinMode::Raw:
+        return "raw";
+    case k3::PinMode::Compressed:
+        return "compressed";
+    case k3::PinMode::Measured:
+        return "measured";
+    }
+    return "measured";
 }
 
 std::string formatDuration(double seconds) {

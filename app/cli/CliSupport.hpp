@@ -2,6 +2,8 @@
 // What every `k3` command shares: exit codes, the one-paragraph error, terminal
 // detection, Ctrl-C, and the small formatters the reports use.
 
+#include <k3/memory_plan.hpp>
+
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -68,8 +70,15 @@ bool progressDue(bool last);
 // Peak resident set of this process (VmHWM in /proc/self/status), 0 when unknown.
 std::uint64_t peakRssBytes();
 
-// "1.23 GB", "456.7 MB", "12.0 KB", "17 B" (decimal units, like the seed's report).
-std::string formatBytes(double bytes);
+// Sizes are written with k3::formatBytes (k3/memory_plan.hpp), the engine's one format:
+// "1.23 GB", "456.70 MB", "12.00 KB", "17 B".
+
+// --pin-mode: "raw", "compressed" or "measured"; anything else is a usage error naming
+// the value and the three choices.
+k3::PinMode parsePinMode(const std::string& text);
+// The flag's word for a mode ("measured").
+const char* pinModeName(k3::PinMode mode);
+
 // "0.42 s", "3 min 12 s", "1 h 04 min".
 std::string formatDuration(double seconds);
 

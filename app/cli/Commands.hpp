@@ -12,9 +12,9 @@
 
 namespace k3cli {
 
-// --preset / --trunk-gb / --cache-gb / --trunk / --dump-cache-trace. With --trunk the
-// trunk streams from the packed trunk within the trunk budget; a cache budget sends the
-// routed experts through the expert cache.
+// --preset / --trunk-gb / --cache-gb / --trunk / --pin-mode / --dump-cache-trace. With
+// --trunk the trunk streams from the packed trunk within the trunk budget; a cache budget
+// sends the routed experts through the expert cache.
 struct MemoryArgs {
     k3::LaunchBudget budget;       // the flags in order (k3::resolveMemoryFlags)
     std::string preset;            // as asked ("auto" resolved into resolvedPreset)
@@ -23,6 +23,7 @@ struct MemoryArgs {
     std::optional<double> cacheGB;
     std::string trunkDir;
     std::string cacheTraceDir;
+    k3::PinMode pinMode = k3::PinMode::Measured; // --pin-mode (a compressed trunk's pinned layers)
 };
 
 // Sampling as the seed defines it: greedy unless --temperature, --top-p or --seed is

@@ -5,9 +5,11 @@
 #include "Commands.hpp"
 
 #include <k3/hub.hpp>
+#include <k3/memory_plan.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -31,7 +33,7 @@ double fractionOf(std::uint64_t done, std::uint64_t total) {
 }
 
 std::string speed(double bytesPerSecond) {
-    return formatBytes(bytesPerSecond) + "/s";
+    return k3::formatBytes(std::uint64_t(std::llround(bytesPerSecond))) + "/s";
 }
 
 class DownloadPrinter : public k3::DownloadObserver {
@@ -42,7 +44,7 @@ public:
         std::lock_guard lock(mutex_);
         std::uint64_t total = 0;
         for (const auto& f : files) total += f.size;
-        printAbove(std::to_string(files.size()) + " files, " + formatBytes(double(total)));
+        printAbove(std::to_string(files.size()) + " files, " + k3::formatBytes(total));
     }
 
     void onFileProgress(const k3::FileProgress& p) override {
@@ -52,7 +54,7 @@ public:
         } else {
             files_.erase(p.name);
             if (p.state == k3::FileState::Done)
-                printAbove("done   " + p.name + " (" + formatBytes(double(p.bytesTotal)) + ")");
+                printAbove("done   " + p.name + " (" + k3::formatBytes(p.bytesTotal) + ")");
             else if (p.state == k3::FileState::Failed)
                 printAbove("failed " + p.name);
         }
@@ -91,21 +93,20 @@ private:
         std::snprintf(text, sizeof text, "total %s %5.1f%%  %s / %s  files %zu/%zu  %s  ETA %s",
                       bar(fractionOf(o.bytesDone, o.bytesTotal)).c_str(),
                       100.0 * fractionOf(o.bytesDone, o.bytesTotal),
-                      formatBytes(double(o.bytesDone)).c_str(),
-                      formatBytes(double(o.bytesTotal)).c_str(), o.filesDone, o.filesTotal,
-                      speed(o.bytesPerSecond).c_str(), eta.c_str());
+                      k3::formatBytes(o.bytesDone).c_str(), k3::formatBytes(o.bytesTotal).c_str(),
+                      o.filesDone, o.filesTotal, speed(o.bytesPerSecond).c_str(), eta.c_str());
         return text;
     }
 
     static std::string fileLine(const k3::FileProgress& p) {
         char text[512];
-        std::snprintf(
-            text, sizeof text, "  %s %5.1f%%  %s / %s  %s  %s",
-            bar(fractionOf(p.bytesDone, p.bytesTotal), 16).c_str(),
-            100.0 * fractionOf(p.bytesDone, p.bytesTotal), formatBytes(double(p.bytesDone)).c_str(),
-            formatBytes(double(p.bytesTotal)).c_str(),
-            p.state == k3::FileState::Verifying ? "verifying" : speed(p.bytesPerSecond).c_str(),
-            terminalSafe(p.name).c_str());
+        std::snprintf(text, sizeof text, "  %s %5.1f%%  %s / %s  %s  %s",
+                      bar(fractionOf(p.bytesDone, p.bytesTotal), 16).c_str(),
+                      100.0 * fractionOf(p.bytesDone, p.bytesTotal),
+                      k3::formatBytes(p.bytesDone).c_str(), k3::formatBytes(p.bytesTotal).c_str(),
+                      p.state == k3::FileState::Verifying ? "verifying"
+                                                          : speed(p.bytesPerSecond).c_str(),
+                      terminalSafe(p.name).c_str());
         return text;
     }
 

@@ -5,6 +5,7 @@
 #include "SessionLoader.hpp"
 
 #include <k3/chat.hpp>
+#include <k3/memory_plan.hpp>
 #include <k3/presets.hpp>
 #include <k3/session.hpp>
 #include <k3/version.hpp>
@@ -163,7 +164,9 @@ private:
     std::uint64_t seenRequests_ = 0, seenHits_ = 0;
 };
 
-nlohmann::ordered_json planJson(const MemoryArgs& m, const k3::Session& session) {
+// `memory`: the session's report after the run (read once by the caller).
+nlohmann::ordered_json planJson(const MemoryArgs& m, const k3::Session& session,
+                                const k3::MemoryReport& memory) {
     nlohmann::ordered_json plan;
     plan["streaming"] = !m.trunkDir.empty();            // the trunk streams from trunk.bin
     plan["expert_cache"] = m.cacheGB && *m.cacheGB > 0; // routed experts through the cache
@@ -175,9 +178,10 @@ nlohmann::ordered_json planJson(const MemoryArgs& m, const k3::Session& session)
     plan["cache_gb"] = m.cacheGB ? nlohmann::ordered_json(*m.cacheGB) : nlohmann::ordered_json();
     plan["trunk_dir"] =
         m.trunkDir.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(m.trunkDir);
+    plan["pin_mode"] = pinModeName(m.pinMode);
     plan["dump_cache_trace"] = m.cacheTraceDir.empty() ? nlohmann::ordered_json()
                                                        : nlohmann::ordered_json(m.cacheTraceDir);
-    plan["memory"] = session.memoryReport().format();
+    plan["memory"] = memory.format();
     return plan;
 }
 
@@ -185,7 +189,7 @@ void printPlan(const MemoryArgs& m, const k3::Session& session) {
     // Everything added up before anything was allocated (the engine's plan).
     std::printf("%s", session.memoryReport().plan.format().c_str());
     std::printf("  weights (resident)  %s\n",
-                formatBytes(double(session.model().weightBytes())).c_str());
+                k3::formatBytes(session.model().weightBytes()).c_str());
     if (!m.preset.empty() || m.trunkGB || m.cacheGB || !m.trunkDir.empty()) {
         std::string asked = m.preset.empty() ? std::string() : "preset " + m.preset;
         if (!m.resolvedPreset.empty() && m.resolvedPreset != m.preset)
@@ -347,7 +351,8 @@ int runBatch(const RunArgs& args) {
                 result.prefillPositions, result.prefillChunks, session.prefillChunk(),
                 double(result.prefillTrunkBytes) / 1e9, double(result.prefillExpertBytes) / 1e9,
                 result.prefillSeconds, positionsPerSecond);
-    // Cache and trunk summaries, the I/O share of wall clock and PEAK RSS.
+    // Cache and trunk summaries, the I/O share of wall clock and PEAK RSS. Read once: the
+    // printed summary and the report's figures are the same snapshot.
     const k3::MemoryReport summary = session.memoryReport();
     std::fputs(summary.format().c_str(), stdout);
 
@@ -388,7 +393,7 @@ int runBatch(const RunArgs& args) {
                            {"top_p", options.sampling.topP},
                            {"seed", sampling.seedGiven ? nlohmann::ordered_json(sampling.seed)
                                                        : nlohmann::ordered_json()}}}};
-    report["plan"] = planJson(args.model.memory, session);
+    report["plan"] = planJson(args.model.memory, session, summary);
     report["prompt"] = {{"tokens", promptIds.size()}, {"ids", promptIds}};
     if (session.hasTokenizer()) report["prompt"]["text"] = promptText;
     nlohmann::ordered_json tokens = nlohmann::ordered_json::array();
@@ -423,8 +428,8 @@ int runBatch(const RunArgs& args) {
         {"proposer", args.model.draftDir.empty() ? "prompt lookup" : "draft trunk"},
         {"draft_trunk", args.model.draftDir.empty() ? nlohmann::ordered_json()
                                                     : nlohmann::ordered_json(args.model.draftDir)},
-        {"draft_bytes", session.memoryReport().draftBytes},
-        {"draft_file_bytes", session.memoryReport().draftFileBytes},
+        {"draft_bytes", summary.draftBytes},
+        {"draft_file_bytes", summary.draftFileBytes},
         {"proposals", result.proposed},
         {"accepted", result.acceptedProposals},
         {"decode_passes", result.decodePasses},
@@ -440,7 +445,7 @@ int runBatch(const RunArgs& args) {
     report["dropped_experts"] = result.droppedExperts;
     report["non_finite"] = result.nonFinite;
     report["cancelled"] = result.cancelled;
-    const k3::MemoryReport mem = session.memoryReport();
+    const k3::MemoryReport& mem = summary;
     report["trunk"] = {{"streamed", mem.trunkStreamed},
                        {"pinned_layers", mem.trunk.pinnedLayers},
                        {"total_layers", mem.trunk.totalLayers},

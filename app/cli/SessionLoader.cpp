@@ -55,6 +55,7 @@ LoadedSession openModel(const ModelArgs& args, TokenizerNeed need) {
     launch.modelDir = args.modelDir;
     launch.trunkDir = args.memory.trunkDir;
     launch.budget = args.memory.budget;
+    launch.pinMode = args.memory.pinMode;
     launch.prefillChunk = args.prefillChunk;
     launch.contextLength = args.context;
     // The rollback record the plan counts is sized for the widest verification asked for.

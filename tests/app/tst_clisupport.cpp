@@ -11,6 +11,8 @@
 #include "cli/CliSupport.hpp"
 #include "cli/Commands.hpp"
 
+#include <k3/memory_plan.hpp>
+
 class TestCliSupport : public QObject {
     Q_OBJECT
 private slots:
@@ -19,6 +21,7 @@ private slots:
     void samplingFollowsTheSeed();
     void terminalSafeEscapesControls();
     void formatters();
+    void pinModeParsesAndRefusesNamingTheValue();
     void interruptHandledOnAnotherThreadEndsThePromptWait();
     void interruptBeforeTheWaitIsSeen();
     void promptReadsLinesThenTheEnd();
@@ -71,6 +74,28 @@ void TestCliSupport::idListRefusesNamingTheItem() {
     QVERIFY(refused("99999999999").find("(item 1)") != std::string::npos); // overflows int32
 }
 
+// --pin-mode (k3, k3 --chat, k3 serve): the three words, and a refusal naming the value.
+void TestCliSupport::pinModeParsesAndRefusesNamingTheValue() {
+    QVERIFY(k3cli::parsePinMode("raw") == k3::PinMode::Raw);
+    QVERIFY(k3cli::parsePinMode("compressed") == k3::PinMode::Compressed);
+    QVERIFY(k3cli::parsePinMode("measured") == k3::PinMode::Measured);
+    QCOMPARE(std::string(k3cli::pinModeName(k3::PinMode::Compressed)), std::string("compressed"));
+    for (const std::string bad : {"fast", "Raw", "", "raw "}) {
+        try {
+            k3cli::parsePinMode(bad);
+            QFAIL(("accepted --pin-mode \"" + bad + "\"").c_str());
+        } catch (const k3cli::CommandError& e) {
+            QCOMPARE(e.exitCode, k3cli::kExitUsage);
+            QCOMPARE(e.message,
+                     "--pin-mode \"" + bad +
+                         "\" is not a pin mode: use raw (pinned layers decoded once, at load), "
+                         "compressed (kept compressed, decoded at each use: a budget pins more "
+                         "layers) or measured (compressed where a measurement at load says it "
+                         "pays; the default)");
+        }
+    }
+}
+
 void TestCliSupport::samplingFollowsTheSeed() {
     k3cli::SamplingArgs a;
     QCOMPARE(k3cli::resolveSampling(a).sampling, false); // greedy by default
@@ -99,9 +124,15 @@ void TestCliSupport::terminalSafeEscapesControls() {
 }
 
 void TestCliSupport::formatters() {
-    QCOMPARE(k3cli::formatBytes(8.24e9), std::string("8.24 GB"));
-    QCOMPARE(k3cli::formatBytes(1.5e6), std::string("1.5 MB"));
-    QCOMPARE(k3cli::formatBytes(17), std::string("17 B"));
+    // The CLI writes sizes with the engine's formatter (one format for the plan, the
+    // advice and the download progress): two decimals from KB up.
+    QCOMPARE(k3::formatBytes(8'240'000'000ull), std::string("8.24 GB"));
+    QCOMPARE(k3::formatBytes(1'500'000ull), std::string("1.50 MB"));
+    QCOMPARE(k3::formatBytes(12'000ull), std::string("12.00 KB"));
+    QCOMPARE(k3::formatBytes(17ull), std::string("17 B"));
+    QCOMPARE(k3cli::cliAdvice(
+                 k3::MemoryRefusal("x", k3::MemoryRefusal::Reason::TrunkTooSmall, 25'500'000ull)),
+             std::string(" Raise --trunk-gb to at least 25.50 MB (or choose a larger --preset)."));
     QCOMPARE(k3cli::formatDuration(0.42), std::string("0.42 s"));
     QCOMPARE(k3cli::formatDuration(192), std::string("3 min 12 s"));
     QCOMPARE(k3cli::formatDuration(3840), std::string("1 h 04 min"));

@@ -42,6 +42,47 @@ private slots:
         QCOMPARE(answer["model"].get<std::string>(), std::string("k3-think"));
     }
 
+    // A server's tool calls are printed, one line each (name and the arguments' JSON
+    // text), kept in the conversation and saved, and the next turn sends them back.
+    void toolCallsArePrintedAndSentBack() {
+        FakeOpenAiServer server;
+        QTemporaryDir dir;
+        const QString history = dir.filePath(QStringLiteral("chat.jsonl"));
+        const K3Run r = runK3({QStringLiteral("--remote"), QString::fromStdString(server.url()),
+                               QStringLiteral("--model"), QStringLiteral("k3-tools"),
+                               QStringLiteral("--chat"), QStringLiteral("--history"), history},
+                              "Weather in Oslo?\nAnd the time?\n/exit\n");
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QString turn = QStringLiteral("<think>\nNeed the weather.\n</think>\n"
+                                            "[tool call] get_weather({\"city\":\"Oslo\"})\n"
+                                            "[tool call] clock({})\n");
+        QCOMPARE(r.out, turn + turn);
+        QVERIFY2(r.err.contains(QStringLiteral("[k3-tools: prompt 20 tokens, 9 tokens in ")),
+                 qPrintable(r.err));
+        QVERIFY2(r.err.contains(QStringLiteral("end of turn]")), qPrintable(r.err));
+        // The second request carries the first answer's calls, as OpenAI's API shapes them.
+        const auto body = nlohmann::ordered_json::parse(server.lastBody());
+        QCOMPARE(body["messages"].size(), std::size_t(3));
+        QCOMPARE(body["messages"][1].dump(),
+                 std::string(
+                     "{\"role\":\"assistant\",\"content\":\"\",\"reasoning_content\":\"Need t"
+                     "he weather.\",\"tool_calls\":[{\"id\":\"call_a\",\"type\":\"function\","
+                     "\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Os"
+                     "lo\\\"}\"}},{\"id\":\"call_b\",\"type\":\"function\",\"function\":{\"name\""
+                     ":\"clock\",\"arguments\":\"{}\"}}]}"));
+        QCOMPARE(body["messages"][2].dump(),
+                 std::string(R"({"role":"user","content":"And the time?"})"));
+        QFile saved(history);
+        QVERIFY(saved.open(QIODevice::ReadOnly));
+        const QList<QByteArray> lines = saved.readAll().trimmed().split('\n');
+        QCOMPARE(lines.size(), 4);
+        const auto answer = nlohmann::json::parse(lines[3].toStdString());
+        QCOMPARE(answer["tool_calls"][0]["function"]["name"].get<std::string>(),
+                 std::string("get_weather"));
+        QCOMPARE(answer["tool_calls"][0]["function"]["arguments"]["city"].get<std::string>(),
+                 std::string("Oslo"));
+    }
+
     void aCutStreamKeepsThePartialAnswerAndSaysWhy() {
         FakeOpenAiServer server;
         const QString root = QStringLiteral("http://127.0.0.1:%1").arg(server.port());

@@ -104,6 +104,22 @@ void TestK3Run::packThenRunFromTheTrunk() {
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
     QCOMPARE(readJson(out).at("ids").get<std::vector<int>>(),
              expected.at("greedy").at("incremental").get<std::vector<int>>());
+    QCOMPARE(readJson(out).at("plan").at("pin_mode").get<std::string>(), std::string("measured"));
+    // --pin-mode reaches the plan: "compressed" keeps a compressed trunk's pinned layers
+    // compressed (the plan says it was asked); the ids are the same either way.
+    for (const char* mode : {"raw", "compressed"}) {
+        const K3Run pinned =
+            runK3({dir, "--trunk", trunk, "--trunk-gb", "0.1", "--pin-mode", mode, "--ids",
+                   idList(expected.at("prompt_ids").get<std::vector<int>>()), "--gen", "20",
+                   "--out", out});
+        QVERIFY2(pinned.exitCode == 0, qPrintable(pinned.err));
+        const nlohmann::json report = readJson(out);
+        QCOMPARE(report.at("ids").get<std::vector<int>>(),
+                 expected.at("greedy").at("incremental").get<std::vector<int>>());
+        QCOMPARE(report.at("plan").at("pin_mode").get<std::string>(), std::string(mode));
+        const bool asked = compress && std::string(mode) == "compressed";
+        QCOMPARE(pinned.out.contains("pinned layers kept compressed (asked)"), asked);
+    }
     // A budget below one layer: the engine's numbers, then the CLI's own advice (its flag).
     const K3Run small = runK3({dir, "--trunk", trunk, "--trunk-gb", "0.00001", "--ids", "5"});
     QCOMPARE(small.exitCode, 1);
@@ -263,6 +279,14 @@ void TestK3Run::usageErrorsExitTwo_data() {
         << QStringList{dir, "--prompt-file", "/nonexistent/p.txt"} << "/nonexistent/p.txt";
     QTest::newRow("unknown preset")
         << QStringList{dir, "--ids", "1", "--preset", "huge"} << "--preset";
+    QTest::newRow("unknown pin mode")
+        << QStringList{dir, "--ids", "1", "--pin-mode", "fast"}
+        << "--pin-mode \"fast\" is not a pin mode: use raw (pinned layers decoded once, at "
+           "load), compressed";
+    QTest::newRow("unknown pin mode (chat)") << QStringList{dir, "--chat", "--pin-mode", "zstd"}
+                                             << "--pin-mode \"zstd\" is not a pin mode";
+    QTest::newRow("unknown pin mode (serve)")
+        << QStringList{"serve", dir, "--pin-mode", "RAW"} << "--pin-mode \"RAW\" is not a pin mode";
     QTest::newRow("history without chat")
         << QStringList{dir, "--ids", "1", "--history", "h.jsonl"} << "--history needs --chat";
     QTest::newRow("prompt with chat")

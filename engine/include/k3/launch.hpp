@@ -53,6 +53,9 @@ struct LaunchConfig {
     int prefillChunk = 0; // positions per prefill chunk (0: kDefaultPrefillChunk)
     int contextLength = 4096;
     int maxSpeculation = 16; // widest speculation the plan holds state copies for
+    // How a compressed trunk's pinned layers are held (memory_plan.hpp); a raw trunk
+    // ignores it.
+    PinMode pinMode = PinMode::Measured;
     bool operator==(const LaunchConfig&) const = default;
 };
 

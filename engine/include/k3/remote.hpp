@@ -102,6 +102,19 @@ private:
     RemoteReply partial_;
 };
 
+// A call's function.arguments as sent to a server: always a JSON text, as OpenAI's API
+// requires. A call in the mapping form (the local model's argument tags; arguments a JSON
+// object) sends that object's text; a call in the string form (a json block, or text that
+// is no JSON object) sends a JSON string holding the text, so a server that decodes the
+// arguments before rendering (vLLM's json.loads) gives the template the same mapping or
+// string the local renderer used. Blank arguments send "{}" (no arguments either way).
+std::string toolArgumentsJson(const ChatToolCall& call);
+
+// The inverse, for a server's function.arguments: a JSON string becomes the string form
+// (argumentsAsJsonBlock, the text it holds); anything else is kept as the text it is
+// (a JSON object renders as argument tags); empty means "{}".
+void readToolArgumentsJson(const std::string& text, ChatToolCall& call);
+
 class RemoteClient {
 public:
     // Throws RemoteError(Usage) when the URL is not http(s)://host[:port][/path].

@@ -54,6 +54,7 @@ SessionOptions toSessionOptions(const LaunchConfig& config) {
     o.modelDir = config.modelDir;
     o.trunkDir = config.trunkDir;
     o.trunkBytes = config.budget.resolvedTrunkBytes();
+    o.pinMode = config.pinMode;
     o.expertCacheBytes = config.budget.resolvedCacheBytes();
     o.streamModelTables = config.budget.streamsModelTables();
     o.budgetSource = config.budget.describe();

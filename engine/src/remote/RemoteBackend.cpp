@@ -56,8 +56,7 @@ public:
         r.reply.content = reply.content;
         r.reply.reasoningContent = reply.reasoning;
         r.reply.toolCalls = reply.toolCalls;
-        for (ChatToolCall& call : r.reply.toolCalls)
-            if (call.arguments.empty()) call.arguments = "{}";
+        for (ChatToolCall& call : r.reply.toolCalls) readToolArgumentsJson(call.arguments, call);
         r.model = reply.model.empty() ? client_.options().model : reply.model;
         r.reply.model = r.model;
         r.promptTokens = std::max(reply.promptTokens, 0);

@@ -214,6 +214,29 @@ struct MultiDeleter {
 
 } // namespace
 
+std::string toolArgumentsJson(const ChatToolCall& call) {
+    if (call.arguments.find_first_not_of(" \t\r\n") == std::string::npos) return "{}";
+    if (!call.argumentsAsJsonBlock) {
+        const nlohmann::json parsed = nlohmann::json::parse(call.arguments, nullptr, false);
+        if (parsed.is_object()) return call.arguments; // the JSON text the tags were read into
+    }
+    return nlohmann::json(call.arguments)
+        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void readToolArgumentsJson(const std::string& text, ChatToolCall& call) {
+    const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);
+    call.argumentsAsJsonBlock = false;
+    if (text.empty())
+        call.arguments = "{}";
+    else if (&text != &call.arguments)
+        call.arguments = text;
+    if (parsed.is_string()) {
+        call.arguments = parsed.get<std::string>();
+        call.argumentsAsJsonBlock = true;
+    }
+}
+
 RemoteClient::RemoteClient(RemoteOptions options) : options_(std::move(options)) {
     std::string url = options_.baseUrl;
     const std::size_t scheme = url.find("://");
@@ -265,7 +288,7 @@ std::string RemoteClient::requestBody(const RemoteRequest& request) const {
                 if (!call.id.empty()) c["id"] = call.id;
                 c["type"] = "function";
                 // A JSON text, as OpenAI's API defines it (vLLM's takes nothing else).
-                c["function"] = {{"name", call.name}, {"arguments", call.arguments}};
+                c["function"] = {{"name", call.name}, {"arguments", toolArgumentsJson(call)}};
                 calls.push_back(std::move(c));
             }
             msg["tool_calls"] = std::move(calls);

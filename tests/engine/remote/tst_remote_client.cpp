@@ -127,6 +127,80 @@ private slots:
                  std::string(R"({"role":"tool","content":"-3 C","tool_call_id":"c1"})"));
     }
 
+    // Calls the local model wrote in its tools channel (argument tags and json blocks) go
+    // to a server as JSON text: the mapping form as its object, the string form as a JSON
+    // string holding the block. Read back as a server decodes them (vLLM's json.loads),
+    // they are the same calls and render to the same XTML.
+    void localToolCallsSurviveTheRoundTrip() {
+        const std::string channel =
+            "<|open|>tools<|sep|>"
+            "<|open|>call tool=\"get_weather\" index=\"1\"<|sep|>"
+            "<|open|>argument key=\"city\" type=\"string\"<|sep|>Tromsø<|close|>argument<|sep|>"
+            "<|open|>argument key=\"days\" type=\"number\"<|sep|>3<|close|>argument<|sep|>"
+            "<|open|>argument key=\"units\" type=\"object\"<|sep|>{\"temp\": \"C\"}"
+            "<|close|>argument<|sep|>"
+            "<|close|>call<|sep|>"
+            "<|open|>call tool=\"run\" index=\"2\"<|sep|>"
+            "<|open|>json type=\"object\"<|sep|>{\"cmd\": \"ls\"}<|close|>json<|sep|>"
+            "<|close|>call<|sep|>"
+            "<|open|>call tool=\"note\" index=\"3\"<|sep|>"
+            "<|open|>json type=\"object\"<|sep|>50% done<|close|>json<|sep|>"
+            "<|close|>call<|sep|>"
+            "<|close|>tools<|sep|>";
+        std::vector<std::string> problems;
+        const std::vector<k3::ChatToolCall> calls = k3::parseToolCalls(channel, &problems);
+        QCOMPARE(problems, std::vector<std::string>());
+        QCOMPARE(calls.size(), std::size_t(3));
+        k3::ChatMessage answer{k3::ChatRole::Assistant, "", "", {}};
+        answer.toolCalls = calls;
+        const std::vector<k3::ChatMessage> local = {{k3::ChatRole::User, "Go", {}, {}, {}}, answer};
+        k3::ChatRenderOptions render;
+        render.addGenerationPrompt = false;
+        const std::string rendered = k3::renderChat(local, render);
+
+        k3::RemoteRequest r;
+        r.messages = local;
+        const auto body =
+            nlohmann::ordered_json::parse(client("http://127.0.0.1:9", "m").requestBody(r));
+        const nlohmann::ordered_json& sent = body["messages"][1]["tool_calls"];
+        // [{"type":"function","function":{"name":"get_weather","arguments":
+        //      "{\"city\":\"Tromsø\",\"days\":3,\"units\":{\"temp\":\"C\"}}"}},
+        //  {... "name":"run","arguments":"\"{\\\"cmd\\\": \\\"ls\\\"}\""}},
+        //  {... "name":"note","arguments":"\"50% done\""}}]
+        QCOMPARE(
+            sent.dump(),
+            std::string("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"argume"
+                        "nts\":\"{\\\"city\\\":\\\"Tromsø\\\",\\\"days\\\":3,\\\"units\\\":{"
+                        "\\\"temp\\\":\\\""
+                        "C\\\"}}\"}},{\"type\":\"function\",\"function\":{\"name\":\"run\",\"argume"
+                        "nts\":\"\\\"{\\\\\\\"cmd\\\\\\\": "
+                        "\\\\\\\"ls\\\\\\\"}\\\"\"}},{\"type\":\"function\",\"f"
+                        "unction\":{\"name\":\"note\",\"arguments\":\"\\\"50% done\\\"\"}}]"));
+        std::vector<k3::ChatToolCall> back;
+        for (const auto& c : sent) {
+            const std::string text = c["function"]["arguments"].get<std::string>();
+            QVERIFY2(!nlohmann::json::parse(text, nullptr, false).is_discarded(), text.c_str());
+            k3::ChatToolCall call;
+            call.name = c["function"]["name"].get<std::string>();
+            k3::readToolArgumentsJson(text, call);
+            back.push_back(call);
+        }
+        QVERIFY(back == calls);
+        std::vector<k3::ChatMessage> again = local;
+        again[1].toolCalls = back;
+        QCOMPARE(k3::renderChat(again, render), rendered);
+        QVERIFY(rendered.find(channel) != std::string::npos); // the model's own text
+
+        // Blank arguments are no arguments: "{}" (a server's empty text reads back so).
+        QCOMPARE(k3::toolArgumentsJson({"c", "ping", " \n", false}), std::string("{}"));
+        QCOMPARE(k3::toolArgumentsJson({"c", "ping", "", true}), std::string("{}"));
+        k3::ChatToolCall empty{"c", "ping", "x", true};
+        k3::readToolArgumentsJson("", empty);
+        QVERIFY(empty == k3::ChatToolCall({"c", "ping", "{}", false}));
+        // Mapping-form text that is no JSON object renders as a block: sent as a string.
+        QCOMPARE(k3::toolArgumentsJson({"c", "f", "[1, 2]", false}), std::string("\"[1, 2]\""));
+    }
+
     // A server's streamed calls, assembled by index, are the answer's tool calls (saved
     // with it), and finish_reason "tool_calls" ends the turn without a problem.
     void streamedToolCallsAreTheAnswers() {
