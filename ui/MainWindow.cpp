@@ -431,6 +431,10 @@ void MainWindow::onLoadFailed(const QString& message, bool previousModelKept) {
     m_composer->setReady(kept);
     const bool server = m_connecting;
     m_connecting = false;
+    // What the next start opens is what answers now: a launch Settings saved before
+    // trying it goes back to the working one.
+    if (kept && !server && m_remoteUrl.isEmpty() && !m_launch.modelDir.empty())
+        AppSettings::saveLaunch(m_launch);
     QString text =
         server ? tr("The server did not accept the connection. Check the URL, the model name "
                     "and the API key (Model > Use a server…).")
@@ -551,7 +555,10 @@ void MainWindow::showSettings() {
         if (after.theme != before.theme || after.thinking != before.thinking ||
             after.thinkingEffort != before.thinkingEffort)
             applySettings();
-        // Threads apply to the next message; anything else of the launch reopens the model.
+        // Threads apply to the next message (the engine thread sets them per message);
+        // anything else of the launch reopens the model with it. The model loaded now
+        // stays until the new one has opened, and stays if it fails (onLoadFailed).
+        m_launch.threads = after.launch.threads;
         k3::LaunchConfig changed = after.launch;
         changed.threads = before.launch.threads;
         if (changed != before.launch && !after.launch.modelDir.empty()) loadModel(after.launch);
