@@ -421,12 +421,13 @@ void MainWindow::showAnswerFailed(const QString& message) {
 }
 
 void MainWindow::showSetupWizard() {
-    if (auto* open = findChild<SetupWizard*>(); open && open->isVisible()) {
-        open->raise(); // one wizard at a time
-        open->activateWindow();
+    if (m_wizard && m_wizard->isVisible()) {
+        m_wizard->raise(); // one wizard at a time
+        m_wizard->activateWindow();
         return;
     }
     auto* wizard = new SetupWizard(this);
+    m_wizard = wizard;
     wizard->setAttribute(Qt::WA_DeleteOnClose);
     // Threads, chunk and context as saved: the plan shown is the plan that loads.
     wizard->memoryPage()->setBaseConfig(AppSettings::loadLaunch());
@@ -531,7 +532,7 @@ void MainWindow::closeEvent(QCloseEvent* event) {
     m_quitConfirmed = false;
     m_chat->stopAndKeep(); // the answer so far, marked stopped, is on disk
     // An open wizard is a separate window: it must not keep the app alive.
-    for (SetupWizard* wizard : findChildren<SetupWizard*>()) wizard->close();
+    if (m_wizard) m_wizard->close();
     QSettings settings;
     settings.setValue("mainWindow/geometry", saveGeometry());
     settings.setValue("mainWindow/splitter", m_splitter->saveState());

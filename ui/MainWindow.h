@@ -19,6 +19,7 @@ class MainMenus;
 class ModelLoader;
 class MessageComposer;
 class QMessageBox;
+class SetupWizard;
 class FindBar;
 class QAction;
 class QListWidget;
@@ -126,6 +127,7 @@ private:
     ModelLoader* m_loader; // which model answers, its launch and status line
     ChatController* m_chat;
     std::unique_ptr<MainMenus> m_menus;
+    QPointer<SetupWizard> m_wizard;  // the setup wizard while it exists (one at a time)
     QPointer<QMessageBox> m_quitBox; // "Quit anyway?" while it is open
     bool m_quitConfirmed = false;    // "Quit anyway" was chosen mid-answer
 };
