@@ -3,6 +3,7 @@
 #include "AboutDialog.h"
 #include "AppSettings.h"
 #include "MainMenus.h"
+#include "ModelLoader.h"
 #include "RemoteServerDialog.h"
 #include "SettingsDialog.h"
 #include "chat/ChatController.h"
@@ -19,7 +20,6 @@
 #include "wizard/MemoryPage.h"
 #include "wizard/RemoteServerForm.h"
 #include "wizard/SetupWizard.h"
-#include "wizard/TokenStore.h"
 #include "worker/EngineController.h"
 #include <k3/chat.hpp>
 
@@ -30,8 +30,6 @@
 #include <QDir>
 #include <QFileDialog>
 #include <QFileInfo>
-#include <QLabel>
-#include <QLineEdit>
 #include <QListWidget>
 #include <QMessageBox>
 #include <QPushButton>
@@ -50,7 +48,7 @@ MainWindow::MainWindow(QWidget* parent)
       m_store(std::make_unique<ConversationStore>(
           QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) +
           QStringLiteral("/conversations"))),
-      m_timing(new TokenTimingPanel),
+      m_timing(new TokenTimingPanel), m_loader(new ModelLoader(m_engine, this)),
       m_chat(new ChatController(m_engine, m_conversation->conversation(), m_composer, m_store.get(),
                                 this)) {
     setWindowTitle(tr("k3chat"));
@@ -110,8 +108,7 @@ MainWindow::MainWindow(QWidget* parent)
 
     connectChat();
     EngineWorker* worker = m_engine->worker();
-    connect(worker, &EngineWorker::modelLoaded, this, &MainWindow::onModelLoaded);
-    connect(worker, &EngineWorker::loadFailed, this, &MainWindow::onLoadFailed);
+    connectLoader();
     connect(worker, &EngineWorker::tokenTiming, m_timing, &TokenTimingPanel::addToken);
     connect(worker, &EngineWorker::deltaTiming, m_timing, &TokenTimingPanel::addDelta);
     // A server's usage arrives with its last chunk: only then are batched deltas split.
@@ -120,8 +117,10 @@ MainWindow::MainWindow(QWidget* parent)
     connect(worker, &EngineWorker::prefillProgress, this,
             [this](int done, int total, double seconds) {
                 m_conversation->conversation()->setReading(done, total, seconds);
-                statusBar()->showMessage(
-                    tr("%1 · reading the prompt %2/%3").arg(m_modelName).arg(done).arg(total));
+                statusBar()->showMessage(tr("%1 · reading the prompt %2/%3")
+                                             .arg(m_loader->modelName())
+                                             .arg(done)
+                                             .arg(total));
             });
     resize(1100, 720);
     restoreWindowSettings();
@@ -149,7 +148,7 @@ void MainWindow::connectChat() {
             m_chat->cancelEdit();
     });
     connect(m_chat, &ChatController::status, this, [this](const QString& text) {
-        statusBar()->showMessage(tr("%1 · %2").arg(m_modelName, text));
+        statusBar()->showMessage(tr("%1 · %2").arg(m_loader->modelName(), text));
     });
     connect(m_chat, &ChatController::saveFailed, this, [this](const QString& why) {
         statusBar()->showMessage(tr("Could not save the conversation: %1").arg(why));
@@ -200,15 +199,7 @@ void MainWindow::newChat() {
 }
 
 QString MainWindow::demoModelDirectory() {
-    const QStringList candidates{
-        QCoreApplication::applicationDirPath() + QStringLiteral("/../share/k3chat/demo"),
-#ifdef K3_SOURCE_DEMO_DIR
-        QStringLiteral(K3_SOURCE_DEMO_DIR),
-#endif
-    };
-    for (const QString& dir : candidates)
-        if (QFileInfo::exists(dir + QStringLiteral("/config.json"))) return QDir::cleanPath(dir);
-    return {};
+    return ModelLoader::demoModelDirectory();
 }
 
 QListWidget* MainWindow::conversationList() const {
@@ -288,41 +279,7 @@ bool MainWindow::importConversation(const QString& file) {
 }
 
 void MainWindow::loadStartupModel() {
-    const QSettings remembered;
-    const QString remoteUrl = remembered.value(QStringLiteral("remote/url")).toString();
-    if (remembered.value(QStringLiteral("model/source")).toString() == QLatin1String("remote") &&
-        !remoteUrl.isEmpty()) {
-        // The key comes from the keychain, which answers asynchronously.
-        auto* keys = new TokenStore(this, TokenStore::serverKeyName());
-        const QString model = remembered.value(QStringLiteral("remote/model")).toString();
-        connect(keys, &TokenStore::loaded, this,
-                [this, keys, remoteUrl, model](const QString& key) {
-                    keys->deleteLater();
-                    connectRemote(remoteUrl, model, key);
-                });
-        m_composer->setReady(false);
-        statusBar()->showMessage(tr("Connecting to %1…").arg(remoteUrl));
-        keys->load();
-        return;
-    }
-    // The whole configuration the wizard or Settings left: folders, budget, context.
-    k3::LaunchConfig launch = AppSettings::loadLaunch();
-    // The trunk when it is still there.
-    if (!launch.trunkDir.empty() &&
-        !QFileInfo::exists(QString::fromStdString((launch.trunkDir / "trunk.json").string())))
-        launch.trunkDir.clear();
-    if (!launch.modelDir.empty() &&
-        QFileInfo::exists(QString::fromStdString((launch.modelDir / "config.json").string())))
-        loadModel(launch);
-    else if (!demoModelDirectory().isEmpty())
-        loadDemoModel();
-    // First run: the wizard opens over the demo (which loads behind it), so a new user
-    // can chat at once (its first page's demo button) or set up the real model.
-    QSettings settings;
-    if (!settings.value(QStringLiteral("setup/firstRunDone"), false).toBool()) {
-        settings.setValue(QStringLiteral("setup/firstRunDone"), true);
-        QTimer::singleShot(0, this, &MainWindow::showSetupWizard);
-    }
+    m_loader->loadStartupModel();
 }
 
 void MainWindow::openModelFolder() {
@@ -333,40 +290,23 @@ void MainWindow::openModelFolder() {
 }
 
 void MainWindow::loadDemoModel() {
-    const QString dir = demoModelDirectory();
-    if (dir.isEmpty()) {
-        QMessageBox::warning(this, tr("Demo model missing"),
-                             tr("The bundled demo model was not found next to k3chat. "
-                                "Reinstall k3chat or open a checkpoint folder instead."));
-        return;
-    }
-    loadModelFolder(dir);
+    m_loader->loadDemoModel();
 }
 
 void MainWindow::loadModelFolder(const QString& directory) {
-    k3::LaunchConfig launch = AppSettings::loadLaunch();
-    launch.modelDir = directory.toStdString();
-    launch.trunkDir.clear();
-    launch.budget = k3::LaunchBudget::resident();
-    loadModel(launch);
+    m_loader->loadModelFolder(directory);
 }
 
 void MainWindow::loadModel(const k3::LaunchConfig& config) {
-    stopGeneration();
-    m_composer->setReady(false);
-    // m_launch and m_modelName stay the working model's until this one has loaded.
-    const QString directory = QString::fromStdString(config.modelDir.string());
-    m_connecting = false;
-    statusBar()->showMessage(tr("Loading %1…").arg(directory));
-    m_engine->loadModel(config);
+    m_loader->loadModel(config);
 }
 
 void MainWindow::connectRemote(const QString& url, const QString& model, const QString& apiKey) {
-    stopGeneration();
-    m_composer->setReady(false);
-    m_connecting = true;
-    statusBar()->showMessage(tr("Connecting to %1…").arg(url));
-    m_engine->connectRemote(url, model, apiKey);
+    m_loader->connectRemote(url, model, apiKey);
+}
+
+const k3::LaunchConfig& MainWindow::launchConfig() const {
+    return m_loader->launchConfig();
 }
 
 void MainWindow::showRemoteServerDialog() {
@@ -383,69 +323,25 @@ void MainWindow::stopGeneration() {
     m_chat->stop();
 }
 
-void MainWindow::onModelLoaded(const ModelInfo& info) {
-    m_connecting = false;
-    if (info.remote) {
-        QSettings settings; // the URL and model only: the key stays in the keychain
-        settings.setValue(QStringLiteral("model/source"), QStringLiteral("remote"));
-        settings.setValue(QStringLiteral("remote/url"), info.directory);
-        settings.setValue(QStringLiteral("remote/model"), info.modelName);
-        m_remoteUrl = info.directory;
-        m_modelName = tr("%1 · remote: %2").arg(info.modelName, info.directory);
-        m_chat->setModel(info.modelName + QStringLiteral(" @ ") + info.directory, true);
-        m_composer->setReady(true);
-        m_conversation->setPlaceholderText(
-            tr("Connected to %1. Type a message below.").arg(info.directory));
-        m_readyStatus = tr("%1 · ready").arg(m_modelName);
-        statusBar()->showMessage(m_readyStatus);
-        emit modelReady();
-        return;
-    }
-    m_remoteUrl.clear();
-    m_launch = info.launch;
-    m_modelName = QFileInfo(info.directory).fileName();
-    QSettings().setValue(QStringLiteral("model/source"), QStringLiteral("local"));
-    AppSettings::saveLaunch(info.launch); // what opened is what the next start opens
-    // The demo was trained to answer directly, without a think channel.
-    const QString canonical = QFileInfo(info.directory).canonicalFilePath();
-    const QString demo = demoModelDirectory();
-    m_chat->setModel(canonical, demo.isEmpty() || canonical != QFileInfo(demo).canonicalFilePath());
-    m_composer->setReady(true);
-    m_conversation->setPlaceholderText(tr("Model ready. Type a message below."));
-    // The budget in use, as asked for ("preset laptop", "trunk 3.00 GB / cache 1.50 GB").
-    QString budget = QString::fromStdString(info.launch.budget.describe());
-    if (!info.launch.trunkDir.empty()) budget += tr(" streamed");
-    m_readyStatus = tr("%1 · %2 · %3 layers · %4 MB of weights in memory")
-                        .arg(m_modelName, budget)
-                        .arg(info.layers)
-                        .arg(double(info.weightBytes) / 1e6, 0, 'f', 1);
-    statusBar()->showMessage(m_readyStatus);
-    emit modelReady();
-}
-
-void MainWindow::onLoadFailed(const QString& message, bool previousModelKept) {
-    // The working model (or server) still answers: its figures stay, the chat goes on.
-    const bool kept = previousModelKept && !m_readyStatus.isEmpty();
-    if (!kept) m_readyStatus.clear();
-    statusBar()->showMessage(kept ? m_readyStatus : tr("No model loaded"));
-    m_composer->setReady(kept);
-    const bool server = m_connecting;
-    m_connecting = false;
-    QString text =
-        server ? tr("The server did not accept the connection. Check the URL, the model name "
-                    "and the API key (Model > Use a server…).")
-               : tr("The model could not be loaded:\n%1").arg(message);
-    text += QLatin1String("\n\n") +
-            (kept ? tr("%1 is still loaded.").arg(m_modelName) : tr("No model is loaded now."));
-    auto* box =
-        new QMessageBox(QMessageBox::Critical,
-                        server ? tr("Could not use the server") : tr("Could not load the model"),
-                        text, QMessageBox::Ok, this);
-    box->setObjectName(QStringLiteral("loadFailedBox"));
-    box->setAttribute(Qt::WA_DeleteOnClose);
-    box->setTextFormat(Qt::PlainText);
-    if (server) box->setDetailedText(message);
-    box->open(); // never a nested event loop: the engine's signals keep arriving
+void MainWindow::connectLoader() {
+    connect(m_loader, &ModelLoader::loadStarted, this, [this](const QString& status) {
+        m_chat->stop();
+        m_composer->setReady(false);
+        statusBar()->showMessage(status);
+    });
+    connect(m_loader, &ModelLoader::ready, this,
+            [this](const QString& chatModel, bool thinks, const QString& placeholder) {
+                m_chat->setModel(chatModel, thinks);
+                m_composer->setReady(true);
+                m_conversation->setPlaceholderText(placeholder);
+                statusBar()->showMessage(m_loader->readyStatus());
+                emit modelReady();
+            });
+    connect(m_loader, &ModelLoader::failed, this, [this](bool kept) {
+        statusBar()->showMessage(kept ? m_loader->readyStatus() : tr("No model loaded"));
+        m_composer->setReady(kept);
+    });
+    connect(m_loader, &ModelLoader::setupWizardRequested, this, &MainWindow::showSetupWizard);
 }
 
 void MainWindow::regenerate() {
@@ -511,10 +407,10 @@ void MainWindow::showAnswerFailed(const QString& message) {
     // Not exec(): the window keeps running (and can quit) while the box is up.
     auto* box = new QMessageBox(
         QMessageBox::Warning, tr("The answer failed"),
-        m_remoteUrl.isEmpty()
+        m_loader->remoteUrl().isEmpty()
             ? tr("The engine stopped with an error; the conversation is kept.")
             : tr("The request to the server at %1 failed; the conversation is kept.")
-                  .arg(m_remoteUrl),
+                  .arg(m_loader->remoteUrl()),
         QMessageBox::Ok, this);
     box->setObjectName(QStringLiteral("answerFailedBox"));
     box->setTextFormat(Qt::PlainText);
@@ -525,12 +421,13 @@ void MainWindow::showAnswerFailed(const QString& message) {
 }
 
 void MainWindow::showSetupWizard() {
-    if (auto* open = findChild<SetupWizard*>(); open && open->isVisible()) {
-        open->raise(); // one wizard at a time
-        open->activateWindow();
+    if (m_wizard && m_wizard->isVisible()) {
+        m_wizard->raise(); // one wizard at a time
+        m_wizard->activateWindow();
         return;
     }
     auto* wizard = new SetupWizard(this);
+    m_wizard = wizard;
     wizard->setAttribute(Qt::WA_DeleteOnClose);
     // Threads, chunk and context as saved: the plan shown is the plan that loads.
     wizard->memoryPage()->setBaseConfig(AppSettings::loadLaunch());
@@ -551,7 +448,10 @@ void MainWindow::showSettings() {
         if (after.theme != before.theme || after.thinking != before.thinking ||
             after.thinkingEffort != before.thinkingEffort)
             applySettings();
-        // Threads apply to the next message; anything else of the launch reopens the model.
+        // Threads apply to the next message (the engine thread sets them per message);
+        // anything else of the launch reopens the model with it. The model loaded now
+        // stays until the new one has opened, and stays if it fails (onLoadFailed).
+        m_loader->setThreads(after.launch.threads);
         k3::LaunchConfig changed = after.launch;
         changed.threads = before.launch.threads;
         if (changed != before.launch && !after.launch.modelDir.empty()) loadModel(after.launch);
@@ -632,7 +532,7 @@ void MainWindow::closeEvent(QCloseEvent* event) {
     m_quitConfirmed = false;
     m_chat->stopAndKeep(); // the answer so far, marked stopped, is on disk
     // An open wizard is a separate window: it must not keep the app alive.
-    for (SetupWizard* wizard : findChildren<SetupWizard*>()) wizard->close();
+    if (m_wizard) m_wizard->close();
     QSettings settings;
     settings.setValue("mainWindow/geometry", saveGeometry());
     settings.setValue("mainWindow/splitter", m_splitter->saveState());

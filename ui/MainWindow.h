@@ -16,8 +16,10 @@ class TokenTimingPanel;
 class EngineController;
 struct ModelInfo;
 class MainMenus;
+class ModelLoader;
 class MessageComposer;
 class QMessageBox;
+class SetupWizard;
 class FindBar;
 class QAction;
 class QListWidget;
@@ -42,7 +44,7 @@ public:
     ChatController* chat() const { return m_chat; }
     const QString& currentConversationId() const;
     // The configuration of the local model loaded last (or loading now).
-    const k3::LaunchConfig& launchConfig() const { return m_launch; }
+    const k3::LaunchConfig& launchConfig() const;
 
     // The bundled demo model: next to the installed binary, or in the source tree.
     static QString demoModelDirectory();
@@ -104,8 +106,8 @@ protected:
     void closeEvent(QCloseEvent* event) override;
 
 private:
-    void onModelLoaded(const ModelInfo& info);
-    void onLoadFailed(const QString& message, bool previousModelKept);
+    // The chat and the status bar follow what ModelLoader reports.
+    void connectLoader();
     void connectChat();
     void showAnswerFailed(const QString& message);
     void askToQuitMidAnswer();
@@ -122,13 +124,10 @@ private:
     EngineController* m_engine;
     std::unique_ptr<ConversationStore> m_store;
     TokenTimingPanel* m_timing;
-    k3::LaunchConfig m_launch;
+    ModelLoader* m_loader; // which model answers, its launch and status line
     ChatController* m_chat;
-    QString m_modelName;       // what the status bar calls the model ("name · remote: URL")
-    QString m_remoteUrl;       // the server while one answers; empty for a local model
-    QString m_readyStatus;     // the status line of what answers now; empty: nothing
-    bool m_connecting = false; // a server (not a folder) is being opened
     std::unique_ptr<MainMenus> m_menus;
+    QPointer<SetupWizard> m_wizard;  // the setup wizard while it exists (one at a time)
     QPointer<QMessageBox> m_quitBox; // "Quit anyway?" while it is open
     bool m_quitConfirmed = false;    // "Quit anyway" was chosen mid-answer
 };

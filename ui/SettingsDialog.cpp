@@ -16,9 +16,15 @@
 #include <QThread>
 #include <QVBoxLayout>
 
+#include <cmath>
 #include <limits>
 
+#include <k3/memory_plan.hpp>
+#include <k3/presets.hpp>
+
 namespace {
+constexpr double kGB = 1e9; // as the presets count
+
 // A folder field with its Browse button.
 QWidget* folderRow(QLineEdit* edit, const QString& title, const QString& buttonName) {
     auto* row = new QWidget;
@@ -35,142 +41,232 @@ QWidget* folderRow(QLineEdit* edit, const QString& title, const QString& buttonN
     });
     return row;
 }
+
+template <typename W> W* named(W* widget, const char* objectName, const QString& accessible) {
+    widget->setObjectName(QString::fromLatin1(objectName));
+    widget->setAccessibleName(accessible);
+    return widget;
+}
+
+QDoubleSpinBox* gbSpin(const char* objectName, const QString& accessible) {
+    auto* spin = named(new QDoubleSpinBox, objectName, accessible);
+    spin->setRange(0, 100000);
+    spin->setDecimals(3); // 1 MB
+    spin->setSingleStep(0.25);
+    spin->setSuffix(SettingsDialog::tr(" GB"));
+    return spin;
+}
+
+// The size a budget box stands for. A size set elsewhere (the wizard's, to the byte) is
+// shown rounded to the MB: left as shown, it stays exact, so an untouched budget never
+// reads as a change.
+std::uint64_t bytesOf(const QDoubleSpinBox* spin, const std::optional<std::uint64_t>& shown) {
+    if (shown && std::abs(double(*shown) / kGB - spin->value()) < 5e-4) return *shown;
+    return std::uint64_t(std::llround(spin->value() * kGB));
+}
 } // namespace
 
-SettingsDialog::SettingsDialog(QWidget* parent)
-    : QDialog(parent), m_sampling(new QComboBox), m_temperature(new QDoubleSpinBox),
-      m_topP(new QDoubleSpinBox), m_fixedSeed(new QCheckBox(tr("Fixed seed"))),
-      m_seed(new QSpinBox), m_thinking(new QCheckBox(tr("Think before answering"))),
-      m_speculation(new QCheckBox(tr("Speculative decoding"))), m_maxTokens(new QSpinBox),
-      m_effort(new QComboBox), m_theme(new QComboBox), m_modelDir(new QLineEdit),
-      m_trunkDir(new QLineEdit), m_threads(new QSpinBox), m_contextLength(new QSpinBox),
-      m_systemPrompt(new QPlainTextEdit) {
+SettingsDialog::SettingsDialog(QWidget* parent) : QDialog(parent) {
     setObjectName(QStringLiteral("settingsDialog"));
     setWindowTitle(tr("Settings"));
+    auto* layout = new QVBoxLayout(this);
+    auto* columns = new QHBoxLayout;
+    auto* left = new QVBoxLayout;
+    left->addWidget(createSamplingGroup());
+    left->addWidget(createThinkingGroup());
+    left->addWidget(createAppearanceGroup());
+    left->addStretch(1);
+    auto* right = new QVBoxLayout;
+    right->addWidget(createModelGroup());
+    right->addWidget(createMemoryGroup());
+    right->addStretch(1);
+    columns->addLayout(left);
+    columns->addLayout(right);
+    layout->addLayout(columns);
+    layout->addWidget(createButtons());
+    setValues(AppSettings::load());
+}
 
-    m_sampling->setObjectName(QStringLiteral("samplingMode"));
-    m_sampling->setAccessibleName(tr("Sampling"));
+QGroupBox* SettingsDialog::createSamplingGroup() {
+    m_sampling = named(new QComboBox, "samplingMode", tr("Sampling"));
     m_sampling->addItem(tr("Greedy: always the most likely token"), true);
     m_sampling->addItem(tr("Sample with temperature and top-p"), false);
-    m_temperature->setObjectName(QStringLiteral("temperature"));
-    m_temperature->setAccessibleName(tr("Temperature"));
+    m_temperature = named(new QDoubleSpinBox, "temperature", tr("Temperature"));
     m_temperature->setRange(0.01, 2.0);
     m_temperature->setSingleStep(0.05);
     m_temperature->setDecimals(2);
-    m_topP->setObjectName(QStringLiteral("topP"));
-    m_topP->setAccessibleName(tr("Top-p"));
+    m_topP = named(new QDoubleSpinBox, "topP", tr("Top-p"));
     m_topP->setRange(0.01, 1.0);
     m_topP->setSingleStep(0.05);
     m_topP->setDecimals(2);
-    m_fixedSeed->setObjectName(QStringLiteral("fixedSeed"));
-    m_fixedSeed->setAccessibleName(tr("Use a fixed seed"));
+    m_fixedSeed = named(new QCheckBox(tr("Fixed seed")), "fixedSeed", tr("Use a fixed seed"));
     m_fixedSeed->setToolTip(tr("The same seed and prompt give the same answer; without it "
                                "every message draws a new seed."));
-    m_seed->setObjectName(QStringLiteral("seed"));
-    m_seed->setAccessibleName(tr("Seed"));
+    m_seed = named(new QSpinBox, "seed", tr("Seed"));
     m_seed->setRange(0, std::numeric_limits<int>::max());
-    m_thinking->setObjectName(QStringLiteral("thinkingDefault"));
-    m_thinking->setAccessibleName(tr("Think before answering by default"));
-    m_effort->setObjectName(QStringLiteral("effortDefault"));
-    m_effort->setAccessibleName(tr("Default thinking effort"));
+    connect(m_sampling, &QComboBox::currentIndexChanged, this, &SettingsDialog::updateEnabled);
+    connect(m_fixedSeed, &QCheckBox::toggled, this, &SettingsDialog::updateEnabled);
+
+    auto* group = new QGroupBox(tr("Sampling"));
+    auto* form = new QFormLayout(group);
+    form->addRow(tr("Mode:"), m_sampling);
+    form->addRow(tr("Temperature:"), m_temperature);
+    form->addRow(tr("Top-p:"), m_topP);
+    auto* seedRow = new QHBoxLayout;
+    seedRow->addWidget(m_fixedSeed);
+    seedRow->addWidget(m_seed, 1);
+    form->addRow(tr("Seed:"), seedRow);
+    return group;
+}
+
+QGroupBox* SettingsDialog::createThinkingGroup() {
+    m_thinking = named(new QCheckBox(tr("Think before answering")), "thinkingDefault",
+                       tr("Think before answering by default"));
+    m_effort = named(new QComboBox, "effortDefault", tr("Default thinking effort"));
     m_effort->addItems(AppSettings::efforts());
-    m_theme->setObjectName(QStringLiteral("theme"));
-    m_theme->setAccessibleName(tr("Theme"));
+    m_maxTokens = named(new QSpinBox, "maxTokens", tr("Longest answer in tokens"));
+    m_maxTokens->setRange(1, 32768);
+    m_maxTokens->setSuffix(tr(" tokens"));
+    m_systemPrompt = named(new QPlainTextEdit, "systemPromptDefault",
+                           tr("Default system prompt for new conversations"));
+    m_systemPrompt->setPlaceholderText(tr("none"));
+    m_systemPrompt->setTabChangesFocus(true);
+    m_systemPrompt->setFixedHeight(m_systemPrompt->fontMetrics().lineSpacing() * 3 + 12);
+    connect(m_thinking, &QCheckBox::toggled, this, &SettingsDialog::updateEnabled);
+
+    auto* group = new QGroupBox(tr("Thinking (default for new messages)"));
+    auto* form = new QFormLayout(group);
+    form->addRow(m_thinking);
+    form->addRow(tr("Effort:"), m_effort);
+    form->addRow(tr("Longest answer:"), m_maxTokens);
+    form->addRow(tr("System prompt:"), m_systemPrompt);
+    return group;
+}
+
+QGroupBox* SettingsDialog::createAppearanceGroup() {
+    m_theme = named(new QComboBox, "theme", tr("Theme"));
     m_theme->addItem(tr("Follow the system"), QStringLiteral("system"));
     m_theme->addItem(tr("Light"), QStringLiteral("light"));
     m_theme->addItem(tr("Dark"), QStringLiteral("dark"));
-    m_modelDir->setObjectName(QStringLiteral("modelDir"));
-    m_modelDir->setAccessibleName(tr("Model folder"));
-    m_trunkDir->setObjectName(QStringLiteral("trunkDir"));
-    m_trunkDir->setAccessibleName(tr("Trunk folder"));
+    auto* group = new QGroupBox(tr("Appearance"));
+    auto* form = new QFormLayout(group);
+    form->addRow(tr("Theme:"), m_theme);
+    return group;
+}
+
+QGroupBox* SettingsDialog::createModelGroup() {
+    m_modelDir = named(new QLineEdit, "modelDir", tr("Model folder"));
+    m_trunkDir = named(new QLineEdit, "trunkDir", tr("Trunk folder"));
     m_trunkDir->setPlaceholderText(tr("none: every weight stays in memory"));
-    m_threads->setObjectName(QStringLiteral("threads"));
-    m_threads->setAccessibleName(tr("Engine threads"));
+    m_threads = named(new QSpinBox, "threads", tr("Engine threads"));
     m_threads->setRange(0, 1024);
     m_threads->setSpecialValueText(tr("all cores (%1)").arg(QThread::idealThreadCount()));
-    m_maxTokens->setObjectName(QStringLiteral("maxTokens"));
-    m_maxTokens->setAccessibleName(tr("Longest answer in tokens"));
-    m_maxTokens->setRange(1, 32768);
-    m_maxTokens->setSuffix(tr(" tokens"));
-    m_contextLength->setObjectName(QStringLiteral("contextLength"));
-    m_contextLength->setAccessibleName(tr("Context length in tokens"));
+    m_contextLength = named(new QSpinBox, "contextLength", tr("Context length in tokens"));
     m_contextLength->setRange(1, 1 << 24); // as AppSettings reads it back
     m_contextLength->setSingleStep(1024);
     m_contextLength->setSuffix(tr(" tokens"));
     m_contextLength->setToolTip(tr("The longest conversation the model holds (its KV cache). "
                                    "Applied when the model is loaded next: OK reloads it."));
-    m_systemPrompt->setObjectName(QStringLiteral("systemPromptDefault"));
-    m_systemPrompt->setAccessibleName(tr("Default system prompt for new conversations"));
-    m_systemPrompt->setPlaceholderText(tr("none"));
-    m_systemPrompt->setTabChangesFocus(true);
-    m_systemPrompt->setFixedHeight(m_systemPrompt->fontMetrics().lineSpacing() * 3 + 12);
-    m_speculation->setObjectName(QStringLiteral("speculation"));
-    m_speculation->setAccessibleName(tr("Speculative decoding"));
+    m_prefillChunk = named(new QSpinBox, "prefillChunk", tr("Prompt positions per chunk"));
+    m_prefillChunk->setRange(0, 4096); // as AppSettings reads it back
+    m_prefillChunk->setSpecialValueText(tr("default (%1)").arg(k3::kDefaultPrefillChunk));
+    m_prefillChunk->setSuffix(tr(" positions"));
+    m_speculation =
+        named(new QCheckBox(tr("Speculative decoding")), "speculation", tr("Speculative decoding"));
     m_speculation->setToolTip(
         tr("When the answer repeats text from the conversation, check several guessed tokens "
            "in one pass over the weights. Greedy answers are exactly the same, sampled ones "
            "are drawn from exactly the same distribution; they only come faster."));
-
-    auto* sampling = new QGroupBox(tr("Sampling"));
-    auto* samplingForm = new QFormLayout(sampling);
-    samplingForm->addRow(tr("Mode:"), m_sampling);
-    samplingForm->addRow(tr("Temperature:"), m_temperature);
-    samplingForm->addRow(tr("Top-p:"), m_topP);
-    auto* seedRow = new QHBoxLayout;
-    seedRow->addWidget(m_fixedSeed);
-    seedRow->addWidget(m_seed, 1);
-    samplingForm->addRow(tr("Seed:"), seedRow);
-
-    auto* thinking = new QGroupBox(tr("Thinking (default for new messages)"));
-    auto* thinkingForm = new QFormLayout(thinking);
-    thinkingForm->addRow(m_thinking);
-    thinkingForm->addRow(tr("Effort:"), m_effort);
-    thinkingForm->addRow(tr("Longest answer:"), m_maxTokens);
-    thinkingForm->addRow(tr("System prompt:"), m_systemPrompt);
-
-    auto* general = new QGroupBox(tr("Appearance, model and engine"));
-    auto* generalForm = new QFormLayout(general);
-    generalForm->addRow(tr("Theme:"), m_theme);
-    generalForm->addRow(tr("Model folder:"),
-                        folderRow(m_modelDir, tr("Model folder"), QStringLiteral("browseModel")));
-    generalForm->addRow(tr("Trunk folder:"),
-                        folderRow(m_trunkDir, tr("Trunk folder"), QStringLiteral("browseTrunk")));
-    generalForm->addRow(tr("Threads:"), m_threads);
+    m_maxSpeculation = named(new QSpinBox, "maxSpeculation", tr("Most tokens guessed at once"));
+    m_maxSpeculation->setRange(0, k3::kMaxSpeculation);
+    m_maxSpeculation->setSuffix(tr(" tokens"));
+    m_maxSpeculation->setToolTip(tr("The model holds a copy of its state for each: a wider "
+                                    "guess costs memory. Applied when the model is loaded."));
     auto* contextNote = new QLabel(tr("applied at the next load"));
     contextNote->setObjectName(QStringLiteral("contextLengthNote"));
+
+    auto* group = new QGroupBox(tr("Model"));
+    auto* form = new QFormLayout(group);
+    form->addRow(tr("Model folder:"),
+                 folderRow(m_modelDir, tr("Model folder"), QStringLiteral("browseModel")));
+    form->addRow(tr("Trunk folder:"),
+                 folderRow(m_trunkDir, tr("Trunk folder"), QStringLiteral("browseTrunk")));
+    form->addRow(tr("Threads:"), m_threads);
     auto* contextRow = new QHBoxLayout;
     contextRow->addWidget(m_contextLength, 1);
     contextRow->addWidget(contextNote);
-    generalForm->addRow(tr("Context length:"), contextRow);
-    generalForm->addRow(m_speculation);
+    form->addRow(tr("Context length:"), contextRow);
+    form->addRow(tr("Prefill chunk:"), m_prefillChunk);
+    form->addRow(m_speculation);
+    form->addRow(tr("Longest guess:"), m_maxSpeculation);
+    return group;
+}
 
+QGroupBox* SettingsDialog::createMemoryGroup() {
+    m_preset = named(new QComboBox, "memoryPreset", tr("Memory preset"));
+    m_preset->addItem(tr("none"), QString());
+    for (const k3::Preset& p : k3::presets())
+        m_preset->addItem(tr("%1: trunk %2 GB, cache %3 GB")
+                              .arg(QString::fromUtf8(p.name.data(), qsizetype(p.name.size())))
+                              .arg(p.trunkGB)
+                              .arg(p.cacheGB),
+                          QString::fromUtf8(p.name.data(), qsizetype(p.name.size())));
+    m_trunkSet = named(new QCheckBox(tr("Trunk")), "trunkBudgetSet", tr("Set the trunk budget"));
+    m_trunkSet->setToolTip(tr("Pinned layers plus the streaming ring; used with a packed "
+                              "trunk folder only (0: the smallest ring). Off: the preset's, "
+                              "or every layer pinned without a preset."));
+    m_trunkGB = gbSpin("trunkBudget", tr("Trunk budget in GB"));
+    m_cacheSet = named(new QCheckBox(tr("Expert cache")), "cacheBudgetSet",
+                       tr("Set the expert cache budget"));
+    m_cacheSet->setToolTip(tr("Routed experts kept in memory, the rest read from disk when "
+                              "asked for (0: every expert in memory). Off: the preset's, or "
+                              "every expert in memory without a preset."));
+    m_cacheGB = gbSpin("cacheBudget", tr("Expert cache budget in GB"));
+    m_budgetSummary = new QLabel;
+    m_budgetSummary->setObjectName(QStringLiteral("budgetSummary"));
+    for (QCheckBox* box : {m_trunkSet, m_cacheSet})
+        connect(box, &QCheckBox::toggled, this, &SettingsDialog::updateEnabled);
+    connect(m_preset, &QComboBox::currentIndexChanged, this, &SettingsDialog::updateEnabled);
+    for (QDoubleSpinBox* spin : {m_trunkGB, m_cacheGB})
+        connect(spin, &QDoubleSpinBox::valueChanged, this, &SettingsDialog::updateBudgetSummary);
+
+    auto* group = new QGroupBox(tr("Memory (applied at the next load: OK reloads the model)"));
+    auto* form = new QFormLayout(group);
+    form->addRow(tr("Preset:"), m_preset);
+    form->addRow(m_trunkSet, m_trunkGB);
+    form->addRow(m_cacheSet, m_cacheGB);
+    form->addRow(tr("In use:"), m_budgetSummary);
+    return group;
+}
+
+QDialogButtonBox* SettingsDialog::createButtons() {
     auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel |
                                          QDialogButtonBox::RestoreDefaults);
-    buttons->button(QDialogButtonBox::RestoreDefaults)
-        ->setAccessibleName(tr("Restore the default settings"));
-    auto* layout = new QVBoxLayout(this);
-    layout->addWidget(sampling);
-    layout->addWidget(thinking);
-    layout->addWidget(general);
-    layout->addWidget(buttons);
-
+    QPushButton* restore = buttons->button(QDialogButtonBox::RestoreDefaults);
+    restore->setAccessibleName(tr("Restore the default settings"));
     connect(buttons, &QDialogButtonBox::accepted, this, &SettingsDialog::accept);
     connect(buttons, &QDialogButtonBox::rejected, this, &SettingsDialog::reject);
-    connect(buttons->button(QDialogButtonBox::RestoreDefaults), &QPushButton::clicked, this,
-            [this] {
-                // The folders are where the model is, not a preference: they stay.
-                AppSettings defaults;
-                defaults.launch = m_launch;
-                defaults.launch.threads = k3::LaunchConfig{}.threads;
-                defaults.launch.contextLength = k3::LaunchConfig{}.contextLength;
-                defaults.launch.modelDir = m_modelDir->text().toStdString();
-                defaults.launch.trunkDir = m_trunkDir->text().toStdString();
-                setValues(defaults);
-            });
-    connect(m_sampling, &QComboBox::currentIndexChanged, this, &SettingsDialog::updateEnabled);
-    connect(m_fixedSeed, &QCheckBox::toggled, this, &SettingsDialog::updateEnabled);
-    connect(m_thinking, &QCheckBox::toggled, this, &SettingsDialog::updateEnabled);
-    setValues(AppSettings::load());
+    connect(restore, &QPushButton::clicked, this, &SettingsDialog::restoreDefaults);
+    return buttons;
+}
+
+void SettingsDialog::restoreDefaults() {
+    // The folders and the memory budget are where the model is and what the machine
+    // holds, not preferences: they stay.
+    const k3::LaunchConfig shown = values().launch; // an untouched budget to the byte
+    AppSettings defaults;
+    defaults.launch.modelDir = shown.modelDir;
+    defaults.launch.trunkDir = shown.trunkDir;
+    defaults.launch.budget = shown.budget;
+    setValues(defaults);
+}
+
+k3::LaunchBudget SettingsDialog::budget() const {
+    k3::LaunchBudget b;
+    b.preset = m_preset->currentData().toString().toStdString();
+    if (m_trunkSet->isChecked()) b.trunkBytes = bytesOf(m_trunkGB, m_launch.budget.trunkBytes);
+    if (m_cacheSet->isChecked()) b.cacheBytes = bytesOf(m_cacheGB, m_launch.budget.cacheBytes);
+    return b;
 }
 
 AppSettings SettingsDialog::values() const {
@@ -183,12 +279,13 @@ AppSettings SettingsDialog::values() const {
     a.thinking = m_thinking->isChecked();
     a.thinkingEffort = m_effort->currentText();
     a.theme = m_theme->currentData().toString();
-    // The budget and chunk are the wizard's: kept as they were.
-    a.launch = m_launch;
     a.launch.modelDir = m_modelDir->text().trimmed().toStdString();
     a.launch.trunkDir = m_trunkDir->text().trimmed().toStdString();
+    a.launch.budget = budget();
     a.launch.threads = m_threads->value();
+    a.launch.prefillChunk = m_prefillChunk->value();
     a.launch.contextLength = m_contextLength->value();
+    a.launch.maxSpeculation = m_maxSpeculation->value();
     a.speculation = m_speculation->isChecked();
     a.maxTokens = m_maxTokens->value();
     a.systemPrompt = m_systemPrompt->toPlainText();
@@ -205,10 +302,19 @@ void SettingsDialog::setValues(const AppSettings& a) {
     m_effort->setCurrentText(a.thinkingEffort);
     m_theme->setCurrentIndex(std::max(0, m_theme->findData(a.theme)));
     m_launch = a.launch;
-    m_modelDir->setText(QString::fromStdString(a.launch.modelDir.string()));
-    m_trunkDir->setText(QString::fromStdString(a.launch.trunkDir.string()));
-    m_threads->setValue(a.launch.threads);
-    m_contextLength->setValue(a.launch.contextLength);
+    const k3::LaunchConfig& l = a.launch;
+    m_modelDir->setText(QString::fromStdString(l.modelDir.string()));
+    m_trunkDir->setText(QString::fromStdString(l.trunkDir.string()));
+    m_threads->setValue(l.threads);
+    m_contextLength->setValue(l.contextLength);
+    m_prefillChunk->setValue(l.prefillChunk);
+    m_maxSpeculation->setValue(l.maxSpeculation);
+    m_preset->setCurrentIndex(
+        std::max(0, m_preset->findData(QString::fromStdString(l.budget.preset))));
+    m_trunkSet->setChecked(l.budget.trunkBytes.has_value());
+    m_cacheSet->setChecked(l.budget.cacheBytes.has_value());
+    if (l.budget.trunkBytes) m_trunkGB->setValue(double(*l.budget.trunkBytes) / kGB);
+    if (l.budget.cacheBytes) m_cacheGB->setValue(double(*l.budget.cacheBytes) / kGB);
     m_speculation->setChecked(a.speculation);
     m_maxTokens->setValue(a.maxTokens);
     m_systemPrompt->setPlainText(a.systemPrompt);
@@ -222,6 +328,17 @@ void SettingsDialog::updateEnabled() {
     m_fixedSeed->setEnabled(sample);
     m_seed->setEnabled(sample && m_fixedSeed->isChecked());
     m_effort->setEnabled(m_thinking->isChecked());
+    // A size not set shows what applies instead: the preset's, else 0.
+    const auto preset = k3::findPreset(m_preset->currentData().toString().toStdString());
+    m_trunkGB->setEnabled(m_trunkSet->isChecked());
+    m_cacheGB->setEnabled(m_cacheSet->isChecked());
+    if (!m_trunkSet->isChecked()) m_trunkGB->setValue(preset ? preset->trunkGB : 0);
+    if (!m_cacheSet->isChecked()) m_cacheGB->setValue(preset ? preset->cacheGB : 0);
+    updateBudgetSummary();
+}
+
+void SettingsDialog::updateBudgetSummary() {
+    m_budgetSummary->setText(QString::fromStdString(budget().describe()));
 }
 
 void SettingsDialog::accept() {

@@ -2,18 +2,25 @@
 
 #include <QDialog>
 
+#include <optional>
+
 #include "AppSettings.h"
 
 class QCheckBox;
 class QComboBox;
+class QDialogButtonBox;
 class QDoubleSpinBox;
+class QGroupBox;
+class QLabel;
 class QLineEdit;
 class QPlainTextEdit;
 class QSpinBox;
 
-// Edit > Preferences (Ctrl+,): sampling, thinking defaults, theme, model and trunk
-// folders, engine threads. OK saves to QSettings; MainWindow applies what changed and
-// reads sampling and threads again for the next message.
+// Edit > Preferences (Ctrl+,): sampling, thinking defaults, theme, and the whole launch
+// configuration (model and trunk folders, threads, context, prefill chunk, speculation
+// width, memory preset and budgets). OK saves to QSettings; MainWindow applies what
+// changed: a changed launch reloads the model, sampling and threads apply to the next
+// message.
 class SettingsDialog : public QDialog {
     Q_OBJECT
 public:
@@ -25,22 +32,40 @@ public:
     void accept() override;
 
 private:
+    // One group box each; every widget is created and named in its group's function.
+    QGroupBox* createSamplingGroup();
+    QGroupBox* createThinkingGroup();
+    QGroupBox* createModelGroup();
+    QGroupBox* createMemoryGroup();
+    QGroupBox* createAppearanceGroup();
+    QDialogButtonBox* createButtons();
+    void restoreDefaults();
     void updateEnabled();
+    void updateBudgetSummary();
+    k3::LaunchBudget budget() const;
 
-    QComboBox* m_sampling;
-    QDoubleSpinBox* m_temperature;
-    QDoubleSpinBox* m_topP;
-    QCheckBox* m_fixedSeed;
-    QSpinBox* m_seed;
-    QCheckBox* m_thinking;
-    QCheckBox* m_speculation;
-    QSpinBox* m_maxTokens;
-    QComboBox* m_effort;
-    QComboBox* m_theme;
-    QLineEdit* m_modelDir;
-    QLineEdit* m_trunkDir;
-    QSpinBox* m_threads;
-    QSpinBox* m_contextLength;
-    QPlainTextEdit* m_systemPrompt;
-    k3::LaunchConfig m_launch; // what setValues got: the fields this dialog does not show
+    QComboBox* m_sampling = nullptr;
+    QDoubleSpinBox* m_temperature = nullptr;
+    QDoubleSpinBox* m_topP = nullptr;
+    QCheckBox* m_fixedSeed = nullptr;
+    QSpinBox* m_seed = nullptr;
+    QCheckBox* m_thinking = nullptr;
+    QComboBox* m_effort = nullptr;
+    QSpinBox* m_maxTokens = nullptr;
+    QPlainTextEdit* m_systemPrompt = nullptr;
+    QLineEdit* m_modelDir = nullptr;
+    QLineEdit* m_trunkDir = nullptr;
+    QSpinBox* m_threads = nullptr;
+    QSpinBox* m_contextLength = nullptr;
+    QSpinBox* m_prefillChunk = nullptr;
+    QCheckBox* m_speculation = nullptr;
+    QSpinBox* m_maxSpeculation = nullptr;
+    QComboBox* m_preset = nullptr;
+    QCheckBox* m_trunkSet = nullptr; // off: the preset's trunk (no preset: every layer)
+    QDoubleSpinBox* m_trunkGB = nullptr;
+    QCheckBox* m_cacheSet = nullptr; // off: the preset's cache (no preset: experts resident)
+    QDoubleSpinBox* m_cacheGB = nullptr;
+    QLabel* m_budgetSummary = nullptr;
+    QComboBox* m_theme = nullptr;
+    k3::LaunchConfig m_launch; // what setValues got: sizes shown rounded are kept exact
 };

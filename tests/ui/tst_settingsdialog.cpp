@@ -1,6 +1,8 @@
 // The Settings dialog: values round-trip through QSettings, bad stored values are
 // clamped, every control has an accessible name, and what is saved reaches the engine
-// worker with the next message (greedy vs seeded sampling, the thread count).
+// worker with the next message (greedy vs seeded sampling, the thread count). The whole
+// launch configuration is edited there: a changed memory budget reloads the model with
+// it, an unchanged one does not, and one that fails leaves the working model and setup.
 
 #include <QAbstractSpinBox>
 #include <QAction>
@@ -9,6 +11,8 @@
 #include <QComboBox>
 #include <QDialogButtonBox>
 #include <QDoubleSpinBox>
+#include <QFileInfo>
+#include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
@@ -16,8 +20,11 @@
 #include <QSignalSpy>
 
 #include "QueuedSpy.h"
+#include <QMessageBox>
 #include <QSpinBox>
 #include <QStandardPaths>
+#include <QStatusBar>
+#include <QTemporaryDir>
 #include <QTest>
 #include <QThread>
 
@@ -29,6 +36,8 @@
 #include "chat/ConversationStore.h"
 #include "chat/MessageComposer.h"
 #include "worker/EngineController.h"
+
+#include <k3/pack.hpp>
 
 namespace {
 const QString kTinyModel = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a");
@@ -53,6 +62,16 @@ private slots:
     void badStoredValuesAreClamped();
     void everyControlHasAnAccessibleName();
     void savedSettingsReachTheWorkerWithTheNextMessage();
+    void changedTrunkBudgetIsSavedAndReloads();
+    void unchangedLaunchDoesNotReload();
+    void launchThatFailsKeepsTheWorkingModel();
+
+private:
+    // k3_tiny_a with a packed trunk (in m_tmp) and a wizard-like budget, loaded.
+    k3::LaunchConfig loadStreamed(MainWindow& window);
+    SettingsDialog* openSettings(MainWindow& window);
+
+    QTemporaryDir m_tmp;
 };
 
 void TestSettingsDialog::initTestCase() {
@@ -99,6 +118,21 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     QCOMPARE(child<QPlainTextEdit>(&dialog, "systemPromptDefault")->toPlainText(), QString());
     child<QPlainTextEdit>(&dialog, "systemPromptDefault")
         ->setPlainText(QStringLiteral("Answer in French.\nBe brief."));
+    QCOMPARE(child<QSpinBox>(&dialog, "prefillChunk")->value(), 0);
+    child<QSpinBox>(&dialog, "prefillChunk")->setValue(32);
+    QCOMPARE(child<QSpinBox>(&dialog, "maxSpeculation")->value(), 16);
+    child<QSpinBox>(&dialog, "maxSpeculation")->setValue(8);
+    // Memory: the laptop preset with its cache replaced by 2.5 GB.
+    QCOMPARE(child<QComboBox>(&dialog, "memoryPreset")->currentIndex(), 0); // none
+    QVERIFY(!child<QDoubleSpinBox>(&dialog, "trunkBudget")->isEnabled());
+    child<QComboBox>(&dialog, "memoryPreset")->setCurrentIndex(2);         // ultra, laptop, ...
+    QCOMPARE(child<QDoubleSpinBox>(&dialog, "trunkBudget")->value(), 3.0); // the preset's
+    QCOMPARE(child<QDoubleSpinBox>(&dialog, "cacheBudget")->value(), 1.0);
+    child<QCheckBox>(&dialog, "cacheBudgetSet")->setChecked(true);
+    QVERIFY(child<QDoubleSpinBox>(&dialog, "cacheBudget")->isEnabled());
+    child<QDoubleSpinBox>(&dialog, "cacheBudget")->setValue(2.5);
+    QCOMPARE(child<QLabel>(&dialog, "budgetSummary")->text(),
+             QStringLiteral("preset laptop, cache 2.50 GB"));
     dialog.accept();
 
     QSettings settings;
@@ -116,6 +150,11 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     QCOMPARE(settings.value("engine/speculation").toBool(), false);
     QCOMPARE(settings.value("generation/maxTokens").toInt(), 2000);
     QCOMPARE(settings.value("launch/contextLength").toInt(), 8192);
+    QCOMPARE(settings.value("launch/prefillChunk").toInt(), 32);
+    QCOMPARE(settings.value("launch/maxSpeculation").toInt(), 8);
+    QCOMPARE(settings.value("launch/preset").toString(), QStringLiteral("laptop"));
+    QVERIFY(!settings.contains("launch/trunkBytes")); // the preset's
+    QCOMPARE(settings.value("launch/cacheBytes").toULongLong(), 2'500'000'000ull);
     QCOMPARE(settings.value("generation/systemPrompt").toString(),
              QStringLiteral("Answer in French.\nBe brief."));
 
@@ -134,6 +173,10 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     expected.speculation = false;
     expected.maxTokens = 2000;
     expected.launch.contextLength = 8192;
+    expected.launch.prefillChunk = 32;
+    expected.launch.maxSpeculation = 8;
+    expected.launch.budget.preset = "laptop";
+    expected.launch.budget.cacheBytes = 2'500'000'000ull;
     expected.systemPrompt = QStringLiteral("Answer in French.\nBe brief.");
     QCOMPARE(AppSettings::load(), expected);
     SettingsDialog again;
@@ -148,11 +191,12 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     expected.fixedSeed = false;
     QCOMPARE(expected.generationSettings(99).seed, quint64(99)); // a new seed per message
 
-    // Restore Defaults resets the preferences but keeps the folders.
+    // Restore Defaults resets the preferences but keeps the folders and the budget.
     child<QDialogButtonBox>(&again, "")->button(QDialogButtonBox::RestoreDefaults)->click();
     AppSettings restored;
     restored.launch.modelDir = "/models/k3";
     restored.launch.trunkDir = "/models/k3/trunk";
+    restored.launch.budget = expected.launch.budget;
     QCOMPARE(again.values(), restored);
 }
 
@@ -191,9 +235,10 @@ void TestSettingsDialog::everyControlHasAnAccessibleName() {
             QVERIFY2(!w->accessibleName().isEmpty(), qPrintable(w->objectName()));
         }
     }
-    // 15 settings (the context length and the default system prompt among them), 2 Browse,
+    // 22 settings (the context length, the default system prompt, the prefill chunk, the
+    // speculation width, the preset and two budgets with their boxes among them), 2 Browse,
     // OK, Cancel, Restore Defaults
-    QCOMPARE(controls, 20);
+    QCOMPARE(controls, 27);
 }
 
 void TestSettingsDialog::savedSettingsReachTheWorkerWithTheNextMessage() {
@@ -270,6 +315,114 @@ void TestSettingsDialog::savedSettingsReachTheWorkerWithTheNextMessage() {
     QVERIFY(fresh >= 1);
     QCOMPARE(seen.threads, fresh);
     window.store()->remove(window.currentConversationId());
+}
+
+k3::LaunchConfig TestSettingsDialog::loadStreamed(MainWindow& window) {
+    const QString trunk = m_tmp.filePath(QStringLiteral("trunk"));
+    if (!QFileInfo::exists(trunk)) k3::packTrunk(kTinyModel.toStdString(), trunk.toStdString());
+    k3::LaunchConfig config;
+    config.modelDir = kTinyModel.toStdString();
+    config.trunkDir = trunk.toStdString();
+    // Sizes to the byte, as the wizard computes them: shown rounded, kept exact.
+    config.budget = k3::LaunchBudget::ofBytes(300'123, 50'001);
+    window.show();
+    QSignalSpy ready(&window, &MainWindow::modelReady);
+    window.loadModel(config);
+    if (!ready.wait(30000)) qFatal("the streamed k3_tiny_a did not load");
+    return config;
+}
+
+SettingsDialog* TestSettingsDialog::openSettings(MainWindow& window) {
+    window.showSettings();
+    auto* dialog = window.findChild<SettingsDialog*>();
+    if (!dialog || !dialog->isVisible()) qFatal("Settings did not open");
+    return dialog;
+}
+
+// Settings > Memory > Trunk: OK saves the whole launch with the new budget and the
+// worker opens exactly that configuration; the status bar says which budget is in use.
+void TestSettingsDialog::changedTrunkBudgetIsSavedAndReloads() {
+    MainWindow window;
+    QueuedSpy loaded(window.engine()->worker(), &EngineWorker::modelLoaded);
+    const k3::LaunchConfig before = loadStreamed(window);
+    QTRY_COMPARE(loaded.count(), 1);
+    QCOMPARE(AppSettings::loadLaunch(), before);
+
+    SettingsDialog* dialog = openSettings(window);
+    QVERIFY(child<QCheckBox>(dialog, "trunkBudgetSet")->isChecked());
+    QCOMPARE(child<QDoubleSpinBox>(dialog, "trunkBudget")->value(), 0.0); // 300 kB, rounded
+    child<QDoubleSpinBox>(dialog, "trunkBudget")->setValue(0.002);        // 2 MB
+    QSignalSpy ready(&window, &MainWindow::modelReady);
+    clickOk(dialog);
+
+    k3::LaunchConfig expected = before;
+    expected.budget.trunkBytes = 2'000'000;
+    QCOMPARE(AppSettings::loadLaunch(), expected); // the cache kept to the byte
+    QVERIFY(window.engine()->isBusy());            // the load was queued with OK
+    QVERIFY(ready.wait(30000));
+    QTRY_COMPARE(loaded.count(), 2);
+    QCOMPARE(loaded.last().at(0).value<ModelInfo>().launch, expected);
+    QCOMPARE(window.launchConfig(), expected);
+    QCOMPARE(AppSettings::loadLaunch(), expected);
+    const QString status = window.statusBar()->currentMessage();
+    QVERIFY2(status.startsWith(QStringLiteral("k3_tiny_a · trunk 2.00 MB / cache 50.00 KB "
+                                              "streamed")),
+             qPrintable(status));
+}
+
+// OK with the launch as it was (the budgets shown rounded, the threads changed: they
+// apply to the next message) reloads nothing and saves the same launch.
+void TestSettingsDialog::unchangedLaunchDoesNotReload() {
+    MainWindow window;
+    QueuedSpy loaded(window.engine()->worker(), &EngineWorker::modelLoaded);
+    QueuedSpy failed(window.engine()->worker(), &EngineWorker::loadFailed);
+    const k3::LaunchConfig before = loadStreamed(window);
+    QTRY_COMPARE(loaded.count(), 1);
+
+    SettingsDialog* dialog = openSettings(window);
+    child<QComboBox>(dialog, "samplingMode")->setCurrentIndex(1);
+    clickOk(dialog);
+    QVERIFY(!window.engine()->isBusy()); // nothing was queued
+    QCOMPARE(AppSettings::loadLaunch(), before);
+
+    QTRY_VERIFY(!window.findChild<SettingsDialog*>());
+    dialog = openSettings(window);
+    child<QSpinBox>(dialog, "threads")->setValue(1);
+    clickOk(dialog);
+    QVERIFY(!window.engine()->isBusy());
+    k3::LaunchConfig oneThread = before;
+    oneThread.threads = 1;
+    QCOMPARE(AppSettings::loadLaunch(), oneThread);
+    QCOMPARE(window.launchConfig(), oneThread);
+
+    QTest::qWait(500); // a queued load would have answered by now on the tiny model
+    QCOMPARE(loaded.count(), 1);
+    QCOMPARE(failed.count(), 0);
+    QVERIFY(window.composer()->isReady());
+}
+
+// A launch that cannot open (a model folder that is not there) fails the load: the model
+// that worked answers on, and what Settings saved goes back to it so the next start opens
+// what works.
+void TestSettingsDialog::launchThatFailsKeepsTheWorkingModel() {
+    MainWindow window;
+    const k3::LaunchConfig before = loadStreamed(window);
+    const QString status = window.statusBar()->currentMessage();
+    SettingsDialog* dialog = openSettings(window);
+    child<QLineEdit>(dialog, "modelDir")->setText(m_tmp.filePath(QStringLiteral("missing")));
+    clickOk(dialog);
+    QCOMPARE(AppSettings::loadLaunch().modelDir.string(),
+             m_tmp.filePath(QStringLiteral("missing")).toStdString()); // saved with OK
+    QMessageBox* box = nullptr;
+    QTRY_VERIFY_WITH_TIMEOUT(
+        (box = window.findChild<QMessageBox*>(QStringLiteral("loadFailedBox"))) != nullptr, 30000);
+    QVERIFY2(box->text().endsWith(QStringLiteral("k3_tiny_a is still loaded.")),
+             qPrintable(box->text()));
+    box->close();
+    QCOMPARE(AppSettings::loadLaunch(), before);
+    QCOMPARE(window.launchConfig(), before);
+    QCOMPARE(window.statusBar()->currentMessage(), status);
+    QVERIFY(window.composer()->isReady());
 }
 
 QTEST_MAIN(TestSettingsDialog)

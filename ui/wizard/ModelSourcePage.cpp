@@ -10,8 +10,6 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QRadioButton>
-#include <QStorageInfo>
-#include <QTimer>
 #include <QTreeWidget>
 #include <QUrl>
 #include <QVBoxLayout>
@@ -26,6 +24,7 @@
 
 #include "MainWindow.h"
 #include "wizard/CheckpointSize.h"
+#include "wizard/DownloadSpaceCheck.h"
 #include "wizard/HubDownloadBridge.h"
 #include "wizard/TokenStore.h"
 
@@ -89,12 +88,15 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
       m_endpoint(new QLineEdit), m_repo(new QLineEdit(QString::fromUtf8(k3::kDefaultHubRepo))),
       m_revision(new QLineEdit(QString::fromUtf8(k3::kDefaultHubRevision))),
       m_target(new QLineEdit(QDir::homePath() + QStringLiteral("/k3model"))),
-      m_freeSpace(new QLabel), m_sizeCheck(new QLabel), m_size(new CheckpointSize(this)),
-      m_sizeDelay(new QTimer(this)), m_token(new QLineEdit), m_start(new QPushButton(tr("Start"))),
+      m_token(new QLineEdit), m_start(new QPushButton(tr("Start"))),
       m_pause(new QPushButton(tr("Pause"))), m_files(new QTreeWidget), m_overall(new QProgressBar),
       m_speed(new QLabel), m_downloadStatus(new QLabel), m_verification(new QLabel),
       m_tokenNote(new QLabel), m_resumeBox(new QWidget), m_resumeLabel(new QLabel),
       m_resumeButton(new QPushButton(tr("Resume download"))), m_tokenStore(new TokenStore(this)),
+      m_space(new DownloadSpaceCheck({[this] { return downloadOptions(); },
+                                      [this] { return m_downloadMode->isChecked(); },
+                                      [this] { return m_downloading; }},
+                                     this)),
       m_pending(PendingDownload::load()), m_cancel(std::make_shared<std::atomic<bool>>(false)) {
     setTitle(tr("Get the model"));
     setSubTitle(tr("Point to a checkpoint folder you already have, or download it from the hub."));
@@ -178,8 +180,8 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
     form->addRow(tr("Repository:"), m_repo);
     form->addRow(tr("Revision:"), m_revision);
     form->addRow(tr("Target folder:"), targetRow);
-    form->addRow(QString(), m_freeSpace);
-    form->addRow(QString(), m_sizeCheck);
+    form->addRow(QString(), m_space->freeSpaceLabel());
+    form->addRow(QString(), m_space->sizeCheckLabel());
     form->addRow(tr("Token:"), m_token);
     form->addRow(QString(), m_tokenNote);
     auto* controls = new QHBoxLayout;
@@ -220,17 +222,11 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
             QFileDialog::getExistingDirectory(this, tr("Download into"), m_target->text());
         if (!dir.isEmpty()) setDownloadTarget(dir);
     });
-    connect(m_target, &QLineEdit::textChanged, this, &ModelSourcePage::updateFreeSpace);
-    m_sizeCheck->setObjectName(QStringLiteral("downloadSizeCheck"));
-    m_sizeCheck->setWordWrap(true);
-    m_sizeCheck->setTextFormat(Qt::PlainText);
-    m_sizeDelay->setSingleShot(true);
-    m_sizeDelay->setInterval(400);
-    connect(m_sizeDelay, &QTimer::timeout, this, &ModelSourcePage::requestSize);
+    connect(m_target, &QLineEdit::textChanged, m_space, &DownloadSpaceCheck::updateFreeSpace);
     for (QLineEdit* field : {m_endpoint, m_repo, m_revision, m_target})
-        connect(field, &QLineEdit::textChanged, m_sizeDelay, qOverload<>(&QTimer::start));
-    connect(m_downloadMode, &QRadioButton::toggled, m_sizeDelay, qOverload<>(&QTimer::start));
-    connect(m_size, &CheckpointSize::changed, this, &ModelSourcePage::updateSizeCheck);
+        connect(field, &QLineEdit::textChanged, m_space, &DownloadSpaceCheck::scheduleSizeRequest);
+    connect(m_downloadMode, &QRadioButton::toggled, m_space,
+            &DownloadSpaceCheck::scheduleSizeRequest);
     connect(demo, &QPushButton::clicked, this, [this] {
         m_haveIt->setChecked(true);
         chooseFolder(MainWindow::demoModelDirectory());
@@ -249,7 +245,7 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
     connect(&m_download, &QFutureWatcher<k3::DownloadResult>::finished, this,
             [this] { downloadDone(m_download.result()); });
     updateMode();
-    updateFreeSpace();
+    m_space->updateFreeSpace();
     registerField(QStringLiteral("modelDir"), this, "modelDir", SIGNAL(modelDirChanged(QString)));
 }
 
@@ -336,10 +332,6 @@ void ModelSourcePage::setRepository(const QString& repo, const QString& revision
     m_revision->setText(revision);
 }
 
-QString ModelSourcePage::freeSpaceText() const {
-    return m_freeSpace->text();
-}
-
 QString ModelSourcePage::speedText() const {
     return m_speed->text();
 }
@@ -378,86 +370,37 @@ void ModelSourcePage::setDownloadTarget(const QString& dir) {
     m_target->setText(dir);
 }
 
-std::optional<quint64> ModelSourcePage::freeBytes() const {
-    if (m_freeBytesForTests) return m_freeBytesForTests;
-    // The nearest existing ancestor: the target is usually created by the download.
-    QDir dir(m_target->text());
-    while (!dir.exists() && !dir.isRoot() && dir.cdUp()) {
-    }
-    const QStorageInfo storage(dir);
-    if (!storage.isValid()) return std::nullopt;
-    return quint64(storage.bytesAvailable());
-}
-
-void ModelSourcePage::updateFreeSpace() {
-    const std::optional<quint64> free = freeBytes();
-    m_freeSpace->setText(free ? tr("%1 free there").arg(bytesText(*free))
-                              : tr("free space unknown"));
-    updateSizeCheck();
-}
-
-QString ModelSourcePage::sizeCheckText() const {
-    return m_sizeCheck->text();
-}
-
-void ModelSourcePage::requestSize() {
-    // Only a download asks the hub: choosing a folder never touches the network.
-    if (!m_downloadMode->isChecked() || m_downloading) return;
+k3::DownloadOptions ModelSourcePage::downloadOptions() const {
     k3::DownloadOptions options;
     options.endpoint = m_endpoint->text().trimmed().toStdString();
     options.repo = m_repo->text().trimmed().toStdString();
     options.revision = m_revision->text().trimmed().toStdString();
     options.token = m_token->text().toStdString();
     options.destination = m_target->text().toStdString();
-    m_size->request(options);
+    return options;
 }
 
-QString ModelSourcePage::doesNotFitText() const {
-    const std::optional<quint64> needed = m_size->neededBytes();
-    const std::optional<quint64> free = freeBytes();
-    if (!needed || !free || *needed <= *free) return {};
-    const auto size = &CheckpointSize::sizeText;
-    return tr("Not enough free space: the checkpoint needs %1 %2 and the disk at %3 has %4 "
-              "free (short by %5). Free some space or choose another folder.")
-        .arg(size(*needed),
-             m_size->fromListing() ? tr("(from the hub's file list)")
-                                   : tr("(the official checkpoint's size; the hub did not "
-                                        "answer)"),
-             m_target->text(), size(*free), size(*needed - *free));
+QString ModelSourcePage::freeSpaceText() const {
+    return m_space->freeSpaceLabel()->text();
 }
 
-void ModelSourcePage::updateSizeCheck() {
-    const auto size = &CheckpointSize::sizeText;
-    const QString tooBig = doesNotFitText();
-    m_sizeCheck->setStyleSheet(tooBig.isEmpty() ? QString() : QStringLiteral("color: #c0392b;"));
-    if (!tooBig.isEmpty()) {
-        m_sizeCheck->setText(tooBig);
-    } else if (m_size->isPending()) {
-        m_sizeCheck->setText(tr("Asking the hub for the checkpoint's size…"));
-    } else if (const std::optional<quint64> needed = m_size->neededBytes(); needed) {
-        const QString source = m_size->fromListing()
-                                   ? tr("from the hub's file list")
-                                   : tr("the official checkpoint's size; the hub did not answer");
-        const quint64 total = *m_size->totalBytes();
-        m_sizeCheck->setText(
-            *needed == total
-                ? tr("The checkpoint needs %1 (%2); it fits.").arg(size(total), source)
-                : tr("The checkpoint needs %1 more (%2 in all, the rest is already there; %3); "
-                     "it fits.")
-                      .arg(size(*needed), size(total), source));
-    } else {
-        m_sizeCheck->setText(m_downloadMode->isChecked()
-                                 ? tr("The checkpoint's size is not known (the hub did not "
-                                      "answer); Start checks the space once it does.")
-                                 : QString());
-    }
+QString ModelSourcePage::sizeCheckText() const {
+    return m_space->sizeCheckLabel()->text();
+}
+
+CheckpointSize* ModelSourcePage::checkpointSize() const {
+    return m_space->checkpointSize();
+}
+
+void ModelSourcePage::setFreeBytesForTests(quint64 bytes) {
+    m_space->setFreeBytesForTests(bytes);
 }
 
 void ModelSourcePage::startDownload() {
     if (m_downloading) return;
-    updateFreeSpace();
+    m_space->updateFreeSpace();
     // Refused before anything is created or fetched: the size was known before Start.
-    if (const QString tooBig = doesNotFitText(); !tooBig.isEmpty()) {
+    if (const QString tooBig = m_space->doesNotFitText(); !tooBig.isEmpty()) {
         m_downloadStatus->setText(tooBig);
         m_downloadStatus->setStyleSheet(QStringLiteral("color: #c0392b;"));
         return;
@@ -465,13 +408,8 @@ void ModelSourcePage::startDownload() {
     m_downloading = true;
     m_downloadMode->setChecked(true);
     m_cancel = std::make_shared<std::atomic<bool>>(false);
-    k3::DownloadOptions options;
-    options.endpoint = m_endpoint->text().trimmed().toStdString();
-    options.repo = m_repo->text().trimmed().toStdString();
-    options.revision = m_revision->text().trimmed().toStdString();
-    options.token = m_token->text().toStdString();
-    options.destination = m_target->text().toStdString();
-    if (m_freeBytesForTests) options.freeBytesForTests = *m_freeBytesForTests;
+    k3::DownloadOptions options = downloadOptions();
+    options.freeBytesForTests = m_space->freeBytesForTests();
     // Entered once: kept in the keychain (or this run's memory), never in QSettings.
     if (m_token->text() != m_tokenStore->token()) m_tokenStore->store(m_token->text());
     // Remembered before the first byte so quitting at any point can be resumed.
@@ -530,7 +468,7 @@ void ModelSourcePage::downloadDone(const k3::DownloadResult& result) {
     if (result.ok)
         chooseFolder(m_target->text());
     else
-        m_sizeDelay->start(); // what is still needed, now that some of it is on disk
+        m_space->scheduleSizeRequest(); // what is still needed, now that some of it is on disk
 }
 
 void ModelSourcePage::showVerification(const k3::DownloadResult& result) {
@@ -587,7 +525,7 @@ void ModelSourcePage::showFileList(const std::vector<k3::HubFile>& files) {
     for (const k3::HubFile& f : files) total += f.size;
     // Said before the first byte, so a disk too small is seen at once.
     m_downloadStatus->setText(tr("%n file(s), %1 in all; %2", nullptr, int(files.size()))
-                                  .arg(bytesText(total), m_freeSpace->text()));
+                                  .arg(bytesText(total), freeSpaceText()));
 }
 
 void ModelSourcePage::showFileProgress(const k3::FileProgress& progress) {

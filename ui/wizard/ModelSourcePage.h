@@ -18,12 +18,12 @@ class QLineEdit;
 class QProgressBar;
 class QPushButton;
 class QRadioButton;
-class QTimer;
 class QTreeWidget;
 class QTreeWidgetItem;
 class QWidget;
 class TokenStore;
 class CheckpointSize;
+class DownloadSpaceCheck;
 
 // Wizard page 2: an existing checkpoint folder (validated off the GUI thread: config
 // readable, every shard present) or a download from the hub with per-file rows, an
@@ -59,15 +59,12 @@ public:
     void setRepository(const QString& repo, const QString& revision);
     void setDownloadTarget(const QString& dir);
     // Tests: the free space the download plans against instead of the disk's.
-    void setFreeBytesForTests(quint64 bytes) {
-        m_freeBytesForTests = bytes;
-        updateFreeSpace();
-    }
+    void setFreeBytesForTests(quint64 bytes);
     QString freeSpaceText() const;
     // The checkpoint's size against the target's free space, shown before Start:
     // "Needs 1.56 TB (…); 2.10 TB free there: it fits." or why it does not fit.
     QString sizeCheckText() const;
-    CheckpointSize* checkpointSize() const { return m_size; }
+    CheckpointSize* checkpointSize() const;
     void startDownload();
     void pauseDownload();
     bool isDownloading() const { return m_downloading; }
@@ -109,14 +106,8 @@ private:
     void updateMode();
     void showVerdict(const Verdict& verdict);
     void downloadDone(const k3::DownloadResult& result);
-    void updateFreeSpace();
-    // The target's free space (the nearest existing ancestor's); empty when unknown.
-    std::optional<quint64> freeBytes() const;
-    // Asks the hub for the checkpoint's size again (download mode, not while downloading).
-    void requestSize();
-    void updateSizeCheck();
-    // Empty when the checkpoint fits or its size is not known yet; else why it does not.
-    QString doesNotFitText() const;
+    // The download the fields describe (Start and the size check both use it).
+    k3::DownloadOptions downloadOptions() const;
     QTreeWidgetItem* rowFor(const QString& name);
     void showVerification(const k3::DownloadResult& result);
 
@@ -130,10 +121,6 @@ private:
     QLineEdit* m_repo;
     QLineEdit* m_revision;
     QLineEdit* m_target;
-    QLabel* m_freeSpace;
-    QLabel* m_sizeCheck;
-    CheckpointSize* m_size;
-    QTimer* m_sizeDelay; // one request after a burst of typing
     QLineEdit* m_token;
     QPushButton* m_start;
     QPushButton* m_pause;
@@ -147,10 +134,10 @@ private:
     QLabel* m_resumeLabel;
     QPushButton* m_resumeButton;
     TokenStore* m_tokenStore;
+    DownloadSpaceCheck* m_space; // free space and the checkpoint's size, before Start
     QHash<QString, QTreeWidgetItem*> m_rows;
     QSet<QString> m_verifying; // files whose sha256 step was shown this run
     std::optional<PendingDownload> m_pending;
-    std::optional<quint64> m_freeBytesForTests;
     k3::DownloadResult m_lastResult;
 
     QString m_validDir;
