@@ -301,7 +301,7 @@ void ConversationView::showMatch() {
         const QStyleOptionViewItem option = optionFor(index);
         const QRect r = m_delegate->bodyTextRect(option, index, m.position, m.length);
         showInCodeBlock(option, index, r);
-        if (!viewport()->rect().contains(r)) {
+        if (r.top() < 0 || r.bottom() > viewport()->height()) {
             QScrollBar* bar = verticalScrollBar();
             bar->setValue(bar->value() + r.top() - viewport()->height() / 3);
         }
