@@ -1,4 +1,5 @@
 #include <QAccessible>
+#include <QApplication>
 #include <QClipboard>
 #include <QDialog>
 #include <QElapsedTimer>
@@ -16,6 +17,7 @@
 #include <QTextImageFormat>
 #include <QTextLayout>
 #include <QVBoxLayout>
+#include <QWheelEvent>
 
 #include "chat/CodeBlockHighlighter.h"
 
@@ -26,6 +28,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <thread>
@@ -51,10 +54,12 @@ private slots:
     void invalidAnswerIsMarkedWhenReopened();
     void singleNewlinesAreLineBreaks();
     void userLinesKeepTheirHeight();
-    void longCodeLineWrapsWithTheCopyButtonInView();
+    void longCodeLineScrollsSideways();
+    void wheelAndKeysScrollTheCodeBlock();
     void focusIsVisibleAndTheKeyboardReachesTheToggles();
     void finishedAnswerIsAnnounced();
     void messageTextCanBeSelectedInPart();
+    void contextMenuSelectTextOpensTheEditor();
 };
 
 namespace {
@@ -474,44 +479,141 @@ void TestConversationView::userLinesKeepTheirHeight() {
     QCOMPARE(lines, 2);
 }
 
+namespace {
+const QString kLongLine = QStringLiteral("auto total = ") +
+                          QStringLiteral("first_value + second_value + ").repeated(12) +
+                          QStringLiteral("0;");
+const QString kShortLine = QStringLiteral("auto total = 0;");
+QString codeAnswer(const QString& line) {
+    return QStringLiteral("Here:\n\n```cpp\n") + line + QStringLiteral("\n```\n\nDone.");
+}
+
+void wheel(QWidget* viewport, const QPoint& at, const QPoint& angle,
+           Qt::KeyboardModifiers modifiers = {}) {
+    QWheelEvent event(at, viewport->mapToGlobal(at), QPoint(), angle, Qt::NoButton, modifiers,
+                      Qt::NoScrollPhase, false);
+    QApplication::sendEvent(viewport, &event);
+}
+} // namespace
+
 // Issue 21: a long code line ran out of the message with no scroll bar, and its Copy
-// button (at the line's right end) with it. Code now wraps at the message width; the
-// button sits at the message's right edge, beside the first line, and copies the line whole.
-void TestConversationView::longCodeLineWrapsWithTheCopyButtonInView() {
+// button (at the line's right end) with it. Code lines now never wrap: the block keeps
+// one line per line and scrolls sideways, the button pinned at the message's right edge.
+void TestConversationView::longCodeLineScrollsSideways() {
     ConversationView view;
     view.resize(480, 400);
     view.show();
     QVERIFY(QTest::qWaitForWindowExposed(&view));
-    const QString longLine = QStringLiteral("auto total = ") +
-                             QStringLiteral("first_value + second_value + ").repeated(12) +
-                             QStringLiteral("0;");
-    const QString answer =
-        QStringLiteral("Here:\n\n```cpp\n") + longLine + QStringLiteral("\n```\n");
     ConversationModel* m = view.conversation();
-    m->appendMessage(QStringLiteral("assistant"), answer);
-    const QRect button = view.codeCopyButtonRect(0, 0);
-    QVERIFY(!button.isEmpty());
-    QVERIFY2(view.viewport()->rect().contains(button), qPrintable(QStringLiteral("%1,%2 %3x%4")
-                                                                      .arg(button.x())
-                                                                      .arg(button.y())
-                                                                      .arg(button.width())
-                                                                      .arg(button.height())));
-    // Nothing is wider than the message: the document wraps the line at the width.
-    QTextDocument doc;
-    MessageDelegate::buildBody(doc, answer, view.font());
-    const int width = view.viewport()->width() - 24;
-    doc.setTextWidth(width);
-    QVERIFY2(doc.idealWidth() <= width, qPrintable(QString::number(doc.idealWidth())));
-    const auto blocks = CodeBlockHighlighter::codeBlocks(doc, answer);
+    m->appendMessage(QStringLiteral("assistant"), codeAnswer(kLongLine));
+    m->appendMessage(QStringLiteral("assistant"), codeAnswer(kShortLine));
+    view.doItemsLayout();
+    // The same height as with the line cut short, plus the scroll indicator's room.
+    QCOMPARE(view.visualRect(m->index(0)).height(),
+             view.visualRect(m->index(1)).height() + MessageDelegate::kScrollIndicatorSpace);
+    QCOMPARE(view.codeBlockRect(0, 0).height(), view.codeBlockRect(1, 0).height());
+    const int width = view.viewport()->width() - 24; // the body, between the margins
+    QCOMPARE(view.codeBlockRect(0, 0).width(), width);
+    QCOMPARE(view.codeScrollMaximum(1, 0), 0); // the short line fits
+    QVERIFY2(view.codeScrollMaximum(0, 0) > width, qPrintable(QString::number(width)));
+
+    SafeTextDocument doc;
+    MessageDelegate::layoutBody(doc, codeAnswer(kLongLine), view.font(), view.palette(), width);
+    const auto blocks = CodeBlockHighlighter::codeBlocks(doc, codeAnswer(kLongLine));
     QCOMPARE(blocks.size(), 1);
     const QTextBlock code = doc.findBlockByNumber(blocks.at(0).firstBlock);
-    QVERIFY(code.layout()->lineCount() >= 3);
-    // The first line stops short of the button.
-    QVERIFY(code.layout()->lineAt(0).naturalTextWidth() <=
-            width - MessageDelegate::copyButtonSize(view.font()).width());
+    QCOMPARE(code.layout()->lineCount(), 1);
+    // The line's full width (plus the button's room) is what the block scrolls through.
+    const QTextLine line = code.layout()->lineAt(0);
+    const int room = MessageDelegate::copyButtonSize(view.font()).width() + 4;
+    QCOMPARE(view.codeScrollMaximum(0, 0),
+             int(std::ceil(line.x() + line.naturalTextWidth() + room)) - width);
+    // The prose still wraps at the message width.
+    QVERIFY(doc.idealWidth() > width);
+    QCOMPARE(doc.lastBlock().text(), QStringLiteral("Done."));
+    QCOMPARE(doc.lastBlock().layout()->lineCount(), 1);
+
+    const QRect button = view.codeCopyButtonRect(0, 0);
+    QVERIFY(view.viewport()->rect().contains(button));
+    QCOMPARE(button.right(), view.codeBlockRect(0, 0).right() - 2);
+    QCOMPARE(button.top(), view.codeBlockRect(0, 0).top() + 2);
     QGuiApplication::clipboard()->clear();
     QTest::mouseClick(view.viewport(), Qt::LeftButton, {}, button.center());
-    QCOMPARE(QGuiApplication::clipboard()->text(), longLine);
+    QCOMPARE(QGuiApplication::clipboard()->text(), kLongLine);
+}
+
+// A sideways wheel, Shift+wheel and Shift+Left/Right scroll the wide block by
+// codeScrollStep() (60 px with 3 wheel lines), within its width; the Copy button stays
+// where it was and still copies the whole line.
+void TestConversationView::wheelAndKeysScrollTheCodeBlock() {
+    QApplication::setWheelScrollLines(3);
+    QCOMPARE(MessageDelegate::codeScrollStep(), 60);
+    ConversationView view;
+    view.resize(480, 400);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowActive(&view));
+    ConversationModel* m = view.conversation();
+    m->appendMessage(QStringLiteral("user"), QStringLiteral("Sum them"));
+    m->appendMessage(QStringLiteral("assistant"), codeAnswer(kLongLine));
+    const QRect block = view.codeBlockRect(1, 0);
+    const QRect button = view.codeCopyButtonRect(1, 0);
+    const int maximum = view.codeScrollMaximum(1, 0);
+    QVERIFY(maximum > 60);
+    const QPoint inside = block.center() - QPoint(block.width() / 4, 0);
+    const QImage before = view.viewport()->grab().toImage();
+
+    wheel(view.viewport(), inside, QPoint(-120, 0)); // one notch to the right
+    QCOMPARE(view.codeScrollOffset(1, 0), 60);
+    QCOMPARE(view.codeCopyButtonRect(1, 0), button);
+    const QImage after = view.viewport()->grab().toImage();
+    // The code moved, the button did not (inside its rounded border, which lets the code
+    // under its corners show).
+    QVERIFY(before.copy(block.adjusted(0, 0, -button.width() - 2, 0)) !=
+            after.copy(block.adjusted(0, 0, -button.width() - 2, 0)));
+    QCOMPARE(before.copy(button.adjusted(3, 3, -3, -3)), after.copy(button.adjusted(3, 3, -3, -3)));
+
+    wheel(view.viewport(), inside, QPoint(0, -120), Qt::ShiftModifier); // Shift+wheel down
+    QCOMPARE(view.codeScrollOffset(1, 0), 120);
+    wheel(view.viewport(), inside, QPoint(0, -120)); // a plain wheel is not for the code
+    QCOMPARE(view.codeScrollOffset(1, 0), 120);
+    wheel(view.viewport(), inside, QPoint(120, 0)); // back left
+    QCOMPARE(view.codeScrollOffset(1, 0), 60);
+    wheel(view.viewport(), inside, QPoint(-120 * 1000, 0));
+    QCOMPARE(view.codeScrollOffset(1, 0), maximum); // no further than the line's end
+    wheel(view.viewport(), inside, QPoint(120 * 1000, 0));
+    QCOMPARE(view.codeScrollOffset(1, 0), 0);
+    // Outside the block (on the question) the wheel scrolls no code.
+    wheel(view.viewport(), view.visualRect(m->index(0)).center(), QPoint(-120, 0));
+    QCOMPARE(view.codeScrollOffset(1, 0), 0);
+
+    view.setFocus();
+    view.setCurrentIndex(m->index(1));
+    QTest::keyClick(&view, Qt::Key_Right, Qt::ShiftModifier);
+    QTest::keyClick(&view, Qt::Key_Right, Qt::ShiftModifier);
+    QCOMPARE(view.codeScrollOffset(1, 0), 120);
+    QTest::keyClick(&view, Qt::Key_Left, Qt::ShiftModifier);
+    QCOMPARE(view.codeScrollOffset(1, 0), 60);
+    QCOMPARE(view.currentIndex().row(), 1);
+    QVERIFY(view.accessibleDescription().contains(
+        QStringLiteral("Shift+Left and Shift+Right scroll its wide code.")));
+
+    // Find in conversation scrolls to a match at the line's end (and back to its start).
+    QCOMPARE(view.find(QStringLiteral("second_value + 0;")), 1);
+    QCOMPARE(view.codeScrollOffset(1, 0), maximum);
+    QCOMPARE(view.find(QStringLiteral("auto total")), 1);
+    QCOMPARE(view.codeScrollOffset(1, 0), 0);
+    view.clearFind();
+
+    QCOMPARE(view.codeCopyButtonRect(1, 0), button);
+    QGuiApplication::clipboard()->clear();
+    QTest::mouseClick(view.viewport(), Qt::LeftButton, {}, button.center());
+    QCOMPARE(QGuiApplication::clipboard()->text(), kLongLine);
+    // A new conversation starts unscrolled.
+    wheel(view.viewport(), inside, QPoint(-120, 0));
+    QCOMPARE(view.codeScrollOffset(1, 0), 60);
+    m->setTurns({{QStringLiteral("assistant"), codeAnswer(kLongLine), {}}});
+    QCOMPARE(view.codeScrollOffset(0, 0), 0);
+    QCOMPARE(view.codeScrollOffset(1, 0), 0);
 }
 
 // Issue 21: a Tab stop on the conversation showed no focus; the thinking toggle and the
@@ -539,7 +641,8 @@ void TestConversationView::focusIsVisibleAndTheKeyboardReachesTheToggles() {
     QCOMPARE(view->currentIndex().row(), 1);
     QCOMPARE(view->accessibleDescription(),
              QStringLiteral("Message 2 of 2, from K3. Thinking hidden: Space shows it. 1 code "
-                            "block: Copy code block 1 is in the context menu."));
+                            "block: Copy code block 1 is in the context menu. F2 selects its "
+                            "text."));
     QTest::keyClick(view, Qt::Key_Space);
     QVERIFY(m->index(1).data(ConversationModel::ThinkingExpandedRole).toBool());
     QVERIFY(
@@ -548,7 +651,8 @@ void TestConversationView::focusIsVisibleAndTheKeyboardReachesTheToggles() {
     QVERIFY(!m->index(1).data(ConversationModel::ThinkingExpandedRole).toBool());
     QTest::keyClick(view, Qt::Key_Up);
     QCOMPARE(view->currentIndex().row(), 0);
-    QCOMPARE(view->accessibleDescription(), QStringLiteral("Message 1 of 2, from you."));
+    QCOMPARE(view->accessibleDescription(),
+             QStringLiteral("Message 1 of 2, from you. F2 selects its text."));
 }
 
 namespace {
@@ -592,28 +696,114 @@ void TestConversationView::finishedAnswerIsAnnounced() {
     QCOMPARE(announced.count(), 1);
 }
 
-// The delegate draws text that cannot be selected; Select text… (context menu) shows
-// the message in a read-only box where any part of it can be selected and copied.
+namespace {
+// The open editor (a closed one is hidden until it is deleted).
+QTextEdit* messageEditor(const ConversationView& view) {
+    for (QTextEdit* editor :
+         view.viewport()->findChildren<QTextEdit*>(QStringLiteral("messageTextEditor")))
+        if (editor->isVisible()) return editor;
+    return nullptr;
+}
+} // namespace
+
+// Issue 21: text can be selected in part, in place. A double-click on a message opens it
+// in a read-only editor with the same rendered text; a selection made with the keyboard
+// copies exactly that part (Ctrl+C), and Esc closes the editor, leaving the message as it was.
 void TestConversationView::messageTextCanBeSelectedInPart() {
     ConversationView view;
-    view.conversation()->appendMessage(QStringLiteral("assistant"),
-                                       QStringLiteral("Line one\nLine **two** ![x](/dev/zero)"));
-    view.showMessageText(0);
-    auto* dialog = view.findChild<QDialog*>(QStringLiteral("messageTextDialog"));
-    QVERIFY(dialog);
-    QVERIFY(dialog->isVisible());
-    auto* text = dialog->findChild<QTextEdit*>(QStringLiteral("messageText"));
-    QVERIFY(text);
-    QVERIFY(text->isReadOnly());
-    QCOMPARE(text->toPlainText(), QStringLiteral("Line one\nLine two [image: x]"));
-    QCOMPARE(qobject_cast<SafeTextDocument*>(text->document())->resourceRequests(), 0);
-    QTextCursor part = text->textCursor();
-    part.setPosition(5);
-    part.setPosition(8, QTextCursor::KeepAnchor);
-    text->setTextCursor(part);
-    text->copy();
+    view.resize(640, 480);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowActive(&view));
+    ConversationModel* m = view.conversation();
+    const QString source = QStringLiteral("Line one\nLine **two** ![x](/dev/zero)");
+    m->appendMessage(QStringLiteral("user"), QStringLiteral("Two lines, please"));
+    m->appendMessage(QStringLiteral("assistant"), source);
+    view.doItemsLayout();
+    QVERIFY(!messageEditor(view));
+    const QRect text = view.visualRect(m->index(1));
+    // A real double-click: a click, then the double-click event (QTest sends only that).
+    QTest::mouseClick(view.viewport(), Qt::LeftButton, {}, text.center());
+    QTest::mouseDClick(view.viewport(), Qt::LeftButton, {}, text.center());
+    QTextEdit* editor = messageEditor(view);
+    QVERIFY(editor);
+    QVERIFY(editor->isReadOnly());
+    QTRY_VERIFY(editor->hasFocus());
+    QCOMPARE(editor->toPlainText(), QStringLiteral("Line one\nLine two [image: x]"));
+    QCOMPARE(qobject_cast<SafeTextDocument*>(editor->document())->resourceRequests(), 0);
+    QVERIFY(text.contains(editor->geometry()));
+    QCOMPARE(view.currentIndex().row(), 1);
+
+    // "one": from the start, five characters right, then three selected.
+    QTest::keyClick(editor, Qt::Key_Home, Qt::ControlModifier);
+    for (int i = 0; i < 5; ++i) QTest::keyClick(editor, Qt::Key_Right);
+    for (int i = 0; i < 3; ++i) QTest::keyClick(editor, Qt::Key_Right, Qt::ShiftModifier);
+    QCOMPARE(editor->textCursor().selectedText(), QStringLiteral("one"));
+    QGuiApplication::clipboard()->setText(QStringLiteral("before"));
+    QTest::keySequence(editor, QKeySequence::Copy);
     QCOMPARE(QGuiApplication::clipboard()->text(), QStringLiteral("one"));
-    dialog->close();
+    // Across the line break and the bold word: the rendered text, not the Markdown.
+    QTextCursor part = editor->textCursor();
+    part.setPosition(5);
+    part.setPosition(17, QTextCursor::KeepAnchor);
+    editor->setTextCursor(part);
+    QTest::keySequence(editor, QKeySequence::Copy);
+    QCOMPARE(QGuiApplication::clipboard()->text(), QStringLiteral("one\nLine two"));
+    // Typing changes nothing.
+    QTest::keyClicks(editor, QStringLiteral("zz"));
+    QCOMPARE(editor->toPlainText(), QStringLiteral("Line one\nLine two [image: x]"));
+
+    QTest::keyClick(editor, Qt::Key_Escape);
+    QTRY_VERIFY(!messageEditor(view));
+    QCOMPARE(m->index(1).data(ConversationModel::ContentRole).toString(), source);
+    QVERIFY(view.hasFocus());
+
+    // F2 on the current message opens it too; Tab closes it, back to the conversation.
+    view.setCurrentIndex(m->index(0));
+    QTest::keyClick(&view, Qt::Key_F2);
+    QTRY_VERIFY(messageEditor(view));
+    QCOMPARE(messageEditor(view)->toPlainText(), QStringLiteral("Two lines, please"));
+    QTest::keyClick(messageEditor(view), Qt::Key_Tab);
+    QTRY_VERIFY(!messageEditor(view));
+    QCOMPARE(view.currentIndex().row(), 0);
+    // A double-click on the Copy button opens nothing (its first click copied the code).
+    m->appendMessage(QStringLiteral("assistant"), kCppAnswer);
+    const QRect button = view.codeCopyButtonRect(2, 0);
+    QVERIFY(!button.isEmpty());
+    QTest::mouseClick(view.viewport(), Qt::LeftButton, {}, button.center());
+    QTest::mouseDClick(view.viewport(), Qt::LeftButton, {}, button.center());
+    QVERIFY(!messageEditor(view));
+    QCOMPARE(QGuiApplication::clipboard()->text(), kCppCode);
+}
+
+// The context menu's Select text opens the same editor (the old dialog is gone); an
+// answer still streaming in grows under it and the selection stays.
+void TestConversationView::contextMenuSelectTextOpensTheEditor() {
+    ConversationView view;
+    view.resize(640, 480);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    view.conversation()->appendMessage(QStringLiteral("assistant"), QStringLiteral("Hello there"));
+    view.selectMessageText(0);
+    QTextEdit* editor = messageEditor(view);
+    QVERIFY(editor);
+    QCOMPARE(editor->toPlainText(), QStringLiteral("Hello there"));
+    QVERIFY(!view.findChild<QDialog*>());
+    view.conversation()->beginAssistantMessage();
+    view.selectMessageText(1); // no text yet: nothing to select, the open editor stays
+    QVERIFY(messageEditor(view));
+    QCOMPARE(messageEditor(view)->toPlainText(), QStringLiteral("Hello there"));
+    view.conversation()->appendToLast({}, QStringLiteral("More"));
+    view.selectMessageText(1);
+    editor = messageEditor(view);
+    QVERIFY(editor);
+    QCOMPARE(editor->toPlainText(), QStringLiteral("More"));
+    QTextCursor part = editor->textCursor();
+    part.setPosition(1);
+    part.setPosition(3, QTextCursor::KeepAnchor);
+    editor->setTextCursor(part);
+    view.conversation()->appendToLast({}, QStringLiteral(" text"));
+    QCOMPARE(editor->toPlainText(), QStringLiteral("More text"));
+    QCOMPARE(editor->textCursor().selectedText(), QStringLiteral("or"));
 }
 
 QTEST_MAIN(TestConversationView)

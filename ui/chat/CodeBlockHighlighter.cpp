@@ -168,10 +168,9 @@ void CodeBlockHighlighter::highlight(QTextDocument& doc, const QString& markdown
         c.mergeCharFormat(monoFormat);
         QTextBlockFormat blockFormat;
         blockFormat.setBackground(background);
-        // The importer makes code lines non-breakable, so a long line ran out of the
-        // message, clipped and without a scroll bar (issue 21): code wraps at the message
-        // width instead; the copied code keeps its lines.
-        blockFormat.setNonBreakableLines(false);
+        // Code lines never wrap: a line wider than the message scrolls sideways in its
+        // block (MessageDelegate), so the code reads as it was written.
+        blockFormat.setNonBreakableLines(true);
         c.mergeBlockFormat(blockFormat);
 #ifdef K3_HAVE_KSYNTAXHIGHLIGHTING
         if (const ksh::Definition def = definitionFor(code.language); def.isValid()) {

@@ -6,9 +6,9 @@
 class QTextDocument;
 
 // Formats the fenced code blocks of an answer rendered by QTextDocument::setMarkdown():
-// always a monospace font and a tinted background, long lines wrapped at the document
-// width, plus syntax colours when the build has KSyntaxHighlighting. It only sets character and
-// block formats through QTextCursor, so model text is never turned into markup.
+// always a monospace font and a tinted background, lines that never wrap (the view scrolls
+// a wide block sideways), plus syntax colours when the build has KSyntaxHighlighting. It only sets
+// character and block formats through QTextCursor, so model text is never turned into markup.
 class CodeBlockHighlighter {
 public:
     struct CodeBlock {

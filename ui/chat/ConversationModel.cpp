@@ -12,6 +12,14 @@ int ConversationModel::rowCount(const QModelIndex& parent) const {
     return parent.isValid() ? 0 : int(m_entries.size());
 }
 
+Qt::ItemFlags ConversationModel::flags(const QModelIndex& index) const {
+    Qt::ItemFlags f = QAbstractListModel::flags(index);
+    if (index.isValid() && index.row() < m_entries.size() &&
+        !m_entries.at(index.row()).content.isEmpty())
+        f |= Qt::ItemIsEditable;
+    return f;
+}
+
 QVariant ConversationModel::data(const QModelIndex& index, int role) const {
     if (!index.isValid() || index.row() >= m_entries.size()) return {};
     const Entry& e = m_entries.at(index.row());

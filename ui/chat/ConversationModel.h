@@ -31,6 +31,9 @@ public:
 
     int rowCount(const QModelIndex& parent = {}) const override;
     QVariant data(const QModelIndex& index, int role) const override;
+    // A message with text is "editable": the view opens it in a read-only editor where
+    // its text can be selected (MessageDelegate::createEditor); setData changes nothing.
+    Qt::ItemFlags flags(const QModelIndex& index) const override;
 
     int appendMessage(const QString& role, const QString& content);
     // Starts an empty assistant message that tokens will stream into.

@@ -9,8 +9,6 @@
 #include <QAction>
 #include <QClipboard>
 #include <QContextMenuEvent>
-#include <QDialog>
-#include <QDialogButtonBox>
 #include <QGuiApplication>
 #include <QKeyEvent>
 #include <QMenu>
@@ -18,8 +16,7 @@
 #include <QScrollBar>
 #include <QTextCursor>
 #include <QTextDocument>
-#include <QTextEdit>
-#include <QVBoxLayout>
+#include <QWheelEvent>
 
 ConversationView::ConversationView(QWidget* parent)
     : QListView(parent), m_messages(new ConversationModel(this)),
@@ -35,6 +32,8 @@ ConversationView::ConversationView(QWidget* parent)
     setWordWrap(true);
     setFrameShape(QFrame::NoFrame);
     setMouseTracking(true);
+    // The read-only text editor of MessageDelegate, to select part of a message.
+    setEditTriggers(QAbstractItemView::DoubleClicked | QAbstractItemView::EditKeyPressed);
     connect(m_delegate, &MessageDelegate::thinkingToggled, m_messages,
             &ConversationModel::toggleThinking);
     connect(m_delegate, &MessageDelegate::versionRequested, this, [this](int row, int version) {
@@ -62,7 +61,15 @@ ConversationView::ConversationView(QWidget* parent)
             [this](const QModelIndex& from, const QModelIndex& to) {
                 trackStreaming(from.row(), to.row());
             });
-    connect(m_messages, &QAbstractItemModel::modelReset, this, [this] { m_streamingRow = -1; });
+    connect(m_messages, &QAbstractItemModel::modelReset, this, [this] {
+        m_streamingRow = -1;
+        m_delegate->clearCodeOffsets();
+    });
+    // Code blocks scrolled sideways keep their place while their message stays.
+    connect(m_messages, &QAbstractItemModel::rowsRemoved, this,
+            [this](const QModelIndex&, int first) { m_delegate->clearCodeOffsets(first); });
+    connect(m_messages, &QAbstractItemModel::rowsInserted, this,
+            [this](const QModelIndex&, int first) { m_delegate->clearCodeOffsets(first); });
     connect(m_messages, &QAbstractItemModel::rowsRemoved, this, [this] {
         if (m_streamingRow >= messageCount()) m_streamingRow = -1;
     });
@@ -128,6 +135,26 @@ QRect ConversationView::codeCopyButtonRect(int row, int block) {
     return block >= 0 && block < rects.size() ? rects.at(block) : QRect();
 }
 
+int ConversationView::codeScrollOffset(int row, int block) const {
+    return m_delegate->codeOffset(row, block);
+}
+
+int ConversationView::codeScrollMaximum(int row, int block) {
+    executeDelayedItemsLayout();
+    const QModelIndex index = m_messages->index(row);
+    if (!index.isValid()) return 0;
+    const auto areas = m_delegate->codeAreas(optionFor(index), index);
+    return block >= 0 && block < areas.size() ? areas.at(block).maxOffset() : 0;
+}
+
+QRect ConversationView::codeBlockRect(int row, int block) {
+    executeDelayedItemsLayout();
+    const QModelIndex index = m_messages->index(row);
+    if (!index.isValid()) return {};
+    const auto areas = m_delegate->codeAreas(optionFor(index), index);
+    return block >= 0 && block < areas.size() ? areas.at(block).rect : QRect();
+}
+
 QRect ConversationView::versionButtonRect(int row, bool next) {
     executeDelayedItemsLayout();
     const QModelIndex index = m_messages->index(row);
@@ -157,30 +184,13 @@ void ConversationView::copyCodeBlock(int row, int block) {
     emit copied(tr("the code block"));
 }
 
-void ConversationView::showMessageText(int row) {
+void ConversationView::selectMessageText(int row) {
     const QModelIndex index = m_messages->index(row);
-    if (!index.isValid()) return;
-    auto* dialog = new QDialog(this);
-    dialog->setObjectName(QStringLiteral("messageTextDialog"));
-    dialog->setAttribute(Qt::WA_DeleteOnClose);
-    dialog->setWindowTitle(tr("Message text"));
-    auto* text = new QTextEdit(dialog);
-    text->setObjectName(QStringLiteral("messageText"));
-    text->setAccessibleName(tr("Message text"));
-    // The same safe document the view draws: no resource is ever loaded.
-    auto* doc = new SafeTextDocument(text);
-    MessageDelegate::buildBody(*doc, index.data(ConversationModel::ContentRole).toString(), font(),
-                               palette());
-    text->setDocument(doc);
-    text->setReadOnly(true);
-    text->setTextInteractionFlags(Qt::TextSelectableByMouse | Qt::TextSelectableByKeyboard);
-    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close, dialog);
-    connect(buttons, &QDialogButtonBox::rejected, dialog, &QDialog::reject);
-    auto* layout = new QVBoxLayout(dialog);
-    layout->addWidget(text);
-    layout->addWidget(buttons);
-    dialog->resize(560, 400);
-    dialog->show();
+    // A message without text (an answer not yet begun) has nothing to select.
+    if (!(m_messages->flags(index) & Qt::ItemIsEditable)) return;
+    setCurrentIndex(index);
+    scrollTo(index);
+    edit(index); // MessageDelegate::createEditor
 }
 
 void ConversationView::contextMenuEvent(QContextMenuEvent* event) {
@@ -203,8 +213,10 @@ void ConversationView::contextMenuEvent(QContextMenuEvent* event) {
                                              : tr("Copy code block %1 (%2)").arg(i + 1).arg(lang);
         menu.addAction(label, this, [this, row = index.row(), i] { copyCodeBlock(row, i); });
     }
-    menu.addAction(tr("&Select text…"), this, [this, row = index.row()] { showMessageText(row); })
-        ->setObjectName(QStringLiteral("selectTextAction"));
+    QAction* select = menu.addAction(tr("&Select text") + QStringLiteral("\t") + tr("F2"), this,
+                                     [this, row = index.row()] { selectMessageText(row); });
+    select->setObjectName(QStringLiteral("selectTextAction"));
+    select->setEnabled(!content.isEmpty());
     const QPoint version = index.data(ConversationModel::VersionRole).toPoint();
     if (version.y() > 1) {
         menu.addSeparator();
@@ -286,14 +298,33 @@ void ConversationView::showMatch() {
         setCurrentIndex(index);
         executeDelayedItemsLayout();
         // Put the match a third of the way down the viewport.
-        const QRect r = m_delegate->bodyTextRect(optionFor(index), index, m.position, m.length);
-        if (!viewport()->rect().contains(r)) {
+        const QStyleOptionViewItem option = optionFor(index);
+        const QRect r = m_delegate->bodyTextRect(option, index, m.position, m.length);
+        showInCodeBlock(option, index, r);
+        if (r.top() < 0 || r.bottom() > viewport()->height()) {
             QScrollBar* bar = verticalScrollBar();
             bar->setValue(bar->value() + r.top() - viewport()->height() / 3);
         }
     }
     viewport()->update();
     emit matchChanged(m_current, matchCount());
+}
+
+void ConversationView::showInCodeBlock(const QStyleOptionViewItem& option, const QModelIndex& index,
+                                       const QRect& r) {
+    // `r` is where the text lies unscrolled: a match in a wide code block is scrolled to,
+    // a third of the way into the block.
+    const auto areas = m_delegate->codeAreas(option, index);
+    for (int i = 0; i < areas.size(); ++i) {
+        const QRect& area = areas.at(i).rect;
+        if (areas.at(i).maxOffset() <= 0 || r.top() < area.top() || r.bottom() > area.bottom())
+            continue;
+        const int offset = m_delegate->codeOffset(index.row(), i);
+        if (r.left() >= area.left() + offset && r.right() <= area.right() + offset) return;
+        const int wanted = r.left() - area.left() - area.width() / 3;
+        m_delegate->scrollCode(option, index, i, wanted - offset);
+        return;
+    }
 }
 
 void ConversationView::paintEvent(QPaintEvent* event) {
@@ -366,6 +397,9 @@ QString ConversationView::describeMessage(int row) const {
     else if (blocks.size() > 1)
         parts << tr("%1 code blocks: Copy code block 1 to %1 are in the context menu.")
                      .arg(blocks.size());
+    if (m_delegate->firstWideCodeBlock(optionFor(index), index) >= 0)
+        parts << tr("Shift+Left and Shift+Right scroll its wide code.");
+    if (!content.isEmpty()) parts << tr("F2 selects its text.");
     return parts.join(QLatin1Char(' '));
 }
 
@@ -389,6 +423,17 @@ void ConversationView::keyPressEvent(QKeyEvent* event) {
     // way to the "Thought for N s" toggle the delegate draws.
     const int key = event->key();
     const QModelIndex index = currentIndex();
+    // Shift+Left and Shift+Right scroll the current message's first wide code block.
+    if (index.isValid() && event->modifiers() == Qt::ShiftModifier &&
+        (key == Qt::Key_Left || key == Qt::Key_Right)) {
+        const QStyleOptionViewItem option = optionFor(index);
+        if (const int block = m_delegate->firstWideCodeBlock(option, index); block >= 0) {
+            const int step = MessageDelegate::codeScrollStep();
+            if (m_delegate->scrollCode(option, index, block, key == Qt::Key_Left ? -step : step))
+                viewport()->update(visualRect(index));
+            return;
+        }
+    }
     // Alt+Left and Alt+Right: the keyboard's way to the "< 2/3 >" switcher.
     if (index.isValid() && event->modifiers() == Qt::AltModifier &&
         (key == Qt::Key_Left || key == Qt::Key_Right)) {
@@ -403,6 +448,31 @@ void ConversationView::keyPressEvent(QKeyEvent* event) {
         return;
     }
     QListView::keyPressEvent(event);
+}
+
+void ConversationView::wheelEvent(QWheelEvent* event) {
+    const QPoint pos = event->position().toPoint();
+    const QModelIndex index = indexAt(pos);
+    const QPoint pixels = event->pixelDelta();
+    const QPoint angle = event->angleDelta();
+    const int step = MessageDelegate::codeScrollStep();
+    // Towards the right is a negative delta, as for a horizontal scroll bar.
+    int dx = 0;
+    if (pixels.x() != 0 || angle.x() != 0)
+        dx = pixels.x() != 0 ? -pixels.x() : -angle.x() * step / 120;
+    else if (event->modifiers() & Qt::ShiftModifier)
+        dx = pixels.y() != 0 ? -pixels.y() : -angle.y() * step / 120;
+    if (dx != 0 && index.isValid()) {
+        const QStyleOptionViewItem option = optionFor(index);
+        const int block = m_delegate->codeBlockAt(option, index, pos);
+        if (block >= 0 && m_delegate->codeAreas(option, index).at(block).maxOffset() > 0) {
+            if (m_delegate->scrollCode(option, index, block, dx))
+                viewport()->update(visualRect(index));
+            event->accept();
+            return;
+        }
+    }
+    QListView::wheelEvent(event);
 }
 
 void ConversationView::focusInEvent(QFocusEvent* event) {

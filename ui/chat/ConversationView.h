@@ -27,6 +27,11 @@ public:
     int lastUserRow() const;
     // The code block's copy button, in viewport coordinates (tests click it).
     QRect codeCopyButtonRect(int row, int block);
+    // How far code block `block` of message `row` is scrolled sideways, and how far it can
+    // be (0 when it fits), in pixels; its area in viewport coordinates.
+    int codeScrollOffset(int row, int block) const;
+    int codeScrollMaximum(int row, int block);
+    QRect codeBlockRect(int row, int block);
     // The "<" (next false) or ">" of the version switcher, in viewport coordinates;
     // null without versions.
     QRect versionButtonRect(int row, bool next);
@@ -51,9 +56,10 @@ public slots:
     void copyMessage(int row);
     void copyCurrentMessage();
     void copyCodeBlock(int row, int block);
-    // The message as shown, in a window of its own where any part of it can be selected
-    // and copied (the delegate draws text it cannot select).
-    void showMessageText(int row);
+    // Opens message `row` in place in a read-only editor where any part of its text can
+    // be selected (mouse or keyboard) and copied with Ctrl+C; Esc closes it. Double-click
+    // and F2 do the same.
+    void selectMessageText(int row);
 
 signals:
     void editLastMessageRequested();
@@ -72,6 +78,8 @@ protected:
     void resizeEvent(QResizeEvent* event) override;
     void contextMenuEvent(QContextMenuEvent* event) override;
     void keyPressEvent(QKeyEvent* event) override;
+    // Sideways wheel (or Shift+wheel) over a code block wider than the message scrolls it.
+    void wheelEvent(QWheelEvent* event) override;
     void focusInEvent(QFocusEvent* event) override;
     void focusOutEvent(QFocusEvent* event) override;
     void currentChanged(const QModelIndex& current, const QModelIndex& previous) override;
@@ -85,6 +93,8 @@ private:
     QStyleOptionViewItem optionFor(const QModelIndex& index) const;
     void collectMatches();
     void showMatch();
+    void showInCodeBlock(const QStyleOptionViewItem& option, const QModelIndex& index,
+                         const QRect& r);
     void trackStreaming(int first, int last);
     void announceAnswer(int row);
     // The previous (step -1) or next (+1) version of message `row`; false when none.

@@ -7,13 +7,17 @@
 #include <QAbstractScrollArea>
 #include <QAbstractTextDocumentLayout>
 #include <QApplication>
+#include <QKeyEvent>
 #include <QMouseEvent>
 #include <QPainter>
+#include <QRegion>
 #include <QStyleOptionButton>
 #include <QStyleOptionProgressBar>
 #include <QTextBlock>
 #include <QTextCursor>
 #include <QTextDocument>
+#include <QTextEdit>
+#include <QTextLayout>
 
 #include <cmath>
 
@@ -25,16 +29,55 @@ bool isDark(const QPalette& palette) {
     return palette.color(QPalette::Base).lightness() < 128;
 }
 
-int documentHeight(const QString& markdownOrText, bool markdown, const QFont& font, int width) {
+int documentHeight(const QString& markdownOrText, bool markdown, const QFont& font, int width,
+                   const QPalette& palette = QPalette()) {
     SafeTextDocument doc;
     if (markdown)
-        MessageDelegate::buildBody(doc, markdownOrText, font);
+        MessageDelegate::layoutBody(doc, markdownOrText, font, palette, width);
     else {
         doc.setDefaultFont(font);
         doc.setPlainText(markdownOrText);
+        doc.setTextWidth(width);
     }
-    doc.setTextWidth(width);
     return int(std::ceil(doc.size().height()));
+}
+
+// The room the first line of a code block leaves for the Copy button at its right end.
+int buttonRoom(const QFont& font) {
+    return MessageDelegate::copyButtonSize(font).width() + 4;
+}
+
+// How wide the code block's widest line is (the first with room for the Copy button
+// beside it); `doc` is laid out.
+int codeContentWidth(const QTextDocument& doc, const CodeBlockHighlighter::CodeBlock& code,
+                     int room) {
+    qreal widest = 0;
+    for (int n = code.firstBlock; n <= code.lastBlock; ++n) {
+        const QTextLayout* tl = doc.findBlockByNumber(n).layout();
+        for (int i = 0; tl && i < tl->lineCount(); ++i) {
+            const QTextLine line = tl->lineAt(i);
+            const qreal extra = n == code.firstBlock && i == 0 ? room : 0;
+            widest = std::max(widest, line.x() + line.naturalTextWidth() + extra);
+        }
+    }
+    return int(std::ceil(widest));
+}
+
+// Takes the code blocks' background off the document (the view fills each block's
+// rectangle itself, so a scrolled block keeps a straight right edge); returns it.
+QBrush takeCodeBackground(QTextDocument& doc,
+                          const QVector<CodeBlockHighlighter::CodeBlock>& blocks) {
+    QBrush brush;
+    for (const CodeBlockHighlighter::CodeBlock& code : blocks)
+        for (int n = code.firstBlock; n <= code.lastBlock; ++n) {
+            const QTextBlock block = doc.findBlockByNumber(n);
+            QTextBlockFormat f = block.blockFormat();
+            if (f.background().style() == Qt::NoBrush) continue;
+            brush = f.background();
+            f.clearBackground();
+            QTextCursor(block).setBlockFormat(f);
+        }
+    return brush;
 }
 } // namespace
 
@@ -76,16 +119,42 @@ void MessageDelegate::buildBody(QTextDocument& doc, const QString& text, const Q
     // document out: model text never makes the view open a file (SafeTextDocument).
     SafeTextDocument::replaceImages(doc);
     CodeBlockHighlighter::highlight(doc, markdown, isDark(palette));
-    // Code wraps at the message width (CodeBlockHighlighter); the first line of each block
-    // stops short of the Copy button drawn at its right end, so neither hides the other.
-    const int buttonRoom = copyButtonSize(font).width() + 4;
+    // Code never wraps (CodeBlockHighlighter): a wide block scrolls sideways in the view.
+    // The first line of each block leaves room for the Copy button pinned at its right
+    // end, so a block that fits shows its whole first line beside the button.
+    const int room = buttonRoom(font);
     for (const CodeBlockHighlighter::CodeBlock& code :
          CodeBlockHighlighter::codeBlocks(doc, markdown)) {
         QTextCursor first(doc.findBlockByNumber(code.firstBlock));
-        QTextBlockFormat room;
-        room.setRightMargin(buttonRoom);
-        first.mergeBlockFormat(room);
+        QTextBlockFormat margin;
+        margin.setRightMargin(room);
+        first.mergeBlockFormat(margin);
     }
+}
+
+void MessageDelegate::layoutBody(QTextDocument& doc, const QString& markdown, const QFont& font,
+                                 const QPalette& palette, int width) {
+    buildBody(doc, markdown, font, palette);
+    doc.setTextWidth(width);
+    doc.size(); // lays the document out: the code lines' widths are read below
+    const int room = buttonRoom(font);
+    for (const CodeBlockHighlighter::CodeBlock& code :
+         CodeBlockHighlighter::codeBlocks(doc, markdown)) {
+        if (codeContentWidth(doc, code, room) <= width) continue;
+        // The layout keeps the larger of two touching margins: the room goes under the
+        // gap the block had before (to the next block's top margin), not into it.
+        const QTextBlock last = doc.findBlockByNumber(code.lastBlock);
+        const QTextBlock next = last.next();
+        const qreal gap = std::max(last.blockFormat().bottomMargin(),
+                                   next.isValid() ? next.blockFormat().topMargin() : 0.0);
+        QTextBlockFormat space;
+        space.setBottomMargin(gap + kScrollIndicatorSpace);
+        QTextCursor(last).mergeBlockFormat(space);
+    }
+}
+
+int MessageDelegate::codeScrollStep() {
+    return 20 * std::max(1, QApplication::wheelScrollLines());
 }
 
 QSize MessageDelegate::copyButtonSize(const QFont& font) {
@@ -156,7 +225,7 @@ MessageDelegate::Layout MessageDelegate::layout(const QStyleOptionViewItem& opti
     }
     const QString content = index.data(ConversationModel::ContentRole).toString();
     const int bodyHeight =
-        content.isEmpty() ? 0 : documentHeight(content, true, option.font, width);
+        content.isEmpty() ? 0 : documentHeight(content, true, option.font, width, option.palette);
     l.body = QRect(option.rect.left() + kMargin, y, width, bodyHeight);
     y += bodyHeight;
     if (!index.data(ConversationModel::StatsRole).toString().isEmpty()) {
@@ -171,39 +240,90 @@ MessageDelegate::Layout MessageDelegate::layout(const QStyleOptionViewItem& opti
     return l;
 }
 
-QVector<QRect> MessageDelegate::copyButtonsIn(const QTextDocument& doc, const QString& markdown,
-                                              const QRect& body, const QFont& font) const {
-    QVector<QRect> out;
+QVector<MessageDelegate::CodeArea> MessageDelegate::codeAreasIn(const QTextDocument& doc,
+                                                                const QString& markdown,
+                                                                const QRect& body,
+                                                                const QFont& font) {
+    QVector<CodeArea> out;
     const QSize size = copyButtonSize(font);
+    const int room = buttonRoom(font);
     for (const CodeBlockHighlighter::CodeBlock& code :
          CodeBlockHighlighter::codeBlocks(doc, markdown)) {
-        const QRectF r =
-            doc.documentLayout()->blockBoundingRect(doc.findBlockByNumber(code.firstBlock));
-        // At the message's right edge, in the room buildBody left beside the first line.
-        out.push_back(
-            QRect(QPoint(body.right() - size.width() - 1, body.top() + int(r.top()) + 2), size));
+        QAbstractTextDocumentLayout* layout = doc.documentLayout();
+        const QRectF first = layout->blockBoundingRect(doc.findBlockByNumber(code.firstBlock));
+        const QRectF last = layout->blockBoundingRect(doc.findBlockByNumber(code.lastBlock));
+        CodeArea area;
+        area.rect = QRect(body.left(), body.top() + int(first.top()), body.width(),
+                          int(std::ceil(last.top() + last.height() - first.top())));
+        // Pinned at the block's top right, at the message's right edge: never scrolled.
+        area.button = QRect(QPoint(body.right() - size.width() - 1, area.rect.top() + 2), size);
+        area.contentWidth = codeContentWidth(doc, code, room);
+        out.push_back(area);
     }
     return out;
 }
 
-QVector<QRect> MessageDelegate::copyButtonRects(const QStyleOptionViewItem& option,
-                                                const QModelIndex& index) const {
+QVector<MessageDelegate::CodeArea> MessageDelegate::codeAreas(const QStyleOptionViewItem& option,
+                                                              const QModelIndex& index) const {
     const QString content = index.data(ConversationModel::ContentRole).toString();
     if (content.isEmpty()) return {};
     const Layout l = layout(option, index);
     SafeTextDocument doc;
-    buildBody(doc, content, option.font, option.palette);
-    doc.setTextWidth(l.body.width());
-    return copyButtonsIn(doc, content, l.body, option.font);
+    layoutBody(doc, content, option.font, option.palette, l.body.width());
+    return codeAreasIn(doc, content, l.body, option.font);
+}
+
+QVector<QRect> MessageDelegate::copyButtonRects(const QStyleOptionViewItem& option,
+                                                const QModelIndex& index) const {
+    QVector<QRect> out;
+    for (const CodeArea& area : codeAreas(option, index)) out.push_back(area.button);
+    return out;
+}
+
+int MessageDelegate::codeBlockAt(const QStyleOptionViewItem& option, const QModelIndex& index,
+                                 const QPoint& pos) const {
+    const QVector<CodeArea> areas = codeAreas(option, index);
+    for (int i = 0; i < areas.size(); ++i) {
+        // The indicator under a wide block counts as the block.
+        const int below = areas.at(i).maxOffset() > 0 ? kScrollIndicatorSpace : 0;
+        if (areas.at(i).rect.adjusted(0, 0, 0, below).contains(pos)) return i;
+    }
+    return -1;
+}
+
+int MessageDelegate::firstWideCodeBlock(const QStyleOptionViewItem& option,
+                                        const QModelIndex& index) const {
+    const QVector<CodeArea> areas = codeAreas(option, index);
+    for (int i = 0; i < areas.size(); ++i)
+        if (areas.at(i).maxOffset() > 0) return i;
+    return -1;
+}
+
+bool MessageDelegate::scrollCode(const QStyleOptionViewItem& option, const QModelIndex& index,
+                                 int block, int dx) {
+    const QVector<CodeArea> areas = codeAreas(option, index);
+    if (block < 0 || block >= areas.size()) return false;
+    const QPair<int, int> key{index.row(), block};
+    const int before = std::clamp(m_codeOffsets.value(key), 0, areas.at(block).maxOffset());
+    const int after = std::clamp(before + dx, 0, areas.at(block).maxOffset());
+    if (after == 0)
+        m_codeOffsets.remove(key);
+    else
+        m_codeOffsets.insert(key, after);
+    return after != before;
+}
+
+void MessageDelegate::clearCodeOffsets(int fromRow) {
+    for (auto it = m_codeOffsets.begin(); it != m_codeOffsets.end();)
+        it = it.key().first >= fromRow ? m_codeOffsets.erase(it) : std::next(it);
 }
 
 QRect MessageDelegate::bodyTextRect(const QStyleOptionViewItem& option, const QModelIndex& index,
                                     int position, int length) const {
     const Layout l = layout(option, index);
     SafeTextDocument doc;
-    buildBody(doc, index.data(ConversationModel::ContentRole).toString(), option.font,
-              option.palette);
-    doc.setTextWidth(l.body.width());
+    layoutBody(doc, index.data(ConversationModel::ContentRole).toString(), option.font,
+               option.palette, l.body.width());
     const QTextBlock block = doc.findBlock(position);
     if (!block.isValid() || !block.layout()) return l.body;
     const QRectF blockRect = doc.documentLayout()->blockBoundingRect(block);
@@ -230,26 +350,48 @@ void MessageDelegate::paint(QPainter* painter, const QStyleOptionViewItem& optio
         painter->drawRect(option.rect.adjusted(4, 2, -5, -3));
     }
     const Layout l = layout(option, index);
+    paintHeader(painter, option, index, l);
+    painter->setFont(option.font);
+    paintThinkingAndReading(painter, option, index, l);
+    if (!index.data(ConversationModel::ContentRole).toString().isEmpty())
+        paintBody(painter, option, index, l.body);
+    const QString stats = index.data(ConversationModel::StatsRole).toString();
+    if (!stats.isEmpty()) {
+        QFont small = option.font;
+        small.setPointSizeF(small.pointSizeF() * 0.85);
+        painter->setFont(small);
+        painter->setPen(pal.color(QPalette::PlaceholderText));
+        painter->drawText(l.stats, Qt::AlignLeft | Qt::AlignTop, stats);
+    }
+    painter->restore();
+}
 
+void MessageDelegate::paintHeader(QPainter* painter, const QStyleOptionViewItem& option,
+                                  const QModelIndex& index, const Layout& l) const {
+    const QPalette& pal = option.palette;
+    const bool user =
+        index.data(ConversationModel::RoleNameRole).toString() == QLatin1String("user");
     QFont bold = option.font;
     bold.setBold(true);
     painter->setFont(bold);
     painter->setPen(pal.color(QPalette::Text));
     painter->drawText(l.role, Qt::AlignLeft | Qt::AlignVCenter, user ? tr("You") : tr("K3"));
-    if (!l.version.isNull()) {
-        const QPoint v = index.data(ConversationModel::VersionRole).toPoint();
-        painter->setFont(option.font);
-        const QColor on = pal.color(QPalette::Link);
-        const QColor off = pal.color(QPalette::Disabled, QPalette::Text);
-        painter->setPen(v.x() > 1 ? on : off);
-        painter->drawText(l.previousVersion, Qt::AlignCenter, QStringLiteral("<"));
-        painter->setPen(pal.color(QPalette::PlaceholderText));
-        painter->drawText(l.version, Qt::AlignCenter, versionText(index));
-        painter->setPen(v.x() < v.y() ? on : off);
-        painter->drawText(l.nextVersion, Qt::AlignCenter, QStringLiteral(">"));
-    }
-
+    if (l.version.isNull()) return;
+    const QPoint v = index.data(ConversationModel::VersionRole).toPoint();
     painter->setFont(option.font);
+    const QColor on = pal.color(QPalette::Link);
+    const QColor off = pal.color(QPalette::Disabled, QPalette::Text);
+    painter->setPen(v.x() > 1 ? on : off);
+    painter->drawText(l.previousVersion, Qt::AlignCenter, QStringLiteral("<"));
+    painter->setPen(pal.color(QPalette::PlaceholderText));
+    painter->drawText(l.version, Qt::AlignCenter, versionText(index));
+    painter->setPen(v.x() < v.y() ? on : off);
+    painter->drawText(l.nextVersion, Qt::AlignCenter, QStringLiteral(">"));
+}
+
+void MessageDelegate::paintThinkingAndReading(QPainter* painter, const QStyleOptionViewItem& option,
+                                              const QModelIndex& index, const Layout& l) const {
+    const QPalette& pal = option.palette;
     if (!l.thinking.isNull()) {
         painter->setPen(pal.color(QPalette::PlaceholderText));
         painter->drawText(l.thinking, Qt::AlignLeft | Qt::AlignVCenter, thinkingLabel(index));
@@ -267,71 +409,114 @@ void MessageDelegate::paint(QPainter* painter, const QStyleOptionViewItem& optio
         doc.documentLayout()->draw(painter, ctx);
         painter->restore();
     }
-    if (!l.reading.isNull()) {
-        painter->setPen(pal.color(QPalette::PlaceholderText));
-        painter->drawText(l.reading, Qt::AlignLeft | Qt::AlignVCenter, readingLabel(index));
-        const QPointF p = index.data(ConversationModel::ReadingRole).toPointF();
-        QStyleOptionProgressBar bar;
-        bar.rect = l.readingBar;
-        bar.palette = pal;
-        bar.state = QStyle::State_Enabled | QStyle::State_Horizontal;
-        bar.minimum = 0;
-        bar.maximum = std::max(1, int(p.y()));
-        bar.progress = int(p.x());
-        bar.textVisible = false;
-        const QWidget* widget = option.widget;
-        (widget ? widget->style() : QApplication::style())
-            ->drawControl(QStyle::CE_ProgressBar, &bar, painter, widget);
+    if (l.reading.isNull()) return;
+    painter->setPen(pal.color(QPalette::PlaceholderText));
+    painter->drawText(l.reading, Qt::AlignLeft | Qt::AlignVCenter, readingLabel(index));
+    const QPointF p = index.data(ConversationModel::ReadingRole).toPointF();
+    QStyleOptionProgressBar bar;
+    bar.rect = l.readingBar;
+    bar.palette = pal;
+    bar.state = QStyle::State_Enabled | QStyle::State_Horizontal;
+    bar.minimum = 0;
+    bar.maximum = std::max(1, int(p.y()));
+    bar.progress = int(p.x());
+    bar.textVisible = false;
+    const QWidget* widget = option.widget;
+    (widget ? widget->style() : QApplication::style())
+        ->drawControl(QStyle::CE_ProgressBar, &bar, painter, widget);
+}
+
+QAbstractTextDocumentLayout::PaintContext
+MessageDelegate::bodyContext(const QTextDocument& doc, const QPalette& pal, int row) const {
+    QAbstractTextDocumentLayout::PaintContext ctx;
+    ctx.palette = pal;
+    if (m_findQuery.isEmpty()) return ctx;
+    QColor tint = pal.color(QPalette::Highlight);
+    tint.setAlpha(70);
+    for (QTextCursor c = doc.find(m_findQuery); !c.isNull(); c = doc.find(m_findQuery, c)) {
+        QAbstractTextDocumentLayout::Selection s;
+        s.cursor = c;
+        const bool current = row == m_matchRow && c.selectionStart() == m_matchPosition;
+        s.format.setBackground(current ? pal.color(QPalette::Highlight) : tint);
+        if (current) s.format.setForeground(pal.color(QPalette::HighlightedText));
+        ctx.selections.push_back(s);
     }
+    return ctx;
+}
+
+void MessageDelegate::paintBody(QPainter* painter, const QStyleOptionViewItem& option,
+                                const QModelIndex& index, const QRect& body) const {
     const QString content = index.data(ConversationModel::ContentRole).toString();
-    if (!content.isEmpty()) {
-        SafeTextDocument doc;
-        buildBody(doc, content, option.font, pal);
-        doc.setTextWidth(l.body.width());
-        QAbstractTextDocumentLayout::PaintContext ctx;
-        ctx.palette = pal;
-        if (!m_findQuery.isEmpty()) {
-            QColor tint = pal.color(QPalette::Highlight);
-            tint.setAlpha(70);
-            for (QTextCursor c = doc.find(m_findQuery); !c.isNull(); c = doc.find(m_findQuery, c)) {
-                QAbstractTextDocumentLayout::Selection s;
-                s.cursor = c;
-                const bool current =
-                    index.row() == m_matchRow && c.selectionStart() == m_matchPosition;
-                s.format.setBackground(current ? pal.color(QPalette::Highlight) : tint);
-                if (current) s.format.setForeground(pal.color(QPalette::HighlightedText));
-                ctx.selections.push_back(s);
-            }
-        }
-        painter->save();
-        painter->translate(l.body.topLeft());
-        doc.documentLayout()->draw(painter, ctx);
-        painter->restore();
-        const QWidget* widget = option.widget;
-        QStyle* style = widget ? widget->style() : QApplication::style();
-        for (const QRect& r : copyButtonsIn(doc, content, l.body, option.font)) {
-            QStyleOptionButton button;
-            button.rect = r;
-            button.text = tr("Copy");
-            button.palette = pal;
-            button.fontMetrics = option.fontMetrics;
-            button.state = QStyle::State_Enabled | QStyle::State_Raised;
-            if (const auto* view = qobject_cast<const QAbstractScrollArea*>(widget);
-                view && (option.state & QStyle::State_MouseOver) &&
-                r.contains(view->viewport()->mapFromGlobal(QCursor::pos())))
-                button.state |= QStyle::State_MouseOver;
-            style->drawControl(QStyle::CE_PushButton, &button, painter, widget);
-        }
-    }
-    const QString stats = index.data(ConversationModel::StatsRole).toString();
-    if (!stats.isEmpty()) {
-        QFont small = option.font;
-        small.setPointSizeF(small.pointSizeF() * 0.85);
-        painter->setFont(small);
-        painter->setPen(pal.color(QPalette::PlaceholderText));
-        painter->drawText(l.stats, Qt::AlignLeft | Qt::AlignTop, stats);
-    }
+    SafeTextDocument doc;
+    layoutBody(doc, content, option.font, option.palette, body.width());
+    const QVector<CodeArea> areas = codeAreasIn(doc, content, body, option.font);
+    const QBrush codeBackground =
+        takeCodeBackground(doc, CodeBlockHighlighter::codeBlocks(doc, content));
+    const QAbstractTextDocumentLayout::PaintContext ctx =
+        bodyContext(doc, option.palette, index.row());
+    // The prose: everything but the code blocks, which are drawn scrolled on their own.
+    QRegion prose(body);
+    for (const CodeArea& area : areas) prose -= area.rect;
+    painter->save();
+    painter->setClipRegion(prose, Qt::IntersectClip);
+    painter->translate(body.topLeft());
+    doc.documentLayout()->draw(painter, ctx);
     painter->restore();
+    for (int i = 0; i < areas.size(); ++i) {
+        const int offset = std::clamp(codeOffset(index.row(), i), 0, areas.at(i).maxOffset());
+        paintCodeArea(painter, doc, ctx, body, areas.at(i), offset, codeBackground);
+        paintCopyButton(painter, option, areas.at(i).button);
+    }
+}
+
+void MessageDelegate::paintCodeArea(QPainter* painter, const QTextDocument& doc,
+                                    const QAbstractTextDocumentLayout::PaintContext& ctx,
+                                    const QRect& body, const CodeArea& area, int offset,
+                                    const QBrush& background) const {
+    painter->save();
+    painter->setClipRect(area.rect, Qt::IntersectClip);
+    painter->fillRect(area.rect, background);
+    painter->translate(body.left() - offset, body.top());
+    QAbstractTextDocumentLayout::PaintContext scrolled = ctx;
+    scrolled.clip = QRectF(area.rect.translated(offset - body.left(), -body.top()));
+    doc.documentLayout()->draw(painter, scrolled);
+    painter->restore();
+    if (area.maxOffset() <= 0) return;
+    // A thin indicator under the block: the track, and where the visible part lies in it.
+    const QRect track(area.rect.left(), area.rect.bottom() + 2, area.rect.width(),
+                      kScrollIndicatorSpace - 2);
+    const int thumbWidth =
+        std::max(16, int(qint64(track.width()) * track.width() / area.contentWidth));
+    const int thumbX = track.left() + int(qint64(track.width() - thumbWidth) * offset /
+                                          std::max(1, area.maxOffset()));
+    QColor colour = ctx.palette.color(QPalette::PlaceholderText);
+    painter->save();
+    painter->setRenderHint(QPainter::Antialiasing);
+    painter->setPen(Qt::NoPen);
+    colour.setAlpha(50);
+    painter->setBrush(colour);
+    painter->drawRoundedRect(track, 2, 2);
+    colour.setAlpha(170);
+    painter->setBrush(colour);
+    painter->drawRoundedRect(QRect(thumbX, track.top(), thumbWidth, track.height()), 2, 2);
+    painter->restore();
+}
+
+void MessageDelegate::paintCopyButton(QPainter* painter, const QStyleOptionViewItem& option,
+                                      const QRect& rect) const {
+    const QWidget* widget = option.widget;
+    QStyle* style = widget ? widget->style() : QApplication::style();
+    QStyleOptionButton button;
+    button.rect = rect;
+    button.text = tr("Copy");
+    button.palette = option.palette;
+    button.fontMetrics = option.fontMetrics;
+    button.state = QStyle::State_Enabled | QStyle::State_Raised;
+    if (const auto* view = qobject_cast<const QAbstractScrollArea*>(widget);
+        view && (option.state & QStyle::State_MouseOver) &&
+        rect.contains(view->viewport()->mapFromGlobal(QCursor::pos())))
+        button.state |= QStyle::State_MouseOver;
+    style->drawControl(QStyle::CE_PushButton, &button, painter, widget);
 }
 
 QString MessageDelegate::versionText(const QModelIndex& index) {
@@ -353,6 +538,16 @@ QSize MessageDelegate::sizeHint(const QStyleOptionViewItem& option,
 
 bool MessageDelegate::editorEvent(QEvent* event, QAbstractItemModel* model,
                                   const QStyleOptionViewItem& option, const QModelIndex& index) {
+    if (event->type() == QEvent::MouseButtonDblClick) {
+        // A double-click opens the text for selection (the view's edit trigger), except on
+        // the controls drawn here: there it is two clicks.
+        const QPoint at = static_cast<QMouseEvent*>(event)->position().toPoint();
+        const Layout l = layout(option, index);
+        bool control =
+            l.thinking.contains(at) || l.previousVersion.contains(at) || l.nextVersion.contains(at);
+        for (const QRect& button : copyButtonRects(option, index)) control |= button.contains(at);
+        if (control) return true;
+    }
     if (event->type() == QEvent::MouseButtonRelease) {
         const auto* mouse = static_cast<QMouseEvent*>(event);
         const QPoint at = mouse->position().toPoint();
@@ -380,4 +575,71 @@ bool MessageDelegate::editorEvent(QEvent* event, QAbstractItemModel* model,
         }
     }
     return QStyledItemDelegate::editorEvent(event, model, option, index);
+}
+
+QWidget* MessageDelegate::createEditor(QWidget* parent, const QStyleOptionViewItem& option,
+                                       const QModelIndex& index) const {
+    auto* text = new QTextEdit(parent);
+    text->setObjectName(QStringLiteral("messageTextEditor"));
+    text->setAccessibleName(tr("Message text"));
+    text->setAccessibleDescription(tr("Read-only: select text, Ctrl+C copies it, Esc closes."));
+    text->setReadOnly(true);
+    text->setTextInteractionFlags(Qt::TextSelectableByMouse | Qt::TextSelectableByKeyboard);
+    text->setFrameShape(QFrame::NoFrame);
+    text->setFont(option.font);
+    QPalette pal = option.palette;
+    if (index.data(ConversationModel::RoleNameRole).toString() == QLatin1String("user"))
+        pal.setColor(QPalette::Base, pal.color(QPalette::AlternateBase));
+    text->setPalette(pal);
+    return text;
+}
+
+void MessageDelegate::setEditorData(QWidget* editor, const QModelIndex& index) const {
+    auto* text = qobject_cast<QTextEdit*>(editor);
+    if (!text) return;
+    const QString content = index.data(ConversationModel::ContentRole).toString();
+    if (text->property("k3Content").toString() == content && text->property("k3Content").isValid())
+        return; // unchanged: keep the selection
+    const int anchor = text->textCursor().anchor();
+    const int position = text->textCursor().position();
+    // The same safe document the view draws: no resource is ever loaded. The editor
+    // deletes the document it had (its child).
+    auto* doc = new SafeTextDocument(text);
+    buildBody(*doc, content, text->font(), text->palette());
+    text->setDocument(doc);
+    text->setProperty("k3Content", content);
+    // A streaming answer grows under the editor: the selection stays where it was.
+    const int end = doc->characterCount() - 1;
+    QTextCursor after(doc);
+    after.setPosition(std::clamp(anchor, 0, end));
+    after.setPosition(std::clamp(position, 0, end), QTextCursor::KeepAnchor);
+    text->setTextCursor(after);
+}
+
+void MessageDelegate::setModelData(QWidget*, QAbstractItemModel*, const QModelIndex&) const {
+    // Read-only: selecting text never changes the message.
+}
+
+void MessageDelegate::updateEditorGeometry(QWidget* editor, const QStyleOptionViewItem& option,
+                                           const QModelIndex& index) const {
+    const Layout l = layout(option, index);
+    // Over the text, and down to the message's end: a wide code block gives the editor a
+    // horizontal scroll bar, which takes the timing line's place while it is open.
+    QRect r = l.body;
+    r.setBottom(std::max(r.bottom(), option.rect.bottom() - kGap));
+    editor->setGeometry(r);
+}
+
+bool MessageDelegate::eventFilter(QObject* object, QEvent* event) {
+    // Tab leaves the text editor for the conversation instead of opening the next
+    // message's: the keyboard goes on from there, never round the messages' editors.
+    if (event->type() == QEvent::KeyPress) {
+        const int key = static_cast<QKeyEvent*>(event)->key();
+        if (auto* editor = qobject_cast<QWidget*>(object);
+            editor && (key == Qt::Key_Tab || key == Qt::Key_Backtab)) {
+            emit closeEditor(editor, QAbstractItemDelegate::NoHint);
+            return true;
+        }
+    }
+    return QStyledItemDelegate::eventFilter(object, event);
 }
