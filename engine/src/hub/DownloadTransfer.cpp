@@ -225,6 +225,8 @@ Outcome Downloader::attempt(Job& job, hub::Sha256& hash, std::uint64_t& hashedBy
 }
 
 // What a finished transfer means: done, worth another attempt, or a failure to report.
+// Long on purpose: one case per way a transfer ends, judged in this order (the first
+// that applies decides); split, that order would be spread over several functions.
 Outcome Downloader::judgeTransfer(Job& job, const Transfer& t, int curlCode, long status,
                                   const std::string& url, const char* curlError, bool closed,
                                   std::string& error) {
