@@ -207,7 +207,7 @@ public:
 
     MemoryReport memoryReport() const;
 
-    struct Impl; // defined in Session.cpp
+    struct Impl; // defined in model/SessionImpl.hpp
 
 private:
     explicit Session(std::unique_ptr<Impl> impl);

@@ -163,6 +163,31 @@ void toolChoice(const Json& v, ChatRequest& r) {
     r.render.toolChoice = "required";
 }
 
+// "stop": one string or up to 4, none empty.
+void stopSequences(const Json& stop, ChatRequest& r) {
+    if (stop.is_string()) {
+        r.stop.push_back(stop.get<std::string>());
+    } else if (stop.is_array()) {
+        if (stop.size() > 4) throw bad("stop", "at most 4 sequences");
+        for (std::size_t i = 0; i < stop.size(); ++i)
+            r.stop.push_back(stringField(stop[i], "stop[" + std::to_string(i) + "]"));
+    } else {
+        throw wrongType("stop", "a string or an array of strings", stop);
+    }
+    for (std::size_t i = 0; i < r.stop.size(); ++i)
+        if (r.stop[i].empty()) throw bad("stop", "an empty stop sequence");
+}
+
+// "thinking": {"type": "enabled" | "disabled"}.
+void thinking(const Json& t, ChatRequest& r) {
+    if (!t.is_object()) throw wrongType("thinking", "an object", t);
+    if (!has(t, "type")) throw bad("thinking.type", "required");
+    const std::string type = stringField(t["type"], "thinking.type");
+    if (type != "enabled" && type != "disabled")
+        throw bad("thinking.type", "\"" + type + "\" is not enabled or disabled");
+    r.render.thinking = type == "enabled";
+}
+
 } // namespace
 
 ApiError::ApiError(int status, const std::string& message, std::string type, std::string param,
@@ -204,29 +229,8 @@ ChatRequest parseChatRequest(std::string_view body) {
     }
     if (has(doc, "n") && (!doc["n"].is_number_integer() || doc["n"].get<std::int64_t>() != 1))
         throw bad("n", "only 1 choice per request is supported");
-    if (has(doc, "stop")) {
-        const Json& stop = doc["stop"];
-        if (stop.is_string()) {
-            r.stop.push_back(stop.get<std::string>());
-        } else if (stop.is_array()) {
-            if (stop.size() > 4) throw bad("stop", "at most 4 sequences");
-            for (std::size_t i = 0; i < stop.size(); ++i)
-                r.stop.push_back(stringField(stop[i], "stop[" + std::to_string(i) + "]"));
-        } else {
-            throw wrongType("stop", "a string or an array of strings", stop);
-        }
-        for (std::size_t i = 0; i < r.stop.size(); ++i)
-            if (r.stop[i].empty()) throw bad("stop", "an empty stop sequence");
-    }
-    if (has(doc, "thinking")) {
-        const Json& t = doc["thinking"];
-        if (!t.is_object()) throw wrongType("thinking", "an object", t);
-        if (!has(t, "type")) throw bad("thinking.type", "required");
-        const std::string type = stringField(t["type"], "thinking.type");
-        if (type != "enabled" && type != "disabled")
-            throw bad("thinking.type", "\"" + type + "\" is not enabled or disabled");
-        r.render.thinking = type == "enabled";
-    }
+    if (has(doc, "stop")) stopSequences(doc["stop"], r);
+    if (has(doc, "thinking")) thinking(doc["thinking"], r);
     if (has(doc, "reasoning_effort")) {
         const std::string e = stringField(doc["reasoning_effort"], "reasoning_effort");
         if (e != "low" && e != "medium" && e != "high" && e != "max")

@@ -236,6 +236,25 @@ std::size_t writeToolRun(SegmentWriter& w, const std::vector<ChatMessage>& messa
     return end;
 }
 
+// render_assistant: earlier turns keep their reasoning while thinking is on.
+void writeAssistantMessage(SegmentWriter& w, const ChatMessage& m, bool thinking) {
+    if (m.name.empty())
+        w.openTag("message", {{"role", "assistant"}});
+    else
+        w.openTag("message", {{"role", "assistant"}, {"name", m.name}});
+    if (thinking) {
+        w.openTag("think");
+        if (!isBlankAsPython(m.reasoningContent)) w.text(m.reasoningContent);
+        w.closeTag("think");
+    }
+    w.openTag("response");
+    w.text(m.content);
+    w.closeTag("response");
+    if (!m.toolCalls.empty()) writeToolCalls(w, m.toolCalls);
+    w.closeTag("message");
+    w.endOfMessage();
+}
+
 } // namespace
 
 std::vector<ChatSegment> renderChatSegments(const std::vector<ChatMessage>& messages,
@@ -280,22 +299,7 @@ std::vector<ChatSegment> renderChatSegments(const std::vector<ChatMessage>& mess
         case ChatRole::Assistant:
             toolIndex = 0;
             calls = m.toolCalls.empty() ? nullptr : &m.toolCalls;
-            if (m.name.empty())
-                w.openTag("message", {{"role", "assistant"}});
-            else
-                w.openTag("message", {{"role", "assistant"}, {"name", m.name}});
-            // render_assistant: earlier turns keep their reasoning while thinking is on.
-            if (thinking) {
-                w.openTag("think");
-                if (!isBlankAsPython(m.reasoningContent)) w.text(m.reasoningContent);
-                w.closeTag("think");
-            }
-            w.openTag("response");
-            w.text(m.content);
-            w.closeTag("response");
-            if (!m.toolCalls.empty()) writeToolCalls(w, m.toolCalls);
-            w.closeTag("message");
-            w.endOfMessage();
+            writeAssistantMessage(w, m, thinking);
             break;
         case ChatRole::Tool:
             i = writeToolRun(w, messages, i, toolIndex, calls);

@@ -201,17 +201,8 @@ Outcome Downloader::attempt(Job& job, hub::Sha256& hash, std::uint64_t& hashedBy
     t.path = partial.string();
     std::string url = fileUrl(job.file.name);
     std::string range = std::to_string(offset) + "-";
-    std::string agent = hub::userAgent();
     char errorBuffer[CURL_ERROR_SIZE] = {0};
-    curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 10L);
-    curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(curl, CURLOPT_FAILONERROR, 1L);
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl, CURLOPT_USERAGENT, agent.c_str());
-    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errorBuffer);
+    hub::configureCurl(curl, url, token_, errorBuffer);
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, options_.connectTimeoutSeconds);
     curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1024L);
     curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, options_.stallTimeoutSeconds);
@@ -223,11 +214,6 @@ Outcome Downloader::attempt(Job& job, hub::Sha256& hash, std::uint64_t& hashedBy
     curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, Transfer::onXfer);
     curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &t);
     if (offset > 0) curl_easy_setopt(curl, CURLOPT_RANGE, range.c_str());
-    if (!token_.empty()) {
-        // curl drops the bearer on a redirect to another host (the CDN's URL is signed).
-        curl_easy_setopt(curl, CURLOPT_HTTPAUTH, CURLAUTH_BEARER);
-        curl_easy_setopt(curl, CURLOPT_XOAUTH2_BEARER, token_.c_str());
-    }
     CURLcode rc = curl_easy_perform(curl);
     long status = 0;
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
@@ -239,6 +225,8 @@ Outcome Downloader::attempt(Job& job, hub::Sha256& hash, std::uint64_t& hashedBy
 }
 
 // What a finished transfer means: done, worth another attempt, or a failure to report.
+// Long on purpose: one case per way a transfer ends, judged in this order (the first
+// that applies decides); split, that order would be spread over several functions.
 Outcome Downloader::judgeTransfer(Job& job, const Transfer& t, int curlCode, long status,
                                   const std::string& url, const char* curlError, bool closed,
                                   std::string& error) {

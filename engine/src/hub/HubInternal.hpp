@@ -8,6 +8,7 @@
 #include <string>
 
 typedef struct evp_md_ctx_st EVP_MD_CTX;
+typedef void CURL; // as curl/curl.h declares it
 
 namespace k3::hub {
 
@@ -44,5 +45,11 @@ std::string httpGet(const std::string& url, const std::string& token, long timeo
                     std::size_t maxBytes);
 
 std::string userAgent();
+
+// The options every hub request shares: the URL, redirects (at most 10, http and https
+// only), HTTP errors as failures, no signals, k3's user agent, the error buffer (kept
+// alive by the caller, CURL_ERROR_SIZE bytes) and, when token is not empty, the bearer.
+// curl drops the bearer on a redirect to another host (the CDN's URL is signed).
+void configureCurl(CURL* curl, const std::string& url, const std::string& token, char* errorBuffer);
 
 } // namespace k3::hub

@@ -46,18 +46,13 @@ bool isDraftQuantised(std::string_view name, const TensorInfo& t) {
            !endsWith(name, ".gate.weight");
 }
 
-DraftPackResult packDraft(const fs::path& modelDir, const fs::path& draftDir,
-                          const PackObserver& observer, const std::atomic<bool>* cancel) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const Checkpoint ckpt = Checkpoint::open(modelDir);
-    const CheckpointIdentity identity = checkpointIdentity(modelDir);
-    std::error_code ec;
-    fs::create_directories(draftDir, ec);
-    if (ec) throw PackError(draftDir.string() + ": cannot create the folder: " + ec.message());
+namespace {
 
-    // The header first: every tensor's dtype, shape and size are known from the source.
+// Every non-expert tensor's place in the draft, in the checkpoint's order: a quantised
+// projection as its packed rows and its scales, anything else as it is. The source
+// bytes and the quantised tensors are counted into result.
+std::vector<Planned> planDraft(const Checkpoint& ckpt, DraftPackResult& result) {
     std::vector<Planned> plan;
-    DraftPackResult result;
     for (const auto& [name, t] : ckpt.tensors()) {
         if (isRoutedExpertTensor(name)) continue;
         result.sourceBytes += t.nbytes;
@@ -76,6 +71,12 @@ DraftPackResult packDraft(const fs::path& modelDir, const fs::path& draftDir,
             plan.push_back({name, t.dtype, {t.shape.begin(), t.shape.begin() + t.rank}, t.nbytes});
         }
     }
+    return plan;
+}
+
+// The plan's safetensors header, padded with spaces to a multiple of 8 bytes; `payload`
+// is set to the bytes of the tensors after it.
+std::string draftHeader(const std::vector<Planned>& plan, std::uint64_t& payload) {
     json header = json::object();
     header["__metadata__"] = {{"format", "k3-draft"}, {"quantization", "mxfp4"}};
     std::uint64_t offset = 0;
@@ -85,79 +86,110 @@ DraftPackResult packDraft(const fs::path& modelDir, const fs::path& draftDir,
                           {"data_offsets", {offset, offset + p.bytes}}};
         offset += p.bytes;
     }
+    payload = offset;
     std::string headerText = header.dump();
     headerText.append((8 - headerText.size() % 8) % 8, ' ');
+    return headerText;
+}
+
+// A projection's rows quantised into packed and scales, in the order the file holds them.
+void quantizeDraftTensor(const Checkpoint& ckpt, const std::string& name, const TensorInfo& t,
+                         std::vector<std::uint8_t>& packed, std::vector<std::uint8_t>& scales) {
+    const std::vector<float> w = ckpt.readFloats(name);
+    const int rows = int(t.shape[0]), cols = int(t.shape[1]);
+    const std::size_t rb = mxfp4RowBytes(cols), rs = mxfp4ScalesPerRow(cols);
+    packed.assign(std::size_t(rows) * rb, 0);
+    scales.assign(std::size_t(rows) * rs, 0);
+    // Rows are independent: every core quantises. The first bad row (lowest
+    // index) is the one reported, as a serial loop would.
+    int badRow = rows;
+    std::string badWhat;
+#pragma omp parallel for schedule(dynamic, 64)
+    for (int r = 0; r < rows; ++r) {
+        try {
+            quantizeMxfp4Row(w.data() + std::size_t(r) * std::size_t(cols), cols,
+                             packed.data() + std::size_t(r) * rb,
+                             scales.data() + std::size_t(r) * rs);
+        } catch (const KernelError& e) {
+#pragma omp critical(k3_draft_bad_row)
+            if (r < badRow) {
+                badRow = r;
+                badWhat = e.what();
+            }
+        }
+    }
+    if (badRow < rows)
+        throw PackError("tensor " + name + " row " + std::to_string(badRow) + ": " + badWhat);
+}
+
+// model.safetensors.partial: the header, then every planned tensor in the plan's order,
+// each reported to the observer as it is written. A cancel removes the file.
+void writeDraftFile(const fs::path& partial, const Checkpoint& ckpt, const std::string& headerText,
+                    int records, DraftPackResult& result, const PackObserver& observer,
+                    const std::atomic<bool>* cancel, std::chrono::steady_clock::time_point t0) {
+    std::error_code ec;
+    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+    if (!out) throw PackError(partial.string() + ": cannot create");
+    const std::uint64_t n = headerText.size();
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = (unsigned char)(n >> (8 * i));
+    out.write(reinterpret_cast<const char*>(len), 8);
+    out.write(headerText.data(), std::streamsize(headerText.size()));
+    PackProgress progress;
+    progress.recordsTotal = records; // source tensors
+    progress.bytesTotal = result.sourceBytes;
+    std::vector<std::uint8_t> packed, scales;
+    for (const auto& [name, t] : ckpt.tensors()) {
+        if (isRoutedExpertTensor(name)) continue;
+        if (cancel && cancel->load()) {
+            out.close();
+            fs::remove(partial, ec);
+            throw PackError("cancelled");
+        }
+        if (isDraftQuantised(name, t)) {
+            quantizeDraftTensor(ckpt, name, t, packed, scales);
+            out.write(reinterpret_cast<const char*>(packed.data()), std::streamsize(packed.size()));
+            out.write(reinterpret_cast<const char*>(scales.data()), std::streamsize(scales.size()));
+        } else {
+            const std::vector<std::byte> raw = ckpt.readRaw(name);
+            out.write(reinterpret_cast<const char*>(raw.data()), std::streamsize(raw.size()));
+        }
+        ++result.tensors;
+        ++progress.recordsDone;
+        progress.bytesDone += t.nbytes;
+        progress.record = name;
+        progress.seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        progress.mbPerSecond =
+            progress.seconds > 0 ? double(progress.bytesDone) / 1e6 / progress.seconds : 0;
+        if (observer) observer(progress);
+    }
+    out.flush();
+    if (!out) throw PackError(partial.string() + ": write failed (disk full?)");
+}
+
+} // namespace
+
+DraftPackResult packDraft(const fs::path& modelDir, const fs::path& draftDir,
+                          const PackObserver& observer, const std::atomic<bool>* cancel) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Checkpoint ckpt = Checkpoint::open(modelDir);
+    const CheckpointIdentity identity = checkpointIdentity(modelDir);
+    std::error_code ec;
+    fs::create_directories(draftDir, ec);
+    if (ec) throw PackError(draftDir.string() + ": cannot create the folder: " + ec.message());
+
+    // The header first: every tensor's dtype, shape and size are known from the source.
+    DraftPackResult result;
+    const std::vector<Planned> plan = planDraft(ckpt, result);
+    std::uint64_t offset = 0;
+    const std::string headerText = draftHeader(plan, offset);
 
     const fs::path file = draftDir / "model.safetensors";
     const fs::path partial = draftDir / "model.safetensors.partial";
     fs::remove(draftDir / "draft.json", ec); // a half-written draft never looks valid
-    {
-        std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-        if (!out) throw PackError(partial.string() + ": cannot create");
-        const std::uint64_t n = headerText.size();
-        unsigned char len[8];
-        for (int i = 0; i < 8; ++i) len[i] = (unsigned char)(n >> (8 * i));
-        out.write(reinterpret_cast<const char*>(len), 8);
-        out.write(headerText.data(), std::streamsize(headerText.size()));
-        PackProgress progress;
-        progress.recordsTotal = int(plan.size()) - result.quantised; // source tensors
-        progress.bytesTotal = result.sourceBytes;
-        std::vector<std::uint8_t> packed, scales;
-        for (const auto& [name, t] : ckpt.tensors()) {
-            if (isRoutedExpertTensor(name)) continue;
-            if (cancel && cancel->load()) {
-                out.close();
-                fs::remove(partial, ec);
-                throw PackError("cancelled");
-            }
-            if (isDraftQuantised(name, t)) {
-                const std::vector<float> w = ckpt.readFloats(name);
-                const int rows = int(t.shape[0]), cols = int(t.shape[1]);
-                const std::size_t rb = mxfp4RowBytes(cols), rs = mxfp4ScalesPerRow(cols);
-                packed.assign(std::size_t(rows) * rb, 0);
-                scales.assign(std::size_t(rows) * rs, 0);
-                // Rows are independent: every core quantises. The first bad row (lowest
-                // index) is the one reported, as a serial loop would.
-                int badRow = rows;
-                std::string badWhat;
-#pragma omp parallel for schedule(dynamic, 64)
-                for (int r = 0; r < rows; ++r) {
-                    try {
-                        quantizeMxfp4Row(w.data() + std::size_t(r) * std::size_t(cols), cols,
-                                         packed.data() + std::size_t(r) * rb,
-                                         scales.data() + std::size_t(r) * rs);
-                    } catch (const KernelError& e) {
-#pragma omp critical(k3_draft_bad_row)
-                        if (r < badRow) {
-                            badRow = r;
-                            badWhat = e.what();
-                        }
-                    }
-                }
-                if (badRow < rows)
-                    throw PackError("tensor " + name + " row " + std::to_string(badRow) + ": " +
-                                    badWhat);
-                out.write(reinterpret_cast<const char*>(packed.data()),
-                          std::streamsize(packed.size()));
-                out.write(reinterpret_cast<const char*>(scales.data()),
-                          std::streamsize(scales.size()));
-            } else {
-                const std::vector<std::byte> raw = ckpt.readRaw(name);
-                out.write(reinterpret_cast<const char*>(raw.data()), std::streamsize(raw.size()));
-            }
-            ++result.tensors;
-            ++progress.recordsDone;
-            progress.bytesDone += t.nbytes;
-            progress.record = name;
-            progress.seconds =
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            progress.mbPerSecond =
-                progress.seconds > 0 ? double(progress.bytesDone) / 1e6 / progress.seconds : 0;
-            if (observer) observer(progress);
-        }
-        out.flush();
-        if (!out) throw PackError(partial.string() + ": write failed (disk full?)");
-    }
+    writeDraftFile(partial, ckpt, headerText, int(plan.size()) - result.quantised, result, observer,
+                   cancel, t0);
     fs::rename(partial, file, ec);
     if (ec) throw PackError(file.string() + ": cannot rename the finished draft: " + ec.message());
     result.fileBytes = 8 + headerText.size() + offset;

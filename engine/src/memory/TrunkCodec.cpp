@@ -218,6 +218,34 @@ void sealBlock(std::byte* stored, std::size_t storedBytes) {
     store64(stored + 8, blockChecksum(stored, storedBytes));
 }
 
+namespace {
+
+// The index width k (1..4 bits: the 2^k most frequent high bytes get an index, the
+// others are escapes) whose layout is smallest, 0 when none beats the raw block; or the
+// width `choice` forces.
+int chooseBits(const std::array<std::size_t, 256>& count,
+               const std::array<std::uint8_t, 256>& byFrequency, std::size_t rawBytes,
+               std::size_t groups, EncodeChoice choice) {
+    int bestK = 0;
+    std::size_t bestSize = maxStoredBytes(rawBytes);
+    if (!choice.forceRaw && groups > 0) {
+        std::size_t covered = 0;
+        for (int k = 1; k <= 4; ++k) {
+            for (std::size_t i = k == 1 ? 0 : std::size_t(1) << (k - 1); i < (std::size_t(1) << k);
+                 ++i)
+                covered += count[byFrequency[i]];
+            const std::size_t size = layoutOf(rawBytes, k, groups * kGroup - covered).end;
+            if (choice.forceBits == k || (choice.forceBits == 0 && size < bestSize)) {
+                bestK = k;
+                bestSize = size;
+            }
+        }
+    }
+    return bestK;
+}
+
+} // namespace
+
 std::size_t encodeBlock(const std::byte* raw, std::size_t rawBytes, std::vector<std::byte>& out,
                         EncodeChoice choice) {
     if (rawBytes > kMaxBlockBytes)
@@ -234,21 +262,7 @@ std::size_t encodeBlock(const std::byte* raw, std::size_t rawBytes, std::vector<
     std::stable_sort(byFrequency.begin(), byFrequency.end(),
                      [&](std::uint8_t x, std::uint8_t y) { return count[x] > count[y]; });
 
-    int bestK = 0;
-    std::size_t bestSize = maxStoredBytes(rawBytes);
-    if (!choice.forceRaw && groups > 0) {
-        std::size_t covered = 0;
-        for (int k = 1; k <= 4; ++k) {
-            for (std::size_t i = k == 1 ? 0 : std::size_t(1) << (k - 1); i < (std::size_t(1) << k);
-                 ++i)
-                covered += count[byFrequency[i]];
-            const std::size_t size = layoutOf(rawBytes, k, groups * kGroup - covered).end;
-            if (choice.forceBits == k || (choice.forceBits == 0 && size < bestSize)) {
-                bestK = k;
-                bestSize = size;
-            }
-        }
-    }
+    const int bestK = chooseBits(count, byFrequency, rawBytes, groups, choice);
     const std::size_t start = out.size();
     if (bestK == 0) {
         out.resize(start + maxStoredBytes(rawBytes));

@@ -46,6 +46,13 @@ struct Model::Impl {
     void enterMlp(int L);
     // h[T][hidden] = the embedding rows of `tokens`, widened exactly.
     void embed(std::span<const int> tokens, float* h) const;
+    // With a packed trunk: the streamer, the model records read and checked, the pinned
+    // layers bound, and (without a cache) the routed experts resident.
+    void bindFromTrunk(const TrunkIndex& index, const model::CheckpointSource& ckptSource,
+                       bool streamTables, bool useCache);
+    // A verification chunk of T positions: checked against the plan, and the rollback
+    // records sized once for the widest chunk the plan allows.
+    void prepareRollback(InferenceState& state, int T) const;
 };
 
 namespace {
@@ -170,6 +177,77 @@ std::uint64_t Model::weightBytes() const {
     return impl_->w.bytes;
 }
 
+namespace {
+
+const std::string kEmbedName = "language_model.model.embed_tokens.weight";
+const std::string kHeadName = "language_model.lm_head.weight";
+
+// The embedding and lm_head tables left on disk: the checkpoint's tensor, or with a
+// packed trunk its copy there (one file for the whole run). Shape and dtype are checked
+// here as the resident binding would check them.
+std::unique_ptr<model::StreamedTable> openStreamedTable(const Checkpoint& ckpt,
+                                                        const ModelConfig& c,
+                                                        const std::optional<TrunkIndex>& index,
+                                                        const std::string& name,
+                                                        std::uint64_t blockBytes) {
+    const TensorInfo& t = ckpt.at(name);
+    if (t.rank != 2 || t.shape[0] != std::uint64_t(c.vocabSize) ||
+        t.shape[1] != std::uint64_t(c.hiddenSize))
+        throw ModelError("tensor " + name + " is not [" + std::to_string(c.vocabSize) + ", " +
+                         std::to_string(c.hiddenSize) + "] as config.json implies");
+    std::filesystem::path file = ckpt.shardPaths()[t.shard];
+    std::uint64_t offset = t.offset;
+    if (index) { // the packed trunk's copy: one file for the whole run
+        const TrunkRecord* r = index->modelRecordFor(name);
+        if (!r || !r->tensors.count(name))
+            throw ModelError("tensor " + name + " is not in the packed trunk; re-pack it");
+        file = index->binPath;
+        offset = r->offset + r->tensors.find(name)->second.offset;
+    }
+    return std::make_unique<model::StreamedTable>(file, offset, t.dtype, c.vocabSize, c.hiddenSize,
+                                                  name, blockBytes);
+}
+
+} // namespace
+
+void Model::Impl::bindFromTrunk(const TrunkIndex& index, const model::CheckpointSource& ckptSource,
+                                bool streamTables, bool useCache) {
+    const ModelConfig& c = config;
+    trunk = std::make_unique<TrunkStreamer>(index, plan);
+    const TrunkIndex& ti = trunk->index();
+    {
+        AlignedFile bin(ti.binPath);
+        std::vector<std::pair<const TrunkRecord*, const std::byte*>> records;
+        modelRecordBytes.resize(ti.modelRecords.size());
+        for (std::size_t i = 0; i < ti.modelRecords.size(); ++i) {
+            if (streamTables && (ti.modelRecords[i].tensors.count(kEmbedName) ||
+                                 ti.modelRecords[i].tensors.count(kHeadName)))
+                continue; // left on disk
+            auto& bytes = modelRecordBytes[i];
+            bytes.resize(std::size_t(ti.modelRecords[i].bytes));
+            bin.read(ti.modelRecords[i].offset, bytes.data(), bytes.size());
+            verifyTrunkRecord(ti.modelRecords[i], bytes.data(), ti.binPath);
+            records.emplace_back(&ti.modelRecords[i], bytes.data());
+            w.bytes += bytes.size();
+        }
+        model::bindModelTensors(RecordSource(records), c, w, !streamTables);
+    }
+    w.layers.resize(std::size_t(layerCount));
+    for (int L = 0; L < layerCount && trunk->pinned(L); ++L) {
+        if (trunk->pinnedCompressed(L)) continue; // bound at each use, once decoded
+        const RecordSource src({{&ti.layers[std::size_t(L)], trunk->pinnedData(L)}});
+        std::uint64_t lent = 0; // pinned bytes are counted by the streamer
+        w.layers[std::size_t(L)] = model::bindLayer(src, c, L, false, lent);
+    }
+    if (!useCache) {
+        residentExperts.resize(std::size_t(layerCount));
+        for (int L = 0; L < layerCount; ++L)
+            if (c.layers[std::size_t(L)].mlp == MlpKind::Moe)
+                residentExperts[std::size_t(L)] =
+                    model::bindRoutedExperts(ckptSource, c, L, w.bytes);
+    }
+}
+
 Model Model::load(const std::filesystem::path& dir, const ModelOptions& options) {
     auto impl = std::make_unique<Impl>();
     // Everything is added up before anything is allocated (planLoad, as k3::planLaunch).
@@ -198,8 +276,6 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
     impl->plan = std::move(lp.plan);
     if (mem) impl->plan.availableBoundBy = mem->boundBy;
     if (options.enforceMemoryPlan) enforceMemoryPlan(impl->plan);
-    const std::string embedName = "language_model.model.embed_tokens.weight";
-    const std::string headName = "language_model.lm_head.weight";
     const bool streamTables = options.streamModelTables;
 
     if (useCache) {
@@ -210,27 +286,8 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
     }
     const model::CheckpointSource ckptSource(ckpt);
     if (streamTables) {
-        // Shape and dtype are checked here as the resident binding would check them.
-        auto open = [&](const std::string& name, std::uint64_t blockBytes) {
-            const TensorInfo& t = ckpt.at(name);
-            if (t.rank != 2 || t.shape[0] != std::uint64_t(c.vocabSize) ||
-                t.shape[1] != std::uint64_t(c.hiddenSize))
-                throw ModelError("tensor " + name + " is not [" + std::to_string(c.vocabSize) +
-                                 ", " + std::to_string(c.hiddenSize) + "] as config.json implies");
-            std::filesystem::path file = ckpt.shardPaths()[t.shard];
-            std::uint64_t offset = t.offset;
-            if (useTrunk) { // the packed trunk's copy: one file for the whole run
-                const TrunkRecord* r = index->modelRecordFor(name);
-                if (!r || !r->tensors.count(name))
-                    throw ModelError("tensor " + name + " is not in the packed trunk; re-pack it");
-                file = index->binPath;
-                offset = r->offset + r->tensors.find(name)->second.offset;
-            }
-            return std::make_unique<model::StreamedTable>(file, offset, t.dtype, c.vocabSize,
-                                                          c.hiddenSize, name, blockBytes);
-        };
-        impl->embedTable = open(embedName, 0);
-        impl->headTable = open(headName, options.tableBlockBytes);
+        impl->embedTable = openStreamedTable(ckpt, c, index, kEmbedName, 0);
+        impl->headTable = openStreamedTable(ckpt, c, index, kHeadName, options.tableBlockBytes);
     }
     if (!useTrunk) {
         model::bindModelTensors(ckptSource, c, impl->w, !streamTables);
@@ -240,39 +297,7 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
         return Model(std::move(impl));
     }
 
-    impl->trunk = std::make_unique<TrunkStreamer>(*index, impl->plan);
-    const TrunkIndex& ti = impl->trunk->index();
-    {
-        AlignedFile bin(ti.binPath);
-        std::vector<std::pair<const TrunkRecord*, const std::byte*>> records;
-        impl->modelRecordBytes.resize(ti.modelRecords.size());
-        for (std::size_t i = 0; i < ti.modelRecords.size(); ++i) {
-            if (streamTables && (ti.modelRecords[i].tensors.count(embedName) ||
-                                 ti.modelRecords[i].tensors.count(headName)))
-                continue; // left on disk
-            auto& bytes = impl->modelRecordBytes[i];
-            bytes.resize(std::size_t(ti.modelRecords[i].bytes));
-            bin.read(ti.modelRecords[i].offset, bytes.data(), bytes.size());
-            verifyTrunkRecord(ti.modelRecords[i], bytes.data(), ti.binPath);
-            records.emplace_back(&ti.modelRecords[i], bytes.data());
-            impl->w.bytes += bytes.size();
-        }
-        model::bindModelTensors(RecordSource(records), c, impl->w, !streamTables);
-    }
-    impl->w.layers.resize(std::size_t(layers));
-    for (int L = 0; L < layers && impl->trunk->pinned(L); ++L) {
-        if (impl->trunk->pinnedCompressed(L)) continue; // bound at each use, once decoded
-        const RecordSource src({{&ti.layers[std::size_t(L)], impl->trunk->pinnedData(L)}});
-        std::uint64_t lent = 0; // pinned bytes are counted by the streamer
-        impl->w.layers[std::size_t(L)] = model::bindLayer(src, c, L, false, lent);
-    }
-    if (!useCache) {
-        impl->residentExperts.resize(std::size_t(layers));
-        for (int L = 0; L < layers; ++L)
-            if (c.layers[std::size_t(L)].mlp == MlpKind::Moe)
-                impl->residentExperts[std::size_t(L)] =
-                    model::bindRoutedExperts(ckptSource, c, L, impl->w.bytes);
-    }
+    impl->bindFromTrunk(*index, ckptSource, streamTables, useCache);
     return Model(std::move(impl));
 }
 
@@ -390,6 +415,33 @@ void Model::rollback(InferenceState& state, int length) const {
     d.replayFrom = -1; // a second rollback would need the records of the new tail
 }
 
+void Model::Impl::prepareRollback(InferenceState& state, int T) const {
+    const ModelConfig& c = config;
+    if (T > plan.maxSpeculation + 1)
+        throw ModelError("a verification chunk of " + std::to_string(T) +
+                         " positions; the plan holds rollback records for " +
+                         std::to_string(plan.maxSpeculation + 1) +
+                         " (ModelOptions::maxSpeculation)");
+    if (state.d_->replay.empty()) {
+        // Sized once for the widest chunk the plan allows: what the plan counted.
+        state.d_->replay.resize(state.d_->layers.size());
+        const std::size_t P = std::size_t(c.kdaNumHeads) * std::size_t(c.kdaHeadDim);
+        const std::size_t n = std::size_t(plan.maxSpeculation + 1);
+        for (std::size_t L = 0; L < state.d_->layers.size(); ++L) {
+            if (c.layers[L].attention != AttentionKind::Kda) continue;
+            model::KdaReplay& r = state.d_->replay[L];
+            r.raw.reserve(3 * P * n);
+            r.k.reserve(P * n);
+            r.v.reserve(P * n);
+            r.alpha.reserve(P * n);
+            r.beta.reserve(std::size_t(c.kdaNumHeads) * n);
+        }
+    }
+}
+
+// Long on purpose: one chunk's pass in the model's order (embedding, per layer the
+// AttnRes aggregation, attention, MLP and residual, then the output aggregation and the
+// logits); the per-position buffers and the block snapshots are shared by every step.
 TokenStats Model::forward(InferenceState& state, std::span<const int> tokens,
                           std::span<float> logits, bool keepRollback) const {
     const ModelConfig& c = impl_->config;
@@ -403,28 +455,7 @@ TokenStats Model::forward(InferenceState& state, std::span<const int> tokens,
     const int first = state.d_->length;
     if (impl.cache) impl.cache->nextStep(); // the request trace's step column
     state.d_->replayFrom = keepRollback ? first : -1;
-    if (keepRollback) {
-        if (T > impl.plan.maxSpeculation + 1)
-            throw ModelError("a verification chunk of " + std::to_string(T) +
-                             " positions; the plan holds rollback records for " +
-                             std::to_string(impl.plan.maxSpeculation + 1) +
-                             " (ModelOptions::maxSpeculation)");
-        if (state.d_->replay.empty()) {
-            // Sized once for the widest chunk the plan allows: what the plan counted.
-            state.d_->replay.resize(state.d_->layers.size());
-            const std::size_t P = std::size_t(c.kdaNumHeads) * std::size_t(c.kdaHeadDim);
-            const std::size_t n = std::size_t(impl.plan.maxSpeculation + 1);
-            for (std::size_t L = 0; L < state.d_->layers.size(); ++L) {
-                if (c.layers[L].attention != AttentionKind::Kda) continue;
-                model::KdaReplay& r = state.d_->replay[L];
-                r.raw.reserve(3 * P * n);
-                r.k.reserve(P * n);
-                r.v.reserve(P * n);
-                r.alpha.reserve(P * n);
-                r.beta.reserve(std::size_t(c.kdaNumHeads) * n);
-            }
-        }
-    }
+    if (keepRollback) impl.prepareRollback(state, T);
 
     std::vector<float> h(TE), x(TE), xn(TE), att(TE), mlp(TE), partial;
     impl.embed(tokens, h.data());

@@ -3,47 +3,15 @@
 #include "k3/draft.hpp"
 #include "k3/speculation.hpp"
 #include "model/LoadPlan.hpp"
-
-#include <sys/resource.h>
+#include "model/SessionImpl.hpp"
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <deque>
 #include <optional>
+#include <type_traits>
 
 namespace k3 {
-
-struct Session::Impl {
-    Model model;
-    std::optional<Tokenizer> tokenizer;
-    InferenceState state;
-    std::vector<TokenId> fed; // ids the state holds, in order
-    // The state right after the last prompt: a re-rendered history usually shares the
-    // prompt but not the generated tokens' exact ids, and KDA state cannot be rewound.
-    std::optional<InferenceState> promptSnapshot;
-    std::vector<TokenId> promptSnapshotIds;
-    // Stopped answers' places in later prompts (chat/ChatResume.hpp), the latest last:
-    // Regenerate and edits go back to conversations before the latest one.
-    std::vector<chat::ResumePoint> resume;
-    std::vector<float> logits;
-    int chunk = 1;          // positions per prefill chunk
-    double wallSeconds = 0; // time spent feeding tokens
-    TokenTiming lastTiming; // of the last fed token
-
-    // The draft (SessionOptions::draftDir) runs `model`'s experts, so it is declared after
-    // it (destroyed first). draftSeen: the conversation draftState has caught up with
-    // (read, or skipped after a back-off: see proposeWithDraft).
-    std::optional<Model> draft;
-    std::optional<InferenceState> draftState;
-    std::vector<TokenId> draftSeen;
-    std::vector<float> draftLogits;
-    std::uint64_t draftFileBytes = 0;
-
-    Impl(Model m) : model(std::move(m)), state(model.newState()) {
-        logits.assign(std::size_t(model.config().vocabSize), 0.0f);
-    }
-};
 
 namespace {
 
@@ -54,12 +22,6 @@ double secondsSince(Clock::time_point t) {
 
 bool isPrefix(const std::vector<TokenId>& prefix, std::span<const TokenId> of) {
     return prefix.size() <= of.size() && std::equal(prefix.begin(), prefix.end(), of.begin());
-}
-
-std::uint64_t peakRss() {
-    struct rusage ru {};
-    if (::getrusage(RUSAGE_SELF, &ru) != 0) return 0;
-    return std::uint64_t(ru.ru_maxrss) * 1024; // kilobytes on Linux
 }
 
 } // namespace
@@ -155,90 +117,6 @@ void Session::reset() {
     impl_->resume.clear();
     if (impl_->draftState) impl_->draftState->reset();
     impl_->draftSeen.clear();
-}
-
-MemoryReport Session::memoryReport() const {
-    MemoryReport r;
-    const Model& m = impl_->model;
-    r.plan = m.memoryPlan();
-    const MemoryStats st = m.memoryStats();
-    r.trunkStreamed = st.trunkStreamed;
-    r.expertsCached = st.expertsCached;
-    r.trunk = st.trunk;
-    r.cache = st.cache;
-    r.cacheSlots = st.cacheSlots;
-    r.cacheSlotBytes = st.cacheSlotBytes;
-    r.peakRssBytes = peakRss();
-    if (impl_->draft) {
-        r.draftBytes =
-            impl_->draft->weightBytes() + (impl_->draftState ? impl_->draftState->heldBytes() : 0);
-        r.draftFileBytes = impl_->draftFileBytes;
-    }
-    r.wallSeconds = impl_->wallSeconds;
-    return r;
-}
-
-double MemoryReport::ioShare() const {
-    return wallSeconds > 0 ? (trunk.waitSeconds + cache.readSeconds) / wallSeconds : 0;
-}
-
-std::string MemoryReport::format() const {
-    std::string out;
-    char buf[256];
-    if (expertsCached) {
-        std::snprintf(buf, sizeof buf,
-                      "cache\n  slots        : %d of %s = %s arena\n"
-                      "  requests     : %llu  hits %llu (%.2f%%)  misses %llu  evictions %llu\n"
-                      "                 TRUE resident hit rate %.2f%% (prefetch hits %llu)\n",
-                      cacheSlots, formatBytes(cacheSlotBytes).c_str(),
-                      formatBytes(std::uint64_t(cacheSlots) * cacheSlotBytes).c_str(),
-                      (unsigned long long)cache.requests, (unsigned long long)cache.hits,
-                      100.0 * cache.hitRate(), (unsigned long long)cache.misses,
-                      (unsigned long long)cache.evictions, 100.0 * cache.residentHitRate(),
-                      (unsigned long long)cache.prefetchHits);
-        out += buf;
-        std::snprintf(buf, sizeof buf, "  read from disk: %s in %.2f s (%llu reads, %llu failed)\n",
-                      formatBytes(cache.bytesRead).c_str(), cache.readSeconds,
-                      (unsigned long long)cache.diskReads, (unsigned long long)cache.failedReads);
-        out += buf;
-    } else {
-        out += "cache\n  routed experts resident (no cache)\n";
-    }
-    std::snprintf(buf, sizeof buf,
-                  "I/O share of wall clock: %.1f%%  (trunk %.2f s + experts %.2f s of %.2f s)\n",
-                  100.0 * ioShare(), trunk.waitSeconds, cache.readSeconds, wallSeconds);
-    out += buf;
-    if (trunkStreamed) {
-        const double mbps =
-            trunk.ioSeconds > 0 ? double(trunk.bytesRead) / 1e6 / trunk.ioSeconds : 0;
-        std::snprintf(
-            buf, sizeof buf,
-            "trunk\n  pinned %d/%d layers (%d kept compressed), ring %d slots of %s\n"
-            "  binds %llu, pinned hits %llu, reads %llu\n  read %s in %.2f s (%.0f MB/s)\n",
-            trunk.pinnedLayers, trunk.totalLayers, trunk.pinnedCompressedLayers, trunk.ringSlots,
-            formatBytes(trunk.ringSlotBytes).c_str(), (unsigned long long)trunk.binds,
-            (unsigned long long)trunk.pinnedHits, (unsigned long long)trunk.reads,
-            formatBytes(trunk.bytesRead).c_str(), trunk.ioSeconds, mbps);
-        out += buf;
-        if (trunk.piecewiseLayers > 0) {
-            std::snprintf(
-                buf, sizeof buf,
-                "  %d layers larger than the slot, streamed in 2 pieces (%llu piece reads)\n",
-                trunk.piecewiseLayers, (unsigned long long)trunk.pieceReads);
-            out += buf;
-        }
-    } else {
-        out += "trunk\n  resident (no packed trunk)\n";
-    }
-    if (draftBytes > 0) {
-        std::snprintf(buf, sizeof buf, "draft\n  %s in memory (weights and state), %s on disk\n",
-                      formatBytes(draftBytes).c_str(), formatBytes(draftFileBytes).c_str());
-        out += buf;
-    }
-    std::snprintf(buf, sizeof buf, "PEAK RSS for the whole run: %s   <- quote this, not the plan\n",
-                  formatBytes(peakRssBytes).c_str());
-    out += buf;
-    return out;
 }
 
 namespace {
@@ -393,113 +271,126 @@ std::vector<TokenId> proposeWithDraft(Session::Impl& s, std::span<const TokenId>
 // to the model's own argmax kept, the state rolled back to it. Every id is the one serial
 // greedy decode gives. `decide(id)` says whether the turn goes on after id (false: id
 // ends it and is not fed); `report(id, timing, proposed)` follows each decide.
-template <typename Decide, typename Report>
-void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& result,
-            const std::atomic<bool>* cancel, Decide&& decide, Report&& report) {
-    Sampler sampler(options.sampling);
-    const bool spec = options.speculation != 0;
-    // Greedy --spec auto follows measured seconds too. A fixed width is judged by
-    // acceptance only, so its passes (and counts) do not depend on the machine's load;
-    // so is sampling, whose draws depend on what was proposed: a seed must reproduce.
-    const bool autoWidth = options.speculation < 0 && options.sampling.temperature <= 0.0f;
-    // A rejected proposal's correction: the next token (-1: none). Not a std::optional:
-    // GCC 12 warns it may be read uninitialised.
-    TokenId forced = -1;
-    // Auto starts the draft at one proposal (each costs a draft forward), prompt lookup
-    // (free guesses) at 4.
-    SpeculationWidth width(options.speculation > 0 ? options.speculation : 16,
-                           options.speculation > 0 ? options.speculation
-                           : s.draft               ? 1
-                                                   : 4,
-                           autoWidth);
-    const std::size_t decodedFrom = s.fed.size(); // the draft reads all before (the prompt)
-    const std::size_t V = s.logits.size();
-    std::vector<float> chunkLogits;
-    int emitted = 0;
-    while (emitted < options.maxTokens) {
-        if (cancel && cancel->load()) {
-            result.cancelled = true;
-            break;
-        }
+template <typename Decide, typename Report> class Decoder {
+public:
+    Decoder(Session::Impl& s, const GenerateOptions& options, GenerateResult& result,
+            Decide& decide, Report& report)
+        : s_(s), options_(options), result_(result), decide_(decide), report_(report),
+          sampler_(options.sampling), spec_(options.speculation != 0),
+          // Greedy --spec auto follows measured seconds too. A fixed width is judged by
+          // acceptance only, so its passes (and counts) do not depend on the machine's
+          // load; so is sampling, whose draws depend on what was proposed: a seed must
+          // reproduce.
+          autoWidth_(options.speculation < 0 && options.sampling.temperature <= 0.0f),
+          // Auto starts the draft at one proposal (each costs a draft forward), prompt
+          // lookup (free guesses) at 4.
+          width_(options.speculation > 0 ? options.speculation : 16,
+                 options.speculation > 0 ? options.speculation
+                 : s.draft               ? 1
+                                         : 4,
+                 autoWidth_),
+          decodedFrom_(s.fed.size()), // the draft reads all before (the prompt)
+          V_(s.logits.size()) {}
+
+    int emitted() const { return emitted_; }
+
+    // One sampled token, fed alone or verified with proposals; false: the turn is over.
+    bool step() {
         const auto tt = Clock::now();
-        s.lastTiming = {};
-        const TokenId next = forced >= 0 ? forced : sampler.sample(s.logits);
-        forced = -1;
-        result.ids.push_back(next);
-        ++emitted;
+        s_.lastTiming = {};
+        const TokenId next = forced_ >= 0 ? forced_ : sampler_.sample(s_.logits);
+        forced_ = -1;
+        result_.ids.push_back(next);
+        ++emitted_;
         // A token that is not fed still took its sampling time.
         const auto sampledOnly = [&] {
             TokenTiming t;
             t.computeSeconds = secondsSince(tt);
             return t;
         };
-        if (!decide(next)) {
-            report(next, sampledOnly(), false);
-            result.endOfTurn = true;
-            break;
+        if (!decide_(next)) {
+            report_(next, sampledOnly(), false);
+            result_.endOfTurn = true;
+            return false;
         }
-        if (emitted == options.maxTokens) { // the last token's logits are not needed
-            report(next, sampledOnly(), false);
-            break;
+        if (emitted_ == options_.maxTokens) { // the last token's logits are not needed
+            report_(next, sampledOnly(), false);
+            return false;
         }
-        const int context = s.model.memoryPlan().contextLength;
-        if (context > 0 && s.state.length() + 1 > context) { // no place left to feed it
-            report(next, sampledOnly(), false);
-            result.contextFull = true;
-            break;
+        const int context = s_.model.memoryPlan().contextLength;
+        if (context > 0 && s_.state.length() + 1 > context) { // no place left to feed it
+            report_(next, sampledOnly(), false);
+            result_.contextFull = true;
+            return false;
         }
-        std::vector<TokenId> proposals;
-        if (spec && width.propose()) {
-            const int room = context > 0 ? context - s.state.length() - 1 : width.width();
-            const int k = std::min({width.width(), options.maxTokens - emitted, room,
-                                    s.model.memoryPlan().maxSpeculation});
-            // The conversation so far plus `next`, without copying it every step.
-            s.fed.push_back(next);
-            proposals = s.draft ? proposeWithDraft(s, s.fed, k, decodedFrom)
-                                : proposePromptLookup(s.fed, k);
-            s.fed.pop_back();
-        }
+        const std::vector<TokenId> proposals = propose(next, context);
         if (proposals.empty()) { // one position, as serial decode
-            feed(s, next, result);
-            ++result.decodePasses;
-            if (autoWidth) width.recordSerial(secondsSince(tt));
-            TokenTiming t = s.lastTiming;
+            feed(s_, next, result_);
+            ++result_.decodePasses;
+            if (autoWidth_) width_.recordSerial(secondsSince(tt));
+            TokenTiming t = s_.lastTiming;
             t.computeSeconds =
                 std::max(0.0, secondsSince(tt) - t.trunkIoSeconds - t.expertIoSeconds);
-            report(next, t, false);
-            continue;
+            report_(next, t, false);
+            return true;
         }
-        // Verify: the pending token and the proposals in one chunk, every position's logits.
-        std::vector<TokenId> chunk{next};
-        chunk.insert(chunk.end(), proposals.begin(), proposals.end());
-        const int start = s.state.length();
-        chunkLogits.resize(chunk.size() * V);
-        const MemoryStats before = s.model.memoryStats();
-        const auto t0 = Clock::now();
-        const TokenStats st = s.model.forward(s.state, chunk, chunkLogits, /*keepRollback=*/true);
-        const double passSeconds = secondsSince(t0);
-        const MemoryStats after = s.model.memoryStats();
-        s.wallSeconds += passSeconds;
-        result.droppedExperts += st.droppedExperts;
-        result.nonFinite = result.nonFinite || st.nonFinite;
-        ++result.decodePasses;
-        ++result.verifyPasses;
-        result.proposed += int(proposals.size());
-        // Greedy: kept while equal to the argmax. Sampled: each kept with probability p(d)
-        // (exact in distribution); the first rejection's correction is the next token.
+        return verify(next, proposals, tt);
+    }
+
+private:
+    std::vector<TokenId> propose(TokenId next, int context) {
+        std::vector<TokenId> proposals;
+        if (spec_ && width_.propose()) {
+            const int room = context > 0 ? context - s_.state.length() - 1 : width_.width();
+            const int k = std::min({width_.width(), options_.maxTokens - emitted_, room,
+                                    s_.model.memoryPlan().maxSpeculation});
+            // The conversation so far plus `next`, without copying it every step.
+            s_.fed.push_back(next);
+            proposals = s_.draft ? proposeWithDraft(s_, s_.fed, k, decodedFrom_)
+                                 : proposePromptLookup(s_.fed, k);
+            s_.fed.pop_back();
+        }
+        return proposals;
+    }
+
+    // Greedy: kept while equal to the argmax. Sampled: each kept with probability p(d)
+    // (exact in distribution); the first rejection's correction is the next token.
+    int accept(const std::vector<TokenId>& proposals, std::optional<TokenId>& correction) {
         int accepted = 0;
-        std::optional<TokenId> correction;
         while (accepted < int(proposals.size())) {
             TokenId c = 0;
-            if (sampler.acceptProposal(
-                    std::span<const float>(chunkLogits.data() + std::size_t(accepted) * V, V),
+            if (sampler_.acceptProposal(
+                    std::span<const float>(chunkLogits_.data() + std::size_t(accepted) * V_, V_),
                     proposals[std::size_t(accepted)], c)) {
                 ++accepted;
                 continue;
             }
-            if (options.sampling.temperature > 0.0f) correction = c;
+            if (options_.sampling.temperature > 0.0f) correction = c;
             break;
         }
+        return accepted;
+    }
+
+    // Verify: the pending token and the proposals in one chunk, every position's logits.
+    bool verify(TokenId next, const std::vector<TokenId>& proposals, Clock::time_point tt) {
+        std::vector<TokenId> chunk{next};
+        chunk.insert(chunk.end(), proposals.begin(), proposals.end());
+        const int start = s_.state.length();
+        chunkLogits_.resize(chunk.size() * V_);
+        const MemoryStats before = s_.model.memoryStats();
+        const auto t0 = Clock::now();
+        const TokenStats st =
+            s_.model.forward(s_.state, chunk, chunkLogits_, /*keepRollback=*/true);
+        const double passSeconds = secondsSince(t0);
+        const MemoryStats after = s_.model.memoryStats();
+        s_.wallSeconds += passSeconds;
+        result_.droppedExperts += st.droppedExperts;
+        result_.nonFinite = result_.nonFinite || st.nonFinite;
+        ++result_.decodePasses;
+        ++result_.verifyPasses;
+        result_.proposed += int(proposals.size());
+        std::optional<TokenId> correction;
+        const int accepted = accept(proposals, correction);
         // Walk the accepted proposals as if decoded one by one: one may end the turn or
         // reach maxTokens, and then it is not fed.
         int keep = 1; // `next` is fed
@@ -507,26 +398,26 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
         std::vector<std::pair<TokenId, bool>> committed{{next, false}};
         for (int a = 0; a < accepted; ++a) {
             const TokenId d = proposals[std::size_t(a)];
-            result.ids.push_back(d);
-            ++emitted;
-            ++result.acceptedProposals;
+            result_.ids.push_back(d);
+            ++emitted_;
+            ++result_.acceptedProposals;
             committed.emplace_back(d, true);
-            if (!decide(d)) {
-                result.endOfTurn = true;
+            if (!decide_(d)) {
+                result_.endOfTurn = true;
                 stop = true;
                 break;
             }
-            if (emitted == options.maxTokens) {
+            if (emitted_ == options_.maxTokens) {
                 stop = true;
                 break;
             }
             ++keep;
         }
-        s.model.rollback(s.state, start + keep);
-        s.fed.insert(s.fed.end(), chunk.begin(), chunk.begin() + keep);
-        std::copy_n(chunkLogits.data() + std::size_t(keep - 1) * V, V, s.logits.data());
-        width.record(int(proposals.size()), accepted,
-                     autoWidth ? share(secondsSince(tt), int(committed.size())) : 0.0);
+        s_.model.rollback(s_.state, start + keep);
+        s_.fed.insert(s_.fed.end(), chunk.begin(), chunk.begin() + keep);
+        std::copy_n(chunkLogits_.data() + std::size_t(keep - 1) * V_, V_, s_.logits.data());
+        width_.record(int(proposals.size()), accepted,
+                      autoWidth_ ? share(secondsSince(tt), int(committed.size())) : 0.0);
         // The pass's time, shared by the tokens it committed.
         TokenTiming t;
         t.trunkIoSeconds =
@@ -535,10 +426,42 @@ void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& re
             share(after.cache.readSeconds - before.cache.readSeconds, int(committed.size()));
         t.computeSeconds = std::max(0.0, share(secondsSince(tt), int(committed.size())) -
                                              t.trunkIoSeconds - t.expertIoSeconds);
-        s.lastTiming = t;
-        for (const auto& [id, proposed] : committed) report(id, t, proposed);
-        if (stop) break;
-        if (correction && keep == 1 + accepted) forced = *correction;
+        s_.lastTiming = t;
+        for (const auto& [id, proposed] : committed) report_(id, t, proposed);
+        if (stop) return false;
+        if (correction && keep == 1 + accepted) forced_ = *correction;
+        return true;
+    }
+
+    Session::Impl& s_;
+    const GenerateOptions& options_;
+    GenerateResult& result_;
+    Decide& decide_;
+    Report& report_;
+    Sampler sampler_;
+    const bool spec_;
+    const bool autoWidth_;
+    // A rejected proposal's correction: the next token (-1: none). Not a std::optional:
+    // GCC 12 warns it may be read uninitialised.
+    TokenId forced_ = -1;
+    SpeculationWidth width_;
+    const std::size_t decodedFrom_;
+    const std::size_t V_;
+    std::vector<float> chunkLogits_;
+    int emitted_ = 0;
+};
+
+template <typename Decide, typename Report>
+void decode(Session::Impl& s, const GenerateOptions& options, GenerateResult& result,
+            const std::atomic<bool>* cancel, Decide&& decide, Report&& report) {
+    Decoder<std::remove_reference_t<Decide>, std::remove_reference_t<Report>> decoder(
+        s, options, result, decide, report);
+    while (decoder.emitted() < options.maxTokens) {
+        if (cancel && cancel->load()) {
+            result.cancelled = true;
+            break;
+        }
+        if (!decoder.step()) break;
     }
 }
 

@@ -1,0 +1,74 @@
+#pragma once
+// Shared by the trunk sources only (Pack.cpp: identity and checksums, PackIndex.cpp:
+// reading trunk.json, PackTrunk.cpp: writing trunk.bin and trunk.json).
+
+#include "k3/pack.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace k3::packing {
+
+// 2: XXH3-64 checksums (trunk.json itself, every record, every tensor) and the source
+// named by its shard headers' bytes, not by mtimes. Version 1 trunks are refused.
+// 3: as 2, with layer records coded per block (`k3 pack --compress`); 2 is still read and
+// still written by a plain pack, so an older k3 reads it.
+inline constexpr int kTrunkFormatVersion = 2;
+inline constexpr int kCompressedFormatVersion = 3;
+inline constexpr const char* kCodecName = "k3-bf16-high-planes";
+inline constexpr const char* kIndexChecksumKey = "index_xxh3";
+
+// The model-level tensors the forward needs, each its own record.
+const std::vector<std::string>& modelLevelTensors();
+
+// A file read whole (at most kMaxIndexBytes); a read error is a PackError.
+std::string readWholeFile(const std::filesystem::path& path);
+
+// 16 lowercase hex digits, and back (exactly 16, else a PackError naming `what`).
+std::string hex64(std::uint64_t v);
+std::uint64_t parseHex64(const nlohmann::json& v, const std::string& what);
+
+// The checksum of trunk.json: XXH3-64 of the document without its own checksum field,
+// in nlohmann's compact dump (object keys sorted, so the text is canonical).
+std::uint64_t indexChecksum(nlohmann::json j);
+
+// Which layer a tensor belongs to, or -1 when it is not under language_model.model.layers.
+int layerOf(std::string_view name);
+
+// The source identity as trunk.json and draft.json hold it, and as read from the model.
+nlohmann::json identityJson(const CheckpointIdentity& id);
+CheckpointIdentity identityFromJson(const nlohmann::json& j);
+CheckpointIdentity identityOf(const Checkpoint& ckpt, const std::filesystem::path& modelDir);
+
+// nlohmann converts a floating-point number to an integer with a plain cast, which is
+// undefined for e.g. 1e300 (the fuzzer's find), so every integer field is checked to be
+// an integer within the target type's range first.
+template <typename T> T integerValue(const nlohmann::json& v, const std::string& what) {
+    static_assert(std::is_integral_v<T>);
+    if (!v.is_number_integer()) throw PackError(what + " is not an integer");
+    if (v.is_number_unsigned()) {
+        const std::uint64_t u = v.get<std::uint64_t>();
+        if (u > std::uint64_t(std::numeric_limits<T>::max()))
+            throw PackError(what + " is out of range: " + std::to_string(u));
+        return T(u);
+    }
+    const std::int64_t i = v.get<std::int64_t>();
+    if (i < std::int64_t(std::numeric_limits<T>::min()) ||
+        (i > 0 && std::uint64_t(i) > std::uint64_t(std::numeric_limits<T>::max())))
+        throw PackError(what + " is out of range: " + std::to_string(i));
+    return T(i);
+}
+
+template <typename T>
+T integerAt(const nlohmann::json& j, const char* key, const std::string& where) {
+    return integerValue<T>(j.at(key), where + ": \"" + key + "\"");
+}
+
+} // namespace k3::packing

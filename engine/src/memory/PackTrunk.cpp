@@ -1,0 +1,462 @@
+// k3 pack: the trunk's records copied (or coded, with --compress) from the checkpoint
+// into trunk.bin, then trunk.json written last (include/k3/pack.hpp).
+
+#include "k3/pack.hpp"
+
+#include "k3/aligned_io.hpp"
+#include "k3/config.hpp"
+#include "k3/fault_injection.hpp"
+#include "memory/AlignedBuffer.hpp"
+#include "memory/PackInternal.hpp"
+#include "memory/TrunkCodec.hpp"
+
+#include <nlohmann/json.hpp>
+// libxxhash's run-time dispatch (AVX2 where present, same hash values): the plain entry
+// points are its portable build, ~1.4x slower here (bench_trunk_codec).
+#include <xxh_x86dispatch.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+
+namespace k3 {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace packing;
+
+constexpr std::size_t kCopyChunk = std::size_t{16} << 20;
+
+struct Run {
+    std::string name;
+    int layer = -1;
+    std::uint32_t shard = 0;
+    std::uint64_t lo = 0, hi = 0; // absolute range in the shard
+    std::vector<std::pair<std::string, TensorInfo>> tensors;
+};
+
+// One contiguous run in one shard, or a PackError naming the record and the gap.
+Run planRun(const std::string& name, int layer, std::vector<std::pair<std::string, TensorInfo>> ts,
+            const Checkpoint& ckpt) {
+    if (ts.empty()) throw PackError("trunk record " + name + " has no tensors in the checkpoint");
+    std::sort(ts.begin(), ts.end(),
+              [](const auto& a, const auto& b) { return a.second.offset < b.second.offset; });
+    Run r;
+    r.name = name;
+    r.layer = layer;
+    r.shard = ts.front().second.shard;
+    for (const auto& [n, t] : ts)
+        if (t.shard != r.shard)
+            throw PackError(
+                name + " spans two shards (" + ckpt.shardPaths()[r.shard].filename().string() +
+                " has " + ts.front().first + ", " + ckpt.shardPaths()[t.shard].filename().string() +
+                " has " + n + "); refusing to pack a scattered layer");
+    r.lo = ts.front().second.offset;
+    std::uint64_t end = r.lo;
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+        const TensorInfo& t = ts[i].second;
+        if (t.offset != end)
+            throw PackError(name + " is not contiguous in " +
+                            ckpt.shardPaths()[r.shard].filename().string() + ": " +
+                            std::to_string(t.offset - end) + " bytes of gap between " +
+                            ts[i - 1].first + " (ends at " + std::to_string(end) + ") and " +
+                            ts[i].first + " (starts at " + std::to_string(t.offset) +
+                            "); copying the span would drag other bytes (experts) into the trunk");
+        end = t.offset + t.nbytes;
+    }
+    r.hi = end;
+    r.tensors = std::move(ts);
+    return r;
+}
+
+json recordJson(const Run& r, std::uint64_t offset, std::uint64_t checksum,
+                const std::vector<std::uint64_t>& tensorChecksums,
+                const std::vector<std::uint64_t>& blockSizes) {
+    json tensors = json::object();
+    for (std::size_t i = 0; i < r.tensors.size(); ++i) {
+        const auto& [n, t] = r.tensors[i];
+        json shape = json::array();
+        for (std::uint64_t d : t.dims()) shape.push_back(d);
+        tensors[n] = {{"offset", t.offset - r.lo},
+                      {"nbytes", t.nbytes},
+                      {"dtype", std::string(dtypeName(t.dtype))},
+                      {"shape", shape},
+                      {"xxh3", hex64(tensorChecksums[i])}};
+    }
+    json j = {{"name", r.name},       {"layer", r.layer},        {"offset", offset},
+              {"bytes", r.hi - r.lo}, {"xxh3", hex64(checksum)}, {"tensors", tensors}};
+    if (!blockSizes.empty()) {
+        std::uint64_t stored = 0;
+        for (std::uint64_t b : blockSizes) stored += b;
+        j["stored_bytes"] = stored;
+        j["blocks"] = blockSizes;
+    }
+    return j;
+}
+
+void writeAll(int fd, const void* data, std::size_t n, std::uint64_t offset, const fs::path& path) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    std::optional<IoFault> fault = faultFor(IoKind::Pack, path.string(), true);
+    while (n > 0) {
+        ssize_t w = -1;
+        if (fault) { // the test hook: fail as a full (ENOSPC) or failing (EIO) disk would
+            errno = *fault == IoFault::NoSpace ? ENOSPC : EIO;
+            fault.reset();
+        } else {
+            w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
+        }
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            throw PackError(path.string() + ": write failed at offset " + std::to_string(offset) +
+                            ": " + std::strerror(errno));
+        }
+        p += w;
+        n -= std::size_t(w);
+        offset += std::uint64_t(w);
+    }
+}
+
+void writeFileAtomically(const fs::path& path, const std::string& text) {
+    const fs::path tmp = path.string() + ".partial";
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) throw PackError(tmp.string() + ": cannot create: " + std::strerror(errno));
+    try {
+        writeAll(fd, text.data(), text.size(), 0, tmp);
+        if (::fsync(fd) != 0) throw PackError(tmp.string() + ": fsync failed");
+    } catch (...) {
+        ::close(fd);
+        fs::remove(tmp); // a half-written trunk.json must not linger
+        throw;
+    }
+    ::close(fd);
+    fs::rename(tmp, path);
+}
+
+// Every record planned (and refused) before a byte is written: one run per layer (its
+// non-expert tensors), then one per model-level tensor.
+std::vector<Run> planRuns(const ModelConfig& config, const Checkpoint& ckpt,
+                          const fs::path& modelDir) {
+    std::vector<std::vector<std::pair<std::string, TensorInfo>>> perLayer(
+        std::size_t(config.numHiddenLayers));
+    for (const auto& [name, info] : ckpt.tensors()) {
+        const int L = layerOf(name);
+        if (L < 0 || L >= config.numHiddenLayers || isRoutedExpertTensor(name)) continue;
+        perLayer[std::size_t(L)].emplace_back(name, info);
+    }
+    std::vector<Run> runs;
+    for (int L = 0; L < config.numHiddenLayers; ++L)
+        runs.push_back(
+            planRun("layer " + std::to_string(L), L, std::move(perLayer[std::size_t(L)]), ckpt));
+    for (const std::string& n : modelLevelTensors()) {
+        const TensorInfo* t = ckpt.find(n);
+        if (!t) throw PackError("the checkpoint in " + modelDir.string() + " has no tensor " + n);
+        runs.push_back(planRun(n, -1, {{n, *t}}, ckpt));
+    }
+    return runs;
+}
+
+void checkBlockBytes(const PackOptions& options) {
+    if (options.compress &&
+        (options.blockBytes < 64 || options.blockBytes > codec::kMaxBlockBytes ||
+         options.blockBytes % 64 != 0 || kCopyChunk % options.blockBytes != 0))
+        throw PackError("block size " + std::to_string(options.blockBytes) +
+                        " is not a multiple of 64 in [64, " +
+                        std::to_string(codec::kMaxBlockBytes) + "] dividing the copy chunk");
+}
+
+// Checked before the old trunk.json goes: a re-pack that cannot fit keeps the valid
+// trunk usable. The old trunk.bin stays until the rename, so the new one needs its
+// whole size free (the raw size: a compressed trunk needs less, never more).
+void requireFreeSpace(const fs::path& trunkDir, const fs::path& partial, std::uint64_t total) {
+    std::error_code spaceError, sizeError;
+    const fs::space_info space = fs::space(trunkDir, spaceError);
+    std::uint64_t reusable = 0; // a leftover .partial is truncated and rewritten
+    if (fs::is_regular_file(partial, sizeError)) reusable = fs::file_size(partial, sizeError);
+    if (sizeError) reusable = 0;
+    if (!spaceError && space.available + reusable < total)
+        throw PackError("packing needs " + std::to_string(total) + " bytes free in " +
+                        trunkDir.string() + " but " + std::to_string(space.available + reusable) +
+                        " are available; nothing was changed (free some space, or pack to "
+                        "another folder)");
+}
+
+// O_DIRECT writes: buffered ones ran at a tenth of the disk here (dirty-page
+// throttling) and would evict the page cache for bytes nobody reads back soon.
+// Records start 4096-aligned and own their padding, so every write can be aligned.
+int createPartial(const fs::path& partial) {
+    int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+    if (fd < 0 && errno == EINVAL) // no O_DIRECT here (tmpfs): the same writes, buffered
+        fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) throw PackError(partial.string() + ": cannot create: " + std::strerror(errno));
+    return fd;
+}
+
+struct FreeXxh3State {
+    void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
+};
+using Xxh3State = std::unique_ptr<XXH3_state_t, FreeXxh3State>;
+
+// A record as copied: its entry for trunk.json and the bytes it takes in trunk.bin
+// before padding (its blocks' sizes when coded, else its raw size).
+struct CopiedRecord {
+    json record;
+    std::uint64_t stored = 0;
+};
+
+// Copies the planned runs, one record at a time in plan order, into the partial file:
+// the shards stay open, the chunk buffer and the coded buffer are reused.
+class RecordCopier {
+public:
+    RecordCopier(int fd, const fs::path& partial, const Checkpoint& ckpt,
+                 const PackOptions& options, const std::atomic<bool>* cancel)
+        : fd_(fd), partial_(partial), ckpt_(ckpt), options_(options), cancel_(cancel),
+          files_(ckpt.shardPaths().size()), chunk_(kCopyChunk), recordState_(XXH3_createState()),
+          tensorState_(XXH3_createState()),
+          // Coded output is gathered here and written in aligned prefixes; a record's tail
+          // is padded to 4096 so the next record starts aligned.
+          coded_(options.compress
+                     ? kCopyChunk + kCopyChunk / options.blockBytes * codec::kBlockHeaderBytes +
+                           2 * kTrunkAlignment
+                     : 0) {
+        if (!recordState_ || !tensorState_) throw std::bad_alloc();
+    }
+
+    // Run r written at offset `out` of the partial file.
+    CopiedRecord copy(const Run& r, std::uint64_t out, PackProgress& progress) {
+        auto& f = files_[r.shard];
+        if (!f) f = std::make_unique<AlignedFile>(ckpt_.shardPaths()[r.shard]);
+        const bool code = options_.compress && r.layer >= 0 && r.hi > r.lo;
+        // A layer is coded first; when that does not pay it is copied again, raw.
+        std::vector<std::uint64_t> blockSizes;
+        std::uint64_t stored = 0;
+        for (int pass = code ? 0 : 1; pass < 2; ++pass) {
+            copyPass(r, *f, pass == 0, out, progress, blockSizes, stored);
+            if (pass == 0 && (stored < r.hi - r.lo || options_.keepBlocksWhenLarger)) break;
+            if (pass == 0) { // coding did not pay: the same record, raw
+                progress.bytesDone -= r.hi - r.lo;
+                blockSizes.clear();
+                stored = 0;
+            }
+        }
+        // Zero-byte tensors (none in a real checkpoint) have the empty input's checksum.
+        while (tensorSums_.size() < r.tensors.size())
+            tensorSums_.push_back(XXH3_64bits(nullptr, 0));
+        CopiedRecord c;
+        c.record =
+            recordJson(r, out, XXH3_64bits_digest(recordState_.get()), tensorSums_, blockSizes);
+        c.stored = blockSizes.empty() ? r.hi - r.lo : stored;
+        return c;
+    }
+
+private:
+    // Coded bytes of the record in progress: waiting in coded_, and already written.
+    struct CodedTail {
+        std::size_t used = 0;
+        std::uint64_t done = 0;
+    };
+
+    // One sequential range copy of the record: coded (pass 0) or raw.
+    void copyPass(const Run& r, AlignedFile& f, bool coding, std::uint64_t out,
+                  PackProgress& progress, std::vector<std::uint64_t>& blockSizes,
+                  std::uint64_t& stored) {
+        // The checksums are of the bytes as read for the copy (one pass): the
+        // record's, and each tensor's in turn (they tile the run in offset order).
+        XXH3_64bits_reset(recordState_.get());
+        XXH3_64bits_reset(tensorState_.get());
+        tensorSums_.clear();
+        blockSizes.clear();
+        std::size_t tensor = 0;
+        CodedTail tail;
+        for (std::uint64_t pos = r.lo; pos < r.hi;) {
+            if (cancel_ && cancel_->load()) throw PackError("packing cancelled");
+            const std::size_t n = std::size_t(std::min<std::uint64_t>(kCopyChunk, r.hi - pos));
+            f.read(pos, chunk_.data(), n);
+            hashChunk(r, pos, n, tensor);
+            if (coding) {
+                codeChunk(r, pos, n, out, tail, blockSizes, stored);
+            } else {
+                // A record's last chunk is padded with zeros to its aligned footprint.
+                const std::size_t padded = std::size_t(alignUp(n));
+                std::memset(chunk_.data() + n, 0, padded - n);
+                writeAll(fd_, chunk_.data(), padded, out + (pos - r.lo), partial_);
+            }
+            pos += n;
+            progress.bytesDone += n;
+        }
+    }
+
+    // The chunk read at pos (n bytes) into the record's checksum and into the tensors'
+    // it covers; `tensor` is the first tensor not yet finished.
+    void hashChunk(const Run& r, std::uint64_t pos, std::size_t n, std::size_t& tensor) {
+        XXH3_64bits_update(recordState_.get(), chunk_.data(), n);
+        for (std::uint64_t at = pos; at < pos + n && tensor < r.tensors.size();) {
+            const TensorInfo& t = r.tensors[tensor].second;
+            const std::uint64_t upto = std::min<std::uint64_t>(pos + n, t.offset + t.nbytes);
+            XXH3_64bits_update(tensorState_.get(), chunk_.data() + (at - pos),
+                               std::size_t(upto - at));
+            at = upto;
+            if (at == t.offset + t.nbytes) {
+                tensorSums_.push_back(XXH3_64bits_digest(tensorState_.get()));
+                XXH3_64bits_reset(tensorState_.get());
+                ++tensor;
+            }
+        }
+    }
+
+    // The chunk's blocks coded and appended to coded_; its aligned prefix written (all of
+    // it, padded, after the record's last chunk).
+    void codeChunk(const Run& r, std::uint64_t pos, std::size_t n, std::uint64_t out,
+                   CodedTail& tail, std::vector<std::uint64_t>& blockSizes, std::uint64_t& stored) {
+        // kCopyChunk is a multiple of the block size: blocks never straddle.
+        // The blocks of a chunk are coded in parallel (each on its own), then
+        // appended in order: the file does not depend on the thread count.
+        const auto count = std::ptrdiff_t((n + options_.blockBytes - 1) / options_.blockBytes);
+        blocks_.resize(std::size_t(count));
+        std::atomic<bool> failed{false}; // no exception may leave the region
+#pragma omp parallel for schedule(dynamic, 8)
+        for (std::ptrdiff_t i = 0; i < count; ++i) {
+            const std::size_t b = std::size_t(i) * options_.blockBytes;
+            auto& blk = blocks_[std::size_t(i)];
+            blk.clear();
+            try {
+                codec::encodeBlock(chunk_.data() + b,
+                                   std::min<std::size_t>(options_.blockBytes, n - b), blk);
+            } catch (...) {
+                failed.store(true);
+            }
+        }
+        if (failed.load()) throw PackError(r.name + ": coding a block failed (out of memory?)");
+        for (const auto& blk : blocks_) {
+            std::memcpy(coded_.data() + tail.used, blk.data(), blk.size());
+            tail.used += blk.size();
+            blockSizes.push_back(blk.size());
+            stored += blk.size();
+        }
+        const std::size_t flush = std::size_t(tail.used / kTrunkAlignment * kTrunkAlignment);
+        if (pos + n < r.hi && flush > 0) {
+            writeAll(fd_, coded_.data(), flush, out + tail.done, partial_);
+            tail.done += flush;
+            std::memmove(coded_.data(), coded_.data() + flush, tail.used - flush);
+            tail.used -= flush;
+        } else if (pos + n == r.hi && tail.used > 0) {
+            const std::size_t padded = std::size_t(alignUp(tail.used));
+            std::memset(coded_.data() + tail.used, 0, padded - tail.used);
+            writeAll(fd_, coded_.data(), padded, out + tail.done, partial_);
+            tail.done += padded;
+            tail.used = 0;
+        }
+    }
+
+    int fd_;
+    const fs::path& partial_;
+    const Checkpoint& ckpt_;
+    const PackOptions& options_;
+    const std::atomic<bool>* cancel_;
+    std::vector<std::unique_ptr<AlignedFile>> files_;
+    memory::AlignedBuffer chunk_;
+    std::vector<std::uint64_t> tensorSums_;
+    Xxh3State recordState_;
+    Xxh3State tensorState_;
+    memory::AlignedBuffer coded_;
+    std::vector<std::vector<std::byte>> blocks_; // one chunk's coded blocks
+};
+
+// trunk.json, last: what the records are, where they came from, sealed by its checksum.
+void writeTrunkJson(const fs::path& trunkDir, std::uint64_t total,
+                    const CheckpointIdentity& identity, json records, const PackOptions& options) {
+    json doc{{"format", "k3-trunk"},
+             {"version", options.compress ? kCompressedFormatVersion : kTrunkFormatVersion},
+             {"alignment", kTrunkAlignment},
+             {"file_bytes", total},
+             {"source", identityJson(identity)},
+             {"records", std::move(records)}};
+    if (options.compress)
+        doc["codec"] = {{"name", kCodecName}, {"block_bytes", options.blockBytes}};
+    doc[kIndexChecksumKey] = hex64(indexChecksum(doc));
+    writeFileAtomically(trunkDir / "trunk.json", doc.dump(1));
+}
+
+} // namespace
+
+PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
+                     const PackObserver& observer, const std::atomic<bool>* cancel,
+                     const PackOptions& options) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const ModelConfig config = readModelConfig(modelDir / "config.json");
+    const Checkpoint ckpt = Checkpoint::open(modelDir);
+    const CheckpointIdentity identity = identityOf(ckpt, modelDir);
+
+    // Plan every record (and refuse) before a byte is written.
+    const std::vector<Run> runs = planRuns(config, ckpt, modelDir);
+    checkBlockBytes(options);
+    std::uint64_t total = 0, payload = 0, largest = 0, layerBytes = 0, layerStored = 0;
+    for (const Run& r : runs) {
+        total += alignUp(r.hi - r.lo);
+        payload += r.hi - r.lo;
+        if (r.layer >= 0) largest = std::max(largest, r.hi - r.lo);
+    }
+
+    fs::create_directories(trunkDir);
+    const fs::path binPath = trunkDir / "trunk.bin";
+    const fs::path partial = trunkDir / "trunk.bin.partial";
+    requireFreeSpace(trunkDir, partial, total);
+    fs::remove(trunkDir / "trunk.json"); // the old description must not vouch for new bytes
+    const int fd = createPartial(partial);
+
+    json records = json::array();
+    PackProgress progress;
+    progress.recordsTotal = int(runs.size());
+    progress.bytesTotal = payload;
+    try {
+        RecordCopier copier(fd, partial, ckpt, options, cancel);
+        std::uint64_t out = 0;
+        for (const Run& r : runs) {
+            CopiedRecord c = copier.copy(r, out, progress);
+            records.push_back(std::move(c.record));
+            out += alignUp(c.stored);
+            if (r.layer >= 0) {
+                layerBytes += r.hi - r.lo;
+                layerStored += c.stored;
+            }
+            ++progress.recordsDone;
+            progress.seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            progress.mbPerSecond =
+                progress.seconds > 0 ? double(progress.bytesDone) / 1e6 / progress.seconds : 0;
+            progress.record = r.name;
+            if (observer) observer(progress);
+        }
+        total = out;
+        // The tail of the last record is padded too, so aligned reads never overrun.
+        if (::ftruncate(fd, static_cast<off_t>(total)) != 0)
+            throw PackError(partial.string() + ": cannot size to " + std::to_string(total) +
+                            " bytes");
+        if (::fsync(fd) != 0) throw PackError(partial.string() + ": fsync failed");
+    } catch (...) {
+        ::close(fd);
+        fs::remove(partial);
+        throw;
+    }
+    ::close(fd);
+    fs::rename(partial, binPath);
+    writeTrunkJson(trunkDir, total, identity, std::move(records), options);
+
+    PackResult res;
+    res.fileBytes = total;
+    res.payloadBytes = payload;
+    res.layerBytes = layerBytes;
+    res.layerStoredBytes = layerStored;
+    res.largestLayerBytes = largest;
+    res.layers = config.numHiddenLayers;
+    res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return res;
+}
+
+} // namespace k3

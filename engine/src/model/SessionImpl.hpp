@@ -1,0 +1,45 @@
+#pragma once
+// Session's state, shared by Session.cpp (open, prefill, decode, chat) and
+// SessionReport.cpp (the memory report).
+
+#include "chat/ChatResume.hpp"
+#include "k3/session.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace k3 {
+
+struct Session::Impl {
+    Model model;
+    std::optional<Tokenizer> tokenizer;
+    InferenceState state;
+    std::vector<TokenId> fed; // ids the state holds, in order
+    // The state right after the last prompt: a re-rendered history usually shares the
+    // prompt but not the generated tokens' exact ids, and KDA state cannot be rewound.
+    std::optional<InferenceState> promptSnapshot;
+    std::vector<TokenId> promptSnapshotIds;
+    // Stopped answers' places in later prompts (chat/ChatResume.hpp), the latest last:
+    // Regenerate and edits go back to conversations before the latest one.
+    std::vector<chat::ResumePoint> resume;
+    std::vector<float> logits;
+    int chunk = 1;          // positions per prefill chunk
+    double wallSeconds = 0; // time spent feeding tokens
+    TokenTiming lastTiming; // of the last fed token
+
+    // The draft (SessionOptions::draftDir) runs `model`'s experts, so it is declared after
+    // it (destroyed first). draftSeen: the conversation draftState has caught up with
+    // (read, or skipped after a back-off: see proposeWithDraft).
+    std::optional<Model> draft;
+    std::optional<InferenceState> draftState;
+    std::vector<TokenId> draftSeen;
+    std::vector<float> draftLogits;
+    std::uint64_t draftFileBytes = 0;
+
+    Impl(Model m) : model(std::move(m)), state(model.newState()) {
+        logits.assign(std::size_t(model.config().vocabSize), 0.0f);
+    }
+};
+
+} // namespace k3

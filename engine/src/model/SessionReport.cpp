@@ -1,0 +1,107 @@
+// The session's memory report: the plan, the trunk's and the cache's counters, the
+// draft's share and the peak RSS, and its text (k3 prints it in its run report).
+
+#include "k3/session.hpp"
+#include "model/SessionImpl.hpp"
+
+#include <sys/resource.h>
+
+#include <cstdio>
+
+namespace k3 {
+
+namespace {
+
+std::uint64_t peakRss() {
+    struct rusage ru {};
+    if (::getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return std::uint64_t(ru.ru_maxrss) * 1024; // kilobytes on Linux
+}
+
+} // namespace
+
+MemoryReport Session::memoryReport() const {
+    MemoryReport r;
+    const Model& m = impl_->model;
+    r.plan = m.memoryPlan();
+    const MemoryStats st = m.memoryStats();
+    r.trunkStreamed = st.trunkStreamed;
+    r.expertsCached = st.expertsCached;
+    r.trunk = st.trunk;
+    r.cache = st.cache;
+    r.cacheSlots = st.cacheSlots;
+    r.cacheSlotBytes = st.cacheSlotBytes;
+    r.peakRssBytes = peakRss();
+    if (impl_->draft) {
+        r.draftBytes =
+            impl_->draft->weightBytes() + (impl_->draftState ? impl_->draftState->heldBytes() : 0);
+        r.draftFileBytes = impl_->draftFileBytes;
+    }
+    r.wallSeconds = impl_->wallSeconds;
+    return r;
+}
+
+double MemoryReport::ioShare() const {
+    return wallSeconds > 0 ? (trunk.waitSeconds + cache.readSeconds) / wallSeconds : 0;
+}
+
+std::string MemoryReport::format() const {
+    std::string out;
+    char buf[256];
+    if (expertsCached) {
+        std::snprintf(buf, sizeof buf,
+                      "cache\n  slots        : %d of %s = %s arena\n"
+                      "  requests     : %llu  hits %llu (%.2f%%)  misses %llu  evictions %llu\n"
+                      "                 TRUE resident hit rate %.2f%% (prefetch hits %llu)\n",
+                      cacheSlots, formatBytes(cacheSlotBytes).c_str(),
+                      formatBytes(std::uint64_t(cacheSlots) * cacheSlotBytes).c_str(),
+                      (unsigned long long)cache.requests, (unsigned long long)cache.hits,
+                      100.0 * cache.hitRate(), (unsigned long long)cache.misses,
+                      (unsigned long long)cache.evictions, 100.0 * cache.residentHitRate(),
+                      (unsigned long long)cache.prefetchHits);
+        out += buf;
+        std::snprintf(buf, sizeof buf, "  read from disk: %s in %.2f s (%llu reads, %llu failed)\n",
+                      formatBytes(cache.bytesRead).c_str(), cache.readSeconds,
+                      (unsigned long long)cache.diskReads, (unsigned long long)cache.failedReads);
+        out += buf;
+    } else {
+        out += "cache\n  routed experts resident (no cache)\n";
+    }
+    std::snprintf(buf, sizeof buf,
+                  "I/O share of wall clock: %.1f%%  (trunk %.2f s + experts %.2f s of %.2f s)\n",
+                  100.0 * ioShare(), trunk.waitSeconds, cache.readSeconds, wallSeconds);
+    out += buf;
+    if (trunkStreamed) {
+        const double mbps =
+            trunk.ioSeconds > 0 ? double(trunk.bytesRead) / 1e6 / trunk.ioSeconds : 0;
+        std::snprintf(
+            buf, sizeof buf,
+            "trunk\n  pinned %d/%d layers (%d kept compressed), ring %d slots of %s\n"
+            "  binds %llu, pinned hits %llu, reads %llu\n  read %s in %.2f s (%.0f MB/s)\n",
+            trunk.pinnedLayers, trunk.totalLayers, trunk.pinnedCompressedLayers, trunk.ringSlots,
+            formatBytes(trunk.ringSlotBytes).c_str(), (unsigned long long)trunk.binds,
+            (unsigned long long)trunk.pinnedHits, (unsigned long long)trunk.reads,
+            formatBytes(trunk.bytesRead).c_str(), trunk.ioSeconds, mbps);
+        out += buf;
+        if (trunk.piecewiseLayers > 0) {
+            std::snprintf(
+                buf, sizeof buf,
+                "  %d layers larger than the slot, streamed in 2 pieces (%llu piece reads)\n",
+                trunk.piecewiseLayers, (unsigned long long)trunk.pieceReads);
+            out += buf;
+        }
+    } else {
+        out += "trunk\n  resident (no packed trunk)\n";
+    }
+    if (draftBytes > 0) {
+        std::snprintf(buf, sizeof buf, "draft\n  %s in memory (weights and state), %s on disk\n",
+                      formatBytes(draftBytes).c_str(), formatBytes(draftFileBytes).c_str());
+        out += buf;
+    }
+    std::snprintf(buf, sizeof buf, "PEAK RSS for the whole run: %s   <- quote this, not the plan\n",
+                  formatBytes(peakRssBytes).c_str());
+    out += buf;
+    return out;
+}
+
+} // namespace k3
