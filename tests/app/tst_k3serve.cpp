@@ -289,8 +289,17 @@ void TestK3Serve::toolConversationsRenderAsTheTemplate() {
         if (name != "calls_and_results_by_id" && name != "string_arguments" &&
             name != "tool_choice_required")
             continue;
+        // Arguments the template took as a string (a json block) travel as a JSON string
+        // holding that text, as k3 serve sends such a call (a mapping as its object).
+        nlohmann::ordered_json messages = c.at("messages");
+        for (auto& m : messages)
+            if (m.contains("tool_calls"))
+                for (auto& tc : m["tool_calls"])
+                    if (tc["function"]["arguments"].is_string())
+                        tc["function"]["arguments"] =
+                            nlohmann::ordered_json(tc["function"]["arguments"]).dump();
         nlohmann::ordered_json params = {
-            {"model", "demo"}, {"messages", c.at("messages")}, {"max_tokens", 1}};
+            {"model", "demo"}, {"messages", messages}, {"max_tokens", 1}};
         const auto& o = c.at("options");
         if (o.contains("tools")) params["tools"] = o.at("tools");
         if (o.contains("tool_choice")) params["tool_choice"] = o.at("tool_choice");

@@ -1,6 +1,7 @@
 // POST /v1/chat/completions body -> ChatRequest. Each check names the field as a client
 // wrote it (messages[2].tool_calls[0].function.name), so a 400 says what to fix.
 #include "k3/api.hpp"
+#include "k3/remote.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -73,10 +74,18 @@ ChatToolCall toolCall(const Json& v, const std::string& field) {
     if (!has(fn, "arguments")) {
         call.arguments = "{}";
     } else if (fn["arguments"].is_string()) {
-        // As the template renders a string: verbatim in a json block (an object renders
-        // as argument tags).
-        call.arguments = fn["arguments"].get<std::string>();
-        call.argumentsAsJsonBlock = true;
+        // OpenAI clients send a JSON text (as k3 serve answered it, toolArgumentsJson):
+        // read as vLLM reads it, an object renders as argument tags and a JSON string as
+        // the json block it holds, so a call comes back in the form the model wrote it.
+        // Text that is no JSON stays verbatim in a json block.
+        const std::string text = fn["arguments"].get<std::string>();
+        const Json parsed = Json::parse(text, nullptr, false);
+        if (parsed.is_object() || parsed.is_string()) {
+            readToolArgumentsJson(text, call);
+        } else {
+            call.arguments = text;
+            call.argumentsAsJsonBlock = true;
+        }
     } else if (fn["arguments"].is_object()) {
         call.arguments = fn["arguments"].dump();
     } else {

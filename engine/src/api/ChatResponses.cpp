@@ -1,6 +1,7 @@
 // chat.completion, chat.completion.chunk events, errors and the model list, with the
 // keys in the order OpenAI writes them.
 #include "k3/api.hpp"
+#include "k3/remote.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -27,7 +28,7 @@ Json toolCallsJson(std::string_view completionId, const std::vector<ChatToolCall
         if (streamed) c["index"] = i;
         c["id"] = toolCallId(completionId, i);
         c["type"] = "function";
-        c["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+        c["function"] = {{"name", calls[i].name}, {"arguments", toolArgumentsJson(calls[i])}};
         list.push_back(std::move(c));
     }
     return list;

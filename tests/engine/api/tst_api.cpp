@@ -26,6 +26,18 @@ std::string refusal(const std::string& body) {
 
 const std::string kUser = R"("messages":[{"role":"user","content":"Hi"}])";
 
+// The fixtures' messages as an OpenAI client sends them back to k3 serve: arguments the
+// template took as a string (a json block) travel as a JSON string holding that text
+// (toolArgumentsJson); a mapping travels as its object.
+Json asClientsSendThem(Json messages) {
+    for (Json& m : messages)
+        if (m.contains("tool_calls"))
+            for (Json& call : m["tool_calls"])
+                if (call["function"]["arguments"].is_string())
+                    call["function"]["arguments"] = Json(call["function"]["arguments"]).dump();
+    return messages;
+}
+
 } // namespace
 
 class TestApi : public QObject {
@@ -37,6 +49,7 @@ private slots:
     void errorJsonIsOpenAis();
     void completionJsonExact();
     void completionWithToolCalls();
+    void stringArgumentsAreReadAsJsonText();
     void chunksNeverSplitUtf8();
     void finishUsageAndDone();
     void stopStringsAreNeverSent();
@@ -69,7 +82,8 @@ void TestApi::parsesEveryField() {
     QCOMPARE(r.messages[2].toolCalls.size(), std::size_t(1));
     QCOMPARE(r.messages[2].toolCalls[0].id, std::string("c1"));
     QCOMPARE(r.messages[2].toolCalls[0].arguments, std::string(R"({"city":"Oslo"})"));
-    QCOMPARE(r.messages[2].toolCalls[0].argumentsAsJsonBlock, true); // the template's string form
+    // A JSON object text is read as the object (vLLM's reading): argument tags.
+    QCOMPARE(r.messages[2].toolCalls[0].argumentsAsJsonBlock, false);
     QCOMPARE(r.messages[3].toolCallId, std::string("c1"));
     QVERIFY(r.messages[4].role == k3::ChatRole::System);
     QCOMPARE(*r.maxTokens, 9); // max_completion_tokens wins
@@ -210,6 +224,40 @@ void TestApi::completionWithToolCalls() {
     QCOMPARE(j["choices"][0]["finish_reason"].get<std::string>(), std::string("tool_calls"));
 }
 
+// function.arguments strings, read as the JSON text OpenAI's API says they are: an object
+// is the mapping (argument tags), a JSON string the json block it holds, other text a
+// verbatim json block; and a json-block call goes out as a JSON string, so it comes back
+// as the same block.
+void TestApi::stringArgumentsAreReadAsJsonText() {
+    auto argumentsOf = [](const std::string& arguments) {
+        const Json body = {
+            {"messages",
+             {{{"role", "assistant"},
+               {"tool_calls", {{{"function", {{"name", "f"}, {"arguments", arguments}}}}}}}}}};
+        return parseChatRequest(body.dump()).messages[0].toolCalls[0];
+    };
+    const k3::ChatToolCall object = argumentsOf(R"({"b": 1, "a": [2]})");
+    QCOMPARE(object.arguments, std::string(R"({"b": 1, "a": [2]})")); // key order kept
+    QCOMPARE(object.argumentsAsJsonBlock, false);
+    const k3::ChatToolCall block = argumentsOf(R"("{\"city\": \"Bergen\"}")");
+    QCOMPARE(block.arguments, std::string(R"({"city": "Bergen"})"));
+    QCOMPARE(block.argumentsAsJsonBlock, true);
+    const k3::ChatToolCall text = argumentsOf("city=Bergen");
+    QCOMPARE(text.arguments, std::string("city=Bergen"));
+    QCOMPARE(text.argumentsAsJsonBlock, true);
+
+    Completion c;
+    c.id = "chatcmpl-cd";
+    c.message.toolCalls = {{"", "f", R"({"city": "Bergen"})", true}};
+    c.finishReason = "tool_calls";
+    const Json sent = Json::parse(completionJson(c))["choices"][0]["message"]["tool_calls"][0];
+    const std::string arguments = sent["function"]["arguments"].get<std::string>();
+    QCOMPARE(arguments, std::string(R"("{\"city\": \"Bergen\"}")"));
+    const k3::ChatToolCall back = argumentsOf(arguments);
+    QCOMPARE(back.arguments, c.message.toolCalls[0].arguments);
+    QCOMPARE(back.argumentsAsJsonBlock, true);
+}
+
 void TestApi::chunksNeverSplitUtf8() {
     ChunkWriter w("chatcmpl-1", "demo", 5);
     QCOMPARE(w.start(),
@@ -294,7 +342,7 @@ void TestApi::toolFixturesRenderThroughTheApi() {
     for (const Json& c : doc.at("cases")) {
         const Json& o = c.at("options");
         if (!c.contains("expected") || !o.value("add_generation_prompt", false)) continue;
-        Json body = {{"model", "m"}, {"messages", c.at("messages")}};
+        Json body = {{"model", "m"}, {"messages", asClientsSendThem(c.at("messages"))}};
         if (o.contains("tools") && !o["tools"].empty()) body["tools"] = o["tools"];
         if (o.contains("tool_choice")) body["tool_choice"] = o["tool_choice"];
         if (o.contains("thinking"))
@@ -334,7 +382,7 @@ void TestApi::generatedToolCallsBecomeToolCalls() {
             }
         }
         QVERIFY2(!turn.is_null(), name.c_str());
-        Json body = {{"model", "demo"}, {"messages", messages}};
+        Json body = {{"model", "demo"}, {"messages", asClientsSendThem(messages)}};
         if (c.at("options").contains("thinking"))
             body["thinking"] = {
                 {"type", c.at("options").at("thinking").get<bool>() ? "enabled" : "disabled"}};
@@ -411,7 +459,9 @@ void TestApi::generatedToolCallsBecomeToolCalls() {
                 QCOMPARE(got["type"].get<std::string>(), std::string("function"));
                 QCOMPARE(got["function"]["name"].get<std::string>(),
                          fn.at("name").get<std::string>());
-                QCOMPARE(got["function"]["arguments"].get<std::string>(), arguments);
+                // Sent as a JSON text: the object, or a JSON string holding the block.
+                QCOMPARE(got["function"]["arguments"].get<std::string>(),
+                         fn.at("arguments").is_string() ? Json(arguments).dump() : arguments);
             }
             QCOMPARE(streamedCalls[i]["index"].get<int>(), int(i));
         }
