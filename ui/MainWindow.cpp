@@ -54,45 +54,8 @@ MainWindow::MainWindow(QWidget* parent)
     setWindowTitle(tr("k3chat"));
     setWindowIcon(QIcon(QStringLiteral(":/k3chat/icons/k3chat.svg")));
 
-    auto* sidebar = new QWidget;
-    auto* sideLayout = new QVBoxLayout(sidebar);
-    auto* newChatButton = new QPushButton(tr("New chat"));
-    newChatButton->setObjectName(QStringLiteral("newChatButton"));
-    m_conversationPanel = new ConversationListPanel(m_store.get());
-    sideLayout->addWidget(newChatButton);
-    sideLayout->addWidget(m_conversationPanel, 1);
-    connect(newChatButton, &QPushButton::clicked, this, &MainWindow::newChat);
-    connect(m_conversationPanel, &ConversationListPanel::conversationActivated, this,
-            &MainWindow::openConversation);
-    connect(m_conversationPanel, &ConversationListPanel::conversationDeleted, this,
-            [this](const QString& id) {
-                if (id == currentConversationId()) newChat(); // its file is in the trash now
-            });
-
-    auto* center = new QWidget;
-    auto* centerLayout = new QVBoxLayout(center);
-    centerLayout->addWidget(m_conversation, 1);
-    centerLayout->addWidget(m_findBar);
-    centerLayout->addWidget(m_composer);
-    connect(m_findBar, &FindBar::queryChanged, m_conversation, &ConversationView::find);
-    connect(m_findBar, &FindBar::nextRequested, m_conversation, &ConversationView::findNext);
-    connect(m_findBar, &FindBar::previousRequested, m_conversation,
-            &ConversationView::findPrevious);
-    connect(m_findBar, &FindBar::closed, this, [this] {
-        m_conversation->clearFind();
-        m_composer->setFocus();
-    });
-    connect(m_conversation, &ConversationView::matchChanged, m_findBar, &FindBar::setResult);
-    connect(m_conversation, &ConversationView::findRequested, this, &MainWindow::showFindBar);
-    connect(m_conversation, &ConversationView::editLastMessageRequested, m_chat,
-            &ChatController::editLastMessage);
-    connect(m_conversation, &ConversationView::copied, this, [this](const QString& what) {
-        statusBar()->showMessage(tr("Copied %1").arg(what), 3000);
-    });
-    connect(m_composer, &MessageComposer::editLastRequested, m_chat,
-            &ChatController::editLastMessage);
-    connect(m_conversation, &ConversationView::versionRequested, m_chat,
-            &ChatController::showVersion);
+    QWidget* sidebar = buildSidebar();
+    QWidget* center = buildCenter();
 
     m_splitter->setObjectName(QStringLiteral("mainSplitter"));
     m_splitter->addWidget(sidebar);
@@ -127,6 +90,54 @@ MainWindow::MainWindow(QWidget* parent)
     applySettings();
     m_composer->setFocus();
     refreshConversationList();
+}
+
+// The conversation list with its New chat button.
+QWidget* MainWindow::buildSidebar() {
+    auto* sidebar = new QWidget;
+    auto* sideLayout = new QVBoxLayout(sidebar);
+    auto* newChatButton = new QPushButton(tr("New chat"));
+    newChatButton->setObjectName(QStringLiteral("newChatButton"));
+    m_conversationPanel = new ConversationListPanel(m_store.get());
+    sideLayout->addWidget(newChatButton);
+    sideLayout->addWidget(m_conversationPanel, 1);
+    connect(newChatButton, &QPushButton::clicked, this, &MainWindow::newChat);
+    connect(m_conversationPanel, &ConversationListPanel::conversationActivated, this,
+            &MainWindow::openConversation);
+    connect(m_conversationPanel, &ConversationListPanel::conversationDeleted, this,
+            [this](const QString& id) {
+                if (id == currentConversationId()) newChat(); // its file is in the trash now
+            });
+    return sidebar;
+}
+
+// The conversation, the find bar and the composer, and what passes between them.
+QWidget* MainWindow::buildCenter() {
+    auto* center = new QWidget;
+    auto* centerLayout = new QVBoxLayout(center);
+    centerLayout->addWidget(m_conversation, 1);
+    centerLayout->addWidget(m_findBar);
+    centerLayout->addWidget(m_composer);
+    connect(m_findBar, &FindBar::queryChanged, m_conversation, &ConversationView::find);
+    connect(m_findBar, &FindBar::nextRequested, m_conversation, &ConversationView::findNext);
+    connect(m_findBar, &FindBar::previousRequested, m_conversation,
+            &ConversationView::findPrevious);
+    connect(m_findBar, &FindBar::closed, this, [this] {
+        m_conversation->clearFind();
+        m_composer->setFocus();
+    });
+    connect(m_conversation, &ConversationView::matchChanged, m_findBar, &FindBar::setResult);
+    connect(m_conversation, &ConversationView::findRequested, this, &MainWindow::showFindBar);
+    connect(m_conversation, &ConversationView::editLastMessageRequested, m_chat,
+            &ChatController::editLastMessage);
+    connect(m_conversation, &ConversationView::copied, this, [this](const QString& what) {
+        statusBar()->showMessage(tr("Copied %1").arg(what), 3000);
+    });
+    connect(m_composer, &MessageComposer::editLastRequested, m_chat,
+            &ChatController::editLastMessage);
+    connect(m_conversation, &ConversationView::versionRequested, m_chat,
+            &ChatController::showVersion);
+    return center;
 }
 
 MainWindow::~MainWindow() {

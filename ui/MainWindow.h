@@ -106,6 +106,8 @@ protected:
     void closeEvent(QCloseEvent* event) override;
 
 private:
+    QWidget* buildSidebar();
+    QWidget* buildCenter();
     // The chat and the status bar follow what ModelLoader reports.
     void connectLoader();
     void connectChat();

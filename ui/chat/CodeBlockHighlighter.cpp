@@ -6,6 +6,10 @@
 #include <QTextBlock>
 #include <QTextCursor>
 #include <QTextDocument>
+#include <QTextLayout>
+
+#include <algorithm>
+#include <cmath>
 
 #ifdef K3_HAVE_KSYNTAXHIGHLIGHTING
 #include <KSyntaxHighlighting/AbstractHighlighter>
@@ -181,4 +185,31 @@ void CodeBlockHighlighter::highlight(QTextDocument& doc, const QString& markdown
         }
 #endif
     }
+}
+
+int CodeBlockHighlighter::contentWidth(const QTextDocument& doc, const CodeBlock& code, int room) {
+    qreal widest = 0;
+    for (int n = code.firstBlock; n <= code.lastBlock; ++n) {
+        const QTextLayout* tl = doc.findBlockByNumber(n).layout();
+        for (int i = 0; tl && i < tl->lineCount(); ++i) {
+            const QTextLine line = tl->lineAt(i);
+            const qreal extra = n == code.firstBlock && i == 0 ? room : 0;
+            widest = std::max(widest, line.x() + line.naturalTextWidth() + extra);
+        }
+    }
+    return int(std::ceil(widest));
+}
+
+QBrush CodeBlockHighlighter::takeBackground(QTextDocument& doc, const QVector<CodeBlock>& blocks) {
+    QBrush brush;
+    for (const CodeBlock& code : blocks)
+        for (int n = code.firstBlock; n <= code.lastBlock; ++n) {
+            const QTextBlock block = doc.findBlockByNumber(n);
+            QTextBlockFormat f = block.blockFormat();
+            if (f.background().style() == Qt::NoBrush) continue;
+            brush = f.background();
+            f.clearBackground();
+            QTextCursor(block).setBlockFormat(f);
+        }
+    return brush;
 }

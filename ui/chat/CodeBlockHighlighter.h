@@ -1,5 +1,6 @@
 #pragma once
 
+#include <QBrush>
 #include <QString>
 #include <QVector>
 
@@ -28,4 +29,10 @@ public:
     static bool hasSyntaxColours();
     // The contents of each top-level fenced block of `markdown` (CommonMark fences).
     static QStringList fencedContents(const QString& markdown);
+    // How wide `code`'s widest line is in the laid-out `doc` (the first line with `room`
+    // beside it, for the Copy button).
+    static int contentWidth(const QTextDocument& doc, const CodeBlock& code, int room);
+    // Takes the code blocks' background off `doc` (the view fills each block's rectangle
+    // itself, so a scrolled block keeps a straight right edge) and returns it.
+    static QBrush takeBackground(QTextDocument& doc, const QVector<CodeBlock>& blocks);
 };

@@ -2,6 +2,7 @@
 
 #include "chat/CodeBlockHighlighter.h"
 #include "chat/ConversationModel.h"
+#include "chat/MessageTextEditor.h"
 #include "chat/SafeTextDocument.h"
 
 #include <QAbstractScrollArea>
@@ -47,38 +48,6 @@ int buttonRoom(const QFont& font) {
     return MessageDelegate::copyButtonSize(font).width() + 4;
 }
 
-// How wide the code block's widest line is (the first with room for the Copy button
-// beside it); `doc` is laid out.
-int codeContentWidth(const QTextDocument& doc, const CodeBlockHighlighter::CodeBlock& code,
-                     int room) {
-    qreal widest = 0;
-    for (int n = code.firstBlock; n <= code.lastBlock; ++n) {
-        const QTextLayout* tl = doc.findBlockByNumber(n).layout();
-        for (int i = 0; tl && i < tl->lineCount(); ++i) {
-            const QTextLine line = tl->lineAt(i);
-            const qreal extra = n == code.firstBlock && i == 0 ? room : 0;
-            widest = std::max(widest, line.x() + line.naturalTextWidth() + extra);
-        }
-    }
-    return int(std::ceil(widest));
-}
-
-// Takes the code blocks' background off the document (the view fills each block's
-// rectangle itself, so a scrolled block keeps a straight right edge); returns it.
-QBrush takeCodeBackground(QTextDocument& doc,
-                          const QVector<CodeBlockHighlighter::CodeBlock>& blocks) {
-    QBrush brush;
-    for (const CodeBlockHighlighter::CodeBlock& code : blocks)
-        for (int n = code.firstBlock; n <= code.lastBlock; ++n) {
-            const QTextBlock block = doc.findBlockByNumber(n);
-            QTextBlockFormat f = block.blockFormat();
-            if (f.background().style() == Qt::NoBrush) continue;
-            brush = f.background();
-            f.clearBackground();
-            QTextCursor(block).setBlockFormat(f);
-        }
-    return brush;
-}
 } // namespace
 
 MessageDelegate::MessageDelegate(QObject* parent) : QStyledItemDelegate(parent) {}
@@ -140,7 +109,7 @@ void MessageDelegate::layoutBody(QTextDocument& doc, const QString& markdown, co
     const int room = buttonRoom(font);
     for (const CodeBlockHighlighter::CodeBlock& code :
          CodeBlockHighlighter::codeBlocks(doc, markdown)) {
-        if (codeContentWidth(doc, code, room) <= width) continue;
+        if (CodeBlockHighlighter::contentWidth(doc, code, room) <= width) continue;
         // The layout keeps the larger of two touching margins: the room goes under the
         // gap the block had before (to the next block's top margin), not into it.
         const QTextBlock last = doc.findBlockByNumber(code.lastBlock);
@@ -257,7 +226,7 @@ QVector<MessageDelegate::CodeArea> MessageDelegate::codeAreasIn(const QTextDocum
                           int(std::ceil(last.top() + last.height() - first.top())));
         // Pinned at the block's top right, at the message's right edge: never scrolled.
         area.button = QRect(QPoint(body.right() - size.width() - 1, area.rect.top() + 2), size);
-        area.contentWidth = codeContentWidth(doc, code, room);
+        area.contentWidth = CodeBlockHighlighter::contentWidth(doc, code, room);
         out.push_back(area);
     }
     return out;
@@ -451,7 +420,7 @@ void MessageDelegate::paintBody(QPainter* painter, const QStyleOptionViewItem& o
     layoutBody(doc, content, option.font, option.palette, body.width());
     const QVector<CodeArea> areas = codeAreasIn(doc, content, body, option.font);
     const QBrush codeBackground =
-        takeCodeBackground(doc, CodeBlockHighlighter::codeBlocks(doc, content));
+        CodeBlockHighlighter::takeBackground(doc, CodeBlockHighlighter::codeBlocks(doc, content));
     const QAbstractTextDocumentLayout::PaintContext ctx =
         bodyContext(doc, option.palette, index.row());
     // The prose: everything but the code blocks, which are drawn scrolled on their own.
@@ -579,41 +548,15 @@ bool MessageDelegate::editorEvent(QEvent* event, QAbstractItemModel* model,
 
 QWidget* MessageDelegate::createEditor(QWidget* parent, const QStyleOptionViewItem& option,
                                        const QModelIndex& index) const {
-    auto* text = new QTextEdit(parent);
-    text->setObjectName(QStringLiteral("messageTextEditor"));
-    text->setAccessibleName(tr("Message text"));
-    text->setAccessibleDescription(tr("Read-only: select text, Ctrl+C copies it, Esc closes."));
-    text->setReadOnly(true);
-    text->setTextInteractionFlags(Qt::TextSelectableByMouse | Qt::TextSelectableByKeyboard);
-    text->setFrameShape(QFrame::NoFrame);
-    text->setFont(option.font);
     QPalette pal = option.palette;
     if (index.data(ConversationModel::RoleNameRole).toString() == QLatin1String("user"))
         pal.setColor(QPalette::Base, pal.color(QPalette::AlternateBase));
-    text->setPalette(pal);
-    return text;
+    return new MessageTextEditor(parent, option.font, pal);
 }
 
 void MessageDelegate::setEditorData(QWidget* editor, const QModelIndex& index) const {
-    auto* text = qobject_cast<QTextEdit*>(editor);
-    if (!text) return;
-    const QString content = index.data(ConversationModel::ContentRole).toString();
-    if (text->property("k3Content").toString() == content && text->property("k3Content").isValid())
-        return; // unchanged: keep the selection
-    const int anchor = text->textCursor().anchor();
-    const int position = text->textCursor().position();
-    // The same safe document the view draws: no resource is ever loaded. The editor
-    // deletes the document it had (its child).
-    auto* doc = new SafeTextDocument(text);
-    buildBody(*doc, content, text->font(), text->palette());
-    text->setDocument(doc);
-    text->setProperty("k3Content", content);
-    // A streaming answer grows under the editor: the selection stays where it was.
-    const int end = doc->characterCount() - 1;
-    QTextCursor after(doc);
-    after.setPosition(std::clamp(anchor, 0, end));
-    after.setPosition(std::clamp(position, 0, end), QTextCursor::KeepAnchor);
-    text->setTextCursor(after);
+    if (auto* text = qobject_cast<MessageTextEditor*>(editor))
+        text->showContent(index.data(ConversationModel::ContentRole).toString());
 }
 
 void MessageDelegate::setModelData(QWidget*, QAbstractItemModel*, const QModelIndex&) const {

@@ -100,6 +100,28 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
       m_pending(PendingDownload::load()), m_cancel(std::make_shared<std::atomic<bool>>(false)) {
     setTitle(tr("Get the model"));
     setSubTitle(tr("Point to a checkpoint folder you already have, or download it from the hub."));
+    setUpFields();
+    QPushButton* forget = buildResumeBox();
+    QPushButton* browse = buildHaveItBox();
+    QPushButton* targetBrowse = buildDownloadBox();
+    auto* demo = new QPushButton(tr("Use the bundled demo model"));
+    demo->setObjectName(QStringLiteral("useDemoButton"));
+    demo->setEnabled(!MainWindow::demoModelDirectory().isEmpty());
+    auto* layout = new QVBoxLayout(this);
+    layout->addWidget(m_resumeBox);
+    layout->addWidget(m_haveIt);
+    layout->addWidget(m_haveItBox);
+    layout->addWidget(m_downloadMode);
+    layout->addWidget(m_downloadBox, 1);
+    layout->addWidget(demo, 0, Qt::AlignLeft);
+
+    connectControls(browse, targetBrowse, forget, demo);
+    updateMode();
+    m_space->updateFreeSpace();
+    registerField(QStringLiteral("modelDir"), this, "modelDir", SIGNAL(modelDirChanged(QString)));
+}
+
+void ModelSourcePage::setUpFields() {
     m_haveIt->setChecked(true);
     m_folder->setObjectName(QStringLiteral("modelFolder"));
     m_folder->setAccessibleName(tr("Checkpoint folder"));
@@ -147,6 +169,9 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
     m_resumeLabel->setWordWrap(true);
     m_resumeLabel->setTextFormat(Qt::PlainText);
     m_resumeButton->setObjectName(QStringLiteral("resumeDownloadButton"));
+}
+
+QPushButton* ModelSourcePage::buildResumeBox() {
     auto* forget = new QPushButton(tr("Forget it"));
     forget->setObjectName(QStringLiteral("forgetDownloadButton"));
     forget->setToolTip(tr("Stop offering this download; the files on disk stay as they are."));
@@ -162,6 +187,10 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
                 .arg(m_pending->repo, m_pending->revision.left(12), m_pending->destination));
     m_resumeBox->setVisible(m_pending.has_value());
 
+    return forget;
+}
+
+QPushButton* ModelSourcePage::buildHaveItBox() {
     auto* browse = new QPushButton(tr("Browse…"));
     auto* folderRow = new QHBoxLayout;
     folderRow->addWidget(m_folder, 1);
@@ -170,7 +199,10 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
     haveLayout->setContentsMargins(20, 0, 0, 0);
     haveLayout->addLayout(folderRow);
     haveLayout->addWidget(m_verdict);
+    return browse;
+}
 
+QPushButton* ModelSourcePage::buildDownloadBox() {
     auto* targetBrowse = new QPushButton(tr("Browse…"));
     auto* targetRow = new QHBoxLayout;
     targetRow->addWidget(m_target, 1);
@@ -196,18 +228,11 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
     downloadLayout->addWidget(m_overall);
     downloadLayout->addWidget(m_downloadStatus);
     downloadLayout->addWidget(m_verification);
+    return targetBrowse;
+}
 
-    auto* demo = new QPushButton(tr("Use the bundled demo model"));
-    demo->setObjectName(QStringLiteral("useDemoButton"));
-    demo->setEnabled(!MainWindow::demoModelDirectory().isEmpty());
-    auto* layout = new QVBoxLayout(this);
-    layout->addWidget(m_resumeBox);
-    layout->addWidget(m_haveIt);
-    layout->addWidget(m_haveItBox);
-    layout->addWidget(m_downloadMode);
-    layout->addWidget(m_downloadBox, 1);
-    layout->addWidget(demo, 0, Qt::AlignLeft);
-
+void ModelSourcePage::connectControls(QPushButton* browse, QPushButton* targetBrowse,
+                                      QPushButton* forget, QPushButton* demo) {
     connect(m_haveIt, &QRadioButton::toggled, this, &ModelSourcePage::updateMode);
     connect(browse, &QPushButton::clicked, this, [this] {
         const QString dir =
@@ -244,9 +269,6 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
             [this] { showVerdict(m_validation.result()); });
     connect(&m_download, &QFutureWatcher<k3::DownloadResult>::finished, this,
             [this] { downloadDone(m_download.result()); });
-    updateMode();
-    m_space->updateFreeSpace();
-    registerField(QStringLiteral("modelDir"), this, "modelDir", SIGNAL(modelDirChanged(QString)));
 }
 
 ModelSourcePage::~ModelSourcePage() {

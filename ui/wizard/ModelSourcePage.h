@@ -103,6 +103,13 @@ signals:
     void verificationStarted(const QString& name);
 
 private:
+    // The constructor's parts: the widgets' names and texts, then each box of the page.
+    void setUpFields();
+    QPushButton* buildResumeBox();   // returns its "Forget it" button
+    QPushButton* buildHaveItBox();   // returns its Browse button
+    QPushButton* buildDownloadBox(); // returns the target folder's Browse button
+    void connectControls(QPushButton* browse, QPushButton* targetBrowse, QPushButton* forget,
+                         QPushButton* demo);
     void updateMode();
     void showVerdict(const Verdict& verdict);
     void downloadDone(const k3::DownloadResult& result);
