@@ -4,14 +4,20 @@
 //      on text that repeats the prompt and on text that does not (the overhead case);
 //   2. with --synth SYNTH_DIR TRUNK_DIR (the synthetic full-width checkpoint): the cost of
 //      verifying k = 2, 4, 8 positions in one pass relative to one position, at
-//      --trunk-gb 1.5 --cache-gb 0.5.
+//      --trunk-gb 1.5 --cache-gb 0.5;
+//   3. with --all-rejected MODEL_DIR TRUNK_DIR DRAFT_DIR|- (the worst case: every proposal's
+//      first token is made wrong after the proposer paid for it): seconds per token of
+//      serial decode and of --spec auto, in interleaved pairs (--pairs N, default 2), at
+//      --trunk-gb 1.5 --cache-gb 0.5, with the draft trunk or (-) prompt lookup.
 // Every speculative run is checked against the serial ids (exit 1 if they differ).
 //
 //   bench_speculation DEMO_DIR [--gen 64] [--rejecting TINY_DIR] [--synth SYNTH_DIR TRUNK_DIR]
 #include <k3/model.hpp>
 #include <k3/pack.hpp>
 #include <k3/session.hpp>
+#include <k3/speculation.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -128,21 +134,79 @@ void synthPart(const std::string& dir, const std::string& trunk) {
     }
 }
 
+// Serial vs auto width where nothing is accepted: the filter makes each proposal's first
+// token differ from the serial answer's (the proposer's cost is paid, the pass wasted).
+int allRejectedPart(const std::string& model, const std::string& trunk, const std::string& draft,
+                    int gen, int pairs) {
+    k3::SessionOptions so;
+    so.modelDir = model;
+    so.loadTokenizer = false;
+    so.trunkDir = trunk;
+    so.trunkBytes = 1'500'000'000;
+    so.expertCacheBytes = 500'000'000;
+    so.contextLength = 256;
+    if (draft != "-") so.draftDir = draft;
+    const int vocab = k3::Session::open(so).config().vocabSize;
+    std::vector<k3::TokenId> prompt;
+    for (int r = 0; r < 3; ++r)
+        for (int i = 0; i < 9; ++i) prompt.push_back((i * 41 + 5) % vocab);
+    std::printf("\n%s, every proposal rejected, %s, %d tokens, --trunk-gb 1.5 --cache-gb 0.5\n",
+                model.c_str(), draft == "-" ? "prompt lookup" : "draft trunk", gen);
+    std::printf("%-5s %12s %12s %9s %8s %9s\n", "pair", "serial s/tok", "auto s/tok", "auto/ser",
+                "passes", "proposed");
+    int rc = 0;
+    std::vector<double> ratios;
+    for (int p = 0; p < pairs; ++p) {
+        const Row serial = decode(so, prompt, gen, 0);
+        k3::setProposalFilterForBenchmarks(
+            [&](std::span<const k3::TokenId> context, std::vector<k3::TokenId>& proposals) {
+                const std::size_t next = context.size() - prompt.size();
+                const k3::TokenId wrong = (serial.ids.at(next) + 1) % vocab;
+                if (proposals.empty())
+                    proposals.push_back(wrong);
+                else
+                    proposals[0] = wrong;
+            });
+        const Row spec = decode(so, prompt, gen, -1);
+        k3::setProposalFilterForBenchmarks({});
+        if (spec.ids != serial.ids || spec.accepted != 0) {
+            std::printf("DIFFERENT IDS or an accepted proposal (%d)\n", spec.accepted);
+            rc = 1;
+        }
+        ratios.push_back(spec.secondsPerToken / serial.secondsPerToken);
+        std::printf("%-5d %12.4f %12.4f %8.3fx %8d %9d\n", p + 1, serial.secondsPerToken,
+                    spec.secondsPerToken, ratios.back(), spec.passes, spec.proposed);
+        std::fflush(stdout);
+    }
+    std::sort(ratios.begin(), ratios.end());
+    std::printf("auto/serial: min %.3f, median %.3f, max %.3f\n", ratios.front(),
+                ratios[ratios.size() / 2], ratios.back());
+    return rc;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
     if (argc < 2) {
-        std::fprintf(
-            stderr, "usage: bench_speculation DEMO_DIR [--gen 64] [--synth SYNTH_DIR TRUNK_DIR]\n");
+        std::fprintf(stderr, "usage: bench_speculation DEMO_DIR [--gen 64] [--rejecting TINY_DIR] "
+                             "[--synth SYNTH_DIR TRUNK_DIR] [--all-rejected MODEL TRUNK DRAFT|- "
+                             "[--pairs N]]\n");
         return 2;
     }
     int gen = 64;
-    std::string synth, synthTrunk, rejecting;
+    int pairs = 2;
+    std::string synth, synthTrunk, rejecting, worstModel, worstTrunk, worstDraft;
     for (int i = 2; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--gen" && i + 1 < argc)
             gen = std::atoi(argv[++i]);
-        else if (a == "--rejecting" && i + 1 < argc)
+        else if (a == "--pairs" && i + 1 < argc)
+            pairs = std::max(1, std::atoi(argv[++i]));
+        else if (a == "--all-rejected" && i + 3 < argc) {
+            worstModel = argv[++i];
+            worstTrunk = argv[++i];
+            worstDraft = argv[++i];
+        } else if (a == "--rejecting" && i + 1 < argc)
             rejecting = argv[++i];
         else if (a == "--synth" && i + 2 < argc) {
             synth = argv[++i];
@@ -152,6 +216,8 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
+    if (!worstModel.empty()) // on its own: the demo part would load the disk first
+        return allRejectedPart(worstModel, worstTrunk, worstDraft, gen, pairs);
     int rc = demoPart(argv[1], gen);
     // A model whose output never repeats the prompt (random weights): every proposal is
     // rejected, the overhead case.

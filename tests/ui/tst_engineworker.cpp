@@ -11,6 +11,7 @@
 #include "worker/EngineController.h"
 
 #include <atomic>
+#include <mutex>
 
 // The engine on its own thread, driven the way the window drives it.
 class TestEngineWorker : public QObject {
@@ -20,6 +21,7 @@ private slots:
     void loadsAndAnswers();
     void stopEndsTheAnswer();
     void destroyingWhileGeneratingJoinsCleanly();
+    void queuedCommandsRunInOrderOnTheEngineThread();
     void loadFailureNamesTheFile();
     void refusedBudgetSaysWhatToChooseInTheApp();
     void streamedTrunkAndCacheGiveTheSameAnswer();
@@ -128,11 +130,49 @@ void TestEngineWorker::destroyingWhileGeneratingJoinsCleanly() {
     GenerationSettings settings;
     settings.maxTokens = 1'000'000;
     engine->generate(m_history, settings);
+    engine->generate(m_history, settings); // queued behind the first: never started
     QVERIFY(tokens.wait(30000));
     QElapsedTimer clock;
     clock.start();
     delete engine; // stops the answer and joins the thread
     QVERIFY2(clock.elapsed() < 5000, "shutting down took more than 5 s");
+}
+
+void TestEngineWorker::queuedCommandsRunInOrderOnTheEngineThread() {
+    EngineController engine;
+    QThread* const gui = QThread::currentThread();
+    std::mutex mutex;
+    QStringList order; // what the worker reported, and whether from the engine thread
+    const auto record = [&](const QString& what) {
+        std::lock_guard lock(mutex);
+        order << what + (QThread::currentThread() == gui ? QStringLiteral("@gui") : QString());
+    };
+    connect(
+        engine.worker(), &EngineWorker::loadFailed, this,
+        [&] { record(QStringLiteral("loadFailed")); }, Qt::DirectConnection);
+    connect(
+        engine.worker(), &EngineWorker::modelLoaded, this,
+        [&] { record(QStringLiteral("modelLoaded")); }, Qt::DirectConnection);
+    connect(
+        engine.worker(), &EngineWorker::generationFinished, this,
+        [&](const GenerationSummary& s) {
+            record(QStringLiteral("finished:%1").arg(s.generatedTokens));
+        },
+        Qt::DirectConnection);
+    QueuedSpy finished(engine.worker(), &EngineWorker::generationFinished);
+    GenerationSettings settings;
+    settings.thinking = false;
+    settings.maxTokens = 3;
+    // Given all at once, without waiting: each runs after the one before it ends.
+    engine.loadModel(launch(QStringLiteral("/nonexistent/k3-model")));
+    engine.loadModel(launch(m_model));
+    engine.generate(m_history, settings);
+    settings.maxTokens = 2;
+    engine.generate(m_history, settings);
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 60000);
+    std::lock_guard lock(mutex);
+    QCOMPARE(order, (QStringList{QStringLiteral("loadFailed"), QStringLiteral("modelLoaded"),
+                                 QStringLiteral("finished:3"), QStringLiteral("finished:2")}));
 }
 
 void TestEngineWorker::loadFailureNamesTheFile() {

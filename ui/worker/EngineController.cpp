@@ -1,46 +1,51 @@
 #include "worker/EngineController.h"
 
-#include <QMetaObject>
-
 EngineController::EngineController(QObject* parent) : QObject(parent), m_worker(new EngineWorker) {
     m_thread.setObjectName(QStringLiteral("k3-engine"));
     m_worker->moveToThread(&m_thread);
-    connect(&m_thread, &QThread::finished, m_worker, &QObject::deleteLater);
     connect(m_worker, &EngineWorker::modelLoaded, this, [this] { setBusy(false); });
     connect(m_worker, &EngineWorker::loadFailed, this, [this] { setBusy(false); });
     connect(m_worker, &EngineWorker::generationFinished, this, [this] { setBusy(false); });
     connect(m_worker, &EngineWorker::generationFailed, this, [this] { setBusy(false); });
+    // Connected before the thread starts, so the slot object is visible to it.
+    connect(
+        this, &EngineController::commandQueued, m_worker, [this] { runOldestCommand(); },
+        Qt::QueuedConnection);
     m_thread.start();
 }
 
 EngineController::~EngineController() {
-    m_worker->requestStop();
+    {
+        // Commands not started yet never run: a queued generation would otherwise start
+        // after the stop below and keep the join waiting.
+        std::lock_guard lock(m_commandsMutex);
+        m_commands.clear();
+    }
     m_thread.quit();
-    m_thread.wait();
+    // Repeated: a command taken off the queue just before the clear clears the stop flag
+    // when it starts (a stop belongs to the turn before it).
+    do {
+        m_worker->requestStop();
+    } while (!m_thread.wait(QDeadlineTimer(100)));
+    // Deleted here, after the join, so the loop above never touches a deleted worker.
+    delete m_worker;
 }
 
 void EngineController::loadModel(const k3::LaunchConfig& config) {
     setBusy(true);
-    // The string form on purpose: TSan cannot see a functor's captures handed over through
-    // Qt's (uninstrumented) event queue and reports a race; the queued copy of a string
-    // call's arguments is the case tests/tsan.supp describes.
-    QMetaObject::invokeMethod(m_worker, "loadModel", Qt::QueuedConnection,
-                              Q_ARG(k3::LaunchConfig, config));
+    post([config](EngineWorker& worker) { worker.loadModel(config); });
 }
 
 void EngineController::connectRemote(const QString& url, const QString& model,
                                      const QString& apiKey) {
     setBusy(true);
-    QMetaObject::invokeMethod(m_worker, "connectRemote", Qt::QueuedConnection, Q_ARG(QString, url),
-                              Q_ARG(QString, model), Q_ARG(QString, apiKey));
+    post([url, model, apiKey](EngineWorker& worker) { worker.connectRemote(url, model, apiKey); });
 }
 
 void EngineController::generate(const QVector<ChatTurn>& history,
                                 const GenerationSettings& settings) {
     setBusy(true);
-    QMetaObject::invokeMethod(m_worker, "generate", Qt::QueuedConnection,
-                              Q_ARG(QVector<ChatTurn>, history),
-                              Q_ARG(GenerationSettings, settings));
+    post([history, settings](EngineWorker& worker) { worker.generate(history, settings); });
 }
 
 void EngineController::stop() {
@@ -48,7 +53,27 @@ void EngineController::stop() {
 }
 
 void EngineController::resetConversation() {
-    QMetaObject::invokeMethod(m_worker, "resetConversation", Qt::QueuedConnection);
+    post([](EngineWorker& worker) { worker.resetConversation(); });
+}
+
+void EngineController::post(Command command) {
+    {
+        std::lock_guard lock(m_commandsMutex);
+        m_commands.push_back(std::move(command));
+    }
+    emit commandQueued(QPrivateSignal());
+}
+
+// One command per wake-up, as separate queued calls were.
+void EngineController::runOldestCommand() {
+    Command command;
+    {
+        std::lock_guard lock(m_commandsMutex);
+        if (m_commands.empty()) return;
+        command = std::move(m_commands.front());
+        m_commands.pop_front();
+    }
+    command(*m_worker);
 }
 
 void EngineController::setBusy(bool busy) {

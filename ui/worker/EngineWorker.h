@@ -131,8 +131,8 @@ Q_DECLARE_METATYPE(GenerationSummary)
 Q_DECLARE_METATYPE(ModelInfo)
 
 // Owns the chat backend (a local engine Session, or the client of an OpenAI-compatible
-// server) on a worker thread: commands arrive as queued slot calls, results leave as
-// signals. Nothing here ever runs on the GUI thread except requestStop(), which only
+// server) on a worker thread: commands arrive through EngineController's queue, results
+// leave as signals. Nothing here ever runs on the GUI thread except requestStop(), which only
 // sets an atomic flag the engine polls between tokens (the remote client every 50 ms).
 class EngineWorker : public QObject {
     Q_OBJECT
@@ -143,7 +143,7 @@ public:
     // Thread-safe: the current prefill or generation stops within one token.
     void requestStop() { m_cancel.store(true); }
 
-public slots:
+    // Commands, called on the engine thread (EngineController queues them).
     // Opens a local model exactly as `config` describes it (the memory plan enforced).
     void loadModel(const k3::LaunchConfig& config);
     // A server instead of a local model: checks that it answers and offers `model`

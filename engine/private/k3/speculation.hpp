@@ -7,6 +7,7 @@
 
 #include "k3/tokenizer.hpp"
 
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -18,6 +19,15 @@ namespace k3 {
 // (quoting, code edits, lists) is where it pays.
 std::vector<TokenId> proposePromptLookup(std::span<const TokenId> history, int k, int maxN = 4,
                                          int minN = 2);
+
+// Benchmarks only (bench_speculation's worst case, where nothing is accepted): when set,
+// it sees each step's proposals after the proposer made them (its cost paid) with the
+// conversation they continue (the pending token last), and may change them. Set it
+// while no session decodes; an empty function removes it.
+using ProposalFilter =
+    std::function<void(std::span<const TokenId> context, std::vector<TokenId>& proposals)>;
+void setProposalFilterForBenchmarks(ProposalFilter filter);
+const ProposalFilter& proposalFilterForBenchmarks();
 
 // The adaptive width ("--spec auto"): grows while whole proposals are accepted, shrinks
 // when the first proposed token is rejected, between 1 and maxWidth. Where proposals keep

@@ -348,6 +348,8 @@ private:
             s_.fed.push_back(next);
             proposals = s_.draft ? proposeWithDraft(s_, s_.fed, k, decodedFrom_)
                                  : proposePromptLookup(s_.fed, k);
+            if (const ProposalFilter& filter = proposalFilterForBenchmarks(); filter)
+                filter(s_.fed, proposals);
             s_.fed.pop_back();
         }
         return proposals;

@@ -4,6 +4,21 @@
 
 namespace k3 {
 
+namespace {
+ProposalFilter& proposalFilter() {
+    static ProposalFilter filter;
+    return filter;
+}
+} // namespace
+
+void setProposalFilterForBenchmarks(ProposalFilter filter) {
+    proposalFilter() = std::move(filter);
+}
+
+const ProposalFilter& proposalFilterForBenchmarks() {
+    return proposalFilter();
+}
+
 std::vector<TokenId> proposePromptLookup(std::span<const TokenId> history, int k, int maxN,
                                          int minN) {
     std::vector<TokenId> out;

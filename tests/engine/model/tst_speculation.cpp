@@ -71,6 +71,7 @@ private slots:
     void rollbackGivesThePlainState_data();
     void rollbackGivesThePlainState();
     void rejectedFirstMiddleAndLast();
+    void everyProposalRejectedBacksOffToSerial();
     void sameIdsAsSerial_data();
     void sameIdsAsSerial();
     void cancelBetweenPasses();
@@ -290,6 +291,38 @@ void TestSpeculation::rejectedFirstMiddleAndLast() {
         }
         QVERIFY2(ids == serial, cs.what);
     }
+}
+
+// The worst case bench_speculation measures: every proposal's first token is wrong. The
+// ids stay serial's, and a fixed width backs off 2, 4, 8, 16, 32 steps after each failed
+// pass, so 63 decode steps verify at steps 1, 4, 9, 18 and 35 only.
+void TestSpeculation::everyProposalRejectedBacksOffToSerial() {
+    k3::Session s = open(fixture("demo"));
+    const int V = s.config().vocabSize;
+    const std::vector<k3::TokenId> prompt = repeatingPrompt(V);
+    const k3::GenerateResult serial = run(s, prompt, 64, 0);
+    QCOMPARE(int(serial.ids.size()), 64);
+    int filtered = 0;
+    k3::setProposalFilterForBenchmarks(
+        [&](std::span<const k3::TokenId> context, std::vector<k3::TokenId>& proposals) {
+            // context: the prompt, the ids so far and the pending one; proposals[0] guesses
+            // the id after the pending one.
+            const std::size_t next = context.size() - prompt.size();
+            const k3::TokenId wrong = (serial.ids.at(next) + 1) % V;
+            if (proposals.empty())
+                proposals.push_back(wrong);
+            else
+                proposals[0] = wrong;
+            ++filtered;
+        });
+    k3::Session fresh = open(fixture("demo"));
+    const k3::GenerateResult r = run(fresh, prompt, 64, 4);
+    k3::setProposalFilterForBenchmarks({});
+    QCOMPARE(r.ids, serial.ids);
+    QCOMPARE(r.acceptedProposals, 0);
+    QCOMPARE(filtered, 5);
+    QCOMPARE(r.verifyPasses, 5);
+    QCOMPARE(r.decodePasses, serial.decodePasses);
 }
 
 void TestSpeculation::sameIdsAsSerial_data() {
