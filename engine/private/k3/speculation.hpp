@@ -39,8 +39,10 @@ const ProposalFilter& proposalFilterForBenchmarks();
 // steps (a draft whose own forward costs more than the trunk pass it saves), and the
 // seconds passes lost against serial steps are held to a budget: every step earns
 // kLossBudget of its seconds, every pass adds what it saved or lost, and no proposal is
-// made while that credit is below zero. The credit starts at, and is capped at, one
-// serial step, so a good stretch does not pay for a long bad one. A fixed width, and
+// made while that credit is below zero. The credit starts at zero (so where nothing is
+// accepted the loss stays within kLossBudget of the answer plus one pass, 2.6% of a
+// 32-token answer; starting at one step lost 5-6%) and is capped at one serial step, so
+// a good stretch does not pay for a long bad one. A fixed width, and
 // sampling (whose random draws follow the proposals, and a seed must reproduce), go by
 // acceptance only.
 class SpeculationWidth {
@@ -69,7 +71,7 @@ private:
     int failures_ = 0;         // failed passes in a row
     int cooldown_ = 0;         // steps left without proposals
     double serialSeconds_ = 0; // moving average of serial steps (0: none measured yet)
-    double credit_ = 1;        // timed: serial steps speculation may still lose
+    double credit_ = 0;        // timed: serial steps speculation may still lose
 };
 
 } // namespace k3
