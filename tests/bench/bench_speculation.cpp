@@ -159,14 +159,7 @@ int allRejectedPart(const std::string& model, const std::string& trunk, const st
     for (int p = 0; p < pairs; ++p) {
         const Row serial = decode(so, prompt, gen, 0);
         k3::setProposalFilterForBenchmarks(
-            [&](std::span<const k3::TokenId> context, std::vector<k3::TokenId>& proposals) {
-                const std::size_t next = context.size() - prompt.size();
-                const k3::TokenId wrong = (serial.ids.at(next) + 1) % vocab;
-                if (proposals.empty())
-                    proposals.push_back(wrong);
-                else
-                    proposals[0] = wrong;
-            });
+            k3::rejectEveryProposal(serial.ids, prompt.size(), vocab));
         const Row spec = decode(so, prompt, gen, -1);
         k3::setProposalFilterForBenchmarks({});
         if (spec.ids != serial.ids || spec.accepted != 0) {

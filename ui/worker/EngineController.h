@@ -10,9 +10,9 @@
 #include "worker/EngineWorker.h"
 
 // Owns the engine thread and its worker. Commands are typed lambdas queued to the worker,
-// one per wake-up, in the order given; signals come back on the GUI thread. Destroying the
-// controller stops any generation and joins the thread, so closing the window mid-answer shuts down
-// cleanly.
+// one per wake-up, in the order given; signals come back on the GUI thread. Destroying
+// the controller stops any generation and joins the thread, so closing the window
+// mid-answer shuts down cleanly.
 class EngineController : public QObject {
     Q_OBJECT
 public:

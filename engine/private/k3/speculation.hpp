@@ -28,6 +28,11 @@ using ProposalFilter =
     std::function<void(std::span<const TokenId> context, std::vector<TokenId>& proposals)>;
 void setProposalFilterForBenchmarks(ProposalFilter filter);
 const ProposalFilter& proposalFilterForBenchmarks();
+// The worst case for that hook: makes the first token of every proposal (adding one when
+// there is none) differ from `answer`, the serial ids that follow a prompt of
+// `promptLength` ids, so nothing is ever accepted.
+ProposalFilter rejectEveryProposal(std::vector<TokenId> answer, std::size_t promptLength,
+                                   int vocab);
 
 // The adaptive width ("--spec auto"): grows while whole proposals are accepted, shrinks
 // when the first proposed token is rejected, between 1 and maxWidth. Where proposals keep
@@ -39,10 +44,10 @@ const ProposalFilter& proposalFilterForBenchmarks();
 // steps (a draft whose own forward costs more than the trunk pass it saves), and the
 // seconds passes lost against serial steps are held to a budget: every step earns
 // kLossBudget of its seconds, every pass adds what it saved or lost, and no proposal is
-// made while that credit is below zero. The credit starts at zero (so where nothing is
-// accepted the loss stays within kLossBudget of the answer plus one pass, 2.6% of a
-// 32-token answer; starting at one step lost 5-6%) and is capped at one serial step, so
-// a good stretch does not pay for a long bad one. A fixed width, and
+// made while that credit is below zero. The credit starts at zero, so where nothing is
+// accepted the loss stays within kLossBudget of the answer plus one pass (a start of one
+// step allowed several failed passes before the first), and is capped at one serial step,
+// so a good stretch does not pay for a long bad one. A fixed width, and
 // sampling (whose random draws follow the proposals, and a seed must reproduce), go by
 // acceptance only.
 class SpeculationWidth {

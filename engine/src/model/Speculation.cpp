@@ -19,6 +19,20 @@ const ProposalFilter& proposalFilterForBenchmarks() {
     return proposalFilter();
 }
 
+ProposalFilter rejectEveryProposal(std::vector<TokenId> answer, std::size_t promptLength,
+                                   int vocab) {
+    return [answer = std::move(answer), promptLength, vocab](std::span<const TokenId> context,
+                                                             std::vector<TokenId>& proposals) {
+        // context: the prompt, the ids so far and the pending one; proposals[0] guesses the
+        // id after the pending one.
+        const TokenId wrong = (answer.at(context.size() - promptLength) + 1) % vocab;
+        if (proposals.empty())
+            proposals.push_back(wrong);
+        else
+            proposals[0] = wrong;
+    };
+}
+
 std::vector<TokenId> proposePromptLookup(std::span<const TokenId> history, int k, int maxN,
                                          int minN) {
     std::vector<TokenId> out;

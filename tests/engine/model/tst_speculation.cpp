@@ -310,16 +310,10 @@ void TestSpeculation::everyProposalRejectedBacksOffToSerial() {
     const k3::GenerateResult serial = run(s, prompt, 64, 0);
     QCOMPARE(int(serial.ids.size()), 64);
     int filtered = 0;
+    const k3::ProposalFilter reject = k3::rejectEveryProposal(serial.ids, prompt.size(), V);
     k3::setProposalFilterForBenchmarks(
         [&](std::span<const k3::TokenId> context, std::vector<k3::TokenId>& proposals) {
-            // context: the prompt, the ids so far and the pending one; proposals[0] guesses
-            // the id after the pending one.
-            const std::size_t next = context.size() - prompt.size();
-            const k3::TokenId wrong = (serial.ids.at(next) + 1) % V;
-            if (proposals.empty())
-                proposals.push_back(wrong);
-            else
-                proposals[0] = wrong;
+            reject(context, proposals);
             ++filtered;
         });
     k3::Session fresh = open(fixture("demo"));
