@@ -17,6 +17,26 @@ QT_QPA_PLATFORM=offscreen XDG_CONFIG_HOME="$home/config" XDG_DATA_HOME="$home/da
   bash -c "$app --quit-after 4000"
 rm -rf "$home"
 
+echo "+ the app workflow on a clean checkout builds only the app and the command line"
+# A clone of this checkout, built with the README's app workflow: ninja's log lists every
+# output it built, and none may belong to a test (issue 38: the first command was half tests).
+clone=build/appcheck
+rm -rf "$clone"
+git clone -q . "$clone"
+t0=$(date +%s)
+(cd "$clone" && cmake --workflow --preset app > ../appcheck.log 2>&1) ||
+  { tail -30 build/appcheck.log; exit 1; }
+built=$(grep -v '^#' "$clone/build/dev/.ninja_log" | cut -f4 | sort -u)
+steps=$(printf '%s\n' "$built" | grep -c . || true)
+tests=$(printf '%s\n' "$built" | grep -E '(^|/)(tst_|fuzz_|bench_)|^tests/' || true)
+[ -x "$clone/build/dev/app/k3chat" ] && [ -x "$clone/build/dev/app/k3" ] ||
+  { echo "the app workflow did not build k3chat and k3"; exit 1; }
+if [ -n "$tests" ]; then
+  echo "the app workflow built test outputs:"; printf '%s\n' "$tests" | head -20; exit 1
+fi
+echo "app workflow: $steps outputs, no test target, $(( $(date +%s) - t0 )) s (ccache shared)"
+rm -rf "$clone"
+
 echo "+ cmake --preset release && cmake --build build/release --target k3"
 cmake --preset release > /tmp/k3chat-release-configure.log
 cmake --build build/release -j2 --target k3 > /tmp/k3chat-release-build.log ||

@@ -38,4 +38,8 @@ if ! installed "$kf6" && ! printf '%s\n' "${missing[@]}" | grep -qx "$kf6"; then
   fi
 fi
 echo "install-deps: installing ${missing[*]}"
+# What apt will do, before it starts: how many packages with their dependencies, how
+# much it downloads (what apt's cache already holds is not downloaded) and the disk used.
+apt-get install --print-uris --no-install-recommends "${missing[@]}" 2>/dev/null |
+  grep -E '^[0-9]+ upgraded|^Need to get|^After this operation' | sed 's/^/install-deps: /' || true
 $SUDO apt-get install -y --no-install-recommends "${missing[@]}"

@@ -74,9 +74,6 @@ MainWindow::MainWindow(QWidget* parent)
     connectLoader();
     connect(worker, &EngineWorker::tokenTiming, m_timing, &TokenTimingPanel::addToken);
     connect(worker, &EngineWorker::deltaTiming, m_timing, &TokenTimingPanel::addDelta);
-    // A server's usage arrives with its last chunk: only then are batched deltas split.
-    connect(worker, &EngineWorker::generationFinished, m_timing,
-            [this](const GenerationSummary& s) { m_timing->finishAnswer(s.generatedTokens); });
     connect(worker, &EngineWorker::prefillProgress, this,
             [this](int done, int total, double seconds) {
                 m_conversation->conversation()->setReading(done, total, seconds);
@@ -168,7 +165,13 @@ void MainWindow::connectChat() {
     connect(m_chat, &ChatController::conversationSaved, m_conversationPanel,
             &ConversationListPanel::conversationSaved);
     connect(m_chat, &ChatController::answerFailed, this, &MainWindow::showAnswerFailed);
-    connect(m_chat, &ChatController::answerFinished, this, &MainWindow::answerFinished);
+    // A server's usage arrives with its last chunk: only then are batched deltas split.
+    // Done in the same slot, before answerFinished, so whoever waits on that signal sees
+    // the final bars (a second queued connection could run after it).
+    connect(m_chat, &ChatController::answerFinished, this, [this](const GenerationSummary& s) {
+        m_timing->finishAnswer(s.generatedTokens);
+        emit answerFinished();
+    });
     ConversationModel* conversation = m_conversation->conversation();
     connect(conversation, &QAbstractItemModel::rowsInserted, this,
             &MainWindow::updateRegenerateAction);

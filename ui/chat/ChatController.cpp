@@ -248,7 +248,7 @@ void ChatController::onFinished(const GenerationSummary& s) {
     save();
     // A broken stream keeps what arrived; the status says why it stopped.
     emit status(s.interruption.isEmpty() ? tr("ready") : s.interruption);
-    emit answerFinished();
+    emit answerFinished(s);
 }
 
 void ChatController::onFailed(const QString& message) {

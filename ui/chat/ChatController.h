@@ -7,8 +7,9 @@
 
 #include <k3/chat.hpp>
 
+#include "worker/EngineWorker.h"
+
 struct ChatTurn;
-struct GenerationSummary;
 class ConversationModel;
 class ConversationStore;
 class EngineController;
@@ -71,7 +72,9 @@ public slots:
     void setSystemPrompt(const QString& prompt);
 
 signals:
-    void answerFinished();
+    // The answer is in the conversation and saved; `summary` is the worker's, so the
+    // window can finish its panels before it says the answer is done.
+    void answerFinished(const GenerationSummary& summary);
     // Any save (partial or whole answer, a new title): the list shows its date and place.
     void conversationSaved(const QString& id);
     // What the chat is doing ("generating 12 · 85.1 tok/s", "ready", why it stopped).
