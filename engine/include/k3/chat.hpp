@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -211,6 +212,7 @@ private:
 
     void appendToChannel(std::string_view text, ChatParseDelta& delta);
     void flushStray(ChatParseDelta& delta);
+    void showStray(ChatParseDelta& delta);
     void finishHeader(ChatParseDelta& delta);
     void abandonHeader(std::string_view why, ChatParseDelta& delta);
     void endTurn(std::string_view marker, ChatParseDelta& delta);
@@ -222,7 +224,8 @@ private:
     int otherDepth_ = 0;              // nested <|open|> inside an Other channel
     std::string header_;              // text between <|open|>/<|close|> and <|sep|>
     Channel closing_ = Channel::None; // the channel a CloseHeader closes
-    std::string stray_;               // text seen outside any channel, judged at the next marker
+    std::string stray_; // text seen outside any channel; judged (blank or not) at the next marker
+    std::size_t strayShown_ = 0; // bytes of stray_ already given out as response
     std::string thinking_;
     std::string response_;
     std::string other_;
@@ -302,6 +305,10 @@ std::filesystem::path resolveOutputFile(const std::filesystem::path& path);
 // this process may set them); a new file is mode 0600 (transcripts hold private
 // conversations). Throws ChatError naming `path`; the old file is then untouched.
 void writeFileAtomically(const std::filesystem::path& path, std::string_view data);
+// The same with the file's bytes given in pieces, written in order without joining them
+// (a saved session state is hundreds of MB on the real model).
+void writeFileAtomically(const std::filesystem::path& path,
+                         std::span<const std::string_view> pieces);
 
 // An advisory lock (flock) held by the one session that writes a file over and over (a
 // chat history, an open conversation in the app): a second session asking for the same

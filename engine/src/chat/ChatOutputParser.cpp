@@ -1,6 +1,7 @@
 // A small state machine over streamed pieces. Every decision that could depend on
-// where the stream was cut (tag names, stray text) waits for the next special marker
-// or finish(), so any split of the same text gives the same result.
+// where the stream was cut (tag names, whether stray text is only whitespace, the
+// problems recorded) waits for the next special marker or finish(), so any split of the
+// same text gives the same result; text known to be response is given out at once.
 #include "k3/chat.hpp"
 
 namespace k3 {
@@ -91,14 +92,26 @@ void ChatOutputParser::appendToChannel(std::string_view text, ChatParseDelta& de
     }
 }
 
+// Stray text that is not only whitespace is response whatever follows, so it streams as
+// it comes (a model that answers outside any channel is not held to the end of the turn);
+// whitespace alone waits, as it may be the harmless gap between two tags.
+void ChatOutputParser::showStray(ChatParseDelta& delta) {
+    if (strayShown_ == stray_.size() || isAsciiBlank(stray_)) return;
+    const std::string_view unseen = std::string_view(stray_).substr(strayShown_);
+    response_ += unseen;
+    delta.response += unseen;
+    strayShown_ = stray_.size();
+}
+
+// The problem is recorded here, at the marker, so it quotes the whole run however the
+// stream was split.
 void ChatOutputParser::flushStray(ChatParseDelta& delta) {
     if (stray_.empty()) return;
-    std::string text = std::move(stray_);
+    showStray(delta);
+    if (!isAsciiBlank(stray_))
+        problem("text outside any channel " + quoteText(stray_) + " (kept as response)");
     stray_.clear();
-    if (isAsciiBlank(text)) return; // whitespace between tags is harmless
-    problem("text outside any channel " + quoteText(text) + " (kept as response)");
-    response_ += text;
-    delta.response += text;
+    strayShown_ = 0;
 }
 
 ChatParseDelta ChatOutputParser::feed(const ChatSegment& piece) {
@@ -116,6 +129,7 @@ ChatParseDelta ChatOutputParser::feedText(std::string_view text) {
     case Mode::Message:
     case Mode::AfterMessage:
         stray_ += text;
+        showStray(delta);
         break;
     case Mode::OpenHeader:
     case Mode::CloseHeader:
@@ -148,6 +162,7 @@ void ChatOutputParser::abandonHeader(std::string_view why, ChatParseDelta& delta
     header_.clear();
     mode_ = Mode::Message;
     channel_ = Channel::None;
+    showStray(delta);
 }
 
 void ChatOutputParser::finishHeader(ChatParseDelta& delta) {

@@ -445,7 +445,8 @@ std::filesystem::path folderOf(const std::filesystem::path& file) {
     return file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
 }
 
-void writeAtomically(const std::filesystem::path& path, std::string_view data, IoKind kind) {
+void writeAtomically(const std::filesystem::path& path, std::span<const std::string_view> pieces,
+                     IoKind kind) {
     struct stat old {};
     bool exists = false;
     const std::filesystem::path target = followLinks(path, old, exists);
@@ -468,19 +469,21 @@ void writeAtomically(const std::filesystem::path& path, std::string_view data, I
         if (::fchown(fd, old.st_uid, old.st_gid) != 0) (void)::fchown(fd, ::geteuid(), old.st_gid);
         if (::fchmod(fd, old.st_mode & 07777) != 0) fail("setting the mode of " + tmpl);
     }
-    std::size_t done = 0;
     std::optional<IoFault> fault = faultFor(kind, path.string(), true);
-    while (done < data.size() || fault) {
-        ssize_t n = -1;
-        if (fault) { // the test hook: fail as a full (ENOSPC) or failing (EIO) disk would
-            errno = *fault == IoFault::NoSpace ? ENOSPC : EIO;
-            fault.reset();
-        } else {
-            n = ::write(fd, data.data() + done, data.size() - done);
+    for (std::string_view data : pieces) {
+        std::size_t done = 0;
+        while (done < data.size() || fault) {
+            ssize_t n = -1;
+            if (fault) { // the test hook: fail as a full (ENOSPC) or failing (EIO) disk would
+                errno = *fault == IoFault::NoSpace ? ENOSPC : EIO;
+                fault.reset();
+            } else {
+                n = ::write(fd, data.data() + done, data.size() - done);
+            }
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) fail("writing " + tmpl);
+            done += static_cast<std::size_t>(n);
         }
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) fail("writing " + tmpl);
-        done += static_cast<std::size_t>(n);
     }
     if (::fsync(fd) != 0) fail("fsync of " + tmpl);
     if (::close(fd) != 0) {
@@ -525,11 +528,18 @@ std::filesystem::path resolveOutputFile(const std::filesystem::path& path) {
 }
 
 void writeFileAtomically(const std::filesystem::path& path, std::string_view data) {
-    writeAtomically(path, data, IoKind::File);
+    writeAtomically(path, std::span(&data, 1), IoKind::File);
+}
+
+void writeFileAtomically(const std::filesystem::path& path,
+                         std::span<const std::string_view> pieces) {
+    writeAtomically(path, pieces, IoKind::File);
 }
 
 void writeTranscript(const std::filesystem::path& path, const std::vector<ChatMessage>& messages) {
-    writeAtomically(path, formatTranscript(messages), IoKind::Transcript);
+    const std::string text = formatTranscript(messages);
+    const std::string_view data = text;
+    writeAtomically(path, std::span(&data, 1), IoKind::Transcript);
 }
 
 OutputLock::OutputLock(const std::filesystem::path& path) : file_(resolveOutputFile(path)) {

@@ -149,6 +149,7 @@ private slots:
     void overlongHeaderIsGivenBack();
     void startInsideMessage();
     void finishReleasesHeldText();
+    void answerOutsideAnyChannelStreams();
 };
 
 void TestChatParse::wellFormedTurn() {
@@ -336,9 +337,8 @@ void TestChatParse::startInsideMessage() {
 // response() at finish() without a delta, so a streaming view missed it.
 void TestChatParse::finishReleasesHeldText() {
     ChatOutputParser p(Start::Message);
-    QVERIFY(p.feedText("]").response.empty()); // stray text waits for the next marker
-    const auto d = p.finish();
-    QCOMPARE(d.response, std::string("]"));
+    QVERIFY(p.feedText("]").response == "]"); // stray text that is not blank streams
+    QVERIFY(p.finish().response.empty());     // and is not given twice
     QCOMPARE(p.response(), std::string("]"));
 
     ChatOutputParser q(Start::Response);
@@ -348,6 +348,42 @@ void TestChatParse::finishReleasesHeldText() {
     QCOMPARE(q.finish().response, std::string("respo"));
     QCOMPARE(q.response(), std::string("okrespo"));
     QVERIFY(q.finish().response.empty()); // a second finish releases nothing
+}
+
+// Issue 31: with thinking on, the demo answers after closing the think channel without
+// opening response; that text used to be held until the end of the turn (one delta).
+void TestChatParse::answerOutsideAnyChannelStreams() {
+    using namespace k3::chatmarker;
+    ChatOutputParser p(Start::Think);
+    QCOMPARE(p.feedText("plan").thinking, std::string("plan"));
+    p.feedSpecial(closeMark);
+    p.feedText("think");
+    p.feedSpecial(sepMark);
+    QVERIFY(p.feedText("\n\n").response.empty()); // whitespace alone may sit between tags
+    QCOMPARE(p.feedText("The").response, std::string("\n\nThe"));
+    QCOMPARE(p.feedText(" answer").response, std::string(" answer"));
+    QCOMPARE(p.feedText("  ").response, std::string("  "));
+    const auto end = p.feedSpecial(eos);
+    QVERIFY(end.endOfTurn);
+    QVERIFY(end.response.empty());
+    QCOMPARE(p.response(), std::string("\n\nThe answer  "));
+    QCOMPARE(p.problems().size(), std::size_t(1));
+    QCOMPARE(p.problems()[0],
+             std::string("text outside any channel \"\n\nThe answer  \" (kept as response)"));
+
+    // Whitespace between two tags is still dropped, and never shown.
+    ChatOutputParser q(Start::Think);
+    q.feedSpecial(closeMark);
+    q.feedText("think");
+    q.feedSpecial(sepMark);
+    QVERIFY(q.feedText("\n").response.empty());
+    QVERIFY(q.feedSpecial(openMark).response.empty());
+    q.feedText("response");
+    q.feedSpecial(sepMark);
+    QCOMPARE(q.feedText("Hi").response, std::string("Hi"));
+    q.feedSpecial(endOfMessage);
+    QCOMPARE(q.response(), std::string("Hi"));
+    QVERIFY(q.problems().empty());
 }
 
 QTEST_GUILESS_MAIN(TestChatParse)
