@@ -14,8 +14,11 @@ app=$(grep -m1 -E '^packaging/install-deps.sh && cmake --workflow --preset app' 
 echo "+ $app   (offscreen, --quit-after 4000)"
 home=$(mktemp -d)
 QT_QPA_PLATFORM=offscreen XDG_CONFIG_HOME="$home/config" XDG_DATA_HOME="$home/data" \
-  bash -c "$app --quit-after 4000"
+  bash -c "$app --quit-after 4000" 2>&1 | tee /tmp/k3chat-first-start.log
 rm -rf "$home"
+# The first start (a fresh HOME) says when the demo model is ready to chat.
+grep -m1 'ready to chat' /tmp/k3chat-first-start.log ||
+  { echo "k3chat did not get the demo model ready within its 4 s run"; exit 1; }
 
 echo "+ the app workflow on a clean checkout builds only the app and the command line"
 # A clone of this checkout, built with the README's app workflow: ninja's log lists every

@@ -136,8 +136,9 @@ int main(int argc, char** argv) {
     const char* genGroup = "Generation";
     CLI::Option* genOpt =
         app.add_option("--gen", run.gen,
-                       "Tokens to generate, 1..4096 (default 16; --chat: 4096 per answer)")
-            ->check(CLI::Range(1, 4096))
+                       "Tokens to generate, 1..4096 (default 16; --chat: 4096 per answer; 0 "
+                       "with --save-state: read the prompt only)")
+            ->check(CLI::Range(0, 4096))
             ->group(genGroup)
             ->type_name("N");
     app.add_flag("--incremental", run.incremental,
@@ -255,6 +256,18 @@ int main(int argc, char** argv) {
         app.add_option("--dump-logits", run.dumpLogits,
                        "Write the first step's logits (vocab_size float32) to FILE")
             ->group(diagGroup)
+            ->type_name("FILE");
+    CLI::Option* loadStateOpt =
+        app.add_option("--load-state", run.loadState,
+                       "Continue the conversation state saved in FILE (by --save-state): the "
+                       "prompt then gives only the new tokens, or none to go on generating")
+            ->group(promptGroup)
+            ->type_name("FILE");
+    CLI::Option* saveStateOpt =
+        app.add_option("--save-state", run.saveState,
+                       "Save the conversation state at the end of the run to FILE (--gen 0: "
+                       "read the prompt only)")
+            ->group(promptGroup)
             ->type_name("FILE");
 
     // k3 doctor [DIR]: can this machine run the model, which preset, how fast is the disk.
@@ -453,7 +466,10 @@ int main(int argc, char** argv) {
             throw k3cli::usageError("--top-p must be above 0 (1 keeps every token)");
 
         if (chatMode) {
-            for (const CLI::Option* o : {promptOpt, promptFileOpt, idsOpt, outOpt, dumpLogitsOpt})
+            if (run.gen == 0 && genOpt->count())
+                throw k3cli::usageError("--gen 0 is for a batch run with --save-state");
+            for (const CLI::Option* o : {promptOpt, promptFileOpt, idsOpt, outOpt, dumpLogitsOpt,
+                                         loadStateOpt, saveStateOpt})
                 if (o->count())
                     throw k3cli::usageError(o->get_name() +
                                             " is for a batch run; --chat reads your messages "

@@ -57,6 +57,8 @@ struct RunArgs {
     bool incremental = false;
     std::string out = "k3_run.json";
     std::string dumpLogits;
+    std::string loadState; // --load-state: continue a saved state (the prompt: new ids only)
+    std::string saveState; // --save-state: the state at the end of the run
 };
 
 // k3 --remote URL --chat: an OpenAI-compatible server instead of MODEL_DIR.

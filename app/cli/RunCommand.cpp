@@ -246,7 +246,11 @@ ResolvedSampling resolveSampling(const SamplingArgs& args) {
 int runBatch(const RunArgs& args) {
     const int sources =
         int(args.prompt.has_value()) + int(args.promptFile.has_value()) + int(args.ids.has_value());
-    if (sources != 1)
+    const bool continuing = !args.loadState.empty();
+    if (args.gen == 0 && args.saveState.empty())
+        throw usageError("--gen 0 generates nothing: it is for reading a prompt into "
+                         "--save-state FILE");
+    if (sources > 1 || (sources == 0 && !continuing))
         throw usageError(std::string(sources == 0 ? "no prompt given"
                                                   : "more than one prompt "
                                                     "given") +
@@ -257,13 +261,14 @@ int runBatch(const RunArgs& args) {
     if (args.ids) promptIds = parseIdList(*args.ids);
     if (args.prompt) promptText = *args.prompt;
     if (args.promptFile) promptText = readPromptFile(*args.promptFile);
-    if (!args.ids && promptText.empty())
+    if (sources == 1 && !args.ids && promptText.empty())
         throw usageError(std::string(args.prompt ? "--prompt" : "--prompt-file") +
                          " is empty: give the text to continue");
 
     const bool reportToStdout = args.out == "-";
     if (!reportToStdout) checkOutputFile("--out", args.out);
     if (!args.dumpLogits.empty()) checkOutputFile("--dump-logits", args.dumpLogits);
+    if (!args.saveState.empty()) checkOutputFile("--save-state", args.saveState);
 
     const MemoryArgs& memory = args.model.memory;
     if (!memory.cacheTraceDir.empty() && !(memory.cacheGB && *memory.cacheGB > 0))
@@ -283,8 +288,15 @@ int runBatch(const RunArgs& args) {
     LoadedSession loaded =
         openModel(args.model, args.ids ? TokenizerNeed::IfPresent : TokenizerNeed::Required);
     k3::Session& session = loaded.session;
-    if (!args.ids) promptIds = session.tokenizer().encode(promptText);
-    if (promptIds.empty()) throw usageError("the prompt encodes to no tokens");
+    if (sources == 1 && !args.ids) promptIds = session.tokenizer().encode(promptText);
+    if (sources == 1 && promptIds.empty()) throw usageError("the prompt encodes to no tokens");
+    int restored = 0;
+    if (continuing) { // the state's ids, then the new ones: only those are read
+        session.loadState(args.loadState);
+        const std::span<const k3::TokenId> held = session.heldIds();
+        restored = int(held.size());
+        promptIds.insert(promptIds.begin(), held.begin(), held.end());
+    }
     if (promptIds.size() > kMaxPromptTokens)
         throw usageError("the prompt is " + std::to_string(promptIds.size()) +
                          " tokens; the limit is " + std::to_string(kMaxPromptTokens));
@@ -307,6 +319,11 @@ int runBatch(const RunArgs& args) {
 
     installInterruptHandler(true);
     BatchObserver observer(session, !args.dumpLogits.empty());
+    if (!args.dumpLogits.empty() && restored == int(promptIds.size())) {
+        // Nothing to read: the first step's logits are the loaded ones.
+        const auto logits = session.lastLogits();
+        observer.firstLogits.assign(logits.begin(), logits.end());
+    }
     k3::GenerateOptions options;
     options.maxTokens = args.gen;
     options.speculation = args.model.speculation;
@@ -420,7 +437,8 @@ int runBatch(const RunArgs& args) {
         {"positions", result.prefillPositions},    {"chunks", result.prefillChunks},
         {"chunk_size", session.prefillChunk()},    {"reused_positions", result.reusedPositions},
         {"trunk_bytes", result.prefillTrunkBytes}, {"expert_bytes", result.prefillExpertBytes},
-        {"seconds", result.prefillSeconds},        {"positions_per_second", positionsPerSecond}};
+        {"seconds", result.prefillSeconds},        {"positions_per_second", positionsPerSecond},
+        {"restored_positions", restored}};
     const int committed = int(result.ids.size());
     report["speculation"] = {
         {"width", args.model.speculation < 0 ? nlohmann::ordered_json("auto")
@@ -472,6 +490,23 @@ int runBatch(const RunArgs& args) {
                            {"true_resident_hit_rate", mem.cache.residentHitRate()}};
 
     int code = kExitOk;
+    report["state"] = {
+        {"loaded", continuing ? nlohmann::ordered_json(args.loadState) : nlohmann::ordered_json()},
+        {"restored_positions", restored},
+        {"saved", nullptr},
+        {"saved_positions", 0}};
+    if (!args.saveState.empty()) {
+        try {
+            session.saveState(args.saveState);
+            report["state"]["saved"] = args.saveState;
+            report["state"]["saved_positions"] = session.positions();
+            std::printf("state: %s (%d positions)\n", terminalSafe(args.saveState).c_str(),
+                        session.positions());
+        } catch (const std::exception& error) {
+            printError(std::string("--save-state: ") + error.what());
+            code = kExitFailure;
+        }
+    }
     if (!memory.cacheTraceDir.empty()) {
         try {
             session.model().writeCacheTrace(memory.cacheTraceDir);

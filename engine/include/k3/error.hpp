@@ -26,6 +26,7 @@ enum class ErrorKind {
     Hub,         // downloading from the hub
     Remote,      // a remote server
     Api,         // a request to `k3 serve`
+    State,       // a saved conversation state (session state file)
 };
 
 // "config", "memory", ...: for logs and tests.

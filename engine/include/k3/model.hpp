@@ -85,6 +85,7 @@ public:
 
 private:
     friend class Model;
+    friend class Session; // saveState / loadState read and fill the layers
     struct Data;
     explicit InferenceState(std::unique_ptr<Data> data);
     std::unique_ptr<Data> d_;

@@ -39,6 +39,15 @@ private:
     int tokens_, context_;
 };
 
+// A saved conversation state that cannot be used here: another model (config or shard
+// headers), other layers, another engine numeric version, more positions than the
+// context, a checksum that fails, a truncated file. The message names the file and the
+// mismatch; the session is left as it was, so the front end can read the prompt instead.
+class StateError : public Error {
+public:
+    explicit StateError(const std::string& message) : Error(ErrorKind::State, message) {}
+};
+
 struct SessionOptions {
     std::filesystem::path modelDir;
     std::filesystem::path tokenizerDir; // empty: the model directory
@@ -197,13 +206,26 @@ public:
 
     // The logits after the last fed position (vocab_size floats), e.g. for --dump-logits.
     std::span<const float> lastLogits() const;
-    int positions() const;     // positions held by the state
-    int prefillChunk() const;  // positions per prefill chunk in force
+    int positions() const;                    // positions held by the state
+    std::span<const TokenId> heldIds() const; // the ids those positions read, in order
+    int prefillChunk() const;                 // positions per prefill chunk in force
     int contextLength() const; // positions a conversation may hold (the plan's KV cache)
     // Bytes allocated for the conversation's state: the live state, the prompt snapshot
     // and the speculation rollback record (the plan's "recurrent state" + "KV cache").
     std::uint64_t stateBytesHeld() const;
     void reset(); // forget the conversation
+
+    // The conversation's state on disk (docs/state-format.md): the ids fed, the logits
+    // after the last one and every layer's state, bound to this model, its layers and the
+    // engine's numerics; continuing from a loaded state gives the bits of never having
+    // stopped, at any memory budget. saveState writes atomically (owner-only for a new
+    // file) and throws ChatError / StateError; it holds nothing back: positions() > 0.
+    void saveState(const std::filesystem::path& path) const;
+    // Replaces the conversation with the saved one. Throws StateError naming the file and
+    // the mismatch, and then leaves the conversation as it was (its prompt snapshot
+    // aside). A prompt equal to the loaded ids then reads nothing; one that extends them
+    // reads only the new positions.
+    void loadState(const std::filesystem::path& path);
 
     MemoryReport memoryReport() const;
 

@@ -52,6 +52,7 @@ ModelOptions model::modelOptionsFor(const SessionOptions& options) {
 Session Session::open(const SessionOptions& options) {
     const ModelOptions mo = model::modelOptionsFor(options);
     auto impl = std::make_unique<Impl>(Model::load(options.modelDir, mo));
+    impl->modelDir = options.modelDir;
     impl->chunk = std::max(1, impl->model.memoryPlan().chunkPositions);
     if (!options.draftDir.empty()) {
         checkDraft(options.draftDir, options.modelDir);
@@ -98,6 +99,9 @@ std::span<const float> Session::lastLogits() const {
 int Session::positions() const {
     return impl_->state.length();
 }
+std::span<const TokenId> Session::heldIds() const {
+    return impl_->fed;
+}
 int Session::prefillChunk() const {
     return impl_->chunk;
 }
@@ -110,6 +114,7 @@ std::uint64_t Session::stateBytesHeld() const {
 }
 
 void Session::reset() {
+    impl_->logitsRestored = false;
     impl_->state.reset();
     impl_->fed.clear();
     impl_->promptSnapshot.reset();
@@ -137,6 +142,7 @@ void feed(Session::Impl& s, std::span<const TokenId> ids, GenerateResult& result
     result.droppedExperts += st.droppedExperts;
     result.nonFinite = result.nonFinite || st.nonFinite;
     s.fed.insert(s.fed.end(), ids.begin(), ids.end());
+    s.logitsRestored = false;
 }
 
 void feed(Session::Impl& s, TokenId id, GenerateResult& result) {
@@ -160,7 +166,9 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
     const auto reusable = [&](const std::vector<TokenId>& ids) {
         return !ids.empty() && ids.size() < prompt.size() && isPrefix(ids, prompt);
     };
-    if (reusable(s.fed)) {
+    if (s.logitsRestored && s.fed.size() == prompt.size() && isPrefix(s.fed, prompt)) {
+        // A loaded state holds the whole prompt and its last logits: nothing to read.
+    } else if (reusable(s.fed)) {
         // keep the live state
     } else if (s.promptSnapshot && reusable(s.promptSnapshotIds)) {
         // The live state goes first, then the snapshot is copied back: two copies at most.

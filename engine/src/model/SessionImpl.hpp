@@ -6,6 +6,7 @@
 #include "k3/session.hpp"
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct Session::Impl {
     // Regenerate and edits go back to conversations before the latest one.
     std::vector<chat::ResumePoint> resume;
     std::vector<float> logits;
+    std::filesystem::path modelDir; // what a saved state is bound to (checkpointIdentity)
+    // The logits are those of the last id in `fed`, restored from a state file: a prompt
+    // equal to `fed` then needs no position recomputed. Cleared by any forward or reset.
+    bool logitsRestored = false;
     int chunk = 1;          // positions per prefill chunk
     double wallSeconds = 0; // time spent feeding tokens
     TokenTiming lastTiming; // of the last fed token

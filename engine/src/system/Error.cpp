@@ -38,6 +38,8 @@ const char* errorKindName(ErrorKind kind) {
         return "remote";
     case ErrorKind::Api:
         return "api";
+    case ErrorKind::State:
+        return "state";
     }
     return "unknown";
 }
