@@ -2,9 +2,15 @@
 // text, and the report formatters.
 #include <QTest>
 
+#include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <future>
 #include <pthread.h>
+#include <string>
+#include <sys/syscall.h>
 #include <thread>
 #include <unistd.h>
 
@@ -49,6 +55,20 @@ struct PipedStdin {
         if (saved >= 0) dup2(saved, STDIN_FILENO), close(saved);
     }
 };
+
+// Whether thread `tid` of this process sleeps in poll(): /proc names the system call a
+// blocked thread is in ("running" while it runs). Yes where /proc cannot say.
+bool sleepsInPoll(pid_t tid) {
+    std::ifstream file("/proc/self/task/" + std::to_string(tid) + "/syscall");
+    std::string first;
+    if (!(file >> first)) return true;
+    if (first == "running") return false;
+    const long number = std::strtol(first.c_str(), nullptr, 10);
+#ifdef SYS_poll
+    if (number == SYS_poll) return true;
+#endif
+    return number == SYS_ppoll;
+}
 } // namespace
 
 void TestCliSupport::idListParses() {
@@ -150,16 +170,23 @@ void TestCliSupport::interruptHandledOnAnotherThreadEndsThePromptWait() {
     sigaddset(&sigint, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigint, &old);
     const int seen = k3cli::interruptCount();
-    std::thread presser([&] {
+    const pid_t waiter = pid_t(::syscall(SYS_gettid));
+    std::promise<void> returned;
+    std::thread presser([&, done = returned.get_future()] {
         pthread_sigmask(SIG_UNBLOCK, &sigint, nullptr);
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        // Pressed once the prompt waits (the main thread sleeps in poll()), not after a
+        // guessed delay; the deadline is a hang guard.
+        for (int i = 0; i < 30000 && !sleepsInPoll(waiter); ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
         raise(SIGINT); // handled on this thread
-        // Without the pipe the prompt would wait for this line instead.
-        std::this_thread::sleep_for(std::chrono::seconds(5));
+        // Without the pipe the prompt would wait for this line instead: typed once the
+        // prompt has returned (or after a 30 s hang guard, to fail rather than hang).
+        done.wait_for(std::chrono::seconds(30));
         in.type("too late\n");
     });
     std::string line;
     const k3cli::PromptInput got = k3cli::readPromptLine(line, seen);
+    returned.set_value();
     presser.join();
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     QCOMPARE(int(got), int(k3cli::PromptInput::Interrupted));

@@ -87,7 +87,12 @@ void TestDoctor::emptyFolderSuggestsDownload() {
     o.modelDir = (dir.path() + QStringLiteral("/k3model")).toStdString(); // not created yet
     o.measureDisk = false;
     const k3::DoctorReport r = k3::runDoctor(o);
-    QVERIFY(r.canRun()); // CI and dev machines have 24 GB
+    // Host-dependent (ctest label host:ram): the smallest preset needs about 4 GB available.
+    for (const auto& c : r.checks)
+        if (c.name == "memory" && c.status == k3::CheckStatus::Fail)
+            QSKIP(qPrintable("this host has too little RAM available to run the model: " +
+                             QString::fromStdString(c.verdict)));
+    QVERIFY(r.canRun());
     QVERIFY(!r.checkpointPresent);
     QVERIFY(r.freeBytes.has_value());
     QCOMPARE(QString::fromStdString(r.nextCommand),

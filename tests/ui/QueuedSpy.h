@@ -4,7 +4,9 @@
 // directly, so it would append on the engine thread while the test reads here (a data
 // race ThreadSanitizer reports).
 
+#include <QCoreApplication>
 #include <QList>
+#include <QMetaObject>
 #include <QObject>
 #include <QTest>
 #include <QVariant>
@@ -40,3 +42,11 @@ public:
 private:
     QList<QVariantList> m_calls;
 };
+
+// Returns once `worker`'s thread has run everything queued to it before this call (a
+// blocking call queued behind it), and what that sent back to this thread has been
+// delivered. "Nothing was queued" is then a check, not a wait that hopes to be long enough.
+inline void flushWorkerThread(QObject* worker) {
+    QMetaObject::invokeMethod(worker, [] {}, Qt::BlockingQueuedConnection);
+    QCoreApplication::sendPostedEvents();
+}

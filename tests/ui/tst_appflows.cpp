@@ -192,14 +192,19 @@ void TestAppFlows::corruptTranscriptIsReportedAndLeftAsItIs() {
     file.write(bytes);
     file.close();
     QString title, details;
-    QTimer::singleShot(200, this, [&] {
+    // Looks for the box on every pass of its event loop (not once after a guessed delay).
+    QTimer closer;
+    connect(&closer, &QTimer::timeout, this, [&] {
         if (auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget())) {
             title = box->text();
             details = box->detailedText();
             box->accept();
+            closer.stop();
         }
     });
+    closer.start(0);
     window.openConversation(id);
+    closer.stop();
     QVERIFY2(title.contains(QStringLiteral("left as it is")), qPrintable(title));
     QVERIFY2(details.contains(id + QStringLiteral(".jsonl:2:")), qPrintable(details));
     QCOMPARE(window.conversationView()->messageCount(), 0);

@@ -329,7 +329,14 @@ void TestConversationList::reopenedChatStartsAtItsEnd() {
     QScrollBar* bar = window.conversationView()->verticalScrollBar();
     QVERIFY(bar->maximum() > 0);
     QCOMPARE(bar->value(), bar->maximum());
-    QTest::qWait(50); // and still there once the view has laid itself out and painted
+    // And still there once the view has laid itself out and painted, done here rather than
+    // waited for: what the open posted is delivered, visualRect() runs the view's pending
+    // layout and repaint() paints at once.
+    ConversationView* view = window.conversationView();
+    QCoreApplication::sendPostedEvents();
+    QVERIFY(view->visualRect(view->conversation()->index(39)).isValid());
+    view->viewport()->repaint();
+    QCoreApplication::sendPostedEvents();
     QCOMPARE(bar->value(), bar->maximum());
 }
 

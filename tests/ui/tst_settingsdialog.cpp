@@ -395,7 +395,9 @@ void TestSettingsDialog::unchangedLaunchDoesNotReload() {
     QCOMPARE(AppSettings::loadLaunch(), oneThread);
     QCOMPARE(window.launchConfig(), oneThread);
 
-    QTest::qWait(500); // a queued load would have answered by now on the tiny model
+    // Every command queued so far has run on the engine thread and its answer is here: a
+    // load queued by OK would show as a second modelLoaded (or a loadFailed).
+    flushWorkerThread(window.engine()->worker());
     QCOMPARE(loaded.count(), 1);
     QCOMPARE(failed.count(), 0);
     QVERIFY(window.composer()->isReady());

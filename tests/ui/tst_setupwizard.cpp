@@ -93,7 +93,12 @@ void TestSetupWizard::doctorRunsOffTheGuiThreadAndShowsVerdicts() {
     for (int i = 0; i < page->checkList()->count(); ++i)
         names << page->checkList()->item(i)->data(Qt::UserRole + 1).toString();
     QCOMPARE(names, (QStringList{"cpu", "memory", "disk-space", "disk-speed"}));
-    QVERIFY(page->report()->canRun()); // 24 GB machines run the model
+    // Host-dependent (ctest label host:ram): the smallest preset needs about 4 GB available.
+    for (const k3::DoctorCheck& c : page->report()->checks)
+        if (c.name == "memory" && c.status == k3::CheckStatus::Fail)
+            QSKIP(qPrintable("this host has too little RAM available to run the model: " +
+                             QString::fromStdString(c.verdict)));
+    QVERIFY(page->report()->canRun());
     QVERIFY(page->isComplete());
 }
 

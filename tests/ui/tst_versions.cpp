@@ -10,6 +10,7 @@
 #include <QTest>
 
 #include "MainWindow.h"
+#include "QueuedSpy.h"
 #include "SettingsDialog.h"
 #include "chat/ChatController.h"
 #include "chat/ConversationModel.h"
@@ -58,13 +59,16 @@ int promptTokens(const std::vector<k3::ChatMessage>& messages) {
     return int(k3::encodeChatSegments(tokenizer, k3::renderChatSegments(messages, options)).size());
 }
 
-// Runs `start` and returns the finished answer's summary.
+// Runs `start` and returns the finished answer's summary once the chat controller has
+// handled it (its answerFinished comes after the model and the store have the answer).
 template <typename Start> GenerationSummary answer(MainWindow& window, Start start) {
-    QSignalSpy finished(window.engine()->worker(), &EngineWorker::generationFinished);
+    QueuedSpy finished(window.engine()->worker(), &EngineWorker::generationFinished);
+    QSignalSpy handled(&window, &MainWindow::answerFinished);
     start();
-    if (!finished.wait(60000)) return {};
-    QTest::qWait(50); // the controller's queued handling of the same signal
-    return finished.takeFirst().at(0).value<GenerationSummary>();
+    if (!handled.wait(60000) || !QTest::qWaitFor([&] { return !finished.isEmpty(); }, 5000))
+        return {};
+    const QVariantList call = finished.takeFirst();
+    return call.at(0).value<GenerationSummary>();
 }
 
 QString text(const QModelIndex& index) {

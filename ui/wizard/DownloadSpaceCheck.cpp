@@ -15,6 +15,7 @@ DownloadSpaceCheck::DownloadSpaceCheck(Page page, QObject* parent)
     m_sizeCheck->setObjectName(QStringLiteral("downloadSizeCheck"));
     m_sizeCheck->setWordWrap(true);
     m_sizeCheck->setTextFormat(Qt::PlainText);
+    m_delay->setObjectName(QStringLiteral("sizeRequestDelay")); // tests wait for it to fire
     m_delay->setSingleShot(true);
     m_delay->setInterval(400);
     connect(m_delay, &QTimer::timeout, this, &DownloadSpaceCheck::requestSize);

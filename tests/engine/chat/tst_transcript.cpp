@@ -10,8 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <QElapsedTimer>
-
 #include <k3/chat.hpp>
 #include <nlohmann/json.hpp>
 
@@ -371,11 +369,10 @@ void TestTranscript::outputRuleRefusesFifoAndDevice() {
     const std::filesystem::path root = dir.path().toStdString();
     const auto fifo = root / "pipe";
     QCOMPARE(::mkfifo(fifo.c_str(), 0600), 0);
-    QElapsedTimer clock;
-    clock.start();
+    // Refused without opening it: an open for writing would wait for a reader for good
+    // (the test's time-out is the hang guard; no clock here).
     QCOMPARE(writeError(fifo), "cannot write " + fifo.string() +
                                    ": it is a FIFO (named pipe); k3 writes only regular files");
-    QVERIFY(clock.elapsed() < 2000);
     QVERIFY(S_ISFIFO(modeOf(fifo)));
 
     const auto devLink = root / "out.json";
@@ -465,8 +462,8 @@ void TestTranscript::readRefusesFifoWithoutBlocking() {
     QTemporaryDir dir;
     const std::filesystem::path fifo = dir.filePath("h.jsonl").toStdString();
     QCOMPARE(::mkfifo(fifo.c_str(), 0600), 0);
-    QElapsedTimer clock;
-    clock.start();
+    // An open for reading would wait for a writer for good: the test's time-out is the
+    // hang guard, no clock here.
     std::string error;
     try {
         k3::readTranscript(fifo);
@@ -475,7 +472,6 @@ void TestTranscript::readRefusesFifoWithoutBlocking() {
     }
     QCOMPARE(error, "cannot read transcript " + fifo.string() +
                         ": it is a FIFO (named pipe), not a regular file");
-    QVERIFY(clock.elapsed() < 2000);
     try {
         k3::readTranscript("/dev/zero");
         QFAIL("/dev/zero was read as a transcript");

@@ -1,8 +1,5 @@
 #include "NginxServer.hpp"
 
-#include <QElapsedTimer>
-#include <QThread>
-
 #include <QDir>
 #include <QFile>
 #include <QStandardPaths>
@@ -15,6 +12,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 namespace {
@@ -46,6 +44,32 @@ bool canConnect(int port) {
     ::close(fd);
     return ok;
 }
+
+// GET `path` over HTTP/1.0 (nginx closes after its answer), read to the end; false when
+// nginx could not be reached. The socket time-out is a hang guard only.
+bool getOnce(int port, const QByteArray& path) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    const timeval guard{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &guard, sizeof guard);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    const QByteArray request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    ok = ok && ::send(fd, request.constData(), size_t(request.size()), MSG_NOSIGNAL) ==
+                   ssize_t(request.size());
+    char buffer[4096];
+    ssize_t got = 0;
+    while (ok && (got = ::recv(fd, buffer, sizeof buffer, 0)) > 0) {
+    }
+    ::close(fd);
+    return ok && got == 0;
+}
+
+const QString kMarker = QStringLiteral("/__k3_log_marker/");
 
 } // namespace
 
@@ -112,6 +136,7 @@ QString NginxServer::start(const QString& dir, const QString& serverBody) {
                        {QStringLiteral("-p"), dir + QStringLiteral("/"), QStringLiteral("-e"),
                         dir + QStringLiteral("/error.log"), QStringLiteral("-c"), file.fileName()});
         if (!process_.waitForStarted(5000)) return QStringLiteral("cannot start ") + nginx;
+        // Polled with a deadline: nginx says nothing when it listens.
         for (int i = 0; i < 100; ++i) {
             if (canConnect(port_)) return {};
             if (process_.state() == QProcess::NotRunning) break;
@@ -139,21 +164,26 @@ void NginxServer::stop() {
 QStringList NginxServer::accessLog() const {
     QFile file(dir_ + QStringLiteral("/access.log"));
     if (!file.open(QIODevice::ReadOnly)) return {};
-    return QString::fromUtf8(file.readAll()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+    QStringList lines;
+    for (const QString& line :
+         QString::fromUtf8(file.readAll()).split(QLatin1Char('\n'), Qt::SkipEmptyParts))
+        if (!line.startsWith(kMarker)) lines << line;
+    return lines;
 }
 
 QStringList NginxServer::settledAccessLog() const {
-    QStringList last = accessLog();
-    QElapsedTimer quiet, total;
-    quiet.start();
-    total.start();
-    while (quiet.elapsed() < 300 && total.elapsed() < 3000) {
-        QThread::msleep(20);
-        QStringList now = accessLog();
-        if (now != last) {
-            last = std::move(now);
-            quiet.restart();
-        }
-    }
-    return last;
+    // One worker serves the connections in turn and logs a request as it ends, so once a
+    // request made now is in the log, every request that ended before it is too.
+    const QString marker = kMarker + QString::number(++markers_) + QLatin1Char(' ');
+    if (!getOnce(port_, marker.trimmed().toLatin1())) return accessLog();
+    const auto logged = [&] {
+        QFile file(dir_ + QStringLiteral("/access.log"));
+        if (!file.open(QIODevice::ReadOnly)) return false;
+        const QString log = QLatin1Char('\n') + QString::fromUtf8(file.readAll());
+        return log.contains(QLatin1Char('\n') + marker);
+    };
+    // nginx logs a request before it closes the connection, so the line is there now; the
+    // loop (a deadline, the file says nothing when it grows) only guards that assumption.
+    for (int i = 0; i < 1000 && !logged(); ++i) QThread::msleep(5);
+    return accessLog();
 }

@@ -20,12 +20,15 @@ public:
     QString baseUrl() const { return QStringLiteral("http://127.0.0.1:%1").arg(port_); }
     // Lines of DIR/access.log: "REQUEST_URI STATUS RANGE_HEADER".
     QStringList accessLog() const;
-    // The access log once it has stopped changing for 300 ms (at most 3 s): nginx writes a
+    // The access log with every request that ended before this call: nginx writes a
     // request's line after its response has gone out, so a client can be done first (the
-    // Debian 13 chroot read 10 of 11 lines).
+    // Debian 13 chroot read 10 of 11 lines). A marker request is made and the log read
+    // once its line is there (marker lines are never returned). A request the client cut
+    // is logged only once nginx notices, at its next write.
     QStringList settledAccessLog() const;
 
 private:
+    mutable int markers_ = 0;
     QProcess process_;
     QString dir_;
     int port_ = 0;

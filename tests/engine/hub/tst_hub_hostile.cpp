@@ -9,7 +9,6 @@
 #include <QCryptographicHash>
 #include <QDir>
 #include <QDirIterator>
-#include <QElapsedTimer>
 #include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -78,16 +77,11 @@ class TestHubHostile : public QObject {
         o.repo = repo;
         o.revision = kRevision;
         o.destination = dest.toStdString();
-        o.retryBaseSeconds = 2; // a retry would show in the time taken
+        o.retryBaseSeconds = 2; // a retry would show in the access log
         o.connectTimeoutSeconds = 5;
         o.parallel = 1;
         o.checkDiskSpace = false;
         return o;
-    }
-    int requestsFor(const QString& part) const {
-        int n = 0;
-        for (const QString& line : nginx_.accessLog()) n += line.contains(part) ? 1 : 0;
-        return n;
     }
     // Counted once nginx has written every line (see NginxServer::settledAccessLog).
     int settledRequestsFor(const QString& part) const {
@@ -98,6 +92,10 @@ class TestHubHostile : public QObject {
 
 private slots:
     void initTestCase() {
+        // ctest label needs:nginx: without it the whole test is reported skipped.
+        if (NginxServer::findNginx().isEmpty())
+            QSKIP("nginx is not installed: these tests download from a real HTTP server "
+                  "(apt-get install nginx; packaging/debian-packages.txt lists it)");
         QVERIFY(tmp_.isValid());
         qunsetenv("HF_TOKEN");
         qputenv("NO_PROXY", "127.0.0.1,localhost");
@@ -181,12 +179,10 @@ private slots:
 
     void redirectToFileIsNotRetried() {
         const QString dest = tmp_.path() + "/fileredir";
-        QElapsedTimer timer;
-        timer.start();
         const k3::DownloadResult r =
             k3::downloadCheckpoint(options("k3/fileredir", dest), nullptr, nullptr);
         QVERIFY(!r.ok);
-        QVERIFY2(timer.elapsed() < 1500, qPrintable(QString::number(timer.elapsed())));
+        // Counted, not timed: every request was made before downloadCheckpoint returned.
         QCOMPARE(settledRequestsFor("/k3/fileredir/resolve/"), 1);
         QCOMPARE(int(r.errorKind), int(k3::HubErrorKind::Http));
         QVERIFY2(QString::fromStdString(r.error).startsWith("a.bin (" + nginx_.baseUrl() +
@@ -201,12 +197,10 @@ private slots:
     // curl follows 10 redirects (11 requests), then gives up once: not 6 more times.
     void redirectLoopIsNotRetried() {
         const QString dest = tmp_.path() + "/loop";
-        QElapsedTimer timer;
-        timer.start();
         const k3::DownloadResult r =
             k3::downloadCheckpoint(options("k3/loop", dest), nullptr, nullptr);
         QVERIFY(!r.ok);
-        QVERIFY2(timer.elapsed() < 1500, qPrintable(QString::number(timer.elapsed())));
+        // Counted, not timed: every request was made before downloadCheckpoint returned.
         QCOMPARE(settledRequestsFor("/k3/loop/resolve/"), 11);
         QVERIFY2(QString::fromStdString(r.error).endsWith("(a redirect loop); not retried"),
                  r.error.c_str());
@@ -232,7 +226,7 @@ private slots:
 
     // A CR/LF in HF_TOKEN would add a header line: refused before any request.
     void tokenWithControlCharactersIsRefused() {
-        const int before = int(nginx_.accessLog().size());
+        const int before = int(nginx_.settledAccessLog().size());
         qputenv("HF_TOKEN", "hf_abc\r\nX-Injected: 1");
         const k3::DownloadResult r =
             k3::downloadCheckpoint(options("k3/big", tmp_.path() + "/token"), nullptr, nullptr);
@@ -243,7 +237,7 @@ private slots:
                  QStringLiteral("HF_TOKEN holds a control character (byte 0x0d at position 6); "
                                 "refusing to send it in an HTTP header: set the token without "
                                 "line breaks or other control characters"));
-        QCOMPARE(int(nginx_.accessLog().size()), before);
+        QCOMPARE(int(nginx_.settledAccessLog().size()), before);
         // The same from the options (the app's keychain), named as such.
         k3::DownloadOptions o = options("k3/big", tmp_.path() + "/token");
         o.token = std::string("hf_\x1b]0;title\x07", 12);

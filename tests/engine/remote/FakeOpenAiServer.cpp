@@ -176,6 +176,9 @@ FakeOpenAiServer::FakeOpenAiServer(std::string apiKey)
             "text/event-stream", [this, script](size_t, httplib::DataSink& sink) {
                 for (const std::string& event : script->events) {
                     if (killed_.load()) return false; // the process died: no more bytes
+                    // The script's pacing, part of what is tested (a slow server to stop
+                    // or kill mid-answer, a server that batches at an interval): no test
+                    // waits on it, they wait for the deltas and the close it leads to.
                     if (script->delayMs > 0)
                         std::this_thread::sleep_for(std::chrono::milliseconds(script->delayMs));
                     if (!sink.write(event.data(), event.size())) {
@@ -193,6 +196,8 @@ FakeOpenAiServer::FakeOpenAiServer(std::string apiKey)
     port_ = server_->bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_->listen_after_bind(); });
     // stop() before the loop runs would be lost (it only acts on a running server).
+    // httplib 0.11 (Debian 12) has no wait_until_ready(): the flag is polled, and the
+    // loop sets it at once.
     while (!server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
