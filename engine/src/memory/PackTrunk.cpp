@@ -11,9 +11,6 @@
 #include "memory/TrunkCodec.hpp"
 
 #include <nlohmann/json.hpp>
-// libxxhash's run-time dispatch (AVX2 where present, same hash values): the plain entry
-// points are its portable build, ~1.4x slower here (bench_trunk_codec).
-#include <xxh_x86dispatch.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -198,11 +195,6 @@ int createPartial(const fs::path& partial) {
     return fd;
 }
 
-struct FreeXxh3State {
-    void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
-};
-using Xxh3State = std::unique_ptr<XXH3_state_t, FreeXxh3State>;
-
 // A record as copied: its entry for trunk.json and the bytes it takes in trunk.bin
 // before padding (its blocks' sizes when coded, else its raw size).
 struct CopiedRecord {
@@ -217,16 +209,13 @@ public:
     RecordCopier(int fd, const fs::path& partial, const Checkpoint& ckpt,
                  const PackOptions& options, const std::atomic<bool>* cancel)
         : fd_(fd), partial_(partial), ckpt_(ckpt), options_(options), cancel_(cancel),
-          files_(ckpt.shardPaths().size()), chunk_(kCopyChunk), recordState_(XXH3_createState()),
-          tensorState_(XXH3_createState()),
+          files_(ckpt.shardPaths().size()), chunk_(kCopyChunk),
           // Coded output is gathered here and written in aligned prefixes; a record's tail
           // is padded to 4096 so the next record starts aligned.
           coded_(options.compress
                      ? kCopyChunk + kCopyChunk / options.blockBytes * codec::kBlockHeaderBytes +
                            2 * kTrunkAlignment
-                     : 0) {
-        if (!recordState_ || !tensorState_) throw std::bad_alloc();
-    }
+                     : 0) {}
 
     // Run r written at offset `out` of the partial file.
     CopiedRecord copy(const Run& r, std::uint64_t out, PackProgress& progress) {
@@ -245,12 +234,8 @@ public:
                 stored = 0;
             }
         }
-        // Zero-byte tensors (none in a real checkpoint) have the empty input's checksum.
-        while (tensorSums_.size() < r.tensors.size())
-            tensorSums_.push_back(XXH3_64bits(nullptr, 0));
         CopiedRecord c;
-        c.record =
-            recordJson(r, out, XXH3_64bits_digest(recordState_.get()), tensorSums_, blockSizes);
+        c.record = recordJson(r, out, sums_.record(), sums_.tensors(), blockSizes);
         c.stored = blockSizes.empty() ? r.hi - r.lo : stored;
         return c;
     }
@@ -268,17 +253,16 @@ private:
                   std::uint64_t& stored) {
         // The checksums are of the bytes as read for the copy (one pass): the
         // record's, and each tensor's in turn (they tile the run in offset order).
-        XXH3_64bits_reset(recordState_.get());
-        XXH3_64bits_reset(tensorState_.get());
-        tensorSums_.clear();
+        std::vector<std::uint64_t> ends;
+        for (const auto& [n, t] : r.tensors) ends.push_back(t.offset + t.nbytes);
+        sums_.start(r.lo, std::move(ends));
         blockSizes.clear();
-        std::size_t tensor = 0;
         CodedTail tail;
         for (std::uint64_t pos = r.lo; pos < r.hi;) {
             if (cancel_ && cancel_->load()) throw PackError("packing cancelled");
             const std::size_t n = std::size_t(std::min<std::uint64_t>(kCopyChunk, r.hi - pos));
             f.read(pos, chunk_.data(), n);
-            hashChunk(r, pos, n, tensor);
+            sums_.update(chunk_.data(), n);
             if (coding) {
                 codeChunk(r, pos, n, out, tail, blockSizes, stored);
             } else {
@@ -289,24 +273,6 @@ private:
             }
             pos += n;
             progress.bytesDone += n;
-        }
-    }
-
-    // The chunk read at pos (n bytes) into the record's checksum and into the tensors'
-    // it covers; `tensor` is the first tensor not yet finished.
-    void hashChunk(const Run& r, std::uint64_t pos, std::size_t n, std::size_t& tensor) {
-        XXH3_64bits_update(recordState_.get(), chunk_.data(), n);
-        for (std::uint64_t at = pos; at < pos + n && tensor < r.tensors.size();) {
-            const TensorInfo& t = r.tensors[tensor].second;
-            const std::uint64_t upto = std::min<std::uint64_t>(pos + n, t.offset + t.nbytes);
-            XXH3_64bits_update(tensorState_.get(), chunk_.data() + (at - pos),
-                               std::size_t(upto - at));
-            at = upto;
-            if (at == t.offset + t.nbytes) {
-                tensorSums_.push_back(XXH3_64bits_digest(tensorState_.get()));
-                XXH3_64bits_reset(tensorState_.get());
-                ++tensor;
-            }
         }
     }
 
@@ -361,9 +327,7 @@ private:
     const std::atomic<bool>* cancel_;
     std::vector<std::unique_ptr<AlignedFile>> files_;
     memory::AlignedBuffer chunk_;
-    std::vector<std::uint64_t> tensorSums_;
-    Xxh3State recordState_;
-    Xxh3State tensorState_;
+    RunChecksums sums_;
     memory::AlignedBuffer coded_;
     std::vector<std::vector<std::byte>> blocks_; // one chunk's coded blocks
 };
