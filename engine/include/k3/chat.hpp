@@ -302,6 +302,9 @@ std::filesystem::path resolveOutputFile(const std::filesystem::path& path);
 // this process may set them); a new file is mode 0600 (transcripts hold private
 // conversations). Throws ChatError naming `path`; the old file is then untouched.
 void writeFileAtomically(const std::filesystem::path& path, std::string_view data);
+// Removes the temporary files a writeFileAtomically(path) that was killed left beside
+// `path` (no symlinks followed); for a writer that owns the file, e.g. `k3 pack`.
+void removeAtomicWriteLeftovers(const std::filesystem::path& path);
 
 // An advisory lock (flock) held by the one session that writes a file over and over (a
 // chat history, an open conversation in the app): a second session asking for the same

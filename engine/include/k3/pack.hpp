@@ -20,9 +20,10 @@
 // record and tensor checksums are of the decoded bytes, so a decode is checked end to end.
 // Format 2 trunks are still read.
 //
-// Packing is atomic: trunk.bin is written as trunk.bin.partial, trunk.json is written
-// last through a temp file + rename, and an old trunk.json is removed first, so a
-// half-written trunk never looks valid.
+// Packing never harms a trunk already there: the new one is written beside it
+// (trunk.bin.partial, trunk.json.next) and put in place by two renames once complete,
+// trunk.json last. A failed or cancelled pack removes its files and leaves the old trunk
+// working; a pack that was killed leaves them for the next pack to remove.
 
 #include "k3/error.hpp"
 #include "k3/safetensors.hpp"
@@ -190,7 +191,8 @@ struct PackOptions {
 
 // Packs modelDir's trunk into trunkDir (created if needed). Refuses a layer whose
 // non-expert tensors are not one contiguous run in one shard, naming the layer and the
-// gap. Throws PackError; on cancel (PackError "cancelled"), nothing valid is left.
+// gap. Throws PackError; on failure or cancel (PackError "cancelled"), a trunk already in
+// trunkDir is left as it was and the new one's files are removed.
 PackResult packTrunk(const std::filesystem::path& modelDir, const std::filesystem::path& trunkDir,
                      const PackObserver& observer = {}, const std::atomic<bool>* cancel = nullptr,
                      const PackOptions& options = {});

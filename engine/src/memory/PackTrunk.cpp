@@ -4,6 +4,7 @@
 #include "k3/pack.hpp"
 
 #include "k3/aligned_io.hpp"
+#include "k3/chat.hpp"
 #include "k3/config.hpp"
 #include "k3/fault_injection.hpp"
 #include "memory/AlignedBuffer.hpp"
@@ -120,22 +121,6 @@ void writeAll(int fd, const void* data, std::size_t n, std::uint64_t offset, con
     }
 }
 
-void writeFileAtomically(const fs::path& path, const std::string& text) {
-    const fs::path tmp = path.string() + ".partial";
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) throw PackError(tmp.string() + ": cannot create: " + std::strerror(errno));
-    try {
-        writeAll(fd, text.data(), text.size(), 0, tmp);
-        if (::fsync(fd) != 0) throw PackError(tmp.string() + ": fsync failed");
-    } catch (...) {
-        ::close(fd);
-        fs::remove(tmp); // a half-written trunk.json must not linger
-        throw;
-    }
-    ::close(fd);
-    fs::rename(tmp, path);
-}
-
 // Every record planned (and refused) before a byte is written: one run per layer (its
 // non-expert tensors), then one per model-level tensor.
 std::vector<Run> planRuns(const ModelConfig& config, const Checkpoint& ckpt,
@@ -168,21 +153,31 @@ void checkBlockBytes(const PackOptions& options) {
                         std::to_string(codec::kMaxBlockBytes) + "] dividing the copy chunk");
 }
 
-// Checked before the old trunk.json goes: a re-pack that cannot fit keeps the valid
-// trunk usable. The old trunk.bin stays until the rename, so the new one needs its
+// The old trunk stays in place until the new one is complete, so the new one needs its
 // whole size free (the raw size: a compressed trunk needs less, never more).
-void requireFreeSpace(const fs::path& trunkDir, const fs::path& partial, std::uint64_t total) {
-    std::error_code spaceError, sizeError;
+void requireFreeSpace(const fs::path& trunkDir, std::uint64_t total) {
+    std::error_code spaceError;
     const fs::space_info space = fs::space(trunkDir, spaceError);
-    std::uint64_t reusable = 0; // a leftover .partial is truncated and rewritten
-    if (fs::is_regular_file(partial, sizeError)) reusable = fs::file_size(partial, sizeError);
-    if (sizeError) reusable = 0;
-    if (!spaceError && space.available + reusable < total)
+    if (!spaceError && space.available < total)
         throw PackError("packing needs " + std::to_string(total) + " bytes free in " +
-                        trunkDir.string() + " but " + std::to_string(space.available + reusable) +
+                        trunkDir.string() + " but " + std::to_string(space.available) +
                         " are available; nothing was changed (free some space, or pack to "
                         "another folder)");
 }
+
+// The new trunk's files before they are put in place.
+struct StagedTrunk {
+    fs::path bin, json;
+    explicit StagedTrunk(const fs::path& trunkDir)
+        : bin(trunkDir / "trunk.bin.partial"), json(trunkDir / "trunk.json.next") {}
+    // What a killed pack left (a stop that can be handled removes them itself).
+    void removeLeftovers() const {
+        std::error_code ec;
+        fs::remove(bin, ec);
+        fs::remove(json, ec);
+        removeAtomicWriteLeftovers(json);
+    }
+};
 
 // O_DIRECT writes: buffered ones ran at a tenth of the disk here (dirty-page
 // throttling) and would evict the page cache for bytes nobody reads back soon.
@@ -332,8 +327,10 @@ private:
     std::vector<std::vector<std::byte>> blocks_; // one chunk's coded blocks
 };
 
-// trunk.json, last: what the records are, where they came from, sealed by its checksum.
-void writeTrunkJson(const fs::path& trunkDir, std::uint64_t total,
+// trunk.json as staged beside the old one (the mode of the new trunk.bin, so a trunk
+// others may read stays readable): what the records are, where they came from, sealed by
+// its checksum.
+void stageTrunkJson(const StagedTrunk& staged, std::uint64_t total,
                     const CheckpointIdentity& identity, json records, const PackOptions& options) {
     json doc{{"format", "k3-trunk"},
              {"version", options.compress ? kCompressedFormatVersion : kTrunkFormatVersion},
@@ -344,7 +341,19 @@ void writeTrunkJson(const fs::path& trunkDir, std::uint64_t total,
     if (options.compress)
         doc["codec"] = {{"name", kCodecName}, {"block_bytes", options.blockBytes}};
     doc[kIndexChecksumKey] = hex64(indexChecksum(doc));
-    writeFileAtomically(trunkDir / "trunk.json", doc.dump(1));
+    try {
+        writeFileAtomically(staged.json, doc.dump(1));
+    } catch (const Error& e) {
+        throw PackError(e.what());
+    }
+    fs::permissions(staged.json, fs::status(staged.bin).permissions());
+}
+
+void syncFolder(const fs::path& dir) {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    ::fsync(fd);
+    ::close(fd);
 }
 
 } // namespace
@@ -368,49 +377,58 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
     }
 
     fs::create_directories(trunkDir);
-    const fs::path binPath = trunkDir / "trunk.bin";
-    const fs::path partial = trunkDir / "trunk.bin.partial";
-    requireFreeSpace(trunkDir, partial, total);
-    fs::remove(trunkDir / "trunk.json"); // the old description must not vouch for new bytes
-    const int fd = createPartial(partial);
+    const StagedTrunk staged(trunkDir);
+    staged.removeLeftovers();
+    requireFreeSpace(trunkDir, total);
 
     json records = json::array();
     PackProgress progress;
     progress.recordsTotal = int(runs.size());
     progress.bytesTotal = payload;
     try {
-        RecordCopier copier(fd, partial, ckpt, options, cancel);
-        std::uint64_t out = 0;
-        for (const Run& r : runs) {
-            CopiedRecord c = copier.copy(r, out, progress);
-            records.push_back(std::move(c.record));
-            out += alignUp(c.stored);
-            if (r.layer >= 0) {
-                layerBytes += r.hi - r.lo;
-                layerStored += c.stored;
+        const int fd = createPartial(staged.bin);
+        try {
+            RecordCopier copier(fd, staged.bin, ckpt, options, cancel);
+            std::uint64_t out = 0;
+            for (const Run& r : runs) {
+                CopiedRecord c = copier.copy(r, out, progress);
+                records.push_back(std::move(c.record));
+                out += alignUp(c.stored);
+                if (r.layer >= 0) {
+                    layerBytes += r.hi - r.lo;
+                    layerStored += c.stored;
+                }
+                ++progress.recordsDone;
+                progress.seconds =
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                progress.mbPerSecond =
+                    progress.seconds > 0 ? double(progress.bytesDone) / 1e6 / progress.seconds : 0;
+                progress.record = r.name;
+                if (observer) observer(progress);
             }
-            ++progress.recordsDone;
-            progress.seconds =
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            progress.mbPerSecond =
-                progress.seconds > 0 ? double(progress.bytesDone) / 1e6 / progress.seconds : 0;
-            progress.record = r.name;
-            if (observer) observer(progress);
+            total = out;
+            // The tail of the last record is padded too, so aligned reads never overrun.
+            if (::ftruncate(fd, static_cast<off_t>(total)) != 0)
+                throw PackError(staged.bin.string() + ": cannot size to " + std::to_string(total) +
+                                " bytes");
+            if (::fsync(fd) != 0) throw PackError(staged.bin.string() + ": fsync failed");
+        } catch (...) {
+            ::close(fd);
+            throw;
         }
-        total = out;
-        // The tail of the last record is padded too, so aligned reads never overrun.
-        if (::ftruncate(fd, static_cast<off_t>(total)) != 0)
-            throw PackError(partial.string() + ": cannot size to " + std::to_string(total) +
-                            " bytes");
-        if (::fsync(fd) != 0) throw PackError(partial.string() + ": fsync failed");
-    } catch (...) {
         ::close(fd);
-        fs::remove(partial);
+        stageTrunkJson(staged, total, identity, std::move(records), options);
+        // The last moment a stop keeps the old trunk: after it, two renames.
+        if (cancel && cancel->load()) throw PackError("packing cancelled");
+    } catch (...) {
+        staged.removeLeftovers();
         throw;
     }
-    ::close(fd);
-    fs::rename(partial, binPath);
-    writeTrunkJson(trunkDir, total, identity, std::move(records), options);
+    // trunk.json last: until it is replaced, the old one describes the old trunk.bin, so
+    // a kill between the renames leaves a pair its sizes and checksums refuse.
+    fs::rename(staged.bin, trunkDir / "trunk.bin");
+    fs::rename(staged.json, trunkDir / "trunk.json");
+    syncFolder(trunkDir);
 
     PackResult res;
     res.fileBytes = total;

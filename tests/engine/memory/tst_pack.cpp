@@ -59,7 +59,7 @@ class TestPack : public QObject {
 private slots:
     void packsAlignedExactCopies();
     void refusesNonContiguousLayer();
-    void cancelLeavesNothingValid();
+    void cancelKeepsTheOldTrunk();
     void truncatedBinIsRefused();
     void wrappingShapeIsRefused();
     void nonIntegerNumbersAreRefused();
@@ -206,12 +206,17 @@ void TestPack::refusesNonContiguousLayer() {
     QVERIFY(!QFile::exists(QString::fromStdString(trunk + "/trunk.bin")));
 }
 
-void TestPack::cancelLeavesNothingValid() {
+void TestPack::cancelKeepsTheOldTrunk() {
     QTemporaryDir tmp;
     const std::string trunk = tmp.filePath(QStringLiteral("t")).toStdString();
     k3::packTrunk(kTinyA, trunk);
     QVERIFY(k3::trunkIsCurrent(trunk, kTinyA));
-    // A re-pack cancelled half way: the old trunk.json must not vouch for new bytes.
+    const QByteArray oldJson = [&] {
+        QFile f(QString::fromStdString(trunk + "/trunk.json"));
+        return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+    }();
+    // A re-pack cancelled half way: the new trunk is written beside the old one, which
+    // stays as it was.
     std::atomic<bool> cancel{false};
     try {
         k3::packTrunk(
@@ -224,9 +229,12 @@ void TestPack::cancelLeavesNothingValid() {
     } catch (const k3::PackError& e) {
         QVERIFY2(std::string(e.what()).find("cancelled") != std::string::npos, e.what());
     }
-    QVERIFY(!k3::trunkIsCurrent(trunk, kTinyA));
-    QVERIFY(!QFile::exists(QString::fromStdString(trunk + "/trunk.json")));
-    QVERIFY(!QFile::exists(QString::fromStdString(trunk + "/trunk.bin.partial")));
+    QVERIFY(k3::trunkIsCurrent(trunk, kTinyA));
+    QFile json(QString::fromStdString(trunk + "/trunk.json"));
+    QVERIFY(json.open(QIODevice::ReadOnly));
+    QCOMPARE(json.readAll(), oldJson);
+    QCOMPARE(QDir(QString::fromStdString(trunk)).entryList(QDir::Files | QDir::Hidden),
+             QStringList({QStringLiteral("trunk.bin"), QStringLiteral("trunk.json")}));
 }
 
 void TestPack::truncatedBinIsRefused() {
