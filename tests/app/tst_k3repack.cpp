@@ -112,7 +112,8 @@ QStringList trunkFiles(const QString& trunk) {
     return QDir(trunk).entryList(QDir::Files | QDir::Hidden, QDir::Name);
 }
 
-const QStringList kTrunkFiles{QStringLiteral("trunk.bin"), QStringLiteral("trunk.json")};
+const QStringList kTrunkFiles{QStringLiteral("trunk.bin"), QStringLiteral("trunk.checked.json"),
+                              QStringLiteral("trunk.json")};
 
 } // namespace
 

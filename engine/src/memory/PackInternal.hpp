@@ -77,6 +77,28 @@ private:
     std::uint64_t pos_ = 0;
 };
 
+// What a shard's identity on disk is: a shard whose tuple was seen when its trunk
+// tensors matched the trunk's checksums is not read again (TrunkSources.cpp).
+struct ShardStat {
+    std::uint64_t device = 0, inode = 0, size = 0;
+    std::int64_t mtimeNs = 0, ctimeNs = 0;
+    bool operator==(const ShardStat&) const = default;
+};
+ShardStat statShard(const std::filesystem::path& shard);
+
+// The trunk's side file of shards known to hold the bytes trunk.json (its checksum
+// indexXxh3) was packed from: `seen` (shard name and its tuple, taken before the bytes
+// were read and unchanged after) added, except shards changed in the last 2 s; written
+// atomically. A failure to write it only means the next open checks again.
+void rememberCheckedShards(const std::filesystem::path& trunkDir, std::uint64_t indexXxh3,
+                           std::vector<std::pair<std::string, ShardStat>> seen);
+
+// Every trunk tensor whose shard is not remembered as checked is hashed from the shard and
+// compared with trunk.json's checksum; a StaleTrunkError names the first that differs.
+void checkTrunkSources(const TrunkIndex& idx, const Checkpoint& ckpt,
+                       const std::filesystem::path& trunkDir, const std::filesystem::path& modelDir,
+                       const TrunkCheckObserver& observer);
+
 // nlohmann converts a floating-point number to an integer with a plain cast, which is
 // undefined for e.g. 1e300 (the fuzzer's find), so every integer field is checked to be
 // an integer within the target type's range first.

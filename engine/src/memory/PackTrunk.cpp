@@ -329,9 +329,10 @@ private:
 
 // trunk.json as staged beside the old one (the mode of the new trunk.bin, so a trunk
 // others may read stays readable): what the records are, where they came from, sealed by
-// its checksum.
-void stageTrunkJson(const StagedTrunk& staged, std::uint64_t total,
-                    const CheckpointIdentity& identity, json records, const PackOptions& options) {
+// its checksum, which is returned.
+std::uint64_t stageTrunkJson(const StagedTrunk& staged, std::uint64_t total,
+                             const CheckpointIdentity& identity, json records,
+                             const PackOptions& options) {
     json doc{{"format", "k3-trunk"},
              {"version", options.compress ? kCompressedFormatVersion : kTrunkFormatVersion},
              {"alignment", kTrunkAlignment},
@@ -340,13 +341,28 @@ void stageTrunkJson(const StagedTrunk& staged, std::uint64_t total,
              {"records", std::move(records)}};
     if (options.compress)
         doc["codec"] = {{"name", kCodecName}, {"block_bytes", options.blockBytes}};
-    doc[kIndexChecksumKey] = hex64(indexChecksum(doc));
+    const std::uint64_t checksum = indexChecksum(doc);
+    doc[kIndexChecksumKey] = hex64(checksum);
     try {
         writeFileAtomically(staged.json, doc.dump(1));
     } catch (const Error& e) {
         throw PackError(e.what());
     }
     fs::permissions(staged.json, fs::status(staged.bin).permissions());
+    return checksum;
+}
+
+// The tuples of the shards the runs come from, for the side file of checked shards.
+std::vector<std::pair<fs::path, ShardStat>> runShardStats(const Checkpoint& ckpt,
+                                                          const std::vector<Run>& runs) {
+    std::vector<std::pair<fs::path, ShardStat>> out;
+    std::vector<bool> seen(ckpt.shardPaths().size());
+    for (const Run& r : runs) {
+        if (seen[r.shard]) continue;
+        seen[r.shard] = true;
+        out.emplace_back(ckpt.shardPaths()[r.shard], statShard(ckpt.shardPaths()[r.shard]));
+    }
+    return out;
 }
 
 void syncFolder(const fs::path& dir) {
@@ -380,11 +396,14 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
     const StagedTrunk staged(trunkDir);
     staged.removeLeftovers();
     requireFreeSpace(trunkDir, total);
+    // Taken before the bytes are read: a shard changed during the pack is not remembered.
+    const auto shardStats = runShardStats(ckpt, runs);
 
     json records = json::array();
     PackProgress progress;
     progress.recordsTotal = int(runs.size());
     progress.bytesTotal = payload;
+    std::uint64_t indexXxh3 = 0;
     try {
         const int fd = createPartial(staged.bin);
         try {
@@ -417,7 +436,7 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
             throw;
         }
         ::close(fd);
-        stageTrunkJson(staged, total, identity, std::move(records), options);
+        indexXxh3 = stageTrunkJson(staged, total, identity, std::move(records), options);
         // The last moment a stop keeps the old trunk: after it, two renames.
         if (cancel && cancel->load()) throw PackError("packing cancelled");
     } catch (...) {
@@ -429,6 +448,10 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
     fs::rename(staged.bin, trunkDir / "trunk.bin");
     fs::rename(staged.json, trunkDir / "trunk.json");
     syncFolder(trunkDir);
+    std::vector<std::pair<std::string, ShardStat>> unchanged;
+    for (const auto& [path, before] : shardStats)
+        if (statShard(path) == before) unchanged.emplace_back(path.filename().string(), before);
+    rememberCheckedShards(trunkDir, indexXxh3, unchanged);
 
     PackResult res;
     res.fileBytes = total;
