@@ -11,8 +11,23 @@
 namespace k3cli {
 namespace {
 std::atomic<bool> packCancel{false};
-extern "C" void onPackInterrupt(int) {
+volatile std::sig_atomic_t packSignal = 0;
+extern "C" void onPackStop(int sig) {
+    packSignal = sig;
     packCancel.store(true);
+}
+
+// A stop the process can see ends the pack through its cancel path, which removes the
+// new files and keeps the trunk already there. Past `ulimit -f` a write fails (EFBIG)
+// and takes the same path, instead of SIGXFSZ killing k3 with its files half written.
+void handleStopSignals() {
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, onPackStop);
+    std::signal(SIGXFSZ, SIG_IGN);
+}
+
+// 128 + the signal when one stopped the pack, as a shell reports a process it killed.
+int packFailureCode() {
+    return packCancel.load() && packSignal != 0 ? 128 + int(packSignal) : kExitFailure;
 }
 
 // Progress on stderr: one rewritten line on a terminal, every 10% otherwise.
@@ -34,7 +49,7 @@ k3::PackObserver packProgress(bool tty) {
 } // namespace
 
 int runPack(const std::string& modelDir, const std::string& trunkDir, bool compress) {
-    std::signal(SIGINT, onPackInterrupt);
+    handleStopSignals();
     const bool tty = stderrIsTty();
     const k3::PackObserver observer = packProgress(tty);
     try {
@@ -54,12 +69,12 @@ int runPack(const std::string& modelDir, const std::string& trunkDir, bool compr
     } catch (const std::exception& e) {
         if (tty) std::fputc('\n', stderr);
         printNote(std::string("k3 pack: ") + e.what());
-        return packCancel.load() ? 130 : kExitFailure;
+        return packFailureCode();
     }
 }
 
 int runPackDraft(const std::string& modelDir, const std::string& draftDir) {
-    std::signal(SIGINT, onPackInterrupt);
+    handleStopSignals();
     const bool tty = stderrIsTty();
     try {
         const k3::DraftPackResult r =
@@ -73,7 +88,7 @@ int runPackDraft(const std::string& modelDir, const std::string& draftDir) {
     } catch (const std::exception& e) {
         if (tty) std::fputc('\n', stderr);
         printNote(std::string("k3 pack --draft: ") + e.what());
-        return packCancel.load() ? 130 : kExitFailure;
+        return packFailureCode();
     }
 }
 

@@ -4,6 +4,8 @@
 
 #include <k3/config.hpp>
 #include <k3/launch.hpp>
+#include <k3/memory_plan.hpp>
+#include <k3/pack.hpp>
 #include <k3/tokenizer.hpp>
 
 #include <chrono>
@@ -27,6 +29,28 @@ k3::ModelConfig readConfigOrThrow(const std::string& modelDir) {
         throw usageError(error.what());
     }
 }
+
+namespace {
+
+// Checking a trunk against changed shards reads its tensors from them (tens of GB for the
+// real checkpoint): said once it has taken a second, a rewritten line on a terminal, a
+// line every 10% otherwise.
+k3::TrunkCheckObserver trunkCheckProgress(bool tty) {
+    return [tty, lastTenth = -1](const k3::TrunkCheckProgress& p) mutable {
+        if (p.seconds < 1.0) return;
+        const int tenth = p.bytesTotal ? int(10 * p.bytesDone / p.bytesTotal) : 10;
+        const std::string line =
+            "checking the trunk's weights against the model: " + k3::formatBytes(p.bytesDone) +
+            " of " + k3::formatBytes(p.bytesTotal) + ", " + p.shard;
+        if (tty)
+            std::fprintf(stderr, "\r\033[2K%s", terminalSafe(line).c_str());
+        else if (tenth != lastTenth)
+            std::fprintf(stderr, "%s\n", terminalSafe(line).c_str());
+        lastTenth = tenth;
+    };
+}
+
+} // namespace
 
 LoadedSession openModel(const ModelArgs& args, TokenizerNeed need) {
     const k3::ModelConfig config = readConfigOrThrow(args.modelDir);
@@ -72,6 +96,10 @@ LoadedSession openModel(const ModelArgs& args, TokenizerNeed need) {
         std::fprintf(stderr, "loading %s ...\r", terminalSafe(args.modelDir).c_str());
     const auto t0 = std::chrono::steady_clock::now();
     try {
+        // Before the load, which checks again (remembered by then), to show progress.
+        if (!args.memory.trunkDir.empty())
+            k3::openTrunkIndex(args.memory.trunkDir, args.modelDir,
+                               trunkCheckProgress(stderrIsTty()));
         LoadedSession loaded{k3::Session::open(options), loadTokenizer ? tokDir : std::string(), 0};
         loaded.loadSeconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

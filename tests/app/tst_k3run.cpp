@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <k3/safetensors.hpp>
 #include <k3/tokenizer.hpp>
 
 namespace fs = std::filesystem;
@@ -64,6 +65,7 @@ private slots:
     void outThroughASymlinkReplacesTheTargetAndKeepsItsMode();
     void outDashWritesOnlyTheReportToStdout();
     void messagesNeverCarryEscapeSequences();
+    void aTrunkOfOtherWeightsIsRefused();
 };
 
 void TestK3Run::idsRunGivesReferenceGreedyIds_data() {
@@ -497,6 +499,59 @@ void TestK3Run::messagesNeverCarryEscapeSequences() {
     QVERIFY2(!usage.err.contains(QChar(0x1b)) && !usage.err.contains(QChar(0x07)),
              qPrintable(usage.err));
     QVERIFY2(usage.err.contains("\\x1b]0;pwned\\x07"), qPrintable(usage.err));
+}
+
+// The demo's trunk run with a copy of the demo whose lm_head was negated in place (the
+// headers untouched): the copy alone gives other ids; with the demo's trunk it is refused,
+// not run with the demo's dense weights.
+void TestK3Run::aTrunkOfOtherWeightsIsRefused() {
+    const QString demo = QStringLiteral(K3_SOURCE_DIR "/resources/demo");
+    QTemporaryDir tmp;
+    const QString trunk = tmp.filePath("A");
+    QCOMPARE(runK3({"pack", demo, trunk}).exitCode, 0);
+    const fs::path copy = fs::path(tmp.path().toStdString()) / "b";
+    fs::copy(fs::path(demo.toStdString()), copy, fs::copy_options::recursive);
+    const k3::Checkpoint ckpt = k3::Checkpoint::open(copy);
+    const k3::TensorInfo& head = ckpt.at("language_model.lm_head.weight");
+    QCOMPARE(head.dtype, k3::DType::BF16);
+    {
+        std::fstream f(ckpt.shardPaths()[head.shard],
+                       std::ios::in | std::ios::out | std::ios::binary);
+        std::vector<char> bytes(head.nbytes);
+        f.seekg(std::streamoff(head.offset));
+        f.read(bytes.data(), std::streamsize(bytes.size()));
+        for (std::size_t i = 1; i < bytes.size(); i += 2) bytes[i] = char(bytes[i] ^ 0x80);
+        f.seekp(std::streamoff(head.offset));
+        f.write(bytes.data(), std::streamsize(bytes.size()));
+        QVERIFY(f.good());
+    }
+    const QString b = QString::fromStdString(copy.string());
+    const QStringList ids{"--ids", "954,261,268,269", "--gen", "8", "--trunk-gb", "0"};
+    const auto run = [&](const QStringList& model, const QString& out) {
+        const K3Run r = runK3(model + ids + QStringList{"--out", out});
+        const nlohmann::json report = readJson(out);
+        return std::make_pair(r, report.is_object() ? report.at("ids").get<std::vector<int>>()
+                                                    : std::vector<int>{});
+    };
+    const auto [a, aIds] = run({demo, "--trunk", trunk}, tmp.filePath("a.json"));
+    QVERIFY2(a.exitCode == 0, qPrintable(a.err));
+    const auto [alone, bIds] = run({b}, tmp.filePath("b.json"));
+    QVERIFY2(alone.exitCode == 0, qPrintable(alone.err));
+    QCOMPARE(aIds.size(), std::size_t(8));
+    QVERIFY(bIds != aIds);
+
+    const auto [mixed, mixedIds] = run({b, "--trunk", trunk}, tmp.filePath("mixed.json"));
+    QCOMPARE(mixed.exitCode, 1);
+    QVERIFY(mixedIds.empty());
+    const QString shard = QString::fromStdString(ckpt.shardPaths()[head.shard].filename().string());
+    QVERIFY2(mixed.err.contains("cannot load the model in " + b + ": the trunk in " + trunk +
+                                ": this trunk was packed from different weights: re-pack it (k3 "
+                                "pack " +
+                                b + " " + b + "/trunk); shard " + shard +
+                                ", tensor language_model.lm_head.weight (offset " +
+                                QString::number(head.offset) + ", " + QString::number(head.nbytes) +
+                                " bytes) has XXH3 "),
+             qPrintable(mixed.err));
 }
 
 QTEST_GUILESS_MAIN(TestK3Run)

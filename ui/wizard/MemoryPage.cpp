@@ -23,7 +23,8 @@ QString bytesText(std::uint64_t bytes) {
     return QString::fromStdString(k3::formatBytes(bytes));
 }
 
-// Runs on a pool thread: reads config.json, the headers and trunk.json, no weight.
+// Runs on a pool thread: reads config.json, the headers and trunk.json, no weight (but
+// the trunk's tensors of a shard changed since the trunk last saw it, once).
 MemoryPage::Planned planOffThread(k3::LaunchConfig config, bool automatic, quint64 available) {
     MemoryPage::Planned p;
     try {

@@ -131,7 +131,8 @@ QString PackPage::progressText() const {
 }
 
 void PackPage::refreshExisting() {
-    // trunkIsCurrent only reads trunk.json and stats the shards: cheap enough here.
+    // trunkIsCurrent reads trunk.json and stats the shards: cheap enough here, except the
+    // first time after a shard changed, when it reads the trunk's tensors from it.
     m_packed = !m_modelDir.isEmpty() && !m_trunk->text().isEmpty() &&
                k3::trunkIsCurrent(m_trunk->text().toStdString(), m_modelDir.toStdString());
     m_status->setText(m_packed ? tr("A current trunk is already packed there.") : QString());

@@ -309,6 +309,9 @@ void writeFileAtomically(const std::filesystem::path& path, std::string_view dat
 // (a saved session state is hundreds of MB on the real model).
 void writeFileAtomically(const std::filesystem::path& path,
                          std::span<const std::string_view> pieces);
+// Removes the temporary files a writeFileAtomically(path) that was killed left beside
+// `path` (no symlinks followed); for a writer that owns the file, e.g. `k3 pack`.
+void removeAtomicWriteLeftovers(const std::filesystem::path& path);
 
 // An advisory lock (flock) held by the one session that writes a file over and over (a
 // chat history, an open conversation in the app): a second session asking for the same

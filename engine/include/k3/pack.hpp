@@ -7,6 +7,14 @@
 // sizes, a hash of each shard's header bytes, a hash of config.json): a trunk packed
 // from another model is refused, whatever the files' names, sizes and mtimes.
 //
+// The trunk also knows the weights by their bytes: each tensor's XXH3-64 in trunk.json is
+// the hash of the source tensor as packed. Opening a trunk with its model hashes the
+// trunk tensors of every shard whose (device, inode, size, mtime, ctime) is not one seen
+// holding those bytes, and refuses any difference ("this trunk was packed from different
+// weights: re-pack it", naming the shard and the tensor). The tuples seen are kept in
+// trunk.checked.json beside trunk.json (bound to trunk.json's checksum, written by the
+// pack and after each successful check), so only a changed shard is read again.
+//
 // Nothing in trunk.json is trusted (format version 2): trunk.json carries an XXH3-64
 // checksum of itself, every record and every tensor carries the XXH3-64 of its bytes
 // (verified as the bytes are read: the streamer's reads, the pinned load), records may
@@ -20,9 +28,10 @@
 // record and tensor checksums are of the decoded bytes, so a decode is checked end to end.
 // Format 2 trunks are still read.
 //
-// Packing is atomic: trunk.bin is written as trunk.bin.partial, trunk.json is written
-// last through a temp file + rename, and an old trunk.json is removed first, so a
-// half-written trunk never looks valid.
+// Packing never harms a trunk already there: the new one is written beside it
+// (trunk.bin.partial, trunk.json.next) and put in place by two renames once complete,
+// trunk.json last. A failed or cancelled pack removes its files and leaves the old trunk
+// working; a pack that was killed leaves them for the next pack to remove.
 
 #include "k3/error.hpp"
 #include "k3/safetensors.hpp"
@@ -106,6 +115,7 @@ std::uint64_t trunkChecksum(const void* data, std::size_t n);
 
 struct TrunkIndex {
     std::filesystem::path binPath;
+    std::uint64_t indexChecksum = 0; // trunk.json's own XXH3-64 ("index_xxh3")
     std::uint64_t fileBytes = 0;
     int version = 2;
     std::uint64_t blockBytes = 0; // format 3: raw bytes per block (the last may be shorter)
@@ -119,14 +129,27 @@ struct TrunkIndex {
     const TrunkRecord* modelRecordFor(std::string_view tensor) const;
 };
 
+// Checking a trunk's tensors against changed shards reads them: up to the whole trunk's
+// size from the checkpoint, once.
+struct TrunkCheckProgress {
+    std::string shard; // the file being read
+    std::uint64_t bytesDone = 0;
+    std::uint64_t bytesTotal = 0;
+    double seconds = 0;
+};
+using TrunkCheckObserver = std::function<void(const TrunkCheckProgress&)>;
+
 // Reads trunkDir/trunk.json, checks its checksum, bounds-checks every record against
 // trunk.bin (aligned, inside, not overlapping, tiled exactly by its tensors), and (when
 // modelDir is not empty) refuses a trunk whose source identity differs from modelDir's
-// (StaleTrunkError naming the difference) or whose records do not describe the
-// checkpoint's tensors (PackError naming the record and the tensor). A trunk of another
-// format version is a StaleTrunkError saying to re-pack.
+// (StaleTrunkError naming the difference), whose records do not describe the
+// checkpoint's tensors (PackError naming the record and the tensor), or whose tensors'
+// bytes differ from the shards' (StaleTrunkError, checked as the top of this file says;
+// `checkProgress` is called while shards are read). A trunk of another format version is
+// a StaleTrunkError saying to re-pack.
 TrunkIndex openTrunkIndex(const std::filesystem::path& trunkDir,
-                          const std::filesystem::path& modelDir = {});
+                          const std::filesystem::path& modelDir = {},
+                          const TrunkCheckObserver& checkProgress = {});
 
 // A folder for a NEW trunk of modelDir, never one that exists (so never another model's
 // trunk): MODEL_DIR/trunk, else MODEL_DIR/trunk-2, trunk-3, ... Messages that suggest
@@ -149,7 +172,8 @@ void verifyTrunkRecord(const TrunkRecord& record, const std::byte* bytes,
 void verifyTrunkTensor(const TrunkRecord& record, const std::string& tensor, const std::byte* bytes,
                        const std::filesystem::path& binPath);
 
-// True when trunkDir holds a complete trunk for modelDir (no exception).
+// True when trunkDir holds a complete trunk for modelDir (no exception): openTrunkIndex,
+// so after a shard changed the first call reads the trunk's tensors from it.
 bool trunkIsCurrent(const std::filesystem::path& trunkDir, const std::filesystem::path& modelDir);
 
 // True for a routed expert's tensor (the streamed-through-the-cache part). Shared
@@ -190,7 +214,8 @@ struct PackOptions {
 
 // Packs modelDir's trunk into trunkDir (created if needed). Refuses a layer whose
 // non-expert tensors are not one contiguous run in one shard, naming the layer and the
-// gap. Throws PackError; on cancel (PackError "cancelled"), nothing valid is left.
+// gap. Throws PackError; on failure or cancel (PackError "cancelled"), a trunk already in
+// trunkDir is left as it was and the new one's files are removed.
 PackResult packTrunk(const std::filesystem::path& modelDir, const std::filesystem::path& trunkDir,
                      const PackObserver& observer = {}, const std::atomic<bool>* cancel = nullptr,
                      const PackOptions& options = {});

@@ -9,10 +9,10 @@
 //   expert      reads of routed experts through the expert cache (CheckpointExpertStore)
 //   trunk       reads of a packed trunk.bin (the trunk streamer, model-level records)
 //   shard       every other safetensors read (resident weights, k3 pack's copy)
-//   pack        writes of trunk.bin / trunk.json by k3 pack
+//   pack        writes of trunk.bin by k3 pack
 //   download    writes of NAME.partial by the hub downloader
 //   transcript  writeTranscript() (chat history, the app's conversations)
-//   file        other atomic writes (writeFileAtomically(): run.json, exports)
+//   file        other atomic writes (writeFileAtomically(): run.json, exports, trunk.json)
 // A read fault acts where pread would have failed, so the real error path runs: "eio"
 // makes that pread fail with EIO, "short" makes it hit end-of-file. A write fault
 // makes the write fail with ENOSPC ("enospc") or EIO.

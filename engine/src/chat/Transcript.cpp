@@ -445,6 +445,11 @@ std::filesystem::path folderOf(const std::filesystem::path& file) {
     return file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
 }
 
+// The temporary file's name beside `target`, less mkstemp's six characters.
+std::string temporaryPrefix(const std::filesystem::path& target) {
+    return "." + target.filename().string() + ".tmp.";
+}
+
 void writeAtomically(const std::filesystem::path& path, std::span<const std::string_view> pieces,
                      IoKind kind) {
     struct stat old {};
@@ -452,7 +457,7 @@ void writeAtomically(const std::filesystem::path& path, std::span<const std::str
     const std::filesystem::path target = followLinks(path, old, exists);
     if (exists) refuseUnwritable(path, target, old);
     const std::filesystem::path dir = folderOf(target);
-    std::string tmpl = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
+    std::string tmpl = (dir / (temporaryPrefix(target) + "XXXXXX")).string();
     const int fd = ::mkstemp(tmpl.data());
     if (fd < 0)
         throw ChatError("cannot write " + path.string() + ": creating a temporary file in " +
@@ -534,6 +539,17 @@ void writeFileAtomically(const std::filesystem::path& path, std::string_view dat
 void writeFileAtomically(const std::filesystem::path& path,
                          std::span<const std::string_view> pieces) {
     writeAtomically(path, pieces, IoKind::File);
+}
+
+void removeAtomicWriteLeftovers(const std::filesystem::path& path) {
+    const std::string prefix = temporaryPrefix(path);
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(folderOf(path), ec)) {
+        const std::string name = entry.path().filename().string();
+        if (name.size() == prefix.size() + 6 && name.compare(0, prefix.size(), prefix) == 0 &&
+            entry.is_regular_file(ec))
+            std::filesystem::remove(entry.path(), ec);
+    }
 }
 
 void writeTranscript(const std::filesystem::path& path, const std::vector<ChatMessage>& messages) {

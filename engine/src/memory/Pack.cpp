@@ -131,6 +131,50 @@ int layerOf(std::string_view name) {
     return v;
 }
 
+void RunChecksums::FreeState::operator()(XXH3_state_s* s) const {
+    XXH3_freeState(s);
+}
+
+RunChecksums::RunChecksums() : record_(XXH3_createState()), tensor_(XXH3_createState()) {
+    if (!record_ || !tensor_) throw std::bad_alloc();
+}
+
+RunChecksums::~RunChecksums() = default;
+
+void RunChecksums::start(std::uint64_t lo, std::vector<std::uint64_t> tensorEnds) {
+    XXH3_64bits_reset(record_.get());
+    XXH3_64bits_reset(tensor_.get());
+    ends_ = std::move(tensorEnds);
+    sums_.clear();
+    pos_ = lo;
+}
+
+void RunChecksums::update(const std::byte* data, std::size_t n) {
+    XXH3_64bits_update(record_.get(), data, n);
+    const std::uint64_t end = pos_ + n;
+    for (std::uint64_t at = pos_; at < end && sums_.size() < ends_.size();) {
+        const std::uint64_t upto = std::min(end, ends_[sums_.size()]);
+        XXH3_64bits_update(tensor_.get(), data + (at - pos_), std::size_t(upto - at));
+        at = upto;
+        if (at == ends_[sums_.size()]) {
+            sums_.push_back(XXH3_64bits_digest(tensor_.get()));
+            XXH3_64bits_reset(tensor_.get());
+        }
+    }
+    pos_ = end;
+}
+
+std::uint64_t RunChecksums::record() const {
+    return XXH3_64bits_digest(record_.get());
+}
+
+std::vector<std::uint64_t> RunChecksums::tensors() const {
+    // Zero-byte tensors at the run's end (none in a real checkpoint) hash the empty input.
+    std::vector<std::uint64_t> out = sums_;
+    while (out.size() < ends_.size()) out.push_back(XXH3_64bits(nullptr, 0));
+    return out;
+}
+
 json identityJson(const CheckpointIdentity& id) {
     json shards = json::array();
     for (const auto& s : id.shards)

@@ -252,6 +252,7 @@ TrunkIndex parseTrunkIndex(std::string_view jsonText, std::uint64_t binBytes,
         if (const std::uint64_t actual = indexChecksum(j); actual != stored)
             throw PackError(where + ": checksum " + hex64(actual) + " of its text, it says " +
                             hex64(stored) + "; trunk.json was changed or damaged: re-pack it");
+        idx.indexChecksum = stored;
         idx.fileBytes = integerAt<std::uint64_t>(j, "file_bytes", where);
         if (idx.fileBytes != binBytes)
             throw PackError(where + " describes " + std::to_string(idx.fileBytes) +
@@ -306,7 +307,8 @@ TrunkIndex parseTrunkIndex(std::string_view jsonText, std::uint64_t binBytes,
     return idx;
 }
 
-TrunkIndex openTrunkIndex(const fs::path& trunkDir, const fs::path& modelDir) {
+TrunkIndex openTrunkIndex(const fs::path& trunkDir, const fs::path& modelDir,
+                          const TrunkCheckObserver& checkProgress) {
     const fs::path jsonPath = trunkDir / "trunk.json";
     if (!fs::exists(jsonPath))
         throw PackError(jsonPath.string() +
@@ -329,6 +331,7 @@ TrunkIndex openTrunkIndex(const fs::path& trunkDir, const fs::path& modelDir) {
                                   modelDir.string() + " " + freshTrunkFolder(modelDir).string() +
                                   ")");
         checkRecordsAgainst(idx, ckpt, modelDir);
+        checkTrunkSources(idx, ckpt, trunkDir, modelDir, checkProgress);
     }
     return idx;
 }

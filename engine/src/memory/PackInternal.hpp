@@ -9,10 +9,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
+
+struct XXH3_state_s;
 
 namespace k3::packing {
 
@@ -46,6 +49,55 @@ int layerOf(std::string_view name);
 nlohmann::json identityJson(const CheckpointIdentity& id);
 CheckpointIdentity identityFromJson(const nlohmann::json& j);
 CheckpointIdentity identityOf(const Checkpoint& ckpt, const std::filesystem::path& modelDir);
+
+// The XXH3-64 of a record's run and of each tensor in it, fed the run's bytes in file
+// order in one pass: what packing records, and what checking a shard against the trunk
+// computes again.
+class RunChecksums {
+public:
+    RunChecksums();
+    ~RunChecksums();
+    RunChecksums(const RunChecksums&) = delete;
+    RunChecksums& operator=(const RunChecksums&) = delete;
+
+    // A run starting at byte `lo` of its shard whose tensors, in offset order, end at
+    // `tensorEnds` (absolute offsets; the tensors tile the run).
+    void start(std::uint64_t lo, std::vector<std::uint64_t> tensorEnds);
+    void update(const std::byte* data, std::size_t n);
+    std::uint64_t record() const;
+    // One per tensor, in offset order, once the whole run was fed.
+    std::vector<std::uint64_t> tensors() const;
+
+private:
+    struct FreeState {
+        void operator()(XXH3_state_s* s) const;
+    };
+    std::unique_ptr<XXH3_state_s, FreeState> record_, tensor_;
+    std::vector<std::uint64_t> ends_, sums_;
+    std::uint64_t pos_ = 0;
+};
+
+// What a shard's identity on disk is: a shard whose tuple was seen when its trunk
+// tensors matched the trunk's checksums is not read again (TrunkSources.cpp).
+struct ShardStat {
+    std::uint64_t device = 0, inode = 0, size = 0;
+    std::int64_t mtimeNs = 0, ctimeNs = 0;
+    bool operator==(const ShardStat&) const = default;
+};
+ShardStat statShard(const std::filesystem::path& shard);
+
+// The trunk's side file of shards known to hold the bytes trunk.json (its checksum
+// indexXxh3) was packed from: `seen` (shard name and its tuple, taken before the bytes
+// were read and unchanged after) added, except shards changed in the last 2 s; written
+// atomically. A failure to write it only means the next open checks again.
+void rememberCheckedShards(const std::filesystem::path& trunkDir, std::uint64_t indexXxh3,
+                           std::vector<std::pair<std::string, ShardStat>> seen);
+
+// Every trunk tensor whose shard is not remembered as checked is hashed from the shard and
+// compared with trunk.json's checksum; a StaleTrunkError names the first that differs.
+void checkTrunkSources(const TrunkIndex& idx, const Checkpoint& ckpt,
+                       const std::filesystem::path& trunkDir, const std::filesystem::path& modelDir,
+                       const TrunkCheckObserver& observer);
 
 // nlohmann converts a floating-point number to an integer with a plain cast, which is
 // undefined for e.g. 1e300 (the fuzzer's find), so every integer field is checked to be

@@ -4,6 +4,7 @@
 #include "k3/pack.hpp"
 
 #include "k3/aligned_io.hpp"
+#include "k3/chat.hpp"
 #include "k3/config.hpp"
 #include "k3/fault_injection.hpp"
 #include "memory/AlignedBuffer.hpp"
@@ -11,9 +12,6 @@
 #include "memory/TrunkCodec.hpp"
 
 #include <nlohmann/json.hpp>
-// libxxhash's run-time dispatch (AVX2 where present, same hash values): the plain entry
-// points are its portable build, ~1.4x slower here (bench_trunk_codec).
-#include <xxh_x86dispatch.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -123,22 +121,6 @@ void writeAll(int fd, const void* data, std::size_t n, std::uint64_t offset, con
     }
 }
 
-void writeFileAtomically(const fs::path& path, const std::string& text) {
-    const fs::path tmp = path.string() + ".partial";
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) throw PackError(tmp.string() + ": cannot create: " + std::strerror(errno));
-    try {
-        writeAll(fd, text.data(), text.size(), 0, tmp);
-        if (::fsync(fd) != 0) throw PackError(tmp.string() + ": fsync failed");
-    } catch (...) {
-        ::close(fd);
-        fs::remove(tmp); // a half-written trunk.json must not linger
-        throw;
-    }
-    ::close(fd);
-    fs::rename(tmp, path);
-}
-
 // Every record planned (and refused) before a byte is written: one run per layer (its
 // non-expert tensors), then one per model-level tensor.
 std::vector<Run> planRuns(const ModelConfig& config, const Checkpoint& ckpt,
@@ -171,21 +153,31 @@ void checkBlockBytes(const PackOptions& options) {
                         std::to_string(codec::kMaxBlockBytes) + "] dividing the copy chunk");
 }
 
-// Checked before the old trunk.json goes: a re-pack that cannot fit keeps the valid
-// trunk usable. The old trunk.bin stays until the rename, so the new one needs its
+// The old trunk stays in place until the new one is complete, so the new one needs its
 // whole size free (the raw size: a compressed trunk needs less, never more).
-void requireFreeSpace(const fs::path& trunkDir, const fs::path& partial, std::uint64_t total) {
-    std::error_code spaceError, sizeError;
+void requireFreeSpace(const fs::path& trunkDir, std::uint64_t total) {
+    std::error_code spaceError;
     const fs::space_info space = fs::space(trunkDir, spaceError);
-    std::uint64_t reusable = 0; // a leftover .partial is truncated and rewritten
-    if (fs::is_regular_file(partial, sizeError)) reusable = fs::file_size(partial, sizeError);
-    if (sizeError) reusable = 0;
-    if (!spaceError && space.available + reusable < total)
+    if (!spaceError && space.available < total)
         throw PackError("packing needs " + std::to_string(total) + " bytes free in " +
-                        trunkDir.string() + " but " + std::to_string(space.available + reusable) +
+                        trunkDir.string() + " but " + std::to_string(space.available) +
                         " are available; nothing was changed (free some space, or pack to "
                         "another folder)");
 }
+
+// The new trunk's files before they are put in place.
+struct StagedTrunk {
+    fs::path bin, json;
+    explicit StagedTrunk(const fs::path& trunkDir)
+        : bin(trunkDir / "trunk.bin.partial"), json(trunkDir / "trunk.json.next") {}
+    // What a killed pack left (a stop that can be handled removes them itself).
+    void removeLeftovers() const {
+        std::error_code ec;
+        fs::remove(bin, ec);
+        fs::remove(json, ec);
+        removeAtomicWriteLeftovers(json);
+    }
+};
 
 // O_DIRECT writes: buffered ones ran at a tenth of the disk here (dirty-page
 // throttling) and would evict the page cache for bytes nobody reads back soon.
@@ -197,11 +189,6 @@ int createPartial(const fs::path& partial) {
     if (fd < 0) throw PackError(partial.string() + ": cannot create: " + std::strerror(errno));
     return fd;
 }
-
-struct FreeXxh3State {
-    void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
-};
-using Xxh3State = std::unique_ptr<XXH3_state_t, FreeXxh3State>;
 
 // A record as copied: its entry for trunk.json and the bytes it takes in trunk.bin
 // before padding (its blocks' sizes when coded, else its raw size).
@@ -217,16 +204,13 @@ public:
     RecordCopier(int fd, const fs::path& partial, const Checkpoint& ckpt,
                  const PackOptions& options, const std::atomic<bool>* cancel)
         : fd_(fd), partial_(partial), ckpt_(ckpt), options_(options), cancel_(cancel),
-          files_(ckpt.shardPaths().size()), chunk_(kCopyChunk), recordState_(XXH3_createState()),
-          tensorState_(XXH3_createState()),
+          files_(ckpt.shardPaths().size()), chunk_(kCopyChunk),
           // Coded output is gathered here and written in aligned prefixes; a record's tail
           // is padded to 4096 so the next record starts aligned.
           coded_(options.compress
                      ? kCopyChunk + kCopyChunk / options.blockBytes * codec::kBlockHeaderBytes +
                            2 * kTrunkAlignment
-                     : 0) {
-        if (!recordState_ || !tensorState_) throw std::bad_alloc();
-    }
+                     : 0) {}
 
     // Run r written at offset `out` of the partial file.
     CopiedRecord copy(const Run& r, std::uint64_t out, PackProgress& progress) {
@@ -245,12 +229,8 @@ public:
                 stored = 0;
             }
         }
-        // Zero-byte tensors (none in a real checkpoint) have the empty input's checksum.
-        while (tensorSums_.size() < r.tensors.size())
-            tensorSums_.push_back(XXH3_64bits(nullptr, 0));
         CopiedRecord c;
-        c.record =
-            recordJson(r, out, XXH3_64bits_digest(recordState_.get()), tensorSums_, blockSizes);
+        c.record = recordJson(r, out, sums_.record(), sums_.tensors(), blockSizes);
         c.stored = blockSizes.empty() ? r.hi - r.lo : stored;
         return c;
     }
@@ -268,17 +248,16 @@ private:
                   std::uint64_t& stored) {
         // The checksums are of the bytes as read for the copy (one pass): the
         // record's, and each tensor's in turn (they tile the run in offset order).
-        XXH3_64bits_reset(recordState_.get());
-        XXH3_64bits_reset(tensorState_.get());
-        tensorSums_.clear();
+        std::vector<std::uint64_t> ends;
+        for (const auto& [n, t] : r.tensors) ends.push_back(t.offset + t.nbytes);
+        sums_.start(r.lo, std::move(ends));
         blockSizes.clear();
-        std::size_t tensor = 0;
         CodedTail tail;
         for (std::uint64_t pos = r.lo; pos < r.hi;) {
             if (cancel_ && cancel_->load()) throw PackError("packing cancelled");
             const std::size_t n = std::size_t(std::min<std::uint64_t>(kCopyChunk, r.hi - pos));
             f.read(pos, chunk_.data(), n);
-            hashChunk(r, pos, n, tensor);
+            sums_.update(chunk_.data(), n);
             if (coding) {
                 codeChunk(r, pos, n, out, tail, blockSizes, stored);
             } else {
@@ -289,24 +268,6 @@ private:
             }
             pos += n;
             progress.bytesDone += n;
-        }
-    }
-
-    // The chunk read at pos (n bytes) into the record's checksum and into the tensors'
-    // it covers; `tensor` is the first tensor not yet finished.
-    void hashChunk(const Run& r, std::uint64_t pos, std::size_t n, std::size_t& tensor) {
-        XXH3_64bits_update(recordState_.get(), chunk_.data(), n);
-        for (std::uint64_t at = pos; at < pos + n && tensor < r.tensors.size();) {
-            const TensorInfo& t = r.tensors[tensor].second;
-            const std::uint64_t upto = std::min<std::uint64_t>(pos + n, t.offset + t.nbytes);
-            XXH3_64bits_update(tensorState_.get(), chunk_.data() + (at - pos),
-                               std::size_t(upto - at));
-            at = upto;
-            if (at == t.offset + t.nbytes) {
-                tensorSums_.push_back(XXH3_64bits_digest(tensorState_.get()));
-                XXH3_64bits_reset(tensorState_.get());
-                ++tensor;
-            }
         }
     }
 
@@ -361,16 +322,17 @@ private:
     const std::atomic<bool>* cancel_;
     std::vector<std::unique_ptr<AlignedFile>> files_;
     memory::AlignedBuffer chunk_;
-    std::vector<std::uint64_t> tensorSums_;
-    Xxh3State recordState_;
-    Xxh3State tensorState_;
+    RunChecksums sums_;
     memory::AlignedBuffer coded_;
     std::vector<std::vector<std::byte>> blocks_; // one chunk's coded blocks
 };
 
-// trunk.json, last: what the records are, where they came from, sealed by its checksum.
-void writeTrunkJson(const fs::path& trunkDir, std::uint64_t total,
-                    const CheckpointIdentity& identity, json records, const PackOptions& options) {
+// trunk.json as staged beside the old one (the mode of the new trunk.bin, so a trunk
+// others may read stays readable): what the records are, where they came from, sealed by
+// its checksum, which is returned.
+std::uint64_t stageTrunkJson(const StagedTrunk& staged, std::uint64_t total,
+                             const CheckpointIdentity& identity, json records,
+                             const PackOptions& options) {
     json doc{{"format", "k3-trunk"},
              {"version", options.compress ? kCompressedFormatVersion : kTrunkFormatVersion},
              {"alignment", kTrunkAlignment},
@@ -379,8 +341,35 @@ void writeTrunkJson(const fs::path& trunkDir, std::uint64_t total,
              {"records", std::move(records)}};
     if (options.compress)
         doc["codec"] = {{"name", kCodecName}, {"block_bytes", options.blockBytes}};
-    doc[kIndexChecksumKey] = hex64(indexChecksum(doc));
-    writeFileAtomically(trunkDir / "trunk.json", doc.dump(1));
+    const std::uint64_t checksum = indexChecksum(doc);
+    doc[kIndexChecksumKey] = hex64(checksum);
+    try {
+        writeFileAtomically(staged.json, doc.dump(1));
+    } catch (const Error& e) {
+        throw PackError(e.what());
+    }
+    fs::permissions(staged.json, fs::status(staged.bin).permissions());
+    return checksum;
+}
+
+// The tuples of the shards the runs come from, for the side file of checked shards.
+std::vector<std::pair<fs::path, ShardStat>> runShardStats(const Checkpoint& ckpt,
+                                                          const std::vector<Run>& runs) {
+    std::vector<std::pair<fs::path, ShardStat>> out;
+    std::vector<bool> seen(ckpt.shardPaths().size());
+    for (const Run& r : runs) {
+        if (seen[r.shard]) continue;
+        seen[r.shard] = true;
+        out.emplace_back(ckpt.shardPaths()[r.shard], statShard(ckpt.shardPaths()[r.shard]));
+    }
+    return out;
+}
+
+void syncFolder(const fs::path& dir) {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    ::fsync(fd);
+    ::close(fd);
 }
 
 } // namespace
@@ -404,49 +393,65 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
     }
 
     fs::create_directories(trunkDir);
-    const fs::path binPath = trunkDir / "trunk.bin";
-    const fs::path partial = trunkDir / "trunk.bin.partial";
-    requireFreeSpace(trunkDir, partial, total);
-    fs::remove(trunkDir / "trunk.json"); // the old description must not vouch for new bytes
-    const int fd = createPartial(partial);
+    const StagedTrunk staged(trunkDir);
+    staged.removeLeftovers();
+    requireFreeSpace(trunkDir, total);
+    // Taken before the bytes are read: a shard changed during the pack is not remembered.
+    const auto shardStats = runShardStats(ckpt, runs);
 
     json records = json::array();
     PackProgress progress;
     progress.recordsTotal = int(runs.size());
     progress.bytesTotal = payload;
+    std::uint64_t indexXxh3 = 0;
     try {
-        RecordCopier copier(fd, partial, ckpt, options, cancel);
-        std::uint64_t out = 0;
-        for (const Run& r : runs) {
-            CopiedRecord c = copier.copy(r, out, progress);
-            records.push_back(std::move(c.record));
-            out += alignUp(c.stored);
-            if (r.layer >= 0) {
-                layerBytes += r.hi - r.lo;
-                layerStored += c.stored;
+        const int fd = createPartial(staged.bin);
+        try {
+            RecordCopier copier(fd, staged.bin, ckpt, options, cancel);
+            std::uint64_t out = 0;
+            for (const Run& r : runs) {
+                CopiedRecord c = copier.copy(r, out, progress);
+                records.push_back(std::move(c.record));
+                out += alignUp(c.stored);
+                if (r.layer >= 0) {
+                    layerBytes += r.hi - r.lo;
+                    layerStored += c.stored;
+                }
+                ++progress.recordsDone;
+                progress.seconds =
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                progress.mbPerSecond =
+                    progress.seconds > 0 ? double(progress.bytesDone) / 1e6 / progress.seconds : 0;
+                progress.record = r.name;
+                if (observer) observer(progress);
             }
-            ++progress.recordsDone;
-            progress.seconds =
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            progress.mbPerSecond =
-                progress.seconds > 0 ? double(progress.bytesDone) / 1e6 / progress.seconds : 0;
-            progress.record = r.name;
-            if (observer) observer(progress);
+            total = out;
+            // The tail of the last record is padded too, so aligned reads never overrun.
+            if (::ftruncate(fd, static_cast<off_t>(total)) != 0)
+                throw PackError(staged.bin.string() + ": cannot size to " + std::to_string(total) +
+                                " bytes");
+            if (::fsync(fd) != 0) throw PackError(staged.bin.string() + ": fsync failed");
+        } catch (...) {
+            ::close(fd);
+            throw;
         }
-        total = out;
-        // The tail of the last record is padded too, so aligned reads never overrun.
-        if (::ftruncate(fd, static_cast<off_t>(total)) != 0)
-            throw PackError(partial.string() + ": cannot size to " + std::to_string(total) +
-                            " bytes");
-        if (::fsync(fd) != 0) throw PackError(partial.string() + ": fsync failed");
-    } catch (...) {
         ::close(fd);
-        fs::remove(partial);
+        indexXxh3 = stageTrunkJson(staged, total, identity, std::move(records), options);
+        // The last moment a stop keeps the old trunk: after it, two renames.
+        if (cancel && cancel->load()) throw PackError("packing cancelled");
+    } catch (...) {
+        staged.removeLeftovers();
         throw;
     }
-    ::close(fd);
-    fs::rename(partial, binPath);
-    writeTrunkJson(trunkDir, total, identity, std::move(records), options);
+    // trunk.json last: until it is replaced, the old one describes the old trunk.bin, so
+    // a kill between the renames leaves a pair its sizes and checksums refuse.
+    fs::rename(staged.bin, trunkDir / "trunk.bin");
+    fs::rename(staged.json, trunkDir / "trunk.json");
+    syncFolder(trunkDir);
+    std::vector<std::pair<std::string, ShardStat>> unchanged;
+    for (const auto& [path, before] : shardStats)
+        if (statShard(path) == before) unchanged.emplace_back(path.filename().string(), before);
+    rememberCheckedShards(trunkDir, indexXxh3, unchanged);
 
     PackResult res;
     res.fileBytes = total;

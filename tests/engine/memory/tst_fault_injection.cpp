@@ -90,8 +90,8 @@ private slots:
     void expertReadFaultsInvalidateTheRun();
     void trunkReadFaultNamesTheLayer();
     void oneTransientTrunkFaultNeverChangesALogit();
-    void packOutOfSpaceLeavesNoValidTrunk();
-    void packOutOfSpaceOnTheIndexLeavesNoValidTrunk();
+    void packOutOfSpaceKeepsTheOldTrunk();
+    void packOutOfSpaceOnTheIndexKeepsTheOldTrunk();
     void shardTruncatedAfterIndexingIsAClearError();
     void trunkTruncatedAfterLoadNamesTheLayer();
     void transcriptOutOfSpaceKeepsThePreviousFile();
@@ -265,13 +265,14 @@ void TestFaultInjection::oneTransientTrunkFaultNeverChangesALogit() {
     }
 }
 
-void TestFaultInjection::packOutOfSpaceLeavesNoValidTrunk() {
+// A re-pack that fails writes nothing the old trunk uses: it stays current and loads.
+void TestFaultInjection::packOutOfSpaceKeepsTheOldTrunk() {
     QTemporaryDir tmp;
     const std::string dir = modelDir("k3_tiny_b").toStdString();
     const QString trunk = tmp.filePath(QStringLiteral("trunk"));
-    k3::packTrunk(dir, trunk.toStdString()); // a good trunk first: the failed re-pack must not
-                                             // leave it vouched for
+    k3::packTrunk(dir, trunk.toStdString());
     QVERIFY(k3::trunkIsCurrent(trunk.toStdString(), dir));
+    const QStringList files = QDir(trunk).entryList(QDir::Files | QDir::Hidden);
     {
         const k3::ScopedFault armed(rule(k3::IoKind::Pack, k3::IoFault::NoSpace, 3));
         const std::string e = what([&] { k3::packTrunk(dir, trunk.toStdString()); });
@@ -279,31 +280,34 @@ void TestFaultInjection::packOutOfSpaceLeavesNoValidTrunk() {
                      has(e, "No space left on device"),
                  e.c_str());
     }
-    QVERIFY(!QFile::exists(trunk + "/trunk.json"));
-    QVERIFY(!QFile::exists(trunk + "/trunk.bin.partial"));
-    QVERIFY(!k3::trunkIsCurrent(trunk.toStdString(), dir));
+    QCOMPARE(QDir(trunk).entryList(QDir::Files | QDir::Hidden), files);
+    QVERIFY(k3::trunkIsCurrent(trunk.toStdString(), dir));
     k3::ModelOptions o;
     o.trunkDir = trunk.toStdString();
-    const std::string e = what([&] { k3::Model::load(dir, o); });
-    QVERIFY2(has(e, "trunk.json does not exist: pack the trunk first"), e.c_str());
+    QCOMPARE(what([&] { k3::Model::load(dir, o); }), std::string("(no exception)"));
 }
 
-void TestFaultInjection::packOutOfSpaceOnTheIndexLeavesNoValidTrunk() {
+// trunk.json is staged (the one atomic-write helper) before anything is renamed: when it
+// cannot be written, the new trunk.bin is removed too and the old trunk stays.
+void TestFaultInjection::packOutOfSpaceOnTheIndexKeepsTheOldTrunk() {
     QTemporaryDir tmp;
     const std::string dir = modelDir("k3_tiny_b").toStdString();
     const QString trunk = tmp.filePath(QStringLiteral("trunk"));
-    k3::FaultRule r = rule(k3::IoKind::Pack, k3::IoFault::NoSpace);
+    k3::packTrunk(dir, trunk.toStdString());
+    const QStringList files = QDir(trunk).entryList(QDir::Files | QDir::Hidden);
+    k3::FaultRule r = rule(k3::IoKind::File, k3::IoFault::NoSpace);
     r.pathContains = "trunk.json";
     {
         const k3::ScopedFault armed(std::move(r));
         const std::string e = what([&] { k3::packTrunk(dir, trunk.toStdString()); });
-        QVERIFY2(has(e, "trunk.json.partial: write failed") && has(e, "No space left on device"),
-                 e.c_str());
+        QVERIFY2(
+            has(e,
+                ("cannot write " + trunk.toStdString() + "/trunk.json.next: writing ").c_str()) &&
+                has(e, "No space left on device"),
+            e.c_str());
     }
-    QVERIFY(QFile::exists(trunk + "/trunk.bin")); // bytes without a description are never used
-    QVERIFY(!QFile::exists(trunk + "/trunk.json"));
-    QVERIFY(!QFile::exists(trunk + "/trunk.json.partial"));
-    QVERIFY(!k3::trunkIsCurrent(trunk.toStdString(), dir));
+    QCOMPARE(QDir(trunk).entryList(QDir::Files | QDir::Hidden), files);
+    QVERIFY(k3::trunkIsCurrent(trunk.toStdString(), dir));
 }
 
 void TestFaultInjection::shardTruncatedAfterIndexingIsAClearError() {

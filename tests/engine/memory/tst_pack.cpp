@@ -59,7 +59,7 @@ class TestPack : public QObject {
 private slots:
     void packsAlignedExactCopies();
     void refusesNonContiguousLayer();
-    void cancelLeavesNothingValid();
+    void cancelKeepsTheOldTrunk();
     void truncatedBinIsRefused();
     void wrappingShapeIsRefused();
     void nonIntegerNumbersAreRefused();
@@ -73,6 +73,8 @@ private slots:
     void bitFlipInAStreamedLayerNamesTheLayer();
     void bitFlipInAStreamedPieceNamesTheTensor();
     void anotherModelWithTheSameNamesSizesAndMtimesIsRefused();
+    void otherWeightsWithTheSameHeadersAreRefused();
+    void aTrunkWithoutCheckedShardsIsCheckedOnce();
 };
 
 namespace {
@@ -108,11 +110,15 @@ struct Packed {
     }
     // Every layer pinned: each record is read (and checked) at load.
     std::string loadError(std::uint64_t trunkBytes = 0) const {
+        return loadErrorOf(trunk, kTinyA, trunkBytes);
+    }
+    static std::string loadErrorOf(const std::string& trunk, const std::string& model,
+                                   std::uint64_t trunkBytes = 0) {
         try {
             k3::ModelOptions o;
             o.trunkDir = trunk;
             o.trunkBytes = trunkBytes ? trunkBytes : o.trunkBytes;
-            const k3::Model m = k3::Model::load(kTinyA, o);
+            const k3::Model m = k3::Model::load(model, o);
             if (trunkBytes) { // streamed: the forward reads each layer
                 std::vector<float> logits(std::size_t(m.config().vocabSize));
                 k3::InferenceState st = m.newState();
@@ -206,12 +212,17 @@ void TestPack::refusesNonContiguousLayer() {
     QVERIFY(!QFile::exists(QString::fromStdString(trunk + "/trunk.bin")));
 }
 
-void TestPack::cancelLeavesNothingValid() {
+void TestPack::cancelKeepsTheOldTrunk() {
     QTemporaryDir tmp;
     const std::string trunk = tmp.filePath(QStringLiteral("t")).toStdString();
     k3::packTrunk(kTinyA, trunk);
     QVERIFY(k3::trunkIsCurrent(trunk, kTinyA));
-    // A re-pack cancelled half way: the old trunk.json must not vouch for new bytes.
+    const QByteArray oldJson = [&] {
+        QFile f(QString::fromStdString(trunk + "/trunk.json"));
+        return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+    }();
+    // A re-pack cancelled half way: the new trunk is written beside the old one, which
+    // stays as it was.
     std::atomic<bool> cancel{false};
     try {
         k3::packTrunk(
@@ -224,9 +235,13 @@ void TestPack::cancelLeavesNothingValid() {
     } catch (const k3::PackError& e) {
         QVERIFY2(std::string(e.what()).find("cancelled") != std::string::npos, e.what());
     }
-    QVERIFY(!k3::trunkIsCurrent(trunk, kTinyA));
-    QVERIFY(!QFile::exists(QString::fromStdString(trunk + "/trunk.json")));
-    QVERIFY(!QFile::exists(QString::fromStdString(trunk + "/trunk.bin.partial")));
+    QVERIFY(k3::trunkIsCurrent(trunk, kTinyA));
+    QFile json(QString::fromStdString(trunk + "/trunk.json"));
+    QVERIFY(json.open(QIODevice::ReadOnly));
+    QCOMPARE(json.readAll(), oldJson);
+    QCOMPARE(QDir(QString::fromStdString(trunk)).entryList(QDir::Files | QDir::Hidden),
+             QStringList({QStringLiteral("trunk.bin"), QStringLiteral("trunk.checked.json"),
+                          QStringLiteral("trunk.json")}));
 }
 
 void TestPack::truncatedBinIsRefused() {
@@ -538,6 +553,113 @@ void TestPack::anotherModelWithTheSameNamesSizesAndMtimesIsRefused() {
         QVERIFY2(!has(e.what(), " " + trunk + ")"), e.what());
     }
     QVERIFY(!k3::trunkIsCurrent(trunk, b.toStdString()));
+}
+
+namespace {
+
+// A copy of tiny A with new inodes (as `cp -r` makes).
+QString copyOfTinyA(const QTemporaryDir& tmp, const QString& name) {
+    const QString to = tmp.filePath(name);
+    QDir().mkpath(to);
+    for (const QString& f : QDir(QString::fromStdString(kTinyA)).entryList(QDir::Files))
+        QFile::copy(QString::fromStdString(kTinyA) + "/" + f, to + "/" + f);
+    return to;
+}
+
+// Every BF16 value of a tensor negated in place (its sign bit, the high byte's top bit);
+// the header is untouched.
+void negateBf16Tensor(const std::string& modelDir, const std::string& tensor) {
+    const k3::Checkpoint ckpt = k3::Checkpoint::open(modelDir);
+    const k3::TensorInfo& t = ckpt.at(tensor);
+    QCOMPARE(t.dtype, k3::DType::BF16);
+    const std::string shard = ckpt.shardPaths()[t.shard].string();
+    std::vector<char> bytes = readRange(shard, t.offset, t.nbytes);
+    for (std::size_t i = 1; i < bytes.size(); i += 2) bytes[i] = char(bytes[i] ^ 0x80);
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(std::streamoff(t.offset));
+    f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+std::uint64_t trunkPayload(const k3::TrunkIndex& idx) {
+    std::uint64_t n = 0;
+    for (const auto& r : idx.layers) n += r.bytes;
+    for (const auto& r : idx.modelRecords) n += r.bytes;
+    return n;
+}
+
+} // namespace
+
+// The same headers, other weights (a fine-tune of the same layout, a new revision in the
+// same folder): the trunk's tensors no longer match the shard's bytes, and it is refused.
+void TestPack::otherWeightsWithTheSameHeadersAreRefused() {
+    QTemporaryDir tmp;
+    const std::string trunk = tmp.filePath(QStringLiteral("t")).toStdString();
+    k3::packTrunk(kTinyA, trunk);
+    std::uint64_t read = 0, total = 0;
+    const k3::TrunkCheckObserver count = [&](const k3::TrunkCheckProgress& p) {
+        read = p.bytesDone;
+        total = p.bytesTotal;
+    };
+    // The pack remembered the shards it read: opening with them reads nothing.
+    const k3::TrunkIndex idx = k3::openTrunkIndex(trunk, kTinyA, count);
+    QCOMPARE(read, std::uint64_t(0));
+
+    // A copy holding the same bytes (new inodes, just written): each trunk tensor is read
+    // from it and matches.
+    const std::string same = copyOfTinyA(tmp, QStringLiteral("same")).toStdString();
+    k3::openTrunkIndex(trunk, same, count);
+    QCOMPARE(total, trunkPayload(idx));
+    QCOMPARE(read, total);
+
+    const std::string other = copyOfTinyA(tmp, QStringLiteral("other")).toStdString();
+    negateBf16Tensor(other, "language_model.lm_head.weight");
+    const k3::TensorInfo head = k3::Checkpoint::open(other).at("language_model.lm_head.weight");
+    const std::string shard =
+        k3::Checkpoint::open(other).shardPaths()[head.shard].filename().string();
+    const std::string expected =
+        "the trunk in " + trunk +
+        ": this trunk was packed from different weights: re-pack it (k3 pack " + other + " " +
+        other + "/trunk); shard " + shard + ", tensor language_model.lm_head.weight (offset " +
+        std::to_string(head.offset) + ", " + std::to_string(head.nbytes) + " bytes) has XXH3 ";
+    for (int attempt = 0; attempt < 2; ++attempt) { // a refusal is never remembered
+        try {
+            k3::openTrunkIndex(trunk, other);
+            QFAIL("a trunk packed from other weights was accepted");
+        } catch (const k3::StaleTrunkError& e) {
+            QVERIFY2(has(e.what(), expected), e.what());
+        }
+    }
+    QVERIFY(!k3::trunkIsCurrent(trunk, other));
+    QVERIFY(has(Packed::loadErrorOf(trunk, other), expected));
+    QVERIFY(k3::trunkIsCurrent(trunk, kTinyA));
+}
+
+// A trunk packed before trunk.checked.json existed (or whose file was lost): the first
+// open with its model reads the trunk tensors from the shards, later opens do not.
+void TestPack::aTrunkWithoutCheckedShardsIsCheckedOnce() {
+    Packed p;
+    const QString checked = QString::fromStdString(p.trunk + "/trunk.checked.json");
+    QVERIFY(QFile::remove(checked));
+    std::uint64_t read = 0;
+    const k3::TrunkCheckObserver count = [&](const k3::TrunkCheckProgress& pr) {
+        read = pr.bytesDone;
+    };
+    const k3::TrunkIndex idx = k3::openTrunkIndex(p.trunk, kTinyA, count);
+    QCOMPARE(read, trunkPayload(idx));
+    QVERIFY(QFile::exists(checked));
+    read = 0;
+    k3::openTrunkIndex(p.trunk, kTinyA, count);
+    QCOMPARE(read, std::uint64_t(0));
+    // Bound to trunk.json: another trunk's list (here: a damaged one) counts for nothing.
+    QFile f(checked);
+    QVERIFY(f.open(QIODevice::ReadWrite));
+    const QByteArray text = f.readAll();
+    const qint64 digit = text.indexOf("\"index_xxh3\": \"") + 15;
+    f.seek(digit);
+    f.write(text[digit] == '0' ? "1" : "0");
+    f.close();
+    k3::openTrunkIndex(p.trunk, kTinyA, count);
+    QCOMPARE(read, trunkPayload(idx));
 }
 
 QTEST_GUILESS_MAIN(TestPack)

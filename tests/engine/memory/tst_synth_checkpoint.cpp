@@ -20,6 +20,11 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 class TestSynthCheckpoint : public QObject {
     Q_OBJECT
@@ -28,6 +33,7 @@ private slots:
     void writesIndexesPacksAndDecodes();
     void compressedTrunkGivesTheSameBits();
     void speculationGivesSerialIds();
+    void changedShardsAreCheckedByTheirTrunkTensorsOnly();
 
 private:
     // One checkpoint (its layers fresh N(0, 0.02) BF16 draws, so the codec's ratio means
@@ -223,6 +229,48 @@ void TestSynthCheckpoint::speculationGivesSerialIds() {
             qInfo("%s: %d proposed, %d accepted, %d passes, %.1f s", qPrintable(what), r.proposed,
                   r.acceptedProposals, r.decodePasses, clock.restart() / 1e3);
         }
+}
+
+namespace {
+
+std::uint64_t residentBytes() {
+    std::ifstream statm("/proc/self/statm");
+    std::uint64_t pages = 0, resident = 0;
+    statm >> pages >> resident;
+    return resident * std::uint64_t(::sysconf(_SC_PAGESIZE));
+}
+
+} // namespace
+
+// Every shard touched (new mtime and ctime, as a download or a copy gives): opening the
+// trunk reads the trunk tensors from the shards again, only those (not the experts), in
+// bounded memory, and they match. The time is the figure docs/security.md quotes.
+void TestSynthCheckpoint::changedShardsAreCheckedByTheirTrunkTensorsOnly() {
+    const k3::Checkpoint ckpt = k3::Checkpoint::open(m_dir);
+    for (const std::filesystem::path& shard : ckpt.shardPaths())
+        QCOMPARE(::utimensat(AT_FDCWD, shard.c_str(), nullptr, 0), 0);
+    const std::uint64_t before = residentBytes();
+    std::uint64_t peak = before, read = 0, total = 0;
+    QElapsedTimer clock;
+    clock.start();
+    const k3::TrunkIndex idx =
+        k3::openTrunkIndex(m_trunk, m_dir, [&](const k3::TrunkCheckProgress& p) {
+            read = p.bytesDone;
+            total = p.bytesTotal;
+            peak = std::max(peak, residentBytes());
+        });
+    const double seconds = double(clock.elapsed()) / 1e3;
+    std::uint64_t trunkBytes = 0;
+    for (const auto& r : idx.layers) trunkBytes += r.bytes;
+    for (const auto& r : idx.modelRecords) trunkBytes += r.bytes;
+    QCOMPARE(total, trunkBytes);
+    QCOMPARE(read, trunkBytes);
+    QVERIFY(trunkBytes < ckpt.totalTensorBytes());
+    QVERIFY2(peak - before < (64ull << 20), qPrintable(QString::number(peak - before)));
+    qInfo("checked %.2f GB of trunk tensors (of a %.2f GB checkpoint) in %.1f s: %.2f GB/s, "
+          "resident memory +%.1f MB",
+          double(trunkBytes) / 1e9, double(ckpt.totalTensorBytes()) / 1e9, seconds,
+          double(trunkBytes) / 1e9 / seconds, double(peak - before) / 1e6);
 }
 
 QTEST_GUILESS_MAIN(TestSynthCheckpoint)
