@@ -19,7 +19,7 @@ std::string nested(std::string_view inner, std::size_t depth) {
 }
 
 // `text` as the body of a JSON string.
-std::string quoted(std::string_view text) {
+std::string asJsonStringBody(std::string_view text) {
     std::string out;
     for (const char c : text) {
         if (c == '"' || c == '\\') out += '\\';
@@ -50,7 +50,7 @@ std::string body(std::uint8_t mode, std::string_view rest) {
         return R"({"messages":[)" + user +
                R"(,{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":)"
                R"({"name":"f","arguments":"{\"a\":)" +
-               quoted(deep) + R"(}"}}]}]})";
+               asJsonStringBody(deep) + R"(}"}}]}]})";
     default:
         return std::string(rest);
     }
