@@ -4,6 +4,7 @@
 // failed write (the client left) cancels the generation through the session's flag.
 #include "CliSupport.hpp"
 #include "Commands.hpp"
+#include "HttpServer.hpp"
 #include "SessionLoader.hpp"
 
 #include <k3/api.hpp>
@@ -215,7 +216,7 @@ private:
     std::string key_;
     TurnQueue queue_;
     std::int64_t created_;
-    httplib::Server http_;
+    LimitedHttpServer http_;
     std::atomic<bool> cancel_{false}; // the running generation's flag (one runs at a time)
     std::atomic<bool> stopping_{false};
     std::mutex idMutex_;
@@ -312,7 +313,8 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
             std::fprintf(stderr, "k3 serve: the forward pass failed: %s\n",
                          terminalSafe(e.what()).c_str());
             session_.reset(); // the state may be half-written
-            throw api::ApiError(500, std::string("the forward pass failed: ") + e.what(),
+            // The details (file paths among them) are for the server's log only.
+            throw api::ApiError(500, "the forward pass failed (the server's log says why)",
                                 "server_error");
         }
         observer.finish();
@@ -441,8 +443,30 @@ void Server::routes() {
                   api::ApiError(res.status, message,
                                 res.status == 404 ? "not_found_error" : "invalid_request_error"));
     });
+    // A handler that throws: a generic 500 for the client (never the exception's text,
+    // which cpp-httplib would put in an EXCEPTION_WHAT header), the text in the log.
+    http_.set_exception_handler([this](const httplib::Request& req, httplib::Response& res,
+                                       std::exception_ptr ep) {
+        std::string what = "an exception that is no std::exception";
+        try {
+            std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+            what = e.what();
+        } catch (...) {
+        }
+        std::fprintf(stderr, "k3 serve: %s failed: %s\n",
+                     terminalSafe(req.method + " " + req.path).c_str(), terminalSafe(what).c_str());
+        res.headers.clear();
+        res.status = 500;
+        sendError(res, api::ApiError(500, "internal server error (the server's log says why)",
+                                     "server_error"));
+    });
     // method, path, status, tokens (prompt+completion), seconds. Never headers: the key.
     http_.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+        if (LimitedHttpServer::refusingHead()) { // its 431 is logged where it is sent
+            tlLog = {};
+            return;
+        }
         const double seconds =
             tlLog.started ? std::chrono::duration<double>(Clock::now() - tlLog.start).count() : 0;
         std::string tokens = tlLog.promptTokens < 0 ? std::string("-")

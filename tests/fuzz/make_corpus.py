@@ -99,3 +99,21 @@ out("fuzz_hub_listing", "listing.json", json.dumps({
                   "lfs": {"sha256": sha, "size": 776904}},
                  {"rfilename": "sub/tiktoken.model", "size": 6654}]}))
 out("fuzz_hub_listing", "no-siblings.json", '{"id":"x","siblings":[]}')
+
+# Chat request bodies: byte 0 = where the rest goes (0: the body; 1, 2, 3: nested
+# (byte >> 2) * 32 levels deep as tool parameters, arguments object, arguments string).
+user = {"role": "user", "content": "x"}
+out("fuzz_chat_request", "plain.json", "\x00" + json.dumps(
+    {"messages": [{"role": "user", "content": "Hi"}], "temperature": 0.5, "max_tokens": 8}))
+out("fuzz_chat_request", "tools.json", "\x00" + json.dumps(
+    {"messages": [user], "tool_choice": "auto", "tools": [{"type": "function", "function": {
+        "name": "get", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]}))
+out("fuzz_chat_request", "tool-call.json", "\x00" + json.dumps({"messages": [
+    user, {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "get", "arguments": '{"q": [1, {"r": null}]}'}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}))
+out("fuzz_chat_request", "number-overflow.json",
+    '\x00{"messages":[{"role":"user","content":"x"}],"temperature":1e400}')
+out("fuzz_chat_request", "deep-parameters.json", b'\x05{"type":"object"}')  # 32 levels
+out("fuzz_chat_request", "deep-arguments.json", b"\xfe1")  # 2016 levels
+out("fuzz_chat_request", "deep-arguments-string.json", b'\x7f{"b":2}')  # 992 levels

@@ -1,6 +1,7 @@
 // POST /v1/chat/completions body -> ChatRequest. Each check names the field as a client
 // wrote it (messages[2].tool_calls[0].function.name), so a 400 says what to fix.
 #include "k3/api.hpp"
+#include "k3/json_limits.hpp"
 #include "k3/remote.hpp"
 
 #include <nlohmann/json.hpp>
@@ -79,6 +80,10 @@ ChatToolCall toolCall(const Json& v, const std::string& field) {
         // the json block it holds, so a call comes back in the form the model wrote it.
         // Text that is no JSON stays verbatim in a json block.
         const std::string text = fn["arguments"].get<std::string>();
+        if (jsonTooDeepAt(text))
+            throw bad(field + ".function.arguments", "a JSON text nested deeper than " +
+                                                         std::to_string(kMaxJsonDepth) +
+                                                         " levels of arrays and objects");
         const Json parsed = Json::parse(text, nullptr, false);
         if (parsed.is_object() || parsed.is_string()) {
             readToolArgumentsJson(text, call);
@@ -205,11 +210,25 @@ ApiError::ApiError(int status, const std::string& message, std::string type, std
       param_(std::move(param)), code_(std::move(code)) {}
 
 ChatRequest parseChatRequest(std::string_view body) {
+    // Before anything is built from the body: dump() and the renderer recurse per level.
+    if (const auto deep = jsonTooDeepAt(body))
+        throw bad(jsonPathAt(body, *deep), "nested deeper than " + std::to_string(kMaxJsonDepth) +
+                                               " levels of arrays and objects");
     Json doc;
     try {
         doc = Json::parse(body);
-    } catch (const Json::parse_error& e) {
-        throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+    } catch (const Json::exception& e) {
+        // Syntax errors, and numbers out of range (1e400): named by the field they are in.
+        const auto error = jsonSyntaxError(body);
+        // nlohmann's position counts the offending character: the path is taken before it.
+        const std::string field =
+            error ? jsonPathAt(body, error->byte > 0 ? error->byte - 1 : 0) : std::string();
+        const std::string why = error ? error->why : std::string("unreadable");
+        const bool syntax = dynamic_cast<const Json::parse_error*>(&e) != nullptr;
+        if (field.empty()) throw ApiError(400, "the request body is not valid JSON: " + why);
+        throw ApiError(400,
+                       (syntax ? "the request body is not valid JSON: " : "") + field + ": " + why,
+                       "invalid_request_error", field);
     }
     if (!doc.is_object())
         throw ApiError(400,

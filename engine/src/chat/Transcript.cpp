@@ -1,6 +1,7 @@
 // JSONL transcripts, compatible with the public engine's --history files.
 #include "k3/chat.hpp"
 #include "k3/fault_injection.hpp"
+#include "k3/json_limits.hpp"
 
 #include <cerrno>
 #include <climits>
@@ -150,7 +151,9 @@ Json toolCallsJson(const std::vector<ChatToolCall>& calls) {
         if (!call.argumentsAsJsonBlock) {
             // The mapping form is stored as the object it is; text that is no JSON object
             // renders as a json block anyway, so it is stored as the string form.
-            Json parsed = Json::parse(call.arguments, nullptr, false);
+            Json parsed = jsonTooDeepAt(call.arguments)
+                              ? Json(Json::value_t::discarded)
+                              : Json::parse(call.arguments, nullptr, false);
             if (parsed.is_object()) arguments = std::move(parsed);
         }
         c["function"] = {{"name", call.name}, {"arguments", std::move(arguments)}};
@@ -288,6 +291,8 @@ std::vector<ChatMessage> parseTranscript(std::string_view text, const std::strin
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
 
+        if (const auto deep = jsonDepthProblem(line))
+            throw ChatError(lineError(sourceName, lineNumber, *deep));
         Json obj;
         try {
             obj = Json::parse(line);

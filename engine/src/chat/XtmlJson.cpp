@@ -1,4 +1,5 @@
 #include "chat/XtmlJson.hpp"
+#include "k3/json_limits.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -7,6 +8,8 @@
 namespace k3::xtml {
 
 Json parseJson(std::string_view text) {
+    // Too deep for the recursive walks below: refused as if it were no JSON.
+    if (jsonTooDeepAt(text)) return Json(Json::value_t::discarded);
     return Json::parse(text, nullptr, false);
 }
 

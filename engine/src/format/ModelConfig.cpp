@@ -1,4 +1,5 @@
 #include "k3/config.hpp"
+#include "k3/json_limits.hpp"
 #include "k3/read_file.hpp"
 
 #include <nlohmann/json.hpp>
@@ -363,6 +364,8 @@ std::string ModelConfig::summary() const {
 // Long on purpose: one read per config.json key, in the file's order, so the list of keys
 // the engine understands is one screenful to compare with the released config.
 ModelConfig parseModelConfig(std::string_view jsonText, std::string_view sourceName) {
+    if (const auto deep = jsonDepthProblem(jsonText))
+        throw ConfigError(std::string(sourceName) + ": " + *deep);
     json root;
     try {
         root = json::parse(jsonText.begin(), jsonText.end());

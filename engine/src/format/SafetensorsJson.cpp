@@ -1,7 +1,7 @@
 #include "format/SafetensorsJson.hpp"
+#include "k3/json_limits.hpp"
 #include "k3/read_file.hpp"
 
-#include <nlohmann/json.hpp>
 #include <simdjson.h>
 
 #include <algorithm>
@@ -117,32 +117,6 @@ std::string_view trimRight(std::string_view s) {
     return s;
 }
 
-// simdjson says only that the text is not JSON; nlohmann (already linked for
-// config.json) walks it once more to say where and why. Error path only.
-class SyntaxLocator : public nlohmann::json_sax<nlohmann::json> {
-public:
-    std::size_t byte = 0;
-    std::string why;
-    bool null() override { return true; }
-    bool boolean(bool) override { return true; }
-    bool number_integer(number_integer_t) override { return true; }
-    bool number_unsigned(number_unsigned_t) override { return true; }
-    bool number_float(number_float_t, const string_t&) override { return true; }
-    bool string(string_t&) override { return true; }
-    bool binary(binary_t&) override { return true; }
-    bool start_object(std::size_t) override { return true; }
-    bool key(string_t&) override { return true; }
-    bool end_object() override { return true; }
-    bool start_array(std::size_t) override { return true; }
-    bool end_array() override { return true; }
-    bool parse_error(std::size_t position, const std::string&,
-                     const nlohmann::detail::exception& e) override {
-        byte = position;
-        why = e.what();
-        return false;
-    }
-};
-
 // One document being walked: turns simdjson errors into FormatErrors naming the file
 // and the byte where the text stops being JSON.
 class Walk {
@@ -151,12 +125,12 @@ public:
         : doc_(doc), text_(text), path_(path), what_(what) {}
 
     [[noreturn]] void syntax(simdjson::error_code error) const {
-        SyntaxLocator locator;
+        // simdjson says only that the text is not JSON; nlohmann says where and why.
         const std::string_view text = text_.view();
-        if (!nlohmann::json::sax_parse(text.begin(), text.end(), &locator) && !locator.why.empty())
+        if (const auto error = jsonSyntaxError(text))
             throw FormatError(path_ + ": " + what_ + "not valid JSON at byte " +
-                              std::to_string(locator.byte) + ": " + locator.why);
-        // Valid for nlohmann, not for simdjson (e.g. nesting deeper than 1024).
+                              std::to_string(error->byte) + ": " + error->why);
+        // Valid for nlohmann, not for simdjson.
         throw FormatError(path_ + ": " + what_ + "not valid JSON at byte " +
                           std::to_string(text.size()) + ": " + simdjson::error_message(error));
     }
@@ -357,6 +331,9 @@ const std::vector<HeaderTensor>& JsonScanner::header(const PaddedText& json, std
                           " bytes");
     auto& out = impl_->tensors;
     out.clear();
+    // Before simdjson: skip() recurses once per level of __metadata__.
+    if (const auto deep = jsonDepthProblem(json.view()))
+        throw FormatError(path + ": header is " + *deep);
     sj::document doc;
     Walk walk(doc, json, path, "header is ");
     walk.check(
@@ -381,6 +358,7 @@ void JsonScanner::index(const PaddedText& json, const std::string& path,
                         std::vector<std::string>& shardFiles, std::vector<IndexEntry>& entries) {
     shardFiles.clear();
     entries.clear();
+    if (const auto deep = jsonDepthProblem(json.view())) throw FormatError(path + ": " + *deep);
     sj::document doc;
     Walk walk(doc, json, path, "");
     walk.check(

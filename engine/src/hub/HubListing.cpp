@@ -2,6 +2,7 @@
 // need no network transfer of their own.
 
 #include "hub/HubInternal.hpp"
+#include "k3/json_limits.hpp"
 
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>
@@ -102,6 +103,8 @@ std::uint64_t readSize(const nlohmann::json& value, const std::string& where) {
 } // namespace
 
 std::vector<HubFile> parseFileList(const std::string& json) {
+    if (const auto deep = jsonDepthProblem(json))
+        throw HubError(HubErrorKind::BadListing, "model API answer: " + *deep);
     nlohmann::json root = nlohmann::json::parse(json, nullptr, false);
     if (root.is_discarded() || !root.is_object())
         throw HubError(HubErrorKind::BadListing, "model API answer is not a JSON object");
@@ -198,6 +201,8 @@ long layerOfTensor(const std::string& tensor) {
 } // namespace
 
 std::vector<std::string> shardsForLayers(const std::string& indexJson, int layers) {
+    if (const auto deep = jsonDepthProblem(indexJson))
+        throw HubError(HubErrorKind::BadListing, "model.safetensors.index.json: " + *deep);
     nlohmann::json root = nlohmann::json::parse(indexJson, nullptr, false);
     if (root.is_discarded() || !root.is_object() || !root.contains("weight_map") ||
         !root["weight_map"].is_object())

@@ -3,6 +3,7 @@
 #include "k3/draft.hpp"
 
 #include "k3/chat.hpp"
+#include "k3/json_limits.hpp"
 #include "k3/kernels.hpp"
 #include "k3/read_file.hpp"
 #include "k3/safetensors.hpp"
@@ -211,7 +212,10 @@ void checkDraft(const fs::path& draftDir, const fs::path& modelDir) {
                                             "k3 pack --draft");
     json meta;
     try {
-        meta = json::parse(readRegularFile(metaPath, kMaxDraftJsonBytes, "draft description"));
+        const std::string text = readRegularFile(metaPath, kMaxDraftJsonBytes, "draft description");
+        if (const auto deep = jsonDepthProblem(text))
+            throw PackError(metaPath.string() + ": " + *deep);
+        meta = json::parse(text);
     } catch (const json::exception& e) {
         throw PackError(metaPath.string() + ": not JSON: " + e.what());
     }

@@ -1,6 +1,7 @@
 // Reading trunk.json: every field checked (types, ranges, checksums, records that tile
 // and do not overlap) and, given the model, every record against the checkpoint's header.
 
+#include "k3/json_limits.hpp"
 #include "k3/pack.hpp"
 
 #include "memory/PackInternal.hpp"
@@ -235,6 +236,8 @@ TrunkIndex parseTrunkIndex(std::string_view jsonText, std::uint64_t binBytes,
     const std::string where = (trunkDir / "trunk.json").string();
     TrunkIndex idx;
     idx.binPath = trunkDir / "trunk.bin";
+    if (const auto deep = jsonDepthProblem(jsonText))
+        throw StaleTrunkError(where + ": " + *deep + "; re-pack it");
     try {
         const json j = json::parse(jsonText);
         if (!j.is_object() || !j.contains("format") || j.at("format") != "k3-trunk")

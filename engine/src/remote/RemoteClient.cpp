@@ -1,6 +1,7 @@
 // The OpenAI chat-completions protocol over libcurl: a POST whose answer is a stream of
 // server-sent events ("data: {json}" lines, then "data: [DONE]"), read as it arrives.
 
+#include "k3/json_limits.hpp"
 #include "k3/remote.hpp"
 
 #include <curl/curl.h>
@@ -14,6 +15,12 @@
 namespace k3 {
 
 namespace {
+
+// A server's text as JSON; too deep (dump() recurses) counts as no JSON.
+nlohmann::json parseJsonWithinLimit(std::string_view text) {
+    if (jsonTooDeepAt(text)) return nlohmann::json(nlohmann::json::value_t::discarded);
+    return nlohmann::json::parse(text, nullptr, false);
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -54,7 +61,7 @@ const char* reasonPhrase(long status) {
 // The server's own words from an error body: OpenAI's {"error":{"message"}}, vLLM's
 // {"message"}, FastAPI's {"detail"}; empty when the body says nothing readable.
 std::string serverMessage(const std::string& body) {
-    const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+    const nlohmann::json j = parseJsonWithinLimit(body);
     if (!j.is_object()) return {};
     if (auto e = j.find("error"); e != j.end()) {
         if (e->is_string()) return e->get<std::string>();
@@ -116,7 +123,7 @@ void handleEvent(Transfer& t, const std::string& data) {
         t.done = true;
         return;
     }
-    const nlohmann::json chunk = nlohmann::json::parse(data, nullptr, false);
+    const nlohmann::json chunk = parseJsonWithinLimit(data);
     if (!chunk.is_object()) {
         t.error = "the server sent an event that is not a JSON object: " + data.substr(0, 120);
         return;
@@ -217,7 +224,7 @@ struct MultiDeleter {
 std::string toolArgumentsJson(const ChatToolCall& call) {
     if (call.arguments.find_first_not_of(" \t\r\n") == std::string::npos) return "{}";
     if (!call.argumentsAsJsonBlock) {
-        const nlohmann::json parsed = nlohmann::json::parse(call.arguments, nullptr, false);
+        const nlohmann::json parsed = parseJsonWithinLimit(call.arguments);
         if (parsed.is_object()) return call.arguments; // the JSON text the tags were read into
     }
     return nlohmann::json(call.arguments)
@@ -225,7 +232,7 @@ std::string toolArgumentsJson(const ChatToolCall& call) {
 }
 
 void readToolArgumentsJson(const std::string& text, ChatToolCall& call) {
-    const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);
+    const nlohmann::json parsed = parseJsonWithinLimit(text);
     call.argumentsAsJsonBlock = false;
     if (text.empty())
         call.arguments = "{}";
@@ -450,7 +457,7 @@ std::vector<std::string> RemoteClient::listModels(const std::atomic<bool>* cance
     if (code != CURLE_OK)
         throw RemoteError(RemoteErrorKind::Connection,
                           "reading " + root_ + "/v1/models failed: " + p.errorBuffer);
-    const nlohmann::json j = nlohmann::json::parse(t.body, nullptr, false);
+    const nlohmann::json j = parseJsonWithinLimit(t.body);
     auto data = j.is_object() ? j.find("data") : j.end();
     if (!j.is_object() || data == j.end() || !data->is_array())
         throw RemoteError(RemoteErrorKind::Protocol,

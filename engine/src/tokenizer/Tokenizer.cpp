@@ -1,4 +1,5 @@
 #include "k3/tokenizer.hpp"
+#include "k3/json_limits.hpp"
 #include "k3/read_file.hpp"
 
 #include "tokenizer/Base64.hpp"
@@ -122,6 +123,8 @@ std::vector<RankLine> parseRanks(std::string_view text, std::string_view name) {
 
 std::vector<AddedToken> parseAddedTokens(std::string_view text, std::string_view name,
                                          std::size_t numRanks) {
+    if (const auto deep = jsonDepthProblem(text))
+        throw TokenizerError(std::string(name) + ": " + *deep);
     nlohmann::json config;
     try {
         config = nlohmann::json::parse(text);

@@ -3,6 +3,7 @@
 #include <QTest>
 
 #include <fstream>
+#include <tuple>
 
 #include <k3/api.hpp>
 #include <k3/tokenizer.hpp>
@@ -47,6 +48,8 @@ private slots:
     void refusalsNameTheField_data();
     void refusalsNameTheField();
     void errorJsonIsOpenAis();
+    void deepJsonIsRefusedNamingTheField();
+    void jsonErrorsNameTheField();
     void completionJsonExact();
     void completionWithToolCalls();
     void stringArgumentsAreReadAsJsonText();
@@ -188,6 +191,79 @@ void TestApi::errorJsonIsOpenAis() {
         errorJson(ApiError(401, "invalid API key", "authentication_error", {}, "invalid_api_key")),
         std::string(R"({"error":{"message":"invalid API key","type":"authentication_error",)"
                     R"("param":null,"code":"invalid_api_key"}})"));
+}
+
+// Issue 35 item 1: 20,000 levels in a tool's parameters or a tool call's arguments ran
+// dump() out of stack on a server thread. Past 64 levels (the whole body counted) the
+// request is refused before anything is built from it, naming the field.
+void TestApi::deepJsonIsRefusedNamingTheField() {
+    const auto refused = [](const std::string& body) -> std::pair<std::string, std::string> {
+        try {
+            parseChatRequest(body);
+        } catch (const ApiError& e) {
+            return {e.param(), std::to_string(e.status()) + " " + e.what()};
+        }
+        return {"(accepted)", {}};
+    };
+    const auto nested = [](std::size_t depth, const std::string& inner = {}) {
+        return std::string(depth, '[') + inner + std::string(depth, ']');
+    };
+    const auto withParameters = [&](const std::string& parameters) {
+        return "{" + kUser + R"(,"tools":[{"type":"function","function":{"name":"f",)" +
+               R"("parameters":)" + parameters + "}}]}";
+    };
+    const auto withArguments = [](const std::string& arguments) {
+        return R"({"messages":[{"role":"user","content":"x"},{"role":"assistant",)"
+               R"("tool_calls":[{"id":"c","type":"function","function":{"name":"f",)"
+               R"("arguments":)" +
+               arguments + "}}]}]}";
+    };
+    const std::string tooDeep = "nested deeper than 64 levels of arrays and objects";
+
+    auto [param, message] = refused(withParameters(nested(20000)));
+    QCOMPARE(param, std::string("tools[0].function.parameters[0][0][0][0]..."));
+    QCOMPARE(message, "400 " + param + ": " + tooDeep);
+    // The body's own object, tools, the tool and its function are 4 of the 64 levels.
+    QCOMPARE(refused(withParameters(nested(60))).first, std::string("(accepted)"));
+    QCOMPARE(refused(withParameters(nested(61))).first,
+             std::string("tools[0].function.parameters[0][0][0][0]..."));
+
+    std::tie(param, message) = refused(withArguments(R"({"a":)" + nested(20000, "1") + "}"));
+    QCOMPARE(param, std::string("messages[1].tool_calls[0].function.arguments.a[0]..."));
+    QCOMPARE(message, "400 " + param + ": " + tooDeep);
+
+    // As a JSON string (how OpenAI clients send arguments): its own text is checked.
+    std::tie(param, message) = refused(withArguments("\"{\\\"a\\\":" + nested(20000, "1") + "}\""));
+    QCOMPARE(param, std::string("messages[1].tool_calls[0].function.arguments"));
+    QCOMPARE(message, "400 " + param + ": a JSON text " + tooDeep);
+    QCOMPARE(refused(withArguments("\"{\\\"a\\\":" + nested(63, "1") + "}\"")).first,
+             std::string("(accepted)"));
+}
+
+// Issue 35 item 13: "temperature": 1e400 escaped the parser as nlohmann's out_of_range
+// and became a 500 with the exception's text in a header. Every JSON error is a 400
+// naming the field it is in.
+void TestApi::jsonErrorsNameTheField() {
+    try {
+        parseChatRequest("{" + kUser + R"(,"temperature":1e400})");
+        QFAIL("accepted");
+    } catch (const ApiError& e) {
+        QCOMPARE(e.status(), 400);
+        QCOMPARE(e.param(), std::string("temperature"));
+        QCOMPARE(std::string(e.what()),
+                 std::string("temperature: number overflow parsing '1e400'"));
+    }
+    try {
+        parseChatRequest("{" + kUser + R"(,"stop":["a",tru]})");
+        QFAIL("accepted");
+    } catch (const ApiError& e) {
+        QCOMPARE(e.status(), 400);
+        QCOMPARE(e.param(), std::string("stop[1]"));
+        QCOMPARE(std::string(e.what()),
+                 std::string("the request body is not valid JSON: stop[1]: parse error at line 1, "
+                             "column 61: syntax error while parsing value - invalid literal; "
+                             "last read: '\"a\",tru]'"));
+    }
 }
 
 void TestApi::completionJsonExact() {

@@ -84,6 +84,38 @@ private slots:
         QCOMPARE(h.tensors[0].first, std::string("a"));
     }
 
+    // Issue 35 item 7: __metadata__ nested 100,000 deep ran simdjson's recursive skip out
+    // of stack (SIGSEGV); an index's extra field 50,000 deep too. 64 levels is the limit.
+    void deepJsonIsRefusedNamingTheFile() {
+        const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+        const std::string tensor = u8Tensor("a", 0);
+        std::string m = headerRefusal("{\"__metadata__\":" + deep + "," + tensor + "}");
+        QVERIFY2(m.ends_with("h.safetensors: header is JSON nested deeper than 64 levels of "
+                             "arrays and objects (at byte 79)"),
+                 m.c_str());
+        // 64 levels in all (the header's own object is the first) are fine.
+        const std::string file = path("ok.safetensors");
+        writeBytes(file, shardBytes("{\"__metadata__\":{\"x\":" + std::string(62, '[') +
+                                        std::string(62, ']') + "}," + tensor + "}",
+                                    2));
+        QCOMPARE(k3::readShardHeader(file).tensors.size(), std::size_t(1));
+        m = headerRefusal("{\"__metadata__\":{\"x\":" + std::string(63, '[') +
+                          std::string(63, ']') + "}," + tensor + "}");
+        QVERIFY2(m.find("header is JSON nested deeper than 64 levels") != std::string::npos,
+                 m.c_str());
+
+        QTemporaryDir dir;
+        const std::string d = dir.path().toStdString();
+        writeBytes(d + "/s1.safetensors", shardBytes("{" + tensor + "}", 2));
+        writeBytes(d + "/model.safetensors.index.json",
+                   "{\"extra\":" + deep.substr(50000, 100000) +
+                       ",\"weight_map\":{\"a\":\"s1.safetensors\"}}");
+        m = refusal([&] { k3::Checkpoint::open(d); });
+        QVERIFY2(m.ends_with("model.safetensors.index.json: JSON nested deeper than 64 levels "
+                             "of arrays and objects (at byte 72)"),
+                 m.c_str());
+    }
+
     void valueTypesInFields() {
         QVERIFY(headerRefusal(R"({"t":{"dtype":"U8","shape":"4","data_offsets":[0,4]}})")
                     .find("tensor \"t\": unexpected a string in shape") != std::string::npos);

@@ -1,0 +1,444 @@
+// Limits on what outsiders send, through the real `k3` binary (issue 35 items 1, 4, 7,
+// 13): JSON nested past 64 levels in a request or a model file, a request head without
+// end, and errors that must not carry internals. `k3 serve resources/demo` is spoken to
+// over plain sockets, byte for byte as an attacker would.
+#include "K3Process.hpp"
+
+#include <QDir>
+#include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QRegularExpression>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const QString kDemo = QStringLiteral(K3_SOURCE_DIR "/resources/demo");
+
+struct Server {
+    std::unique_ptr<QProcess> process;
+    int port = 0;
+    QString log;
+};
+
+// k3 serve on a free port, read from its "listening" line.
+Server startServe(const QStringList& extra = {},
+                  const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment()) {
+    Server s;
+    s.process = std::make_unique<QProcess>();
+    s.process->setProcessEnvironment(env);
+    s.process->start(QStringLiteral(K3_CLI_PATH),
+                     QStringList{"serve", kDemo, "--port", "0"} + extra);
+    QByteArray err;
+    const QRegularExpression listening(QStringLiteral(R"(on http://\S+:(\d+)/v1)"));
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (s.port == 0 && Clock::now() < deadline && s.process->state() != QProcess::NotRunning) {
+        s.process->waitForReadyRead(100);
+        err += s.process->readAllStandardError();
+        const auto m = listening.match(QString::fromUtf8(err));
+        if (m.hasMatch()) s.port = m.captured(1).toInt();
+    }
+    s.log = QString::fromUtf8(err);
+    return s;
+}
+
+// SIGTERM; the exit code after a clean stop, -2 after a crash.
+int stopServe(Server& s) {
+    s.process->terminate();
+    if (!s.process->waitForFinished(10000)) {
+        s.process->kill();
+        s.process->waitForFinished();
+        return -1;
+    }
+    s.log += QString::fromUtf8(s.process->readAllStandardError());
+    return s.process->exitStatus() == QProcess::NormalExit ? s.process->exitCode() : -2;
+}
+
+qint64 rssKb(qint64 pid) {
+    QFile status(QStringLiteral("/proc/%1/status").arg(pid));
+    if (!status.open(QIODevice::ReadOnly)) return -1;
+    const QRegularExpression vmRss(QStringLiteral(R"(VmRSS:\s+(\d+) kB)"));
+    const auto m = vmRss.match(QString::fromLatin1(status.readAll()));
+    return m.hasMatch() ? m.captured(1).toLongLong() : -1;
+}
+
+int connectTo(int port) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(std::uint16_t(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    return fd;
+}
+
+struct Answer {
+    int status = 0; // 0: no answer
+    QByteArray head, body;
+};
+
+Answer parse(const QByteArray& bytes) {
+    Answer a;
+    const int end = bytes.indexOf("\r\n\r\n");
+    if (!bytes.startsWith("HTTP/1.1 ") || end < 0) return a;
+    a.status = bytes.mid(9, 3).toInt();
+    a.head = bytes.left(end);
+    a.body = bytes.mid(end + 4);
+    return a;
+}
+
+// Sends `request` and reads until the server closes or the deadline passes (every
+// request here says Connection: close).
+Answer exchange(int port, const QByteArray& request, int seconds = 30) {
+    const int fd = connectTo(port);
+    if (fd < 0) return {};
+    QByteArray received;
+    qsizetype sent = 0;
+    const auto deadline = Clock::now() + std::chrono::seconds(seconds);
+    while (Clock::now() < deadline) {
+        pollfd p{fd, short(POLLIN | (sent < request.size() ? POLLOUT : 0)), 0};
+        if (poll(&p, 1, 100) <= 0) continue;
+        if (p.revents & POLLOUT) {
+            const ssize_t n = send(fd, request.constData() + sent,
+                                   std::size_t(request.size() - sent), MSG_NOSIGNAL);
+            if (n > 0) sent += n;
+        }
+        if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+            char buf[65536];
+            const ssize_t n = recv(fd, buf, sizeof buf, 0);
+            if (n <= 0) break;
+            received.append(buf, n);
+        }
+    }
+    close(fd);
+    return parse(received);
+}
+
+QByteArray post(const QByteArray& body, const QByteArray& contentType = "application/json",
+                const QByteArray& extraHeaders = {}) {
+    return "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+           "Content-Type: " +
+           contentType + "\r\n" + extraHeaders +
+           "Content-Length: " + QByteArray::number(body.size()) + "\r\n\r\n" + body;
+}
+
+const QByteArray kHealth = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+
+QJsonObject errorOf(const Answer& a) {
+    return QJsonDocument::fromJson(a.body).object()["error"].toObject();
+}
+
+QByteArray nested(int depth, const QByteArray& inner = {}) {
+    return QByteArray(depth, '[') + inner + QByteArray(depth, ']');
+}
+
+// What the flood did: the server's answer, bytes sent, the server's resident memory.
+struct Flood {
+    Answer answer;
+    qint64 sentBytes = 0, idleKb = 0, peakKb = 0;
+};
+
+// One connection sends a request line, then 8,000-byte header lines without end (each
+// under cpp-httplib's 8 KB line limit) until `limit` bytes, the server's answer or its
+// close; the server's RSS is sampled every 256 KB sent and after the end.
+Flood floodHeaders(qint64 pid, int port, qint64 limit) {
+    Flood f;
+    f.idleKb = f.peakKb = rssKb(pid);
+    const int fd = connectTo(port);
+    if (fd < 0) return f;
+    QByteArray block = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    QByteArray lines;
+    for (int i = 0; i < 8; ++i) lines += "X-Fill: " + QByteArray(7990, 'a') + "\r\n";
+    QByteArray received;
+    qsizetype offset = 0;
+    bool sending = true;
+    qint64 nextSample = 0;
+    auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (Clock::now() < deadline) {
+        if (block.size() == offset) {
+            block = lines;
+            offset = 0;
+        }
+        pollfd p{fd, short(POLLIN | (sending ? POLLOUT : 0)), 0};
+        if (poll(&p, 1, 100) > 0) {
+            if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+                char buf[65536];
+                const ssize_t n = recv(fd, buf, sizeof buf, 0);
+                if (n <= 0) break;
+                received.append(buf, n);
+                sending = false; // answered: only read what follows
+            }
+            if (sending && (p.revents & POLLOUT)) {
+                const ssize_t n = send(fd, block.constData() + offset,
+                                       std::size_t(block.size() - offset), MSG_NOSIGNAL);
+                if (n < 0 && errno != EAGAIN) {
+                    sending = false;
+                } else if (n > 0) {
+                    offset += n;
+                    f.sentBytes += n;
+                }
+                if (f.sentBytes >= limit && sending) {
+                    sending = false; // never answered: give it a few seconds more
+                    deadline = Clock::now() + std::chrono::seconds(3);
+                }
+            }
+        }
+        if (f.sentBytes >= nextSample) {
+            f.peakKb = std::max(f.peakKb, rssKb(pid));
+            nextSample = f.sentBytes + 256 * 1024;
+        }
+    }
+    f.peakKb = std::max(f.peakKb, rssKb(pid));
+    close(fd);
+    f.answer = parse(received);
+    return f;
+}
+
+// A file's text with `from` replaced by `to` (once).
+bool replaceInFile(const QString& path, const QByteArray& from, const QByteArray& to) {
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly)) return false;
+    QByteArray text = f.readAll();
+    f.close();
+    const int at = text.indexOf(from);
+    if (at < 0) return false;
+    text.replace(at, from.size(), to);
+    return f.open(QIODevice::WriteOnly | QIODevice::Truncate) && f.write(text) == text.size();
+}
+
+// A shard with its header rewritten: the 8-byte length and the JSON, data unchanged.
+bool rewriteShardHeader(const QString& path, const QByteArray& from, const QByteArray& to) {
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly)) return false;
+    const QByteArray bytes = f.readAll();
+    f.close();
+    quint64 length = 0;
+    for (int i = 7; i >= 0; --i) length = length << 8 | quint8(bytes[i]);
+    QByteArray header = bytes.mid(8, qsizetype(length));
+    const int at = header.indexOf(from);
+    if (at < 0) return false;
+    header.replace(at, from.size(), to);
+    while (header.size() % 8 != qsizetype(length % 8)) header += ' '; // same data alignment
+    QByteArray out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[i] = char((quint64(header.size()) >> (8 * i)) & 0xff);
+    out += header + bytes.mid(8 + qsizetype(length));
+    return f.open(QIODevice::WriteOnly | QIODevice::Truncate) && f.write(out) == out.size();
+}
+
+bool copyDemo(const QString& to) {
+    if (!QDir().mkpath(to)) return false;
+    for (const QString& name : QDir(kDemo).entryList(QDir::Files))
+        if (!QFile::copy(kDemo + "/" + name, to + "/" + name)) return false;
+    return true;
+}
+
+} // namespace
+
+class TestK3Limits : public QObject {
+    Q_OBJECT
+private slots:
+    void deepRequestJsonIsA400();
+    void jsonErrorsAre400sWithoutInternals();
+    void forwardFailureIsAGeneric500();
+    void headerFloodIsRefusedWith431();
+    void deepJsonInModelFilesIsRefused();
+};
+
+// Item 1: 20,000 levels in a tool's parameters, or in a tool call's arguments (as an
+// object and as a JSON string), crashed the server (SIGSEGV) from a 39 KB body, also
+// as a text/plain "simple request" any web page can send. Now a 400 naming the field,
+// and the server keeps serving.
+void TestK3Limits::deepRequestJsonIsA400() {
+    Server s = startServe();
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    const QByteArray user = R"({"role":"user","content":"x"})";
+    const QByteArray call = R"({"role":"assistant","tool_calls":[{"id":"c","type":"function",)"
+                            R"("function":{"name":"f","arguments":)";
+    const struct {
+        QByteArray body;
+        QString param;
+    } cases[] = {
+        {R"({"messages":[)" + user +
+             R"(],"tools":[{"type":"function","function":{"name":"f","parameters":)" +
+             nested(20000) + "}}]}",
+         "tools[0].function.parameters[0][0][0][0]..."},
+        {R"({"messages":[)" + user + "," + call + R"({"a":)" + nested(20000, "1") + "}}}]}]}",
+         "messages[1].tool_calls[0].function.arguments.a[0]..."},
+        {R"({"messages":[)" + user + "," + call + "\"{\\\"a\\\":" + nested(20000, "1") +
+             "}\"}}]}]}",
+         "messages[1].tool_calls[0].function.arguments"},
+    };
+    for (const auto& c : cases) {
+        const Answer a =
+            exchange(s.port, post(c.body, "text/plain", "Origin: http://attacker.example\r\n"));
+        QVERIFY2(a.status == 400, qPrintable(QString::number(a.status) + " " + c.param));
+        QCOMPARE(errorOf(a)["param"].toString(), c.param);
+        QVERIFY2(errorOf(a)["message"].toString().endsWith(
+                     "nested deeper than 64 levels of arrays and objects"),
+                 a.body.constData());
+        QCOMPARE(exchange(s.port, kHealth).status, 200);
+    }
+    QCOMPARE(stopServe(s), 0);
+}
+
+// Item 13: "temperature": 1e400 was a 500 with an EXCEPTION_WHAT header holding
+// nlohmann's exception text. A 400 naming the field; no exception text anywhere.
+void TestK3Limits::jsonErrorsAre400sWithoutInternals() {
+    Server s = startServe();
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    const Answer a = exchange(
+        s.port, post(R"({"messages":[{"role":"user","content":"x"}],"temperature":1e400})"));
+    QCOMPARE(a.status, 400);
+    QVERIFY2(!a.head.toLower().contains("exception"), a.head.constData());
+    QCOMPARE(errorOf(a)["param"].toString(), QString("temperature"));
+    QCOMPARE(errorOf(a)["message"].toString(),
+             QString("temperature: number overflow parsing '1e400'"));
+    QVERIFY2(!a.body.contains("json.exception"), a.body.constData());
+    QCOMPARE(stopServe(s), 0);
+}
+
+// Item 13: a failed forward pass answered a 500 holding the server's file paths (the
+// trunk.bin path and offset from the I/O error). The client gets a generic 500; the
+// details are in the server's log.
+void TestK3Limits::forwardFailureIsAGeneric500() {
+    QTemporaryDir tmp;
+    const QString trunk = tmp.filePath("trunk");
+    const K3Run packed = runK3({"pack", kDemo, trunk});
+    QVERIFY2(packed.exitCode == 0, qPrintable(packed.err));
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("K3_FAULT_INJECT", "kind:trunk,error:eio,after:5");
+    Server s = startServe({"--trunk", trunk, "--trunk-gb", "0"}, env);
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    const Answer a = exchange(
+        s.port, post(R"({"messages":[{"role":"user","content":"Hello!"}],"max_tokens":4})"));
+    QCOMPARE(a.status, 500);
+    QCOMPARE(errorOf(a)["message"].toString(),
+             QString("the forward pass failed (the server's log says why)"));
+    QVERIFY2(!a.head.contains("trunk") && !a.body.contains("trunk"), a.body.constData());
+    QCOMPARE(stopServe(s), 0);
+    QVERIFY2(s.log.contains("the forward pass failed: trunk layer 0 piece 0: " + trunk +
+                            "/trunk.bin: read error at offset 0"),
+             qPrintable(s.log));
+}
+
+// Item 4: 8,000-byte header lines without end took the server from 20 MB to over 400 MB
+// in 7 s, with or without an API key. The head is capped at 64 KB and 100 fields: 431
+// and close, the server's memory within 50 MB of idle, and it keeps serving.
+void TestK3Limits::headerFloodIsRefusedWith431() {
+    QTemporaryDir tmp;
+    const QString keyFile = tmp.filePath("key");
+    { std::ofstream(keyFile.toStdString()) << "k3-test-key-0123456789\n"; }
+    for (const QStringList& extra : {QStringList{}, QStringList{"--api-key-file", keyFile}}) {
+        Server s = startServe(extra);
+        QVERIFY2(s.port > 0, qPrintable(s.log));
+        QCOMPARE(exchange(s.port, kHealth).status, 200);
+        const Flood f = floodHeaders(s.process->processId(), s.port, 100ll << 20);
+        qInfo("header flood%s: %lld bytes sent, server RSS idle %lld kB, peak %lld kB",
+              extra.isEmpty() ? "" : " (API key)", f.sentBytes, f.idleKb, f.peakKb);
+        QVERIFY2(f.answer.status == 431,
+                 qPrintable(QStringLiteral("no 431 after %1 bytes").arg(f.sentBytes)));
+        QCOMPARE(errorOf(f.answer)["message"].toString(),
+                 QString("the request head is over 64 KB or 100 header fields"));
+        QVERIFY2(f.peakKb - f.idleKb < 50 * 1024,
+                 qPrintable(QStringLiteral("RSS %1 -> %2 kB").arg(f.idleKb).arg(f.peakKb)));
+        // 101 short header fields are refused as well; 100 are served.
+        QByteArray fields;
+        for (int i = 0; i < 98; ++i) fields += "X-F" + QByteArray::number(i) + ": 1\r\n";
+        const QByteArray head = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+        QCOMPARE(exchange(s.port, head + fields + "Connection: close\r\n\r\n").status, 200);
+        QCOMPARE(exchange(s.port, head + fields + "X-F: 1\r\nConnection: close\r\n\r\n").status,
+                 431);
+        QCOMPARE(exchange(s.port, kHealth).status, 200);
+        QCOMPARE(stopServe(s), 0);
+        QVERIFY2(s.log.contains("431"), qPrintable(s.log));
+    }
+}
+
+// Item 7: __metadata__ 100,000 deep in a shard header, an index field 50,000 deep,
+// config.json or trunk.json 100,000 deep crashed k3 and k3 doctor (SIGSEGV). Now a
+// clear error naming the file, exit 1 (2 for config.json, as for any config k3 cannot
+// read), and doctor's [FAIL].
+void TestK3Limits::deepJsonInModelFilesIsRefused() {
+    QTemporaryDir tmp;
+    const QByteArray deep = nested(100000);
+    const QString trunk = tmp.filePath("trunk");
+    const K3Run packed = runK3({"pack", kDemo, trunk});
+    QVERIFY2(packed.exitCode == 0, qPrintable(packed.err));
+
+    struct Case {
+        QString name, file;
+        std::function<bool(const QString& dir)> damage;
+        int exitCode = 1; // 2 for config.json: k3's code for a config it cannot read
+    };
+    const QList<Case> cases = {
+        {"shard header", "model-00001-of-00002.safetensors",
+         [&](const QString& d) {
+             return rewriteShardHeader(d + "/model-00001-of-00002.safetensors",
+                                       "\"__metadata__\":{",
+                                       "\"__metadata__\":{\"x\":" + deep + ",");
+         }},
+        {"index", "model.safetensors.index.json",
+         [&](const QString& d) {
+             return replaceInFile(d + "/model.safetensors.index.json", "{",
+                                  "{\"x\":" + nested(50000) + ",");
+         }},
+        {"config", "config.json",
+         [&](const QString& d) {
+             return replaceInFile(d + "/config.json", "{", "{\"x\":" + deep + ",");
+         },
+         2},
+        {"tokenizer config", "tokenizer_config.json",
+         [&](const QString& d) {
+             return replaceInFile(d + "/tokenizer_config.json", "{", "{\"x\":" + deep + ",");
+         }},
+    };
+    for (const Case& c : cases) {
+        const QString dir = tmp.filePath(c.name).replace(' ', '-');
+        QVERIFY(copyDemo(dir));
+        QVERIFY2(c.damage(dir), qPrintable(c.name));
+        const K3Run run = runK3({dir, "--prompt", "Hello!", "--gen", "1"});
+        QVERIFY2(run.exitCode == c.exitCode,
+                 qPrintable(c.name + ": exit " + QString::number(run.exitCode) + " " + run.err));
+        QVERIFY2(run.err.contains(c.file) &&
+                     run.err.contains("nested deeper than 64 levels of arrays and objects"),
+                 qPrintable(c.name + ": " + run.err));
+        if (c.file == "tokenizer_config.json") continue; // doctor reads no tokenizer
+        const K3Run doctor = runK3({"doctor", dir, "--no-disk-test"});
+        QVERIFY2(doctor.exitCode == 1,
+                 qPrintable(c.name + ": doctor exit " + QString::number(doctor.exitCode)));
+        QVERIFY2(doctor.out.contains("[FAIL]") && doctor.out.contains(c.file) &&
+                     doctor.out.contains("nested deeper than 64 levels"),
+                 qPrintable(c.name + ": " + doctor.out + doctor.err));
+    }
+
+    QVERIFY(replaceInFile(trunk + "/trunk.json", "{", "{\"x\":" + deep + ","));
+    const K3Run run = runK3({kDemo, "--trunk", trunk, "--prompt", "Hello!", "--gen", "1"});
+    QVERIFY2(run.exitCode == 1, qPrintable(QString::number(run.exitCode) + " " + run.err));
+    QVERIFY2(run.err.contains("trunk.json") &&
+                 run.err.contains("nested deeper than 64 levels of arrays and objects"),
+             qPrintable(run.err));
+}
+
+QTEST_GUILESS_MAIN(TestK3Limits)
+
+#include "tst_k3limits.moc"
