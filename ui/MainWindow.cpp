@@ -6,6 +6,7 @@
 #include "ModelLoader.h"
 #include "RemoteServerDialog.h"
 #include "SettingsDialog.h"
+#include "WindowPlacement.h"
 #include "chat/ChatController.h"
 #include "chat/ConversationListPanel.h"
 #include "chat/ConversationModel.h"
@@ -492,15 +493,13 @@ void MainWindow::showAbout() {
 }
 
 void MainWindow::restoreWindowSettings() {
-    QSettings settings;
-    if (const QByteArray geometry = settings.value("mainWindow/geometry").toByteArray();
-        !geometry.isEmpty())
-        restoreGeometry(geometry);
-    if (const QByteArray docks = settings.value("mainWindow/docks").toByteArray(); !docks.isEmpty())
-        QMainWindow::restoreState(docks);
-    if (const QByteArray split = settings.value("mainWindow/splitter").toByteArray();
-        !split.isEmpty())
-        m_splitter->restoreState(split);
+    const AppSettings::Window saved = AppSettings::loadWindow();
+    if (!saved.geometry.isEmpty()) restoreGeometry(saved.geometry);
+    // Qt ignores a geometry saved at another scale (QT_SCALE_FACTOR, a screen of another
+    // size), which leaves the default size; either may be larger than this screen.
+    WindowPlacement::fitToScreen(this);
+    if (!saved.docks.isEmpty()) QMainWindow::restoreState(saved.docks);
+    if (!saved.splitter.isEmpty()) m_splitter->restoreState(saved.splitter);
 }
 
 void MainWindow::setAskBeforeQuittingMidAnswer(bool ask) {
@@ -547,9 +546,7 @@ void MainWindow::closeEvent(QCloseEvent* event) {
     m_chat->stopAndKeep(); // the answer so far, marked stopped, is on disk
     // An open wizard is a separate window: it must not keep the app alive.
     if (m_wizard) m_wizard->close();
-    QSettings settings;
-    settings.setValue("mainWindow/geometry", saveGeometry());
-    settings.setValue("mainWindow/splitter", m_splitter->saveState());
-    settings.setValue("mainWindow/docks", saveState());
+    AppSettings::saveWindow(
+        {saveGeometry(), m_splitter->saveState(), saveState(), currentConversationId()});
     event->accept();
 }
