@@ -214,7 +214,10 @@ QString ChatController::statsLine(const GenerationSummary& s, const k3::AnswerFi
         parts << tr("%1 new prompt tokens read, %2 reused")
                      .arg(s.prefillPositions)
                      .arg(s.reusedPositions);
-    if (stopped && s.interruption.isEmpty()) parts << tr("stopped");
+    if (s.tokenLimit > 0)
+        parts << tr("stopped at the %1-token limit").arg(s.tokenLimit);
+    else if (stopped && s.interruption.isEmpty())
+        parts << tr("stopped");
     if (!s.toolCalls.empty()) parts << ConversationModel::toolCallsText(s.toolCalls);
     if (!s.interruption.isEmpty()) parts << tr("interrupted: %1").arg(s.interruption);
     if (!invalid.isEmpty()) parts << tr("RUN INVALID (%1)").arg(invalid);
@@ -241,13 +244,21 @@ void ChatController::onFinished(const GenerationSummary& s) {
     if (stopped && last.data(ConversationModel::ContentRole).toString().isEmpty() &&
         last.data(ConversationModel::ReasoningRole).toString().isEmpty())
         m_conversation->removeLast(); // stopped before a token: the question can be answered
-    else // saved with the answer, so the conversation says it when reopened
+    else // saved with the answer, so the conversation says it when reopened; cut at the
+         // token limit, it is as unfinished as after Stop, and marked so
         m_conversation->finishLast(statsLine(s, figures, stopped, invalid), invalid, s.model,
-                                   stopped, figures, s.toolCalls);
+                                   stopped || s.tokenLimit > 0, figures, s.toolCalls);
     m_composer->setGenerating(false);
     save();
     // A broken stream keeps what arrived; the status says why it stopped.
-    emit status(s.interruption.isEmpty() ? tr("ready") : s.interruption);
+    if (!s.interruption.isEmpty())
+        emit status(s.interruption);
+    else if (s.tokenLimit > 0)
+        emit status(tr("ready · the answer stopped at the %1-token limit (Longest answer, in "
+                       "Settings)")
+                        .arg(s.tokenLimit));
+    else
+        emit status(tr("ready"));
     emit answerFinished(s);
 }
 
