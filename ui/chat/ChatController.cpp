@@ -24,6 +24,10 @@ ChatController::ChatController(EngineController* engine, ConversationModel* conv
     connect(worker, &EngineWorker::tokenGenerated, this, &ChatController::onToken);
     connect(worker, &EngineWorker::generationFinished, this, &ChatController::onFinished);
     connect(worker, &EngineWorker::generationFailed, this, &ChatController::onFailed);
+    // Who answers, as the worker names it in a finished answer's summary: an answer kept
+    // before it finishes (quit, a switch of chats, a periodic save) is saved with it too.
+    connect(worker, &EngineWorker::modelLoaded, this,
+            [this](const ModelInfo& info) { m_answeringModel = info.modelName; });
     connect(m_composer, &MessageComposer::thinkingChosen, this, &ChatController::rememberThinking);
 }
 
@@ -97,9 +101,9 @@ QString ChatController::systemPrompt() const {
 
 void ChatController::startAnswer(int versionOfRow) {
     if (versionOfRow >= 0)
-        m_conversation->beginAssistantVersion(versionOfRow);
+        m_conversation->beginAssistantVersion(versionOfRow, m_answeringModel);
     else
-        m_conversation->beginAssistantMessage();
+        m_conversation->beginAssistantMessage(m_answeringModel);
     // The streaming message (and the versions it keeps aside) are not part of it.
     const QVector<ChatTurn> history = m_conversation->turns();
     m_answering = true;
@@ -172,7 +176,7 @@ void ChatController::keepPartialAnswer(const QString& why) {
     const k3::AnswerFigures figures = figuresSoFar();
     QString stats = ConversationModel::figuresText(figures);
     stats += (stats.isEmpty() ? QString() : QStringLiteral(" · ")) + why;
-    m_conversation->finishLast(stats, {}, {}, true, figures);
+    m_conversation->finishLast(stats, {}, m_answeringModel, true, figures);
 }
 
 void ChatController::save() {

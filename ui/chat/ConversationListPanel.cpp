@@ -248,11 +248,12 @@ void ConversationListPanel::storeTitle(const QString& id, const QString& title) 
                   tr("The title “%1” was not stored: %2").arg(title, QString::fromUtf8(e.what())));
         return;
     }
+    Summary summary = m_store->summary(id);
     if (QListWidgetItem* item = itemFor(id)) {
-        Summary summary = m_store->summary(id);
         summary.modified = item->data(Roles::ModifiedRole).toDateTime(); // a title is no turn
         fillItem(item, summary);
     }
+    emit conversationRenamed(id, summary.title);
 }
 
 void ConversationListPanel::deleteConversation(const QString& id) {
