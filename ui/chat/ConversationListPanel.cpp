@@ -1,6 +1,7 @@
 #include "chat/ConversationListPanel.h"
 
 #include "chat/ConversationListDelegate.h"
+#include "chat/ConversationListWidget.h"
 #include "chat/RelativeTime.h"
 
 #include <QAction>
@@ -22,7 +23,7 @@ using Summary = ConversationStore::Summary;
 using Roles = ConversationListDelegate::Roles;
 
 ConversationListPanel::ConversationListPanel(ConversationStore* store, QWidget* parent)
-    : QWidget(parent), m_store(store), m_search(new QLineEdit), m_list(new QListWidget),
+    : QWidget(parent), m_store(store), m_search(new QLineEdit), m_list(new ConversationListWidget),
       m_delegate(new ConversationListDelegate(this)), m_noResults(new QLabel),
       m_undoBar(new QWidget), m_undoLabel(new QLabel) {
     m_search->setObjectName(QStringLiteral("conversationSearch"));
