@@ -42,6 +42,10 @@ std::optional<std::uint64_t> bytesValue(const QSettings& s, const QString& key) 
 const QString kSpeculation = QStringLiteral("engine/speculation");
 const QString kMaxTokens = QStringLiteral("generation/maxTokens");
 const QString kSystemPrompt = QStringLiteral("generation/systemPrompt");
+const QString kWindowGeometry = QStringLiteral("mainWindow/geometry");
+const QString kWindowSplitter = QStringLiteral("mainWindow/splitter");
+const QString kWindowDocks = QStringLiteral("mainWindow/docks");
+const QString kOpenConversation = QStringLiteral("mainWindow/conversation");
 
 QPalette darkPalette() {
     QPalette p;
@@ -155,6 +159,20 @@ void AppSettings::saveLaunch(const k3::LaunchConfig& c) {
     s.setValue(kPrefillChunk, c.prefillChunk);
     s.setValue(kContextLength, c.contextLength);
     s.setValue(kMaxSpeculation, c.maxSpeculation);
+}
+
+AppSettings::Window AppSettings::loadWindow() {
+    const QSettings s;
+    return {s.value(kWindowGeometry).toByteArray(), s.value(kWindowSplitter).toByteArray(),
+            s.value(kWindowDocks).toByteArray(), s.value(kOpenConversation).toString()};
+}
+
+void AppSettings::saveWindow(const Window& window) {
+    QSettings s;
+    s.setValue(kWindowGeometry, window.geometry);
+    s.setValue(kWindowSplitter, window.splitter);
+    s.setValue(kWindowDocks, window.docks);
+    s.setValue(kOpenConversation, window.conversationId);
 }
 
 GenerationSettings AppSettings::generationSettings(quint64 randomSeed) const {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <QByteArray>
 #include <QString>
 #include <QStringList>
 
@@ -35,6 +36,16 @@ public:
     static k3::LaunchConfig loadLaunch();
     static void saveLaunch(const k3::LaunchConfig& launch);
     bool operator==(const AppSettings&) const = default;
+
+    // The main window as it was left, restored at the next start.
+    struct Window {
+        QByteArray geometry;    // QWidget::saveGeometry
+        QByteArray splitter;    // the sidebar's width
+        QByteArray docks;       // QMainWindow::saveState
+        QString conversationId; // the conversation open; empty: a new chat
+    };
+    static Window loadWindow();
+    static void saveWindow(const Window& window);
 
     // The options for one message. randomSeed is used when the seed is not fixed.
     GenerationSettings generationSettings(quint64 randomSeed) const;

@@ -6,6 +6,7 @@
 #include "ModelLoader.h"
 #include "RemoteServerDialog.h"
 #include "SettingsDialog.h"
+#include "WindowPlacement.h"
 #include "chat/ChatController.h"
 #include "chat/ConversationListPanel.h"
 #include "chat/ConversationModel.h"
@@ -101,6 +102,10 @@ QWidget* MainWindow::buildSidebar() {
     connect(newChatButton, &QPushButton::clicked, this, &MainWindow::newChat);
     connect(m_conversationPanel, &ConversationListPanel::conversationActivated, this,
             &MainWindow::openConversation);
+    connect(m_conversationPanel, &ConversationListPanel::conversationRenamed, this,
+            [this](const QString&, const QString& title) {
+                statusBar()->showMessage(tr("Renamed to \"%1\"").arg(title), 5000);
+            });
     connect(m_conversationPanel, &ConversationListPanel::conversationDeleted, this,
             [this](const QString& id) {
                 if (id == currentConversationId()) newChat(); // its file is in the trash now
@@ -208,6 +213,7 @@ void MainWindow::newChat() {
     m_chat->setConversationId({});
     m_store->release(); // the next save claims the new conversation
     m_conversationPanel->setCurrentConversation({});
+    m_timing->clear();
     m_composer->clear();
     m_composer->setFocus();
 }
@@ -245,12 +251,7 @@ void MainWindow::openConversation(const QString& id) {
         return;
     }
     try {
-        const QVector<ChatTurn> turns = m_store->load(id);
-        m_conversation->conversation()->setTurns(turns);
-        m_conversation->scrollToBottom(); // a reopened chat goes on at its end
-        m_chat->setConversationId(id);
-        m_conversationPanel->setCurrentConversation(id);
-        statusBar()->showMessage(tr("Opened \"%1\"").arg(ConversationStore::titleFor(turns)), 5000);
+        showConversation(id, m_store->load(id));
     } catch (const std::exception& e) {
         m_store->release();
         m_conversationPanel->setCurrentConversation(currentConversationId());
@@ -261,6 +262,18 @@ void MainWindow::openConversation(const QString& id) {
         box.setDetailedText(QString::fromUtf8(e.what()));
         box.exec();
     }
+}
+
+void MainWindow::showConversation(const QString& id, const QVector<ChatTurn>& turns) {
+    m_conversation->conversation()->setTurns(turns);
+    m_conversation->scrollToBottom(); // a reopened chat goes on at its end
+    m_chat->setConversationId(id);
+    m_conversationPanel->setCurrentConversation(id);
+    m_timing->clear(); // the chart was another conversation's answer
+    const QString title = m_store->storedTitle(id);
+    statusBar()->showMessage(
+        tr("Opened \"%1\"").arg(title.isEmpty() ? ConversationStore::titleFor(turns) : title),
+        5000);
 }
 
 bool MainWindow::importConversation(const QString& file) {
@@ -293,7 +306,23 @@ bool MainWindow::importConversation(const QString& file) {
 }
 
 void MainWindow::loadStartupModel() {
+    reopenLastConversation();
     m_loader->loadStartupModel();
+}
+
+void MainWindow::reopenLastConversation() {
+    // Not over one shown already (--conversation imports one before the model loads).
+    if (!currentConversationId().isEmpty() || m_conversation->conversation()->rowCount() > 0)
+        return;
+    const QString id = AppSettings::loadWindow().conversationId;
+    if (id.isEmpty() || !QFileInfo::exists(m_store->pathFor(id))) return; // deleted since
+    // Quietly: one in use elsewhere or unreadable stays listed, and opening it says why.
+    try {
+        m_store->claim(id);
+        showConversation(id, m_store->load(id));
+    } catch (const std::exception&) {
+        m_store->release();
+    }
 }
 
 void MainWindow::openModelFolder() {
@@ -492,15 +521,13 @@ void MainWindow::showAbout() {
 }
 
 void MainWindow::restoreWindowSettings() {
-    QSettings settings;
-    if (const QByteArray geometry = settings.value("mainWindow/geometry").toByteArray();
-        !geometry.isEmpty())
-        restoreGeometry(geometry);
-    if (const QByteArray docks = settings.value("mainWindow/docks").toByteArray(); !docks.isEmpty())
-        QMainWindow::restoreState(docks);
-    if (const QByteArray split = settings.value("mainWindow/splitter").toByteArray();
-        !split.isEmpty())
-        m_splitter->restoreState(split);
+    const AppSettings::Window saved = AppSettings::loadWindow();
+    if (!saved.geometry.isEmpty()) restoreGeometry(saved.geometry);
+    // Qt ignores a geometry saved at another scale (QT_SCALE_FACTOR, a screen of another
+    // size), which leaves the default size; either may be larger than this screen.
+    WindowPlacement::fitToScreen(this);
+    if (!saved.docks.isEmpty()) QMainWindow::restoreState(saved.docks);
+    if (!saved.splitter.isEmpty()) m_splitter->restoreState(saved.splitter);
 }
 
 void MainWindow::setAskBeforeQuittingMidAnswer(bool ask) {
@@ -547,9 +574,7 @@ void MainWindow::closeEvent(QCloseEvent* event) {
     m_chat->stopAndKeep(); // the answer so far, marked stopped, is on disk
     // An open wizard is a separate window: it must not keep the app alive.
     if (m_wizard) m_wizard->close();
-    QSettings settings;
-    settings.setValue("mainWindow/geometry", saveGeometry());
-    settings.setValue("mainWindow/splitter", m_splitter->saveState());
-    settings.setValue("mainWindow/docks", saveState());
+    AppSettings::saveWindow(
+        {saveGeometry(), m_splitter->saveState(), saveState(), currentConversationId()});
     event->accept();
 }

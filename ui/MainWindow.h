@@ -115,6 +115,10 @@ private:
     void askToQuitMidAnswer();
     void updateRegenerateAction();
     void restoreWindowSettings();
+    // The conversation open at the last quit, if it is still there (at start).
+    void reopenLastConversation();
+    // Shows the claimed conversation `id` read from the store.
+    void showConversation(const QString& id, const QVector<ChatTurn>& turns);
     // Theme and the composer's thinking defaults from the stored settings.
     void applySettings();
 

@@ -1,5 +1,7 @@
 #include "SettingsDialog.h"
 
+#include "GigabyteSpinBox.h"
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDialogButtonBox>
@@ -49,7 +51,7 @@ template <typename W> W* named(W* widget, const char* objectName, const QString&
 }
 
 QDoubleSpinBox* gbSpin(const char* objectName, const QString& accessible) {
-    auto* spin = named(new QDoubleSpinBox, objectName, accessible);
+    auto* spin = named(new GigabyteSpinBox, objectName, accessible);
     spin->setRange(0, 100000);
     spin->setDecimals(3); // 1 MB
     spin->setSingleStep(0.25);

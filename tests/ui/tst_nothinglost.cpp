@@ -138,7 +138,7 @@ void TestNothingLost::quitMidAnswerKeepsThePartialAnswer() {
     QVERIFY2(lastMessage(again)
                  .data(ConversationModel::StatsRole)
                  .toString()
-                 .endsWith(QStringLiteral(" · stopped")),
+                 .endsWith(QStringLiteral(" · stopped · answered by k3_tiny_a")),
              qPrintable(lastMessage(again).data(ConversationModel::StatsRole).toString()));
     QVERIFY(again.store()->remove(id));
 }

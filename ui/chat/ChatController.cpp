@@ -24,6 +24,10 @@ ChatController::ChatController(EngineController* engine, ConversationModel* conv
     connect(worker, &EngineWorker::tokenGenerated, this, &ChatController::onToken);
     connect(worker, &EngineWorker::generationFinished, this, &ChatController::onFinished);
     connect(worker, &EngineWorker::generationFailed, this, &ChatController::onFailed);
+    // Who answers, as the worker names it in a finished answer's summary: an answer kept
+    // before it finishes (quit, a switch of chats, a periodic save) is saved with it too.
+    connect(worker, &EngineWorker::modelLoaded, this,
+            [this](const ModelInfo& info) { m_answeringModel = info.modelName; });
     connect(m_composer, &MessageComposer::thinkingChosen, this, &ChatController::rememberThinking);
 }
 
@@ -97,9 +101,9 @@ QString ChatController::systemPrompt() const {
 
 void ChatController::startAnswer(int versionOfRow) {
     if (versionOfRow >= 0)
-        m_conversation->beginAssistantVersion(versionOfRow);
+        m_conversation->beginAssistantVersion(versionOfRow, m_answeringModel);
     else
-        m_conversation->beginAssistantMessage();
+        m_conversation->beginAssistantMessage(m_answeringModel);
     // The streaming message (and the versions it keeps aside) are not part of it.
     const QVector<ChatTurn> history = m_conversation->turns();
     m_answering = true;
@@ -172,7 +176,7 @@ void ChatController::keepPartialAnswer(const QString& why) {
     const k3::AnswerFigures figures = figuresSoFar();
     QString stats = ConversationModel::figuresText(figures);
     stats += (stats.isEmpty() ? QString() : QStringLiteral(" · ")) + why;
-    m_conversation->finishLast(stats, {}, {}, true, figures);
+    m_conversation->finishLast(stats, {}, m_answeringModel, true, figures);
 }
 
 void ChatController::save() {
@@ -214,7 +218,10 @@ QString ChatController::statsLine(const GenerationSummary& s, const k3::AnswerFi
         parts << tr("%1 new prompt tokens read, %2 reused")
                      .arg(s.prefillPositions)
                      .arg(s.reusedPositions);
-    if (stopped && s.interruption.isEmpty()) parts << tr("stopped");
+    if (s.tokenLimit > 0)
+        parts << tr("stopped at the %1-token limit").arg(s.tokenLimit);
+    else if (stopped && s.interruption.isEmpty())
+        parts << tr("stopped");
     if (!s.toolCalls.empty()) parts << ConversationModel::toolCallsText(s.toolCalls);
     if (!s.interruption.isEmpty()) parts << tr("interrupted: %1").arg(s.interruption);
     if (!invalid.isEmpty()) parts << tr("RUN INVALID (%1)").arg(invalid);
@@ -241,13 +248,21 @@ void ChatController::onFinished(const GenerationSummary& s) {
     if (stopped && last.data(ConversationModel::ContentRole).toString().isEmpty() &&
         last.data(ConversationModel::ReasoningRole).toString().isEmpty())
         m_conversation->removeLast(); // stopped before a token: the question can be answered
-    else // saved with the answer, so the conversation says it when reopened
+    else // saved with the answer, so the conversation says it when reopened; cut at the
+         // token limit, it is as unfinished as after Stop, and marked so
         m_conversation->finishLast(statsLine(s, figures, stopped, invalid), invalid, s.model,
-                                   stopped, figures, s.toolCalls);
+                                   stopped || s.tokenLimit > 0, figures, s.toolCalls);
     m_composer->setGenerating(false);
     save();
     // A broken stream keeps what arrived; the status says why it stopped.
-    emit status(s.interruption.isEmpty() ? tr("ready") : s.interruption);
+    if (!s.interruption.isEmpty())
+        emit status(s.interruption);
+    else if (s.tokenLimit > 0)
+        emit status(tr("ready · the answer stopped at the %1-token limit (Longest answer, in "
+                       "Settings)")
+                        .arg(s.tokenLimit));
+    else
+        emit status(tr("ready"));
     emit answerFinished(s);
 }
 

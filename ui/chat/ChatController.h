@@ -100,6 +100,7 @@ private:
     ConversationStore* m_store;
     QString m_conversationId;
     QString m_modelKey;
+    QString m_answeringModel; // the loaded model's name, saved with each answer
     bool m_answering = false; // false again once kept: late results are then ignored
     int m_editRow = -1;       // the user message being edited; -1 when not editing
     int m_partialSaveMs = 3000;

@@ -1,6 +1,7 @@
 #include "chat/ConversationListPanel.h"
 
 #include "chat/ConversationListDelegate.h"
+#include "chat/ConversationListWidget.h"
 #include "chat/RelativeTime.h"
 
 #include <QAction>
@@ -22,7 +23,7 @@ using Summary = ConversationStore::Summary;
 using Roles = ConversationListDelegate::Roles;
 
 ConversationListPanel::ConversationListPanel(ConversationStore* store, QWidget* parent)
-    : QWidget(parent), m_store(store), m_search(new QLineEdit), m_list(new QListWidget),
+    : QWidget(parent), m_store(store), m_search(new QLineEdit), m_list(new ConversationListWidget),
       m_delegate(new ConversationListDelegate(this)), m_noResults(new QLabel),
       m_undoBar(new QWidget), m_undoLabel(new QLabel) {
     m_search->setObjectName(QStringLiteral("conversationSearch"));
@@ -248,11 +249,12 @@ void ConversationListPanel::storeTitle(const QString& id, const QString& title) 
                   tr("The title “%1” was not stored: %2").arg(title, QString::fromUtf8(e.what())));
         return;
     }
+    Summary summary = m_store->summary(id);
     if (QListWidgetItem* item = itemFor(id)) {
-        Summary summary = m_store->summary(id);
         summary.modified = item->data(Roles::ModifiedRole).toDateTime(); // a title is no turn
         fillItem(item, summary);
     }
+    emit conversationRenamed(id, summary.title);
 }
 
 void ConversationListPanel::deleteConversation(const QString& id) {

@@ -58,6 +58,8 @@ signals:
     void conversationActivated(const QString& id);
     // `id` was moved to the trash (the window shows a new chat if it was shown).
     void conversationDeleted(const QString& id);
+    // The user's new title for `id` is stored; `title` is what the list shows now.
+    void conversationRenamed(const QString& id, const QString& title);
     // A search's results are on screen.
     void searchFinished();
 

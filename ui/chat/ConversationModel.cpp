@@ -72,9 +72,10 @@ int ConversationModel::appendMessage(const QString& role, const QString& content
     return row;
 }
 
-int ConversationModel::beginAssistantMessage() {
+int ConversationModel::beginAssistantMessage(const QString& model) {
     const int row = appendMessage(QStringLiteral("assistant"), QString());
     m_entries[row].streaming = true;
+    m_entries[row].model = model;
     changed(row);
     return row;
 }
@@ -185,9 +186,10 @@ int ConversationModel::appendVersion(int row, const QString& role, const QString
     return added;
 }
 
-int ConversationModel::beginAssistantVersion(int row) {
+int ConversationModel::beginAssistantVersion(int row, const QString& model) {
     const int added = appendVersion(row, QStringLiteral("assistant"), QString());
     m_entries[added].streaming = true;
+    m_entries[added].model = model;
     changed(added);
     return added;
 }

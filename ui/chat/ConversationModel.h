@@ -36,8 +36,9 @@ public:
     Qt::ItemFlags flags(const QModelIndex& index) const override;
 
     int appendMessage(const QString& role, const QString& content);
-    // Starts an empty assistant message that tokens will stream into.
-    int beginAssistantMessage();
+    // Starts an empty assistant message that tokens will stream into; `model` answers it
+    // (kept with whatever is saved of it, a partial answer too).
+    int beginAssistantMessage(const QString& model = {});
     void appendToLast(const QString& thinkingDelta, const QString& responseDelta);
     // The streaming message's prompt reading: `done` of `total` positions after
     // `seconds`; the first token (appendToLast) or finishLast clears it.
@@ -59,7 +60,7 @@ public:
     // (an edited question, or with beginAssistantVersion a regenerated answer), shown
     // as the last version.
     int appendVersion(int row, const QString& role, const QString& content);
-    int beginAssistantVersion(int row);
+    int beginAssistantVersion(int row, const QString& model = {});
     // Shows version `index` (from 0) of message `row` and what followed it; the branch
     // shown before is kept. False when there is no such version.
     bool switchVersion(int row, int index);

@@ -13,6 +13,16 @@
 #include <array>
 #include <cmath>
 
+namespace {
+// One colour per series in every theme (a chart theme's own palette gave trunk I/O and
+// expert I/O each other's colours between Light and Dark, and Dark's trunk I/O the green
+// of accepted proposals). Mid-tones that read on a light and on a dark window.
+const QColor kTrunkIoColor(0x3a, 0x88, 0xc8);  // blue
+const QColor kExpertIoColor(0xe8, 0x8a, 0x1a); // orange
+const QColor kComputeColor(0x94, 0x67, 0xbd);  // purple
+const QColor kProposalColor(0x2c, 0xa0, 0x4c); // green: the summary line names it
+} // namespace
+
 TokenTimingPanel::TokenTimingPanel(QWidget* parent)
     : QWidget(parent), m_chart(new QChart), m_view(new QChartView(m_chart, this)),
       m_series(new QStackedBarSeries), m_trunk(new QBarSet(tr("trunk I/O"))),
@@ -153,6 +163,12 @@ void TokenTimingPanel::appendBar(double computeSeconds, double trunkIoSeconds,
     }
 }
 
+int TokenTimingPanel::heightForWidth(int width) const {
+    const QMargins margins = layout()->contentsMargins();
+    return margins.top() + m_view->minimumHeight() + std::max(0, layout()->spacing()) +
+           m_summary->heightForWidth(width - margins.left() - margins.right()) + margins.bottom();
+}
+
 int TokenTimingPanel::barCount() const {
     return m_compute->count();
 }
@@ -242,9 +258,12 @@ QStringList TokenTimingPanel::yAxisLabels() const {
 void TokenTimingPanel::applyPalette() {
     const QPalette pal = palette();
     const bool dark = pal.color(QPalette::Window).lightness() < 128;
-    // The built-in theme picks the bar colours; everything around the bars then takes the
-    // palette's, so no light box is left in a dark window (issue 21).
+    // The theme sets the fonts and axes; the bars keep their own colours, and everything
+    // around them takes the palette's, so no light box is left in a dark window (issue 21).
     m_chart->setTheme(dark ? QChart::ChartThemeDark : QChart::ChartThemeLight);
+    m_trunk->setColor(kTrunkIoColor);
+    m_experts->setColor(kExpertIoColor);
+    m_compute->setColor(kComputeColor);
     // No outline: the theme's light border drowned the fill once hundreds of bars shared
     // the width (a long answer looked white).
     for (QBarSet* set : {m_trunk, m_experts, m_compute}) set->setPen(Qt::NoPen);
@@ -265,7 +284,7 @@ void TokenTimingPanel::applyPalette() {
     m_chart->legend()->setLabelColor(text);
     // Tokens from accepted proposals: their compute segment in a colour of its own, which
     // the summary line names (the legend cannot show a per-bar colour).
-    m_compute->setSelectedColor(dark ? QColor(0x7c, 0xd9, 0x92) : QColor(0x1b, 0x8a, 0x3e));
+    m_compute->setSelectedColor(kProposalColor);
 }
 
 void TokenTimingPanel::changeEvent(QEvent* event) {

@@ -52,6 +52,10 @@ public:
     };
     static Scale niceScale(double top);
 
+    // The chart at its least and the whole summary line: the dock's scroll area gives the
+    // panel at least this height, so a short dock shrinks the chart, never the footer.
+    int heightForWidth(int width) const override;
+
 protected:
     void changeEvent(QEvent* event) override;
 

@@ -1,5 +1,7 @@
 #include "wizard/MemoryPage.h"
 
+#include "GigabyteSpinBox.h"
+
 #include <QButtonGroup>
 #include <QDoubleSpinBox>
 #include <QFormLayout>
@@ -40,8 +42,8 @@ MemoryPage::Planned planOffThread(k3::LaunchConfig config, bool automatic, quint
 } // namespace
 
 MemoryPage::MemoryPage(QWidget* parent)
-    : QWizardPage(parent), m_presets(new QButtonGroup(this)), m_trunkGB(new QDoubleSpinBox),
-      m_cacheGB(new QDoubleSpinBox), m_panel(new MemoryPlanPanel), m_summary(new QLabel),
+    : QWizardPage(parent), m_presets(new QButtonGroup(this)), m_trunkGB(new GigabyteSpinBox),
+      m_cacheGB(new GigabyteSpinBox), m_panel(new MemoryPlanPanel), m_summary(new QLabel),
       m_warning(new QLabel) {
     setTitle(tr("Choose memory"));
     setSubTitle(tr("Memory only buys speed: the answer is the same with any preset. The plan "
@@ -67,12 +69,6 @@ MemoryPage::MemoryPage(QWidget* parent)
     m_presets->button(kAutoId)->setChecked(true);
     buttons->addStretch(1);
 
-    for (QDoubleSpinBox* spin : {m_trunkGB, m_cacheGB}) {
-        spin->setRange(0, 4096);
-        spin->setDecimals(2);
-        spin->setSingleStep(0.5);
-        spin->setSuffix(tr(" GB"));
-    }
     m_trunkGB->setObjectName(QStringLiteral("trunkGB"));
     m_trunkGB->setAccessibleName(tr("Trunk budget in GB"));
     m_cacheGB->setObjectName(QStringLiteral("cacheGB"));

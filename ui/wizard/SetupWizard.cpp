@@ -9,6 +9,7 @@
 #include "wizard/SystemCheckPage.h"
 
 #include <QGuiApplication>
+#include <QMoveEvent>
 #include <QScreen>
 
 #include <algorithm>
@@ -100,7 +101,22 @@ void SetupWizard::centreOnParent() {
             std::clamp(frame.top(), available.top(),
                        std::max(available.top(), available.bottom() - frame.height() + 1)));
     }
+    m_centredAt = frame.topLeft();
     move(frame.topLeft());
+}
+
+void SetupWizard::moveEvent(QMoveEvent* event) {
+    QWizard::moveEvent(event);
+    // A move to anywhere but where it was centred is the user's (or the window manager's
+    // answer to them): from then on the wizard stays where it is put.
+    if (m_placed && isVisible() && frameGeometry().topLeft() != m_centredAt) m_followOwner = false;
+}
+
+bool SetupWizard::eventFilter(QObject* watched, QEvent* event) {
+    if (m_followOwner && m_placed && isVisible() &&
+        (event->type() == QEvent::Move || event->type() == QEvent::Resize))
+        centreOnParent();
+    return QWizard::eventFilter(watched, event);
 }
 
 void SetupWizard::showEvent(QShowEvent* event) {
@@ -108,4 +124,6 @@ void SetupWizard::showEvent(QShowEvent* event) {
     if (m_placed) return;
     m_placed = true;
     centreOnParent();
+    if (QWidget* owner = parentWidget() ? parentWidget()->window() : nullptr)
+        owner->installEventFilter(this);
 }

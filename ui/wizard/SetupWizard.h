@@ -31,6 +31,9 @@ public:
 
 protected:
     void showEvent(QShowEvent* event) override;
+    void moveEvent(QMoveEvent* event) override;
+    // Follows the main window's moves and resizes until the wizard is moved itself.
+    bool eventFilter(QObject* watched, QEvent* event) override;
 
 signals:
     // The whole choice, exactly as the memory page planned it (trunkDir empty when
@@ -51,4 +54,8 @@ private:
     RemoteServerPage* m_remote;
     bool m_useServer = false; // page 1's "Use a server" leads to the server page
     bool m_placed = false;    // centred over the main window on the first show
+    // On the first run the window manager places the main window after the wizard has
+    // opened: the wizard stays centred on it until it is moved somewhere else.
+    bool m_followOwner = true;
+    QPoint m_centredAt; // where centreOnParent() put the frame last
 };

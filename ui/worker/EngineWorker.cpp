@@ -319,6 +319,11 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
         s.toolCalls = r.reply.toolCalls;
         s.endOfTurn = r.endOfTurn;
         s.cancelled = r.cancelled;
+        // Neither the model, Stop, the context nor a broken stream ended it: the limit did
+        // (a server says "length" for the same case).
+        if (!r.endOfTurn && !r.cancelled && !r.contextFull && r.interruption.empty() &&
+            r.tokenCount() >= settings.maxTokens)
+            s.tokenLimit = settings.maxTokens;
         s.valid = r.valid();
         if (r.nonFinite)
             s.invalidReason = tr("a NaN or Inf reached the logits");

@@ -52,6 +52,9 @@ struct GenerationSummary {
     int generatedTokens = 0;
     bool endOfTurn = false;
     bool cancelled = false;
+    // The answer was cut at the longest answer allowed (GenerationSettings::maxTokens),
+    // before the model ended it: that limit; 0 when it was not.
+    int tokenLimit = 0;
     bool valid = true;
     QString invalidReason; // empty when valid
     double prefillSeconds = 0;
