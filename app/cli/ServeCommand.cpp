@@ -21,7 +21,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -288,12 +290,15 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
         return sendError(res, e);
     }
     auto place = queue_.join();
-    if (!place)
+    if (!place) {
+        // Clients that honour it (the openai SDKs) wait this long before they retry.
+        res.set_header("Retry-After", "1");
         return sendError(res, api::ApiError(429,
                                             "the server is busy: " + std::to_string(args_.queue) +
                                                 " requests already wait (k3 serve --queue); "
                                                 "retry later",
                                             "rate_limit_error", {}, "queue_full"));
+    }
     const std::string id = completionId();
     const std::int64_t created = std::time(nullptr);
     const k3::GenerateOptions options = generateOptions(request);
@@ -409,8 +414,14 @@ void Server::routes() {
         if (key_.empty() || !req.path.starts_with("/v1/"))
             return httplib::Server::HandlerResponse::Unhandled;
         const std::string auth = req.get_header_value("Authorization");
-        const std::string_view bearer = "Bearer ";
-        if (auth.starts_with(bearer) && sameKey(std::string_view(auth).substr(bearer.size()), key_))
+        // RFC 9110: the scheme is case-insensitive ("bearer KEY" is as good as "Bearer KEY").
+        const std::string_view bearer = "bearer ";
+        const bool isBearer =
+            auth.size() > bearer.size() &&
+            std::equal(bearer.begin(), bearer.end(), auth.begin(), [](char a, char b) {
+                return a == std::tolower(static_cast<unsigned char>(b));
+            });
+        if (isBearer && sameKey(std::string_view(auth).substr(bearer.size()), key_))
             return httplib::Server::HandlerResponse::Unhandled;
         sendError(res, api::ApiError(401,
                                      "invalid or missing API key: send the key given to k3 serve "
