@@ -456,22 +456,23 @@ void Server::routes() {
     });
     // A handler that throws: a generic 500 for the client (never the exception's text,
     // which cpp-httplib would put in an EXCEPTION_WHAT header), the text in the log.
-    http_.set_exception_handler([this](const httplib::Request& req, httplib::Response& res,
-                                       std::exception_ptr ep) {
-        std::string what = "an exception that is no std::exception";
-        try {
-            std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-            what = e.what();
-        } catch (...) {
-        }
-        std::fprintf(stderr, "k3 serve: %s failed: %s\n",
-                     terminalSafe(req.method + " " + req.path).c_str(), terminalSafe(what).c_str());
-        res.headers.clear();
-        res.status = 500;
-        sendError(res, api::ApiError(500, "internal server error (the server's log says why)",
-                                     "server_error"));
-    });
+    http_.set_exception_handler(
+        [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+            std::string what = "an exception that is no std::exception";
+            try {
+                std::rethrow_exception(ep);
+            } catch (const std::exception& e) {
+                what = e.what();
+            } catch (...) {
+            }
+            std::fprintf(stderr, "k3 serve: %s failed: %s\n",
+                         terminalSafe(req.method + " " + req.path, false).c_str(),
+                         terminalSafe(what).c_str());
+            res.headers.clear();
+            res.status = 500;
+            sendError(res, api::ApiError(500, "internal server error (the server's log says why)",
+                                         "server_error"));
+        });
     // method, path, status, tokens (prompt+completion), seconds. Never headers: the key.
     http_.set_logger([](const httplib::Request& req, const httplib::Response& res) {
         if (LimitedHttpServer::refusingHead()) { // its 431 is logged where it is sent
@@ -484,7 +485,7 @@ void Server::routes() {
                                                     : std::to_string(tlLog.promptTokens) + "+" +
                                                           std::to_string(tlLog.completionTokens);
         const std::string line =
-            terminalSafe(req.method + " " + req.path) + " " + std::to_string(res.status) +
+            terminalSafe(req.method + " " + req.path, false) + " " + std::to_string(res.status) +
             " tokens=" + tokens + " " +
             std::to_string(seconds).substr(0, std::to_string(seconds).find('.') + 4) + " s";
         std::fprintf(stderr, "k3 serve: %s\n", line.c_str());

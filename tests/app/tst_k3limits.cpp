@@ -262,6 +262,7 @@ private slots:
     void forwardFailureIsAGeneric500();
     void headerFloodIsRefusedWith431();
     void deepJsonInModelFilesIsRefused();
+    void controlCharactersInPathsAreEscapedInTheLog();
 };
 
 // Item 1: 20,000 levels in a tool's parameters, or in a tool call's arguments (as an
@@ -372,6 +373,21 @@ void TestK3Limits::headerFloodIsRefusedWith431() {
         QCOMPARE(stopServe(s), 0);
         QVERIFY2(s.log.contains("431"), qPrintable(s.log));
     }
+}
+
+// Issue 35 item 18: a path with %0A (decoded by cpp-httplib) wrote a forged record into
+// the access log. Every control character of a logged field is escaped: one line each.
+void TestK3Limits::controlCharactersInPathsAreEscapedInTheLog() {
+    Server s = startServe();
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    QCOMPARE(exchange(s.port, "GET /x%0Ak3%20serve:%20FORGED%0D%09%1B HTTP/1.1\r\nHost: "
+                              "127.0.0.1\r\nConnection: close\r\n\r\n")
+                 .status,
+             404);
+    QCOMPARE(stopServe(s), 0);
+    QVERIFY2(!s.log.contains("\nk3 serve: FORGED"), qPrintable(s.log));
+    QVERIFY2(s.log.contains("k3 serve: GET /x\\x0ak3 serve: FORGED\\x0d\\x09\\x1b 404 tokens=- "),
+             qPrintable(s.log));
 }
 
 // Item 7: __metadata__ 100,000 deep in a shard header, an index field 50,000 deep,
