@@ -283,6 +283,18 @@ k3::GenerateOptions Server::generateOptions(const k3::api::ChatRequest& r) const
 
 void Server::chatCompletions(const httplib::Request& req, httplib::Response& res) {
     namespace api = k3::api;
+    // A web page can POST text/plain to 127.0.0.1 without a CORS preflight; application/json
+    // it cannot. Parameters (charset) may follow, in any case.
+    std::string type = req.get_header_value("Content-Type");
+    type = type.substr(0, type.find(';'));
+    type.erase(type.find_last_not_of(" \t") + 1);
+    std::transform(type.begin(), type.end(), type.begin(),
+                   [](unsigned char c) { return char(std::tolower(c)); });
+    if (type != "application/json")
+        return sendError(res, api::ApiError(415,
+                                            "Content-Type must be application/json, got \"" +
+                                                terminalSafe(type, false) + "\"",
+                                            "invalid_request_error", {}, "unsupported_media_type"));
     api::ChatRequest request;
     try {
         request = api::parseChatRequest(req.body);
