@@ -155,13 +155,13 @@ std::uint64_t peakRssBytes() {
     return 0;
 }
 
-std::string terminalSafe(const std::string& text) {
+std::string terminalSafe(const std::string& text, bool keepLines) {
     std::string out;
     out.reserve(text.size());
     char escape[8];
     for (std::size_t i = 0; i < text.size(); ++i) {
         const auto c = static_cast<unsigned char>(text[i]);
-        if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+        if ((c < 0x20 && !(keepLines && (c == '\n' || c == '\t'))) || c == 0x7f) {
             std::snprintf(escape, sizeof escape, "\\x%02x", c);
             out += escape;
         } else if (c == 0xc2 && i + 1 < text.size() &&

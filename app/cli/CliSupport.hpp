@@ -62,7 +62,9 @@ std::string cliAdvice(const std::exception& error);
 // Model output is text, never terminal commands: control characters (C0 except tab and
 // newline, DEL, and UTF-8 encoded C1) become visible escapes like "\x1b". Model text on
 // stdout passes it on a terminal; messages on stderr always (printError and friends).
-std::string terminalSafe(const std::string& text);
+// keepLines=false escapes tab and newline too: a field of a one-line log record (a
+// request path with %0A decoded) must not start a forged record.
+std::string terminalSafe(const std::string& text, bool keepLines = true);
 
 // Progress lines on a terminal are drawn at most this often (and at the end).
 bool progressDue(bool last);

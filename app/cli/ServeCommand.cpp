@@ -21,7 +21,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -281,6 +283,18 @@ k3::GenerateOptions Server::generateOptions(const k3::api::ChatRequest& r) const
 
 void Server::chatCompletions(const httplib::Request& req, httplib::Response& res) {
     namespace api = k3::api;
+    // A web page can POST text/plain to 127.0.0.1 without a CORS preflight; application/json
+    // it cannot. Parameters (charset) may follow, in any case.
+    std::string type = req.get_header_value("Content-Type");
+    type = type.substr(0, type.find(';'));
+    type.erase(type.find_last_not_of(" \t") + 1);
+    std::transform(type.begin(), type.end(), type.begin(),
+                   [](unsigned char c) { return char(std::tolower(c)); });
+    if (type != "application/json")
+        return sendError(res, api::ApiError(415,
+                                            "Content-Type must be application/json, got \"" +
+                                                terminalSafe(type, false) + "\"",
+                                            "invalid_request_error", {}, "unsupported_media_type"));
     api::ChatRequest request;
     try {
         request = api::parseChatRequest(req.body);
@@ -288,12 +302,15 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
         return sendError(res, e);
     }
     auto place = queue_.join();
-    if (!place)
+    if (!place) {
+        // Clients that honour it (the openai SDKs) wait this long before they retry.
+        res.set_header("Retry-After", "1");
         return sendError(res, api::ApiError(429,
                                             "the server is busy: " + std::to_string(args_.queue) +
                                                 " requests already wait (k3 serve --queue); "
                                                 "retry later",
                                             "rate_limit_error", {}, "queue_full"));
+    }
     const std::string id = completionId();
     const std::int64_t created = std::time(nullptr);
     const k3::GenerateOptions options = generateOptions(request);
@@ -409,8 +426,14 @@ void Server::routes() {
         if (key_.empty() || !req.path.starts_with("/v1/"))
             return httplib::Server::HandlerResponse::Unhandled;
         const std::string auth = req.get_header_value("Authorization");
-        const std::string_view bearer = "Bearer ";
-        if (auth.starts_with(bearer) && sameKey(std::string_view(auth).substr(bearer.size()), key_))
+        // RFC 9110: the scheme is case-insensitive ("bearer KEY" is as good as "Bearer KEY").
+        const std::string_view bearer = "bearer ";
+        const bool isBearer =
+            auth.size() > bearer.size() &&
+            std::equal(bearer.begin(), bearer.end(), auth.begin(), [](char a, char b) {
+                return a == std::tolower(static_cast<unsigned char>(b));
+            });
+        if (isBearer && sameKey(std::string_view(auth).substr(bearer.size()), key_))
             return httplib::Server::HandlerResponse::Unhandled;
         sendError(res, api::ApiError(401,
                                      "invalid or missing API key: send the key given to k3 serve "
@@ -445,22 +468,23 @@ void Server::routes() {
     });
     // A handler that throws: a generic 500 for the client (never the exception's text,
     // which cpp-httplib would put in an EXCEPTION_WHAT header), the text in the log.
-    http_.set_exception_handler([this](const httplib::Request& req, httplib::Response& res,
-                                       std::exception_ptr ep) {
-        std::string what = "an exception that is no std::exception";
-        try {
-            std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-            what = e.what();
-        } catch (...) {
-        }
-        std::fprintf(stderr, "k3 serve: %s failed: %s\n",
-                     terminalSafe(req.method + " " + req.path).c_str(), terminalSafe(what).c_str());
-        res.headers.clear();
-        res.status = 500;
-        sendError(res, api::ApiError(500, "internal server error (the server's log says why)",
-                                     "server_error"));
-    });
+    http_.set_exception_handler(
+        [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+            std::string what = "an exception that is no std::exception";
+            try {
+                std::rethrow_exception(ep);
+            } catch (const std::exception& e) {
+                what = e.what();
+            } catch (...) {
+            }
+            std::fprintf(stderr, "k3 serve: %s failed: %s\n",
+                         terminalSafe(req.method + " " + req.path, false).c_str(),
+                         terminalSafe(what).c_str());
+            res.headers.clear();
+            res.status = 500;
+            sendError(res, api::ApiError(500, "internal server error (the server's log says why)",
+                                         "server_error"));
+        });
     // method, path, status, tokens (prompt+completion), seconds. Never headers: the key.
     http_.set_logger([](const httplib::Request& req, const httplib::Response& res) {
         if (LimitedHttpServer::refusingHead()) { // its 431 is logged where it is sent
@@ -473,7 +497,7 @@ void Server::routes() {
                                                     : std::to_string(tlLog.promptTokens) + "+" +
                                                           std::to_string(tlLog.completionTokens);
         const std::string line =
-            terminalSafe(req.method + " " + req.path) + " " + std::to_string(res.status) +
+            terminalSafe(req.method + " " + req.path, false) + " " + std::to_string(res.status) +
             " tokens=" + tokens + " " +
             std::to_string(seconds).substr(0, std::to_string(seconds).find('.') + 4) + " s";
         std::fprintf(stderr, "k3 serve: %s\n", line.c_str());

@@ -262,6 +262,7 @@ private slots:
     void forwardFailureIsAGeneric500();
     void headerFloodIsRefusedWith431();
     void deepJsonInModelFilesIsRefused();
+    void controlCharactersInPathsAreEscapedInTheLog();
 };
 
 // Item 1: 20,000 levels in a tool's parameters, or in a tool call's arguments (as an
@@ -289,8 +290,12 @@ void TestK3Limits::deepRequestJsonIsA400() {
          "messages[1].tool_calls[0].function.arguments"},
     };
     for (const auto& c : cases) {
-        const Answer a =
-            exchange(s.port, post(c.body, "text/plain", "Origin: http://attacker.example\r\n"));
+        // As a text/plain "simple request" it is now a 415 before it is read (issue 35 item 6).
+        const Answer plain = exchange(s.port, post(c.body, "text/plain"));
+        QCOMPARE(plain.status, 415);
+        QCOMPARE(errorOf(plain)["message"].toString(),
+                 QString("Content-Type must be application/json, got \"text/plain\""));
+        const Answer a = exchange(s.port, post(c.body, "Application/JSON; charset=utf-8"));
         QVERIFY2(a.status == 400, qPrintable(QString::number(a.status) + " " + c.param));
         QCOMPARE(errorOf(a)["param"].toString(), c.param);
         QVERIFY2(errorOf(a)["message"].toString().endsWith(
@@ -372,6 +377,21 @@ void TestK3Limits::headerFloodIsRefusedWith431() {
         QCOMPARE(stopServe(s), 0);
         QVERIFY2(s.log.contains("431"), qPrintable(s.log));
     }
+}
+
+// Issue 35 item 18: a path with %0A (decoded by cpp-httplib) wrote a forged record into
+// the access log. Every control character of a logged field is escaped: one line each.
+void TestK3Limits::controlCharactersInPathsAreEscapedInTheLog() {
+    Server s = startServe();
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    QCOMPARE(exchange(s.port, "GET /x%0Ak3%20serve:%20FORGED%0D%09%1B HTTP/1.1\r\nHost: "
+                              "127.0.0.1\r\nConnection: close\r\n\r\n")
+                 .status,
+             404);
+    QCOMPARE(stopServe(s), 0);
+    QVERIFY2(!s.log.contains("\nk3 serve: FORGED"), qPrintable(s.log));
+    QVERIFY2(s.log.contains("k3 serve: GET /x\\x0ak3 serve: FORGED\\x0d\\x09\\x1b 404 tokens=- "),
+             qPrintable(s.log));
 }
 
 // Item 7: __metadata__ 100,000 deep in a shard header, an index field 50,000 deep,

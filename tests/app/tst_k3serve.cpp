@@ -469,6 +469,7 @@ void TestK3Serve::refusals() {
     QCOMPARE(busy[0]["content"].toString().isEmpty() && busy[0]["reasoning"].toString().isEmpty(),
              false);
     QCOMPARE(busy[1]["error"]["status"].toInt(), 429);
+    QCOMPARE(busy[1]["error"]["retryAfter"].toString(), QString("1"));
     QCOMPARE(
         busy[1]["error"]["message"].toString(),
         QString("the server is busy: 0 requests already wait (k3 serve --queue); retry later"));
@@ -504,6 +505,17 @@ void TestK3Serve::apiKeyAndBinding() {
     QCOMPARE(bad[0]["error"]["message"].toString(),
              QString("invalid or missing API key: send the key given to k3 serve --api-key-file "
                      "as Authorization: Bearer KEY"));
+    // The scheme is case-insensitive (issue 31 item 7).
+    const QJsonObject lower =
+        raw({{"url", QStringLiteral("http://127.0.0.1:%1/v1/models").arg(s.port)},
+             {"method", "GET"},
+             {"headers", QJsonObject{{"Authorization", "bearer " + key}}}});
+    QCOMPARE(lower["status"].toInt(), 200);
+    QCOMPARE(raw({{"url", QStringLiteral("http://127.0.0.1:%1/v1/models").arg(s.port)},
+                  {"method", "GET"},
+                  {"headers", QJsonObject{{"Authorization", "Basic " + key}}}})["status"]
+                 .toInt(),
+             401);
     QCOMPARE(raw({{"url", QStringLiteral("http://127.0.0.1:%1/health").arg(s.port)},
                   {"method", "GET"},
                   {"headers", QJsonObject{}}})["status"]

@@ -6,6 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 namespace k3::api {
 
 namespace {
@@ -132,8 +135,13 @@ ChatMessage message(const Json& v, const std::string& field) {
 }
 
 int positiveInt(const Json& v, const std::string& field) {
-    if (!v.is_number_integer()) throw wrongType(field, "an integer", v);
-    const auto n = v.get<std::int64_t>();
+    // Clients written in JavaScript or Python may send 5.0 for 5: accept integral floats.
+    const bool integral =
+        v.is_number_integer() ||
+        (v.is_number_float() && std::isfinite(v.get<double>()) &&
+         std::trunc(v.get<double>()) == v.get<double>() && std::fabs(v.get<double>()) < 1e15);
+    if (!integral) throw wrongType(field, "an integer", v);
+    const auto n = v.is_number_integer() ? v.get<std::int64_t>() : std::int64_t(v.get<double>());
     if (n < 1 || n > 1'000'000) throw bad(field, std::to_string(n) + " is outside 1..1000000");
     return int(n);
 }
@@ -239,8 +247,24 @@ ChatRequest parseChatRequest(std::string_view body) {
     const Json& messages = doc["messages"];
     if (!messages.is_array()) throw wrongType("messages", "an array", messages);
     if (messages.empty()) throw bad("messages", "must hold at least one message");
-    for (std::size_t i = 0; i < messages.size(); ++i)
-        r.messages.push_back(message(messages[i], "messages[" + std::to_string(i) + "]"));
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+        const std::string field = "messages[" + std::to_string(i) + "]";
+        ChatMessage m = message(messages[i], field);
+        // Without a name the renderer would fall back to the call at the same position: a
+        // stale or mistyped id would answer the wrong call without a word.
+        if (m.role == ChatRole::Tool && !m.toolCallId.empty() && m.name.empty()) {
+            const bool known = std::any_of(r.messages.begin(), r.messages.end(), [&](auto& prev) {
+                return std::any_of(prev.toolCalls.begin(), prev.toolCalls.end(),
+                                   [&](auto& c) { return c.id == m.toolCallId; });
+            });
+            if (!known)
+                throw bad(field + ".tool_call_id",
+                          "\"" + m.toolCallId +
+                              "\" matches no tool call id of an earlier assistant message "
+                              "(and the message gives no name)");
+        }
+        r.messages.push_back(std::move(m));
+    }
 
     if (has(doc, "max_tokens")) r.maxTokens = positiveInt(doc["max_tokens"], "max_tokens");
     if (has(doc, "max_completion_tokens"))
@@ -261,9 +285,16 @@ ChatRequest parseChatRequest(std::string_view body) {
     if (has(doc, "thinking")) thinking(doc["thinking"], r);
     if (has(doc, "reasoning_effort")) {
         const std::string e = stringField(doc["reasoning_effort"], "reasoning_effort");
-        if (e != "low" && e != "medium" && e != "high" && e != "max")
-            throw bad("reasoning_effort", "\"" + e + "\" is not low, medium, high or max");
-        r.render.thinkingEffort = e;
+        // OpenAI's "none" turns reasoning off; "minimal" is the lowest effort K3 has.
+        if (e == "none")
+            r.render.thinking = false;
+        else if (e == "minimal")
+            r.render.thinkingEffort = "low";
+        else if (e != "low" && e != "medium" && e != "high" && e != "max")
+            throw bad("reasoning_effort",
+                      "\"" + e + "\" is not none, minimal, low, medium, high or max");
+        else
+            r.render.thinkingEffort = e;
     }
     if (has(doc, "tools")) tools(doc["tools"], r);
     if (has(doc, "tool_choice")) toolChoice(doc["tool_choice"], r);

@@ -51,7 +51,8 @@ async function one(call, index) {
     }
   } catch (e) {
     out.error = { status: e.status ?? null, message: e.error?.message ?? e.message,
-                  type: e.error?.type ?? null, param: e.error?.param ?? null };
+                  type: e.error?.type ?? null, param: e.error?.param ?? null,
+                  retryAfter: e.headers?.['retry-after'] ?? null };
   }
   firstChunk[index].resolve(); // never leave a waiting call hanging
   out.ms = performance.now() - t0;

@@ -45,6 +45,7 @@ class TestApi : public QObject {
     Q_OBJECT
 private slots:
     void parsesEveryField();
+    void openAiSpellingsAreAccepted();
     void refusalsNameTheField_data();
     void refusalsNameTheField();
     void errorJsonIsOpenAis();
@@ -61,6 +62,17 @@ private slots:
     void finishReasons();
     void modelList();
 };
+
+// Issue 31 item 7: what OpenAI clients send that a strict reading refused.
+void TestApi::openAiSpellingsAreAccepted() {
+    const ChatRequest f = parseChatRequest("{" + kUser + R"(,"max_tokens":5.0})");
+    QCOMPARE(*f.maxTokens, 5);
+    const ChatRequest none = parseChatRequest("{" + kUser + R"(,"reasoning_effort":"none"})");
+    QCOMPARE(none.render.thinking, false);
+    const ChatRequest minimal = parseChatRequest("{" + kUser + R"(,"reasoning_effort":"minimal"})");
+    QCOMPARE(minimal.render.thinking, true);
+    QCOMPARE(*minimal.render.thinkingEffort, std::string("low"));
+}
 
 void TestApi::parsesEveryField() {
     const ChatRequest r = parseChatRequest(R"({
@@ -152,7 +164,9 @@ void TestApi::refusalsNameTheField_data() {
     row("thinking type", "{" + kUser + R"(,"thinking":{"type":"on"}})",
         "thinking.type: \"on\" is not enabled or disabled");
     row("effort", "{" + kUser + R"(,"reasoning_effort":"extreme"})",
-        "reasoning_effort: \"extreme\" is not low, medium, high or max");
+        "reasoning_effort: \"extreme\" is not none, minimal, low, medium, high or max");
+    row("max_tokens 1e300", "{" + kUser + R"(,"max_tokens":1e300})",
+        "max_tokens: expected an integer, got a number");
     row("tools object", "{" + kUser + R"(,"tools":{}})", "tools: expected an array, got an object");
     row("tool type", "{" + kUser + R"(,"tools":[{"type":"web"}]})",
         "tools[0].type: required, \"function\"");
@@ -162,6 +176,12 @@ void TestApi::refusalsNameTheField_data() {
         "stream: expected a boolean, got a string");
     row("stream_options alone", "{" + kUser + R"(,"stream_options":{"include_usage":true}})",
         "stream_options: only allowed with stream: true");
+    row("tool_call_id unknown",
+        R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":)"
+        R"([{"id":"c1","function":{"name":"f"}}]},)"
+        R"({"role":"tool","tool_call_id":"c9","content":"r"}]})",
+        "messages[2].tool_call_id: \"c9\" matches no tool call id of an earlier assistant "
+        "message (and the message gives no name)");
     row("unresolvable tool",
         R"({"messages":[{"role":"user","content":"q"},{"role":"tool","content":"r"}]})",
         "messages: chat render: message 1 (role tool) has no tool name: give it a name, or a "
