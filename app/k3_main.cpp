@@ -237,6 +237,19 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(16, 1 << 20))
         ->group(memoryGroup)
         ->type_name("N");
+    const char* stateCacheHelp =
+        "Keep conversation states in DIR (default: ~/.cache/k3/states, the app's) so a prompt "
+        "that starts with positions read before reads only the rest; the same tokens";
+    CLI::Option* stateCacheOpt =
+        app.add_option("--state-cache", model.stateCacheDir, stateCacheHelp)
+            ->group(memoryGroup)
+            ->type_name("DIR|default");
+    app.add_option("--state-cache-gb", model.stateCacheGB,
+                   "Disk budget of --state-cache, least recently used states go first (default 4)")
+        ->check(CLI::Range(0.001, 1e6))
+        ->needs(stateCacheOpt)
+        ->group(memoryGroup)
+        ->type_name("GB");
     app.add_option("--prefill-chunk", model.prefillChunk,
                    "Prompt positions per forward pass, 1..4096 (default: what the memory plan "
                    "holds, up to 64); the same tokens at every size")
@@ -352,6 +365,15 @@ int main(int argc, char** argv) {
     serve->add_option("--context", sv.model.context, "Positions a conversation may hold")
         ->check(CLI::Range(16, 1 << 20))
         ->type_name("N");
+    CLI::Option* serveStateCacheOpt =
+        serve->add_option("--state-cache", sv.model.stateCacheDir, stateCacheHelp)
+            ->type_name("DIR|default");
+    serve
+        ->add_option("--state-cache-gb", sv.model.stateCacheGB,
+                     "Disk budget of --state-cache (default 4)")
+        ->check(CLI::Range(0.001, 1e6))
+        ->needs(serveStateCacheOpt)
+        ->type_name("GB");
     serve->add_option("--prefill-chunk", sv.model.prefillChunk, "Prompt positions per forward pass")
         ->check(CLI::Range(1, 4096))
         ->type_name("N");

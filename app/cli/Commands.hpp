@@ -44,6 +44,10 @@ struct ModelArgs {
     int speculation = 0;  // --spec: 0 off, N proposals per pass, -1 auto
     std::string draftDir; // --draft-trunk: proposals from this draft (k3 pack --draft)
     int context = 4096;   // --context: positions the KV cache holds
+    // --state-cache DIR ("default": k3::defaultStateCacheDirectory()) / --state-cache-gb:
+    // the prefix cache on disk; empty: none.
+    std::string stateCacheDir;
+    double stateCacheGB = 0; // 0: k3::kDefaultStateCacheBytes
     MemoryArgs memory;
     SamplingArgs sampling;
 };

@@ -247,9 +247,9 @@ int runBatch(const RunArgs& args) {
     const int sources =
         int(args.prompt.has_value()) + int(args.promptFile.has_value()) + int(args.ids.has_value());
     const bool continuing = !args.loadState.empty();
-    if (args.gen == 0 && args.saveState.empty())
+    if (args.gen == 0 && args.saveState.empty() && args.model.stateCacheDir.empty())
         throw usageError("--gen 0 generates nothing: it is for reading a prompt into "
-                         "--save-state FILE");
+                         "--save-state FILE or --state-cache DIR");
     if (sources > 1 || (sources == 0 && !continuing))
         throw usageError(std::string(sources == 0 ? "no prompt given"
                                                   : "more than one prompt "
@@ -433,12 +433,15 @@ int runBatch(const RunArgs& args) {
                         {"decode_seconds", result.decodeSeconds},
                         {"total_seconds", total},
                         {"reused_positions", result.reusedPositions}};
-    report["prefill"] = {
-        {"positions", result.prefillPositions},    {"chunks", result.prefillChunks},
-        {"chunk_size", session.prefillChunk()},    {"reused_positions", result.reusedPositions},
-        {"trunk_bytes", result.prefillTrunkBytes}, {"expert_bytes", result.prefillExpertBytes},
-        {"seconds", result.prefillSeconds},        {"positions_per_second", positionsPerSecond},
-        {"restored_positions", restored}};
+    report["prefill"] = {{"positions", result.prefillPositions},
+                         {"chunks", result.prefillChunks},
+                         {"chunk_size", session.prefillChunk()},
+                         {"reused_positions", result.reusedPositions},
+                         {"trunk_bytes", result.prefillTrunkBytes},
+                         {"expert_bytes", result.prefillExpertBytes},
+                         {"seconds", result.prefillSeconds},
+                         {"positions_per_second", positionsPerSecond},
+                         {"restored_positions", restored + result.restoredPositions}};
     const int committed = int(result.ids.size());
     report["speculation"] = {
         {"width", args.model.speculation < 0 ? nlohmann::ordered_json("auto")
@@ -495,6 +498,12 @@ int runBatch(const RunArgs& args) {
         {"restored_positions", restored},
         {"saved", nullptr},
         {"saved_positions", 0}};
+    // The prefix cache on disk (--state-cache): positions it gave, states it kept.
+    report["state_cache"] =
+        args.model.stateCacheDir.empty()
+            ? nlohmann::ordered_json()
+            : nlohmann::ordered_json{{"restored_positions", result.restoredPositions},
+                                     {"states_saved", result.statesSaved}};
     if (!args.saveState.empty()) {
         try {
             session.saveState(args.saveState);

@@ -6,6 +6,7 @@
 #include <k3/launch.hpp>
 #include <k3/memory_plan.hpp>
 #include <k3/pack.hpp>
+#include <k3/state_cache.hpp>
 #include <k3/tokenizer.hpp>
 
 #include <chrono>
@@ -82,6 +83,14 @@ LoadedSession openModel(const ModelArgs& args, TokenizerNeed need) {
     launch.pinMode = args.memory.pinMode;
     launch.prefillChunk = args.prefillChunk;
     launch.contextLength = args.context;
+    if (!args.stateCacheDir.empty()) {
+        launch.stateCacheDir = args.stateCacheDir == "default" ? k3::defaultStateCacheDirectory()
+                                                               : fs::path(args.stateCacheDir);
+        if (launch.stateCacheDir.empty())
+            throw usageError("--state-cache default: neither XDG_CACHE_HOME nor HOME is set; "
+                             "give a folder");
+        launch.stateCacheBytes = std::uint64_t(args.stateCacheGB * 1e9);
+    }
     // The rollback record the plan counts is sized for the widest verification asked for.
     if (args.speculation != 0) launch.maxSpeculation = args.speculation > 0 ? args.speculation : 16;
     // toSessionOptions refuses up front (exit 1, with the numbers and the options) a plan

@@ -4,6 +4,7 @@
 // many came from the file; a damaged state is refused with the file named, exit 1.
 #include "K3Process.hpp"
 
+#include <QDir>
 #include <QFile>
 #include <QTemporaryDir>
 #include <QTest>
@@ -40,6 +41,7 @@ private slots:
     void goesOnGeneratingWithNoNewTokens();
     void damagedStateIsRefused();
     void genZeroNeedsSaveState();
+    void stateCacheServesALaterPrompt();
 
 private:
     QTemporaryDir tmp_;
@@ -118,6 +120,33 @@ void TestK3State::genZeroNeedsSaveState() {
     const K3Run r = run({"--ids", idList(0, 5), "--gen", "0"}, "zero.json");
     QCOMPARE(r.exitCode, 2);
     QVERIFY2(r.err.contains(QStringLiteral("--gen 0 generates nothing")), qPrintable(r.err));
+}
+
+// --state-cache: a run keeps its state in the folder; a later run whose prompt starts
+// with those ids restores them and reads only the rest, with the ids of a plain run.
+void TestK3State::stateCacheServesALaterPrompt() {
+    const QString cache = path("cache");
+    const K3Run plain =
+        run({"--ids", idList(0, 37) + "," + idList(37, 9), "--gen", "8"}, "plain.json");
+    QVERIFY2(plain.exitCode == 0, qPrintable(plain.err));
+    const K3Run first =
+        run({"--ids", idList(0, 37), "--gen", "0", "--state-cache", cache}, "cache1.json");
+    QVERIFY2(first.exitCode == 0, qPrintable(first.err));
+    QCOMPARE(report(path("cache1.json"))["state_cache"]["states_saved"].get<int>(), 1);
+    QCOMPARE(QDir(cache).entryList({QStringLiteral("*.k3state")}).size(), 1);
+    const K3Run second = run({"--ids", idList(0, 37) + "," + idList(37, 9), "--gen", "8",
+                              "--state-cache", cache, "--state-cache-gb", "1"},
+                             "cache2.json");
+    QVERIFY2(second.exitCode == 0, qPrintable(second.err));
+    const nlohmann::json r = report(path("cache2.json"));
+    QCOMPARE(r["prefill"]["positions"].get<int>(), 9);
+    QCOMPARE(r["prefill"]["restored_positions"].get<int>(), 37);
+    QCOMPARE(r["state_cache"]["restored_positions"].get<int>(), 37);
+    QVERIFY2(r["ids"] == report(path("plain.json"))["ids"], r["ids"].dump().c_str());
+    // --state-cache-gb needs --state-cache.
+    const K3Run lone = run({"--ids", "1,2", "--gen", "1", "--state-cache-gb", "1"}, "lone.json");
+    QCOMPARE(lone.exitCode, 2);
+    QVERIFY2(lone.err.contains(QStringLiteral("--state-cache")), qPrintable(lone.err));
 }
 
 QTEST_GUILESS_MAIN(TestK3State)

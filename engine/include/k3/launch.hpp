@@ -56,6 +56,9 @@ struct LaunchConfig {
     // How a compressed trunk's pinned layers are held (memory_plan.hpp); a raw trunk
     // ignores it.
     PinMode pinMode = PinMode::Measured;
+    // The prefix cache on disk (k3/state_cache.hpp): empty, none; 0 bytes: the default.
+    std::filesystem::path stateCacheDir;
+    std::uint64_t stateCacheBytes = 0;
     bool operator==(const LaunchConfig&) const = default;
 };
 

@@ -69,6 +69,12 @@ struct SessionOptions {
     // A draft trunk (k3 pack --draft): speculation proposes with it instead of prompt
     // lookup. Resident; checked to be this model's draft.
     std::filesystem::path draftDir;
+    // The prefix cache on disk (k3/state_cache.hpp): empty, none. A prompt starting with
+    // ids a cached state holds reads only the rest; the preamble of a new conversation
+    // and the conversation after each answer are saved. Files over the budget go least
+    // recently used first.
+    std::filesystem::path stateCacheDir;
+    std::uint64_t stateCacheBytes = 0; // 0: kDefaultStateCacheBytes
 };
 
 // The run report's memory figures: the plan (a forecast), what the trunk and the
@@ -153,6 +159,8 @@ struct GenerateResult {
     std::vector<TokenId> ids; // generated ids, the end-of-turn marker included
     int promptTokens = 0;
     int reusedPositions = 0;  // prompt positions already in the state (not recomputed)
+    int restoredPositions = 0; // of those, read from a state file of the prefix cache
+    int statesSaved = 0;       // state files this call wrote to the prefix cache
     bool endOfTurn = false;   // the model ended its turn ([EOS] / <|end_of_msg|>)
     bool cancelled = false;   // stopped by the cancel flag
     bool contextFull = false; // stopped at the context length (the plan's KV cache)

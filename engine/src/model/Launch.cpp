@@ -61,6 +61,8 @@ SessionOptions toSessionOptions(const LaunchConfig& config) {
     o.contextLength = config.contextLength;
     o.prefillChunk = config.prefillChunk;
     o.maxSpeculation = config.maxSpeculation;
+    o.stateCacheDir = config.stateCacheDir;
+    o.stateCacheBytes = config.stateCacheBytes;
     o.enforceMemoryPlan = true;
     return o;
 }

@@ -2,6 +2,7 @@
 #include "chat/ChatResume.hpp"
 #include "k3/draft.hpp"
 #include "k3/speculation.hpp"
+#include "k3/state_cache.hpp"
 #include "model/LoadPlan.hpp"
 #include "model/SessionImpl.hpp"
 
@@ -69,6 +70,21 @@ Session Session::open(const SessionOptions& options) {
         const auto size = std::filesystem::file_size(options.draftDir / "model.safetensors", ec);
         impl->draftFileBytes = ec ? 0 : size;
     }
+    if (!options.stateCacheDir.empty()) {
+        // Owner-only: the states hold what the user wrote.
+        std::error_code ec;
+        std::filesystem::create_directories(options.stateCacheDir, ec);
+        if (!ec)
+            std::filesystem::permissions(options.stateCacheDir, std::filesystem::perms::owner_all,
+                                         std::filesystem::perm_options::replace, ec);
+        if (ec)
+            throw StateError(options.stateCacheDir.string() +
+                             ": cannot create the state cache folder: " + ec.message());
+        impl->stateCache.emplace(options.stateCacheDir,
+                                 options.stateCacheBytes > 0 ? options.stateCacheBytes
+                                                             : kDefaultStateCacheBytes,
+                                 impl->stateBinding());
+    }
     if (options.loadTokenizer) {
         impl->tokenizer = Tokenizer::fromDirectory(
             options.tokenizerDir.empty() ? options.modelDir : options.tokenizerDir);
@@ -119,6 +135,7 @@ void Session::reset() {
     impl_->fed.clear();
     impl_->promptSnapshot.reset();
     impl_->promptSnapshotIds.clear();
+    impl_->promptSnapshotLogits.clear();
     impl_->resume.clear();
     if (impl_->draftState) impl_->draftState->reset();
     impl_->draftSeen.clear();
@@ -150,31 +167,92 @@ void feed(Session::Impl& s, TokenId id, GenerateResult& result) {
 }
 } // namespace
 
-// Brings the state to hold exactly `prompt`, reusing what it can. Returns the reused count.
 namespace {
-// `snapshotAt`: where the prompt snapshot is taken (a chunk ends there). A chat puts it
-// before the generation prompt (the assistant header), which every follow-up shares
-// whether the answer was kept, stopped or re-rendered without its thinking.
+
+// Saves the state as the prefix cache's file for the ids it holds (never an invalid
+// run's: a NaN or a dropped expert would be continued from). A failed write costs only
+// the saving: the conversation goes on.
+void saveToCache(Session::Impl& s, model::StateCache::Kind kind, GenerateResult& result,
+                 bool snapshot = false) {
+    const std::vector<TokenId>& ids = snapshot ? s.promptSnapshotIds : s.fed;
+    if (!s.stateCache || ids.empty() || !result.valid()) return;
+    if (snapshot && !s.promptSnapshot) return;
+    if (s.stateCache->holds(ids)) return;
+    const std::filesystem::path file = s.stateCache->pathFor(ids, kind);
+    try {
+        if (snapshot)
+            s.saveState(file, *s.promptSnapshot, s.promptSnapshotIds, s.promptSnapshotLogits);
+        else
+            s.saveState(file);
+    } catch (const Error& e) {
+        result.problems.push_back(std::string("the state was not saved: ") + e.what());
+        return;
+    }
+    ++result.statesSaved;
+    s.stateCache->afterSave(file, ids);
+}
+
+// The longest state of the prefix cache that starts `prompt` and holds more than
+// `longerThan` positions, loaded into the conversation; its positions, or 0. A file that
+// cannot be loaded (damaged, truncated, removed meanwhile) is removed and the next one
+// tried: the prompt is then read, never continued from a wrong state.
+int restoreFromCache(Session::Impl& s, std::span<const TokenId> prompt, std::size_t longerThan) {
+    if (!s.stateCache) return 0;
+    for (const std::filesystem::path& file : s.stateCache->prefixesOf(prompt, longerThan)) {
+        try {
+            s.loadState(file);
+        } catch (const StateError&) {
+            s.stateCache->remove(file);
+            continue;
+        }
+        if (s.fed.size() > longerThan && isPrefix(s.fed, prompt)) {
+            s.stateCache->touch(file);
+            return int(s.fed.size());
+        }
+        // Same name, other ids (a hash collision): not this prompt's state.
+        s.state.reset();
+        s.fed.clear();
+        s.logitsRestored = false;
+    }
+    return 0;
+}
+
+// Brings the state to hold exactly `prompt`, reusing what it can, the prefix cache on
+// disk included. Returns the reused count. `snapshotAt`: where the prompt snapshot is
+// taken (a chunk ends there). A chat puts it before the generation prompt (the assistant
+// header), which every follow-up shares whether the answer was kept, stopped or
+// re-rendered without its thinking. `preambleAt`: where the prompt's fixed preamble ends
+// (0: none); a chunk ends there too, and the state there goes to the prefix cache.
 int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* observer,
-            const std::atomic<bool>* cancel, GenerateResult& result, std::size_t snapshotAt) {
+            const std::atomic<bool>* cancel, GenerateResult& result, std::size_t snapshotAt,
+            std::size_t preambleAt = 0) {
     // Refused before anything is computed: the KV cache the plan holds has this many places.
     const int context = s.model.memoryPlan().contextLength;
     if (context > 0 && int(prompt.size()) >= context)
         throw ContextFull(int(prompt.size()), context);
     // The logits of the last prompt position are needed, so at least one position is
-    // always recomputed.
+    // always recomputed (unless a loaded state brought them).
     const auto reusable = [&](const std::vector<TokenId>& ids) {
         return !ids.empty() && ids.size() < prompt.size() && isPrefix(ids, prompt);
     };
-    if (s.logitsRestored && s.fed.size() == prompt.size() && isPrefix(s.fed, prompt)) {
+    const bool wholePromptHeld =
+        s.logitsRestored && s.fed.size() == prompt.size() && isPrefix(s.fed, prompt);
+    std::size_t inMemory = wholePromptHeld ? prompt.size() : 0;
+    if (!wholePromptHeld && reusable(s.fed)) inMemory = s.fed.size();
+    if (!wholePromptHeld && s.promptSnapshot && reusable(s.promptSnapshotIds))
+        inMemory = std::max(inMemory, s.promptSnapshotIds.size());
+    if (wholePromptHeld) {
         // A loaded state holds the whole prompt and its last logits: nothing to read.
-    } else if (reusable(s.fed)) {
+    } else if (const int restored = restoreFromCache(s, prompt, inMemory); restored > 0) {
+        result.restoredPositions = restored;
+    } else if (reusable(s.fed) && s.fed.size() == inMemory) {
         // keep the live state
     } else if (s.promptSnapshot && reusable(s.promptSnapshotIds)) {
         // The live state goes first, then the snapshot is copied back: two copies at most.
         s.state = std::move(*s.promptSnapshot);
         s.promptSnapshot = s.state.clone();
         s.fed = s.promptSnapshotIds;
+        s.logits = s.promptSnapshotLogits;
     } else {
         s.state.reset();
         s.fed.clear();
@@ -189,19 +267,27 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
     if (observer && progress.total > 0) observer->onProgress(progress);
     // Chunks: each reads the trunk once and each of its experts once. Cancel is checked
     // between chunks; the state then holds whole chunks, which the next turn reuses.
+    // Every chunking gives the same bits, so chunks may end where a state is kept.
+    const bool savePreamble = s.stateCache && preambleAt > s.fed.size() &&
+                              preambleAt < snapshotAt &&
+                              !s.stateCache->holds(prompt.first(preambleAt));
     for (std::size_t i = s.fed.size(); i < prompt.size();) {
         if (cancel && cancel->load()) {
             result.cancelled = true;
             break;
         }
         std::size_t n = std::min(std::size_t(s.chunk), prompt.size() - i);
-        if (i < snapshotAt && i + n > snapshotAt) n = snapshotAt - i;
+        for (const std::size_t stop : {savePreamble ? preambleAt : 0, snapshotAt})
+            if (i < stop && i + n > stop) n = stop - i;
         feed(s, prompt.subspan(i, n), result);
         i += n;
+        if (savePreamble && i == preambleAt)
+            saveToCache(s, model::StateCache::Kind::Preamble, result);
         if (i == snapshotAt) {
             s.promptSnapshot.reset(); // the old one goes before the new one is made
             s.promptSnapshot = s.state.clone();
             s.promptSnapshotIds = s.fed;
+            s.promptSnapshotLogits = s.logits;
         }
         const MemoryStats now = s.model.memoryStats();
         progress.done += std::int64_t(n);
@@ -220,6 +306,25 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
 } // namespace
 
 namespace {
+
+// Where the fixed part of a chat prompt ends: the prompt of the history's leading system
+// messages alone (the thinking-effort message, the system prompt, the tools), when the
+// whole prompt starts with it; 0 when it does not or there is nothing after it.
+std::size_t preambleEnd(const Tokenizer& tok, const std::vector<ChatMessage>& history,
+                        const ChatRenderOptions& closed, std::span<const TokenId> prompt) {
+    std::vector<ChatMessage> leading;
+    for (const ChatMessage& m : history) {
+        if (m.role != ChatRole::System) break;
+        leading.push_back(m);
+    }
+    std::vector<TokenId> head;
+    try {
+        head = encodeChatSegments(tok, renderChatSegments(leading, closed));
+    } catch (const ChatError&) {
+        return 0; // no preamble on its own (the render needs a message)
+    }
+    return !head.empty() && head.size() < prompt.size() && isPrefix(head, prompt) ? head.size() : 0;
+}
 
 double share(double total, int parts) {
     return parts > 0 ? total / parts : 0;
@@ -503,6 +608,7 @@ GenerateResult Session::generateIds(std::span<const TokenId> prompt, const Gener
             });
     }
     result.decodeSeconds = secondsSince(t1);
+    saveToCache(s, model::StateCache::Kind::Conversation, result);
     return result;
 }
 
@@ -525,7 +631,8 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
     GenerateResult result;
     result.promptTokens = int(prompt.size());
     const auto t0 = Clock::now();
-    result.reusedPositions = prefill(s, prompt, observer, cancel, result, snapshotAt);
+    result.reusedPositions = prefill(s, prompt, observer, cancel, result, snapshotAt,
+                                     s.stateCache ? preambleEnd(tok, history, closed, prompt) : 0);
     result.prefillSeconds = secondsSince(t0);
 
     ReplyReader reader(tok, options.render);
@@ -578,6 +685,19 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
                                                         prompt, s.fed, result.ids))
             s.resume.push_back(std::move(*point));
     if (s.resume.size() > 8) s.resume.erase(s.resume.begin()); // older turns are rarely resent
+    // Where the conversation stands, so a follow-up (after a restart too) reads only
+    // itself: with the answer when the template renders it with the ids the model wrote
+    // (it ended the answer, and its text encodes back to them), else up to the question.
+    if (s.stateCache) {
+        bool answerRendersAsWritten = false;
+        if (result.endOfTurn) {
+            std::vector<ChatMessage> after = history;
+            after.push_back(result.reply);
+            answerRendersAsWritten =
+                isPrefix(s.fed, chat::encodeResuming(tok, after, closed, s.resume));
+        }
+        saveToCache(s, model::StateCache::Kind::Conversation, result, !answerRendersAsWritten);
+    }
     return result;
 }
 

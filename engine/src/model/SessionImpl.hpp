@@ -3,11 +3,13 @@
 // SessionReport.cpp (the memory report).
 
 #include "chat/ChatResume.hpp"
+#include "model/StateCache.hpp"
 #include "k3/session.hpp"
 
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace k3 {
@@ -21,6 +23,7 @@ struct Session::Impl {
     // prompt but not the generated tokens' exact ids, and KDA state cannot be rewound.
     std::optional<InferenceState> promptSnapshot;
     std::vector<TokenId> promptSnapshotIds;
+    std::vector<float> promptSnapshotLogits; // of its last position (a state file holds them)
     // Stopped answers' places in later prompts (chat/ChatResume.hpp), the latest last:
     // Regenerate and edits go back to conversations before the latest one.
     std::vector<chat::ResumePoint> resume;
@@ -42,9 +45,21 @@ struct Session::Impl {
     std::vector<float> draftLogits;
     std::uint64_t draftFileBytes = 0;
 
+    // The prefix cache on disk (SessionOptions::stateCacheDir), when one is used.
+    std::optional<model::StateCache> stateCache;
+
     Impl(Model m) : model(std::move(m)), state(model.newState()) {
         logits.assign(std::size_t(model.config().vocabSize), 0.0f);
     }
+    // Session::saveState / loadState (StateFile.cpp).
+    void saveState(const std::filesystem::path& path) const;
+    // The same for another state than the live one (the prompt snapshot).
+    void saveState(const std::filesystem::path& path, const InferenceState& held,
+                   const std::vector<TokenId>& ids, const std::vector<float>& lastLogits) const;
+    void loadState(const std::filesystem::path& path);
+    // What a state file is bound to (format, numerics, model, layers, vocabulary), as a
+    // hash: the prefix cache's file-name part that keeps models apart.
+    std::string stateBinding() const;
 };
 
 } // namespace k3

@@ -153,9 +153,33 @@ void readSections(const json& h, std::istream& in, const fs::path& path, const S
 } // namespace
 
 void Session::saveState(const fs::path& path) const {
-    const Impl& s = *impl_;
-    if (s.fed.empty()) throw StateError("nothing to save: the conversation holds no position");
-    const std::vector<Section> sections = sectionsOf(s.fed, s.logits, s.state.d_->layers);
+    impl_->saveState(path);
+}
+
+void Session::loadState(const fs::path& path) {
+    impl_->loadState(path);
+}
+
+std::string Session::Impl::stateBinding() const {
+    const json binding = {{"format", kFormat},
+                          {"numerics", kNumerics},
+                          {"model", identityJson(modelDir)},
+                          {"layers", model.layersBound()},
+                          {"vocab_size", model.config().vocabSize}};
+    const std::string text = binding.dump();
+    return hex64(XXH3_64bits(text.data(), text.size()));
+}
+
+void Session::Impl::saveState(const fs::path& path) const {
+    saveState(path, state, fed, logits);
+}
+
+void Session::Impl::saveState(const fs::path& path, const InferenceState& held,
+                              const std::vector<TokenId>& ids,
+                              const std::vector<float>& lastLogits) const {
+    const Impl& s = *this;
+    if (ids.empty()) throw StateError("nothing to save: the conversation holds no position");
+    const std::vector<Section> sections = sectionsOf(ids, lastLogits, held.d_->layers);
     json list = json::array();
     for (const Section& sec : sections)
         list.push_back({{"name", sec.name},
@@ -166,7 +190,7 @@ void Session::saveState(const fs::path& path) const {
                          {"model", identityJson(s.modelDir)},
                          {"layers", s.model.layersBound()},
                          {"vocab_size", s.model.config().vocabSize},
-                         {"positions", s.fed.size()},
+                         {"positions", ids.size()},
                          {"sections", list}};
     const std::string text = header.dump();
     const std::string lead = std::string(kMagic) + u64Bytes(text.size());
@@ -176,8 +200,8 @@ void Session::saveState(const fs::path& path) const {
     writeFileAtomically(path, pieces);
 }
 
-void Session::loadState(const fs::path& path) {
-    Impl& s = *impl_;
+void Session::Impl::loadState(const fs::path& path) {
+    Impl& s = *this;
     try {
         requireRegularFile(path, "state file");
     } catch (const FileReadError& e) {
