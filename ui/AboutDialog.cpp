@@ -23,8 +23,7 @@ AboutDialog::AboutDialog(QWidget* parent) : QDialog(parent) {
 QString AboutDialog::buildSummary() {
     QString text = tr("k3chat %1\nRun Kimi K3 on the computer you already own.\n\n")
                        .arg(QString::fromUtf8(k3::kVersion));
-    text += tr("CPU kernels: %1\n")
-                .arg(QString::fromStdString(k3::detectCpuFeatures().summary()));
+    text += tr("CPU kernels: %1\n").arg(QString::fromStdString(k3::detectCpuFeatures().summary()));
     text += tr("Qt %1\n").arg(QString::fromUtf8(qVersion()));
 #ifdef K3_HAVE_KSYNTAXHIGHLIGHTING
     text += tr("Code highlighting: KSyntaxHighlighting is available to this build\n");

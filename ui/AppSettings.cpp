@@ -3,6 +3,7 @@
 #include <QApplication>
 #include <QPalette>
 #include <QSettings>
+#include <QStandardPaths>
 #include <QStyle>
 #include <QStyleHints>
 
@@ -10,6 +11,7 @@
 #include <optional>
 
 #include <k3/presets.hpp>
+#include <k3/state_cache.hpp>
 
 namespace {
 // Keys: every preference, and the whole launch configuration.
@@ -30,6 +32,8 @@ const QString kCacheBytes = QStringLiteral("launch/cacheBytes");
 const QString kPrefillChunk = QStringLiteral("launch/prefillChunk");
 const QString kContextLength = QStringLiteral("launch/contextLength");
 const QString kMaxSpeculation = QStringLiteral("launch/maxSpeculation");
+const QString kStateCache = QStringLiteral("launch/stateCache"); // absent: on
+const QString kStateCacheBytes = QStringLiteral("launch/stateCacheBytes");
 // Before the launch keys: the wizard's budgets, 0 meaning "the engine's default".
 const QString kLegacyTrunkBytes = QStringLiteral("model/trunkBytes");
 const QString kLegacyCacheBytes = QStringLiteral("model/cacheBytes");
@@ -137,7 +141,26 @@ k3::LaunchConfig AppSettings::loadLaunch() {
     c.contextLength = std::clamp(s.value(kContextLength, c.contextLength).toInt(), 1, 1 << 24);
     c.maxSpeculation =
         std::clamp(s.value(kMaxSpeculation, c.maxSpeculation).toInt(), 0, k3::kMaxSpeculation);
+    if (s.value(kStateCache, true).toBool()) c.stateCacheDir = stateCacheDirectory().toStdString();
+    // 0: the engine's default budget.
+    c.stateCacheBytes = std::min<std::uint64_t>(bytesValue(s, kStateCacheBytes).value_or(0),
+                                                std::uint64_t(1) << 50);
     return c;
+}
+
+k3::LaunchConfig AppSettings::defaultLaunch() {
+    k3::LaunchConfig c;
+    c.stateCacheDir = stateCacheDirectory().toStdString();
+    return c;
+}
+
+QString AppSettings::conversationsDirectory() {
+    return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) +
+           QStringLiteral("/conversations");
+}
+
+QString AppSettings::stateCacheDirectory() {
+    return conversationsDirectory() + QStringLiteral("/states");
 }
 
 void AppSettings::saveLaunch(const k3::LaunchConfig& c) {
@@ -158,6 +181,8 @@ void AppSettings::saveLaunch(const k3::LaunchConfig& c) {
     s.setValue(kThreads, c.threads);
     s.setValue(kPrefillChunk, c.prefillChunk);
     s.setValue(kContextLength, c.contextLength);
+    s.setValue(kStateCache, !c.stateCacheDir.empty());
+    s.setValue(kStateCacheBytes, qulonglong(c.stateCacheBytes));
     s.setValue(kMaxSpeculation, c.maxSpeculation);
 }
 

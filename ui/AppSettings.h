@@ -23,7 +23,7 @@ public:
     QString theme = QStringLiteral("system"); // system, light, dark
     // The model and how it opens: folders, budget, threads (OpenMP; 0: every core),
     // prefill chunk, context. The wizard, Settings and the next start share it.
-    k3::LaunchConfig launch;
+    k3::LaunchConfig launch = defaultLaunch();
     bool speculation = true; // verify guesses of repeated text in one pass (same answers)
     int maxTokens = 512;     // the longest answer, in tokens
     // The system prompt a new conversation starts with (empty: none); each conversation
@@ -34,6 +34,12 @@ public:
     void save() const;
     // Only the launch configuration (every key of it is in AppSettings.cpp).
     static k3::LaunchConfig loadLaunch();
+    // A launch with nothing set: the engine's defaults, conversation states kept on disk.
+    static k3::LaunchConfig defaultLaunch();
+    // Where the conversations' transcripts are, and beside them ("states") what the engine
+    // keeps of each so a follow-up reads only itself (LaunchConfig::stateCacheDir).
+    static QString conversationsDirectory();
+    static QString stateCacheDirectory();
     static void saveLaunch(const k3::LaunchConfig& launch);
     bool operator==(const AppSettings&) const = default;
 

@@ -46,9 +46,7 @@ MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent), m_splitter(new QSplitter(Qt::Horizontal, this)),
       m_conversation(new ConversationView), m_composer(new MessageComposer), m_findBar(new FindBar),
       m_engine(new EngineController(this)),
-      m_store(std::make_unique<ConversationStore>(
-          QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) +
-          QStringLiteral("/conversations"))),
+      m_store(std::make_unique<ConversationStore>(AppSettings::conversationsDirectory())),
       m_timing(new TokenTimingPanel), m_loader(new ModelLoader(m_engine, this)),
       m_chat(new ChatController(m_engine, m_conversation->conversation(), m_composer, m_store.get(),
                                 this)) {
@@ -76,8 +74,8 @@ MainWindow::MainWindow(QWidget* parent)
     connect(worker, &EngineWorker::tokenTiming, m_timing, &TokenTimingPanel::addToken);
     connect(worker, &EngineWorker::deltaTiming, m_timing, &TokenTimingPanel::addDelta);
     connect(worker, &EngineWorker::prefillProgress, this,
-            [this](int done, int total, double seconds) {
-                m_conversation->conversation()->setReading(done, total, seconds);
+            [this](int done, int total, double seconds, int restored) {
+                m_conversation->conversation()->setReading(done, total, seconds, restored);
                 statusBar()->showMessage(tr("%1 · reading the prompt %2/%3")
                                              .arg(m_loader->modelName())
                                              .arg(done)

@@ -8,6 +8,7 @@
 #include <QDoubleSpinBox>
 #include <QFileDialog>
 #include <QFormLayout>
+#include <QFutureWatcher>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -17,12 +18,14 @@
 #include <QSpinBox>
 #include <QThread>
 #include <QVBoxLayout>
+#include <QtConcurrent>
 
 #include <cmath>
 #include <limits>
 
 #include <k3/memory_plan.hpp>
 #include <k3/presets.hpp>
+#include <k3/state_cache.hpp>
 
 namespace {
 constexpr double kGB = 1e9; // as the presets count
@@ -232,12 +235,35 @@ QGroupBox* SettingsDialog::createMemoryGroup() {
     for (QDoubleSpinBox* spin : {m_trunkGB, m_cacheGB})
         connect(spin, &QDoubleSpinBox::valueChanged, this, &SettingsDialog::updateBudgetSummary);
 
+    m_stateCache = named(new QCheckBox(tr("Saved states")), "stateCache",
+                         tr("Keep conversation states on disk"));
+    m_stateCache->setToolTip(
+        tr("Keep what the model has read of each conversation on disk, so a follow-up, a "
+           "conversation opened again or a new one with the same settings reads only what is "
+           "new (the same answers). The least recently used states go first when the "
+           "folder is over this size."));
+    m_stateCacheGB = gbSpin("stateCacheBudget", tr("Disk space for saved states in GB"));
+    m_stateCacheGB->setRange(0.001, 100000);
+    m_stateCacheUsage = named(new QLabel, "stateCacheUsage", tr("Saved states on disk"));
+    m_freeStates = named(new QPushButton(tr("Free space")), "freeStates",
+                         tr("Delete every saved conversation state"));
+    m_freeStates->setToolTip(tr("Delete every saved state: conversations stay, their next "
+                                "message reads them again."));
+    connect(m_stateCache, &QCheckBox::toggled, this, &SettingsDialog::updateEnabled);
+    connect(m_freeStates, &QPushButton::clicked, this, [this] { showStateCacheUsage(true); });
+    auto* usageRow = new QHBoxLayout;
+    usageRow->addWidget(m_stateCacheUsage, 1);
+    usageRow->addWidget(m_freeStates);
+
     auto* group = new QGroupBox(tr("Memory (applied at the next load: OK reloads the model)"));
     auto* form = new QFormLayout(group);
     form->addRow(tr("Preset:"), m_preset);
     form->addRow(m_trunkSet, m_trunkGB);
     form->addRow(m_cacheSet, m_cacheGB);
     form->addRow(tr("In use:"), m_budgetSummary);
+    form->addRow(m_stateCache, m_stateCacheGB);
+    form->addRow(tr("On disk:"), usageRow);
+    showStateCacheUsage(false);
     return group;
 }
 
@@ -288,6 +314,16 @@ AppSettings SettingsDialog::values() const {
     a.launch.prefillChunk = m_prefillChunk->value();
     a.launch.contextLength = m_contextLength->value();
     a.launch.maxSpeculation = m_maxSpeculation->value();
+    a.launch.stateCacheDir =
+        m_stateCache->isChecked()
+            ? std::filesystem::path(AppSettings::stateCacheDirectory().toStdString())
+            : std::filesystem::path();
+    // 0 stands for the engine's default: kept while the box shows that default.
+    const std::uint64_t stateBytes =
+        m_launch.stateCacheBytes > 0 ? m_launch.stateCacheBytes : k3::kDefaultStateCacheBytes;
+    a.launch.stateCacheBytes = bytesOf(m_stateCacheGB, stateBytes);
+    if (m_launch.stateCacheBytes == 0 && a.launch.stateCacheBytes == k3::kDefaultStateCacheBytes)
+        a.launch.stateCacheBytes = 0;
     a.speculation = m_speculation->isChecked();
     a.maxTokens = m_maxTokens->value();
     a.systemPrompt = m_systemPrompt->toPlainText();
@@ -311,6 +347,9 @@ void SettingsDialog::setValues(const AppSettings& a) {
     m_contextLength->setValue(l.contextLength);
     m_prefillChunk->setValue(l.prefillChunk);
     m_maxSpeculation->setValue(l.maxSpeculation);
+    m_stateCache->setChecked(!l.stateCacheDir.empty());
+    m_stateCacheGB->setValue(
+        double(l.stateCacheBytes > 0 ? l.stateCacheBytes : k3::kDefaultStateCacheBytes) / kGB);
     m_preset->setCurrentIndex(
         std::max(0, m_preset->findData(QString::fromStdString(l.budget.preset))));
     m_trunkSet->setChecked(l.budget.trunkBytes.has_value());
@@ -323,7 +362,29 @@ void SettingsDialog::setValues(const AppSettings& a) {
     updateEnabled();
 }
 
+void SettingsDialog::showStateCacheUsage(bool clearFirst) {
+    m_stateCacheUsage->setText(clearFirst ? tr("deleting…") : tr("counting…"));
+    m_freeStates->setEnabled(false);
+    auto* watcher = new QFutureWatcher<k3::StateCacheUsage>(this);
+    connect(watcher, &QFutureWatcher<k3::StateCacheUsage>::finished, this, [this, watcher] {
+        const k3::StateCacheUsage usage = watcher->result();
+        watcher->deleteLater();
+        m_stateCacheUsage->setText(
+            usage.files == 0 ? tr("no saved state")
+                             : (usage.files == 1 ? tr("1 saved state, %1")
+                                                 : tr("%1 saved states, %2").arg(usage.files))
+                                   .arg(QString::fromStdString(k3::formatBytes(usage.bytes))));
+        m_freeStates->setEnabled(usage.files > 0);
+    });
+    const std::filesystem::path dir = AppSettings::stateCacheDirectory().toStdString();
+    watcher->setFuture(QtConcurrent::run([dir, clearFirst] {
+        if (clearFirst) k3::clearStateCache(dir);
+        return k3::stateCacheUsage(dir);
+    }));
+}
+
 void SettingsDialog::updateEnabled() {
+    m_stateCacheGB->setEnabled(m_stateCache->isChecked());
     const bool sample = !m_sampling->currentData().toBool();
     m_temperature->setEnabled(sample);
     m_topP->setEnabled(sample);

@@ -14,6 +14,7 @@ class QGroupBox;
 class QLabel;
 class QLineEdit;
 class QPlainTextEdit;
+class QPushButton;
 class QSpinBox;
 
 // Edit > Preferences (Ctrl+,): sampling, thinking defaults, theme, and the whole launch
@@ -42,6 +43,8 @@ private:
     void restoreDefaults();
     void updateEnabled();
     void updateBudgetSummary();
+    // The state folder's size, or removes every state in it first; both off the GUI thread.
+    void showStateCacheUsage(bool clearFirst);
     k3::LaunchBudget budget() const;
 
     QComboBox* m_sampling = nullptr;
@@ -66,6 +69,10 @@ private:
     QCheckBox* m_cacheSet = nullptr; // off: the preset's cache (no preset: experts resident)
     QDoubleSpinBox* m_cacheGB = nullptr;
     QLabel* m_budgetSummary = nullptr;
+    QCheckBox* m_stateCache = nullptr; // keep conversation states on disk
+    QDoubleSpinBox* m_stateCacheGB = nullptr;
+    QLabel* m_stateCacheUsage = nullptr; // "3 states, 1.20 GB" (read off the GUI thread)
+    QPushButton* m_freeStates = nullptr;
     QComboBox* m_theme = nullptr;
     k3::LaunchConfig m_launch; // what setValues got: sizes shown rounded are kept exact
 };

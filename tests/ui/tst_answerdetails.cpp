@@ -85,6 +85,8 @@ void TestAnswerDetails::initTestCase() {
     QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
     QCoreApplication::setApplicationName(QStringLiteral("tst_answerdetails"));
     QStandardPaths::setTestModeEnabled(true); // never the user's settings or conversations
+    // Every run starts without saved conversation states (the engine would restore them).
+    QDir(AppSettings::stateCacheDirectory()).removeRecursively();
 }
 
 void TestAnswerDetails::init() {

@@ -2,6 +2,7 @@
 // first answer with the demo, an answer streaming token by token with its think block
 // collapsed, the panels filling from a streamed run, and a corrupt transcript.
 #include <QApplication>
+#include <QDir>
 #include <QFile>
 #include <QMessageBox>
 #include <QPushButton>
@@ -52,6 +53,8 @@ void TestAppFlows::initTestCase() {
     QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
     QCoreApplication::setApplicationName(QStringLiteral("tst_appflows"));
     QStandardPaths::setTestModeEnabled(true); // never touch the user's settings or chats
+    // Every run starts without saved conversation states (the engine would restore them).
+    QDir(AppSettings::stateCacheDirectory()).removeRecursively();
     QSettings().clear();
 }
 

@@ -1,10 +1,12 @@
 #include <QCoreApplication>
+#include <QDir>
 #include <QPlainTextEdit>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QStandardPaths>
 #include <QTest>
 
+#include "AppSettings.h"
 #include "MainWindow.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
@@ -24,6 +26,8 @@ void TestChatEditing::initTestCase() {
     QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
     QCoreApplication::setApplicationName(QStringLiteral("tst_chatediting"));
     QStandardPaths::setTestModeEnabled(true); // never touch the user's settings or chats
+    // Every run starts without saved conversation states (the engine would restore them).
+    QDir(AppSettings::stateCacheDirectory()).removeRecursively();
     QSettings().clear();
 }
 

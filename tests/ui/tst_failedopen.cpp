@@ -55,6 +55,8 @@ void TestFailedOpen::initTestCase() {
     QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
     QCoreApplication::setApplicationName(QStringLiteral("tst_failedopen"));
     QStandardPaths::setTestModeEnabled(true);
+    // Every run starts without saved conversation states (the engine would restore them).
+    QDir(AppSettings::stateCacheDirectory()).removeRecursively();
 }
 
 void TestFailedOpen::init() {

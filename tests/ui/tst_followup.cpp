@@ -9,6 +9,7 @@
 #include <QStandardPaths>
 #include <QTest>
 
+#include "AppSettings.h"
 #include "MainWindow.h"
 #include "chat/ChatController.h"
 #include "chat/ConversationModel.h"
@@ -109,6 +110,8 @@ void TestFollowUp::initTestCase() {
     QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
     QCoreApplication::setApplicationName(QStringLiteral("tst_followup"));
     QStandardPaths::setTestModeEnabled(true); // never touch the user's settings or chats
+    // Every run starts without saved conversation states (the engine would restore them).
+    QDir(AppSettings::stateCacheDirectory()).removeRecursively();
     QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) +
          QStringLiteral("/conversations"))
         .removeRecursively();

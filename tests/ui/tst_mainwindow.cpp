@@ -20,6 +20,7 @@
 #include <QTimer>
 
 #include "AboutDialog.h"
+#include "AppSettings.h"
 #include "MainWindow.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
@@ -72,6 +73,8 @@ void TestMainWindow::initTestCase() {
     QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
     QCoreApplication::setApplicationName(QStringLiteral("tst_mainwindow"));
     QStandardPaths::setTestModeEnabled(true); // never touch the user's settings
+    // Every run starts without saved conversation states (the engine would restore them).
+    QDir(AppSettings::stateCacheDirectory()).removeRecursively();
     QSettings().clear();
     // Conversations left by an earlier run (one that failed before cleaning up) would
     // change every count below.

@@ -10,6 +10,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "AppSettings.h"
 #include "MainWindow.h"
 #include "SettingsDialog.h"
 #include "chat/ChatController.h"
@@ -85,6 +86,8 @@ void TestNothingLost::initTestCase() {
     QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
     QCoreApplication::setApplicationName(QStringLiteral("tst_nothinglost"));
     QStandardPaths::setTestModeEnabled(true); // never touch the user's settings or chats
+    // Every run starts without saved conversation states (the engine would restore them).
+    QDir(AppSettings::stateCacheDirectory()).removeRecursively();
     QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) +
          QStringLiteral("/conversations"))
         .removeRecursively();

@@ -13,6 +13,7 @@ class TestReadingProgress : public QObject {
 private slots:
     void labelCountsTokensAndEstimatesTheRest();
     void firstTokenEndsTheReading();
+    void restoredPositionsAreSaid();
     void bubbleGrowsForTheBarAndPaints();
 };
 
@@ -34,6 +35,25 @@ void TestReadingProgress::labelCountsTokensAndEstimatesTheRest() {
     model.setReading(40, 40, 20.0);
     QCOMPARE(MessageDelegate::readingLabel(index),
              QStringLiteral("Reading your message: 40 of 40 tokens"));
+}
+
+// Issue 28: positions that came back from the state saved on disk are said first; only
+// the rest is being read.
+void TestReadingProgress::restoredPositionsAreSaid() {
+    ConversationModel model;
+    const int row = model.beginAssistantMessage();
+    const QModelIndex index = model.index(row);
+    model.setReading(0, 27, 0.0, 70);
+    QCOMPARE(
+        MessageDelegate::readingLabel(index),
+        QStringLiteral("Restored 70 positions from disk · reading your message: 0 of 27 tokens"));
+    // The whole prompt restored: nothing left to read.
+    model.setReading(0, 0, 0.0, 97);
+    QCOMPARE(index.data(ConversationModel::ReadingRole).toPointF(), QPointF(0, 0));
+    QCOMPARE(MessageDelegate::readingLabel(index),
+             QStringLiteral("Restored 97 positions from disk"));
+    model.appendToLast({}, QStringLiteral("Hi"));
+    QCOMPARE(MessageDelegate::readingLabel(index), QString());
 }
 
 void TestReadingProgress::firstTokenEndsTheReading() {

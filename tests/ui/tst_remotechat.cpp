@@ -5,6 +5,7 @@
 #include <QAction>
 #include <QApplication>
 #include <QDeadlineTimer>
+#include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QMessageBox>
@@ -137,6 +138,8 @@ private slots:
         QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
         QCoreApplication::setApplicationName(QStringLiteral("tst_remotechat"));
         QStandardPaths::setTestModeEnabled(true);
+        // Every run starts without saved conversation states (the engine would restore them).
+        QDir(AppSettings::stateCacheDirectory()).removeRecursively();
         QSettings().clear();
     }
 

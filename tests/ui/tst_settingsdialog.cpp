@@ -235,10 +235,10 @@ void TestSettingsDialog::everyControlHasAnAccessibleName() {
             QVERIFY2(!w->accessibleName().isEmpty(), qPrintable(w->objectName()));
         }
     }
-    // 22 settings (the context length, the default system prompt, the prefill chunk, the
-    // speculation width, the preset and two budgets with their boxes among them), 2 Browse,
-    // OK, Cancel, Restore Defaults
-    QCOMPARE(controls, 27);
+    // 24 settings (the context length, the default system prompt, the prefill chunk, the
+    // speculation width, the preset and two budgets with their boxes, the saved states'
+    // box and size among them), 2 Browse, Free space, OK, Cancel, Restore Defaults
+    QCOMPARE(controls, 30);
 }
 
 void TestSettingsDialog::savedSettingsReachTheWorkerWithTheNextMessage() {

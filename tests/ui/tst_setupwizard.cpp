@@ -15,6 +15,7 @@
 #include <QTest>
 #include <QTreeWidget>
 
+#include "AppSettings.h"
 #include "FakeOpenAiServer.hpp"
 #include "MainWindow.h"
 #include "panels/MemoryPlanPanel.h"
@@ -71,6 +72,8 @@ void TestSetupWizard::initTestCase() {
     QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
     QCoreApplication::setApplicationName(QStringLiteral("tst_setupwizard"));
     QStandardPaths::setTestModeEnabled(true);
+    // Every run starts without saved conversation states (the engine would restore them).
+    QDir(AppSettings::stateCacheDirectory()).removeRecursively();
     QSettings().clear();
 }
 

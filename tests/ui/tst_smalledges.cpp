@@ -1,4 +1,5 @@
 #include <QApplication>
+#include <QDir>
 #include <QFile>
 #include <QListWidget>
 #include <QScreen>
@@ -7,6 +8,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "AppSettings.h"
 #include "MainWindow.h"
 #include "chat/ConversationStore.h"
 #include "wizard/SetupWizard.h"
@@ -26,6 +28,8 @@ void TestSmallEdges::initTestCase() {
     QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
     QCoreApplication::setApplicationName(QStringLiteral("tst_smalledges"));
     QStandardPaths::setTestModeEnabled(true); // never the user's settings or conversations
+    // Every run starts without saved conversation states (the engine would restore them).
+    QDir(AppSettings::stateCacheDirectory()).removeRecursively();
     QSettings().clear();
     QCOMPARE(QGuiApplication::primaryScreen()->availableGeometry(), QRect(0, 0, 1920, 1200));
 }

@@ -1,6 +1,7 @@
 #include <QBarSet>
 #include <QChart>
 #include <QChartView>
+#include <QDir>
 #include <QDockWidget>
 #include <QLabel>
 #include <QScrollArea>
@@ -41,6 +42,8 @@ void TestTimingColours::initTestCase() {
     QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
     QCoreApplication::setApplicationName(QStringLiteral("tst_timingcolours"));
     QStandardPaths::setTestModeEnabled(true); // never the user's settings
+    // Every run starts without saved conversation states (the engine would restore them).
+    QDir(AppSettings::stateCacheDirectory()).removeRecursively();
     QSettings().clear();
     QSettings().setValue(QStringLiteral("setup/firstRunDone"), true);
 }

@@ -9,6 +9,7 @@
 #include <QStandardPaths>
 #include <QTest>
 
+#include "AppSettings.h"
 #include "MainWindow.h"
 #include "QueuedSpy.h"
 #include "SettingsDialog.h"
@@ -81,6 +82,8 @@ void TestVersions::initTestCase() {
     QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
     QCoreApplication::setApplicationName(QStringLiteral("tst_versions"));
     QStandardPaths::setTestModeEnabled(true); // never touch the user's settings or chats
+    // Every run starts without saved conversation states (the engine would restore them).
+    QDir(AppSettings::stateCacheDirectory()).removeRecursively();
     QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) +
          QStringLiteral("/conversations"))
         .removeRecursively();

@@ -9,6 +9,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "AppSettings.h"
 #include "MainWindow.h"
 #include "chat/MessageComposer.h"
 
@@ -50,6 +51,8 @@ void TestWindowGeometry::initTestCase() {
     QCoreApplication::setOrganizationName(QStringLiteral("k3chat-tests"));
     QCoreApplication::setApplicationName(QStringLiteral("tst_windowgeometry"));
     QStandardPaths::setTestModeEnabled(true); // never touch the user's settings
+    // Every run starts without saved conversation states (the engine would restore them).
+    QDir(AppSettings::stateCacheDirectory()).removeRecursively();
     QCOMPARE(QGuiApplication::primaryScreen()->availableGeometry(), QRect(0, 0, 800, 500));
 }
 

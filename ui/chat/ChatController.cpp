@@ -214,7 +214,11 @@ QString ChatController::statsLine(const GenerationSummary& s, const k3::AnswerFi
                                  : tr("%1 tokens").arg(s.generatedTokens));
     parts << tr("prompt %1 s").arg(s.prefillSeconds, 0, 'f', 2);
     // What a follow-up cost: only the positions the state did not hold are read.
-    if (s.reusedPositions > 0)
+    if (s.reusedPositions > 0 && s.restoredPositions > 0)
+        parts << tr("%1 new prompt tokens read, %2 restored from disk")
+                     .arg(s.prefillPositions)
+                     .arg(s.restoredPositions);
+    else if (s.reusedPositions > 0)
         parts << tr("%1 new prompt tokens read, %2 reused")
                      .arg(s.prefillPositions)
                      .arg(s.reusedPositions);

@@ -51,10 +51,13 @@ QVariant ConversationModel::data(const QModelIndex& index, int role) const {
     case VersionRole:
         return QPoint(e.versionIndex + 1, int(e.otherVersions.size()) + 1);
     case ReadingRole:
-        return e.streaming && e.readTotal > 0 ? QVariant(QPointF(e.readDone, e.readTotal))
-                                              : QVariant();
+        return e.streaming && (e.readTotal > 0 || e.readRestored > 0)
+                   ? QVariant(QPointF(e.readDone, e.readTotal))
+                   : QVariant();
     case ReadingSecondsLeftRole:
         return e.readSecondsLeft;
+    case ReadingRestoredRole:
+        return e.readRestored;
     default:
         return {};
     }
@@ -80,9 +83,10 @@ int ConversationModel::beginAssistantMessage(const QString& model) {
     return row;
 }
 
-void ConversationModel::setReading(int done, int total, double seconds) {
+void ConversationModel::setReading(int done, int total, double seconds, int restored) {
     if (m_entries.isEmpty() || !m_entries.last().streaming) return;
     Entry& e = m_entries.last();
+    e.readRestored = restored;
     e.readDone = done;
     e.readTotal = total;
     // The rest at the rate measured so far (chunks cost about the same per position).
@@ -94,6 +98,7 @@ void ConversationModel::appendToLast(const QString& thinkingDelta, const QString
     if (m_entries.isEmpty()) return;
     Entry& e = m_entries.last();
     e.readTotal = 0; // the prompt is read: tokens stream now
+    e.readRestored = 0;
     if (!thinkingDelta.isEmpty()) {
         if (!e.thinkingClock.isValid()) e.thinkingClock.start();
         e.reasoning += thinkingDelta;

@@ -21,6 +21,7 @@ public:
         StatsRole,
         ReadingRole,            // QPointF(done, total) prompt positions while the prompt is read
         ReadingSecondsLeftRole, // the estimate from the measured rate; -1: not known yet
+        ReadingRestoredRole,    // int: prompt positions loaded from disk instead of read
         InvalidRole,            // why the answer is not the model's; empty when valid
         ModelRole,              // the model that answered; empty when not recorded
         StoppedRole,            // the answer was cut before the model ended it
@@ -42,7 +43,7 @@ public:
     void appendToLast(const QString& thinkingDelta, const QString& responseDelta);
     // The streaming message's prompt reading: `done` of `total` positions after
     // `seconds`; the first token (appendToLast) or finishLast clears it.
-    void setReading(int done, int total, double seconds);
+    void setReading(int done, int total, double seconds, int restored = 0);
     // invalidReason: not empty when the answer is not the model's (an expert failed to
     // load, a NaN appeared); it is kept with the message and saved with it.
     // model: who answered (a folder's or a server's model name), saved with the answer.
@@ -113,6 +114,7 @@ private:
         QElapsedTimer thinkingClock;
         bool answerStarted = false;
         int readDone = 0, readTotal = 0;
+        int readRestored = 0; // positions loaded from the state cache instead of read
         double readSecondsLeft = -1;
         std::vector<std::vector<ChatTurn>> otherVersions;
         int versionIndex = 0;

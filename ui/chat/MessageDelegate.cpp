@@ -148,7 +148,17 @@ QString MessageDelegate::readingLabel(const QModelIndex& index) {
     if (!reading.isValid()) return {};
     const QPointF p = reading.toPointF();
     const int done = int(p.x()), total = int(p.y());
-    QString label = QObject::tr("Reading your message: %1 of %2 tokens").arg(done).arg(total);
+    const int restored = index.data(ConversationModel::ReadingRestoredRole).toInt();
+    QString label;
+    // The conversation so far came back from disk: only the rest is read.
+    if (restored > 0)
+        label = restored == 1 ? QObject::tr("Restored 1 position from disk")
+                              : QObject::tr("Restored %1 positions from disk").arg(restored);
+    if (total > 0)
+        label += (label.isEmpty() ? QObject::tr("Reading your message: %1 of %2 tokens")
+                                  : QObject::tr(" · reading your message: %1 of %2 tokens"))
+                     .arg(done)
+                     .arg(total);
     const double left = index.data(ConversationModel::ReadingSecondsLeftRole).toDouble();
     if (left >= 0 && done < total) {
         const int s = int(std::ceil(left));
@@ -387,8 +397,9 @@ void MessageDelegate::paintThinkingAndReading(QPainter* painter, const QStyleOpt
     bar.palette = pal;
     bar.state = QStyle::State_Enabled | QStyle::State_Horizontal;
     bar.minimum = 0;
+    // Everything restored from disk: nothing to read, the bar is full.
     bar.maximum = std::max(1, int(p.y()));
-    bar.progress = int(p.x());
+    bar.progress = p.y() > 0 ? int(p.x()) : 1;
     bar.textVisible = false;
     const QWidget* widget = option.widget;
     (widget ? widget->style() : QApplication::style())

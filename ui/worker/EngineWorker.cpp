@@ -25,7 +25,7 @@ public:
     SignalObserver(EngineWorker* worker, const k3::ChatBackend* backend, bool remote)
         : m_worker(worker), m_backend(backend), m_remote(remote) {}
     void onProgress(const k3::SessionProgress& p) override {
-        emit m_worker->prefillProgress(int(p.done), int(p.total), p.seconds);
+        emit m_worker->prefillProgress(int(p.done), int(p.total), p.seconds, int(p.restored));
         // The panels move while the prompt is read too: on a streamed trunk that is
         // minutes of disk reads before the first token.
         const std::optional<k3::MemoryReport> report = m_backend->memoryReport();
@@ -312,6 +312,7 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
         s.reasoning = QString::fromStdString(r.reply.reasoningContent);
         s.promptTokens = r.promptTokens;
         s.reusedPositions = r.reusedPositions;
+        s.restoredPositions = r.restoredPositions;
         s.prefillPositions = r.prefillPositions;
         s.generatedTokens = r.tokenCount();
         s.model = r.model.empty() ? m_modelName : QString::fromStdString(r.model);

@@ -48,7 +48,8 @@ struct GenerationSummary {
     QString reasoning;
     int promptTokens = 0;
     int reusedPositions = 0;
-    int prefillPositions = 0; // prompt positions computed: the prompt less the reused ones
+    int restoredPositions = 0; // of the reused ones, loaded from the state cache on disk
+    int prefillPositions = 0;  // prompt positions computed: the prompt less the reused ones
     int generatedTokens = 0;
     bool endOfTurn = false;
     bool cancelled = false;
@@ -160,7 +161,8 @@ signals:
     // previousModelKept: what was loaded before (a model or a server) still answers.
     void loadFailed(const QString& message, bool previousModelKept = false);
     // After each prompt chunk: positions read of this prompt, seconds since it started.
-    void prefillProgress(int done, int total, double seconds);
+    // restored: positions of the prompt loaded from the state cache on disk (not read).
+    void prefillProgress(int done, int total, double seconds, int restored = 0);
     void tokenGenerated(int index, const QString& thinkingDelta, const QString& responseDelta,
                         double seconds);
     // Where the token's time went (the I/O parts are 0 while every weight is resident).
