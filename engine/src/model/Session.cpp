@@ -261,10 +261,11 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
     SessionProgress progress;
     progress.stage = "prefill";
     progress.total = std::int64_t(prompt.size() - s.fed.size());
+    progress.restored = result.restoredPositions;
     const MemoryStats start = s.model.memoryStats();
     const auto t0 = Clock::now();
     // Said before the first chunk too: on a streamed trunk one chunk can take minutes.
-    if (observer && progress.total > 0) observer->onProgress(progress);
+    if (observer && (progress.total > 0 || progress.restored > 0)) observer->onProgress(progress);
     // Chunks: each reads the trunk once and each of its experts once. Cancel is checked
     // between chunks; the state then holds whole chunks, which the next turn reuses.
     // Every chunking gives the same bits, so chunks may end where a state is kept.
