@@ -259,6 +259,19 @@ private:
     std::string content_; // the answer as sent (cut at a stop string)
 };
 
+// Why a run's output is not the model's, as k3 --chat says it.
+std::string invalidReason(const k3::GenerateResult& r) {
+    if (r.nonFinite) return "a NaN or Inf reached the logits";
+    return std::to_string(r.droppedExperts) + " routed expert(s) could not be loaded";
+}
+
+// An invalid run is a server failure, never an answer: a 500 naming the reason.
+k3::api::ApiError invalidRun(const k3::GenerateResult& r) {
+    return k3::api::ApiError(
+        500, "RUN INVALID: " + invalidReason(r) + "; the output is not the model's answer",
+        "server_error", {}, "invalid_run");
+}
+
 k3::GenerateOptions Server::generateOptions(const k3::api::ChatRequest& r) const {
     // Sampled exactly as k3 --chat samples: greedy unless temperature, top_p or seed is
     // given, one seed stream per assistant turn.
@@ -338,9 +351,7 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
         tlLog.promptTokens = out.promptTokens;
         tlLog.completionTokens = int(out.ids.size());
         if (!out.valid())
-            std::fprintf(stderr, "k3 serve: RUN INVALID: %s\n",
-                         out.nonFinite ? "a NaN or Inf reached the logits"
-                                       : "a routed expert could not be loaded");
+            std::fprintf(stderr, "k3 serve: RUN INVALID: %s\n", invalidReason(out).c_str());
     };
     auto usageOf = [](const k3::GenerateResult& r) {
         return api::Usage{r.promptTokens, int(r.ids.size()), r.reusedPositions};
@@ -362,6 +373,7 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
             return sendError(res, e);
         }
         if (observer.clientLeft()) return; // nobody to answer
+        if (!r.valid()) return sendError(res, invalidRun(r));
         api::Completion c;
         c.id = id;
         c.model = modelId_;
@@ -401,6 +413,13 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
                 return true;
             }
             if (observer.clientLeft()) return false; // nobody to finish for
+            if (!r.valid()) {
+                // What was sent is not the model's answer: an error ends the stream, with no
+                // finish_reason and no [DONE] that would make it look complete.
+                send("data: " + api::errorJson(invalidRun(r)) + "\n\n");
+                sink.done();
+                return true;
+            }
             send(writer.finish(r.reply.toolCalls, api::finishReason(r.reply, r.endOfTurn,
                                                                     observer.stoppedByString())));
             if (request.includeUsage) send(writer.usage(usageOf(r)));

@@ -6,6 +6,7 @@
 
 #include <QDir>
 #include <QFile>
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
@@ -263,6 +264,7 @@ private slots:
     void headerFloodIsRefusedWith431();
     void deepJsonInModelFilesIsRefused();
     void controlCharactersInPathsAreEscapedInTheLog();
+    void invalidRunIsAnErrorNotAnAnswer();
 };
 
 // Item 1: 20,000 levels in a tool's parameters, or in a tool call's arguments (as an
@@ -457,6 +459,54 @@ void TestK3Limits::deepJsonInModelFilesIsRefused() {
     QVERIFY2(run.err.contains("trunk.json") &&
                  run.err.contains("nested deeper than 64 levels of arrays and objects"),
              qPrintable(run.err));
+}
+
+// Item 3: a run whose routed experts could not be loaded was a 200 with finish_reason
+// "length" and the garbage; only the server's log said RUN INVALID. Now a 500 naming the
+// reason and no content; streamed, an error event ends the stream (no finish_reason, no
+// [DONE]); k3 --remote reports the server's error and exits 1.
+void TestK3Limits::invalidRunIsAnErrorNotAnAnswer() {
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("K3_FAULT_INJECT", "kind:expert,error:eio,after:3");
+    Server s = startServe({"--cache-gb", "0.0001"}, env);
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    const QByteArray hello = R"({"messages":[{"role":"user","content":"Hello!"}],"max_tokens":4)";
+    const Answer plain = exchange(s.port, post(hello + "}"));
+    QCOMPARE(plain.status, 500);
+    const QJsonObject e = errorOf(plain);
+    QCOMPARE(e["type"].toString(), QString("server_error"));
+    QCOMPARE(e["code"].toString(), QString("invalid_run"));
+    QVERIFY2(
+        QRegularExpression(QStringLiteral(R"(^RUN INVALID: \d+ routed expert\(s\) could not )"
+                                          R"(be loaded; the output is not the model's answer$)"))
+            .match(e["message"].toString())
+            .hasMatch(),
+        plain.body.constData());
+    QVERIFY(!QJsonDocument::fromJson(plain.body).object().contains("choices"));
+
+    const Answer streamed = exchange(s.port, post(hello + R"(,"stream":true})"));
+    QCOMPARE(streamed.status, 200);
+    QList<QJsonObject> events;
+    for (const QByteArray& line : streamed.body.split('\n'))
+        if (line.startsWith("data: ")) {
+            QVERIFY2(line != "data: [DONE]", streamed.body.constData());
+            events.append(QJsonDocument::fromJson(line.mid(6)).object());
+        }
+    QVERIFY2(events.size() >= 2, streamed.body.constData());
+    for (qsizetype i = 0; i + 1 < events.size(); ++i)
+        QVERIFY2(events[i]["choices"].toArray()[0].toObject()["finish_reason"].isNull(),
+                 streamed.body.constData());
+    QCOMPARE(events.back()["error"].toObject()["code"].toString(), QString("invalid_run"));
+
+    const K3Run remote = runK3({"--remote", QStringLiteral("http://127.0.0.1:%1").arg(s.port),
+                                "--model", "demo", "--chat", "--no-think"},
+                               "Hello!\n");
+    QCOMPARE(remote.exitCode, 1);
+    QVERIFY2(remote.err.contains("k3: error: the server failed: the server reported an error "
+                                 "mid-answer: RUN INVALID: "),
+             qPrintable(remote.err));
+    QCOMPARE(stopServe(s), 0);
+    QCOMPARE(s.log.count("k3 serve: RUN INVALID: "), 3);
 }
 
 QTEST_GUILESS_MAIN(TestK3Limits)
