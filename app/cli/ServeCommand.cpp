@@ -4,6 +4,7 @@
 // failed write (the client left) cancels the generation through the session's flag.
 #include "CliSupport.hpp"
 #include "Commands.hpp"
+#include "HostPolicy.hpp"
 #include "HttpServer.hpp"
 #include "SessionLoader.hpp"
 
@@ -185,9 +186,10 @@ thread_local RequestLog tlLog;
 
 class Server {
 public:
-    Server(const ServeArgs& args, k3::Session& session, std::string modelId, std::string key)
-        : args_(args), session_(session), modelId_(std::move(modelId)), key_(std::move(key)),
-          queue_(args.queue), created_(std::time(nullptr)) {}
+    Server(const ServeArgs& args, HostPolicy policy, k3::Session& session, std::string modelId,
+           std::string key)
+        : args_(args), policy_(std::move(policy)), session_(session), modelId_(std::move(modelId)),
+          key_(std::move(key)), queue_(args.queue), created_(std::time(nullptr)) {}
 
     int run();
     void stop() {
@@ -212,7 +214,11 @@ private:
         return buf;
     }
 
+    // Host and Origin checks, then CORS headers and preflights for the allowed origins.
+    bool refusedByPolicy(const httplib::Request& req, httplib::Response& res);
+
     const ServeArgs& args_;
+    HostPolicy policy_;
     k3::Session& session_;
     std::string modelId_;
     std::string key_;
@@ -429,6 +435,33 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
         });
 }
 
+bool Server::refusedByPolicy(const httplib::Request& req, httplib::Response& res) {
+    namespace api = k3::api;
+    if (const auto why = policy_.refuseHost(req.get_header_value("Host"), req.has_header("Host"))) {
+        sendError(res, api::ApiError(403, *why, "permission_error", {}, "host_not_allowed"));
+        return true;
+    }
+    if (!req.has_header("Origin")) return false; // no web page: curl, the SDKs
+    const std::string origin = req.get_header_value("Origin");
+    if (!policy_.originAllowed(origin)) {
+        sendError(res, api::ApiError(403,
+                                     "Origin \"" + terminalSafe(origin, false) +
+                                         "\" is not allowed: web pages are answered only from "
+                                         "origins given with k3 serve --cors-origin ORIGIN",
+                                     "permission_error", {}, "origin_not_allowed"));
+        return true;
+    }
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Vary", "Origin");
+    if (req.method != "OPTIONS") return false;
+    // The browser's preflight carries no key: it asks what the real request may send.
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+    res.set_header("Access-Control-Max-Age", "600");
+    res.status = 204;
+    return true;
+}
+
 void Server::routes() {
     namespace api = k3::api;
     http_.set_payload_max_length(std::size_t(args_.maxBodyMB) << 20);
@@ -442,6 +475,7 @@ void Server::routes() {
         tlLog = {};
         tlLog.start = Clock::now();
         tlLog.started = true;
+        if (refusedByPolicy(req, res)) return httplib::Server::HandlerResponse::Handled;
         if (key_.empty() || !req.path.starts_with("/v1/"))
             return httplib::Server::HandlerResponse::Unhandled;
         const std::string auth = req.get_header_value("Authorization");
@@ -556,6 +590,7 @@ int runServe(const ServeArgs& args) {
                          " is not a loopback address: serving beyond this machine needs "
                          "--api-key-file FILE (clients then send Authorization: Bearer KEY)");
     const std::string key = args.apiKeyFile.empty() ? std::string() : readApiKey(args.apiKeyFile);
+    HostPolicy policy(args.host, args.allowHosts, args.corsOrigins);
 
     // SIGINT and SIGTERM go to one thread that stops the server; every other thread,
     // the pool's included, inherits the blocked mask.
@@ -570,7 +605,7 @@ int runServe(const ServeArgs& args) {
     std::string modelId = std::filesystem::path(args.model.modelDir).lexically_normal().filename();
     if (modelId.empty())
         modelId = std::filesystem::path(args.model.modelDir).parent_path().filename();
-    Server server(args, loaded.session, modelId, key);
+    Server server(args, std::move(policy), loaded.session, modelId, key);
     std::thread signals([&] {
         int sig = 0;
         sigwait(&stopSignals, &sig);

@@ -265,6 +265,7 @@ private slots:
     void deepJsonInModelFilesIsRefused();
     void controlCharactersInPathsAreEscapedInTheLog();
     void invalidRunIsAnErrorNotAnAnswer();
+    void foreignHostsAndOriginsAreRefused();
 };
 
 // Item 1: 20,000 levels in a tool's parameters, or in a tool call's arguments (as an
@@ -507,6 +508,80 @@ void TestK3Limits::invalidRunIsAnErrorNotAnAnswer() {
              qPrintable(remote.err));
     QCOMPARE(stopServe(s), 0);
     QCOMPARE(s.log.count("k3 serve: RUN INVALID: "), 3);
+}
+
+// Item 6: a POST with Host attacker.example:PORT and a foreign Origin (DNS rebinding, a
+// cross-site request) was answered. Only names of this server are served (--allow-host
+// adds one); an Origin only when given with --cors-origin, which also answers preflights.
+void TestK3Limits::foreignHostsAndOriginsAreRefused() {
+    const QByteArray chat = R"({"messages":[{"role":"user","content":"Hello!"}],"max_tokens":1})";
+    auto request = [](const QByteArray& method, const QByteArray& headers,
+                      const QByteArray& body = {}) {
+        return method + " " + (body.isEmpty() ? "/health" : "/v1/chat/completions") +
+               " HTTP/1.1\r\nConnection: close\r\n" + headers +
+               (body.isEmpty() ? QByteArray()
+                               : "Content-Type: application/json\r\nContent-Length: " +
+                                     QByteArray::number(body.size()) + "\r\n") +
+               "\r\n" + body;
+    };
+    Server s = startServe();
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    const QByteArray port = QByteArray::number(s.port);
+    const Answer rebound =
+        exchange(s.port, request("POST",
+                                 "Host: attacker.example:" + port +
+                                     "\r\nOrigin: http://attacker.example:" + port + "\r\n",
+                                 chat));
+    QCOMPARE(rebound.status, 403);
+    QCOMPARE(errorOf(rebound)["code"].toString(), QString("host_not_allowed"));
+    QCOMPARE(errorOf(rebound)["message"].toString(),
+             "Host \"attacker.example:" + port +
+                 "\" is not a name of this server (127.0.0.1, [::1], localhost); start k3 serve "
+                 "with --allow-host NAME to accept another name");
+    const Answer crossSite = exchange(
+        s.port,
+        request("POST", "Host: 127.0.0.1:" + port + "\r\nOrigin: http://attacker.example\r\n",
+                chat));
+    QCOMPARE(crossSite.status, 403);
+    QCOMPARE(errorOf(crossSite)["code"].toString(), QString("origin_not_allowed"));
+    QVERIFY(!crossSite.head.toLower().contains("access-control-allow-origin"));
+    for (const QByteArray& host :
+         {"127.0.0.1:" + port, "localhost:" + port, QByteArray("LocalHost."), "[::1]:" + port})
+        QCOMPARE(exchange(s.port, request("GET", "Host: " + host + "\r\n")).status, 200);
+    QCOMPARE(exchange(s.port, request("GET", "Host: k3.lan\r\n")).status, 403);
+    QCOMPARE(exchange(s.port, request("GET", "Host: 127.0.0.1:80:80\r\n")).status, 403);
+    QCOMPARE(stopServe(s), 0);
+
+    s = startServe({"--allow-host", "k3.lan", "--cors-origin", "http://localhost:3000/"});
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    QCOMPARE(exchange(s.port, request("GET", "Host: K3.lan:" + port + "\r\n")).status, 200);
+    const QByteArray fromPage = "Host: localhost\r\nOrigin: http://localhost:3000\r\n";
+    const Answer preflight = exchange(
+        s.port, "OPTIONS /v1/chat/completions HTTP/1.1\r\nConnection: close\r\n" + fromPage +
+                    "Access-Control-Request-Method: POST\r\n"
+                    "Access-Control-Request-Headers: content-type\r\n\r\n");
+    QCOMPARE(preflight.status, 204);
+    QVERIFY2(preflight.head.contains("Access-Control-Allow-Origin: http://localhost:3000\r\n") &&
+                 preflight.head.contains(
+                     "Access-Control-Allow-Headers: Authorization, Content-Type\r\n") &&
+                 preflight.head.contains("Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"),
+             preflight.head.constData());
+    const Answer answered = exchange(s.port, request("POST", fromPage, chat));
+    QCOMPARE(answered.status, 200);
+    QVERIFY(answered.head.contains("Access-Control-Allow-Origin: http://localhost:3000\r\n"));
+    const Answer otherPage = exchange(
+        s.port, request("POST", "Host: localhost\r\nOrigin: http://localhost:3001\r\n", chat));
+    QCOMPARE(otherPage.status, 403);
+    QCOMPARE(errorOf(otherPage)["code"].toString(), QString("origin_not_allowed"));
+    QCOMPARE(stopServe(s), 0);
+
+    const K3Run wildcard = runK3({"serve", kDemo, "--cors-origin", "*"});
+    QCOMPARE(wildcard.exitCode, 2);
+    QVERIFY2(wildcard.err.contains("--cors-origin *: name each origin"), qPrintable(wildcard.err));
+    const K3Run withPort = runK3({"serve", kDemo, "--allow-host", "k3.lan:8000"});
+    QCOMPARE(withPort.exitCode, 2);
+    QVERIFY2(withPort.err.contains("--allow-host k3.lan:8000: give a host name"),
+             qPrintable(withPort.err));
 }
 
 QTEST_GUILESS_MAIN(TestK3Limits)
