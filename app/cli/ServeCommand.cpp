@@ -278,6 +278,11 @@ k3::api::ApiError invalidRun(const k3::GenerateResult& r) {
         "server_error", {}, "invalid_run");
 }
 
+k3::api::ApiError shuttingDown() {
+    return k3::api::ApiError(503, "the server is shutting down; the answer was cut short",
+                             "server_error", {}, "server_shutdown");
+}
+
 k3::GenerateOptions Server::generateOptions(const k3::api::ChatRequest& r) const {
     // Sampled exactly as k3 --chat samples: greedy unless temperature, top_p or seed is
     // given, one seed stream per assistant turn.
@@ -364,9 +369,7 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
     };
 
     if (!request.stream) {
-        if (!place->waitTurn())
-            return sendError(res,
-                             api::ApiError(503, "the server is shutting down", "server_error"));
+        if (!place->waitTurn()) return sendError(res, shuttingDown());
         // Nothing is written until the end, so each token looks whether the client left.
         const int socket = requestSocket(req);
         ReplyObserver observer(
@@ -380,6 +383,7 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
         }
         if (observer.clientLeft()) return; // nobody to answer
         if (!r.valid()) return sendError(res, invalidRun(r));
+        if (r.cancelled && stopping_) return sendError(res, shuttingDown());
         api::Completion c;
         c.id = id;
         c.model = modelId_;
@@ -394,45 +398,47 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
 
     // Streamed: the 200 and the headers go first; the turn is waited for in the provider.
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream", [this, place, id, created, request, generate,
-                              usageOf](std::size_t, httplib::DataSink& sink) {
-            api::ChunkWriter writer(id, modelId_, created);
-            auto send = [&sink](const std::string& text) {
-                return text.empty() || sink.write(text.data(), text.size());
-            };
-            if (!place->waitTurn()) {
-                sink.done();
-                return true;
-            }
-            if (!send(writer.start())) return false;
-            ReplyObserver observer(request.stop, cancel_,
-                                   [&](const std::string& reasoning, const std::string& content) {
-                                       return send(writer.delta(reasoning, content));
-                                   });
-            k3::GenerateResult r;
-            try {
-                generate(observer, r);
-            } catch (const api::ApiError& e) {
-                send("data: " + api::errorJson(e) + "\n\n");
-                sink.done();
-                return true;
-            }
-            if (observer.clientLeft()) return false; // nobody to finish for
-            if (!r.valid()) {
-                // What was sent is not the model's answer: an error ends the stream, with no
-                // finish_reason and no [DONE] that would make it look complete.
-                send("data: " + api::errorJson(invalidRun(r)) + "\n\n");
-                sink.done();
-                return true;
-            }
-            send(writer.finish(r.reply.toolCalls, api::finishReason(r.reply, r.endOfTurn,
-                                                                    observer.stoppedByString())));
-            if (request.includeUsage) send(writer.usage(usageOf(r)));
-            send(api::ChunkWriter::done());
+    res.set_chunked_content_provider("text/event-stream", [this, place, id, created, request,
+                                                           generate,
+                                                           usageOf](std::size_t,
+                                                                    httplib::DataSink& sink) {
+        api::ChunkWriter writer(id, modelId_, created);
+        auto send = [&sink](const std::string& text) {
+            return text.empty() || sink.write(text.data(), text.size());
+        };
+        if (!place->waitTurn()) {
+            send("data: " + api::errorJson(shuttingDown()) + "\n\n");
             sink.done();
             return true;
-        });
+        }
+        if (!send(writer.start())) return false;
+        ReplyObserver observer(request.stop, cancel_,
+                               [&](const std::string& reasoning, const std::string& content) {
+                                   return send(writer.delta(reasoning, content));
+                               });
+        k3::GenerateResult r;
+        try {
+            generate(observer, r);
+        } catch (const api::ApiError& e) {
+            send("data: " + api::errorJson(e) + "\n\n");
+            sink.done();
+            return true;
+        }
+        if (observer.clientLeft()) return false; // nobody to finish for
+        // What was sent is not the model's (whole) answer: an error ends the stream,
+        // with no finish_reason and no [DONE] that would make it look complete.
+        if (!r.valid() || (r.cancelled && stopping_)) {
+            send("data: " + api::errorJson(r.valid() ? shuttingDown() : invalidRun(r)) + "\n\n");
+            sink.done();
+            return true;
+        }
+        send(writer.finish(r.reply.toolCalls,
+                           api::finishReason(r.reply, r.endOfTurn, observer.stoppedByString())));
+        if (request.includeUsage) send(writer.usage(usageOf(r)));
+        send(api::ChunkWriter::done());
+        sink.done();
+        return true;
+    });
 }
 
 bool Server::refusedByPolicy(const httplib::Request& req, httplib::Response& res) {

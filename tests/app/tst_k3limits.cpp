@@ -79,8 +79,18 @@ qint64 rssKb(qint64 pid) {
     return m.hasMatch() ? m.captured(1).toLongLong() : -1;
 }
 
-int connectTo(int port) {
+// A connection from `source` (any 127/8 address is this machine's) to 127.0.0.1:port.
+int connectTo(int port, const char* source = nullptr) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (source) {
+        sockaddr_in from{};
+        from.sin_family = AF_INET;
+        inet_pton(AF_INET, source, &from.sin_addr);
+        if (bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0) {
+            close(fd);
+            return -1;
+        }
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(std::uint16_t(port));
@@ -110,8 +120,9 @@ Answer parse(const QByteArray& bytes) {
 
 // Sends `request` and reads until the server closes or the deadline passes (every
 // request here says Connection: close).
-Answer exchange(int port, const QByteArray& request, int seconds = 30) {
-    const int fd = connectTo(port);
+Answer exchange(int port, const QByteArray& request, int seconds = 30,
+                const char* source = nullptr) {
+    const int fd = connectTo(port, source);
     if (fd < 0) return {};
     QByteArray received;
     qsizetype sent = 0;
@@ -133,6 +144,44 @@ Answer exchange(int port, const QByteArray& request, int seconds = 30) {
     }
     close(fd);
     return parse(received);
+}
+
+// Reads from `fd` into `received` until `done` holds, the peer closes or the deadline.
+template <typename Done> bool readUntil(int fd, QByteArray& received, Done done, int seconds = 30) {
+    const auto deadline = Clock::now() + std::chrono::seconds(seconds);
+    while (!done(received) && Clock::now() < deadline) {
+        pollfd p{fd, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0) continue;
+        char buf[65536];
+        const ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) return done(received);
+        received.append(buf, n);
+    }
+    return done(received);
+}
+
+bool sendAll(int fd, const QByteArray& bytes) {
+    qsizetype sent = 0;
+    while (sent < bytes.size()) {
+        pollfd p{fd, POLLOUT, 0};
+        if (poll(&p, 1, 5000) <= 0) return false;
+        const ssize_t n =
+            send(fd, bytes.constData() + sent, std::size_t(bytes.size() - sent), MSG_NOSIGNAL);
+        if (n <= 0 && errno != EAGAIN) return false;
+        if (n > 0) sent += n;
+    }
+    return true;
+}
+
+// The JSON of each "data: " event of a streamed body ([DONE] as {"done":true}).
+QList<QJsonObject> events(const QByteArray& body) {
+    QList<QJsonObject> list;
+    for (const QByteArray& line : body.split('\n'))
+        if (line == "data: [DONE]")
+            list.append(QJsonObject{{"done", true}});
+        else if (line.startsWith("data: "))
+            list.append(QJsonDocument::fromJson(line.mid(6)).object());
+    return list;
 }
 
 QByteArray post(const QByteArray& body, const QByteArray& contentType = "application/json",
@@ -266,6 +315,7 @@ private slots:
     void controlCharactersInPathsAreEscapedInTheLog();
     void invalidRunIsAnErrorNotAnAnswer();
     void foreignHostsAndOriginsAreRefused();
+    void shutdownMidStreamIsAnError();
 };
 
 // Item 1: 20,000 levels in a tool's parameters, or in a tool call's arguments (as an
@@ -582,6 +632,37 @@ void TestK3Limits::foreignHostsAndOriginsAreRefused() {
     QCOMPARE(withPort.exitCode, 2);
     QVERIFY2(withPort.err.contains("--allow-host k3.lan:8000: give a host name"),
              qPrintable(withPort.err));
+}
+
+// Item 24: SIGTERM during a stream ended it with finish_reason "length" and [DONE], as if
+// the answer were whole. Now an error event (503 server_shutdown) ends it, and the
+// server still exits 0.
+void TestK3Limits::shutdownMidStreamIsAnError() {
+    Server s = startServe();
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    const int fd = connectTo(s.port);
+    QVERIFY(fd >= 0);
+    // Sampled at temperature 2 with this seed the answer is 1063 tokens: far from done
+    // when the signal comes.
+    QVERIFY(sendAll(fd, post(R"({"messages":[{"role":"user","content":"Hello!"}],)"
+                             R"("temperature":2,"seed":3,"max_tokens":3000,"stream":true})")));
+    QByteArray received;
+    QVERIFY2(readUntil(fd, received, [](const QByteArray& b) { return b.count("data: ") >= 3; }),
+             received.constData());
+    s.process->terminate();
+    readUntil(fd, received, [](const QByteArray&) { return false; });
+    close(fd);
+    const QList<QJsonObject> list = events(parse(received).body);
+    QVERIFY2(list.size() >= 3, received.constData());
+    for (qsizetype i = 0; i + 1 < list.size(); ++i) {
+        QVERIFY2(!list[i].contains("done"), received.constData());
+        QVERIFY2(list[i]["choices"].toArray()[0].toObject()["finish_reason"].isNull(),
+                 received.constData());
+    }
+    QCOMPARE(list.back()["error"].toObject()["code"].toString(), QString("server_shutdown"));
+    QCOMPARE(list.back()["error"].toObject()["message"].toString(),
+             QString("the server is shutting down; the answer was cut short"));
+    QCOMPARE(stopServe(s), 0);
 }
 
 QTEST_GUILESS_MAIN(TestK3Limits)
