@@ -227,6 +227,7 @@ private:
     LimitedHttpServer http_;
     std::atomic<bool> cancel_{false}; // the running generation's flag (one runs at a time)
     std::atomic<bool> stopping_{false};
+    std::string stateOwner_; // whose conversation the session's state holds (see generate)
     std::mutex idMutex_;
     std::mt19937_64 idRandom_{std::random_device{}()};
 };
@@ -339,9 +340,18 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
     const std::int64_t created = std::time(nullptr);
     const k3::GenerateOptions options = generateOptions(request);
 
+    // Whose prefix the session may reuse: the key holders' (one key, one principal), else
+    // this client address's. Another client's prefix is dropped first, so cached_tokens
+    // (and the prefill's time) never tells a client what someone else asked.
+    const std::string owner = key_.empty() ? "address " + req.remote_addr : "key";
     // Runs the generation in this request's turn; the sink sees each delta.
-    auto generate = [this, request, options](ReplyObserver& observer, k3::GenerateResult& out) {
+    auto generate = [this, request, options, owner](ReplyObserver& observer,
+                                                    k3::GenerateResult& out) {
         cancel_ = stopping_.load();
+        if (owner != stateOwner_) {
+            session_.reset();
+            stateOwner_ = owner;
+        }
         try {
             out = session_.chat(request.messages, options, &observer, &cancel_);
         } catch (const k3::ContextFull& e) {

@@ -316,6 +316,7 @@ private slots:
     void invalidRunIsAnErrorNotAnAnswer();
     void foreignHostsAndOriginsAreRefused();
     void shutdownMidStreamIsAnError();
+    void cachedTokensAreEachClientsOwn();
 };
 
 // Item 1: 20,000 levels in a tool's parameters, or in a tool call's arguments (as an
@@ -662,6 +663,32 @@ void TestK3Limits::shutdownMidStreamIsAnError() {
     QCOMPARE(list.back()["error"].toObject()["code"].toString(), QString("server_shutdown"));
     QCOMPARE(list.back()["error"].toObject()["message"].toString(),
              QString("the server is shutting down; the answer was cut short"));
+    QCOMPARE(stopServe(s), 0);
+}
+
+// Item 23: cached_tokens told a second client that its prompt began as the previous
+// client's did. Prefixes are reused per client (per key with --api-key-file): another
+// client's request starts from nothing and reports 0.
+void TestK3Limits::cachedTokensAreEachClientsOwn() {
+    Server s = startServe();
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    const QByteArray hello = post(R"({"messages":[{"role":"user","content":"Hello!"}],)"
+                                  R"("max_tokens":1})");
+    auto cached = [&](const char* source) {
+        const Answer a = exchange(s.port, hello, 30, source);
+        return a.status != 200 ? -1
+                               : QJsonDocument::fromJson(a.body)
+                                     .object()["usage"]
+                                     .toObject()["prompt_tokens_details"]
+                                     .toObject()["cached_tokens"]
+                                     .toInt(-1);
+    };
+    QCOMPARE(cached("127.0.0.1"), 0);
+    const int own = cached("127.0.0.1");
+    QVERIFY2(own > 0, qPrintable(QString::number(own))); // its own prefix is reused
+    QCOMPARE(cached("127.0.0.2"), 0);                    // another client's is not
+    QCOMPARE(cached("127.0.0.2"), own);
+    QCOMPARE(cached("127.0.0.1"), 0);
     QCOMPARE(stopServe(s), 0);
 }
 
