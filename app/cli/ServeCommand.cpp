@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -481,11 +482,12 @@ bool Server::refusedByPolicy(const httplib::Request& req, httplib::Response& res
 void Server::routes() {
     namespace api = k3::api;
     http_.set_payload_max_length(std::size_t(args_.maxBodyMB) << 20);
-    http_.set_keep_alive_timeout(1); // idle connections hold a pool thread; stop is prompt
+    http_.set_keep_alive_timeout(1); // an idle kept-alive connection closes after 1 s
     // Each token is a small write: without this, Nagle holds it for the client's ACK.
     http_.set_tcp_nodelay(true);
-    const std::size_t threads = std::size_t(args_.queue) + 4;
-    http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    // Workers run complete requests only (slow clients wait in the reader thread): the
+    // running generation, the queue, and a few for /health and refusals.
+    http_.setWorkerThreads(std::size_t(args_.queue) + 4);
 
     http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
         tlLog = {};
@@ -523,6 +525,8 @@ void Server::routes() {
     http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return;
         std::string message;
+        // A chunked body cut off at the limit: the library calls the failed read a 400.
+        if (LimitedHttpServer::bodyOverLimit()) res.status = 413;
         if (res.status == 404)
             message = "no route " + req.method + " " + req.path +
                       " (GET /v1/models, GET /health, POST /v1/chat/completions)";
@@ -556,10 +560,6 @@ void Server::routes() {
         });
     // method, path, status, tokens (prompt+completion), seconds. Never headers: the key.
     http_.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-        if (LimitedHttpServer::refusingHead()) { // its 431 is logged where it is sent
-            tlLog = {};
-            return;
-        }
         const double seconds =
             tlLog.started ? std::chrono::duration<double>(Clock::now() - tlLog.start).count() : 0;
         std::string tokens = tlLog.promptTokens < 0 ? std::string("-")

@@ -108,8 +108,11 @@ struct Answer {
     QByteArray head, body;
 };
 
-Answer parse(const QByteArray& bytes) {
+// The final answer: interim 1xx answers before it are skipped, as HTTP clients do.
+Answer parse(QByteArray bytes) {
     Answer a;
+    while (bytes.startsWith("HTTP/1.1 1") && bytes.indexOf("\r\n\r\n") > 0)
+        bytes = bytes.mid(bytes.indexOf("\r\n\r\n") + 4);
     const int end = bytes.indexOf("\r\n\r\n");
     if (!bytes.startsWith("HTTP/1.1 ") || end < 0) return a;
     a.status = bytes.mid(9, 3).toInt();
@@ -146,17 +149,19 @@ Answer exchange(int port, const QByteArray& request, int seconds = 30,
     return parse(received);
 }
 
-// Reads from `fd` into `received` until `done` holds, the peer closes or the deadline.
-template <typename Done> bool readUntil(int fd, QByteArray& received, Done done, int seconds = 30) {
-    const auto deadline = Clock::now() + std::chrono::seconds(seconds);
-    while (!done(received) && Clock::now() < deadline) {
+// Reads from `fd` into `received` until `done` holds, the peer closes or `timeoutMs`
+// passes (0: what has arrived already).
+template <typename Done>
+bool readUntil(int fd, QByteArray& received, Done done, int timeoutMs = 30000) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
+    do {
         pollfd p{fd, POLLIN, 0};
-        if (poll(&p, 1, 100) <= 0) continue;
+        if (poll(&p, 1, timeoutMs == 0 ? 0 : 100) <= 0) continue;
         char buf[65536];
         const ssize_t n = recv(fd, buf, sizeof buf, 0);
         if (n <= 0) return done(received);
         received.append(buf, n);
-    }
+    } while (!done(received) && Clock::now() < deadline);
     return done(received);
 }
 
@@ -317,6 +322,8 @@ private slots:
     void foreignHostsAndOriginsAreRefused();
     void shutdownMidStreamIsAnError();
     void cachedTokensAreEachClientsOwn();
+    void slowClientsDoNotLockOthersOut();
+    void strictFraming();
 };
 
 // Item 1: 20,000 levels in a tool's parameters, or in a tool call's arguments (as an
@@ -690,6 +697,131 @@ void TestK3Limits::cachedTokensAreEachClientsOwn() {
     QCOMPARE(cached("127.0.0.2"), own);
     QCOMPARE(cached("127.0.0.1"), 0);
     QCOMPARE(stopServe(s), 0);
+}
+
+// Item 5: 12 to 40 connections each sending a header line every 1-2 s held every pool
+// thread, and GET /health from anyone else was never answered. Now a head that is not
+// complete takes no thread: /health is answered while 40 connections drip (the drip
+// goes on until the answer is in); a head still incomplete after its deadline gets 408;
+// more than 64 connections from one address get 503, other addresses are still served.
+void TestK3Limits::slowClientsDoNotLockOthersOut() {
+    Server s = startServe();
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    std::vector<int> slow;
+    for (int i = 0; i < 40; ++i) {
+        slow.push_back(connectTo(s.port));
+        QVERIFY(slow.back() >= 0);
+        QVERIFY(sendAll(slow.back(), "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"));
+    }
+    const int real = connectTo(s.port);
+    QVERIFY(sendAll(real, kHealth));
+    QByteArray answer;
+    auto nextDrip = Clock::now();
+    for (int line = 0; line < 30 && !answer.contains("\r\n\r\n"); ++line) {
+        for (int fd : slow) sendAll(fd, "X-Drip-" + QByteArray::number(line) + ": 1\r\n");
+        nextDrip += std::chrono::seconds(1);
+        while (Clock::now() < nextDrip && !answer.contains("\r\n\r\n"))
+            readUntil(
+                real, answer, [](const QByteArray& b) { return b.contains("\r\n\r\n"); }, 100);
+    }
+    close(real);
+    QCOMPARE(parse(answer).status, 200);
+    // No drip since: each slow connection gets its 408 at the head's deadline.
+    QByteArray timedOut;
+    QVERIFY(readUntil(slow.front(), timedOut, [](const QByteArray& b) {
+        return b.contains("\r\n\r\n") && b.endsWith("}}");
+    }));
+    const Answer a = parse(timedOut);
+    QCOMPARE(a.status, 408);
+    QCOMPARE(errorOf(a)["message"].toString(),
+             QString("the request head did not arrive within 10 s"));
+    for (int fd : slow) close(fd);
+
+    std::vector<int> crowd;
+    for (int i = 0; i < 64; ++i) crowd.push_back(connectTo(s.port, "127.0.0.3"));
+    const Answer refused = exchange(s.port, kHealth, 30, "127.0.0.3");
+    QCOMPARE(refused.status, 503);
+    QCOMPARE(errorOf(refused)["message"].toString(),
+             QString("too many connections from 127.0.0.3 (at most 64 at once)"));
+    QCOMPARE(exchange(s.port, kHealth, 30, "127.0.0.4").status, 200);
+    for (int fd : crowd) close(fd);
+    QCOMPARE(stopServe(s), 0);
+}
+
+// Item 17: two Content-Length values (the first was used), "+10", "0x10" and "1e3" (read
+// as numbers), Transfer-Encoding with Content-Length, bare-LF header lines: 400 and
+// close. A chunked body is refused with 413 once it passes the limit, not read whole;
+// a refused request's unread body is never read as a next request; pipelined requests
+// are answered in order.
+void TestK3Limits::strictFraming() {
+    Server s = startServe({"--max-body-mb", "1"});
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    const QByteArray head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            "Content-Type: application/json\r\n";
+    const QByteArray body = R"({"messages":[{"role":"user","content":"x"}],"max_tokens":1})";
+    const QByteArray length = "Content-Length: " + QByteArray::number(body.size()) + "\r\n";
+    const struct {
+        QByteArray fields;
+        QString message;
+    } cases[] = {
+        {length + "Content-Length: 5\r\n",
+         QStringLiteral("two different Content-Length values (%1 and 5)").arg(body.size())},
+        {"Content-Length: +10\r\n", "Content-Length \"+10\" is not a decimal number of bytes"},
+        {"Content-Length: 0x10\r\n", "Content-Length \"0x10\" is not a decimal number of bytes"},
+        {"Content-Length: 1e3\r\n", "Content-Length \"1e3\" is not a decimal number of bytes"},
+        {length + "Transfer-Encoding: chunked\r\n",
+         "a request with both Transfer-Encoding and Content-Length"},
+        {"Transfer-Encoding: gzip, chunked\r\n",
+         "Transfer-Encoding \"gzip, chunked\" is not supported (only one chunked)"},
+        {"X-Bare: 1\n" + length, "line 4 of the request head ends in a bare LF (HTTP needs CRLF)"},
+    };
+    for (const auto& c : cases) {
+        const Answer a = exchange(s.port, head + c.fields + "\r\n" + body);
+        QVERIFY2(a.status == 400, qPrintable(c.message + ": " + QString::number(a.status)));
+        QCOMPARE(errorOf(a)["message"].toString(), c.message);
+        QVERIFY(a.head.contains("Connection: close"));
+    }
+
+    // 50 MB of chunks against a 1 MB limit: the 413 comes while they are still sent.
+    const int fd = connectTo(s.port);
+    QVERIFY(sendAll(fd, head + "Transfer-Encoding: chunked\r\n\r\n"));
+    const QByteArray chunk = "10000\r\n" + QByteArray(0x10000, 'a') + "\r\n";
+    QByteArray received;
+    qint64 sent = 0;
+    while (sent < (50ll << 20) && !received.contains("\r\n\r\n")) {
+        if (!sendAll(fd, chunk)) break;
+        sent += chunk.size();
+        readUntil(
+            fd, received, [](const QByteArray&) { return true; }, 0);
+    }
+    readUntil(fd, received, [](const QByteArray& b) { return b.endsWith("}}"); });
+    close(fd);
+    QCOMPARE(parse(received).status, 413);
+    QVERIFY2(sent < (50ll << 20), qPrintable(QString::number(sent)));
+    QCOMPARE(errorOf(parse(received))["message"].toString(),
+             QString("the request body is over the 1 MB limit (k3 serve --max-body-mb)"));
+
+    // A body the handler never read (a refusal before it) holding a request of its own.
+    const QByteArray smuggled = "GET /smuggled HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    const Answer refused = exchange(
+        s.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: "
+                "http://attacker.example\r\nContent-Type: application/json\r\nContent-Length: " +
+                    QByteArray::number(smuggled.size()) + "\r\n\r\n" + smuggled);
+    QCOMPARE(refused.status, 403);
+    QVERIFY2(!refused.body.contains("HTTP/1.1"), refused.body.constData());
+
+    // Three pipelined requests in one write: three answers, in order.
+    const QByteArray get = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    const QByteArray missing = "GET /missing HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    const Answer pipelined = exchange(s.port, get + missing + kHealth);
+    QCOMPARE(pipelined.status, 200);
+    const QByteArray all = pipelined.head + "\r\n\r\n" + pipelined.body;
+    QCOMPARE(all.count("HTTP/1.1 "), 3);
+    QVERIFY2(all.indexOf("HTTP/1.1 404") > 0 &&
+                 all.indexOf("HTTP/1.1 404") < all.lastIndexOf("HTTP/1.1 200"),
+             all.constData());
+    QCOMPARE(stopServe(s), 0);
+    QVERIFY2(!s.log.contains("/smuggled"), qPrintable(s.log));
 }
 
 QTEST_GUILESS_MAIN(TestK3Limits)
