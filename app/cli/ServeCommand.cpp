@@ -80,15 +80,30 @@ int requestSocket(const httplib::Request& req) {
     return -1;
 }
 
-// True once the peer has closed the connection (an HTTP client that gave up): the
-// socket reads end-of-file or an error. Bytes of a pipelined next request are not EOF.
-bool peerClosed(int fd) {
-    pollfd p{fd, POLLIN | POLLRDHUP, 0};
-    if (poll(&p, 1, 0) <= 0) return false;
-    if (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) return true;
-    char byte;
-    return recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
-}
+// Whether the client of a non-streamed request left (it writes nothing until the end).
+// Its end of the stream alone does not say: a client that half-closed after its request
+// (nc -N) still reads the answer. So at the first end of stream an interim answer is sent
+// (HTTP/1.1 100, which clients skip); a client that left answers it with a reset, which
+// the next look sees as an error.
+class ClientWatch {
+public:
+    ClientWatch(int fd, bool http11) : fd_(fd), http11_(http11) {}
+    bool left() {
+        pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+        if (fd_ < 0 || poll(&p, 1, 0) <= 0) return false;
+        if (p.revents & (POLLERR | POLLHUP)) return true;
+        if (!(p.revents & POLLRDHUP) || probed_ || !http11_) return false;
+        probed_ = true;
+        static constexpr char kInterim[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        return send(fd_, kInterim, sizeof kInterim - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+               errno != EAGAIN;
+    }
+
+private:
+    int fd_;
+    bool http11_;
+    bool probed_ = false;
+};
 
 // FIFO turns for the one session: a request takes a place when it arrives (refused
 // when `limit` already wait), runs when it is first in line, and gives the place up
@@ -382,10 +397,10 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
     if (!request.stream) {
         if (!place->waitTurn()) return sendError(res, shuttingDown());
         // Nothing is written until the end, so each token looks whether the client left.
-        const int socket = requestSocket(req);
+        ClientWatch client(requestSocket(req), req.version == "HTTP/1.1");
         ReplyObserver observer(
             request.stop, cancel_,
-            [socket](const std::string&, const std::string&) { return !peerClosed(socket); });
+            [&client](const std::string&, const std::string&) { return !client.left(); });
         k3::GenerateResult r;
         try {
             generate(observer, r);
