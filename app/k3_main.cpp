@@ -401,6 +401,16 @@ int main(int argc, char** argv) {
                      "Largest request body (default 4; more get 413)")
         ->check(CLI::Range(1, 1024))
         ->type_name("MB");
+    serve
+        ->add_option("--allow-host", sv.allowHosts,
+                     "Also accept requests whose Host header names NAME (repeatable; "
+                     "127.0.0.1, localhost, [::1] and --host always are)")
+        ->type_name("NAME");
+    serve
+        ->add_option("--cors-origin", sv.corsOrigins,
+                     "Answer web pages from ORIGIN (scheme://host[:port]) with CORS headers "
+                     "(repeatable); requests with any other Origin get 403")
+        ->type_name("ORIGIN");
 
     // k3 pack MODEL_DIR TRUNK_DIR: the one-time rewrite of the dense trunk.
     CLI::App* pack = app.add_subcommand(

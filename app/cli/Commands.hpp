@@ -90,6 +90,11 @@ struct ServeArgs {
     std::string apiKeyFile; // required to bind anything but loopback
     int queue = 8;          // requests that may wait behind the running one
     int maxBodyMB = 4;      // larger request bodies get 413
+    // Host names accepted besides 127.0.0.1, localhost, [::1] and --host (--allow-host).
+    std::vector<std::string> allowHosts;
+    // Web page origins answered with CORS headers (--cors-origin); every other Origin is
+    // refused.
+    std::vector<std::string> corsOrigins;
 };
 
 struct DownloadArgs {

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,21 +13,37 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <list>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
 
 namespace k3cli {
 
 namespace {
 
-thread_local bool tlRefusingHead = false;
+using Clock = std::chrono::steady_clock;
+
+thread_local bool tlBodyOverLimit = false;
 
 int milliseconds(time_t sec, time_t usec) {
     return int(sec * 1000 + usec / 1000);
 }
 
-// poll() for `events`, retried on EINTR: true when the socket is ready in time.
+int millisecondsUntil(Clock::time_point t) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now());
+    return int(std::max<std::int64_t>(0, left.count()));
+}
+
+// poll() for `events`, retried on EINTR: true when the socket is ready in time (an error
+// or hang-up counts as ready: the next read or write says what it is).
 bool ready(int fd, short events, int timeoutMs) {
     pollfd p{fd, events, 0};
     int n;
@@ -49,50 +66,501 @@ void ipAndPort(const sockaddr_storage& a, socklen_t len, std::string& ip, int& p
         ip = host;
 }
 
-// cpp-httplib's SocketStream (buffered reads, the same timeouts, a write fails once the
-// peer has closed) that also counts each request head as the library reads it.
-class HeadLimitedStream final : public httplib::Stream {
+std::string peerOf(int fd) {
+    std::string ip;
+    int port = 0;
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) ipAndPort(a, len, ip, port);
+    return ip;
+}
+
+// How far a request head has been read: resumable, so a head that arrives a byte at a
+// time is scanned once, not once per byte.
+struct HeadScan {
+    std::size_t pos = 0;   // bytes looked at
+    std::size_t lines = 0; // complete lines, the request line included
+};
+
+struct Refusal {
+    int status = 0;
+    std::string message;
+};
+
+struct Framing {
+    std::size_t headBytes = 0;
+    std::optional<std::uint64_t> contentLength;
+    bool chunked = false;
+    bool expectContinue = false; // the client waits for 100 before it sends the body
+};
+
+Refusal headTooLarge() {
+    return {431, "the request head is over " + std::to_string(kMaxHeadBytes / 1024) + " KB or " +
+                     std::to_string(kMaxHeaderFields) + " header fields"};
+}
+
+// The head's end as the library finds it (the first line that is exactly CRLF after the
+// request line), stricter: every line must end in CRLF (the library skips a line ending in
+// a bare LF, which another reader of the same bytes may not).
+enum class HeadState { Incomplete, Complete, Refused };
+HeadState scanHead(std::string_view bytes, HeadScan& s, Refusal& refusal) {
+    while (s.pos < bytes.size()) {
+        const void* nl = std::memchr(bytes.data() + s.pos, '\n', bytes.size() - s.pos);
+        if (!nl) {
+            s.pos = bytes.size();
+            break;
+        }
+        const std::size_t end = std::size_t(static_cast<const char*>(nl) - bytes.data()) + 1;
+        const std::size_t lineStart = s.pos;
+        s.pos = end;
+        ++s.lines;
+        if (end > kMaxHeadBytes || s.lines > kMaxHeaderFields + 2) {
+            refusal = headTooLarge();
+            return HeadState::Refused;
+        }
+        if (end - lineStart < 2 || bytes[end - 2] != '\r') {
+            refusal = {400, "line " + std::to_string(s.lines) +
+                                " of the request head ends in a bare LF (HTTP needs CRLF)"};
+            return HeadState::Refused;
+        }
+        if (end - lineStart == 2 && s.lines > 1) {
+            if (s.lines > kMaxHeaderFields + 2) { // request line + fields + blank line
+                refusal = headTooLarge();
+                return HeadState::Refused;
+            }
+            return HeadState::Complete;
+        }
+    }
+    if (s.pos > kMaxHeadBytes) {
+        refusal = headTooLarge();
+        return HeadState::Refused;
+    }
+    return HeadState::Incomplete;
+}
+
+std::string trimmed(std::string_view v) {
+    const std::size_t first = v.find_first_not_of(" \t");
+    if (first == std::string_view::npos) return {};
+    return std::string(v.substr(first, v.find_last_not_of(" \t") - first + 1));
+}
+
+std::string lower(std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(),
+                   [](unsigned char c) { return char(std::tolower(c)); });
+    return s;
+}
+
+// Content-Length and Transfer-Encoding, strictly: the library reads "+10", "0x10" and
+// "1e3" as numbers (strtoull) and uses the first of two different lengths.
+std::optional<Refusal> readFraming(std::string_view head, Framing& f) {
+    f.headBytes = head.size();
+    std::size_t at = head.find("\r\n") + 2; // past the request line
+    while (at + 2 < head.size()) {
+        const std::size_t end = head.find("\r\n", at);
+        const std::string_view line = head.substr(at, end - at);
+        at = end + 2;
+        const std::size_t colon = line.find(':');
+        if (colon == std::string_view::npos || colon == 0 ||
+            line.substr(0, colon).find_first_of(" \t") != std::string_view::npos)
+            return Refusal{400, "a request header line is not NAME: VALUE"};
+        const std::string name = lower(std::string(line.substr(0, colon)));
+        const std::string value = trimmed(line.substr(colon + 1));
+        if (name == "content-length") {
+            const bool decimal = !value.empty() && value.size() <= 18 &&
+                                 std::all_of(value.begin(), value.end(),
+                                             [](unsigned char c) { return std::isdigit(c); });
+            if (!decimal)
+                return Refusal{400, "Content-Length \"" + value.substr(0, 40) +
+                                        "\" is not a decimal number of bytes"};
+            const std::uint64_t length = std::stoull(value);
+            if (f.contentLength && *f.contentLength != length)
+                return Refusal{400, "two different Content-Length values (" +
+                                        std::to_string(*f.contentLength) + " and " + value + ")"};
+            f.contentLength = length;
+        } else if (name == "expect") {
+            f.expectContinue = lower(value) == "100-continue";
+        } else if (name == "transfer-encoding") {
+            if (lower(value) != "chunked" || f.chunked)
+                return Refusal{400, "Transfer-Encoding \"" + value.substr(0, 40) +
+                                        "\" is not supported (only one chunked)"};
+            f.chunked = true;
+        }
+    }
+    if (f.chunked && f.contentLength)
+        return Refusal{400, "a request with both Transfer-Encoding and Content-Length"};
+    return std::nullopt;
+}
+
+// A JSON error and Connection: close, sent without waiting (the socket's buffer is
+// empty at this point; a client that reads nothing loses nothing else).
+void answerAndClose(int fd, const Refusal& r, const std::string& peer) {
+    static const std::map<int, const char*> reasons = {{400, "Bad Request"},
+                                                       {408, "Request Timeout"},
+                                                       {431, "Request Header Fields Too Large"},
+                                                       {503, "Service Unavailable"}};
+    const auto reason = reasons.find(r.status);
+    const std::string body = k3::api::errorJson(k3::api::ApiError(
+        r.status, r.message, r.status == 503 ? "server_error" : "invalid_request_error"));
+    const std::string bytes =
+        "HTTP/1.1 " + std::to_string(r.status) + " " +
+        (reason == reasons.end() ? "Error" : reason->second) +
+        "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+        "\r\nConnection: close\r\n\r\n" + body;
+    ssize_t n;
+    do n = send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    shutdown(fd, SHUT_WR);
+    std::fprintf(stderr, "k3 serve: request from %s refused: %d %s\n", peer.c_str(), r.status,
+                 r.message.c_str());
+}
+
+} // namespace
+
+// One client connection between requests, or while its request arrives.
+struct LimitedHttpServer::Connection {
+    enum class State {
+        Idle,     // kept alive: waiting for a next request's first byte
+        Head,     // reading a request head
+        Body,     // the head is in; reading a body of at most kPrereadBodyBytes
+        Draining, // answered with a refusal: reading and dropping until the client closes
+    };
+    int fd = -1;
+    std::string peer;
+    std::string bytes; // received, from `offset` on not yet used
+    std::size_t offset = 0;
+    State state = State::Head;
+    Clock::time_point deadline;
+    HeadScan scan;
+    std::size_t need = 0;    // bytes of the request (head and body) to hold before dispatch
+    std::size_t dropped = 0; // while draining
+
+    std::string_view pending() const { return std::string_view(bytes).substr(offset); }
+    void consume(std::size_t n) {
+        offset += n;
+        if (offset == bytes.size()) {
+            bytes.clear();
+            offset = 0;
+        } else if (offset > 65536 && offset > bytes.size() / 2) {
+            bytes.erase(0, offset);
+            offset = 0;
+        }
+    }
+};
+
+// The reader thread (every connection not running a request) and the worker pool.
+class LimitedHttpServer::Connections {
 public:
-    HeadLimitedStream(int fd, int readTimeoutMs, int writeTimeoutMs)
-        : fd_(fd), readTimeoutMs_(readTimeoutMs), writeTimeoutMs_(writeTimeoutMs) {}
+    Connections(LimitedHttpServer& server, std::size_t workers)
+        : server_(server), wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), workers_(workers),
+          reader_([this] { readLoop(); }) {}
+    ~Connections() { shutdown(); }
 
-    // A request starts: its head is counted from its first byte.
-    void startHead() {
-        inHead_ = true;
-        headBytes_ = lines_ = lineBytes_ = 0;
-        lastWasCR_ = false;
+    // From the accept loop.
+    void accept(int fd) {
+        auto c = std::make_unique<Connection>();
+        c->fd = fd;
+        c->peer = peerOf(fd);
+        c->deadline = Clock::now() + std::chrono::seconds(kHeadDeadlineSeconds);
+        {
+            std::lock_guard lock(m_);
+            int& fromPeer = perAddress_[c->peer];
+            if (stopping_ || fromPeer >= kMaxConnectionsPerAddress || total_ >= kMaxConnections) {
+                const std::string why =
+                    fromPeer >= kMaxConnectionsPerAddress
+                        ? "too many connections from " + c->peer + " (at most " +
+                              std::to_string(kMaxConnectionsPerAddress) + " at once)"
+                        : "too many connections (at most " + std::to_string(kMaxConnections) +
+                              " at once)";
+                if (fromPeer == 0) perAddress_.erase(c->peer);
+                answerAndClose(fd, {503, why}, c->peer);
+                ::close(fd);
+                return;
+            }
+            ++fromPeer;
+            ++total_;
+        }
+        handBack(std::move(c));
     }
-    bool refused() const { return refused_; }
-    bool buffered() const { return off_ < end_; }
 
-    bool is_readable() const override { return buffered() || ready(fd_, POLLIN, readTimeoutMs_); }
-    bool is_writable() const override {
-        return !refused_ && ready(fd_, POLLOUT, writeTimeoutMs_) && peerOpen();
+    // A connection goes (back) to the reader: a new one, one kept alive, one draining.
+    void handBack(std::unique_ptr<Connection> c) {
+        {
+            std::lock_guard lock(m_);
+            if (stopping_) {
+                closeCounted(*c);
+                return;
+            }
+            incoming_.push_back(std::move(c));
+        }
+        const std::uint64_t one = 1;
+        [[maybe_unused]] const ssize_t n = write(wake_, &one, sizeof one);
     }
+
+    void refuse(std::unique_ptr<Connection> c, const Refusal& r) {
+        answerAndClose(c->fd, r, c->peer);
+        c->state = Connection::State::Draining;
+        // Closing with unread bytes resets the connection, and the reset can destroy the
+        // answer before the client has read it: read and drop for a moment first.
+        c->deadline = Clock::now() + std::chrono::seconds(1);
+        c->bytes.clear();
+        c->offset = 0;
+        handBack(std::move(c));
+    }
+
+    void close(std::unique_ptr<Connection> c) {
+        std::lock_guard lock(m_);
+        closeCounted(*c);
+    }
+
+    void shutdown() {
+        {
+            std::lock_guard lock(m_);
+            if (stopping_) return;
+            stopping_ = true;
+        }
+        const std::uint64_t one = 1;
+        [[maybe_unused]] const ssize_t n = write(wake_, &one, sizeof one);
+        reader_.join();
+        workers_.shutdown(); // the running requests finish
+        ::close(wake_);
+    }
+
+private:
+    void closeCounted(Connection& c) {
+        ::shutdown(c.fd, SHUT_RDWR);
+        ::close(c.fd);
+        if (--perAddress_[c.peer] <= 0) perAddress_.erase(c.peer);
+        --total_;
+    }
+
+    void dispatch(std::unique_ptr<Connection> c) {
+        // std::function needs a copyable callable: the pool owns it through a shared_ptr.
+        auto held = std::make_shared<std::unique_ptr<Connection>>(std::move(c));
+        workers_.enqueue([this, held] { server_.serve(std::move(*held)); });
+    }
+
+    void readLoop() {
+        std::list<std::unique_ptr<Connection>> waiting;
+        std::vector<pollfd> fds;
+        std::vector<std::list<std::unique_ptr<Connection>>::iterator> order; // of fds[1...]
+        std::array<char, 16384> buf;
+        for (;;) {
+            {
+                std::lock_guard lock(m_);
+                if (stopping_) break;
+                for (auto& c : incoming_) {
+                    if (c->state == Connection::State::Idle)
+                        c->deadline = Clock::now() + std::chrono::seconds(std::max<time_t>(
+                                                         1, server_.keep_alive_timeout_sec_));
+                    waiting.push_back(std::move(c));
+                }
+                incoming_.clear();
+            }
+            // A keep-alive connection may hand back a whole request already buffered.
+            for (auto it = waiting.begin(); it != waiting.end();) {
+                auto next = std::next(it);
+                if (!(*it)->pending().empty() && (*it)->state != Connection::State::Draining)
+                    advance(waiting, it);
+                it = next;
+            }
+            fds.assign(1, pollfd{wake_, POLLIN, 0});
+            order.clear();
+            auto soonest = Clock::now() + std::chrono::seconds(1);
+            for (auto it = waiting.begin(); it != waiting.end(); ++it) {
+                fds.push_back({(*it)->fd, POLLIN, 0});
+                order.push_back(it);
+                soonest = std::min(soonest, (*it)->deadline);
+            }
+            const int n = poll(fds.data(), fds.size(), millisecondsUntil(soonest) + 1);
+            if (n < 0 && errno != EINTR) break;
+            if (fds[0].revents) {
+                std::uint64_t count;
+                [[maybe_unused]] const ssize_t r = read(wake_, &count, sizeof count);
+            }
+            // List iterators stay valid while others are erased or appended.
+            const auto now = Clock::now();
+            for (std::size_t i = 1; i < fds.size(); ++i) {
+                const auto it = order[i - 1];
+                Connection& c = **it;
+                if (fds[i].revents) {
+                    const ssize_t got = recv(c.fd, buf.data(), buf.size(), MSG_DONTWAIT);
+                    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+                        std::lock_guard lock(m_);
+                        closeCounted(c);
+                        waiting.erase(it);
+                    } else if (got > 0) {
+                        received(waiting, it, std::string_view(buf.data(), std::size_t(got)));
+                    }
+                } else if (now >= c.deadline) {
+                    expired(waiting, it);
+                }
+            }
+        }
+        std::lock_guard lock(m_);
+        for (auto& c : waiting) closeCounted(*c);
+        for (auto& c : incoming_) closeCounted(*c);
+        incoming_.clear();
+    }
+
+    using List = std::list<std::unique_ptr<Connection>>;
+
+    void received(List& waiting, List::iterator it, std::string_view data) {
+        Connection& c = **it;
+        if (c.state == Connection::State::Draining) {
+            c.dropped += data.size();
+            if (c.dropped > (4u << 20)) {
+                std::lock_guard lock(m_);
+                closeCounted(c);
+                waiting.erase(it);
+            }
+            return;
+        }
+        c.bytes.append(data);
+        advance(waiting, it);
+    }
+
+    // Moves a connection on with what it holds: a complete request to a worker, a bad head
+    // to its refusal; otherwise it keeps waiting.
+    void advance(List& waiting, List::iterator it) {
+        Connection& c = **it;
+        if (c.state == Connection::State::Idle) {
+            // RFC 9112: empty lines before a request line are ignored.
+            std::size_t skip = 0;
+            const std::string_view p = c.pending();
+            while (p.substr(skip, 2) == "\r\n") skip += 2;
+            c.consume(skip);
+            if (c.pending().empty()) return;
+            c.state = Connection::State::Head;
+            c.scan = {};
+            c.deadline = Clock::now() + std::chrono::seconds(kHeadDeadlineSeconds);
+        }
+        if (c.state == Connection::State::Head) {
+            Refusal refusal;
+            const HeadState s = scanHead(c.pending(), c.scan, refusal);
+            if (s == HeadState::Incomplete) return;
+            std::unique_ptr<Connection> owned = std::move(*it);
+            waiting.erase(it);
+            if (s == HeadState::Refused) return refuse(std::move(owned), refusal);
+            Framing f;
+            if (auto bad = readFraming(owned->pending().substr(0, owned->scan.pos), f))
+                return refuse(std::move(owned), *bad);
+            owned->need = f.headBytes;
+            if (f.contentLength && *f.contentLength <= kPrereadBodyBytes && !f.expectContinue)
+                owned->need += std::size_t(*f.contentLength);
+            owned->state = Connection::State::Body;
+            owned->deadline = Clock::now() + std::chrono::seconds(kBodyDeadlineSeconds);
+            if (owned->pending().size() >= owned->need) return dispatch(std::move(owned));
+            waiting.push_back(std::move(owned));
+            return;
+        }
+        if (c.state == Connection::State::Body && c.pending().size() >= c.need) {
+            std::unique_ptr<Connection> owned = std::move(*it);
+            waiting.erase(it);
+            dispatch(std::move(owned));
+        }
+    }
+
+    void expired(List& waiting, List::iterator it) {
+        std::unique_ptr<Connection> c = std::move(*it);
+        waiting.erase(it);
+        switch (c->state) {
+        case Connection::State::Idle: // an idle keep-alive connection: just closed
+        case Connection::State::Draining:
+            close(std::move(c));
+            return;
+        case Connection::State::Head:
+            return refuse(std::move(c), {408, "the request head did not arrive within " +
+                                                  std::to_string(kHeadDeadlineSeconds) + " s"});
+        case Connection::State::Body:
+            return refuse(std::move(c), {408, "the request body did not arrive within " +
+                                                  std::to_string(kBodyDeadlineSeconds) + " s"});
+        }
+    }
+
+    LimitedHttpServer& server_;
+    int wake_;
+    std::mutex m_;
+    bool stopping_ = false;
+    std::vector<std::unique_ptr<Connection>> incoming_;
+    std::map<std::string, int> perAddress_;
+    int total_ = 0;
+    httplib::ThreadPool workers_;
+    std::thread reader_; // last: it starts running in the constructor
+};
+
+namespace {
+
+// The library's view of one connection on a worker: the request's buffered bytes first,
+// then the socket, the body within its deadline and limit; writes fail only when the
+// client is gone (an error or reset), not when it has only half-closed.
+class BufferedStream final : public httplib::Stream {
+public:
+    using Connection = LimitedHttpServer::Connection;
+
+    BufferedStream(Connection& c, int readTimeoutMs, int writeTimeoutMs, std::size_t bodyLimit)
+        : c_(c), readTimeoutMs_(readTimeoutMs), writeTimeoutMs_(writeTimeoutMs),
+          bodyLimit_(bodyLimit) {}
+
+    void startRequest(const Framing& f) {
+        framing_ = f;
+        headLeft_ = f.headBytes;
+        bodyRead_ = 0;
+        overLimit_ = false;
+        bodyDeadline_ = Clock::now() + std::chrono::seconds(kBodyDeadlineSeconds);
+    }
+    bool overLimit() const { return overLimit_; }
+    // False when the handler answered without reading a declared body (a refusal before
+    // the body): its bytes would be read as the next request, so the connection ends.
+    bool bodyConsumed() const {
+        return !framing_.chunked && bodyRead_ == framing_.contentLength.value_or(0);
+    }
+
+    bool is_readable() const override {
+        return !c_.pending().empty() || ready(c_.fd, POLLIN, readTimeoutMs_);
+    }
+    bool is_writable() const override { return writable(writeTimeoutMs_); }
 
     ssize_t read(char* ptr, std::size_t size) override {
-        if (refused_) return -1;
-        if (!buffered()) {
-            if (!ready(fd_, POLLIN, readTimeoutMs_)) return -1;
+        if (headLeft_ > 0) { // the head is buffered whole
+            const std::size_t n = std::min(size, headLeft_);
+            std::memcpy(ptr, c_.pending().data(), n);
+            c_.consume(n);
+            headLeft_ -= n;
+            return ssize_t(n);
+        }
+        std::size_t allowed = size;
+        if (!framing_.chunked) {
+            // The body ends where its length says (no length: no body), whatever follows.
+            const std::uint64_t left = framing_.contentLength.value_or(0) - bodyRead_;
+            if (left == 0) return 0;
+            allowed = std::size_t(std::min<std::uint64_t>(allowed, left));
+        }
+        // Past the limit (a chunked body's framing may add a little): stop reading, 413.
+        if (bodyRead_ > bodyLimit_ + 65536) {
+            overLimit_ = tlBodyOverLimit = true;
+            return -1;
+        }
+        if (c_.pending().empty()) {
+            const int wait = std::min(readTimeoutMs_, millisecondsUntil(bodyDeadline_));
+            if (wait <= 0 || !ready(c_.fd, POLLIN, wait)) return -1;
+            std::array<char, 16384> buf;
             ssize_t n;
-            do n = recv(fd_, buf_.data(), buf_.size(), 0);
+            do n = recv(c_.fd, buf.data(), buf.size(), 0);
             while (n < 0 && errno == EINTR);
             if (n <= 0) return n;
-            off_ = 0;
-            end_ = std::size_t(n);
+            c_.bytes.append(buf.data(), std::size_t(n));
         }
-        std::size_t n = std::min(size, end_ - off_);
-        if (inHead_) n = countHead(n);
-        if (refused_) return -1;
-        std::memcpy(ptr, buf_.data() + off_, n);
-        off_ += n;
+        const std::size_t n = std::min(allowed, c_.pending().size());
+        std::memcpy(ptr, c_.pending().data(), n);
+        c_.consume(n);
+        bodyRead_ += n;
         return ssize_t(n);
     }
 
     ssize_t write(const char* ptr, std::size_t size) override {
-        if (!is_writable()) return -1;
+        if (!writable(writeTimeoutMs_)) return -1;
         ssize_t n;
-        do n = send(fd_, ptr, size, MSG_NOSIGNAL);
+        do n = send(c_.fd, ptr, size, MSG_NOSIGNAL);
         while (n < 0 && errno == EINTR);
         return n;
     }
@@ -100,140 +568,105 @@ public:
     void get_remote_ip_and_port(std::string& ip, int& port) const override {
         sockaddr_storage a{};
         socklen_t len = sizeof a;
-        if (getpeername(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+        if (getpeername(c_.fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
             ipAndPort(a, len, ip, port);
     }
     void get_local_ip_and_port(std::string& ip, int& port) const override {
         sockaddr_storage a{};
         socklen_t len = sizeof a;
-        if (getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+        if (getsockname(c_.fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
             ipAndPort(a, len, ip, port);
     }
-    socket_t socket() const override { return fd_; }
+    socket_t socket() const override { return c_.fd; }
 
 private:
-    // Of the next `n` buffered bytes, how many the head may still take (the rest belongs
-    // to the body); refuses past a limit.
-    std::size_t countHead(std::size_t n) {
-        for (std::size_t i = 0; i < n; ++i) {
-            const char c = buf_[off_ + i];
-            if (++headBytes_ > kMaxHeadBytes) return refuse();
-            if (c != '\n') {
-                ++lineBytes_;
-                lastWasCR_ = c == '\r';
-                continue;
-            }
-            // The library ends the head at a line that is exactly CRLF, after the request
-            // line; every other line it reads is stored (or skipped) as a header.
-            const bool blank = lineBytes_ == 1 && lastWasCR_;
-            lineBytes_ = 0;
-            lastWasCR_ = false;
-            if (blank && lines_ > 0) {
-                inHead_ = false;
-                return i + 1;
-            }
-            if (++lines_ > kMaxHeaderFields + 1) return refuse(); // + the request line
-        }
-        return n;
-    }
-    std::size_t refuse() {
-        refused_ = true;
-        tlRefusingHead = true;
-        return 0;
-    }
-    // As the library's is_socket_alive: readable with nothing to read means closed.
-    bool peerOpen() const {
-        if (!ready(fd_, POLLIN, 0)) return true;
-        char byte;
-        return recv(fd_, &byte, 1, MSG_PEEK) > 0;
+    // A half-closed client (nc -N) still reads its answer: only an error or a reset means
+    // it left.
+    bool writable(int timeoutMs) const {
+        pollfd p{c_.fd, POLLOUT, 0};
+        int n;
+        do n = poll(&p, 1, timeoutMs);
+        while (n < 0 && errno == EINTR);
+        return n > 0 && !(p.revents & (POLLERR | POLLHUP));
     }
 
-    int fd_;
+    Connection& c_;
     int readTimeoutMs_, writeTimeoutMs_;
-    std::array<char, 4096> buf_{};
-    std::size_t off_ = 0, end_ = 0;
-    bool inHead_ = false, refused_ = false, lastWasCR_ = false;
-    std::size_t headBytes_ = 0, lines_ = 0, lineBytes_ = 0;
+    std::size_t bodyLimit_;
+    Framing framing_;
+    std::size_t headLeft_ = 0;
+    std::uint64_t bodyRead_ = 0;
+    bool overLimit_ = false;
+    Clock::time_point bodyDeadline_;
 };
 
-bool sendAll(int fd, const std::string& bytes, int timeoutMs) {
-    std::size_t sent = 0;
-    while (sent < bytes.size()) {
-        if (!ready(fd, POLLOUT, timeoutMs)) return false;
-        const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return false;
-        sent += std::size_t(n);
-    }
-    return true;
-}
+// Runs each accepted connection's task at once on the accept thread: the task only hands
+// the connection to the reader. Its shutdown (when listening ends) stops the reader and
+// waits for the workers.
+class HandOverQueue final : public httplib::TaskQueue {
+public:
+    explicit HandOverQueue(LimitedHttpServer::Connections& connections)
+        : connections_(connections) {}
+    void enqueue(std::function<void()> fn) override { fn(); }
+    void shutdown() override { connections_.shutdown(); }
 
-// 431 and close. The client may still be sending: its bytes are read and dropped for a
-// moment after the answer, because closing with unread bytes resets the connection, and
-// the reset can destroy the answer before the client has read it.
-void refuseHead(int fd, int writeTimeoutMs) {
-    const std::string body = k3::api::errorJson(k3::api::ApiError(
-        431, "the request head is over " + std::to_string(kMaxHeadBytes / 1024) + " KB or " +
-                 std::to_string(kMaxHeaderFields) + " header fields"));
-    sendAll(fd,
-            "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: application/json\r\n"
-            "Content-Length: " +
-                std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body,
-            writeTimeoutMs);
-    std::string peer;
-    int port = 0;
-    sockaddr_storage a{};
-    socklen_t len = sizeof a;
-    if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) ipAndPort(a, len, peer, port);
-    std::fprintf(stderr,
-                 "k3 serve: request head from %s:%d refused: 431 (over %zu bytes or %zu "
-                 "header fields)\n",
-                 peer.c_str(), port, kMaxHeadBytes, kMaxHeaderFields);
-    shutdown(fd, SHUT_WR);
-    constexpr auto kLinger = std::chrono::seconds(1);
-    constexpr std::size_t kLingerBytes = 4 << 20;
-    const auto until = std::chrono::steady_clock::now() + kLinger;
-    std::array<char, 16384> scratch;
-    for (std::size_t dropped = 0; dropped < kLingerBytes;) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            until - std::chrono::steady_clock::now());
-        if (left.count() <= 0 || !ready(fd, POLLIN, int(left.count()))) break;
-        const ssize_t n = recv(fd, scratch.data(), scratch.size(), 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        dropped += std::size_t(n);
-    }
-}
+private:
+    LimitedHttpServer::Connections& connections_;
+};
 
 } // namespace
 
-bool LimitedHttpServer::refusingHead() {
-    return tlRefusingHead;
+LimitedHttpServer::LimitedHttpServer() {
+    new_task_queue = [this]() -> httplib::TaskQueue* {
+        connections_ =
+            std::make_unique<Connections>(*this, std::max<std::size_t>(workerThreads_, 1));
+        return new HandOverQueue(*connections_);
+    };
+}
+
+LimitedHttpServer::~LimitedHttpServer() = default;
+
+bool LimitedHttpServer::bodyOverLimit() {
+    return tlBodyOverLimit;
 }
 
 bool LimitedHttpServer::process_and_close_socket(socket_t sock) {
-    HeadLimitedStream stream(sock, milliseconds(read_timeout_sec_, read_timeout_usec_),
-                             milliseconds(write_timeout_sec_, write_timeout_usec_));
-    bool ok = false;
+    connections_->accept(sock);
+    return true;
+}
+
+void LimitedHttpServer::serve(std::unique_ptr<Connection> c) {
+    BufferedStream stream(*c, milliseconds(read_timeout_sec_, read_timeout_usec_),
+                          milliseconds(write_timeout_sec_, write_timeout_usec_),
+                          payload_max_length_);
     for (std::size_t left = keep_alive_max_count_; left > 0 && svr_sock_ != INVALID_SOCKET;
          --left) {
-        // Keep-alive: wait for the next request's first byte (a pipelined one may be here).
-        if (!stream.buffered() && !ready(sock, POLLIN, milliseconds(keep_alive_timeout_sec_, 0)))
-            break;
-        stream.startHead();
-        bool closed = false;
-        ok = process_request(stream, left == 1, closed, {});
-        if (stream.refused()) {
-            refuseHead(sock, milliseconds(write_timeout_sec_, write_timeout_usec_));
-            tlRefusingHead = false;
-            ok = false;
-            break;
+        // The first request's head is whole (the reader saw it); a pipelined next one may
+        // not be yet: then the reader waits for it, not this thread.
+        HeadScan scan;
+        Refusal refusal;
+        const HeadState s = scanHead(c->pending(), scan, refusal);
+        if (s == HeadState::Incomplete) {
+            c->state = c->pending().empty() ? Connection::State::Idle : Connection::State::Head;
+            c->scan = scan;
+            c->deadline = Clock::now() + std::chrono::seconds(kHeadDeadlineSeconds);
+            return connections_->handBack(std::move(c));
         }
-        if (!ok || closed) break;
+        if (s == HeadState::Refused) return connections_->refuse(std::move(c), refusal);
+        Framing framing;
+        if (auto bad = readFraming(c->pending().substr(0, scan.pos), framing))
+            return connections_->refuse(std::move(c), *bad);
+        stream.startRequest(framing);
+        bool closed = false;
+        const bool ok = process_request(stream, left == 1, closed, {});
+        tlBodyOverLimit = false;
+        if (!ok || closed || stream.overLimit() || !stream.bodyConsumed()) break;
+        if (c->pending().empty()) {
+            c->state = Connection::State::Idle;
+            return connections_->handBack(std::move(c));
+        }
     }
-    shutdown(sock, SHUT_RDWR);
-    close(sock);
-    return ok;
+    connections_->close(std::move(c));
 }
 
 } // namespace k3cli

@@ -1,30 +1,65 @@
 #pragma once
-// cpp-httplib's server with a bounded request head. Debian's libcpp-httplib 0.11 is a
-// compiled library, so its CPPHTTPLIB_* limits cannot be changed by the includer, and it
-// keeps every header line it reads (8 KB each, no count or total limit): one connection
-// sending header lines without end filled the server's memory. Here each connection is
-// read through a stream that counts the head's bytes and lines before the library stores
-// them, and answers 431 and closes past kMaxHeadBytes or kMaxHeaderFields.
+// cpp-httplib's server with what Debian's libcpp-httplib 0.11 lacks (a compiled library:
+// its CPPHTTPLIB_* limits cannot be changed by the includer). The library gives each
+// accepted connection a pool thread that blocks reading the head, so 12 to 40 clients
+// dripping a header line every 1-2 s held every thread and locked everyone out, and it
+// keeps every header line it reads (8 KB each, no count or total limit).
+//
+// Here one reader thread polls every connection until its request head is complete
+// (and a body of at most kPrereadBodyBytes with it), so a slow client costs a descriptor
+// and its bytes, never a thread; only complete requests reach the worker threads, which
+// run the library's parser and the handlers. Refused before that, each with a JSON error
+// and a close: a head over kMaxHeadBytes or kMaxHeaderFields (431), a head or body not
+// complete by its deadline (408), framing the library would read leniently (400: two
+// different or non-decimal Content-Length values, Transfer-Encoding other than chunked or
+// with a Content-Length, a header line ending in a bare LF), more than
+// kMaxConnectionsPerAddress connections from one address or kMaxConnections in all (503).
+// A chunked body is cut off once it passes the body limit (413), not read to its end.
+// Pipelined requests are answered in order.
 
 #include <httplib.h>
 
 #include <cstddef>
+#include <memory>
 
 namespace k3cli {
 
 // Request line plus header lines plus the blank line.
 inline constexpr std::size_t kMaxHeadBytes = 64 * 1024;
 inline constexpr std::size_t kMaxHeaderFields = 100;
+// From a request's first byte (a new connection: from its accept) to its blank line.
+inline constexpr int kHeadDeadlineSeconds = 10;
+// From the end of the head to the end of the body.
+inline constexpr int kBodyDeadlineSeconds = 30;
+inline constexpr int kMaxConnectionsPerAddress = 64;
+inline constexpr int kMaxConnections = 512;
+// Bodies up to this size (with a Content-Length) arrive whole before a worker sees them.
+inline constexpr std::size_t kPrereadBodyBytes = 1 << 20;
 
 class LimitedHttpServer : public httplib::Server {
 public:
-    // True on a pool thread while the library finishes a request whose head was refused:
-    // its own answer (a 400) is not sent, so the access log must not show it either.
-    static bool refusingHead();
+    LimitedHttpServer();
+    ~LimitedHttpServer() override;
+
+    // Threads that run complete requests (the handlers); set before listening.
+    void setWorkerThreads(std::size_t count) { workerThreads_ = count; }
+    // True on a worker while it finishes a request whose chunked body passed the limit:
+    // the library calls that a 400; the error handler makes it the 413 it is.
+    static bool bodyOverLimit();
+
+    class Connections; // the reader thread and the workers (HttpServer.cpp)
+    struct Connection; // one client connection and its received bytes
 
 private:
-    // The library's keep-alive loop over one connection, with the counting stream.
+    // Called by the library's accept loop: hands the connection to the reader thread.
     bool process_and_close_socket(socket_t sock) override;
+    // On a worker: the requests whose heads are buffered, in order; then the connection
+    // goes back to the reader (keep-alive) or is closed.
+    friend class Connections;
+    void serve(std::unique_ptr<Connection> connection);
+
+    std::size_t workerThreads_ = 8;
+    std::unique_ptr<Connections> connections_;
 };
 
 } // namespace k3cli

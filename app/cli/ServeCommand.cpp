@@ -4,6 +4,7 @@
 // failed write (the client left) cancels the generation through the session's flag.
 #include "CliSupport.hpp"
 #include "Commands.hpp"
+#include "HostPolicy.hpp"
 #include "HttpServer.hpp"
 #include "SessionLoader.hpp"
 
@@ -24,6 +25,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -78,15 +80,30 @@ int requestSocket(const httplib::Request& req) {
     return -1;
 }
 
-// True once the peer has closed the connection (an HTTP client that gave up): the
-// socket reads end-of-file or an error. Bytes of a pipelined next request are not EOF.
-bool peerClosed(int fd) {
-    pollfd p{fd, POLLIN | POLLRDHUP, 0};
-    if (poll(&p, 1, 0) <= 0) return false;
-    if (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) return true;
-    char byte;
-    return recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
-}
+// Whether the client of a non-streamed request left (it writes nothing until the end).
+// Its end of the stream alone does not say: a client that half-closed after its request
+// (nc -N) still reads the answer. So at the first end of stream an interim answer is sent
+// (HTTP/1.1 100, which clients skip); a client that left answers it with a reset, which
+// the next look sees as an error.
+class ClientWatch {
+public:
+    ClientWatch(int fd, bool http11) : fd_(fd), http11_(http11) {}
+    bool left() {
+        pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+        if (fd_ < 0 || poll(&p, 1, 0) <= 0) return false;
+        if (p.revents & (POLLERR | POLLHUP)) return true;
+        if (!(p.revents & POLLRDHUP) || probed_ || !http11_) return false;
+        probed_ = true;
+        static constexpr char kInterim[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        return send(fd_, kInterim, sizeof kInterim - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+               errno != EAGAIN;
+    }
+
+private:
+    int fd_;
+    bool http11_;
+    bool probed_ = false;
+};
 
 // FIFO turns for the one session: a request takes a place when it arrives (refused
 // when `limit` already wait), runs when it is first in line, and gives the place up
@@ -185,9 +202,10 @@ thread_local RequestLog tlLog;
 
 class Server {
 public:
-    Server(const ServeArgs& args, k3::Session& session, std::string modelId, std::string key)
-        : args_(args), session_(session), modelId_(std::move(modelId)), key_(std::move(key)),
-          queue_(args.queue), created_(std::time(nullptr)) {}
+    Server(const ServeArgs& args, HostPolicy policy, k3::Session& session, std::string modelId,
+           std::string key)
+        : args_(args), policy_(std::move(policy)), session_(session), modelId_(std::move(modelId)),
+          key_(std::move(key)), queue_(args.queue), created_(std::time(nullptr)) {}
 
     int run();
     void stop() {
@@ -212,7 +230,11 @@ private:
         return buf;
     }
 
+    // Host and Origin checks, then CORS headers and preflights for the allowed origins.
+    bool refusedByPolicy(const httplib::Request& req, httplib::Response& res);
+
     const ServeArgs& args_;
+    HostPolicy policy_;
     k3::Session& session_;
     std::string modelId_;
     std::string key_;
@@ -221,6 +243,7 @@ private:
     LimitedHttpServer http_;
     std::atomic<bool> cancel_{false}; // the running generation's flag (one runs at a time)
     std::atomic<bool> stopping_{false};
+    std::string stateOwner_; // whose conversation the session's state holds (see generate)
     std::mutex idMutex_;
     std::mt19937_64 idRandom_{std::random_device{}()};
 };
@@ -258,6 +281,24 @@ private:
     bool failed_ = false;
     std::string content_; // the answer as sent (cut at a stop string)
 };
+
+// Why a run's output is not the model's, as k3 --chat says it.
+std::string invalidReason(const k3::GenerateResult& r) {
+    if (r.nonFinite) return "a NaN or Inf reached the logits";
+    return std::to_string(r.droppedExperts) + " routed expert(s) could not be loaded";
+}
+
+// An invalid run is a server failure, never an answer: a 500 naming the reason.
+k3::api::ApiError invalidRun(const k3::GenerateResult& r) {
+    return k3::api::ApiError(
+        500, "RUN INVALID: " + invalidReason(r) + "; the output is not the model's answer",
+        "server_error", {}, "invalid_run");
+}
+
+k3::api::ApiError shuttingDown() {
+    return k3::api::ApiError(503, "the server is shutting down; the answer was cut short",
+                             "server_error", {}, "server_shutdown");
+}
 
 k3::GenerateOptions Server::generateOptions(const k3::api::ChatRequest& r) const {
     // Sampled exactly as k3 --chat samples: greedy unless temperature, top_p or seed is
@@ -315,9 +356,18 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
     const std::int64_t created = std::time(nullptr);
     const k3::GenerateOptions options = generateOptions(request);
 
+    // Whose prefix the session may reuse: the key holders' (one key, one principal), else
+    // this client address's. Another client's prefix is dropped first, so cached_tokens
+    // (and the prefill's time) never tells a client what someone else asked.
+    const std::string owner = key_.empty() ? "address " + req.remote_addr : "key";
     // Runs the generation in this request's turn; the sink sees each delta.
-    auto generate = [this, request, options](ReplyObserver& observer, k3::GenerateResult& out) {
+    auto generate = [this, request, options, owner](ReplyObserver& observer,
+                                                    k3::GenerateResult& out) {
         cancel_ = stopping_.load();
+        if (owner != stateOwner_) {
+            session_.reset();
+            stateOwner_ = owner;
+        }
         try {
             out = session_.chat(request.messages, options, &observer, &cancel_);
         } catch (const k3::ContextFull& e) {
@@ -338,23 +388,19 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
         tlLog.promptTokens = out.promptTokens;
         tlLog.completionTokens = int(out.ids.size());
         if (!out.valid())
-            std::fprintf(stderr, "k3 serve: RUN INVALID: %s\n",
-                         out.nonFinite ? "a NaN or Inf reached the logits"
-                                       : "a routed expert could not be loaded");
+            std::fprintf(stderr, "k3 serve: RUN INVALID: %s\n", invalidReason(out).c_str());
     };
     auto usageOf = [](const k3::GenerateResult& r) {
         return api::Usage{r.promptTokens, int(r.ids.size()), r.reusedPositions};
     };
 
     if (!request.stream) {
-        if (!place->waitTurn())
-            return sendError(res,
-                             api::ApiError(503, "the server is shutting down", "server_error"));
+        if (!place->waitTurn()) return sendError(res, shuttingDown());
         // Nothing is written until the end, so each token looks whether the client left.
-        const int socket = requestSocket(req);
+        ClientWatch client(requestSocket(req), req.version == "HTTP/1.1");
         ReplyObserver observer(
             request.stop, cancel_,
-            [socket](const std::string&, const std::string&) { return !peerClosed(socket); });
+            [&client](const std::string&, const std::string&) { return !client.left(); });
         k3::GenerateResult r;
         try {
             generate(observer, r);
@@ -362,6 +408,8 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
             return sendError(res, e);
         }
         if (observer.clientLeft()) return; // nobody to answer
+        if (!r.valid()) return sendError(res, invalidRun(r));
+        if (r.cancelled && stopping_) return sendError(res, shuttingDown());
         api::Completion c;
         c.id = id;
         c.model = modelId_;
@@ -376,53 +424,91 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
 
     // Streamed: the 200 and the headers go first; the turn is waited for in the provider.
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream", [this, place, id, created, request, generate,
-                              usageOf](std::size_t, httplib::DataSink& sink) {
-            api::ChunkWriter writer(id, modelId_, created);
-            auto send = [&sink](const std::string& text) {
-                return text.empty() || sink.write(text.data(), text.size());
-            };
-            if (!place->waitTurn()) {
-                sink.done();
-                return true;
-            }
-            if (!send(writer.start())) return false;
-            ReplyObserver observer(request.stop, cancel_,
-                                   [&](const std::string& reasoning, const std::string& content) {
-                                       return send(writer.delta(reasoning, content));
-                                   });
-            k3::GenerateResult r;
-            try {
-                generate(observer, r);
-            } catch (const api::ApiError& e) {
-                send("data: " + api::errorJson(e) + "\n\n");
-                sink.done();
-                return true;
-            }
-            if (observer.clientLeft()) return false; // nobody to finish for
-            send(writer.finish(r.reply.toolCalls, api::finishReason(r.reply, r.endOfTurn,
-                                                                    observer.stoppedByString())));
-            if (request.includeUsage) send(writer.usage(usageOf(r)));
-            send(api::ChunkWriter::done());
+    res.set_chunked_content_provider("text/event-stream", [this, place, id, created, request,
+                                                           generate,
+                                                           usageOf](std::size_t,
+                                                                    httplib::DataSink& sink) {
+        api::ChunkWriter writer(id, modelId_, created);
+        auto send = [&sink](const std::string& text) {
+            return text.empty() || sink.write(text.data(), text.size());
+        };
+        if (!place->waitTurn()) {
+            send("data: " + api::errorJson(shuttingDown()) + "\n\n");
             sink.done();
             return true;
-        });
+        }
+        if (!send(writer.start())) return false;
+        ReplyObserver observer(request.stop, cancel_,
+                               [&](const std::string& reasoning, const std::string& content) {
+                                   return send(writer.delta(reasoning, content));
+                               });
+        k3::GenerateResult r;
+        try {
+            generate(observer, r);
+        } catch (const api::ApiError& e) {
+            send("data: " + api::errorJson(e) + "\n\n");
+            sink.done();
+            return true;
+        }
+        if (observer.clientLeft()) return false; // nobody to finish for
+        // What was sent is not the model's (whole) answer: an error ends the stream,
+        // with no finish_reason and no [DONE] that would make it look complete.
+        if (!r.valid() || (r.cancelled && stopping_)) {
+            send("data: " + api::errorJson(r.valid() ? shuttingDown() : invalidRun(r)) + "\n\n");
+            sink.done();
+            return true;
+        }
+        send(writer.finish(r.reply.toolCalls,
+                           api::finishReason(r.reply, r.endOfTurn, observer.stoppedByString())));
+        if (request.includeUsage) send(writer.usage(usageOf(r)));
+        send(api::ChunkWriter::done());
+        sink.done();
+        return true;
+    });
+}
+
+bool Server::refusedByPolicy(const httplib::Request& req, httplib::Response& res) {
+    namespace api = k3::api;
+    if (const auto why = policy_.refuseHost(req.get_header_value("Host"), req.has_header("Host"))) {
+        sendError(res, api::ApiError(403, *why, "permission_error", {}, "host_not_allowed"));
+        return true;
+    }
+    if (!req.has_header("Origin")) return false; // no web page: curl, the SDKs
+    const std::string origin = req.get_header_value("Origin");
+    if (!policy_.originAllowed(origin)) {
+        sendError(res, api::ApiError(403,
+                                     "Origin \"" + terminalSafe(origin, false) +
+                                         "\" is not allowed: web pages are answered only from "
+                                         "origins given with k3 serve --cors-origin ORIGIN",
+                                     "permission_error", {}, "origin_not_allowed"));
+        return true;
+    }
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Vary", "Origin");
+    if (req.method != "OPTIONS") return false;
+    // The browser's preflight carries no key: it asks what the real request may send.
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+    res.set_header("Access-Control-Max-Age", "600");
+    res.status = 204;
+    return true;
 }
 
 void Server::routes() {
     namespace api = k3::api;
     http_.set_payload_max_length(std::size_t(args_.maxBodyMB) << 20);
-    http_.set_keep_alive_timeout(1); // idle connections hold a pool thread; stop is prompt
+    http_.set_keep_alive_timeout(1); // an idle kept-alive connection closes after 1 s
     // Each token is a small write: without this, Nagle holds it for the client's ACK.
     http_.set_tcp_nodelay(true);
-    const std::size_t threads = std::size_t(args_.queue) + 4;
-    http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    // Workers run complete requests only (slow clients wait in the reader thread): the
+    // running generation, the queue, and a few for /health and refusals.
+    http_.setWorkerThreads(std::size_t(args_.queue) + 4);
 
     http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
         tlLog = {};
         tlLog.start = Clock::now();
         tlLog.started = true;
+        if (refusedByPolicy(req, res)) return httplib::Server::HandlerResponse::Handled;
         if (key_.empty() || !req.path.starts_with("/v1/"))
             return httplib::Server::HandlerResponse::Unhandled;
         const std::string auth = req.get_header_value("Authorization");
@@ -454,6 +540,8 @@ void Server::routes() {
     http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return;
         std::string message;
+        // A chunked body cut off at the limit: the library calls the failed read a 400.
+        if (LimitedHttpServer::bodyOverLimit()) res.status = 413;
         if (res.status == 404)
             message = "no route " + req.method + " " + req.path +
                       " (GET /v1/models, GET /health, POST /v1/chat/completions)";
@@ -487,10 +575,6 @@ void Server::routes() {
         });
     // method, path, status, tokens (prompt+completion), seconds. Never headers: the key.
     http_.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-        if (LimitedHttpServer::refusingHead()) { // its 431 is logged where it is sent
-            tlLog = {};
-            return;
-        }
         const double seconds =
             tlLog.started ? std::chrono::duration<double>(Clock::now() - tlLog.start).count() : 0;
         std::string tokens = tlLog.promptTokens < 0 ? std::string("-")
@@ -537,6 +621,7 @@ int runServe(const ServeArgs& args) {
                          " is not a loopback address: serving beyond this machine needs "
                          "--api-key-file FILE (clients then send Authorization: Bearer KEY)");
     const std::string key = args.apiKeyFile.empty() ? std::string() : readApiKey(args.apiKeyFile);
+    HostPolicy policy(args.host, args.allowHosts, args.corsOrigins);
 
     // SIGINT and SIGTERM go to one thread that stops the server; every other thread,
     // the pool's included, inherits the blocked mask.
@@ -551,7 +636,7 @@ int runServe(const ServeArgs& args) {
     std::string modelId = std::filesystem::path(args.model.modelDir).lexically_normal().filename();
     if (modelId.empty())
         modelId = std::filesystem::path(args.model.modelDir).parent_path().filename();
-    Server server(args, loaded.session, modelId, key);
+    Server server(args, std::move(policy), loaded.session, modelId, key);
     std::thread signals([&] {
         int sig = 0;
         sigwait(&stopSignals, &sig);

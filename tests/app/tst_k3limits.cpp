@@ -6,6 +6,7 @@
 
 #include <QDir>
 #include <QFile>
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
@@ -78,8 +79,18 @@ qint64 rssKb(qint64 pid) {
     return m.hasMatch() ? m.captured(1).toLongLong() : -1;
 }
 
-int connectTo(int port) {
+// A connection from `source` (any 127/8 address is this machine's) to 127.0.0.1:port.
+int connectTo(int port, const char* source = nullptr) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (source) {
+        sockaddr_in from{};
+        from.sin_family = AF_INET;
+        inet_pton(AF_INET, source, &from.sin_addr);
+        if (bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0) {
+            close(fd);
+            return -1;
+        }
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(std::uint16_t(port));
@@ -97,8 +108,11 @@ struct Answer {
     QByteArray head, body;
 };
 
-Answer parse(const QByteArray& bytes) {
+// The final answer: interim 1xx answers before it are skipped, as HTTP clients do.
+Answer parse(QByteArray bytes) {
     Answer a;
+    while (bytes.startsWith("HTTP/1.1 1") && bytes.indexOf("\r\n\r\n") > 0)
+        bytes = bytes.mid(bytes.indexOf("\r\n\r\n") + 4);
     const int end = bytes.indexOf("\r\n\r\n");
     if (!bytes.startsWith("HTTP/1.1 ") || end < 0) return a;
     a.status = bytes.mid(9, 3).toInt();
@@ -109,8 +123,9 @@ Answer parse(const QByteArray& bytes) {
 
 // Sends `request` and reads until the server closes or the deadline passes (every
 // request here says Connection: close).
-Answer exchange(int port, const QByteArray& request, int seconds = 30) {
-    const int fd = connectTo(port);
+Answer exchange(int port, const QByteArray& request, int seconds = 30,
+                const char* source = nullptr) {
+    const int fd = connectTo(port, source);
     if (fd < 0) return {};
     QByteArray received;
     qsizetype sent = 0;
@@ -132,6 +147,46 @@ Answer exchange(int port, const QByteArray& request, int seconds = 30) {
     }
     close(fd);
     return parse(received);
+}
+
+// Reads from `fd` into `received` until `done` holds, the peer closes or `timeoutMs`
+// passes (0: what has arrived already).
+template <typename Done>
+bool readUntil(int fd, QByteArray& received, Done done, int timeoutMs = 30000) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
+    do {
+        pollfd p{fd, POLLIN, 0};
+        if (poll(&p, 1, timeoutMs == 0 ? 0 : 100) <= 0) continue;
+        char buf[65536];
+        const ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) return done(received);
+        received.append(buf, n);
+    } while (!done(received) && Clock::now() < deadline);
+    return done(received);
+}
+
+bool sendAll(int fd, const QByteArray& bytes) {
+    qsizetype sent = 0;
+    while (sent < bytes.size()) {
+        pollfd p{fd, POLLOUT, 0};
+        if (poll(&p, 1, 5000) <= 0) return false;
+        const ssize_t n =
+            send(fd, bytes.constData() + sent, std::size_t(bytes.size() - sent), MSG_NOSIGNAL);
+        if (n <= 0 && errno != EAGAIN) return false;
+        if (n > 0) sent += n;
+    }
+    return true;
+}
+
+// The JSON of each "data: " event of a streamed body ([DONE] as {"done":true}).
+QList<QJsonObject> events(const QByteArray& body) {
+    QList<QJsonObject> list;
+    for (const QByteArray& line : body.split('\n'))
+        if (line == "data: [DONE]")
+            list.append(QJsonObject{{"done", true}});
+        else if (line.startsWith("data: "))
+            list.append(QJsonDocument::fromJson(line.mid(6)).object());
+    return list;
 }
 
 QByteArray post(const QByteArray& body, const QByteArray& contentType = "application/json",
@@ -263,6 +318,13 @@ private slots:
     void headerFloodIsRefusedWith431();
     void deepJsonInModelFilesIsRefused();
     void controlCharactersInPathsAreEscapedInTheLog();
+    void invalidRunIsAnErrorNotAnAnswer();
+    void foreignHostsAndOriginsAreRefused();
+    void shutdownMidStreamIsAnError();
+    void cachedTokensAreEachClientsOwn();
+    void slowClientsDoNotLockOthersOut();
+    void halfClosedClientGetsItsAnswer();
+    void strictFraming();
 };
 
 // Item 1: 20,000 levels in a tool's parameters, or in a tool call's arguments (as an
@@ -457,6 +519,333 @@ void TestK3Limits::deepJsonInModelFilesIsRefused() {
     QVERIFY2(run.err.contains("trunk.json") &&
                  run.err.contains("nested deeper than 64 levels of arrays and objects"),
              qPrintable(run.err));
+}
+
+// Item 3: a run whose routed experts could not be loaded was a 200 with finish_reason
+// "length" and the garbage; only the server's log said RUN INVALID. Now a 500 naming the
+// reason and no content; streamed, an error event ends the stream (no finish_reason, no
+// [DONE]); k3 --remote reports the server's error and exits 1.
+void TestK3Limits::invalidRunIsAnErrorNotAnAnswer() {
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("K3_FAULT_INJECT", "kind:expert,error:eio,after:3");
+    Server s = startServe({"--cache-gb", "0.0001"}, env);
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    const QByteArray hello = R"({"messages":[{"role":"user","content":"Hello!"}],"max_tokens":4)";
+    const Answer plain = exchange(s.port, post(hello + "}"));
+    QCOMPARE(plain.status, 500);
+    const QJsonObject e = errorOf(plain);
+    QCOMPARE(e["type"].toString(), QString("server_error"));
+    QCOMPARE(e["code"].toString(), QString("invalid_run"));
+    QVERIFY2(
+        QRegularExpression(QStringLiteral(R"(^RUN INVALID: \d+ routed expert\(s\) could not )"
+                                          R"(be loaded; the output is not the model's answer$)"))
+            .match(e["message"].toString())
+            .hasMatch(),
+        plain.body.constData());
+    QVERIFY(!QJsonDocument::fromJson(plain.body).object().contains("choices"));
+
+    const Answer streamed = exchange(s.port, post(hello + R"(,"stream":true})"));
+    QCOMPARE(streamed.status, 200);
+    QList<QJsonObject> events;
+    for (const QByteArray& line : streamed.body.split('\n'))
+        if (line.startsWith("data: ")) {
+            QVERIFY2(line != "data: [DONE]", streamed.body.constData());
+            events.append(QJsonDocument::fromJson(line.mid(6)).object());
+        }
+    QVERIFY2(events.size() >= 2, streamed.body.constData());
+    for (qsizetype i = 0; i + 1 < events.size(); ++i)
+        QVERIFY2(events[i]["choices"].toArray()[0].toObject()["finish_reason"].isNull(),
+                 streamed.body.constData());
+    QCOMPARE(events.back()["error"].toObject()["code"].toString(), QString("invalid_run"));
+
+    const K3Run remote = runK3({"--remote", QStringLiteral("http://127.0.0.1:%1").arg(s.port),
+                                "--model", "demo", "--chat", "--no-think"},
+                               "Hello!\n");
+    QCOMPARE(remote.exitCode, 1);
+    QVERIFY2(remote.err.contains("k3: error: the server failed: the server reported an error "
+                                 "mid-answer: RUN INVALID: "),
+             qPrintable(remote.err));
+    QCOMPARE(stopServe(s), 0);
+    QCOMPARE(s.log.count("k3 serve: RUN INVALID: "), 3);
+}
+
+// Item 6: a POST with Host attacker.example:PORT and a foreign Origin (DNS rebinding, a
+// cross-site request) was answered. Only names of this server are served (--allow-host
+// adds one); an Origin only when given with --cors-origin, which also answers preflights.
+void TestK3Limits::foreignHostsAndOriginsAreRefused() {
+    const QByteArray chat = R"({"messages":[{"role":"user","content":"Hello!"}],"max_tokens":1})";
+    auto request = [](const QByteArray& method, const QByteArray& headers,
+                      const QByteArray& body = {}) {
+        return method + " " + (body.isEmpty() ? "/health" : "/v1/chat/completions") +
+               " HTTP/1.1\r\nConnection: close\r\n" + headers +
+               (body.isEmpty() ? QByteArray()
+                               : "Content-Type: application/json\r\nContent-Length: " +
+                                     QByteArray::number(body.size()) + "\r\n") +
+               "\r\n" + body;
+    };
+    Server s = startServe();
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    const QByteArray port = QByteArray::number(s.port);
+    const Answer rebound =
+        exchange(s.port, request("POST",
+                                 "Host: attacker.example:" + port +
+                                     "\r\nOrigin: http://attacker.example:" + port + "\r\n",
+                                 chat));
+    QCOMPARE(rebound.status, 403);
+    QCOMPARE(errorOf(rebound)["code"].toString(), QString("host_not_allowed"));
+    QCOMPARE(errorOf(rebound)["message"].toString(),
+             "Host \"attacker.example:" + port +
+                 "\" is not a name of this server (127.0.0.1, [::1], localhost); start k3 serve "
+                 "with --allow-host NAME to accept another name");
+    const Answer crossSite = exchange(
+        s.port,
+        request("POST", "Host: 127.0.0.1:" + port + "\r\nOrigin: http://attacker.example\r\n",
+                chat));
+    QCOMPARE(crossSite.status, 403);
+    QCOMPARE(errorOf(crossSite)["code"].toString(), QString("origin_not_allowed"));
+    QVERIFY(!crossSite.head.toLower().contains("access-control-allow-origin"));
+    for (const QByteArray& host :
+         {"127.0.0.1:" + port, "localhost:" + port, QByteArray("LocalHost."), "[::1]:" + port})
+        QCOMPARE(exchange(s.port, request("GET", "Host: " + host + "\r\n")).status, 200);
+    QCOMPARE(exchange(s.port, request("GET", "Host: k3.lan\r\n")).status, 403);
+    QCOMPARE(exchange(s.port, request("GET", "Host: 127.0.0.1:80:80\r\n")).status, 403);
+    QCOMPARE(stopServe(s), 0);
+
+    s = startServe({"--allow-host", "k3.lan", "--cors-origin", "http://localhost:3000/"});
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    QCOMPARE(exchange(s.port, request("GET", "Host: K3.lan:" + port + "\r\n")).status, 200);
+    const QByteArray fromPage = "Host: localhost\r\nOrigin: http://localhost:3000\r\n";
+    const Answer preflight = exchange(
+        s.port, "OPTIONS /v1/chat/completions HTTP/1.1\r\nConnection: close\r\n" + fromPage +
+                    "Access-Control-Request-Method: POST\r\n"
+                    "Access-Control-Request-Headers: content-type\r\n\r\n");
+    QCOMPARE(preflight.status, 204);
+    QVERIFY2(preflight.head.contains("Access-Control-Allow-Origin: http://localhost:3000\r\n") &&
+                 preflight.head.contains(
+                     "Access-Control-Allow-Headers: Authorization, Content-Type\r\n") &&
+                 preflight.head.contains("Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"),
+             preflight.head.constData());
+    const Answer answered = exchange(s.port, request("POST", fromPage, chat));
+    QCOMPARE(answered.status, 200);
+    QVERIFY(answered.head.contains("Access-Control-Allow-Origin: http://localhost:3000\r\n"));
+    const Answer otherPage = exchange(
+        s.port, request("POST", "Host: localhost\r\nOrigin: http://localhost:3001\r\n", chat));
+    QCOMPARE(otherPage.status, 403);
+    QCOMPARE(errorOf(otherPage)["code"].toString(), QString("origin_not_allowed"));
+    QCOMPARE(stopServe(s), 0);
+
+    const K3Run wildcard = runK3({"serve", kDemo, "--cors-origin", "*"});
+    QCOMPARE(wildcard.exitCode, 2);
+    QVERIFY2(wildcard.err.contains("--cors-origin *: name each origin"), qPrintable(wildcard.err));
+    const K3Run withPort = runK3({"serve", kDemo, "--allow-host", "k3.lan:8000"});
+    QCOMPARE(withPort.exitCode, 2);
+    QVERIFY2(withPort.err.contains("--allow-host k3.lan:8000: give a host name"),
+             qPrintable(withPort.err));
+}
+
+// Item 24: SIGTERM during a stream ended it with finish_reason "length" and [DONE], as if
+// the answer were whole. Now an error event (503 server_shutdown) ends it, and the
+// server still exits 0.
+void TestK3Limits::shutdownMidStreamIsAnError() {
+    Server s = startServe();
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    const int fd = connectTo(s.port);
+    QVERIFY(fd >= 0);
+    // Sampled at temperature 2 with this seed the answer is 1063 tokens: far from done
+    // when the signal comes.
+    QVERIFY(sendAll(fd, post(R"({"messages":[{"role":"user","content":"Hello!"}],)"
+                             R"("temperature":2,"seed":3,"max_tokens":3000,"stream":true})")));
+    QByteArray received;
+    QVERIFY2(readUntil(fd, received, [](const QByteArray& b) { return b.count("data: ") >= 3; }),
+             received.constData());
+    s.process->terminate();
+    readUntil(fd, received, [](const QByteArray&) { return false; });
+    close(fd);
+    const QList<QJsonObject> list = events(parse(received).body);
+    QVERIFY2(list.size() >= 3, received.constData());
+    for (qsizetype i = 0; i + 1 < list.size(); ++i) {
+        QVERIFY2(!list[i].contains("done"), received.constData());
+        QVERIFY2(list[i]["choices"].toArray()[0].toObject()["finish_reason"].isNull(),
+                 received.constData());
+    }
+    QCOMPARE(list.back()["error"].toObject()["code"].toString(), QString("server_shutdown"));
+    QCOMPARE(list.back()["error"].toObject()["message"].toString(),
+             QString("the server is shutting down; the answer was cut short"));
+    QCOMPARE(stopServe(s), 0);
+}
+
+// Item 23: cached_tokens told a second client that its prompt began as the previous
+// client's did. Prefixes are reused per client (per key with --api-key-file): another
+// client's request starts from nothing and reports 0.
+void TestK3Limits::cachedTokensAreEachClientsOwn() {
+    Server s = startServe();
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    const QByteArray hello = post(R"({"messages":[{"role":"user","content":"Hello!"}],)"
+                                  R"("max_tokens":1})");
+    auto cached = [&](const char* source) {
+        const Answer a = exchange(s.port, hello, 30, source);
+        return a.status != 200 ? -1
+                               : QJsonDocument::fromJson(a.body)
+                                     .object()["usage"]
+                                     .toObject()["prompt_tokens_details"]
+                                     .toObject()["cached_tokens"]
+                                     .toInt(-1);
+    };
+    QCOMPARE(cached("127.0.0.1"), 0);
+    const int own = cached("127.0.0.1");
+    QVERIFY2(own > 0, qPrintable(QString::number(own))); // its own prefix is reused
+    QCOMPARE(cached("127.0.0.2"), 0);                    // another client's is not
+    QCOMPARE(cached("127.0.0.2"), own);
+    QCOMPARE(cached("127.0.0.1"), 0);
+    QCOMPARE(stopServe(s), 0);
+}
+
+// Item 5: 12 to 40 connections each sending a header line every 1-2 s held every pool
+// thread, and GET /health from anyone else was never answered. Now a head that is not
+// complete takes no thread: /health is answered while 40 connections drip (the drip
+// goes on until the answer is in); a head still incomplete after its deadline gets 408;
+// more than 64 connections from one address get 503, other addresses are still served.
+void TestK3Limits::slowClientsDoNotLockOthersOut() {
+    Server s = startServe();
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    std::vector<int> slow;
+    for (int i = 0; i < 40; ++i) {
+        slow.push_back(connectTo(s.port));
+        QVERIFY(slow.back() >= 0);
+        QVERIFY(sendAll(slow.back(), "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"));
+    }
+    const int real = connectTo(s.port);
+    QVERIFY(sendAll(real, kHealth));
+    QByteArray answer;
+    auto nextDrip = Clock::now();
+    for (int line = 0; line < 30 && !answer.contains("\r\n\r\n"); ++line) {
+        for (int fd : slow) sendAll(fd, "X-Drip-" + QByteArray::number(line) + ": 1\r\n");
+        nextDrip += std::chrono::seconds(1);
+        while (Clock::now() < nextDrip && !answer.contains("\r\n\r\n"))
+            readUntil(
+                real, answer, [](const QByteArray& b) { return b.contains("\r\n\r\n"); }, 100);
+    }
+    close(real);
+    QCOMPARE(parse(answer).status, 200);
+    // No drip since: each slow connection gets its 408 at the head's deadline.
+    QByteArray timedOut;
+    QVERIFY(readUntil(slow.front(), timedOut, [](const QByteArray& b) {
+        return b.contains("\r\n\r\n") && b.endsWith("}}");
+    }));
+    const Answer a = parse(timedOut);
+    QCOMPARE(a.status, 408);
+    QCOMPARE(errorOf(a)["message"].toString(),
+             QString("the request head did not arrive within 10 s"));
+    for (int fd : slow) close(fd);
+
+    std::vector<int> crowd;
+    for (int i = 0; i < 64; ++i) crowd.push_back(connectTo(s.port, "127.0.0.3"));
+    const Answer refused = exchange(s.port, kHealth, 30, "127.0.0.3");
+    QCOMPARE(refused.status, 503);
+    QCOMPARE(errorOf(refused)["message"].toString(),
+             QString("too many connections from 127.0.0.3 (at most 64 at once)"));
+    QCOMPARE(exchange(s.port, kHealth, 30, "127.0.0.4").status, 200);
+    for (int fd : crowd) close(fd);
+    QCOMPARE(stopServe(s), 0);
+}
+
+// Item 12: a client that half-closes after its request (nc -N) got no answer: the end of
+// its stream was taken for its leaving. It gets its answer (after an interim 100, which
+// clients skip, for a non-streamed chat), streamed or not.
+void TestK3Limits::halfClosedClientGetsItsAnswer() {
+    Server s = startServe();
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    const QByteArray chat = R"({"messages":[{"role":"user","content":"Hello!"}],"max_tokens":4)";
+    for (const QByteArray& request :
+         {kHealth, post(chat + "}"), post(chat + R"(,"stream":true})")}) {
+        const int fd = connectTo(s.port);
+        QVERIFY(sendAll(fd, request));
+        shutdown(fd, SHUT_WR);
+        QByteArray received;
+        readUntil(fd, received, [](const QByteArray&) { return false; });
+        close(fd);
+        const Answer a = parse(received);
+        QVERIFY2(a.status == 200, received.constData());
+        if (request == kHealth) continue;
+        QVERIFY2(a.body.contains("\"finish_reason\":\"length\""), a.body.constData());
+    }
+    QCOMPARE(stopServe(s), 0);
+}
+
+// Item 17: two Content-Length values (the first was used), "+10", "0x10" and "1e3" (read
+// as numbers), Transfer-Encoding with Content-Length, bare-LF header lines: 400 and
+// close. A chunked body is refused with 413 once it passes the limit, not read whole;
+// a refused request's unread body is never read as a next request; pipelined requests
+// are answered in order.
+void TestK3Limits::strictFraming() {
+    Server s = startServe({"--max-body-mb", "1"});
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    const QByteArray head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            "Content-Type: application/json\r\n";
+    const QByteArray body = R"({"messages":[{"role":"user","content":"x"}],"max_tokens":1})";
+    const QByteArray length = "Content-Length: " + QByteArray::number(body.size()) + "\r\n";
+    const struct {
+        QByteArray fields;
+        QString message;
+    } cases[] = {
+        {length + "Content-Length: 5\r\n",
+         QStringLiteral("two different Content-Length values (%1 and 5)").arg(body.size())},
+        {"Content-Length: +10\r\n", "Content-Length \"+10\" is not a decimal number of bytes"},
+        {"Content-Length: 0x10\r\n", "Content-Length \"0x10\" is not a decimal number of bytes"},
+        {"Content-Length: 1e3\r\n", "Content-Length \"1e3\" is not a decimal number of bytes"},
+        {length + "Transfer-Encoding: chunked\r\n",
+         "a request with both Transfer-Encoding and Content-Length"},
+        {"Transfer-Encoding: gzip, chunked\r\n",
+         "Transfer-Encoding \"gzip, chunked\" is not supported (only one chunked)"},
+        {"X-Bare: 1\n" + length, "line 4 of the request head ends in a bare LF (HTTP needs CRLF)"},
+    };
+    for (const auto& c : cases) {
+        const Answer a = exchange(s.port, head + c.fields + "\r\n" + body);
+        QVERIFY2(a.status == 400, qPrintable(c.message + ": " + QString::number(a.status)));
+        QCOMPARE(errorOf(a)["message"].toString(), c.message);
+        QVERIFY(a.head.contains("Connection: close"));
+    }
+
+    // 50 MB of chunks against a 1 MB limit: the 413 comes while they are still sent.
+    const int fd = connectTo(s.port);
+    QVERIFY(sendAll(fd, head + "Transfer-Encoding: chunked\r\n\r\n"));
+    const QByteArray chunk = "10000\r\n" + QByteArray(0x10000, 'a') + "\r\n";
+    QByteArray received;
+    qint64 sent = 0;
+    while (sent < (50ll << 20) && !received.contains("\r\n\r\n")) {
+        if (!sendAll(fd, chunk)) break;
+        sent += chunk.size();
+        readUntil(
+            fd, received, [](const QByteArray&) { return true; }, 0);
+    }
+    readUntil(fd, received, [](const QByteArray& b) { return b.endsWith("}}"); });
+    close(fd);
+    QCOMPARE(parse(received).status, 413);
+    QVERIFY2(sent < (50ll << 20), qPrintable(QString::number(sent)));
+    QCOMPARE(errorOf(parse(received))["message"].toString(),
+             QString("the request body is over the 1 MB limit (k3 serve --max-body-mb)"));
+
+    // A body the handler never read (a refusal before it) holding a request of its own.
+    const QByteArray smuggled = "GET /smuggled HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    const Answer refused = exchange(
+        s.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: "
+                "http://attacker.example\r\nContent-Type: application/json\r\nContent-Length: " +
+                    QByteArray::number(smuggled.size()) + "\r\n\r\n" + smuggled);
+    QCOMPARE(refused.status, 403);
+    QVERIFY2(!refused.body.contains("HTTP/1.1"), refused.body.constData());
+
+    // Three pipelined requests in one write: three answers, in order.
+    const QByteArray get = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    const QByteArray missing = "GET /missing HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    const Answer pipelined = exchange(s.port, get + missing + kHealth);
+    QCOMPARE(pipelined.status, 200);
+    const QByteArray all = pipelined.head + "\r\n\r\n" + pipelined.body;
+    QCOMPARE(all.count("HTTP/1.1 "), 3);
+    QVERIFY2(all.indexOf("HTTP/1.1 404") > 0 &&
+                 all.indexOf("HTTP/1.1 404") < all.lastIndexOf("HTTP/1.1 200"),
+             all.constData());
+    QCOMPARE(stopServe(s), 0);
+    QVERIFY2(!s.log.contains("/smuggled"), qPrintable(s.log));
 }
 
 QTEST_GUILESS_MAIN(TestK3Limits)

@@ -49,6 +49,10 @@ public:
         try {
             reply = client_.chat(request, onDelta, cancel);
         } catch (const RemoteStreamError& broken) {
+            // The server itself said the answer failed (k3 serve's RUN INVALID among
+            // others): what arrived is not an answer to keep, so it is an error.
+            if (broken.remoteKind() == RemoteErrorKind::Server)
+                throw RemoteError(broken.remoteKind(), broken.what());
             reply = broken.partial();
             r.interruption = broken.what();
         }
