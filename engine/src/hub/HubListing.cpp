@@ -118,6 +118,7 @@ std::vector<HubFile> parseFileList(const std::string& json) {
                            " a checkpoint may have; refusing it (nothing was created)");
     std::vector<HubFile> files;
     std::set<std::string> seen;
+    std::uint64_t listedBytes = 0; // checked: sizes that wrap would pass the space check
     for (std::size_t i = 0; i < siblings->size(); ++i) {
         const auto& entry = (*siblings)[i];
         std::string where = "siblings[" + std::to_string(i) + "]";
@@ -134,6 +135,12 @@ std::vector<HubFile> parseFileList(const std::string& json) {
             throw HubError(HubErrorKind::BadListing,
                            "file \"" + file.name + "\" has no \"size\" (was blobs=true asked?)");
         file.size = readSize(entry["size"], "size of \"" + file.name + "\"");
+        if (__builtin_add_overflow(listedBytes, file.size, &listedBytes))
+            throw HubError(HubErrorKind::BadListing,
+                           "model API answer lists sizes that add up to more than 2^64 bytes "
+                           "(at \"" +
+                               file.name + "\", " + std::to_string(file.size) +
+                               " bytes); the listing is not believable, refusing it");
         if (entry.contains("lfs") && entry["lfs"].is_object()) {
             const auto& lfs = entry["lfs"];
             if (lfs.contains("sha256")) {

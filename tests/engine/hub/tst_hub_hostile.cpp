@@ -24,6 +24,7 @@ const char* kServer = R"(
     absolute_redirect off;
     location /api/ { default_type application/json; }
     location ~ ^/k3/big/resolve/ { return 302 /blobs/big.bin; }
+    location ~ ^/k3/wrap/resolve/ { return 302 /blobs/big.bin; }
     location ~ ^/k3/fileredir/resolve/ { return 302 file:///etc/passwd; }
     location ~ ^/k3/loop/resolve/ { return 302 $uri; }
     location ~ ^/k3/blob(ok|bad)/resolve/ { return 302 /blobs/config.json; }
@@ -105,6 +106,10 @@ private slots:
         const QString api = www + "/api/models/k3/";
         writeFile(api + "big/revision/" + kRevision,
                   listing({QJsonObject{{"rfilename", "small.bin"}, {"size", 10}}}));
+        // Two sizes of 2^63: 0 bytes in 64 bits, so the space check used to pass.
+        writeFile(api + "wrap/revision/" + kRevision,
+                  R"({"siblings":[{"rfilename":"a.bin","size":9223372036854775808},)"
+                  R"({"rfilename":"b.bin","size":9223372036854775808}]})");
         for (const char* repo : {"fileredir", "loop"})
             writeFile(api + repo + "/revision/" + kRevision,
                       listing({QJsonObject{{"rfilename", "a.bin"}, {"size", 5}}}));
@@ -146,6 +151,25 @@ private slots:
         QVERIFY(!QFile::exists(dest + "/small.bin"));
         QVERIFY(!QFile::exists(dest + "/small.bin.partial"));
         QCOMPARE(settledRequestsFor("/k3/big/resolve/"), 1); // not retried
+    }
+
+    // Issue 35 item 9: listed sizes that wrap past 2^64 are a listing not to believe:
+    // refused before any file is asked for, nothing written.
+    void sizesThatWrapAreRefused() {
+        const QString dest = tmp_.path() + "/wrap";
+        k3::DownloadOptions o = options("k3/wrap", dest);
+        o.checkDiskSpace = true;
+        o.freeBytesForTests = 1u << 20;
+        const k3::DownloadResult r = k3::downloadCheckpoint(o, nullptr, nullptr);
+        QVERIFY(!r.ok);
+        QCOMPARE(int(r.errorKind), int(k3::HubErrorKind::BadListing));
+        QVERIFY2(QString::fromStdString(r.error).endsWith(
+                     "model API answer lists sizes that add up to more than 2^64 bytes (at "
+                     "\"b.bin\", 9223372036854775808 bytes); the listing is not believable, "
+                     "refusing it"),
+                 r.error.c_str());
+        QCOMPARE(settledRequestsFor("/k3/wrap/resolve/"), 0);
+        QCOMPARE(entriesIn(dest), 0);
     }
 
     // Issue 22 point 11: a non-LFS file used to be checked by its size only. Its git blob
