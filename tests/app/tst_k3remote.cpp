@@ -98,6 +98,25 @@ private slots:
                  qPrintable(r.err));
     }
 
+    // Issue 35 item 11: a server streaming without end is cut off at 4 deltas a asked
+    // token; the REPL keeps the partial answer and says why (as for a cut stream).
+    void anEndlessStreamIsClosedAndSaysWhy() {
+        FakeOpenAiServer server;
+        const QString root = QStringLiteral("http://127.0.0.1:%1").arg(server.port());
+        const K3Run r = runK3({QStringLiteral("--remote"), root, QStringLiteral("--model"),
+                               QStringLiteral("k3-endless"), QStringLiteral("--max-tokens"),
+                               QStringLiteral("4"), QStringLiteral("--chat")},
+                              "Hi\n/exit\n");
+        QString expected = QStringLiteral("again");
+        for (int i = 1; i < 17; ++i) expected += QStringLiteral(" and again");
+        QCOMPARE(r.out, expected + QStringLiteral("\n"));
+        QVERIFY2(r.err.contains(QStringLiteral("the server at %1 sent more than 16 text deltas "
+                                               "for an answer of at most 4 tokens (max_tokens); "
+                                               "closed the stream, the partial answer is kept")
+                                    .arg(root)),
+                 qPrintable(r.err));
+    }
+
     void usageAndConnectionErrorsAreClear() {
         const K3Run noModel =
             runK3({QStringLiteral("--remote"), QStringLiteral("http://127.0.0.1:9/v1"),

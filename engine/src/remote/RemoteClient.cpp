@@ -7,8 +7,10 @@
 #include <curl/curl.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <memory>
 #include <mutex>
 
@@ -89,7 +91,46 @@ struct Transfer {
     Clock::time_point lastDelta;
     int countedTokens = 0; // the last per-chunk usage.completion_tokens
     const std::function<void(const RemoteDelta&)>* onDelta = nullptr;
+    // What an answer may hold before the stream is closed (answerLimits()): a server
+    // that streams forever must not grow this process without bound.
+    int askedTokens = 0; // the request's max_tokens; 0: the server's default
+    int maxDeltas = 0;   // 0: no count limit (max_tokens not given)
+    std::size_t maxBytes = 0;
+    std::size_t answerBytes = 0; // reasoning, content and tool-call text received
+    std::string root;            // the server, for the message
 };
+
+constexpr std::size_t kMaxAnswerBytes = std::size_t{64} << 20;
+// A server sends about one text delta per token; a few more (a token's text split in
+// pieces, an empty role delta) are allowed, a stream that never ends is not.
+constexpr int kDeltasPerAskedToken = 4;
+constexpr std::size_t kBytesPerAskedToken = 1024;
+
+void answerLimits(Transfer& t, int maxTokens) {
+    t.askedTokens = std::max(maxTokens, 0);
+    t.maxBytes = kMaxAnswerBytes;
+    if (maxTokens <= 0) return;
+    t.maxDeltas = int(std::min<long long>(INT_MAX, (long long)maxTokens * kDeltasPerAskedToken));
+    t.maxBytes = std::min<std::size_t>(kMaxAnswerBytes,
+                                       std::size_t(maxTokens) * kBytesPerAskedToken + 65536);
+}
+
+// Set when the answer passed its limits: the transfer stops and the text so far is kept.
+void checkAnswerLimits(Transfer& t) {
+    const int maxTokens = t.askedTokens;
+    if (t.maxDeltas > 0 && t.reply.deltas > t.maxDeltas)
+        t.error = "the server at " + t.root + " sent more than " + std::to_string(t.maxDeltas) +
+                  " text deltas for an answer of at most " + std::to_string(maxTokens) +
+                  " tokens (max_tokens); closed the stream, the partial answer is kept";
+    else if (t.answerBytes > t.maxBytes)
+        t.error =
+            "the server at " + t.root + " sent more than " + std::to_string(t.maxBytes) +
+            " bytes of answer text" +
+            (maxTokens > 0 ? " for at most " + std::to_string(maxTokens) + " tokens (max_tokens)"
+                           : std::string()) +
+            "; closed the stream, the partial answer is kept";
+    if (!t.error.empty()) t.errorKind = RemoteErrorKind::Protocol;
+}
 
 std::string stringAt(const nlohmann::json& obj, const char* key) {
     if (auto it = obj.find(key); it != obj.end() && it->is_string()) return it->get<std::string>();
@@ -112,8 +153,11 @@ void readToolCallPieces(Transfer& t, const nlohmann::json& delta) {
         ChatToolCall& call = t.reply.toolCalls[index];
         if (std::string id = stringAt(piece, "id"); !id.empty()) call.id = id;
         if (auto fn = piece.find("function"); fn != piece.end() && fn->is_object()) {
-            call.name += stringAt(*fn, "name");
-            call.arguments += stringAt(*fn, "arguments");
+            const std::string name = stringAt(*fn, "name");
+            const std::string arguments = stringAt(*fn, "arguments");
+            t.answerBytes += name.size() + arguments.size();
+            call.name += name;
+            call.arguments += arguments;
         }
     }
 }
@@ -162,6 +206,7 @@ void handleEvent(Transfer& t, const std::string& data) {
             d.tokens = chunkTokens;
             if (d.index == 0) t.reply.firstDeltaSeconds = d.secondsSinceStart;
             t.lastDelta = now;
+            t.answerBytes += d.reasoning.size() + d.content.size();
             t.reply.reasoning += d.reasoning;
             t.reply.content += d.content;
             if (t.onDelta && *t.onDelta) (*t.onDelta)(d);
@@ -199,6 +244,7 @@ size_t onBody(char* data, size_t size, size_t count, void* user) {
         std::string payload = line.substr(5);
         if (!payload.empty() && payload.front() == ' ') payload.erase(0, 1);
         handleEvent(t, payload);
+        if (t.error.empty()) checkAnswerLimits(t);
         if (!t.error.empty()) return 0; // stops the transfer (CURLE_WRITE_ERROR)
     }
     t.pending.erase(0, start);
@@ -477,6 +523,8 @@ RemoteReply RemoteClient::chat(const RemoteRequest& request,
     Transfer t;
     t.sse = true;
     t.onDelta = &onDelta;
+    t.root = root_;
+    answerLimits(t, request.maxTokens);
     Prepared p;
     prepare(p, options_, root_ + "/v1/chat/completions", t);
     const std::string body = requestBody(request);
