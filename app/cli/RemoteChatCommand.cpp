@@ -5,6 +5,7 @@
 #include "Commands.hpp"
 
 #include <k3/backend.hpp>
+#include <k3/hub.hpp>
 #include <k3/read_file.hpp>
 #include <k3/remote.hpp>
 
@@ -60,7 +61,7 @@ int runRemoteChat(const ChatArgs& args) {
     const int seen = interruptCount();
     std::fprintf(stderr, "k3 chat: %s on %s, %s. /help for commands.\n",
                  terminalSafe(args.remote.model).c_str(),
-                 terminalSafe(backend->info().location).c_str(),
+                 terminalSafe(k3::withoutUrlCredentials(backend->info().location)).c_str(),
                  args.noThink ? "thinking off" : ("thinking " + args.thinkingEffort).c_str());
     // The server keeps no state of ours: a resumed conversation is simply sent again.
     return chatLoop(args, *backend, history, options, seed, seen);

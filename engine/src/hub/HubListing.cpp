@@ -59,7 +59,23 @@ std::string resolveToken(const DownloadOptions& options) {
     return token;
 }
 
+std::string withoutUrlCredentials(std::string text) {
+    for (std::size_t scheme = text.find("://"); scheme != std::string::npos;
+         scheme = text.find("://", scheme + 3)) {
+        const std::size_t host = scheme + 3;
+        // The authority ends at the path, query or fragment, or where the URL does.
+        std::size_t end = host;
+        while (end < text.size() &&
+               std::string_view("/?#\"' \t\r\n<>").find(text[end]) == std::string_view::npos)
+            ++end;
+        const std::size_t at = text.rfind('@', end == host ? host : end - 1);
+        if (at != std::string::npos && at >= host && at < end) text.erase(host, at + 1 - host);
+    }
+    return text;
+}
+
 std::string redactSecret(std::string text, const std::string& secret) {
+    text = withoutUrlCredentials(std::move(text));
     if (secret.empty()) return text;
     for (std::size_t at = text.find(secret); at != std::string::npos;
          at = text.find(secret, at + 3))

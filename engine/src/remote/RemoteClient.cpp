@@ -1,6 +1,7 @@
 // The OpenAI chat-completions protocol over libcurl: a POST whose answer is a stream of
 // server-sent events ("data: {json}" lines, then "data: [DONE]"), read as it arrives.
 
+#include "k3/hub.hpp"
 #include "k3/json_limits.hpp"
 #include "k3/remote.hpp"
 
@@ -296,7 +297,7 @@ RemoteClient::RemoteClient(RemoteOptions options) : options_(std::move(options))
     const std::string name = scheme == std::string::npos ? "" : url.substr(0, scheme);
     if (name != "http" && name != "https")
         throw RemoteError(RemoteErrorKind::Usage,
-                          "the server URL \"" + url +
+                          "the server URL \"" + withoutUrlCredentials(url) +
                               "\" must start with http:// or https:// (for example "
                               "http://127.0.0.1:8000/v1)");
     while (!url.empty() && url.back() == '/') url.pop_back();
@@ -307,8 +308,9 @@ RemoteClient::RemoteClient(RemoteOptions options) : options_(std::move(options))
                                                                           : hostEnd - hostStart);
     if (const std::size_t at = host.rfind('@'); at != std::string::npos) host.erase(0, at + 1);
     if (host.empty() || host.find_first_of(" \t\r\n") != std::string::npos)
-        throw RemoteError(RemoteErrorKind::Usage,
-                          "the server URL \"" + options_.baseUrl + "\" names no host");
+        throw RemoteError(RemoteErrorKind::Usage, "the server URL \"" +
+                                                      withoutUrlCredentials(options_.baseUrl) +
+                                                      "\" names no host");
     const std::size_t closeBracket = host.rfind(']');
     const std::size_t colon = host.rfind(':');
     const bool hasPort =
@@ -316,11 +318,12 @@ RemoteClient::RemoteClient(RemoteOptions options) : options_(std::move(options))
     hostPort_ = hasPort ? host : host + (name == "https" ? ":443" : ":80");
     if (options_.model.empty())
         throw RemoteError(RemoteErrorKind::Usage,
-                          "no model name for the server at " + url +
+                          "no model name for the server at " + withoutUrlCredentials(url) +
                               " (the \"model\" of each request; Test lists the server's models)");
     if (options_.apiKey.find_first_of("\r\n") != std::string::npos)
         throw RemoteError(RemoteErrorKind::Usage, "the API key holds a line break");
     root_ = url;
+    shownRoot_ = withoutUrlCredentials(url);
 }
 
 std::string RemoteClient::requestBody(const RemoteRequest& request) const {
@@ -499,15 +502,15 @@ std::vector<std::string> RemoteClient::listModels(const std::atomic<bool>* cance
     if (t.status == 0) curl_easy_getinfo(p.curl.get(), CURLINFO_RESPONSE_CODE, &t.status);
     if (cancelled) return {};
     if (!t.error.empty()) throw RemoteError(RemoteErrorKind::Protocol, t.error);
-    throwForTransfer(code, t, p, root_, hostPort_, "/v1/models", {});
+    throwForTransfer(code, t, p, shownRoot_, hostPort_, "/v1/models", {});
     if (code != CURLE_OK)
         throw RemoteError(RemoteErrorKind::Connection,
-                          "reading " + root_ + "/v1/models failed: " + p.errorBuffer);
+                          "reading " + shownRoot_ + "/v1/models failed: " + p.errorBuffer);
     const nlohmann::json j = parseJsonWithinLimit(t.body);
     auto data = j.is_object() ? j.find("data") : j.end();
     if (!j.is_object() || data == j.end() || !data->is_array())
         throw RemoteError(RemoteErrorKind::Protocol,
-                          "the server at " + root_ +
+                          "the server at " + shownRoot_ +
                               " answered /v1/models without a \"data\" list; is it an "
                               "OpenAI-compatible server?");
     std::vector<std::string> ids;
@@ -523,7 +526,7 @@ RemoteReply RemoteClient::chat(const RemoteRequest& request,
     Transfer t;
     t.sse = true;
     t.onDelta = &onDelta;
-    t.root = root_;
+    t.root = shownRoot_;
     answerLimits(t, request.maxTokens);
     Prepared p;
     prepare(p, options_, root_ + "/v1/chat/completions", t);
@@ -544,10 +547,10 @@ RemoteReply RemoteClient::chat(const RemoteRequest& request,
         if (t.reply.deltas > 0) throw RemoteStreamError(t.errorKind, t.error, t.reply);
         throw RemoteError(t.errorKind, t.error);
     }
-    throwForTransfer(code, t, p, root_, hostPort_, "/v1/chat/completions", options_.model);
+    throwForTransfer(code, t, p, shownRoot_, hostPort_, "/v1/chat/completions", options_.model);
     // A finish_reason is the answer's end; [DONE] alone (no finish chunk) is accepted too.
     if (t.reply.finishReason.empty() && !t.done) {
-        const std::string where = "the server at " + root_ + " closed the stream early";
+        const std::string where = "the server at " + shownRoot_ + " closed the stream early";
         if (t.reply.deltas == 0)
             throw RemoteError(RemoteErrorKind::EarlyClose,
                               where + ", before any text (no finish_reason or [DONE])");

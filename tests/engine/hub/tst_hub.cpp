@@ -287,6 +287,15 @@ private slots:
         QCOMPARE(k3::redactSecret("Bearer abc and abcabc", "abc"),
                  std::string("Bearer *** and ******"));
         QCOMPARE(k3::redactSecret("nothing", ""), std::string("nothing"));
+        // Issue 35 item 21: a URL's user:password@ never reaches a message.
+        QCOMPARE(k3::withoutUrlCredentials("http://bob:pw@127.0.0.1:9/api/x?y=a@b: failed"),
+                 std::string("http://127.0.0.1:9/api/x?y=a@b: failed"));
+        QCOMPARE(k3::withoutUrlCredentials("at https://u@h and \"http://a:b@c\""),
+                 std::string("at https://h and \"http://c\""));
+        QCOMPARE(k3::withoutUrlCredentials("mail a@b, see http://host/p@q"),
+                 std::string("mail a@b, see http://host/p@q"));
+        QCOMPARE(k3::redactSecret("GET https://x:tok@hub/f with tok", "tok"),
+                 std::string("GET https://hub/f with ***"));
     }
 
     void fullDownload() {

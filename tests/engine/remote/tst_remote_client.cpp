@@ -430,6 +430,24 @@ private slots:
         }
     }
 
+    // Issue 35 item 21: user:password@ in the URL never reaches a message.
+    void credentialsInTheUrlAreNeverShown() {
+        FakeOpenAiServer server;
+        const std::string url =
+            "http://bob:s3cret@127.0.0.1:" + std::to_string(server.port()) + "/v1";
+        const auto missing = errorOf([&] { client(url, "k3-nope").chat(hello()); });
+        QCOMPARE(missing.first, "the server at " + root(server) +
+                                    " answered 404 Not Found for /v1/chat/completions: The model "
+                                    "`k3-nope` does not exist.; check the URL and the model name "
+                                    "\"k3-nope\"");
+        const auto cut = errorOf([&] { client(url, "k3-cut").chat(hello()); });
+        QVERIFY2(cut.first.find("s3cret") == std::string::npos, cut.first.c_str());
+        const auto scheme = errorOf([&] { client("ftp://bob:s3cret@h/v1", "m"); });
+        QCOMPARE(scheme.first,
+                 std::string("the server URL \"ftp://h/v1\" must start with http:// or "
+                             "https:// (for example http://127.0.0.1:8000/v1)"));
+    }
+
     void remoteBackendReportsDeltasAsTokens() {
         FakeOpenAiServer server;
         k3::RemoteOptions o;
