@@ -15,25 +15,14 @@ namespace k3cli {
 
 namespace {
 
-// The key's first line, without surrounding whitespace. A file, not a flag: a flag's
-// value is visible to every user in `ps`.
+// A file, not a flag: a flag's value is visible to every user in `ps`. Read as k3 serve
+// reads its own (k3::readApiKeyFile).
 std::string readApiKey(const std::string& path) {
-    std::string text;
     try {
-        text = k3::readRegularFile(path, 64 * 1024, "API key file");
+        return k3::readApiKeyFile(path);
     } catch (const std::exception& error) {
         throw usageError(std::string("--api-key-file: ") + error.what());
     }
-    const std::size_t end = text.find_first_of("\r\n");
-    std::string key = text.substr(0, end);
-    const std::size_t first = key.find_first_not_of(" \t");
-    const std::size_t last = key.find_last_not_of(" \t");
-    key = first == std::string::npos ? std::string() : key.substr(first, last - first + 1);
-    if (key.empty())
-        throw usageError("--api-key-file " + path +
-                         ": the first line is empty (it should hold "
-                         "the server's API key)");
-    return key;
 }
 
 } // namespace
