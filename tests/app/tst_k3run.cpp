@@ -64,6 +64,7 @@ private slots:
     void outRefusesDevicesFifosFoldersAndReadOnlyFiles();
     void outThroughASymlinkReplacesTheTargetAndKeepsItsMode();
     void outDashWritesOnlyTheReportToStdout();
+    void outNeverFollowsAnotherUsersLinkInASharedFolder();
     void messagesNeverCarryEscapeSequences();
     void aTrunkOfOtherWeightsIsRefused();
 };
@@ -466,6 +467,35 @@ void TestK3Run::outThroughASymlinkReplacesTheTargetAndKeepsItsMode() {
     QCOMPARE(report["ids"].size(), std::size_t(2));
     QCOMPARE(QDir(tmp.filePath("reports")).entryList(QDir::Files | QDir::Hidden),
              QStringList{"run.json"});
+}
+
+// Issue 35 item 10: another user's link planted in a sticky world-writable folder (/tmp)
+// is not followed: refused before the model loads (exit 2), its target unchanged.
+void TestK3Run::outNeverFollowsAnotherUsersLinkInASharedFolder() {
+    if (::geteuid() != 0) QSKIP("needs root: the test gives a link to another user (lchown)");
+    QTemporaryDir tmp;
+    const QString shared = tmp.filePath("sticky");
+    QVERIFY(QDir().mkpath(shared));
+    QCOMPARE(::chmod(QFile::encodeName(shared).constData(), 01777), 0);
+    const QString victim = tmp.filePath("victim.conf");
+    {
+        QFile f(victim);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("root's own\n");
+    }
+    const QString planted = shared + "/run.json";
+    QVERIFY(QFile::link(victim, planted));
+    QCOMPARE(::lchown(QFile::encodeName(planted).constData(), 65534, 65534), 0);
+    const K3Run r = runK3({kModels + "k3_tiny_a", "--ids", "1,2", "--gen", "2", "--out", planted});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("--out: cannot write " + planted + ": " + planted +
+                            " is a symbolic link owned by another user (uid 65534) in the shared "
+                            "folder " +
+                            shared),
+             qPrintable(r.err));
+    QFile f(victim);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QCOMPARE(f.readAll(), QByteArray("root's own\n"));
 }
 
 void TestK3Run::outDashWritesOnlyTheReportToStdout() {

@@ -398,6 +398,24 @@ std::string formatTranscript(const std::vector<ChatMessage>& messages) {
 
 namespace {
 
+// What the kernel's protected_symlinks does for opens, for our writes too (it does not
+// cover rename): in a world-writable sticky folder (/tmp), a link is followed only when
+// it belongs to this user or to the folder's owner. Another user's link there may point
+// at any file this user (root) can write.
+void refuseForeignLinkInSharedFolder(const std::filesystem::path& path,
+                                     const std::filesystem::path& link, const struct stat& st) {
+    const std::filesystem::path folder = link.has_parent_path() ? link.parent_path() : ".";
+    struct stat dir {};
+    if (::stat(folder.c_str(), &dir) != 0) return; // the readlink below reports the problem
+    const bool shared = (dir.st_mode & S_ISVTX) && (dir.st_mode & S_IWOTH);
+    if (!shared || st.st_uid == ::geteuid() || st.st_uid == dir.st_uid) return;
+    throw ChatError("cannot write " + path.string() + ": " + link.string() +
+                    " is a symbolic link owned by another user (uid " + std::to_string(st.st_uid) +
+                    ") in the shared folder " + folder.string() +
+                    " (world-writable, sticky); k3 does not follow such links (as the kernel's "
+                    "protected_symlinks); remove it or choose another file");
+}
+
 // Follows `path` through its symlinks. Nothing at the end: the path a new file gets.
 std::filesystem::path followLinks(const std::filesystem::path& path, struct stat& st,
                                   bool& exists) {
@@ -415,6 +433,7 @@ std::filesystem::path followLinks(const std::filesystem::path& path, struct stat
             exists = true;
             return p;
         }
+        refuseForeignLinkInSharedFolder(path, p, st);
         if (hops == 40)
             throw ChatError("cannot write " + path.string() +
                             ": more than 40 symbolic links (a loop?)");

@@ -74,6 +74,7 @@ private slots:
     void outputRuleKeepsPermissions();
     void outputRuleRefusesReadOnlyFiles();
     void lockRefusesASecondSession();
+    void outputRuleRefusesForeignLinksInSharedFolders();
     void readRefusesFifoWithoutBlocking();
     void invalidAnswersAreMarkedAndKept();
     void toolNameIsKept();
@@ -456,6 +457,57 @@ void TestTranscript::lockRefusesASecondSession() {
                                                  "files; give a file name"),
                  e.what());
     }
+}
+
+// Issue 35 item 10: as root, `--out /tmp/x/run.json` where another user planted run.json
+// as a link to a root-owned file replaced that file. In a world-writable sticky folder a
+// link is followed only when it is this user's or the folder owner's.
+void TestTranscript::outputRuleRefusesForeignLinksInSharedFolders() {
+    if (::geteuid() != 0) QSKIP("needs root: the test gives a link to another user (lchown)");
+    QTemporaryDir dir;
+    const std::filesystem::path root = dir.path().toStdString();
+    const auto shared = root / "sticky";
+    std::filesystem::create_directory(shared);
+    QCOMPARE(::chmod(shared.c_str(), 01777), 0);
+    const auto victim = root / "victim.conf";
+    { std::ofstream(victim) << "root's own\n"; }
+    const auto planted = shared / "run.json";
+    std::filesystem::create_symlink(victim, planted);
+    QCOMPARE(::lchown(planted.c_str(), 65534, 65534), 0); // nobody's link
+    const std::string expected =
+        "cannot write " + planted.string() + ": " + planted.string() +
+        " is a symbolic link owned by another user (uid 65534) in the shared folder " +
+        shared.string() +
+        " (world-writable, sticky); k3 does not follow such links (as the kernel's "
+        "protected_symlinks); remove it or choose another file";
+    for (int call = 0; call < 2; ++call) {
+        std::string error;
+        try {
+            if (call == 0)
+                k3::writeFileAtomically(planted, "{}\n");
+            else
+                k3::resolveOutputFile(planted);
+        } catch (const k3::ChatError& e) {
+            error = e.what();
+        }
+        QCOMPARE(error, expected);
+    }
+    std::ifstream in(victim);
+    std::stringstream text;
+    text << in.rdbuf();
+    QCOMPARE(text.str(), std::string("root's own\n"));
+    // This user's own link in the same folder is followed, as before.
+    QCOMPARE(::lchown(planted.c_str(), 0, 0), 0);
+    k3::writeFileAtomically(planted, "{}\n");
+    std::ifstream again(victim);
+    std::stringstream now;
+    now << again.rdbuf();
+    QCOMPARE(now.str(), std::string("{}\n"));
+    // Outside a shared folder another user's link is followed too (the folder is ours).
+    const auto own = root / "link.json";
+    std::filesystem::create_symlink(victim, own);
+    QCOMPARE(::lchown(own.c_str(), 65534, 65534), 0);
+    k3::writeFileAtomically(own, "[]\n");
 }
 
 void TestTranscript::readRefusesFifoWithoutBlocking() {
