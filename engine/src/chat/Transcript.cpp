@@ -583,6 +583,15 @@ void writeTranscript(const std::filesystem::path& path, const std::vector<ChatMe
 }
 
 OutputLock::OutputLock(const std::filesystem::path& path) : file_(resolveOutputFile(path)) {
+    // The lock is named after the file, so it covers one inode only while that inode has
+    // one name: through a second hard link a second session would take another lock, and
+    // every save (a rename) would split the two names into two conversations.
+    struct stat st {};
+    if (::stat(file_.c_str(), &st) == 0 && st.st_nlink > 1)
+        throw ChatError("cannot use " + path.string() + ": it has " + std::to_string(st.st_nlink) +
+                        " hard links; each save replaces the file, so its other names would "
+                        "keep the old conversation and a session through another name would "
+                        "not see this one; use a copy (cp) or remove the other links");
     lockFile_ = folderOf(file_) / ("." + file_.filename().string() + ".lock");
     for (int attempt = 0;; ++attempt) {
         fd_ = ::open(lockFile_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);

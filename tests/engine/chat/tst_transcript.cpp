@@ -74,6 +74,7 @@ private slots:
     void outputRuleKeepsPermissions();
     void outputRuleRefusesReadOnlyFiles();
     void lockRefusesASecondSession();
+    void lockRefusesHardLinkedFiles();
     void outputRuleRefusesForeignLinksInSharedFolders();
     void readRefusesFifoWithoutBlocking();
     void invalidAnswersAreMarkedAndKept();
@@ -457,6 +458,35 @@ void TestTranscript::lockRefusesASecondSession() {
                                                  "files; give a file name"),
                  e.what());
     }
+}
+
+// Issue 35 item 15: a second hard link to a history used to take its own lock file, and
+// the first save (a rename) forked the two names into two conversations.
+void TestTranscript::lockRefusesHardLinkedFiles() {
+    QTemporaryDir dir;
+    const std::filesystem::path root = dir.path().toStdString();
+    std::filesystem::create_directory(root / "other");
+    const auto history = root / "h.jsonl";
+    const auto second = root / "other" / "g.jsonl";
+    k3::writeTranscript(history, sample());
+    std::filesystem::create_hard_link(history, second);
+    for (const auto& path : {history, second}) {
+        std::string error;
+        try {
+            k3::OutputLock lock(path);
+        } catch (const k3::ChatError& e) {
+            error = e.what();
+        }
+        QCOMPARE(error, "cannot use " + path.string() +
+                            ": it has 2 hard links; each save replaces the file, so its other "
+                            "names would keep the old conversation and a session through "
+                            "another name would not see this one; use a copy (cp) or remove "
+                            "the other links");
+    }
+    QCOMPARE(dirEntries(root / "other"), (std::vector<std::string>{"g.jsonl"})); // no lock file
+    std::filesystem::remove(second);
+    k3::OutputLock one(history); // one name again: locked as usual
+    QCOMPARE(one.lockFile(), root / ".h.jsonl.lock");
 }
 
 // Issue 35 item 10: as root, `--out /tmp/x/run.json` where another user planted run.json
