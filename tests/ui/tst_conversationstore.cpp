@@ -7,6 +7,8 @@
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
 
+#include <sys/stat.h>
+
 #include <k3/chat.hpp>
 
 #include <unistd.h>
@@ -23,7 +25,39 @@ private slots:
     void trashedConversationIsRestoredAsItWas();
     void trashingAConversationInUseIsRefused();
     void searchMatchesMessageText();
+    void foldersAreTheUsersOnly();
 };
+
+namespace {
+int modeOf(const QString& path) {
+    struct stat st {};
+    return ::stat(QFile::encodeName(path).constData(), &st) == 0 ? int(st.st_mode & 07777) : -1;
+}
+} // namespace
+
+// Issue 35 item 22: conversations/ and trash/ were 0755 under umask 022 (and the
+// configuration folder the same): every folder made for them is 0700, and an existing
+// conversations folder is tightened.
+void TestConversationStore::foldersAreTheUsersOnly() {
+    const mode_t previous = ::umask(022);
+    QTemporaryDir dir;
+    const QString data = dir.filePath(QStringLiteral("share/k3chat"));
+    ConversationStore store(data + QStringLiteral("/conversations"));
+    const QString id = store.save({}, {{QStringLiteral("user"), QStringLiteral("secret"), {}}});
+    QCOMPARE(modeOf(dir.filePath(QStringLiteral("share"))), 0700);
+    QCOMPARE(modeOf(data), 0700);
+    QCOMPARE(modeOf(store.directory()), 0700);
+    store.trash(id);
+    QCOMPARE(modeOf(store.trashDirectory()), 0700);
+    QCOMPARE(modeOf(dir.path()), 0700); // QTemporaryDir's own, untouched
+    const QString older = dir.filePath(QStringLiteral("older"));
+    QVERIFY(QDir().mkpath(older));
+    QCOMPARE(modeOf(older), 0755);
+    ConversationStore::makePrivateFolder(older); // the configuration folder, at start
+    QCOMPARE(modeOf(older), 0700);
+    ::umask(previous);
+}
+
 
 void TestConversationStore::roundTripAndList() {
     QTemporaryDir dir;

@@ -84,6 +84,11 @@ public:
     static QVector<ChatTurn> toTurns(const std::vector<k3::ChatMessage>& messages);
 
     QString pathFor(const QString& id) const;
+
+    // mkpath, then mode 0700 for every folder it made and for `path` itself: the app's
+    // conversations and configuration are the user's only. Throws std::runtime_error
+    // naming the folder.
+    static void makePrivateFolder(const QString& path);
     QString titlePathFor(const QString& id) const { return titlePath(m_directory, id); }
 
 private:
