@@ -26,6 +26,7 @@ private slots:
     void trashingAConversationInUseIsRefused();
     void searchMatchesMessageText();
     void foldersAreTheUsersOnly();
+    void leftoverTrashIsPurgedAtStart();
 };
 
 namespace {
@@ -58,6 +59,24 @@ void TestConversationStore::foldersAreTheUsersOnly() {
     ::umask(previous);
 }
 
+// Issue 35 item 14: a conversation deleted just before a kill stayed in trash/ for good.
+void TestConversationStore::leftoverTrashIsPurgedAtStart() {
+    QTemporaryDir dir;
+    const QString id = [&] {
+        ConversationStore first(dir.filePath(QStringLiteral("conversations")));
+        const QString saved =
+            first.save({}, {{QStringLiteral("user"), QStringLiteral("forget me"), {}}});
+        first.setTitle(saved, QStringLiteral("private"));
+        first.trash(saved); // then the app is killed inside the undo period
+        return saved;
+    }();
+    ConversationStore next(dir.filePath(QStringLiteral("conversations")));
+    QCOMPARE(QDir(next.trashDirectory()).entryList(QDir::Files).size(), 2);
+    next.purgeLeftoverTrash();
+    QCOMPARE(QDir(next.trashDirectory()).entryList(QDir::Files | QDir::Hidden), QStringList());
+    QVERIFY_THROWS_EXCEPTION(std::runtime_error, next.restore(id));
+    QCOMPARE(next.list().size(), 0);
+}
 
 void TestConversationStore::roundTripAndList() {
     QTemporaryDir dir;

@@ -81,6 +81,16 @@ void ConversationStore::makePrivateFolder(const QString& path) {
 
 ConversationStore::ConversationStore(QString directory) : m_directory(std::move(directory)) {}
 
+void ConversationStore::purgeLeftoverTrash() {
+    // The undo of a delete lasts while the app runs; a copy left by a crash or a kill
+    // during those seconds would otherwise keep the conversation's text for good.
+    QDir trash(trashDirectory());
+    if (!trash.exists()) return;
+    const QFileInfoList files = trash.entryInfoList(
+        {QStringLiteral("*.jsonl"), QStringLiteral("*.title")}, QDir::Files | QDir::Hidden);
+    for (const QFileInfo& f : files) QFile::remove(f.filePath());
+}
+
 ConversationStore::~ConversationStore() = default;
 
 void ConversationStore::claim(const QString& id) {

@@ -69,6 +69,9 @@ public:
     void restore(const QString& id);
     // Deletes a trashed conversation for good.
     void purge(const QString& id);
+    // Deletes everything left in the trash: called at start, so a conversation deleted
+    // just before a crash or a kill (inside the undo period) does not stay on disk.
+    void purgeLeftoverTrash();
     QString trashDirectory() const { return m_directory + QStringLiteral("/trash"); }
 
     // Locks conversation `id` for this store until another one is claimed, release() or
