@@ -64,6 +64,7 @@ private slots:
     void outRefusesDevicesFifosFoldersAndReadOnlyFiles();
     void outThroughASymlinkReplacesTheTargetAndKeepsItsMode();
     void outDashWritesOnlyTheReportToStdout();
+    void contextPastMaxPositionEmbeddingsIsRefused();
     void outNeverFollowsAnotherUsersLinkInASharedFolder();
     void messagesNeverCarryEscapeSequences();
     void aTrunkOfOtherWeightsIsRefused();
@@ -496,6 +497,20 @@ void TestK3Run::outNeverFollowsAnotherUsersLinkInASharedFolder() {
     QFile f(victim);
     QVERIFY(f.open(QIODevice::ReadOnly));
     QCOMPARE(f.readAll(), QByteArray("root's own\n"));
+}
+
+// Issue 35 item 19: max_position_embeddings (4096 in the tiny model) bounds --context.
+void TestK3Run::contextPastMaxPositionEmbeddingsIsRefused() {
+    const K3Run r =
+        runK3({kModels + "k3_tiny_a", "--ids", "1,2", "--gen", "2", "--context", "4097"});
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.contains("k3_tiny_a/config.json: max_position_embeddings is 4096, a context "
+                            "of 4097 positions is longer than the model was trained for; use a "
+                            "context of at most 4096 positions"),
+             qPrintable(r.err));
+    const K3Run ok =
+        runK3({kModels + "k3_tiny_a", "--ids", "1,2", "--gen", "2", "--context", "4096"});
+    QVERIFY2(ok.exitCode == 0, qPrintable(ok.err));
 }
 
 void TestK3Run::outDashWritesOnlyTheReportToStdout() {

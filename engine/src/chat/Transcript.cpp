@@ -1,6 +1,7 @@
 // JSONL transcripts, compatible with the public engine's --history files.
 #include "k3/chat.hpp"
 #include "k3/fault_injection.hpp"
+#include "k3/json_duplicates.hpp"
 #include "k3/json_limits.hpp"
 
 #include <cerrno>
@@ -295,7 +296,9 @@ std::vector<ChatMessage> parseTranscript(std::string_view text, const std::strin
             throw ChatError(lineError(sourceName, lineNumber, *deep));
         Json obj;
         try {
-            obj = Json::parse(line);
+            obj = parseJsonWithoutDuplicateKeys<Json>(line);
+        } catch (const DuplicateJsonKey& e) {
+            throw ChatError(lineError(sourceName, lineNumber, e.what()));
         } catch (const Json::exception& e) {
             throw ChatError(
                 lineError(sourceName, lineNumber, std::string("not valid JSON: ") + e.what()));

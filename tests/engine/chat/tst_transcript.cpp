@@ -64,6 +64,7 @@ private slots:
     void validationNamesLineAndField();
     void acceptsBlankLinesAndCrlf();
     void invalidUtf8IsReplaced();
+    void invalidUtf8AndDuplicateKeysAreRefusedWhenRead();
     void missingFileIsNamed();
     void failedWriteKeepsOldFile();
     void unwritableDirectoryKeepsOldFile();
@@ -216,6 +217,25 @@ void TestTranscript::invalidUtf8IsReplaced() {
     const auto back = k3::parseTranscript(text, "x");
     QCOMPARE(back.size(), std::size_t(1));
     QCOMPARE(back[0].content, std::string("ok\xEF\xBF\xBD"));
+}
+
+// Issue 35 item 19: what is written is replaced (above); what is read is refused, naming
+// the line, as docs/security.md now says; and a key given twice is refused by name.
+void TestTranscript::invalidUtf8AndDuplicateKeysAreRefusedWhenRead() {
+    const auto errorOf = [](const std::string& text) {
+        try {
+            k3::parseTranscript(text, "t.jsonl");
+        } catch (const k3::ChatError& e) {
+            return std::string(e.what());
+        }
+        return std::string("(accepted)");
+    };
+    const std::string bad = errorOf("{\"role\":\"user\",\"content\":\"a\"}\n"
+                                    "{\"role\":\"user\",\"content\":\"b\xff\"}\n");
+    QVERIFY2(bad.rfind("t.jsonl:2: not valid JSON: ", 0) == 0, bad.c_str());
+    QVERIFY2(bad.find("UTF-8") != std::string::npos, bad.c_str());
+    QCOMPARE(errorOf("{\"role\":\"user\",\"content\":\"a\",\"role\":\"system\"}\n"),
+             std::string("t.jsonl:1: key \"role\" appears twice in one object"));
 }
 
 void TestTranscript::missingFileIsNamed() {
