@@ -1,15 +1,20 @@
 // k3chat: the desktop app.
 #include "MainWindow.h"
+#include "chat/ConversationStore.h"
 
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QElapsedTimer>
+#include <QFileInfo>
 #include <QPixmap>
 #include <QScreen>
+#include <QSettings>
+#include <QStandardPaths>
 #include <QTimer>
 
 #include <k3/version.hpp>
 
+#include <cstdio>
 #include <utility>
 
 namespace {
@@ -35,6 +40,15 @@ int main(int argc, char** argv) {
     QApplication::setOrganizationName(QStringLiteral("k3chat"));
     QApplication::setApplicationVersion(QString::fromUtf8(k3::kVersion));
     QApplication::setDesktopFileName(QStringLiteral("io.github.k3chat.k3chat"));
+    // The configuration (k3chat.conf: the remote URL, the model folder) and the data
+    // (conversations) folders are the user's only, whatever the umask.
+    try {
+        ConversationStore::makePrivateFolder(QFileInfo(QSettings().fileName()).absolutePath());
+        ConversationStore::makePrivateFolder(
+            QStandardPaths::writableLocation(QStandardPaths::AppDataLocation));
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "k3chat: warning: %s\n", e.what());
+    }
 
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral("Chat with Kimi K3 on this computer."));

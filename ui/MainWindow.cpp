@@ -52,6 +52,7 @@ MainWindow::MainWindow(QWidget* parent)
                                 this)) {
     setWindowTitle(tr("k3chat"));
     setWindowIcon(QIcon(QStringLiteral(":/k3chat/icons/k3chat.svg")));
+    m_store->purgeLeftoverTrash(); // issue 35 item 14: no deleted text survives a crash
 
     QWidget* sidebar = buildSidebar();
     QWidget* center = buildCenter();

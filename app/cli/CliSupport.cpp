@@ -155,22 +155,55 @@ std::uint64_t peakRssBytes() {
     return 0;
 }
 
+namespace {
+
+// Invisible characters that change how the text around them is shown: the bidi controls
+// (U+202E makes "gpj.exe" of "exe.jpg"), zero-width and word-joiner marks, the BOM, the
+// line and paragraph separators, interlinear annotations and the tag characters. ZWNJ
+// and ZWJ (U+200C, U+200D) are kept: scripts and emoji sequences need them.
+bool isHiddenFormatCharacter(char32_t c) {
+    return c == 0x00ad || c == 0x061c || c == 0x180e || c == 0x200b ||
+           (c >= 0x200e && c <= 0x200f) || (c >= 0x2028 && c <= 0x202e) ||
+           (c >= 0x2060 && c <= 0x2064) || (c >= 0x2066 && c <= 0x206f) || c == 0xfeff ||
+           (c >= 0xfff9 && c <= 0xfffb) || c == 0xe0001 || (c >= 0xe0020 && c <= 0xe007f);
+}
+
+// The code point of the well-formed UTF-8 sequence at text[i] and its length; 0 when
+// the bytes there are not one.
+std::size_t decodeUtf8(const std::string& text, std::size_t i, char32_t& c) {
+    const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[i + k]); };
+    const unsigned char b0 = byte(0);
+    std::size_t n = b0 >= 0xf0 && b0 <= 0xf4 ? 4 : b0 >= 0xe0 ? 3 : b0 >= 0xc2 ? 2 : 0;
+    if (n == 0 || b0 > 0xf4 || i + n > text.size()) return 0;
+    c = b0 & (0x7f >> n);
+    for (std::size_t k = 1; k < n; ++k) {
+        if ((byte(k) & 0xc0) != 0x80) return 0;
+        c = (c << 6) | (byte(k) & 0x3f);
+    }
+    const char32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < least[n] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return 0;
+    return n;
+}
+
+} // namespace
+
 std::string terminalSafe(const std::string& text, bool keepLines) {
     std::string out;
     out.reserve(text.size());
-    char escape[8];
+    char escape[16];
     for (std::size_t i = 0; i < text.size(); ++i) {
         const auto c = static_cast<unsigned char>(text[i]);
+        char32_t cp = 0;
+        std::size_t length = 0;
         if ((c < 0x20 && !(keepLines && (c == '\n' || c == '\t'))) || c == 0x7f) {
             std::snprintf(escape, sizeof escape, "\\x%02x", c);
             out += escape;
-        } else if (c == 0xc2 && i + 1 < text.size() &&
-                   static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
-                   static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
-            std::snprintf(escape, sizeof escape, "\\u%04x",
-                          static_cast<unsigned char>(text[i + 1]));
+        } else if (c >= 0x80 && (length = decodeUtf8(text, i, cp)) > 0 &&
+                   ((cp >= 0x80 && cp <= 0x9f) || isHiddenFormatCharacter(cp))) {
+            // C1 controls (0x9b is CSI) and hidden format characters, shown by number.
+            std::snprintf(escape, sizeof escape, cp > 0xffff ? "\\U%08x" : "\\u%04x", unsigned(cp));
             out += escape;
-            ++i;
+            i += length - 1;
         } else {
             out += char(c);
         }

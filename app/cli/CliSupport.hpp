@@ -60,8 +60,10 @@ PromptInput readPromptLine(std::string& line, int seenInterrupts);
 std::string cliAdvice(const std::exception& error);
 
 // Model output is text, never terminal commands: control characters (C0 except tab and
-// newline, DEL, and UTF-8 encoded C1) become visible escapes like "\x1b". Model text on
-// stdout passes it on a terminal; messages on stderr always (printError and friends).
+// newline, DEL, and UTF-8 encoded C1) become visible escapes like "\x1b", and hidden
+// format characters (bidi controls such as U+202E, zero-width marks, tags) "\u202e".
+// Model text on stdout passes it on a terminal; messages on stderr always (printError
+// and friends).
 // keepLines=false escapes tab and newline too: a field of a one-line log record (a
 // request path with %0A decoded) must not start a forged record.
 std::string terminalSafe(const std::string& text, bool keepLines = true);

@@ -163,8 +163,11 @@ int runDownload(const DownloadArgs& args) {
     options.parallel = args.parallel;
 
     const bool haveToken = std::getenv("HF_TOKEN") && *std::getenv("HF_TOKEN");
-    std::printf("downloading %s at %s from %s into %s%s\n", options.repo.c_str(),
-                options.revision.c_str(), k3::resolveEndpoint(options).c_str(), args.dir.c_str(),
+    // The endpoint without user:password@: a URL is printed only so.
+    std::printf("downloading %s at %s from %s into %s%s\n", terminalSafe(options.repo).c_str(),
+                terminalSafe(options.revision).c_str(),
+                terminalSafe(k3::withoutUrlCredentials(k3::resolveEndpoint(options))).c_str(),
+                terminalSafe(args.dir).c_str(),
                 haveToken ? " (using HF_TOKEN from the environment)" : "");
     if (args.layers > 0)
         std::printf("only the shards layers 0..%d need (a layer prefix is not the model)\n",

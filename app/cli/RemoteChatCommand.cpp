@@ -5,6 +5,7 @@
 #include "Commands.hpp"
 
 #include <k3/backend.hpp>
+#include <k3/hub.hpp>
 #include <k3/read_file.hpp>
 #include <k3/remote.hpp>
 
@@ -14,25 +15,14 @@ namespace k3cli {
 
 namespace {
 
-// The key's first line, without surrounding whitespace. A file, not a flag: a flag's
-// value is visible to every user in `ps`.
+// A file, not a flag: a flag's value is visible to every user in `ps`. Read as k3 serve
+// reads its own (k3::readApiKeyFile).
 std::string readApiKey(const std::string& path) {
-    std::string text;
     try {
-        text = k3::readRegularFile(path, 64 * 1024, "API key file");
+        return k3::readApiKeyFile(path);
     } catch (const std::exception& error) {
         throw usageError(std::string("--api-key-file: ") + error.what());
     }
-    const std::size_t end = text.find_first_of("\r\n");
-    std::string key = text.substr(0, end);
-    const std::size_t first = key.find_first_not_of(" \t");
-    const std::size_t last = key.find_last_not_of(" \t");
-    key = first == std::string::npos ? std::string() : key.substr(first, last - first + 1);
-    if (key.empty())
-        throw usageError("--api-key-file " + path +
-                         ": the first line is empty (it should hold "
-                         "the server's API key)");
-    return key;
 }
 
 } // namespace
@@ -60,7 +50,7 @@ int runRemoteChat(const ChatArgs& args) {
     const int seen = interruptCount();
     std::fprintf(stderr, "k3 chat: %s on %s, %s. /help for commands.\n",
                  terminalSafe(args.remote.model).c_str(),
-                 terminalSafe(backend->info().location).c_str(),
+                 terminalSafe(k3::withoutUrlCredentials(backend->info().location)).c_str(),
                  args.noThink ? "thinking off" : ("thinking " + args.thinkingEffort).c_str());
     // The server keeps no state of ours: a resumed conversation is simply sent again.
     return chatLoop(args, *backend, history, options, seed, seen);

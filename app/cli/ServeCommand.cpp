@@ -178,15 +178,12 @@ bool sameKey(std::string_view given, std::string_view key) {
 std::string readApiKey(const std::string& path) {
     std::string key;
     try {
-        key = k3::readRegularFile(path, 4096, "API key file");
+        key = k3::readApiKeyFile(path); // the one reader, also k3 --remote's
     } catch (const std::exception& e) {
-        throw usageError("--api-key-file " + path + ": " + e.what());
+        throw usageError(std::string("--api-key-file: ") + e.what());
     }
-    while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
-    while (!key.empty() && std::isspace(static_cast<unsigned char>(key.front()))) key.erase(0, 1);
     if (key.size() < 8)
-        throw usageError("--api-key-file " + path +
-                         ": the key must be at least 8 characters (the first line of the file)");
+        throw usageError("--api-key-file " + path + ": the key must be at least 8 characters");
     return key;
 }
 

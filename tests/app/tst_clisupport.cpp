@@ -141,6 +141,24 @@ void TestCliSupport::terminalSafeEscapesControls() {
                                  "31m"),
              std::string("x\\u009b31m")); // C1 CSI
     QCOMPARE(k3cli::terminalSafe("caf\xc3\xa9 \xc2\xa0"), std::string("caf\xc3\xa9 \xc2\xa0"));
+    // Issue 35 item 21: hidden format characters in a hub file name: U+202E shows
+    // "model-evil\u202Ensafetensors.exe" as if it ended in ".safetensors".
+    QCOMPARE(k3cli::terminalSafe("evil\xe2\x80\xae"
+                                 "exe.safetensors"),
+             std::string("evil\\u202eexe.safetensors"));
+    QCOMPARE(k3cli::terminalSafe("a\xe2\x81\xa6"
+                                 "b\xe2\x81\xa9"
+                                 "c\xe2\x80\x8b"
+                                 "d\xef\xbb\xbf"
+                                 "e\xe2\x80\xa8"
+                                 "f\xd8\x9c"),
+             std::string("a\\u2066b\\u2069c\\u200bd\\ufeffe\\u2028f\\u061c"));
+    QCOMPARE(k3cli::terminalSafe("tag\xf3\xa0\x81\x81"), std::string("tag\\U000e0041"));
+    // Joiners stay (scripts and emoji need them), as do other letters and invalid bytes.
+    const std::string family =
+        "\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x91\xa7 \xe0\xa4\x95\xe2\x80\x8c";
+    QCOMPARE(k3cli::terminalSafe(family), family);
+    QCOMPARE(k3cli::terminalSafe("x\xe2\x80"), std::string("x\xe2\x80"));
 }
 
 void TestCliSupport::formatters() {

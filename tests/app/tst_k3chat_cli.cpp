@@ -80,6 +80,7 @@ private slots:
     void historyFolderOrFifoIsRefused();
     void secondSessionOnOneHistoryIsRefused();
     void symlinkedHistoryStaysALink();
+    void hardLinkedHistoryIsRefused();
     void transcriptValuesAreShownNotObeyed();
     void invalidAnswerIsMarkedInTheHistory();
 };
@@ -244,6 +245,24 @@ void TestK3ChatCli::historyFolderOrFifoIsRefused() {
     QCOMPARE(pipe.exitCode, 2);
     QCOMPARE(pipe.err, "k3: error: --history: cannot write " + fifo +
                            ": it is a FIFO (named pipe); k3 writes only regular files\n");
+}
+
+// Issue 35 item 15: a hard link to a history forked it at the first save and took a
+// lock of its own; refused, exit 1, before the model loads.
+void TestK3ChatCli::hardLinkedHistoryIsRefused() {
+    QTemporaryDir tmp;
+    const QString history = tmp.filePath("h.jsonl");
+    k3::writeTranscript(history.toStdString(), {{k3::ChatRole::User, "hi", {}, {}, {}}});
+    const QString second = tmp.filePath("g.jsonl");
+    QCOMPARE(::link(QFile::encodeName(history).constData(), QFile::encodeName(second).constData()),
+             0);
+    const K3Run r = runK3({kModels + "k3_tiny_a", "--chat", "--history", second}, "hi\n");
+    QCOMPARE(r.exitCode, 1);
+    QCOMPARE(r.err, "k3: error: --history: cannot use " + second +
+                        ": it has 2 hard links; each save replaces the file, so its other names "
+                        "would keep the old conversation and a session through another name "
+                        "would not see this one; use a copy (cp) or remove the other links\n");
+    QCOMPARE(k3::readTranscript(history.toStdString()).size(), std::size_t(1));
 }
 
 void TestK3ChatCli::secondSessionOnOneHistoryIsRefused() {

@@ -57,6 +57,7 @@ private slots:
     void initTestCase();
     void doctorTextReportRecommendsAndNamesTheNextCommand();
     void downloadFromAHubThenRunTheDownloadedModel();
+    void downloadNeverPrintsTheEndpointsPassword();
     void packThenRunWithPresetLaptop();
     void presetAutoRunsTheReferenceIds();
     void samplingFlagsReachTheEngine();
@@ -161,6 +162,21 @@ void TestK3Commands::downloadFromAHubThenRunTheDownloadedModel() {
     const K3Run r = runK3({dest, "--ids", joinIds(prompt_), "--gen", "6", "--out", out});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err + r.out));
     QCOMPARE(idsOf(readJson(out)), greedy_);
+}
+
+// Issue 35 item 21: a password in the endpoint's userinfo used to be printed three times
+// (the banner, the summary and the error). Port 1 on loopback refuses at once.
+void TestK3Commands::downloadNeverPrintsTheEndpointsPassword() {
+    const K3Run d = runK3({"download", tmp_.path() + "/userinfo", "--endpoint",
+                           "http://bob:s3cret-pw@127.0.0.1:1", "--revision", "main"},
+                          {}, envWithoutToken());
+    QCOMPARE(d.exitCode, 1);
+    QVERIFY2(!(d.out + d.err).contains("s3cret-pw") && !(d.out + d.err).contains("bob"),
+             qPrintable(d.out + d.err));
+    QVERIFY2(d.out.contains("downloading moonshotai/Kimi-K3 at main from http://127.0.0.1:1 into "),
+             qPrintable(d.out));
+    QVERIFY2(d.err.contains("k3: error: download failed: http://127.0.0.1:1/api/models/"),
+             qPrintable(d.err));
 }
 
 // `k3 pack MODEL TRUNK` then `k3 MODEL --trunk TRUNK --preset laptop ... --out run.json`.

@@ -98,6 +98,54 @@ private slots:
                  qPrintable(r.err));
     }
 
+    // Issue 35 item 11: a server streaming without end is cut off at 4 deltas a asked
+    // token; the REPL keeps the partial answer and says why (as for a cut stream).
+    void anEndlessStreamIsClosedAndSaysWhy() {
+        FakeOpenAiServer server;
+        const QString root = QStringLiteral("http://127.0.0.1:%1").arg(server.port());
+        const K3Run r = runK3({QStringLiteral("--remote"), root, QStringLiteral("--model"),
+                               QStringLiteral("k3-endless"), QStringLiteral("--max-tokens"),
+                               QStringLiteral("4"), QStringLiteral("--chat")},
+                              "Hi\n/exit\n");
+        QString expected = QStringLiteral("again");
+        for (int i = 1; i < 17; ++i) expected += QStringLiteral(" and again");
+        QCOMPARE(r.out, expected + QStringLiteral("\n"));
+        QVERIFY2(r.err.contains(QStringLiteral("the server at %1 sent more than 16 text deltas "
+                                               "for an answer of at most 4 tokens (max_tokens); "
+                                               "closed the stream, the partial answer is kept")
+                                    .arg(root)),
+                 qPrintable(r.err));
+    }
+
+    // Issue 35 item 20: one reader for the key file on both sides. A second line used to
+    // be dropped by k3 --remote and sent as part of the key by k3 serve.
+    void theKeyFileIsReadTheSameWayByBothSides() {
+        FakeOpenAiServer server("sk-cli-test");
+        QTemporaryDir dir;
+        const QString keyFile = dir.filePath(QStringLiteral("key"));
+        QFile key(keyFile);
+        QVERIFY(key.open(QIODevice::WriteOnly));
+        key.write("sk-cli-test\nsecond line\n");
+        key.close();
+        const QString expected = QStringLiteral("--api-key-file: %1: the API key file holds "
+                                                "more than one line; it should hold only the key")
+                                     .arg(keyFile);
+        const K3Run remote =
+            runK3({QStringLiteral("--remote"), QString::fromStdString(server.url()),
+                   QStringLiteral("--model"), QStringLiteral("k3-think"),
+                   QStringLiteral("--api-key-file"), keyFile, QStringLiteral("--chat")},
+                  "Hi\n/exit\n");
+        QCOMPARE(remote.exitCode, 2);
+        QVERIFY2(remote.err.contains(expected), qPrintable(remote.err));
+        QCOMPARE(server.streamsStarted(), 0);
+        const K3Run serve =
+            runK3({QStringLiteral("serve"), QStringLiteral(K3_SOURCE_DIR "/resources/demo"),
+                   QStringLiteral("--port"), QStringLiteral("0"), QStringLiteral("--api-key-file"),
+                   keyFile});
+        QCOMPARE(serve.exitCode, 2);
+        QVERIFY2(serve.err.contains(expected), qPrintable(serve.err));
+    }
+
     void usageAndConnectionErrorsAreClear() {
         const K3Run noModel =
             runK3({QStringLiteral("--remote"), QStringLiteral("http://127.0.0.1:9/v1"),

@@ -64,6 +64,8 @@ private slots:
     void outRefusesDevicesFifosFoldersAndReadOnlyFiles();
     void outThroughASymlinkReplacesTheTargetAndKeepsItsMode();
     void outDashWritesOnlyTheReportToStdout();
+    void contextPastMaxPositionEmbeddingsIsRefused();
+    void outNeverFollowsAnotherUsersLinkInASharedFolder();
     void messagesNeverCarryEscapeSequences();
     void aTrunkOfOtherWeightsIsRefused();
 };
@@ -466,6 +468,49 @@ void TestK3Run::outThroughASymlinkReplacesTheTargetAndKeepsItsMode() {
     QCOMPARE(report["ids"].size(), std::size_t(2));
     QCOMPARE(QDir(tmp.filePath("reports")).entryList(QDir::Files | QDir::Hidden),
              QStringList{"run.json"});
+}
+
+// Issue 35 item 10: another user's link planted in a sticky world-writable folder (/tmp)
+// is not followed: refused before the model loads (exit 2), its target unchanged.
+void TestK3Run::outNeverFollowsAnotherUsersLinkInASharedFolder() {
+    if (::geteuid() != 0) QSKIP("needs root: the test gives a link to another user (lchown)");
+    QTemporaryDir tmp;
+    const QString shared = tmp.filePath("sticky");
+    QVERIFY(QDir().mkpath(shared));
+    QCOMPARE(::chmod(QFile::encodeName(shared).constData(), 01777), 0);
+    const QString victim = tmp.filePath("victim.conf");
+    {
+        QFile f(victim);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("root's own\n");
+    }
+    const QString planted = shared + "/run.json";
+    QVERIFY(QFile::link(victim, planted));
+    QCOMPARE(::lchown(QFile::encodeName(planted).constData(), 65534, 65534), 0);
+    const K3Run r = runK3({kModels + "k3_tiny_a", "--ids", "1,2", "--gen", "2", "--out", planted});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("--out: cannot write " + planted + ": " + planted +
+                            " is a symbolic link owned by another user (uid 65534) in the shared "
+                            "folder " +
+                            shared),
+             qPrintable(r.err));
+    QFile f(victim);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QCOMPARE(f.readAll(), QByteArray("root's own\n"));
+}
+
+// Issue 35 item 19: max_position_embeddings (4096 in the tiny model) bounds --context.
+void TestK3Run::contextPastMaxPositionEmbeddingsIsRefused() {
+    const K3Run r =
+        runK3({kModels + "k3_tiny_a", "--ids", "1,2", "--gen", "2", "--context", "4097"});
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.contains("k3_tiny_a/config.json: max_position_embeddings is 4096, a context "
+                            "of 4097 positions is longer than the model was trained for; use a "
+                            "context of at most 4096 positions"),
+             qPrintable(r.err));
+    const K3Run ok =
+        runK3({kModels + "k3_tiny_a", "--ids", "1,2", "--gen", "2", "--context", "4096"});
+    QVERIFY2(ok.exitCode == 0, qPrintable(ok.err));
 }
 
 void TestK3Run::outDashWritesOnlyTheReportToStdout() {

@@ -7,6 +7,8 @@
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
 
+#include <sys/stat.h>
+
 #include <k3/chat.hpp>
 
 #include <unistd.h>
@@ -23,7 +25,58 @@ private slots:
     void trashedConversationIsRestoredAsItWas();
     void trashingAConversationInUseIsRefused();
     void searchMatchesMessageText();
+    void foldersAreTheUsersOnly();
+    void leftoverTrashIsPurgedAtStart();
 };
+
+namespace {
+int modeOf(const QString& path) {
+    struct stat st {};
+    return ::stat(QFile::encodeName(path).constData(), &st) == 0 ? int(st.st_mode & 07777) : -1;
+}
+} // namespace
+
+// Issue 35 item 22: conversations/ and trash/ were 0755 under umask 022 (and the
+// configuration folder the same): every folder made for them is 0700, and an existing
+// conversations folder is tightened.
+void TestConversationStore::foldersAreTheUsersOnly() {
+    const mode_t previous = ::umask(022);
+    QTemporaryDir dir;
+    const QString data = dir.filePath(QStringLiteral("share/k3chat"));
+    ConversationStore store(data + QStringLiteral("/conversations"));
+    const QString id = store.save({}, {{QStringLiteral("user"), QStringLiteral("secret"), {}}});
+    QCOMPARE(modeOf(dir.filePath(QStringLiteral("share"))), 0700);
+    QCOMPARE(modeOf(data), 0700);
+    QCOMPARE(modeOf(store.directory()), 0700);
+    store.trash(id);
+    QCOMPARE(modeOf(store.trashDirectory()), 0700);
+    QCOMPARE(modeOf(dir.path()), 0700); // QTemporaryDir's own, untouched
+    const QString older = dir.filePath(QStringLiteral("older"));
+    QVERIFY(QDir().mkpath(older));
+    QCOMPARE(modeOf(older), 0755);
+    ConversationStore::makePrivateFolder(older); // the configuration folder, at start
+    QCOMPARE(modeOf(older), 0700);
+    ::umask(previous);
+}
+
+// Issue 35 item 14: a conversation deleted just before a kill stayed in trash/ for good.
+void TestConversationStore::leftoverTrashIsPurgedAtStart() {
+    QTemporaryDir dir;
+    const QString id = [&] {
+        ConversationStore first(dir.filePath(QStringLiteral("conversations")));
+        const QString saved =
+            first.save({}, {{QStringLiteral("user"), QStringLiteral("forget me"), {}}});
+        first.setTitle(saved, QStringLiteral("private"));
+        first.trash(saved); // then the app is killed inside the undo period
+        return saved;
+    }();
+    ConversationStore next(dir.filePath(QStringLiteral("conversations")));
+    QCOMPARE(QDir(next.trashDirectory()).entryList(QDir::Files).size(), 2);
+    next.purgeLeftoverTrash();
+    QCOMPARE(QDir(next.trashDirectory()).entryList(QDir::Files | QDir::Hidden), QStringList());
+    QVERIFY_THROWS_EXCEPTION(std::runtime_error, next.restore(id));
+    QCOMPARE(next.list().size(), 0);
+}
 
 void TestConversationStore::roundTripAndList() {
     QTemporaryDir dir;

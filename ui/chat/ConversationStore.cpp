@@ -60,13 +60,42 @@ template <typename Turns> std::vector<k3::ChatMessage> toMessages(const Turns& t
 
 } // namespace
 
+void ConversationStore::makePrivateFolder(const QString& path) {
+    // Every folder this call creates, and the folder itself, is the user's only: the
+    // conversations hold what was said, and mkpath would leave them 0755 under umask 022.
+    QStringList created;
+    for (QString p = QDir::cleanPath(QDir(path).absolutePath()); !QFileInfo::exists(p);) {
+        created.push_back(p);
+        const QString parent = QFileInfo(p).absolutePath();
+        if (parent == p) break;
+        p = parent;
+    }
+    if (!QDir().mkpath(path)) fail(QObject::tr("%1: the folder could not be created").arg(path));
+    if (!created.contains(QDir::cleanPath(QDir(path).absolutePath())))
+        created.push_back(path); // made by an older k3chat, perhaps 0755
+    for (const QString& folder : created)
+        if (!QFile::setPermissions(folder, QFileDevice::ReadOwner | QFileDevice::WriteOwner |
+                                               QFileDevice::ExeOwner))
+            fail(QObject::tr("%1: could not be made private (mode 0700)").arg(folder));
+}
+
 ConversationStore::ConversationStore(QString directory) : m_directory(std::move(directory)) {}
+
+void ConversationStore::purgeLeftoverTrash() {
+    // The undo of a delete lasts while the app runs; a copy left by a crash or a kill
+    // during those seconds would otherwise keep the conversation's text for good.
+    QDir trash(trashDirectory());
+    if (!trash.exists()) return;
+    const QFileInfoList files = trash.entryInfoList(
+        {QStringLiteral("*.jsonl"), QStringLiteral("*.title")}, QDir::Files | QDir::Hidden);
+    for (const QFileInfo& f : files) QFile::remove(f.filePath());
+}
 
 ConversationStore::~ConversationStore() = default;
 
 void ConversationStore::claim(const QString& id) {
     if (id == m_claimedId && m_lock) return;
-    QDir().mkpath(m_directory);
+    makePrivateFolder(m_directory);
     auto lock = std::make_unique<k3::OutputLock>(pathFor(id).toStdString()); // may throw
     m_lock = std::move(lock);
     m_claimedId = id;
@@ -166,7 +195,7 @@ QVector<ChatTurn> ConversationStore::load(const QString& id) const {
 }
 
 QString ConversationStore::save(const QString& id, const QVector<ChatTurn>& turns) {
-    QDir().mkpath(m_directory);
+    makePrivateFolder(m_directory);
     const QString useId =
         id.isEmpty()
             ? QDateTime::currentDateTimeUtc().toString(QStringLiteral("yyyyMMdd-HHmmss-")) +
@@ -191,7 +220,7 @@ void ConversationStore::setTitle(const QString& id, const QString& title) {
             fail(QObject::tr("%1: could not be removed").arg(path));
         return;
     }
-    QDir().mkpath(m_directory);
+    makePrivateFolder(m_directory);
     k3::writeFileAtomically(path.toStdString(), clean.toStdString()); // throws naming it
 }
 
@@ -204,7 +233,7 @@ void ConversationStore::trash(const QString& id) {
         const QString trashedPath = trashDirectory() + QLatin1Char('/') + id;
         if (!QFileInfo::exists(pathFor(id)))
             fail(QObject::tr("%1: no such conversation").arg(pathFor(id)));
-        QDir().mkpath(trashDirectory());
+        makePrivateFolder(trashDirectory());
         // A copy of the same conversation left by a crash during an earlier undo period.
         QFile::remove(trashedPath + QStringLiteral(".jsonl"));
         QFile::remove(trashedPath + QStringLiteral(".title"));

@@ -69,6 +69,9 @@ public:
     void restore(const QString& id);
     // Deletes a trashed conversation for good.
     void purge(const QString& id);
+    // Deletes everything left in the trash: called at start, so a conversation deleted
+    // just before a crash or a kill (inside the undo period) does not stay on disk.
+    void purgeLeftoverTrash();
     QString trashDirectory() const { return m_directory + QStringLiteral("/trash"); }
 
     // Locks conversation `id` for this store until another one is claimed, release() or
@@ -84,6 +87,11 @@ public:
     static QVector<ChatTurn> toTurns(const std::vector<k3::ChatMessage>& messages);
 
     QString pathFor(const QString& id) const;
+
+    // mkpath, then mode 0700 for every folder it made and for `path` itself: the app's
+    // conversations and configuration are the user's only. Throws std::runtime_error
+    // naming the folder.
+    static void makePrivateFolder(const QString& path);
     QString titlePathFor(const QString& id) const { return titlePath(m_directory, id); }
 
 private:

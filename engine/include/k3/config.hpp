@@ -99,6 +99,9 @@ struct ModelConfig {
     // and tokenizer_config.json is the authority for special-token ids.
     std::optional<std::int64_t> bosTokenId;
     std::optional<std::int64_t> eosTokenId;
+    // The longest context the model was trained for, when config.json says; a --context
+    // above it is refused (issue 35 item 19).
+    std::optional<std::int64_t> maxPositionEmbeddings;
     // Present: the routed experts are MXFP4 (weight_packed + weight_scale). Absent: they
     // are plain NAME.weight tensors in the dtype the checkpoint declares (BF16 or F32).
     std::optional<QuantizationConfig> quantization;

@@ -163,8 +163,13 @@ bool isSafeFileName(const std::string& name);
 // from model.safetensors.index.json text. Throws HubError(BadListing).
 std::vector<std::string> shardsForLayers(const std::string& indexJson, int layers);
 
-// Replaces every occurrence of secret (when non-empty) with "***".
+// Replaces every occurrence of secret (when non-empty) with "***", and removes the
+// userinfo of every URL in text (withoutUrlCredentials).
 std::string redactSecret(std::string text, const std::string& secret);
+
+// text with the "user:password@" part of every URL in it removed
+// ("http://bob:pw@host/x" becomes "http://host/x"): a URL is printed and logged only so.
+std::string withoutUrlCredentials(std::string text);
 
 // Lowercase hex sha256 of a file. Throws HubError(Io).
 std::string sha256OfFile(const std::filesystem::path& path);

@@ -28,6 +28,13 @@ inline constexpr std::uint64_t kMaxIndexBytes = std::uint64_t{1} << 30;
 std::string readRegularFile(const std::filesystem::path& path, std::uint64_t maxBytes,
                             const std::string& what);
 
+// An API key file (`k3 serve --api-key-file`, `k3 --remote --api-key-file`), read one way
+// for both: a regular file of at most 4 KB holding the key on one line; whitespace and
+// line breaks around it are dropped. Throws FileReadError naming the file when it holds
+// nothing, more than one line, or another control character (a header injection).
+inline constexpr std::uint64_t kMaxApiKeyFileBytes = 4096;
+std::string readApiKeyFile(const std::filesystem::path& path);
+
 // Throws FileReadError unless `path` is a regular file (symlinks followed), opening
 // nothing. For files read in pieces (shards, trunk.bin).
 void requireRegularFile(const std::filesystem::path& path, const std::string& what);

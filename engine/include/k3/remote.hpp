@@ -141,7 +141,8 @@ public:
 private:
     RemoteOptions options_;
     std::string root_;
-    std::string hostPort_; // for "connection refused by host:port"
+    std::string shownRoot_; // root_ without user:password@, for messages
+    std::string hostPort_;  // for "connection refused by host:port"
 };
 
 } // namespace k3

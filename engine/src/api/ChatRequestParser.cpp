@@ -1,6 +1,7 @@
 // POST /v1/chat/completions body -> ChatRequest. Each check names the field as a client
 // wrote it (messages[2].tool_calls[0].function.name), so a 400 says what to fix.
 #include "k3/api.hpp"
+#include "k3/json_duplicates.hpp"
 #include "k3/json_limits.hpp"
 #include "k3/remote.hpp"
 
@@ -224,7 +225,10 @@ ChatRequest parseChatRequest(std::string_view body) {
                                                " levels of arrays and objects");
     Json doc;
     try {
-        doc = Json::parse(body);
+        doc = parseJsonWithoutDuplicateKeys<Json>(body);
+    } catch (const DuplicateJsonKey& e) {
+        throw ApiError(400, std::string("the request body is ambiguous: ") + e.what(),
+                       "invalid_request_error", e.key());
     } catch (const Json::exception& e) {
         // Syntax errors, and numbers out of range (1e400): named by the field they are in.
         const auto error = jsonSyntaxError(body);

@@ -1,6 +1,7 @@
 // JSONL transcripts, compatible with the public engine's --history files.
 #include "k3/chat.hpp"
 #include "k3/fault_injection.hpp"
+#include "k3/json_duplicates.hpp"
 #include "k3/json_limits.hpp"
 
 #include <cerrno>
@@ -295,7 +296,9 @@ std::vector<ChatMessage> parseTranscript(std::string_view text, const std::strin
             throw ChatError(lineError(sourceName, lineNumber, *deep));
         Json obj;
         try {
-            obj = Json::parse(line);
+            obj = parseJsonWithoutDuplicateKeys<Json>(line);
+        } catch (const DuplicateJsonKey& e) {
+            throw ChatError(lineError(sourceName, lineNumber, e.what()));
         } catch (const Json::exception& e) {
             throw ChatError(
                 lineError(sourceName, lineNumber, std::string("not valid JSON: ") + e.what()));
@@ -398,6 +401,24 @@ std::string formatTranscript(const std::vector<ChatMessage>& messages) {
 
 namespace {
 
+// What the kernel's protected_symlinks does for opens, for our writes too (it does not
+// cover rename): in a world-writable sticky folder (/tmp), a link is followed only when
+// it belongs to this user or to the folder's owner. Another user's link there may point
+// at any file this user (root) can write.
+void refuseForeignLinkInSharedFolder(const std::filesystem::path& path,
+                                     const std::filesystem::path& link, const struct stat& st) {
+    const std::filesystem::path folder = link.has_parent_path() ? link.parent_path() : ".";
+    struct stat dir {};
+    if (::stat(folder.c_str(), &dir) != 0) return; // the readlink below reports the problem
+    const bool shared = (dir.st_mode & S_ISVTX) && (dir.st_mode & S_IWOTH);
+    if (!shared || st.st_uid == ::geteuid() || st.st_uid == dir.st_uid) return;
+    throw ChatError("cannot write " + path.string() + ": " + link.string() +
+                    " is a symbolic link owned by another user (uid " + std::to_string(st.st_uid) +
+                    ") in the shared folder " + folder.string() +
+                    " (world-writable, sticky); k3 does not follow such links (as the kernel's "
+                    "protected_symlinks); remove it or choose another file");
+}
+
 // Follows `path` through its symlinks. Nothing at the end: the path a new file gets.
 std::filesystem::path followLinks(const std::filesystem::path& path, struct stat& st,
                                   bool& exists) {
@@ -415,6 +436,7 @@ std::filesystem::path followLinks(const std::filesystem::path& path, struct stat
             exists = true;
             return p;
         }
+        refuseForeignLinkInSharedFolder(path, p, st);
         if (hops == 40)
             throw ChatError("cannot write " + path.string() +
                             ": more than 40 symbolic links (a loop?)");
@@ -564,6 +586,15 @@ void writeTranscript(const std::filesystem::path& path, const std::vector<ChatMe
 }
 
 OutputLock::OutputLock(const std::filesystem::path& path) : file_(resolveOutputFile(path)) {
+    // The lock is named after the file, so it covers one inode only while that inode has
+    // one name: through a second hard link a second session would take another lock, and
+    // every save (a rename) would split the two names into two conversations.
+    struct stat st {};
+    if (::stat(file_.c_str(), &st) == 0 && st.st_nlink > 1)
+        throw ChatError("cannot use " + path.string() + ": it has " + std::to_string(st.st_nlink) +
+                        " hard links; each save replaces the file, so its other names would "
+                        "keep the old conversation and a session through another name would "
+                        "not see this one; use a copy (cp) or remove the other links");
     lockFile_ = folderOf(file_) / ("." + file_.filename().string() + ".lock");
     for (int attempt = 0;; ++attempt) {
         fd_ = ::open(lockFile_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);

@@ -1,4 +1,5 @@
 #include "k3/config.hpp"
+#include "k3/json_duplicates.hpp"
 #include "k3/json_limits.hpp"
 #include "k3/read_file.hpp"
 
@@ -247,6 +248,17 @@ std::vector<std::string> validate(ModelConfig& c, bool kdaGiven) {
     positive("num_attention_heads", c.numAttentionHeads);
     positive("q_lora_rank", c.qLoraRank);
     positive("kv_lora_rank", c.kvLoraRank);
+    // A special-token id outside the vocabulary names no token: an end that never comes
+    // (eos -1 or 2^40 used to be accepted and the answer ran to the token limit).
+    for (const auto& [name, id] :
+         {std::pair{"bos_token_id", c.bosTokenId}, std::pair{"eos_token_id", c.eosTokenId}})
+        if (id && c.vocabSize > 0 && (*id < 0 || *id >= c.vocabSize))
+            bad.push_back(std::string(name) + " = " + std::to_string(*id) +
+                          " is not a token id (the vocabulary is 0.." +
+                          std::to_string(c.vocabSize - 1) + ")");
+    if (c.maxPositionEmbeddings && *c.maxPositionEmbeddings < 2)
+        bad.push_back("max_position_embeddings = " + std::to_string(*c.maxPositionEmbeddings) +
+                      " leaves no room for a prompt and an answer (at least 2)");
     positive("qk_nope_head_dim", c.qkNopeHeadDim);
     positive("v_head_dim", c.vHeadDim);
     positive("num_experts", c.numExperts);
@@ -368,7 +380,10 @@ ModelConfig parseModelConfig(std::string_view jsonText, std::string_view sourceN
         throw ConfigError(std::string(sourceName) + ": " + *deep);
     json root;
     try {
-        root = json::parse(jsonText.begin(), jsonText.end());
+        root = parseJsonWithoutDuplicateKeys<json>(jsonText);
+    } catch (const DuplicateJsonKey& e) {
+        throw ConfigError(std::string(sourceName) + ": " + e.what() +
+                          "; which one is meant is not clear, refusing the file");
     } catch (const json::exception& e) { // parse_error, and out_of_range for 1e999
         throw ConfigError(std::string(sourceName) + ": not valid JSON: " + e.what());
     }
@@ -445,6 +460,7 @@ ModelConfig parseModelConfig(std::string_view jsonText, std::string_view sourceN
     r.optionalInt64(text, {"eos_token_id"}, c.eosTokenId);
     if (!c.bosTokenId) r.optionalInt64(rootScope, {"bos_token_id"}, c.bosTokenId);
     if (!c.eosTokenId) r.optionalInt64(rootScope, {"eos_token_id"}, c.eosTokenId);
+    r.optionalInt64(text, {"max_position_embeddings"}, c.maxPositionEmbeddings);
 
     std::string qWhere;
     const json* q = r.find(text, {"quantization_config"}, false, &qWhere);

@@ -6,6 +6,8 @@
 #include "k3/fault_injection.hpp"
 
 #include <curl/curl.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -128,16 +130,48 @@ int Transfer::onXfer(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t)
 std::FILE* Downloader::openPartial(Job& job, const fs::path& partial, hub::Sha256& hash,
                                    std::uint64_t& hashedBytes, std::uint64_t& offset,
                                    Outcome& early) {
-    std::error_code ec;
-    offset = fs::exists(partial, ec) ? fs::file_size(partial, ec) : 0;
-    if (ec) offset = 0;
+    // Only a regular file is written: O_NOFOLLOW refuses a planted symlink (its target
+    // would be written from the resume offset), O_NONBLOCK keeps a FIFO from blocking the
+    // open, and fstat refuses it and any other non-regular file before a byte is written.
+    const int fd =
+        ::open(partial.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
+    struct stat st {};
+    std::string refusal;
+    if (fd < 0)
+        refusal = errno == ELOOP ? "it is a symbolic link; k3 writes only regular files (remove it)"
+                                 : std::strerror(errno);
+    else if (::fstat(fd, &st) != 0)
+        refusal = std::strerror(errno);
+    else if (!S_ISREG(st.st_mode))
+        refusal = std::string("it is not a regular file (") +
+                  (S_ISFIFO(st.st_mode)  ? "a FIFO"
+                   : S_ISDIR(st.st_mode) ? "a directory"
+                   : S_ISCHR(st.st_mode) ? "a character device"
+                                         : "a special file") +
+                  "); k3 writes only regular files (remove it)";
+    else if (::fcntl(fd, F_SETFL, O_RDWR) != 0) // blocking I/O from here on
+        refusal = std::strerror(errno);
+    if (!refusal.empty()) {
+        if (fd >= 0) ::close(fd);
+        fail(job, HubErrorKind::Io, "cannot write " + partial.string() + ": " + refusal, true);
+        early = Outcome::Fatal;
+        return nullptr;
+    }
+    offset = std::uint64_t(st.st_size);
     if (offset > job.file.size) {
         message(job.file.name + ": partial file is larger than the file, starting over");
-        fs::remove(partial, ec);
+        if (::ftruncate(fd, 0) != 0) {
+            const std::string why = std::strerror(errno);
+            ::close(fd);
+            fail(job, HubErrorKind::Io, "cannot write " + partial.string() + ": " + why, true);
+            early = Outcome::Fatal;
+            return nullptr;
+        }
         offset = 0;
     }
-    std::FILE* out = std::fopen(partial.c_str(), offset > 0 ? "r+b" : "wb");
+    std::FILE* out = ::fdopen(fd, "r+b");
     if (!out) {
+        ::close(fd);
         fail(job, HubErrorKind::Io, "cannot write " + partial.string(), true);
         early = Outcome::Fatal;
         return nullptr;

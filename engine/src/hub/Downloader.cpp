@@ -202,7 +202,12 @@ void Downloader::checkDiskSpace() {
             have = job.file.size;
         else if (auto p = fs::file_size(partial, ec); !ec && p <= job.file.size)
             have = p;
-        needed += job.file.size - have;
+        // parseFileList() refused listings whose sizes wrap; checked again all the same,
+        // since a wrapped sum would pass the comparison below.
+        if (__builtin_add_overflow(needed, job.file.size - have, &needed))
+            throw HubError(HubErrorKind::BadListing,
+                           "the listed sizes add up to more than 2^64 bytes; the listing is not "
+                           "believable");
     }
     struct statvfs info {};
     if (statvfs(dest_.c_str(), &info) != 0)
@@ -363,7 +368,10 @@ DownloadResult Downloader::run() {
             jobs_.back().result.name = file.name;
             jobs_.back().result.expectedSize = file.size;
             jobs_.back().result.expectedSha256 = file.sha256;
-            bytesTotal_ += file.size;
+            if (__builtin_add_overflow(bytesTotal_, file.size, &bytesTotal_))
+                throw HubError(HubErrorKind::BadListing,
+                               "the listed sizes add up to more than 2^64 bytes; the listing is "
+                               "not believable");
         }
         if (options_.checkDiskSpace) checkDiskSpace();
         next_ = 0;

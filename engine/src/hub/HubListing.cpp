@@ -59,7 +59,23 @@ std::string resolveToken(const DownloadOptions& options) {
     return token;
 }
 
+std::string withoutUrlCredentials(std::string text) {
+    for (std::size_t scheme = text.find("://"); scheme != std::string::npos;
+         scheme = text.find("://", scheme + 3)) {
+        const std::size_t host = scheme + 3;
+        // The authority ends at the path, query or fragment, or where the URL does.
+        std::size_t end = host;
+        while (end < text.size() &&
+               std::string_view("/?#\"' \t\r\n<>").find(text[end]) == std::string_view::npos)
+            ++end;
+        const std::size_t at = text.rfind('@', end == host ? host : end - 1);
+        if (at != std::string::npos && at >= host && at < end) text.erase(host, at + 1 - host);
+    }
+    return text;
+}
+
 std::string redactSecret(std::string text, const std::string& secret) {
+    text = withoutUrlCredentials(std::move(text));
     if (secret.empty()) return text;
     for (std::size_t at = text.find(secret); at != std::string::npos;
          at = text.find(secret, at + 3))
@@ -118,6 +134,7 @@ std::vector<HubFile> parseFileList(const std::string& json) {
                            " a checkpoint may have; refusing it (nothing was created)");
     std::vector<HubFile> files;
     std::set<std::string> seen;
+    std::uint64_t listedBytes = 0; // checked: sizes that wrap would pass the space check
     for (std::size_t i = 0; i < siblings->size(); ++i) {
         const auto& entry = (*siblings)[i];
         std::string where = "siblings[" + std::to_string(i) + "]";
@@ -134,6 +151,12 @@ std::vector<HubFile> parseFileList(const std::string& json) {
             throw HubError(HubErrorKind::BadListing,
                            "file \"" + file.name + "\" has no \"size\" (was blobs=true asked?)");
         file.size = readSize(entry["size"], "size of \"" + file.name + "\"");
+        if (__builtin_add_overflow(listedBytes, file.size, &listedBytes))
+            throw HubError(HubErrorKind::BadListing,
+                           "model API answer lists sizes that add up to more than 2^64 bytes "
+                           "(at \"" +
+                               file.name + "\", " + std::to_string(file.size) +
+                               " bytes); the listing is not believable, refusing it");
         if (entry.contains("lfs") && entry["lfs"].is_object()) {
             const auto& lfs = entry["lfs"];
             if (lfs.contains("sha256")) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace k3 {
@@ -67,6 +68,30 @@ std::string readRegularFile(const std::filesystem::path& path, std::uint64_t max
         text.append(buffer, std::size_t(n));
     }
     return text;
+}
+
+std::string readApiKeyFile(const std::filesystem::path& path) {
+    const std::string text = readRegularFile(path, kMaxApiKeyFileBytes, "key file");
+    const char* space = " \t\r\n";
+    const std::size_t first = text.find_first_not_of(space);
+    if (first == std::string::npos)
+        throw FileReadError(path.string() +
+                            ": the API key file is empty (it should hold the API key)");
+    const std::string key = text.substr(first, text.find_last_not_of(space) - first + 1);
+    for (std::size_t i = 0; i < key.size(); ++i) {
+        const auto c = static_cast<unsigned char>(key[i]);
+        if (c == '\n' || c == '\r')
+            throw FileReadError(path.string() +
+                                ": the API key file holds more than one line; it should hold "
+                                "only the key");
+        if (c < 0x20 || c == 0x7f) {
+            char byte[8];
+            std::snprintf(byte, sizeof byte, "0x%02x", c);
+            throw FileReadError(path.string() + ": the API key holds a control character (byte " +
+                                byte + " at position " + std::to_string(i) + ")");
+        }
+    }
+    return key;
 }
 
 } // namespace k3

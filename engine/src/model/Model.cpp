@@ -255,6 +255,13 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
     model::LoadPlan lp = model::planLoad(dir, options, mem ? mem->availableBytes : 0);
     impl->config = std::move(lp.config);
     const ModelConfig& c = impl->config;
+    if (c.maxPositionEmbeddings && options.contextLength > *c.maxPositionEmbeddings)
+        throw ModelError((dir / "config.json").string() + ": max_position_embeddings is " +
+                         std::to_string(*c.maxPositionEmbeddings) + ", a context of " +
+                         std::to_string(options.contextLength) +
+                         " positions is longer than the model was trained for; use a context "
+                         "of at most " +
+                         std::to_string(*c.maxPositionEmbeddings) + " positions");
     const int layers = lp.layers;
     impl->layerCount = layers;
     impl->eps = float(c.rmsNormEps);

@@ -1,14 +1,17 @@
 // The OpenAI chat-completions protocol over libcurl: a POST whose answer is a stream of
 // server-sent events ("data: {json}" lines, then "data: [DONE]"), read as it arrives.
 
+#include "k3/hub.hpp"
 #include "k3/json_limits.hpp"
 #include "k3/remote.hpp"
 
 #include <curl/curl.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <memory>
 #include <mutex>
 
@@ -89,7 +92,46 @@ struct Transfer {
     Clock::time_point lastDelta;
     int countedTokens = 0; // the last per-chunk usage.completion_tokens
     const std::function<void(const RemoteDelta&)>* onDelta = nullptr;
+    // What an answer may hold before the stream is closed (answerLimits()): a server
+    // that streams forever must not grow this process without bound.
+    int askedTokens = 0; // the request's max_tokens; 0: the server's default
+    int maxDeltas = 0;   // 0: no count limit (max_tokens not given)
+    std::size_t maxBytes = 0;
+    std::size_t answerBytes = 0; // reasoning, content and tool-call text received
+    std::string root;            // the server, for the message
 };
+
+constexpr std::size_t kMaxAnswerBytes = std::size_t{64} << 20;
+// A server sends about one text delta per token; a few more (a token's text split in
+// pieces, an empty role delta) are allowed, a stream that never ends is not.
+constexpr int kDeltasPerAskedToken = 4;
+constexpr std::size_t kBytesPerAskedToken = 1024;
+
+void answerLimits(Transfer& t, int maxTokens) {
+    t.askedTokens = std::max(maxTokens, 0);
+    t.maxBytes = kMaxAnswerBytes;
+    if (maxTokens <= 0) return;
+    t.maxDeltas = int(std::min<long long>(INT_MAX, (long long)maxTokens * kDeltasPerAskedToken));
+    t.maxBytes = std::min<std::size_t>(kMaxAnswerBytes,
+                                       std::size_t(maxTokens) * kBytesPerAskedToken + 65536);
+}
+
+// Set when the answer passed its limits: the transfer stops and the text so far is kept.
+void checkAnswerLimits(Transfer& t) {
+    const int maxTokens = t.askedTokens;
+    if (t.maxDeltas > 0 && t.reply.deltas > t.maxDeltas)
+        t.error = "the server at " + t.root + " sent more than " + std::to_string(t.maxDeltas) +
+                  " text deltas for an answer of at most " + std::to_string(maxTokens) +
+                  " tokens (max_tokens); closed the stream, the partial answer is kept";
+    else if (t.answerBytes > t.maxBytes)
+        t.error =
+            "the server at " + t.root + " sent more than " + std::to_string(t.maxBytes) +
+            " bytes of answer text" +
+            (maxTokens > 0 ? " for at most " + std::to_string(maxTokens) + " tokens (max_tokens)"
+                           : std::string()) +
+            "; closed the stream, the partial answer is kept";
+    if (!t.error.empty()) t.errorKind = RemoteErrorKind::Protocol;
+}
 
 std::string stringAt(const nlohmann::json& obj, const char* key) {
     if (auto it = obj.find(key); it != obj.end() && it->is_string()) return it->get<std::string>();
@@ -112,8 +154,11 @@ void readToolCallPieces(Transfer& t, const nlohmann::json& delta) {
         ChatToolCall& call = t.reply.toolCalls[index];
         if (std::string id = stringAt(piece, "id"); !id.empty()) call.id = id;
         if (auto fn = piece.find("function"); fn != piece.end() && fn->is_object()) {
-            call.name += stringAt(*fn, "name");
-            call.arguments += stringAt(*fn, "arguments");
+            const std::string name = stringAt(*fn, "name");
+            const std::string arguments = stringAt(*fn, "arguments");
+            t.answerBytes += name.size() + arguments.size();
+            call.name += name;
+            call.arguments += arguments;
         }
     }
 }
@@ -162,6 +207,7 @@ void handleEvent(Transfer& t, const std::string& data) {
             d.tokens = chunkTokens;
             if (d.index == 0) t.reply.firstDeltaSeconds = d.secondsSinceStart;
             t.lastDelta = now;
+            t.answerBytes += d.reasoning.size() + d.content.size();
             t.reply.reasoning += d.reasoning;
             t.reply.content += d.content;
             if (t.onDelta && *t.onDelta) (*t.onDelta)(d);
@@ -199,6 +245,7 @@ size_t onBody(char* data, size_t size, size_t count, void* user) {
         std::string payload = line.substr(5);
         if (!payload.empty() && payload.front() == ' ') payload.erase(0, 1);
         handleEvent(t, payload);
+        if (t.error.empty()) checkAnswerLimits(t);
         if (!t.error.empty()) return 0; // stops the transfer (CURLE_WRITE_ERROR)
     }
     t.pending.erase(0, start);
@@ -250,7 +297,7 @@ RemoteClient::RemoteClient(RemoteOptions options) : options_(std::move(options))
     const std::string name = scheme == std::string::npos ? "" : url.substr(0, scheme);
     if (name != "http" && name != "https")
         throw RemoteError(RemoteErrorKind::Usage,
-                          "the server URL \"" + url +
+                          "the server URL \"" + withoutUrlCredentials(url) +
                               "\" must start with http:// or https:// (for example "
                               "http://127.0.0.1:8000/v1)");
     while (!url.empty() && url.back() == '/') url.pop_back();
@@ -261,8 +308,9 @@ RemoteClient::RemoteClient(RemoteOptions options) : options_(std::move(options))
                                                                           : hostEnd - hostStart);
     if (const std::size_t at = host.rfind('@'); at != std::string::npos) host.erase(0, at + 1);
     if (host.empty() || host.find_first_of(" \t\r\n") != std::string::npos)
-        throw RemoteError(RemoteErrorKind::Usage,
-                          "the server URL \"" + options_.baseUrl + "\" names no host");
+        throw RemoteError(RemoteErrorKind::Usage, "the server URL \"" +
+                                                      withoutUrlCredentials(options_.baseUrl) +
+                                                      "\" names no host");
     const std::size_t closeBracket = host.rfind(']');
     const std::size_t colon = host.rfind(':');
     const bool hasPort =
@@ -270,11 +318,12 @@ RemoteClient::RemoteClient(RemoteOptions options) : options_(std::move(options))
     hostPort_ = hasPort ? host : host + (name == "https" ? ":443" : ":80");
     if (options_.model.empty())
         throw RemoteError(RemoteErrorKind::Usage,
-                          "no model name for the server at " + url +
+                          "no model name for the server at " + withoutUrlCredentials(url) +
                               " (the \"model\" of each request; Test lists the server's models)");
     if (options_.apiKey.find_first_of("\r\n") != std::string::npos)
         throw RemoteError(RemoteErrorKind::Usage, "the API key holds a line break");
     root_ = url;
+    shownRoot_ = withoutUrlCredentials(url);
 }
 
 std::string RemoteClient::requestBody(const RemoteRequest& request) const {
@@ -453,15 +502,15 @@ std::vector<std::string> RemoteClient::listModels(const std::atomic<bool>* cance
     if (t.status == 0) curl_easy_getinfo(p.curl.get(), CURLINFO_RESPONSE_CODE, &t.status);
     if (cancelled) return {};
     if (!t.error.empty()) throw RemoteError(RemoteErrorKind::Protocol, t.error);
-    throwForTransfer(code, t, p, root_, hostPort_, "/v1/models", {});
+    throwForTransfer(code, t, p, shownRoot_, hostPort_, "/v1/models", {});
     if (code != CURLE_OK)
         throw RemoteError(RemoteErrorKind::Connection,
-                          "reading " + root_ + "/v1/models failed: " + p.errorBuffer);
+                          "reading " + shownRoot_ + "/v1/models failed: " + p.errorBuffer);
     const nlohmann::json j = parseJsonWithinLimit(t.body);
     auto data = j.is_object() ? j.find("data") : j.end();
     if (!j.is_object() || data == j.end() || !data->is_array())
         throw RemoteError(RemoteErrorKind::Protocol,
-                          "the server at " + root_ +
+                          "the server at " + shownRoot_ +
                               " answered /v1/models without a \"data\" list; is it an "
                               "OpenAI-compatible server?");
     std::vector<std::string> ids;
@@ -477,6 +526,8 @@ RemoteReply RemoteClient::chat(const RemoteRequest& request,
     Transfer t;
     t.sse = true;
     t.onDelta = &onDelta;
+    t.root = shownRoot_;
+    answerLimits(t, request.maxTokens);
     Prepared p;
     prepare(p, options_, root_ + "/v1/chat/completions", t);
     const std::string body = requestBody(request);
@@ -496,10 +547,10 @@ RemoteReply RemoteClient::chat(const RemoteRequest& request,
         if (t.reply.deltas > 0) throw RemoteStreamError(t.errorKind, t.error, t.reply);
         throw RemoteError(t.errorKind, t.error);
     }
-    throwForTransfer(code, t, p, root_, hostPort_, "/v1/chat/completions", options_.model);
+    throwForTransfer(code, t, p, shownRoot_, hostPort_, "/v1/chat/completions", options_.model);
     // A finish_reason is the answer's end; [DONE] alone (no finish chunk) is accepted too.
     if (t.reply.finishReason.empty() && !t.done) {
-        const std::string where = "the server at " + root_ + " closed the stream early";
+        const std::string where = "the server at " + shownRoot_ + " closed the stream early";
         if (t.reply.deltas == 0)
             throw RemoteError(RemoteErrorKind::EarlyClose,
                               where + ", before any text (no finish_reason or [DONE])");

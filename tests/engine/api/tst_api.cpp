@@ -51,6 +51,7 @@ private slots:
     void errorJsonIsOpenAis();
     void deepJsonIsRefusedNamingTheField();
     void jsonErrorsNameTheField();
+    void duplicateKeysAreRefused();
     void completionJsonExact();
     void completionWithToolCalls();
     void stringArgumentsAreReadAsJsonText();
@@ -283,6 +284,20 @@ void TestApi::jsonErrorsNameTheField() {
                  std::string("the request body is not valid JSON: stop[1]: parse error at line 1, "
                              "column 61: syntax error while parsing value - invalid literal; "
                              "last read: '\"a\",tru]'"));
+    }
+}
+
+// Issue 35 item 19: {"model":"a",...,"model":"b"} was read as the last; another reader
+// (a proxy in front) may read the first. Refused naming the key.
+void TestApi::duplicateKeysAreRefused() {
+    try {
+        parseChatRequest("{" + kUser + R"(,"max_tokens":4,"max_tokens":4000})");
+        QFAIL("accepted");
+    } catch (const ApiError& e) {
+        QCOMPARE(e.status(), 400);
+        QCOMPARE(e.param(), std::string("max_tokens"));
+        QCOMPARE(std::string(e.what()), std::string("the request body is ambiguous: key "
+                                                    "\"max_tokens\" appears twice in one object"));
     }
 }
 

@@ -64,6 +64,7 @@ private slots:
     void validationNamesLineAndField();
     void acceptsBlankLinesAndCrlf();
     void invalidUtf8IsReplaced();
+    void invalidUtf8AndDuplicateKeysAreRefusedWhenRead();
     void missingFileIsNamed();
     void failedWriteKeepsOldFile();
     void unwritableDirectoryKeepsOldFile();
@@ -74,6 +75,8 @@ private slots:
     void outputRuleKeepsPermissions();
     void outputRuleRefusesReadOnlyFiles();
     void lockRefusesASecondSession();
+    void lockRefusesHardLinkedFiles();
+    void outputRuleRefusesForeignLinksInSharedFolders();
     void readRefusesFifoWithoutBlocking();
     void invalidAnswersAreMarkedAndKept();
     void toolNameIsKept();
@@ -214,6 +217,25 @@ void TestTranscript::invalidUtf8IsReplaced() {
     const auto back = k3::parseTranscript(text, "x");
     QCOMPARE(back.size(), std::size_t(1));
     QCOMPARE(back[0].content, std::string("ok\xEF\xBF\xBD"));
+}
+
+// Issue 35 item 19: what is written is replaced (above); what is read is refused, naming
+// the line, as docs/security.md now says; and a key given twice is refused by name.
+void TestTranscript::invalidUtf8AndDuplicateKeysAreRefusedWhenRead() {
+    const auto errorOf = [](const std::string& text) {
+        try {
+            k3::parseTranscript(text, "t.jsonl");
+        } catch (const k3::ChatError& e) {
+            return std::string(e.what());
+        }
+        return std::string("(accepted)");
+    };
+    const std::string bad = errorOf("{\"role\":\"user\",\"content\":\"a\"}\n"
+                                    "{\"role\":\"user\",\"content\":\"b\xff\"}\n");
+    QVERIFY2(bad.rfind("t.jsonl:2: not valid JSON: ", 0) == 0, bad.c_str());
+    QVERIFY2(bad.find("UTF-8") != std::string::npos, bad.c_str());
+    QCOMPARE(errorOf("{\"role\":\"user\",\"content\":\"a\",\"role\":\"system\"}\n"),
+             std::string("t.jsonl:1: key \"role\" appears twice in one object"));
 }
 
 void TestTranscript::missingFileIsNamed() {
@@ -456,6 +478,86 @@ void TestTranscript::lockRefusesASecondSession() {
                                                  "files; give a file name"),
                  e.what());
     }
+}
+
+// Issue 35 item 15: a second hard link to a history used to take its own lock file, and
+// the first save (a rename) forked the two names into two conversations.
+void TestTranscript::lockRefusesHardLinkedFiles() {
+    QTemporaryDir dir;
+    const std::filesystem::path root = dir.path().toStdString();
+    std::filesystem::create_directory(root / "other");
+    const auto history = root / "h.jsonl";
+    const auto second = root / "other" / "g.jsonl";
+    k3::writeTranscript(history, sample());
+    std::filesystem::create_hard_link(history, second);
+    for (const auto& path : {history, second}) {
+        std::string error;
+        try {
+            k3::OutputLock lock(path);
+        } catch (const k3::ChatError& e) {
+            error = e.what();
+        }
+        QCOMPARE(error, "cannot use " + path.string() +
+                            ": it has 2 hard links; each save replaces the file, so its other "
+                            "names would keep the old conversation and a session through "
+                            "another name would not see this one; use a copy (cp) or remove "
+                            "the other links");
+    }
+    QCOMPARE(dirEntries(root / "other"), (std::vector<std::string>{"g.jsonl"})); // no lock file
+    std::filesystem::remove(second);
+    k3::OutputLock one(history); // one name again: locked as usual
+    QCOMPARE(one.lockFile(), root / ".h.jsonl.lock");
+}
+
+// Issue 35 item 10: as root, `--out /tmp/x/run.json` where another user planted run.json
+// as a link to a root-owned file replaced that file. In a world-writable sticky folder a
+// link is followed only when it is this user's or the folder owner's.
+void TestTranscript::outputRuleRefusesForeignLinksInSharedFolders() {
+    if (::geteuid() != 0) QSKIP("needs root: the test gives a link to another user (lchown)");
+    QTemporaryDir dir;
+    const std::filesystem::path root = dir.path().toStdString();
+    const auto shared = root / "sticky";
+    std::filesystem::create_directory(shared);
+    QCOMPARE(::chmod(shared.c_str(), 01777), 0);
+    const auto victim = root / "victim.conf";
+    { std::ofstream(victim) << "root's own\n"; }
+    const auto planted = shared / "run.json";
+    std::filesystem::create_symlink(victim, planted);
+    QCOMPARE(::lchown(planted.c_str(), 65534, 65534), 0); // nobody's link
+    const std::string expected =
+        "cannot write " + planted.string() + ": " + planted.string() +
+        " is a symbolic link owned by another user (uid 65534) in the shared folder " +
+        shared.string() +
+        " (world-writable, sticky); k3 does not follow such links (as the kernel's "
+        "protected_symlinks); remove it or choose another file";
+    for (int call = 0; call < 2; ++call) {
+        std::string error;
+        try {
+            if (call == 0)
+                k3::writeFileAtomically(planted, "{}\n");
+            else
+                k3::resolveOutputFile(planted);
+        } catch (const k3::ChatError& e) {
+            error = e.what();
+        }
+        QCOMPARE(error, expected);
+    }
+    std::ifstream in(victim);
+    std::stringstream text;
+    text << in.rdbuf();
+    QCOMPARE(text.str(), std::string("root's own\n"));
+    // This user's own link in the same folder is followed, as before.
+    QCOMPARE(::lchown(planted.c_str(), 0, 0), 0);
+    k3::writeFileAtomically(planted, "{}\n");
+    std::ifstream again(victim);
+    std::stringstream now;
+    now << again.rdbuf();
+    QCOMPARE(now.str(), std::string("{}\n"));
+    // Outside a shared folder another user's link is followed too (the folder is ours).
+    const auto own = root / "link.json";
+    std::filesystem::create_symlink(victim, own);
+    QCOMPARE(::lchown(own.c_str(), 65534, 65534), 0);
+    k3::writeFileAtomically(own, "[]\n");
 }
 
 void TestTranscript::readRefusesFifoWithoutBlocking() {

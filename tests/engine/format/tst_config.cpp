@@ -312,6 +312,48 @@ private slots:
                 std::string::npos);
     }
 
+    // Issue 35 item 19: values that were accepted silently.
+    void specialTokensAndPositionsAreChecked() {
+        json j = loadJson(kFixture);
+        const int vocab = j["text_config"]["vocab_size"].get<int>();
+        const std::string range = "(the vocabulary is 0.." + std::to_string(vocab - 1) + ")";
+        for (const std::int64_t id : {std::int64_t(-1), std::int64_t(1) << 40}) {
+            json bad = j;
+            bad["eos_token_id"] = id;
+            bad["text_config"].erase("eos_token_id");
+            const std::string m = refusal(bad.dump());
+            QVERIFY2(m.find("eos_token_id = " + std::to_string(id) + " is not a token id " +
+                            range) != std::string::npos,
+                     m.c_str());
+        }
+        for (const int positions : {0, 1}) {
+            json bad = j;
+            bad["text_config"]["max_position_embeddings"] = positions;
+            const std::string m = refusal(bad.dump());
+            QVERIFY2(m.find("max_position_embeddings = " + std::to_string(positions) +
+                            " leaves no room for a prompt and an answer (at least 2)") !=
+                         std::string::npos,
+                     m.c_str());
+        }
+        j["text_config"]["max_position_embeddings"] = 2;
+        QCOMPARE(refusal(j.dump()), std::string());
+    }
+
+    // Issue 35 item 19: {"hidden_size": 7168, ..., "hidden_size": 64} meant whichever the
+    // reader kept; refused naming the key.
+    void duplicateKeysAreRefused() {
+        const json j = loadJson(kFixture);
+        const std::string text = j.dump();
+        const std::string first = j.begin().key(); // a top-level key, given again in front
+        const std::string twice = "{\"" + first + "\": 5, " + text.substr(1);
+        QCOMPARE(refusal(twice, "dup.json"),
+                 "dup.json: key \"" + first +
+                     "\" appears twice in one object; which one is meant is not clear, "
+                     "refusing the file");
+        // The same key in two objects is not a duplicate.
+        QCOMPARE(refusal(text), std::string());
+    }
+
     // The key name is unconfirmed in the release: absent means the documented -5, flagged.
     void gateLowerBoundFallback() {
         json j = loadJson(kFixture);

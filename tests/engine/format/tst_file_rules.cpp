@@ -66,7 +66,36 @@ private slots:
     void tokenizerFilesThatAreNotFilesAreRefused();
     void shardThatIsAFifoIsRefused();
     void oversizedFilesAreRefusedWithTheirSize();
+    void apiKeyFileIsReadOneWay();
 };
+
+// Issue 35 item 20: k3 serve took the whole file, k3 --remote its first line; one reader
+// now: the key on one line, whitespace around it dropped, anything else refused.
+void TestFileRules::apiKeyFileIsReadOneWay() {
+    QTemporaryDir tmp;
+    const fs::path key = fs::path(tmp.path().toStdString()) / "key";
+    const auto write = [&](const std::string& text) { std::ofstream(key) << text; };
+    write("  sk-test-0123\r\n\n");
+    QCOMPARE(k3::readApiKeyFile(key), std::string("sk-test-0123"));
+    write("sk-test-0123\nsecond line\n");
+    QCOMPARE(errorOf([&] { k3::readApiKeyFile(key); }),
+             key.string() + ": the API key file holds more than one line; it should hold only "
+                            "the key");
+    write(" \n\t\n");
+    QCOMPARE(errorOf([&] { k3::readApiKeyFile(key); }),
+             key.string() + ": the API key file is empty (it should hold the API key)");
+    write("sk-\x1b[2J");
+    QCOMPARE(errorOf([&] { k3::readApiKeyFile(key); }),
+             key.string() + ": the API key holds a control character (byte 0x1b at position 3)");
+    write(std::string(4097, 'k'));
+    QCOMPARE(errorOf([&] { k3::readApiKeyFile(key); }),
+             key.string() + ": 4097 bytes, over the 4096 bytes a key file may have");
+    const fs::path pipe = fs::path(tmp.path().toStdString()) / "pipe";
+    fifo(pipe);
+    QCOMPARE(errorOf([&] { k3::readApiKeyFile(pipe); }),
+             pipe.string() + ": it is a FIFO (named pipe), not a regular file; refusing to read "
+                             "it as the key file");
+}
 
 void TestFileRules::configThatIsNotAFileIsRefused() {
     for (const auto& make :

@@ -260,6 +260,22 @@ private slots:
         QVERIFY(refuses(R"({"siblings":[{"rfilename":"x","size":3,"lfs":{"size":4}}]})",
                         "disagrees with lfs.size 4"));
         QVERIFY(refuses(R"({"siblings":[{"rfilename":"../../x","size":3}]})", "\"../../x\""));
+        // Issue 35 item 9: two sizes of 2^63 add up to 0 in 64 bits.
+        try {
+            k3::parseFileList(R"({"siblings":[{"rfilename":"a","size":9223372036854775808},)"
+                              R"({"rfilename":"b","size":9223372036854775808}]})");
+            QFAIL("sizes that wrap were accepted");
+        } catch (const k3::HubError& e) {
+            QCOMPARE(int(e.hubKind()), int(k3::HubErrorKind::BadListing));
+            QCOMPARE(std::string(e.what()),
+                     std::string("model API answer lists sizes that add up to more than 2^64 "
+                                 "bytes (at \"b\", 9223372036854775808 bytes); the listing is "
+                                 "not believable, refusing it"));
+        }
+        QCOMPARE(k3::parseFileList(R"({"siblings":[{"rfilename":"a","size":9223372036854775808},)"
+                                   R"({"rfilename":"b","size":9223372036854775807}]})")
+                     .size(),
+                 size_t(2)); // 2^64 - 1: the largest sum that fits
 
         auto shards = k3::shardsForLayers(
             readAll(www() + "/blobs/model.safetensors.index.json").toStdString(), 2);
@@ -271,6 +287,15 @@ private slots:
         QCOMPARE(k3::redactSecret("Bearer abc and abcabc", "abc"),
                  std::string("Bearer *** and ******"));
         QCOMPARE(k3::redactSecret("nothing", ""), std::string("nothing"));
+        // Issue 35 item 21: a URL's user:password@ never reaches a message.
+        QCOMPARE(k3::withoutUrlCredentials("http://bob:pw@127.0.0.1:9/api/x?y=a@b: failed"),
+                 std::string("http://127.0.0.1:9/api/x?y=a@b: failed"));
+        QCOMPARE(k3::withoutUrlCredentials("at https://u@h and \"http://a:b@c\""),
+                 std::string("at https://h and \"http://c\""));
+        QCOMPARE(k3::withoutUrlCredentials("mail a@b, see http://host/p@q"),
+                 std::string("mail a@b, see http://host/p@q"));
+        QCOMPARE(k3::redactSecret("GET https://x:tok@hub/f with tok", "tok"),
+                 std::string("GET https://hub/f with ***"));
     }
 
     void fullDownload() {

@@ -16,6 +16,13 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
+
 namespace {
 
 const char* kRevision = "0123456789abcdef0123456789abcdef01234567";
@@ -24,6 +31,7 @@ const char* kServer = R"(
     absolute_redirect off;
     location /api/ { default_type application/json; }
     location ~ ^/k3/big/resolve/ { return 302 /blobs/big.bin; }
+    location ~ ^/k3/wrap/resolve/ { return 302 /blobs/big.bin; }
     location ~ ^/k3/fileredir/resolve/ { return 302 file:///etc/passwd; }
     location ~ ^/k3/loop/resolve/ { return 302 $uri; }
     location ~ ^/k3/blob(ok|bad)/resolve/ { return 302 /blobs/config.json; }
@@ -105,6 +113,10 @@ private slots:
         const QString api = www + "/api/models/k3/";
         writeFile(api + "big/revision/" + kRevision,
                   listing({QJsonObject{{"rfilename", "small.bin"}, {"size", 10}}}));
+        // Two sizes of 2^63: 0 bytes in 64 bits, so the space check used to pass.
+        writeFile(api + "wrap/revision/" + kRevision,
+                  R"({"siblings":[{"rfilename":"a.bin","size":9223372036854775808},)"
+                  R"({"rfilename":"b.bin","size":9223372036854775808}]})");
         for (const char* repo : {"fileredir", "loop"})
             writeFile(api + repo + "/revision/" + kRevision,
                       listing({QJsonObject{{"rfilename", "a.bin"}, {"size", 5}}}));
@@ -148,6 +160,25 @@ private slots:
         QCOMPARE(settledRequestsFor("/k3/big/resolve/"), 1); // not retried
     }
 
+    // Issue 35 item 9: listed sizes that wrap past 2^64 are a listing not to believe:
+    // refused before any file is asked for, nothing written.
+    void sizesThatWrapAreRefused() {
+        const QString dest = tmp_.path() + "/wrap";
+        k3::DownloadOptions o = options("k3/wrap", dest);
+        o.checkDiskSpace = true;
+        o.freeBytesForTests = 1u << 20;
+        const k3::DownloadResult r = k3::downloadCheckpoint(o, nullptr, nullptr);
+        QVERIFY(!r.ok);
+        QCOMPARE(int(r.errorKind), int(k3::HubErrorKind::BadListing));
+        QVERIFY2(QString::fromStdString(r.error).endsWith(
+                     "model API answer lists sizes that add up to more than 2^64 bytes (at "
+                     "\"b.bin\", 9223372036854775808 bytes); the listing is not believable, "
+                     "refusing it"),
+                 r.error.c_str());
+        QCOMPARE(settledRequestsFor("/k3/wrap/resolve/"), 0);
+        QCOMPARE(entriesIn(dest), 0);
+    }
+
     // Issue 22 point 11: a non-LFS file used to be checked by its size only. Its git blob
     // id from the listing is checked: the right bytes pass, other bytes of the same size
     // are moved aside and named.
@@ -175,6 +206,52 @@ private slots:
                      .arg(gitBlobId(kConfigBody), gitBlobId(kOtherBody)));
         QVERIFY(!QFile::exists(bad + "/config.json"));
         QVERIFY(QFile::exists(bad + "/config.json.corrupt"));
+    }
+
+    // Issue 35 item 16: NAME.partial is written only when it is a regular file. A link
+    // planted there (to a file elsewhere) used to have its target written from the resume
+    // offset; a FIFO used to block the open for good.
+    void partialThatIsALinkOrAFifoIsRefused() {
+        const QString dest = tmp_.path() + "/partial-link";
+        QVERIFY(QDir().mkpath(dest));
+        const QString victim = tmp_.path() + "/victim.txt";
+        writeFile(victim, "precious");
+        QVERIFY(QFile::link(victim, dest + "/config.json.partial"));
+        k3::DownloadResult r = k3::downloadCheckpoint(options("k3/blobok", dest), nullptr, nullptr);
+        QVERIFY(!r.ok);
+        QCOMPARE(int(r.errorKind), int(k3::HubErrorKind::Io));
+        QCOMPARE(QString::fromStdString(r.error),
+                 "cannot write " + dest +
+                     "/config.json.partial: it is a symbolic link; k3 writes only regular files "
+                     "(remove it)");
+        QFile in(victim);
+        QVERIFY(in.open(QIODevice::ReadOnly));
+        QCOMPARE(in.readAll(), QByteArray("precious"));
+        QVERIFY(QFileInfo(dest + "/config.json.partial").isSymLink()); // left as it was
+        QVERIFY(!QFile::exists(dest + "/config.json"));
+
+        const QString fifoDest = tmp_.path() + "/partial-fifo";
+        QVERIFY(QDir().mkpath(fifoDest));
+        const QByteArray fifo = (fifoDest + "/config.json.partial").toLocal8Bit();
+        QCOMPARE(::mkfifo(fifo.constData(), 0600), 0);
+        auto running = std::async(std::launch::async, [&] {
+            return k3::downloadCheckpoint(options("k3/blobok", fifoDest), nullptr, nullptr);
+        });
+        // A hang guard, not a timing: a download blocked in open() is let go by a reader.
+        if (running.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+            const int reader = ::open(fifo.constData(), O_RDONLY | O_NONBLOCK);
+            running.wait();
+            ::close(reader);
+            QFAIL("opening the FIFO blocked the download");
+        }
+        r = running.get();
+        QVERIFY(!r.ok);
+        QCOMPARE(int(r.errorKind), int(k3::HubErrorKind::Io));
+        QCOMPARE(QString::fromStdString(r.error),
+                 "cannot write " + fifoDest +
+                     "/config.json.partial: it is not a regular file (a FIFO); k3 writes only "
+                     "regular files (remove it)");
+        QVERIFY(!QFile::exists(fifoDest + "/config.json"));
     }
 
     void redirectToFileIsNotRetried() {

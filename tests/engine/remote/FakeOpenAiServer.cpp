@@ -48,6 +48,10 @@ struct Script {
     std::vector<std::string> events;
     int delayMs = 0;
     bool cut = false; // close after the events, without [DONE]
+    // Then this delta again and again until the client closes the stream (at most
+    // endlessCount times, so a client without a cap ends with a cut stream, not a hang).
+    std::string endless;
+    int endlessCount = 0;
 };
 
 Script scriptFor(const std::string& model) {
@@ -111,6 +115,17 @@ Script scriptFor(const std::string& model) {
             chunk(model, json::object(), "tool_calls"),
             usageChunk(model, 20, 9),
             "data: [DONE]\n\n"};
+    } else if (model == "k3-endless") {
+        s.events = {chunk(model, {{"content", "again"}})};
+        s.endless = chunk(model, {{"content", " and again"}});
+        s.endlessCount = 200000;
+        s.cut = true;
+    } else if (model == "k3-endless-big") {
+        // 1 MB deltas: the byte cap, whatever max_tokens said.
+        s.events = {chunk(model, {{"role", "assistant"}, {"content", ""}})};
+        s.endless = chunk(model, {{"content", std::string(1 << 20, 'x')}});
+        s.endlessCount = 200;
+        s.cut = true;
     } else if (model == "k3-cut") {
         s.events = {chunk(model, {{"reasoning_content", "Thinking"}}),
                     chunk(model, {{"content", "Partial"}}), chunk(model, {{"content", " answer"}})};
@@ -182,6 +197,13 @@ FakeOpenAiServer::FakeOpenAiServer(std::string apiKey)
                     if (script->delayMs > 0)
                         std::this_thread::sleep_for(std::chrono::milliseconds(script->delayMs));
                     if (!sink.write(event.data(), event.size())) {
+                        ++closedByClient_;
+                        return false;
+                    }
+                }
+                for (int i = 0; i < script->endlessCount; ++i) {
+                    if (killed_.load()) return false;
+                    if (!sink.write(script->endless.data(), script->endless.size())) {
                         ++closedByClient_;
                         return false;
                     }

@@ -7,6 +7,8 @@
 //   k3-batch  content x4 holding 11 tokens (several per delta), usage 11 at the end
 //   k3-batch-usage  content x4 with a running usage on each chunk (2, 3, 1, 4 tokens)
 //   k3-tools  reasoning, then two tool calls in pieces, finish "tool_calls" (not listed)
+//   k3-endless  content " and again" without end (200,000 deltas, then a cut)
+//   k3-endless-big  1 MB content deltas without end (200, then a cut)
 //   k3-busy   429 with an OpenAI JSON error body
 //   k3-broken 500 with an OpenAI JSON error body
 //   anything else: 404 "The model `NAME` does not exist."

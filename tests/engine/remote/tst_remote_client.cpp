@@ -368,6 +368,86 @@ private slots:
         QTRY_COMPARE_WITH_TIMEOUT(server.streamsClosedByClient(), 1, 10000);
     }
 
+    // Issue 35 item 11: a server that streams deltas forever used to grow the client
+    // without end. An answer may have 4 text deltas per asked token; the next closes the
+    // stream, the text so far is kept and the message says why.
+    void endlessStreamIsClosedAtTheAskedTokens() {
+        FakeOpenAiServer server;
+        try {
+            client(server.url(), "k3-endless").chat(hello()); // max_tokens 64
+            QFAIL("an endless stream must not look complete");
+        } catch (const k3::RemoteStreamError& e) {
+            QCOMPARE(std::string(e.what()),
+                     "the server at " + root(server) +
+                         " sent more than 256 text deltas for an answer of at most 64 tokens "
+                         "(max_tokens); closed the stream, the partial answer is kept");
+            QVERIFY(e.remoteKind() == k3::RemoteErrorKind::Protocol);
+            QCOMPARE(e.partial().deltas, 257);
+            std::string expected = "again";
+            for (int i = 1; i < 257; ++i) expected += " and again";
+            QCOMPARE(e.partial().content, expected);
+        }
+        // The server sees the closed connection at its next write (a hang guard only).
+        QTRY_COMPARE_WITH_TIMEOUT(server.streamsClosedByClient(), 1, 10000);
+
+        // The app's remote backend: the same stop, as the answer's interruption.
+        k3::RemoteOptions o;
+        o.baseUrl = server.url();
+        o.model = "k3-endless";
+        k3::GenerateOptions options;
+        options.maxTokens = 8;
+        const k3::GenerateResult r =
+            k3::openRemoteBackend(o)->chat(hello().messages, options, nullptr, nullptr);
+        QCOMPARE(r.interruption, "the server at " + root(server) +
+                                     " sent more than 32 text deltas for an answer of at most 8 "
+                                     "tokens (max_tokens); closed the stream, the partial answer "
+                                     "is kept");
+        QCOMPARE(r.remoteTokens, 33);
+        QVERIFY(!r.endOfTurn);
+    }
+
+    // The byte cap: 1 KB a asked token (and 64 KB) with max_tokens, 64 MB without.
+    void endlessBytesAreCapped() {
+        FakeOpenAiServer server;
+        k3::RemoteRequest request = hello();
+        request.maxTokens = 16;
+        auto limited = errorOf([&] { client(server.url(), "k3-endless-big").chat(request); });
+        QCOMPARE(limited.first, std::string("the server at ") + root(server) +
+                                    " sent more than 81920 bytes of answer text for at most 16 "
+                                    "tokens (max_tokens); closed the stream, the partial answer "
+                                    "is kept");
+        request.maxTokens = 0; // the server's default
+        try {
+            client(server.url(), "k3-endless-big").chat(request);
+            QFAIL("an endless stream must not look complete");
+        } catch (const k3::RemoteStreamError& e) {
+            QCOMPARE(std::string(e.what()),
+                     "the server at " + root(server) +
+                         " sent more than 67108864 bytes of answer text; closed the stream, the "
+                         "partial answer is kept");
+            QCOMPARE(e.partial().deltas, 65);
+            QCOMPARE(e.partial().content.size(), std::size_t(65) << 20);
+        }
+    }
+
+    // Issue 35 item 21: user:password@ in the URL never reaches a message.
+    void credentialsInTheUrlAreNeverShown() {
+        FakeOpenAiServer server;
+        const std::string url =
+            "http://bob:s3cret@127.0.0.1:" + std::to_string(server.port()) + "/v1";
+        const auto missing = errorOf([&] { client(url, "k3-nope").chat(hello()); });
+        QCOMPARE(missing.first, "the server at " + root(server) +
+                                    " answered 404 Not Found for /v1/chat/completions: The model "
+                                    "`k3-nope` does not exist.; check the URL and the model name "
+                                    "\"k3-nope\"");
+        const auto cut = errorOf([&] { client(url, "k3-cut").chat(hello()); });
+        QVERIFY2(cut.first.find("s3cret") == std::string::npos, cut.first.c_str());
+        const auto scheme = errorOf([&] { client("ftp://bob:s3cret@h/v1", "m"); });
+        QCOMPARE(scheme.first,
+                 std::string("the server URL \"ftp://h/v1\" must start with http:// or "
+                             "https:// (for example http://127.0.0.1:8000/v1)"));
+    }
+
     void remoteBackendReportsDeltasAsTokens() {
         FakeOpenAiServer server;
         k3::RemoteOptions o;
