@@ -281,5 +281,8 @@ struct TraceReplay {
 // for one layer form a batch, as the forward issues them.
 TraceReplay replayExpertTrace(std::span<const std::pair<std::int32_t, std::int32_t>> trace,
                               int capacity, CachePolicy policy = CachePolicy::Lru);
+// The same, one request per distinct expert of a layer visit (k3/cache_replay.hpp).
+TraceReplay replayLayerVisits(std::span<const std::pair<std::int32_t, std::int32_t>> trace,
+                              int capacity, CachePolicy policy = CachePolicy::Lru);
 
 } // namespace k3

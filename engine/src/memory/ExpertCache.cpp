@@ -197,7 +197,22 @@ void ExpertCache::publish(int s, std::int64_t k, std::size_t dataOffset, bool by
 void ExpertCache::prefetch(int layer, std::span<const int> experts) {
     const std::size_t n = experts.size();
     std::vector<int> reserved(n, -1);
-    // Phase 1, serial: pin what is resident, reserve a slot for what is not.
+    // Phase 1, serial: pin what is resident, reserve a slot for what is not. A batch that
+    // fits the cache (the forward's waves) pins all its resident experts first: reserving
+    // as we went could evict an expert the same batch asks for later (a read thrown away,
+    // then done again). A larger batch keeps the interleaved order, so that its first
+    // experts still find room.
+    std::vector<char> missing(n, 0);
+    const bool fits = n <= keys_.size();
+    auto reserve = [&](std::size_t j) {
+        const int s = pickVictim();
+        if (s < 0) return; // no room now: acquire() reads it when its turn comes
+        evict(s);
+        keys_[std::size_t(s)] = kInflight;
+        ++pins_[std::size_t(s)];
+        batchPinned_[std::size_t(s)] = 1;
+        reserved[j] = s;
+    };
     for (std::size_t j = 0; j < n; ++j) {
         const std::int64_t k = key(layer, experts[j]);
         bool duplicate = false;
@@ -211,14 +226,13 @@ void ExpertCache::prefetch(int layer, std::span<const int> experts) {
             }
             continue;
         }
-        const int s = pickVictim();
-        if (s < 0) continue; // no room now: acquire() reads it when its turn comes
-        evict(s);
-        keys_[std::size_t(s)] = kInflight;
-        ++pins_[std::size_t(s)];
-        batchPinned_[std::size_t(s)] = 1;
-        reserved[j] = s;
+        if (fits)
+            missing[j] = 1;
+        else
+            reserve(j);
     }
+    for (std::size_t j = 0; j < n; ++j)
+        if (missing[j]) reserve(j);
     // Phase 2: the reads go out together in disk-offset order; acquire() waits for each
     // only when its turn comes. The slots enter the eviction order now, in that order, so
     // the cache evolves the same whichever reader finishes first.
@@ -405,6 +419,37 @@ TraceReplay replayExpertTrace(std::span<const std::pair<std::int32_t, std::int32
             cache.release(h);
         }
         cache.releaseBatch();
+    }
+    return {capacity, cache.stats()};
+}
+
+TraceReplay replayLayerVisits(std::span<const std::pair<std::int32_t, std::int32_t>> trace,
+                              int capacity, CachePolicy policy) {
+    CacheOptions o;
+    o.slotCount = capacity;
+    o.policy = policy;
+    o.io = ExpertIo::Inline;
+    ExpertCache cache(std::make_shared<NullStore>(), o);
+    std::map<int, std::uint64_t> visit; // expert -> positions that chose it
+    std::vector<int> order;
+    const std::size_t wave = std::size_t(std::max(1, capacity));
+    for (std::size_t i = 0; i < trace.size();) {
+        const std::int32_t layer = trace[i].first;
+        visit.clear();
+        for (; i < trace.size() && trace[i].first == layer; ++i) ++visit[trace[i].second];
+        order.clear();
+        for (const auto& [e, n] : visit) order.push_back(e); // ascending: the disk order
+        // As moeChunk: waves of at most the slot count, each expert acquired once.
+        for (std::size_t first = 0; first < order.size(); first += wave) {
+            const std::size_t n = std::min(wave, order.size() - first);
+            cache.prefetch(layer, {order.data() + first, n});
+            for (std::size_t j = first; j < first + n; ++j) {
+                ExpertCache::Handle h = cache.acquire(layer, order[j]);
+                cache.countPositionUses(visit[order[j]]);
+                cache.release(h);
+            }
+            cache.releaseBatch();
+        }
     }
     return {capacity, cache.stats()};
 }
