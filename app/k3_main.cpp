@@ -428,7 +428,8 @@ int main(int argc, char** argv) {
                "or unreadable config, 4 run invalid (dropped expert or NaN; the report is "
                "printed first), 130 stopped with Ctrl-C.\n"
                "Environment: K3_MODEL_DIR (MODEL_DIR), HF_TOKEN and K3_REVISION (download), "
-               "OMP_NUM_THREADS.");
+               "OMP_NUM_THREADS, K3_EXPERT_IO (threads or uring: how routed experts are read; "
+               "unset, io_uring where the kernel allows it).");
 
     // CLI11's own errors quote the arguments: shown, never obeyed, like every message.
     app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
