@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
                  "  k3 MODEL_DIR --chat [--system TEXT] [--history FILE] [options]\n"
                  "  k3 --remote URL --model NAME [--api-key-file F] --chat [options]\n"
                  "  k3 serve MODEL_DIR [--host H --port P --api-key-file F] [options]\n"
-                 "  k3 doctor [DIR]      k3 download DIR\n",
+                 "  k3 doctor [DIR]      k3 download DIR\n"
+                 "  k3 replay TRACE [--cache-gb 0.5,1,2,4,16] [--report run.json]\n",
                  "k3"};
     app.set_version_flag("--version", std::string("k3 (k3chat) ") + k3::kVersion);
     bool listPresets = false;
@@ -432,11 +433,35 @@ int main(int argc, char** argv) {
                    "read per token, the same bits; blocks where coding does not pay stay raw")
         ->excludes(packDraftOpt);
 
+    // k3 replay TRACE: what more (or less) memory would buy, from a recorded cache trace.
+    CLI::App* replay = app.add_subcommand(
+        "replay", "Replay an expert cache trace (--dump-cache-trace's expert_trace.bin) at "
+                  "several cache budgets: TRUE hit rate, expert GB read per token and the "
+                  "s/token the disk and compute rates predict");
+    k3cli::ReplayArgs rp;
+    replay->add_option("TRACE", rp.trace, "expert_trace.bin, or the folder holding it")->required();
+    replay->add_option("--cache-gb", rp.cacheGB, "Budgets to replay, comma-separated GB")
+        ->capture_default_str();
+    replay->add_option("--report", rp.report,
+                       "A run.json (k3 --cache-gb ... --out): the expert size, slot size, "
+                       "disk rate and compute per pass it measured become the defaults");
+    replay->add_option("--expert-mb", rp.expertMB,
+                       "Bytes read per expert, MB (default: "
+                       "the report's, else the real K3's 17.55 MB)");
+    replay->add_option("--slot-mb", rp.slotMB, "Cache bytes per expert, MB");
+    replay->add_option("--disk-gbps", rp.diskGBps,
+                       "Expert read rate, GB/s (default: the report's, else 2)");
+    replay->add_option("--compute-s", rp.computeSeconds,
+                       "Compute seconds per forward pass (default: the report's, else 0)");
+    replay->add_option("--tokens", rp.tokens,
+                       "Tokens the trace covers (default: its passes, one per forward)");
+
     app.footer("Exit codes: 0 ok, 1 load or forward failure or memory refusal, 2 usage error "
                "or unreadable config, 4 run invalid (dropped expert or NaN; the report is "
                "printed first), 130 stopped with Ctrl-C.\n"
                "Environment: K3_MODEL_DIR (MODEL_DIR), HF_TOKEN and K3_REVISION (download), "
-               "OMP_NUM_THREADS.");
+               "OMP_NUM_THREADS, K3_EXPERT_IO (threads or uring: how routed experts are read; "
+               "unset, io_uring where the kernel allows it).");
 
     // CLI11's own errors quote the arguments: shown, never obeyed, like every message.
     app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
@@ -464,6 +489,7 @@ int main(int argc, char** argv) {
             return report.canRun() ? 0 : 1;
         }
         if (*download) return k3cli::runDownload(dl);
+        if (*replay) return k3cli::runReplay(rp);
         if (*pack)
             return packDraft ? k3cli::runPackDraft(packModel, packTrunk)
                              : k3cli::runPack(packModel, packTrunk, packCompress);

@@ -106,7 +106,20 @@ struct DownloadArgs {
     int parallel = 4;
 };
 
+// k3 replay TRACE: the cache trace replayed at other budgets (ReplayCommand.cpp).
+struct ReplayArgs {
+    std::string trace;                         // expert_trace.bin, or the folder holding it
+    std::string cacheGB = "0.5,1,2,4,8,16,32"; // budgets, comma-separated GB
+    std::string report;                        // a run.json: defaults for the sizes and rates below
+    std::optional<double> expertMB;            // bytes per expert read (default: report, else K3's)
+    std::optional<double> slotMB;         // cache bytes per expert (default: report, else derived)
+    std::optional<double> diskGBps;       // expert read rate (default: report, else 2)
+    std::optional<double> computeSeconds; // compute per pass (default: report, else 0)
+    std::optional<double> tokens;         // tokens the trace covers (default: its passes)
+};
+
 int runBatch(const RunArgs& args);
+int runReplay(const ReplayArgs& args);
 int runChat(const ChatArgs& args);
 int runRemoteChat(const ChatArgs& args); // RemoteChatCommand.cpp
 int runDownload(const DownloadArgs& args);

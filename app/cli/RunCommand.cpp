@@ -93,7 +93,7 @@ struct TokenRecord {
     k3::TokenId id = 0;
     std::string piece;
     double seconds = 0;
-    double cacheHitPercent = -1; // this step's expert requests served from memory; -1: none
+    double cacheHitPercent = -1; // this step's expert requests served without a read; -1: none
     double gbRead = 0;           // trunk + expert bytes read from disk so far
 };
 
@@ -114,7 +114,7 @@ public:
         if (p.stage == "prefill" && p.done == p.total) { // the prompt's requests are not a step's
             const k3::MemoryReport memory = session_.memoryReport();
             seenRequests_ = memory.cache.requests;
-            seenHits_ = memory.cache.hits;
+            seenHits_ = memory.cache.residentHits;
         }
         if (progress_ && progressDue(p.done == p.total)) {
             std::fprintf(stderr, "\r%s %lld/%lld", p.stage.c_str(), (long long)p.done,
@@ -128,14 +128,15 @@ public:
         TokenRecord record{ev.id, {}, ev.timing.totalSeconds()};
         if (decoder_) record.piece = decoder_->push(ev.id);
         // The session has just fed this token (its timing is that forward's): the cache
-        // counters' growth since the previous token is this step's hit rate.
+        // counters' growth since the previous token is this step's TRUE hit rate (a batch
+        // read just before use came off the disk: not a hit).
         const k3::MemoryReport memory = session_.memoryReport();
         if (memory.expertsCached) {
             const std::uint64_t requests = memory.cache.requests - seenRequests_;
-            const std::uint64_t hits = memory.cache.hits - seenHits_;
+            const std::uint64_t hits = memory.cache.residentHits - seenHits_; // TRUE hits
             if (requests > 0) record.cacheHitPercent = 100.0 * double(hits) / double(requests);
             seenRequests_ = memory.cache.requests;
-            seenHits_ = memory.cache.hits;
+            seenHits_ = memory.cache.residentHits;
         }
         record.gbRead = double(memory.trunk.bytesRead + memory.cache.bytesRead) / 1e9;
         // The last token is never fed, so its time is only the sampling: no rate for it.
@@ -312,7 +313,7 @@ int runBatch(const RunArgs& args) {
     std::printf("  loaded   : %d layers in %s\n\n", session.model().layersBound(),
                 formatDuration(loaded.loadSeconds).c_str());
     printPlan(args.model.memory, session);
-    std::printf("\n%-6s %-10s %-10s %-7s %-9s %-9s %s\n", "STEP", "TOKEN", "SECONDS", "HIT %",
+    std::printf("\n%-6s %-10s %-10s %-7s %-9s %-9s %s\n", "STEP", "TOKEN", "SECONDS", "TRUE %",
                 "GB READ", "TOK/S", "TEXT");
     std::printf("--------------------------------------------------------------------\n");
     std::fflush(stdout);
@@ -417,9 +418,9 @@ int runBatch(const RunArgs& args) {
     for (std::size_t i = 0; i < observer.tokens.size(); ++i) {
         const TokenRecord& t = observer.tokens[i];
         nlohmann::ordered_json row = {{"step", i}, {"id", t.id}, {"seconds", t.seconds}};
-        row["cache_hit_percent"] = t.cacheHitPercent >= 0
-                                       ? nlohmann::ordered_json(t.cacheHitPercent)
-                                       : nlohmann::ordered_json();
+        row["cache_true_hit_percent"] = t.cacheHitPercent >= 0
+                                            ? nlohmann::ordered_json(t.cacheHitPercent)
+                                            : nlohmann::ordered_json();
         row["gb_read"] = t.gbRead;
         row["text"] =
             session.hasTokenizer() ? nlohmann::ordered_json(t.piece) : nlohmann::ordered_json();
@@ -479,7 +480,7 @@ int runBatch(const RunArgs& args) {
     report["io_share"] = mem.ioShare();
     if (mem.expertsCached)
         report["cache"] = {{"requests", mem.cache.requests},
-                           {"hits", mem.cache.hits},
+                           {"true_hits", mem.cache.residentHits},
                            {"resident_hits", mem.cache.residentHits},
                            {"prefetch_hits", mem.cache.prefetchHits},
                            {"misses", mem.cache.misses},
@@ -489,8 +490,16 @@ int runBatch(const RunArgs& args) {
                            {"bytes_read", mem.cache.bytesRead},
                            {"slots", mem.cacheSlots},
                            {"slot_bytes", mem.cacheSlotBytes},
-                           {"hit_rate", mem.cache.hitRate()},
-                           {"true_resident_hit_rate", mem.cache.residentHitRate()}};
+                           {"true_hit_rate", mem.cache.trueHitRate()},
+                           {"position_uses", mem.cache.positionUses},
+                           {"chunk_reuse", mem.cache.chunkReuse()},
+                           {"read_wait_seconds", mem.cache.readSeconds},
+                           {"io_busy_seconds", mem.cache.ioBusySeconds},
+                           {"max_in_flight", mem.cache.maxInFlight},
+                           {"expert_io",
+                            {{"mode", mem.expertIo.mode},
+                             {"depth", mem.expertIo.depth},
+                             {"note", mem.expertIo.note}}}};
 
     int code = kExitOk;
     report["state"] = {

@@ -200,18 +200,28 @@ void TestK3Commands::packThenRunWithPresetLaptop() {
         r.out.contains(QRegularExpression(
             R"((?s)memory plan.*\n\s+expert cache\s+[0-9.]+ [KMG]?B.*\n\s+KV cache\s+[0-9.]+ [KMG]?B)")),
         qPrintable(r.out));
-    QVERIFY2(r.out.contains("STEP   TOKEN      SECONDS    HIT %   GB READ"), qPrintable(r.out));
-    QVERIFY2(r.out.contains("TRUE resident hit rate"), qPrintable(r.out));
+    QVERIFY2(r.out.contains("STEP   TOKEN      SECONDS    TRUE %  GB READ"), qPrintable(r.out));
+    QVERIFY2(r.out.contains(QRegularExpression(
+                 R"(\n  TRUE hits    : \d+ \([0-9.]+%\) served without a read\n)")),
+             qPrintable(r.out));
+    QVERIFY2(r.out.contains(QRegularExpression(
+                 R"(\n  expert I/O   : (uring|threads), up to 16 reads in flight)")),
+             qPrintable(r.out));
     QVERIFY2(r.out.contains("I/O share of wall clock"), qPrintable(r.out));
     QVERIFY2(r.out.contains(QRegularExpression(R"(pinned 14/14 layers)")), qPrintable(r.out));
     const auto& tokens = run.at("tokens");
     QCOMPARE(tokens.size(), std::size_t(6));
     QVERIFY(tokens.at(0).at("gb_read").get<double>() > 0);
-    QVERIFY(tokens.at(0).at("cache_hit_percent").get<double>() >= 0);
-    QVERIFY(tokens.at(0).at("cache_hit_percent").get<double>() <= 100);
+    QVERIFY(tokens.at(0).at("cache_true_hit_percent").get<double>() >= 0);
+    QVERIFY(tokens.at(0).at("cache_true_hit_percent").get<double>() <= 100);
     QCOMPARE(run.at("trunk").at("pinned_layers").get<int>(), 14);
     QCOMPARE(run.at("trunk").at("total_layers").get<int>(), 14);
     QVERIFY(run.at("cache").at("requests").get<int>() > 0);
+    QCOMPARE(run.at("cache").at("true_hits"), run.at("cache").at("resident_hits"));
+    QVERIFY(run.at("cache").at("position_uses").get<int>() >=
+            run.at("cache").at("requests").get<int>());
+    const std::string io = run.at("cache").at("expert_io").at("mode").get<std::string>();
+    QVERIFY2(io == "uring" || io == "threads", io.c_str());
     const double share = run.at("io_share").get<double>();
     QVERIFY(share >= 0 && share <= 1);
 }

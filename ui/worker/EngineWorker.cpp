@@ -112,7 +112,7 @@ MemoryFigures MemoryFigures::from(const k3::MemoryReport& r) {
     f.cacheResidentHits = r.cache.residentHits;
     f.cachePrefetchHits = r.cache.prefetchHits;
     f.cacheDiskReads = r.cache.diskReads;
-    f.cacheHitRate = r.cache.hitRate();
+    f.cacheHitRate = r.cache.trueHitRate();
     f.cacheResidentHitRate = r.cache.residentHitRate();
     f.cacheEvictions = r.cache.evictions;
     f.cacheSlots = r.cacheSlots;

@@ -65,6 +65,7 @@ struct MemoryStats {
     CacheStats cache;
     int cacheSlots = 0;
     std::uint64_t cacheSlotBytes = 0;
+    ExpertIoInfo expertIo; // how the cache reads experts (empty without a cache)
     bool modelTablesStreamed = false; // embeddings and lm_head read from disk
     std::uint64_t tableBytesRead = 0; // by the embedding rows and lm_head blocks
 };

@@ -87,6 +87,7 @@ struct MemoryReport {
     CacheStats cache;
     int cacheSlots = 0;
     std::uint64_t cacheSlotBytes = 0;
+    ExpertIoInfo expertIo;
     std::uint64_t peakRssBytes = 0;   // getrusage(RUSAGE_SELF) ru_maxrss
     std::uint64_t draftBytes = 0;     // the draft's weights in memory (0: no draft)
     std::uint64_t draftFileBytes = 0; // its model.safetensors on disk

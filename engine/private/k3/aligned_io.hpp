@@ -45,6 +45,11 @@ public:
     // read, fewer than `length` only where the window runs past the end of the file.
     std::size_t readWindow(std::uint64_t offset, void* dst, std::size_t length) const;
 
+    // The descriptor an asynchronous reader (io_uring) reads a window through: the
+    // O_DIRECT one while it is in use, else the buffered one.
+    int asyncDescriptor() const { return direct() ? directFd_ : fd_; }
+    // An asynchronous O_DIRECT read was refused (EINVAL): later reads go buffered.
+    void refuseDirect() const { directRefused_.store(true); }
     // True while reads go through O_DIRECT (false after a fallback).
     bool direct() const { return directFd_ >= 0 && !directRefused_.load(); }
     std::uint64_t size() const { return size_; }

@@ -11,7 +11,12 @@
 // asked) from prefetch hits (the batch pulled it off disk moments earlier): the raw
 // hit rate of a prefetching cache reads near 100% at any size.
 //
-// Not thread-safe: one model thread drives it (the reads inside a batch are parallel).
+// The batch's reads are submitted together and not waited for: acquire() waits only
+// for the expert it asks for, so the model computes on the first experts while the
+// rest are still in flight (memory/ExpertReader.hpp: io_uring, or a thread pool).
+// releaseBatch() waits for every read of the batch (no read outlives its slot's pin).
+//
+// Not thread-safe: one model thread drives it (only the reads run elsewhere).
 
 #include "k3/config.hpp"
 #include "k3/error.hpp"
@@ -32,9 +37,25 @@
 
 namespace k3 {
 
+namespace memory {
+class ExpertReader;
+}
+
 class CacheError : public Error {
 public:
     explicit CacheError(const std::string& message) : Error(ErrorKind::Cache, message) {}
+};
+
+class AlignedFile;
+
+// One aligned read that brings a whole expert into its slot (an expert whose tensors
+// form one run in one shard): an asynchronous reader can issue it itself.
+struct ExpertWindow {
+    const AlignedFile* file = nullptr;
+    std::uint64_t offset = 0;      // 4096-aligned
+    std::size_t length = 0;        // 4096-aligned; may run past the end of the file
+    std::size_t needed = 0;        // bytes that must arrive (through the payload's end)
+    std::size_t payloadOffset = 0; // where the payload starts in the slot
 };
 
 // Where the bytes of routed experts come from.
@@ -52,6 +73,10 @@ public:
     // or (CheckpointExpertStore) on an E8M0 scale byte 0xFF (NaN): the cache counts it
     // as a failed read, the expert is dropped and the run is invalid.
     virtual std::size_t read(int layer, int expert, std::byte* slot) const = 0;
+    // The expert as one aligned window, when it is one (false: only read() brings it).
+    virtual bool window(int, int, ExpertWindow&) const { return false; }
+    // After a window arrived: the checks read() makes on the bytes (throws as read()).
+    virtual void checkArrived(int, int, const std::byte*) const {}
 };
 
 // Offsets of an expert's tensors from the start of its payload. MXFP4 (type U8): six
@@ -78,6 +103,8 @@ public:
     std::uint64_t expertBytes(int layer, int expert) const override;
     std::uint64_t diskOrder(int layer, int expert) const override;
     std::size_t read(int layer, int expert, std::byte* slot) const override;
+    bool window(int layer, int expert, ExpertWindow& out) const override;
+    void checkArrived(int layer, int expert, const std::byte* slot) const override;
 
     const ExpertLayout& layout(int layer, int expert) const;
     int experts() const { return numExperts_; }
@@ -143,11 +170,16 @@ struct CacheRequest {
     CacheHit hit = CacheHit::Miss;
 };
 
+// How the batch's reads are issued (memory/ExpertReader.hpp). Auto: K3_EXPERT_IO
+// (threads|uring) when set, else io_uring where the kernel allows, else threads.
+enum class ExpertIo { Auto, Threads, Uring, Inline };
+
 struct CacheOptions {
     int slotCount = 1;
     CachePolicy policy = CachePolicy::Lru;
     bool recordTrace = false; // keep every request for --dump-cache-trace
-    int readThreads = 0;      // parallel reads in a batch (0: up to 16, the doctor's QD16)
+    int readThreads = 0;      // reads in flight at most (0: 16, the doctor's QD16)
+    ExpertIo io = ExpertIo::Auto;
 };
 
 class ExpertCache {
@@ -160,9 +192,9 @@ public:
     ExpertCache(const ExpertCache&) = delete;
     ExpertCache& operator=(const ExpertCache&) = delete;
 
-    // The batch: reserve slots for the missing experts serially, read them in parallel
-    // in disk-offset order, publish what arrived. Every expert of the batch that is
-    // resident afterwards stays pinned until acquired and released, or releaseBatch().
+    // The batch: reserve slots for the missing experts serially, submit their reads in
+    // disk-offset order and return; each is published when it arrives. Every expert of
+    // the batch stays pinned until acquired and released, or releaseBatch().
     void prefetch(int layer, std::span<const int> experts);
 
     struct Handle {
@@ -172,7 +204,13 @@ public:
     // Pins and returns the expert (reading it now when the batch had no room for it).
     Handle acquire(int layer, int expert);
     void release(Handle& handle);
-    void releaseBatch(); // drops the pins prefetch() left on experts never acquired
+    // Waits for the batch's reads still in flight, then drops the pins prefetch() left
+    // on experts never acquired.
+    void releaseBatch();
+    // The request for `expert` served `positions` (position, expert) selections of the
+    // chunk: positions - 1 of them are chunk reuse, not hits.
+    void countPositionUses(std::uint64_t positions) { stats_.positionUses += positions; }
+    const ExpertIoInfo& ioInfo() const { return ioInfo_; }
 
     CacheStats stats() const { return stats_; }
     void resetStats() { stats_ = {}; }
@@ -201,6 +239,9 @@ private:
     std::byte* slotData(int slot) const;
     void evict(int slot);
     void publish(int slot, std::int64_t k, std::size_t dataOffset, bool byPrefetch);
+    void takeCompletion();      // one finished batch read, published or freed
+    void waitForRead(int slot); // until the batch read into `slot` finished
+    void drainReads();          // until no batch read is in flight
 
     std::shared_ptr<const ExpertStore> store_;
     std::unique_ptr<EvictionPolicy> policy_;
@@ -219,6 +260,13 @@ private:
     std::vector<std::pair<std::int32_t, std::int32_t>> trace_;
     std::vector<CacheRequest> requests_;
     std::int64_t step_ = -1;
+    // Batch reads in flight: the key each slot is being read for (kEmpty: none).
+    std::vector<std::int64_t> pendingKey_;
+    std::unordered_map<std::int64_t, int> pendingWhere_;
+    int pendingReads_ = 0;
+    double busySince_ = 0; // seconds on the steady clock when the in-flight count left 0
+    ExpertIoInfo ioInfo_;
+    std::unique_ptr<memory::ExpertReader> reader_; // last: gone before the arena it reads into
 };
 
 // Reads a trace in the peer's expert_trace.bin format. Throws CacheError.
@@ -232,6 +280,9 @@ struct TraceReplay {
 // Replays a trace through the real cache logic (no bytes moved): consecutive requests
 // for one layer form a batch, as the forward issues them.
 TraceReplay replayExpertTrace(std::span<const std::pair<std::int32_t, std::int32_t>> trace,
+                              int capacity, CachePolicy policy = CachePolicy::Lru);
+// The same, one request per distinct expert of a layer visit (k3/cache_replay.hpp).
+TraceReplay replayLayerVisits(std::span<const std::pair<std::int32_t, std::int32_t>> trace,
                               int capacity, CachePolicy policy = CachePolicy::Lru);
 
 } // namespace k3

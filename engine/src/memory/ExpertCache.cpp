@@ -1,6 +1,7 @@
 #include "k3/expert_cache.hpp"
 
 #include "memory/AlignedBuffer.hpp"
+#include "memory/ExpertReader.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -12,7 +13,6 @@
 #include <iterator>
 #include <map>
 #include <set>
-#include <thread>
 
 namespace k3 {
 namespace {
@@ -107,9 +107,62 @@ ExpertCache::ExpertCache(std::shared_ptr<const ExpertStore> store, const CacheOp
     batchPinned_.assign(n, 0);
     recordTrace_ = options.recordTrace;
     readThreads_ = options.readThreads > 0 ? options.readThreads : 16;
+    pendingKey_.assign(n, kEmpty);
+    memory::ExpertReaderChoice reader = memory::makeExpertReader(*store_, options.io, readThreads_);
+    reader_ = std::move(reader.reader);
+    ioInfo_ = std::move(reader.info);
 }
 
-ExpertCache::~ExpertCache() = default;
+ExpertCache::~ExpertCache() {
+    try {
+        drainReads(); // no read may outlive the arena it writes into
+    } catch (...) {
+    }
+}
+
+namespace {
+double nowSeconds() {
+    return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+} // namespace
+
+void ExpertCache::takeCompletion() {
+    memory::ExpertReadDone done;
+    if (!reader_->next(done)) throw CacheError("expert cache: a read was lost by the reader");
+    const int s = int(done.tag);
+    const std::int64_t k = pendingKey_[std::size_t(s)];
+    pendingKey_[std::size_t(s)] = kEmpty;
+    pendingWhere_.erase(k);
+    ++stats_.diskReads;
+    const int layer = int(k >> 32), expert = int(std::uint32_t(k));
+    if (done.ok) {
+        keys_[std::size_t(s)] = k;
+        where_[k] = s;
+        dataOffset_[std::size_t(s)] = done.payloadOffset;
+        prefetched_[std::size_t(s)] = 1;
+        stats_.bytesRead += store_->expertBytes(layer, expert);
+    } else { // the slot goes back; the expert is retried on request
+        keys_[std::size_t(s)] = kEmpty;
+        policy_->removed(s);
+        --pins_[std::size_t(s)];
+        batchPinned_[std::size_t(s)] = 0;
+        ++stats_.failedReads;
+    }
+    if (--pendingReads_ == 0) stats_.ioBusySeconds += nowSeconds() - busySince_;
+}
+
+void ExpertCache::waitForRead(int slot) {
+    const auto t0 = Clock::now();
+    while (pendingKey_[std::size_t(slot)] != kEmpty) takeCompletion();
+    stats_.readSeconds += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void ExpertCache::drainReads() {
+    if (pendingReads_ == 0) return;
+    const auto t0 = Clock::now();
+    while (pendingReads_ > 0) takeCompletion();
+    stats_.readSeconds += std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 std::uint64_t ExpertCache::arenaBytes() const {
     return std::uint64_t(slotBytes_) * keys_.size();
@@ -144,12 +197,28 @@ void ExpertCache::publish(int s, std::int64_t k, std::size_t dataOffset, bool by
 void ExpertCache::prefetch(int layer, std::span<const int> experts) {
     const std::size_t n = experts.size();
     std::vector<int> reserved(n, -1);
-    // Phase 1, serial: pin what is resident, reserve a slot for what is not.
+    // Phase 1, serial: pin what is resident, reserve a slot for what is not. A batch that
+    // fits the cache (the forward's waves) pins all its resident experts first: reserving
+    // as we went could evict an expert the same batch asks for later (a read thrown away,
+    // then done again). A larger batch keeps the interleaved order, so that its first
+    // experts still find room.
+    std::vector<char> missing(n, 0);
+    const bool fits = n <= keys_.size();
+    auto reserve = [&](std::size_t j) {
+        const int s = pickVictim();
+        if (s < 0) return; // no room now: acquire() reads it when its turn comes
+        evict(s);
+        keys_[std::size_t(s)] = kInflight;
+        ++pins_[std::size_t(s)];
+        batchPinned_[std::size_t(s)] = 1;
+        reserved[j] = s;
+    };
     for (std::size_t j = 0; j < n; ++j) {
         const std::int64_t k = key(layer, experts[j]);
         bool duplicate = false;
         for (std::size_t i = 0; i < j; ++i) duplicate = duplicate || experts[i] == experts[j];
         if (duplicate) continue;
+        if (pendingWhere_.count(k)) continue; // an earlier batch's read, pinned by it
         if (auto it = where_.find(k); it != where_.end()) {
             if (!batchPinned_[std::size_t(it->second)]) {
                 batchPinned_[std::size_t(it->second)] = 1;
@@ -157,15 +226,16 @@ void ExpertCache::prefetch(int layer, std::span<const int> experts) {
             }
             continue;
         }
-        const int s = pickVictim();
-        if (s < 0) continue; // no room now: acquire() reads it when its turn comes
-        evict(s);
-        keys_[std::size_t(s)] = kInflight;
-        ++pins_[std::size_t(s)];
-        batchPinned_[std::size_t(s)] = 1;
-        reserved[j] = s;
+        if (fits)
+            missing[j] = 1;
+        else
+            reserve(j);
     }
-    // Phase 2: reads in disk-offset order, several in flight.
+    for (std::size_t j = 0; j < n; ++j)
+        if (missing[j]) reserve(j);
+    // Phase 2: the reads go out together in disk-offset order; acquire() waits for each
+    // only when its turn comes. The slots enter the eviction order now, in that order, so
+    // the cache evolves the same whichever reader finishes first.
     std::vector<std::size_t> order;
     for (std::size_t j = 0; j < n; ++j)
         if (reserved[j] >= 0) order.push_back(j);
@@ -173,44 +243,21 @@ void ExpertCache::prefetch(int layer, std::span<const int> experts) {
     std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
         return store_->diskOrder(layer, experts[a]) < store_->diskOrder(layer, experts[b]);
     });
-    std::vector<std::size_t> offsets(n, 0);
-    std::vector<char> arrived(n, 0);
-    const auto t0 = Clock::now();
-    std::atomic<std::size_t> next{0};
-    auto worker = [&] {
-        for (std::size_t i; (i = next.fetch_add(1)) < order.size();) {
-            const std::size_t j = order[i];
-            try {
-                offsets[j] = store_->read(layer, experts[j], slotData(reserved[j]));
-                arrived[j] = 1;
-            } catch (const std::exception&) {
-                arrived[j] = 0; // counted below; the expert is retried on request
-            }
-        }
-    };
-    const std::size_t threads = std::min<std::size_t>(order.size(), std::size_t(readThreads_));
-    if (threads <= 1) {
-        worker();
-    } else {
-        std::vector<std::thread> pool;
-        for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(worker);
-        for (auto& t : pool) t.join();
-    }
-    stats_.readSeconds += std::chrono::duration<double>(Clock::now() - t0).count();
-    // Phase 3, serial: publish into the slot that was RESERVED for expert j.
+    std::vector<memory::ExpertReadJob> jobs;
+    jobs.reserve(order.size());
     for (std::size_t j : order) {
         const int s = reserved[j];
-        ++stats_.diskReads;
-        if (arrived[j]) {
-            publish(s, key(layer, experts[j]), offsets[j], /*byPrefetch=*/true);
-            stats_.bytesRead += store_->expertBytes(layer, experts[j]);
-        } else {
-            keys_[std::size_t(s)] = kEmpty;
-            --pins_[std::size_t(s)];
-            batchPinned_[std::size_t(s)] = 0;
-            ++stats_.failedReads;
-        }
+        const std::int64_t k = key(layer, experts[j]);
+        policy_->inserted(s);
+        pendingKey_[std::size_t(s)] = k;
+        pendingWhere_[k] = s;
+        jobs.push_back({layer, experts[j], slotData(s), std::uint64_t(s)});
     }
+    if (pendingReads_ == 0) busySince_ = nowSeconds();
+    pendingReads_ += int(jobs.size());
+    stats_.maxInFlight =
+        std::max(stats_.maxInFlight, std::min(pendingReads_, std::max(1, ioInfo_.depth)));
+    reader_->submit(jobs);
 }
 
 ExpertCache::Handle ExpertCache::acquire(int layer, int expert) {
@@ -221,6 +268,7 @@ ExpertCache::Handle ExpertCache::acquire(int layer, int expert) {
         requests_.push_back({std::max<std::int64_t>(step_, 0), layer, expert, CacheHit::Miss});
     }
     Handle h;
+    if (auto it = pendingWhere_.find(k); it != pendingWhere_.end()) waitForRead(it->second);
     if (auto it = where_.find(k); it != where_.end()) {
         const int s = it->second;
         ++stats_.hits;
@@ -279,6 +327,7 @@ void ExpertCache::release(Handle& h) {
 }
 
 void ExpertCache::releaseBatch() {
+    drainReads();
     for (std::size_t s = 0; s < keys_.size(); ++s)
         if (batchPinned_[s]) {
             batchPinned_[s] = 0;
@@ -353,6 +402,7 @@ TraceReplay replayExpertTrace(std::span<const std::pair<std::int32_t, std::int32
     o.slotCount = capacity;
     o.policy = policy;
     o.readThreads = 1;
+    o.io = ExpertIo::Inline;
     ExpertCache cache(std::make_shared<NullStore>(), o);
     std::vector<int> batch;
     for (std::size_t i = 0; i < trace.size();) {
@@ -369,6 +419,37 @@ TraceReplay replayExpertTrace(std::span<const std::pair<std::int32_t, std::int32
             cache.release(h);
         }
         cache.releaseBatch();
+    }
+    return {capacity, cache.stats()};
+}
+
+TraceReplay replayLayerVisits(std::span<const std::pair<std::int32_t, std::int32_t>> trace,
+                              int capacity, CachePolicy policy) {
+    CacheOptions o;
+    o.slotCount = capacity;
+    o.policy = policy;
+    o.io = ExpertIo::Inline;
+    ExpertCache cache(std::make_shared<NullStore>(), o);
+    std::map<int, std::uint64_t> visit; // expert -> positions that chose it
+    std::vector<int> order;
+    const std::size_t wave = std::size_t(std::max(1, capacity));
+    for (std::size_t i = 0; i < trace.size();) {
+        const std::int32_t layer = trace[i].first;
+        visit.clear();
+        for (; i < trace.size() && trace[i].first == layer; ++i) ++visit[trace[i].second];
+        order.clear();
+        for (const auto& [e, n] : visit) order.push_back(e); // ascending: the disk order
+        // As moeChunk: waves of at most the slot count, each expert acquired once.
+        for (std::size_t first = 0; first < order.size(); first += wave) {
+            const std::size_t n = std::min(wave, order.size() - first);
+            cache.prefetch(layer, {order.data() + first, n});
+            for (std::size_t j = first; j < first + n; ++j) {
+                ExpertCache::Handle h = cache.acquire(layer, order[j]);
+                cache.countPositionUses(visit[order[j]]);
+                cache.release(h);
+            }
+            cache.releaseBatch();
+        }
     }
     return {capacity, cache.stats()};
 }

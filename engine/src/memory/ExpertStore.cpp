@@ -221,6 +221,25 @@ std::size_t CheckpointExpertStore::read(int layer, int expert, std::byte* slot) 
     return at;
 }
 
+bool CheckpointExpertStore::window(int layer, int expert, ExpertWindow& out) const {
+    const Entry& en = entry(layer, expert);
+    if (!en.contiguous) return false;
+    const std::uint64_t start = en.lo & ~kMask;
+    out.file = files_->files[en.shard].get();
+    out.offset = start;
+    out.length = std::size_t(alignUp(en.hi) - start);
+    out.needed = std::size_t(en.hi - start);
+    out.payloadOffset = std::size_t(en.lo - start);
+    return true;
+}
+
+void CheckpointExpertStore::checkArrived(int layer, int expert, const std::byte* slot) const {
+    const Entry& en = entry(layer, expert);
+    if (checkScales_ && en.contiguous)
+        refuseNanScales(slot + (en.lo - (en.lo & ~kMask)), en.layout, scaleBytes13_, scaleBytes2_,
+                        layer, expert);
+}
+
 std::size_t CheckpointExpertStore::readBytes(int layer, int expert, std::byte* slot) const {
     const Entry& en = entry(layer, expert);
     const FaultExpertScope faultScope(layer, expert); // lets a test hook rule name the expert

@@ -282,7 +282,8 @@ int moeChunk(float* out, const float* xn, int T, const MoeWeightsStored& w, cons
     };
     if (src.cache) {
         // Waves of at most the slot count: every expert of a wave is pinned together, so
-        // none is evicted before it computes and no two share a slot.
+        // none is evicted before it computes and no two share a slot. The wave's reads go
+        // out together; each expert computes once it has arrived, the rest still in flight.
         const std::size_t wave = std::size_t(std::max(1, src.cache->slotCount()));
         ExpertCache::Handle held;
         try {
@@ -293,6 +294,7 @@ int moeChunk(float* out, const float* xn, int T, const MoeWeightsStored& w, cons
                     const int e = order[i];
                     if (e < 0 || e >= c.numExperts) continue; // dropped, never silent
                     held = src.cache->acquire(src.layer, e);
+                    src.cache->countPositionUses(routed[e].position.size());
                     if (held.data) {
                         runExpert(cachedExpert(*src.store, held.data, src.layer, e, c), routed[e],
                                   z, eo, latent, topK, c, gathered, outputs, g, u);

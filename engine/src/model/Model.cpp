@@ -324,6 +324,7 @@ MemoryStats Model::memoryStats() const {
         m.cache = impl_->cache->stats();
         m.cacheSlots = impl_->cache->slotCount();
         m.cacheSlotBytes = impl_->cache->slotBytes();
+        m.expertIo = impl_->cache->ioInfo();
     }
     return m;
 }

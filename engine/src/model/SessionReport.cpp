@@ -31,6 +31,7 @@ MemoryReport Session::memoryReport() const {
     r.cache = st.cache;
     r.cacheSlots = st.cacheSlots;
     r.cacheSlotBytes = st.cacheSlotBytes;
+    r.expertIo = st.expertIo;
     r.peakRssBytes = peakRss();
     if (impl_->draft) {
         r.draftBytes =
@@ -47,22 +48,42 @@ double MemoryReport::ioShare() const {
 
 std::string MemoryReport::format() const {
     std::string out;
-    char buf[256];
+    char buf[512];
     if (expertsCached) {
+        const auto pct = [&](std::uint64_t n) {
+            return cache.requests ? 100.0 * double(n) / double(cache.requests) : 0.0;
+        };
+        // Only TRUE hits were served without a read: a batch read just before use and an
+        // expert shared by the positions of a chunk both came off the disk.
         std::snprintf(buf, sizeof buf,
                       "cache\n  slots        : %d of %s = %s arena\n"
-                      "  requests     : %llu  hits %llu (%.2f%%)  misses %llu  evictions %llu\n"
-                      "                 TRUE resident hit rate %.2f%% (prefetch hits %llu)\n",
+                      "  requests     : %llu (experts per layer and chunk; %llu position uses, "
+                      "%llu of them chunk reuse)\n"
+                      "  TRUE hits    : %llu (%.2f%%) served without a read\n",
                       cacheSlots, formatBytes(cacheSlotBytes).c_str(),
                       formatBytes(std::uint64_t(cacheSlots) * cacheSlotBytes).c_str(),
-                      (unsigned long long)cache.requests, (unsigned long long)cache.hits,
-                      100.0 * cache.hitRate(), (unsigned long long)cache.misses,
-                      (unsigned long long)cache.evictions, 100.0 * cache.residentHitRate(),
-                      (unsigned long long)cache.prefetchHits);
+                      (unsigned long long)cache.requests, (unsigned long long)cache.positionUses,
+                      (unsigned long long)cache.chunkReuse(),
+                      (unsigned long long)cache.residentHits, pct(cache.residentHits));
         out += buf;
-        std::snprintf(buf, sizeof buf, "  read from disk: %s in %.2f s (%llu reads, %llu failed)\n",
-                      formatBytes(cache.bytesRead).c_str(), cache.readSeconds,
-                      (unsigned long long)cache.diskReads, (unsigned long long)cache.failedReads);
+        std::snprintf(buf, sizeof buf,
+                      "  off the disk : %llu (%.2f%%): %llu read by the layer's batch, %llu on "
+                      "request; evictions %llu\n",
+                      (unsigned long long)(cache.prefetchHits + cache.misses),
+                      pct(cache.prefetchHits + cache.misses),
+                      (unsigned long long)cache.prefetchHits, (unsigned long long)cache.misses,
+                      (unsigned long long)cache.evictions);
+        out += buf;
+        std::snprintf(buf, sizeof buf,
+                      "  read from disk: %s in %llu reads (%llu failed); waited %.2f s, reads in "
+                      "flight %.2f s\n",
+                      formatBytes(cache.bytesRead).c_str(), (unsigned long long)cache.diskReads,
+                      (unsigned long long)cache.failedReads, cache.readSeconds,
+                      cache.ioBusySeconds);
+        out += buf;
+        std::snprintf(buf, sizeof buf, "  expert I/O   : %s, up to %d reads in flight%s%s\n",
+                      expertIo.mode.c_str(), expertIo.depth, expertIo.note.empty() ? "" : " - ",
+                      expertIo.note.c_str());
         out += buf;
     } else {
         out += "cache\n  routed experts resident (no cache)\n";

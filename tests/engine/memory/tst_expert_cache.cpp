@@ -19,6 +19,7 @@
 
 #include <k3/config.hpp>
 #include <k3/expert_cache.hpp>
+#include <k3/fault_injection.hpp>
 #include <k3/model.hpp>
 
 namespace {
@@ -98,6 +99,9 @@ private slots:
     void replayPeerTrace();
     void plainF32ExpertsFollowTheirDtype();
     void misalignedPlainExpertIsReadToAnAlignedPlace();
+    void readersGiveTheSameBytesAndCounters();
+    void readFaultWithSeveralInFlightLeavesNoReadBehind();
+    void expertIoSwitchChoosesTheReader();
 };
 
 void TestExpertCache::slotSizeIsAlignedNotAssumed() {
@@ -123,6 +127,7 @@ void TestExpertCache::noAliasingUnderEvictionPressure() {
     k3::CacheOptions o;
     o.slotCount = 5;
     o.readThreads = 4;
+    o.io = k3::ExpertIo::Inline; // the watching store reads the slot keys: no other thread
     k3::ExpertCache cache(store, o);
     store->cache = &cache;
     std::mt19937 rng(7);
@@ -204,13 +209,15 @@ void TestExpertCache::failedReadIsReportedAndSlotFreed() {
     store->fail = {7};
     k3::CacheOptions o;
     o.slotCount = 3;
+    o.io = k3::ExpertIo::Inline;
     k3::ExpertCache cache(store, o);
     const std::vector<int> batch{6, 7, 8};
     cache.prefetch(0, batch);
-    QCOMPARE(cache.stats().failedReads, std::uint64_t(1));
+    QCOMPARE(cache.stats().failedReads, std::uint64_t(0)); // not waited for yet
     auto h6 = cache.acquire(0, 6);
     QVERIFY(h6.data);
     QVERIFY(std::memcmp(h6.data, expected(ckpt, 6).data(), kExpertBytes) == 0);
+    QCOMPARE(cache.stats().failedReads, std::uint64_t(0)); // 7 is next in disk order
     auto h7 = cache.acquire(0, 7); // retried on request, fails again: dropped, not faked
     QVERIFY(!h7.data);
     QCOMPARE(cache.stats().failedReads, std::uint64_t(2));
@@ -285,8 +292,9 @@ void TestExpertCache::replayPeerTrace() {
         const k3::TraceReplay r = k3::replayExpertTrace(trace, cap);
         const k3::CacheStats& s = r.stats;
         std::printf("%8d  %8llu  %6.2f  %13.2f  %6llu  %9llu\n", cap,
-                    (unsigned long long)s.requests, 100 * s.hitRate(), 100 * s.residentHitRate(),
-                    (unsigned long long)s.misses, (unsigned long long)s.evictions);
+                    (unsigned long long)s.requests, 100 * double(s.hits) / double(s.requests),
+                    100 * s.residentHitRate(), (unsigned long long)s.misses,
+                    (unsigned long long)s.evictions);
         QCOMPARE(s.requests, std::uint64_t(100096));
         QCOMPARE(s.hits + s.misses, s.requests);
         QVERIFY(s.residentHitRate() >= previousResident); // more slots never hurt here
@@ -419,6 +427,160 @@ void TestExpertCache::misalignedPlainExpertIsReadToAnAlignedPlace() {
         }
         cache.release(h);
     }
+}
+
+namespace {
+
+// The readers this kernel can run: inline and threads always, io_uring where allowed.
+std::vector<k3::ExpertIo> availableReaders(std::shared_ptr<const k3::ExpertStore> store) {
+    std::vector<k3::ExpertIo> r{k3::ExpertIo::Inline, k3::ExpertIo::Threads};
+    k3::CacheOptions o;
+    o.io = k3::ExpertIo::Uring;
+    try {
+        k3::ExpertCache probe(store, o);
+        r.push_back(k3::ExpertIo::Uring);
+    } catch (const k3::CacheError& e) {
+        std::printf("io_uring not available here (%s): threads and inline only\n", e.what());
+    }
+    return r;
+}
+
+struct Workload {
+    k3::CacheStats stats;
+    std::uint64_t checked = 0;
+};
+
+// Random batches, some larger than the cache, every expert's bytes checked on use.
+Workload runWorkload(const k3::Checkpoint& ckpt, std::shared_ptr<const k3::ExpertStore> store,
+                     k3::ExpertIo io, int capacity) {
+    k3::CacheOptions o;
+    o.slotCount = capacity;
+    o.readThreads = 4;
+    o.io = io;
+    k3::ExpertCache cache(store, o);
+    std::mt19937 rng(11);
+    Workload w;
+    for (int round = 0; round < 300; ++round) {
+        std::vector<int> batch(static_cast<std::size_t>(kExperts));
+        for (int e = 0; e < kExperts; ++e) batch[std::size_t(e)] = e;
+        std::shuffle(batch.begin(), batch.end(), rng);
+        batch.resize(std::size_t(1 + rng() % 9));
+        cache.prefetch(0, batch);
+        for (int e : batch) {
+            k3::ExpertCache::Handle h = cache.acquire(0, e);
+            if (!h.data || std::memcmp(h.data, expected(ckpt, e).data(), kExpertBytes) != 0)
+                return w; // checked stays short: the caller's comparison fails
+            ++w.checked;
+            cache.release(h);
+        }
+        cache.releaseBatch();
+    }
+    w.stats = cache.stats();
+    return w;
+}
+
+} // namespace
+
+// Issue 29: the batch's reads go out together (io_uring or the thread pool) and are
+// waited for one by one. Whichever reader moves them, the bytes and every counter are
+// the ones the inline reader gives: the cache evolves the same.
+void TestExpertCache::readersGiveTheSameBytesAndCounters() {
+    const k3::Checkpoint ckpt = k3::Checkpoint::open(kFixture);
+    auto store = std::make_shared<k3::CheckpointExpertStore>(ckpt, fixtureConfig(), 1, false);
+    for (int capacity : {3, 8, 24}) {
+        const Workload base = runWorkload(ckpt, store, k3::ExpertIo::Inline, capacity);
+        QVERIFY(base.checked > 1000);
+        for (k3::ExpertIo io : availableReaders(store)) {
+            const Workload w = runWorkload(ckpt, store, io, capacity);
+            QCOMPARE(w.checked, base.checked);
+            QCOMPARE(w.stats.requests, base.stats.requests);
+            QCOMPARE(w.stats.residentHits, base.stats.residentHits);
+            QCOMPARE(w.stats.prefetchHits, base.stats.prefetchHits);
+            QCOMPARE(w.stats.misses, base.stats.misses);
+            QCOMPARE(w.stats.evictions, base.stats.evictions);
+            QCOMPARE(w.stats.diskReads, base.stats.diskReads);
+            QCOMPARE(w.stats.bytesRead, base.stats.bytesRead);
+            QCOMPARE(w.stats.failedReads, std::uint64_t(0));
+        }
+        // 24 slots hold every expert: after the first reads, everything is a TRUE hit.
+        if (capacity == 24) QCOMPARE(base.stats.diskReads, std::uint64_t(kExperts));
+    }
+}
+
+// An injected EIO on one expert while the rest of its batch is in flight: that expert is
+// dropped (its retry on request fails too), the others arrive intact, and no read is
+// left behind (no INFLIGHT slot, no pin, the cache still serves).
+void TestExpertCache::readFaultWithSeveralInFlightLeavesNoReadBehind() {
+    const k3::Checkpoint ckpt = k3::Checkpoint::open(kFixture);
+    auto store = std::make_shared<k3::CheckpointExpertStore>(ckpt, fixtureConfig(), 1, false);
+    for (k3::ExpertIo io : availableReaders(store)) {
+        for (k3::IoFault fault : {k3::IoFault::Eio, k3::IoFault::ShortRead}) {
+            k3::CacheOptions o;
+            o.slotCount = 12;
+            o.readThreads = 8;
+            o.io = io;
+            k3::ExpertCache cache(store, o);
+            const std::vector<int> batch{2, 5, 9, 11, 14, 17, 20, 23};
+            {
+                const k3::ScopedFault f({.kind = k3::IoKind::Expert, .error = fault, .expert = 14});
+                cache.prefetch(0, batch);
+                for (int e : batch) {
+                    k3::ExpertCache::Handle h = cache.acquire(0, e);
+                    if (e == 14) {
+                        QVERIFY(!h.data); // dropped, never faked
+                    } else {
+                        QVERIFY(h.data);
+                        QVERIFY(std::memcmp(h.data, expected(ckpt, e).data(), kExpertBytes) == 0);
+                    }
+                    cache.release(h);
+                }
+                cache.releaseBatch();
+                QCOMPARE(k3::faultsInjected(), std::uint64_t(2)); // the batch read, the retry
+            }
+            const k3::CacheStats s = cache.stats();
+            QCOMPARE(s.failedReads, std::uint64_t(2));
+            QCOMPARE(s.diskReads, std::uint64_t(9));
+            QCOMPARE(s.bytesRead, std::uint64_t(7 * kExpertBytes));
+            for (int slot = 0; slot < cache.slotCount(); ++slot) {
+                QVERIFY(cache.slotKey(slot) != k3::ExpertCache::kInflight);
+                QCOMPARE(cache.pins(slot), 0);
+            }
+            // A batch abandoned with reads in flight (as when a layer throws): releaseBatch
+            // waits for them, and the cache destructs with nothing in flight.
+            const std::vector<int> next{0, 1, 3, 4};
+            cache.prefetch(0, next);
+            cache.releaseBatch();
+            k3::ExpertCache::Handle h = cache.acquire(0, 14); // the fault is gone: it reads
+            QVERIFY(h.data);
+            QVERIFY(std::memcmp(h.data, expected(ckpt, 14).data(), kExpertBytes) == 0);
+            cache.release(h);
+        }
+    }
+}
+
+void TestExpertCache::expertIoSwitchChoosesTheReader() {
+    const k3::Checkpoint ckpt = k3::Checkpoint::open(kFixture);
+    auto store = std::make_shared<k3::CheckpointExpertStore>(ckpt, fixtureConfig(), 1, false);
+    k3::CacheOptions o;
+    qputenv("K3_EXPERT_IO", "threads");
+    {
+        k3::ExpertCache cache(store, o);
+        QCOMPARE(cache.ioInfo().mode, std::string("threads"));
+        QCOMPARE(cache.ioInfo().depth, 16);
+        QCOMPARE(cache.ioInfo().note, std::string("K3_EXPERT_IO=threads"));
+    }
+    qputenv("K3_EXPERT_IO", "aio");
+    bool refused = false;
+    try {
+        k3::ExpertCache cache(store, o);
+    } catch (const k3::CacheError& e) {
+        refused = std::string(e.what()).find("K3_EXPERT_IO=\"aio\"") != std::string::npos;
+    }
+    QVERIFY(refused);
+    qunsetenv("K3_EXPERT_IO");
+    k3::ExpertCache cache(store, o); // unset: io_uring where the kernel allows it
+    const bool uring = availableReaders(store).size() == 3;
+    QCOMPARE(cache.ioInfo().mode, std::string(uring ? "uring" : "threads"));
 }
 
 QTEST_GUILESS_MAIN(TestExpertCache)
