@@ -239,8 +239,8 @@ int main(int argc, char** argv) {
         ->group(memoryGroup)
         ->type_name("N");
     const char* stateCacheHelp =
-        "Keep conversation states in DIR (default: ~/.cache/k3/states, the app's) so a prompt "
-        "that starts with positions read before reads only the rest; the same tokens";
+        "Keep conversation states in DIR (default: ~/.cache/k3/states) so a prompt that "
+        "starts with positions read before reads only the rest; the same tokens";
     CLI::Option* stateCacheOpt =
         app.add_option("--state-cache", model.stateCacheDir, stateCacheHelp)
             ->group(memoryGroup)

@@ -107,6 +107,9 @@ QWidget* MainWindow::buildSidebar() {
             });
     connect(m_conversationPanel, &ConversationListPanel::conversationDeleted, this,
             [this](const QString& id) {
+                // What the engine kept of it goes too (read from the trash on its thread).
+                m_engine->forgetConversation(m_store->trashDirectory() + QLatin1Char('/') + id +
+                                             QStringLiteral(".jsonl"));
                 if (id == currentConversationId()) newChat(); // its file is in the trash now
             });
     return sidebar;

@@ -363,6 +363,7 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
         cancel_ = stopping_.load();
         if (owner != stateOwner_) {
             session_.reset();
+            session_.setStateOwner(owner); // --state-cache: each client's own states
             stateOwner_ = owner;
         }
         try {

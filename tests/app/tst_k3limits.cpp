@@ -312,6 +312,7 @@ bool copyDemo(const QString& to) {
 class TestK3Limits : public QObject {
     Q_OBJECT
 private slots:
+    void stateCacheKeepsEachClientsConversations();
     void deepRequestJsonIsA400();
     void jsonErrorsAre400sWithoutInternals();
     void forwardFailureIsAGeneric500();
@@ -846,6 +847,81 @@ void TestK3Limits::strictFraming() {
              all.constData());
     QCOMPARE(stopServe(s), 0);
     QVERIFY2(!s.log.contains("/smuggled"), qPrintable(s.log));
+}
+
+// Issue 28: with --state-cache, two clients alternating conversations each read only
+// their new positions after their first request (a conversation comes back from disk
+// while the other one is in memory), after a restart too; one client's states are never
+// restored for another (cached_tokens 0, item 23).
+void TestK3Limits::stateCacheKeepsEachClientsConversations() {
+    QTemporaryDir cacheDir;
+    QVERIFY(cacheDir.isValid());
+    const QStringList flags{"--state-cache", cacheDir.path()};
+    struct Reply {
+        int status = 0;
+        QString content;
+        int prompt = 0, completion = 0, cached = -1;
+        int kept() const { return prompt + completion - 1; } // the end marker is not fed
+    };
+    const auto ask = [](const Server& s, const QJsonArray& messages, const char* source) {
+        const QJsonObject body{
+            {"messages", messages}, {"max_tokens", 64}, {"reasoning_effort", "none"}};
+        const Answer a =
+            exchange(s.port, post(QJsonDocument(body).toJson(QJsonDocument::Compact)), 60, source);
+        Reply r;
+        r.status = a.status;
+        const QJsonObject o = QJsonDocument::fromJson(a.body).object();
+        const QJsonArray choices = o["choices"].toArray();
+        if (!choices.isEmpty())
+            r.content = choices.first().toObject()["message"].toObject()["content"].toString();
+        else
+            qWarning("%d %s", a.status, a.body.constData());
+        const QJsonObject usage = o["usage"].toObject();
+        r.prompt = usage["prompt_tokens"].toInt();
+        r.completion = usage["completion_tokens"].toInt();
+        r.cached = usage["prompt_tokens_details"].toObject()["cached_tokens"].toInt(-1);
+        return r;
+    };
+    const auto user = [](const char* text) {
+        return QJsonObject{{"role", "user"}, {"content", text}};
+    };
+    const auto assistant = [](const QString& text) {
+        return QJsonObject{{"role", "assistant"}, {"content", text}};
+    };
+
+    QJsonArray x{user("Hello!")}, y{user("What is MXFP4?")};
+    {
+        Server s = startServe(flags);
+        QVERIFY2(s.port > 0, qPrintable(s.log));
+        const Reply x1 = ask(s, x, "127.0.0.1");
+        QCOMPARE(x1.status, 200);
+        QCOMPARE(x1.cached, 0);
+        const Reply y1 = ask(s, y, "127.0.0.2");
+        QCOMPARE(y1.cached, 0);
+        x.append(assistant(x1.content));
+        x.append(user("How do I pick a preset?"));
+        const Reply x2 = ask(s, x, "127.0.0.1");
+        QCOMPARE(x2.status, 200);
+        QCOMPARE(x2.cached, x1.kept()); // back from disk: Y was in memory
+        y.append(assistant(y1.content));
+        y.append(user("What is k3chat?"));
+        const Reply y2 = ask(s, y, "127.0.0.2");
+        QCOMPARE(y2.cached, y1.kept());
+        // Another client asking X's conversation gets nothing of X's.
+        const Reply other = ask(s, x, "127.0.0.3");
+        QCOMPARE(other.status, 200);
+        QCOMPARE(other.cached, 0);
+        x.append(assistant(x2.content));
+        x.append(user("What is MXFP4?"));
+        QCOMPARE(stopServe(s), 0);
+        // After a restart: X's follow-up reads only itself.
+        Server again = startServe(flags);
+        QVERIFY2(again.port > 0, qPrintable(again.log));
+        const Reply x3 = ask(again, x, "127.0.0.1");
+        QCOMPARE(x3.status, 200);
+        QCOMPARE(x3.cached, x2.kept());
+        QCOMPARE(stopServe(again), 0);
+    }
 }
 
 QTEST_GUILESS_MAIN(TestK3Limits)

@@ -3,6 +3,7 @@
 // after a restart) reads only the new message, a new conversation with the same system
 // prompt reads only its own message, the bubble says what came from disk, and deleting a
 // conversation deletes its states.
+#include <QAction>
 #include <QDir>
 #include <QSettings>
 #include <QSignalSpy>
@@ -127,6 +128,17 @@ private slots:
         const GenerationSummary a3 = ask(window, QStringLiteral("Thanks."));
         QCOMPARE(a3.restoredPositions, a2.promptTokens + a2.generatedTokens - 1);
         QCOMPARE(a3.prefillPositions, a3.promptTokens - a3.restoredPositions);
+
+        // Deleting A deletes what was kept of it: B's state and the preamble stay.
+        EngineWorker* worker = window.findChild<EngineController*>()->worker();
+        QSignalSpy forgotten(worker, &EngineWorker::statesForgotten);
+        QCOMPARE(stateFiles(), 3);
+        auto* remove = window.findChild<QAction*>(QStringLiteral("deleteConversationAction"));
+        QVERIFY(remove);
+        remove->trigger();
+        QVERIFY(forgotten.wait(10000));
+        QCOMPARE(forgotten.first().at(0).toInt(), 1);
+        QCOMPARE(stateFiles(), 2);
         window.closeWithoutAsking();
     }
 };

@@ -56,6 +56,10 @@ void EngineController::resetConversation() {
     post([](EngineWorker& worker) { worker.resetConversation(); });
 }
 
+void EngineController::forgetConversation(const QString& transcript) {
+    post([transcript](EngineWorker& worker) { worker.forgetConversation(transcript); });
+}
+
 void EngineController::post(Command command) {
     {
         std::lock_guard lock(m_commandsMutex);

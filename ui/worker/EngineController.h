@@ -27,6 +27,7 @@ public:
     void generate(const QVector<ChatTurn>& history, const GenerationSettings& settings);
     void stop();
     void resetConversation();
+    void forgetConversation(const QString& transcript);
 
 signals:
     void busyChanged(bool busy);

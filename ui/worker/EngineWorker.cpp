@@ -10,6 +10,7 @@
 
 #include <omp.h>
 
+#include <k3/chat.hpp>
 #include <k3/launch.hpp>
 #include <k3/memory_plan.hpp>
 
@@ -345,6 +346,17 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
     } catch (const std::exception& e) {
         emit generationFailed(QString::fromUtf8(e.what()));
     }
+}
+
+void EngineWorker::forgetConversation(const QString& transcript) {
+    if (!m_backend) return;
+    int removed = 0;
+    try {
+        removed = m_backend->forgetSavedStates(k3::readTranscript(transcript.toStdString()));
+    } catch (const std::exception&) {
+        // Purged or unreadable already: its states go with the least recently used.
+    }
+    emit statesForgotten(removed);
 }
 
 void EngineWorker::resetConversation() {

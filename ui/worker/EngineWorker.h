@@ -155,6 +155,8 @@ public:
     void connectRemote(const QString& url, const QString& model, const QString& apiKey);
     void generate(const QVector<ChatTurn>& history, const GenerationSettings& settings);
     void resetConversation();
+    // The conversation in `transcript` (a deleted one, in the trash) leaves no saved state.
+    void forgetConversation(const QString& transcript);
 
 signals:
     void modelLoaded(const ModelInfo& info);
@@ -180,6 +182,8 @@ signals:
     // After the model loads and after every token: the plan and what it did.
     void memoryUpdated(const MemoryFigures& figures);
     void generationFailed(const QString& message);
+    // forgetConversation removed `files` saved states.
+    void statesForgotten(int files);
 
 private:
     // Opens `config` in place of the current backend; announce: emit modelLoaded.

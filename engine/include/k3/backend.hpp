@@ -38,6 +38,8 @@ public:
                                 const GenerateOptions& options, SessionObserver* observer,
                                 const std::atomic<bool>* cancel) = 0;
     virtual void reset() = 0;
+    // Session::forgetSavedStates; a server keeps its own states (0).
+    virtual int forgetSavedStates(const std::vector<ChatMessage>&) { return 0; }
     // The memory figures of a local session; nothing for a server (it plans its own).
     virtual std::optional<MemoryReport> memoryReport() const = 0;
 };

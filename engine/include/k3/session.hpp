@@ -160,14 +160,14 @@ struct GenerateResult {
     ChatMessage reply;        // role assistant, content + reasoning_content
     std::vector<TokenId> ids; // generated ids, the end-of-turn marker included
     int promptTokens = 0;
-    int reusedPositions = 0;  // prompt positions already in the state (not recomputed)
+    int reusedPositions = 0;   // prompt positions already in the state (not recomputed)
     int restoredPositions = 0; // of those, read from a state file of the prefix cache
     int statesSaved = 0;       // state files this call wrote to the prefix cache
-    bool endOfTurn = false;   // the model ended its turn ([EOS] / <|end_of_msg|>)
-    bool cancelled = false;   // stopped by the cancel flag
-    bool contextFull = false; // stopped at the context length (the plan's KV cache)
-    int droppedExperts = 0;   // > 0 makes the run invalid
-    bool nonFinite = false;   // a NaN/Inf reached the logits: invalid
+    bool endOfTurn = false;    // the model ended its turn ([EOS] / <|end_of_msg|>)
+    bool cancelled = false;    // stopped by the cancel flag
+    bool contextFull = false;  // stopped at the context length (the plan's KV cache)
+    int droppedExperts = 0;    // > 0 makes the run invalid
+    bool nonFinite = false;    // a NaN/Inf reached the logits: invalid
     double prefillSeconds = 0;
     int prefillPositions = 0;             // positions computed (the prompt less the reused ones)
     int prefillChunks = 0;                // forward calls they took
@@ -236,6 +236,13 @@ public:
     // aside). A prompt equal to the loaded ids then reads nothing; one that extends them
     // reads only the new positions.
     void loadState(const std::filesystem::path& path);
+    // Deletes the prefix cache's conversation states that hold a part of `history` (as
+    // any thinking setting renders it): a deleted conversation leaves no state behind.
+    // The preambles stay (they hold no message). Returns the files removed.
+    int forgetSavedStates(const std::vector<ChatMessage>& history) const;
+    // Whose conversations the prefix cache holds from now on (a server's client): states
+    // saved for one owner are never restored for another. Empty: the session's own.
+    void setStateOwner(const std::string& owner);
 
     MemoryReport memoryReport() const;
 

@@ -28,6 +28,9 @@ public:
         return session_.chat(history, options, observer, cancel);
     }
     void reset() override { session_.reset(); }
+    int forgetSavedStates(const std::vector<ChatMessage>& history) override {
+        return session_.forgetSavedStates(history);
+    }
     std::optional<MemoryReport> memoryReport() const override { return session_.memoryReport(); }
 
 private:

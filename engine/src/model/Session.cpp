@@ -80,10 +80,11 @@ Session Session::open(const SessionOptions& options) {
         if (ec)
             throw StateError(options.stateCacheDir.string() +
                              ": cannot create the state cache folder: " + ec.message());
+        impl->stateCacheBinding = impl->stateBinding();
         impl->stateCache.emplace(options.stateCacheDir,
                                  options.stateCacheBytes > 0 ? options.stateCacheBytes
                                                              : kDefaultStateCacheBytes,
-                                 impl->stateBinding());
+                                 impl->stateCacheBinding);
     }
     if (options.loadTokenizer) {
         impl->tokenizer = Tokenizer::fromDirectory(
@@ -611,6 +612,38 @@ GenerateResult Session::generateIds(std::span<const TokenId> prompt, const Gener
     result.decodeSeconds = secondsSince(t1);
     saveToCache(s, model::StateCache::Kind::Conversation, result);
     return result;
+}
+
+void Session::setStateOwner(const std::string& owner) {
+    Impl& s = *impl_;
+    if (!s.stateCache) return;
+    // Copied first: emplace destroys the old cache before it builds the new one.
+    std::filesystem::path directory = s.stateCache->directory();
+    const std::uint64_t budget = s.stateCache->budgetBytes();
+    s.stateCache.emplace(std::move(directory), budget,
+                         model::ownedBinding(s.stateCacheBinding, owner));
+}
+
+int Session::forgetSavedStates(const std::vector<ChatMessage>& history) const {
+    const Impl& s = *impl_;
+    if (!s.stateCache || !s.tokenizer || history.empty()) return 0;
+    int removed = 0;
+    // The conversation as each setting it may have been answered with renders it.
+    for (const bool thinking : {false, true})
+        for (const char* effort : {"low", "medium", "high", "max"}) {
+            ChatRenderOptions closed;
+            closed.thinking = thinking;
+            closed.thinkingEffort = effort;
+            closed.addGenerationPrompt = false;
+            try {
+                removed += s.stateCache->removeConversationPrefixesOf(
+                    encodeChatSegments(*s.tokenizer, renderChatSegments(history, closed)));
+            } catch (const ChatError&) {
+                // not renderable this way: nothing was saved this way either
+            }
+            if (!thinking) break; // the effort is rendered only with thinking on
+        }
+    return removed;
 }
 
 // Over 80 lines: render, prefill, the decode callbacks sharing one ReplyReader, and

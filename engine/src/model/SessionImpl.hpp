@@ -47,6 +47,7 @@ struct Session::Impl {
 
     // The prefix cache on disk (SessionOptions::stateCacheDir), when one is used.
     std::optional<model::StateCache> stateCache;
+    std::string stateCacheBinding; // stateBinding(), before any owner is added
 
     Impl(Model m) : model(std::move(m)), state(model.newState()) {
         logits.assign(std::size_t(model.config().vocabSize), 0.0f);

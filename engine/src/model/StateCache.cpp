@@ -83,6 +83,15 @@ std::string hashOfIds(std::span<const TokenId> ids) {
     return buf;
 }
 
+std::string ownedBinding(const std::string& binding, const std::string& owner) {
+    if (owner.empty()) return binding;
+    const std::string text = binding + '\n' + owner;
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016" PRIx64,
+                  std::uint64_t(XXH3_64bits(text.data(), text.size())));
+    return buf;
+}
+
 StateCache::StateCache(fs::path directory, std::uint64_t budgetBytes, std::string binding)
     : directory_(std::move(directory)), budgetBytes_(budgetBytes), binding_(std::move(binding)) {}
 
@@ -120,6 +129,17 @@ void StateCache::touch(const fs::path& file) const {
 void StateCache::remove(const fs::path& file) const {
     std::error_code ec;
     fs::remove(file, ec);
+}
+
+int StateCache::removeConversationPrefixesOf(std::span<const TokenId> ids) const {
+    int removed = 0;
+    for (const Entry& e : listEntries(directory_))
+        if (e.binding == binding_ && e.kind == 'c' && e.positions <= ids.size() &&
+            hashOfIds(ids.first(e.positions)) == e.idsHash) {
+            remove(e.file);
+            ++removed;
+        }
+    return removed;
 }
 
 void StateCache::afterSave(const fs::path& saved, std::span<const TokenId> ids) const {

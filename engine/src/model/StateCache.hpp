@@ -45,12 +45,19 @@ public:
     // then the least recently used files until the folder fits the budget.
     void afterSave(const std::filesystem::path& saved, std::span<const TokenId> ids) const;
     void remove(const std::filesystem::path& file) const;
+    // Removes this binding's conversation files whose ids are a prefix of `ids`; returns
+    // how many.
+    int removeConversationPrefixesOf(std::span<const TokenId> ids) const;
 
 private:
     std::filesystem::path directory_;
     std::uint64_t budgetBytes_;
     std::string binding_;
 };
+
+// The binding of states saved for `owner` (empty: `binding` itself), so one owner's
+// files are never candidates for another's prompts.
+std::string ownedBinding(const std::string& binding, const std::string& owner);
 
 // The hex XXH3-128 of `ids`' bytes: a state file's name part.
 std::string hashOfIds(std::span<const TokenId> ids);
