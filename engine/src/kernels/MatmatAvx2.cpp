@@ -5,9 +5,10 @@
 // MatvecAvx2.cpp and meets its elements in the same order with the same roundings, so
 // column t has the bits of matvec(x_t): only the interleaving of independent pairs
 // differs (MXFP4 scales the weights instead of the partial sums on tiles of many columns,
-// which gives the same values: see rowsMxfp4ColumnsAvx2). Between blocks (F32: kF32Chunk elements, BF16: one kBf16Block,
-// MXFP4: one group) a pair's 8 double lanes live in a small state array in L1; within a block the
-// float lanes (BF16) or the partial sums (MXFP4) live in registers.
+// which gives the same values: see rowsMxfp4ColumnsAvx2). Between blocks (F32: kF32Chunk
+// elements, BF16: one kBf16Block, MXFP4: one group) a pair's 8 double lanes live in a small
+// state array in L1; within a block the float lanes (BF16) or the partial sums (MXFP4) live
+// in registers.
 
 #include "kernels/MatvecRows.hpp"
 
