@@ -4,10 +4,11 @@
 // Every (row, column) pair keeps exactly the accumulators of the single-column kernel in
 // MatvecAvx2.cpp and meets its elements in the same order with the same roundings, so
 // column t has the bits of matvec(x_t): only the interleaving of independent pairs
-// differs (MXFP4 scales the weights instead of the partial sums, which gives the same
-// values: see rowsMxfp4ColumnsAvx2). Between blocks (F32: kF32Chunk elements, BF16: one kBf16Block,
-// MXFP4: one group) a pair's 8 double lanes live in a small state array in L1; within a block the
-// float lanes (BF16) or the partial sums (MXFP4) live in registers.
+// differs (MXFP4 scales the weights instead of the partial sums on tiles of many columns,
+// which gives the same values: see rowsMxfp4ColumnsAvx2). Between blocks (F32: kF32Chunk
+// elements, BF16: one kBf16Block, MXFP4: one group) a pair's 8 double lanes live in a small
+// state array in L1; within a block the float lanes (BF16) or the partial sums (MXFP4) live
+// in registers.
 
 #include "kernels/MatvecRows.hpp"
 
@@ -17,11 +18,14 @@
 
 #include "kernels/Mxfp4Avx2.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <immintrin.h>
 
 namespace k3::detail {
+
+std::atomic<int> gMxfp4ScalePartsBelow{kMxfp4ScalePartsBelow};
 
 namespace {
 
@@ -385,9 +389,9 @@ namespace {
 // column's partial sum for those lanes is one mul and three fmas, as in mxfp4Group. Two
 // rows share each x load (one row needed more loads than fmas: 10 per 8, and the loads
 // were the limit); half a group keeps the 8 weight vectors of two rows in registers.
-template <int R, int H>
-K3_AVX2 inline void mxfp4Half(const __m256d (*decoded)[8], const double* xg, double* const* st,
-                              int ct) {
+template <int R, int H, bool ScaledWeights>
+K3_AVX2 inline void mxfp4Half(const __m256d (*decoded)[8], const __m256d* scale, const double* xg,
+                              double* const* st, int ct) {
     __m256d v[R][4];
 #pragma GCC unroll 2
     for (int r = 0; r < R; ++r)
@@ -409,26 +413,33 @@ K3_AVX2 inline void mxfp4Half(const __m256d (*decoded)[8], const double* xg, dou
 #pragma GCC unroll 2
         for (int r = 0; r < R; ++r) {
             double* lanes = st[r] + c * kLanes + 4 * H;
-            _mm256_store_pd(lanes, _mm256_add_pd(_mm256_load_pd(lanes), part[r]));
+            const __m256d lane = _mm256_load_pd(lanes);
+            _mm256_store_pd(lanes, ScaledWeights ? _mm256_add_pd(lane, part[r])
+                                                 : _mm256_fmadd_pd(part[r], scale[r], lane));
         }
     }
 }
 
 // One full group of R rows: decoded once for both halves (decoding per half was 6-10%
-// slower at 16 columns), times the exact scale (see rowsMxfp4ColumnsAvx2).
-template <int R>
+// slower at 16 columns). ScaledWeights: times the exact scale (see rowsMxfp4ColumnsAvx2),
+// 8 multiplies per row and group; otherwise each column's part is scaled as it is added
+// (fma(part, scale, lane), as the single-column kernel), 2 per row, group and column: fewer
+// for a tile of few columns.
+template <int R, bool ScaledWeights>
 K3_AVX2 inline void mxfp4Rows(const std::uint8_t* const* p, const std::uint8_t* s, const MxConst& k,
                               const double* xg, double* const* st, int ct) {
     alignas(32) __m256d decoded[R][8];
+    __m256d scale[R];
 #pragma GCC unroll 2
     for (int r = 0; r < R; ++r) {
         decodeMxfp4Group(decoded[r], p[r], k);
-        const __m256d scale = _mm256_broadcast_sd(&kE8m0Doubles[s[r]]);
+        scale[r] = _mm256_broadcast_sd(&kE8m0Doubles[s[r]]);
+        if constexpr (ScaledWeights)
 #pragma GCC unroll 8
-        for (int m = 0; m < 8; ++m) decoded[r][m] = _mm256_mul_pd(decoded[r][m], scale);
+            for (int m = 0; m < 8; ++m) decoded[r][m] = _mm256_mul_pd(decoded[r][m], scale[r]);
     }
-    mxfp4Half<R, 0>(decoded, xg, st, ct);
-    mxfp4Half<R, 1>(decoded, xg, st, ct);
+    mxfp4Half<R, 0, ScaledWeights>(decoded, scale, xg, st, ct);
+    mxfp4Half<R, 1, ScaledWeights>(decoded, scale, xg, st, ct);
 }
 
 } // namespace
@@ -440,7 +451,10 @@ K3_AVX2 inline void mxfp4Rows(const std::uint8_t* const* p, const std::uint8_t* 
 // power of two, all far from double's overflow and subnormal range (|x| < 2^128,
 // |q| <= 6, the scale 2^-127..2^127); so each rounding happens at the same relative place
 // and the lane meets the same value part * 2^(s - 127) that the single-column
-// fma(part, s, lane) adds. A group whose scale byte is 255 is skipped, as there.
+// fma(part, s, lane) adds. That costs 8 multiplies per row and group; a tile of fewer
+// than kMxfp4ScalePartsBelow columns takes the single-column fma(part, s, lane) instead
+// (2 per row, group and column), the same bits by the argument above. A group whose
+// scale byte is 255 is skipped, as there.
 K3_AVX2 void rowsMxfp4ColumnsAvx2(float* y, std::size_t ldy, const float* x, const double* xd,
                                   const std::uint8_t* packed, std::size_t rowBytes,
                                   const std::uint8_t* scales, std::size_t rowScales, int n,
@@ -450,8 +464,10 @@ K3_AVX2 void rowsMxfp4ColumnsAvx2(float* y, std::size_t ldy, const float* x, con
     const MxConst k = mxConst();
     const int fullGroups = n / kMxfp4Group;
     const std::size_t nn = static_cast<std::size_t>(n);
+    const int scalePartsBelow = gMxfp4ScalePartsBelow.load(std::memory_order_relaxed);
     for (int c0 = 0; c0 < columns; c0 += kTileColumns) {
         const int ct = columns - c0 < kTileColumns ? columns - c0 : kTileColumns;
+        const bool scaleWeights = ct >= scalePartsBelow;
         std::memset(st, 0, sizeof(double) * kLanes * ct * count);
         for (int g = 0; g < fullGroups; ++g) {
             const double* xg = xd + (static_cast<std::size_t>(g) * columns + c0) * kMxfp4Group;
@@ -471,10 +487,15 @@ K3_AVX2 void rowsMxfp4ColumnsAvx2(float* y, std::size_t ldy, const float* x, con
                     s[live] = sq;
                     lanes[live++] = st + (r + q) * ct * kLanes;
                 }
-                if (live == 2)
-                    mxfp4Rows<2>(p, s, k, xg, lanes, ct);
+                if (scaleWeights) {
+                    if (live == 2)
+                        mxfp4Rows<2, true>(p, s, k, xg, lanes, ct);
+                    else if (live == 1)
+                        mxfp4Rows<1, true>(p, s, k, xg, lanes, ct);
+                } else if (live == 2)
+                    mxfp4Rows<2, false>(p, s, k, xg, lanes, ct);
                 else if (live == 1)
-                    mxfp4Rows<1>(p, s, k, xg, lanes, ct);
+                    mxfp4Rows<1, false>(p, s, k, xg, lanes, ct);
             }
         }
         for (int r = 0; r < count; ++r)

@@ -6,10 +6,15 @@
 #include "k3/system.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 namespace k3 {
@@ -122,6 +127,102 @@ template <typename BlockFn> void forRowBlocks(int rows, bool fork, BlockFn&& fn)
 template <typename BlockFn> void forRowBlocks(int rows, int cols, BlockFn&& fn) {
     forRowBlocks(rows, worthForking(rows, cols), std::forward<BlockFn>(fn));
 }
+
+// ---- K3_KERNEL_PROFILE=1: wall seconds per weight shape, printed at exit -----------------
+// The engine's own timer for docs/measurements.md (perf cannot attribute the kernels to
+// their callers through the OpenMP regions): every matvec/matmat call is timed on the
+// calling thread, keyed by (format, rows, cols, one column or several).
+struct ProfileKey {
+    int type, rows, cols;
+    bool multi;
+    bool operator<(const ProfileKey& o) const {
+        return std::tie(type, rows, cols, multi) < std::tie(o.type, o.rows, o.cols, o.multi);
+    }
+};
+struct ProfileRow {
+    long long calls = 0, columns = 0, passes = 0; // passes: reads of the whole matrix
+    double seconds = 0;
+};
+
+std::size_t weightBytes(const WeightView& w) {
+    const auto rows = static_cast<std::size_t>(w.rows);
+    switch (w.type) {
+    case WeightType::F32:
+        return rows * static_cast<std::size_t>(w.cols) * 4;
+    case WeightType::BF16:
+        return rows * static_cast<std::size_t>(w.cols) * 2;
+    case WeightType::MXFP4:
+        return rows * (mxfp4RowBytes(w.cols) + mxfp4ScalesPerRow(w.cols));
+    }
+    return 0;
+}
+
+class KernelProfile {
+public:
+    static KernelProfile* instance() {
+        static KernelProfile* p = envFlag("K3_KERNEL_PROFILE") ? new KernelProfile : nullptr;
+        return p;
+    }
+    void add(const WeightView& w, int columns, int passes, double seconds) {
+        const std::lock_guard lock(mutex_);
+        ProfileRow& r = rows_[{static_cast<int>(w.type), w.rows, w.cols, columns > 1}];
+        ++r.calls;
+        r.columns += columns;
+        r.passes += passes;
+        r.seconds += seconds;
+    }
+
+private:
+    KernelProfile() {
+        std::atexit([] { instance()->print(); });
+    }
+    void print() {
+        const std::lock_guard lock(mutex_);
+        static const char* kType[] = {"f32", "bf16", "mxfp4"};
+        double total = 0;
+        for (const auto& kv : rows_) total += kv.second.seconds;
+        std::fprintf(stderr,
+                     "\nK3_KERNEL_PROFILE (%s path): wall seconds on the calling thread\n"
+                     "| kind | format | rows x cols | calls | columns/call | s | share | GFLOP/s | "
+                     "weight GB/s |\n|---|---|---|---|---|---|---|---|---|\n",
+                     kernelPathName(kernelPath()));
+        for (const auto& [k, r] : rows_) {
+            const WeightView w{static_cast<WeightType>(k.type), nullptr, nullptr, k.rows, k.cols};
+            const double flops = 2.0 * k.rows * double(k.cols) * double(r.columns);
+            const double bytes = double(weightBytes(w)) * double(r.passes);
+            std::fprintf(stderr,
+                         "| %s | %s | %dx%d | %lld | %.1f | %.3f | %.1f%% | %.1f | %.1f |\n",
+                         k.multi ? "matmat" : "matvec", kType[k.type], k.rows, k.cols, r.calls,
+                         double(r.columns) / double(r.calls), r.seconds, 100.0 * r.seconds / total,
+                         flops / r.seconds / 1e9, bytes / r.seconds / 1e9);
+        }
+        std::fprintf(stderr, "total %.3f s in matvec/matmat\n", total);
+    }
+    std::mutex mutex_;
+    std::map<ProfileKey, ProfileRow> rows_;
+};
+
+class ProfileScope {
+public:
+    ProfileScope(const WeightView& w, int columns, int passes)
+        : profile_(KernelProfile::instance()), w_(w), columns_(columns), passes_(passes) {
+        if (profile_) start_ = std::chrono::steady_clock::now();
+    }
+    ~ProfileScope() {
+        if (profile_)
+            profile_->add(
+                w_, columns_, passes_,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    }
+    ProfileScope(const ProfileScope&) = delete;
+    ProfileScope& operator=(const ProfileScope&) = delete;
+
+private:
+    KernelProfile* profile_;
+    WeightView w_;
+    int columns_, passes_;
+    std::chrono::steady_clock::time_point start_;
+};
 
 } // namespace
 
@@ -275,6 +376,7 @@ void matvecMxfp4(float* y, const float* x, const std::uint8_t* packed, const std
 }
 
 void matvec(float* y, const float* x, const WeightView& w) {
+    const ProfileScope profile(w, 1, 1);
     switch (w.type) {
     case WeightType::F32:
         return matvecF32(y, x, static_cast<const float*>(w.data), w.rows, w.cols);
@@ -297,6 +399,7 @@ void matmat(float* y, const float* x, const WeightView& w, int columns) {
     if (columns < 0) throw KernelError("matmat: negative column count " + std::to_string(columns));
     if (columns == 0) return;
     if (columns == 1) return matvec(y, x, w); // one column: nothing to share
+    const ProfileScope profile(w, columns, (columns + kMatmatColumns - 1) / kMatmatColumns);
     const int rows = w.rows, cols = w.cols;
     checkMatvec("matmat", y, x, w.data, rows, cols);
     if (w.type == WeightType::MXFP4 && rows > 0 && cols > 0 && !w.scales)

@@ -5,6 +5,7 @@
 // exactly, fixed fold, one rounding to float), so they return identical bits.
 
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -99,6 +100,12 @@ void widenXMxfp4ColumnsAvx2(double* xd, const float* x, int n, int columns);
 // for column t, whose x is x + t * n and, copied, the block-major copy above. Rows and
 // weights as in the single-column functions.
 inline constexpr int kMatmatRows = 12;
+// MXFP4: a tile of fewer columns than this scales each column's partial sums (fma into the
+// lanes, as the single-column kernel) instead of the decoded weights; the same bits either
+// way (rowsMxfp4ColumnsAvx2). A variable only so that bench_matmat_variants can time both
+// on the same inputs (0: always the weights, the kernel before issue 36).
+inline constexpr int kMxfp4ScalePartsBelow = 8;
+extern std::atomic<int> gMxfp4ScalePartsBelow;
 void rowsF32ColumnsAvx2(float* y, std::size_t ldy, const float* x, const double* xd, const float* w,
                         int n, int count, int columns);
 void rowsBf16ColumnsAvx2(float* y, std::size_t ldy, const float* x, const float* xp,
