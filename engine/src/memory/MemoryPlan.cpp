@@ -205,7 +205,8 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
     plan.stateBytes = in.stateBytes;
     plan.requestedChunk = in.requestedChunk;
     plan.chunkPositions = in.requestedChunk > 0 ? in.requestedChunk : kDefaultPrefillChunk;
-    // The requested chunk first, so an automatic budget leaves room for it.
+    // The requested chunk (else the default's) first, so an automatic budget leaves room
+    // for it; an unasked chunk then grows into what the budgets leave.
     plan.bufferBytes =
         in.bufferBytes + in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
     plan.contextLength = in.contextLength;
@@ -247,16 +248,18 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
         slots = std::clamp<std::uint64_t>(slots, 1, in.expertCount);
         plan.cacheSlots = int(std::min<std::uint64_t>(slots, 1u << 30));
     }
-    // A bigger chunk never takes the plan past 95% of what is available: it shrinks to
-    // what fits next to the budgets asked for (one position at worst).
+    // The chunk never takes the plan past 95% of what is available: an asked chunk
+    // shrinks to what fits next to the budgets (one position at worst); an unasked one is
+    // the longest that fits, up to the context (a prompt is never longer).
     if (in.chunkBytesPerPosition > 0 && available > 0) {
         const auto limit = std::uint64_t(double(available) * kPlanMaxShareOfAvailable);
         const std::uint64_t without =
             plan.total() - in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
         const std::uint64_t fits =
             limit > without ? (limit - without) / in.chunkBytesPerPosition : 0;
-        plan.chunkPositions =
-            int(std::clamp<std::uint64_t>(fits, 1, std::uint64_t(plan.chunkPositions)));
+        const int wanted = in.requestedChunk > 0 ? in.requestedChunk
+                                                 : std::max(kDefaultPrefillChunk, in.contextLength);
+        plan.chunkPositions = int(std::clamp<std::uint64_t>(fits, 1, std::uint64_t(wanted)));
         plan.bufferBytes =
             in.bufferBytes + in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
     }
