@@ -77,9 +77,10 @@ struct PlanInputs {
     // What a chunk holds for its whole pass, per position (the residual stream, the
     // AttnRes block snapshots, a MoE layer's routing, routed input and expert outputs);
     // the tile buffers are in bufferBytes. The plan sizes the chunk from it
-    // (requestedChunk positions, else the longest that fits, up to the context).
+    // (requestedChunk positions, else see kDefaultPrefillChunk; fewer when memory does
+    // not hold them).
     std::uint64_t chunkBytesPerPosition = 0;
-    int requestedChunk = 0; // 0: the longest chunk that fits
+    int requestedChunk = 0; // 0: as many positions as the cache's bytes, see kDefaultPrefillChunk
     bool streamed = true;   // false: everything resident (no --trunk)
     // Embeddings and lm_head stay on disk (the ultra preset): modelBytes then counts
     // only the small model tensors and the bounded read buffers.
@@ -132,10 +133,10 @@ struct MemoryPlan {
 };
 
 inline constexpr double kPlanMaxShareOfAvailable = 0.95;
-// The chunk reserved while an automatic budget is shared out (and the chunk when the
-// available memory is unknown). Otherwise a chunk is as long as fits next to the
-// budgets, up to the context: only the per-position state (chunkBytesPerPosition) grows
-// with it, so a long prompt reads the trunk and its experts' union once.
+// The shortest unasked chunk (and the one an automatic budget reserves while it is
+// shared out). Past it, an unasked chunk holds as many positions as the expert cache's
+// bytes pay for, up to the context: only the per-position state (chunkBytesPerPosition)
+// grows with it, so a long prompt reads the trunk and its experts' union once.
 inline constexpr int kDefaultPrefillChunk = 64;
 // Positions per tile of a chunk's products (the kernels' matmat shares each weight read
 // over 64 columns): the tile buffers are fixed, whatever the chunk.

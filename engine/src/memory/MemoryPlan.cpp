@@ -248,18 +248,27 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
         slots = std::clamp<std::uint64_t>(slots, 1, in.expertCount);
         plan.cacheSlots = int(std::min<std::uint64_t>(slots, 1u << 30));
     }
-    // The chunk never takes the plan past 95% of what is available: an asked chunk
-    // shrinks to what fits next to the budgets (one position at worst); an unasked one is
-    // the longest that fits, up to the context (a prompt is never longer).
+    // An unasked chunk gets as much memory as the expert cache (at least the default,
+    // at most the context: a prompt is never longer): both buy fewer reads, and the plan
+    // stays what the budget says, whatever the machine has free.
+    if (in.requestedChunk <= 0 && in.chunkBytesPerPosition > 0) {
+        const std::uint64_t longest =
+            std::uint64_t(std::max(kDefaultPrefillChunk, in.contextLength));
+        plan.chunkPositions = int(std::clamp<std::uint64_t>(
+            plan.cacheBytes() / in.chunkBytesPerPosition, kDefaultPrefillChunk, longest));
+        plan.bufferBytes =
+            in.bufferBytes + in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
+    }
+    // A bigger chunk never takes the plan past 95% of what is available: it shrinks to
+    // what fits next to the budgets asked for (one position at worst).
     if (in.chunkBytesPerPosition > 0 && available > 0) {
         const auto limit = std::uint64_t(double(available) * kPlanMaxShareOfAvailable);
         const std::uint64_t without =
             plan.total() - in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
         const std::uint64_t fits =
             limit > without ? (limit - without) / in.chunkBytesPerPosition : 0;
-        const int wanted = in.requestedChunk > 0 ? in.requestedChunk
-                                                 : std::max(kDefaultPrefillChunk, in.contextLength);
-        plan.chunkPositions = int(std::clamp<std::uint64_t>(fits, 1, std::uint64_t(wanted)));
+        plan.chunkPositions =
+            int(std::clamp<std::uint64_t>(fits, 1, std::uint64_t(plan.chunkPositions)));
         plan.bufferBytes =
             in.bufferBytes + in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
     }

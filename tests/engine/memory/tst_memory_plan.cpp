@@ -343,20 +343,22 @@ void TestMemoryPlan::prefillChunkAtTheRealWidths() {
     k3::MemoryBudget laptop;
     laptop.trunkBytes = 3'000'000'000ull;
     laptop.cacheBytes = 1'000'000'000ull;
+    // The cache's 56 slots (982,646,784 bytes) pay for 2014 positions: a 1,024-position
+    // prompt is one chunk (at the former 2,244,096 bytes a position it would be 437).
     const k3::MemoryPlan p = k3::planMemory(in, laptop, 13'000'000'000ull);
-    qInfo("laptop at 13 GB available: chunk %d positions, plan %s without the chunk's %s",
-          p.chunkPositions,
-          k3::formatBytes(p.total() - perPosition * std::uint64_t(p.chunkPositions)).c_str(),
-          k3::formatBytes(perPosition * std::uint64_t(p.chunkPositions)).c_str());
-    // 95% of 13 GB less the 10.97 GB plan, in 487,764-byte positions (at the former
-    // 2,244,096 bytes a position it would have been 615).
-    QCOMPARE(p.chunkPositions, 2823);
+    QCOMPARE(p.cacheSlots, 56);
+    QCOMPARE(p.chunkPositions, 2014);
     QVERIFY(p.chunkPositions >= 1024);
-    k3::enforceMemoryPlan(p);
-    // An asked chunk is what was asked; the context bounds an unasked one.
+    QCOMPARE(p.bufferBytes, in.bufferBytes + 2014 * perPosition);
+    k3::enforceMemoryPlan(p); // 11.95 GB of 95% of 13 GB
+    // The plan is the budget's, whatever the machine has free; less free memory shrinks it.
+    QCOMPARE(k3::planMemory(in, laptop, 100'000'000'000ull).chunkPositions, 2014);
+    QVERIFY(k3::planMemory(in, laptop, 12'000'000'000ull).chunkPositions < 1024);
+    // An asked chunk is what was asked; a cache of 10 GB pays for the whole context.
     in.requestedChunk = 16;
     QCOMPARE(k3::planMemory(in, laptop, 13'000'000'000ull).chunkPositions, 16);
     in.requestedChunk = 0;
+    laptop.cacheBytes = 10'000'000'000ull;
     QCOMPARE(k3::planMemory(in, laptop, 100'000'000'000ull).chunkPositions, 4096);
 }
 

@@ -242,7 +242,7 @@ void TestLaunch::planLaunchGivesTheFiguresOfTheFiles() {
     QCOMPARE(resident.cacheSlots, 0);
     QCOMPARE(resident.residentExpertBytes, std::uint64_t(13 * 12 * 3136)); // MXFP4 experts
     QCOMPARE(resident.contextLength, 4096);
-    QCOMPARE(resident.chunkPositions, 4096); // the context: 16 GB holds it
+    QCOMPARE(resident.chunkPositions, 64);
     QCOMPARE(resident.available, std::uint64_t(16'000'000'000ull));
     QCOMPARE(resident.budget.source, std::string("everything resident"));
 
@@ -259,10 +259,10 @@ void TestLaunch::planLaunchGivesTheFiguresOfTheFiles() {
     QCOMPARE(streamed.expertSlotBytes, std::uint64_t(8192));
     QCOMPARE(streamed.cacheSlots, 7); // 60,000 / 8192
     QCOMPARE(streamed.residentExpertBytes, std::uint64_t(0));
-    // A chunk of the whole 4096-position context: 2392 bytes a position (6 blocks of 64
-    // floats, 4 routed rows of 48 floats with their routing), and 64-position tiles.
-    QCOMPARE(streamed.chunkPositions, 4096);
-    QCOMPARE(streamed.total(), std::uint64_t(17'500'504));
+    // A chunk of 64 (the cache's 57,344 bytes pay for 23) at 2392 bytes a position (6
+    // blocks of 64 floats, 4 routed rows of 48 floats with their routing), 64-position tiles.
+    QCOMPARE(streamed.chunkPositions, 64);
+    QCOMPARE(streamed.total(), std::uint64_t(7'855'960));
 
     // A trunk packed from another checkpoint is refused, naming it.
     c.modelDir = kModels + "k3_tiny_b";
