@@ -17,6 +17,7 @@
 #include <k3/model.hpp>
 #include <k3/pack.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -124,7 +125,8 @@ int main(int argc, char** argv) {
         o.trunkBytes = b.trunkBytes;
         o.expertCacheBytes = b.cacheBytes;
         o.prefillChunk = chunk;
-        o.contextLength = 256;
+        // Room for the longest prompt: an unasked chunk is at most the context.
+        o.contextLength = std::max(256, *std::max_element(prompts.begin(), prompts.end()));
         o.layerLimit = b.layers;
         const k3::Model m = k3::Model::load(dir, o);
         const k3::MemoryPlan& plan = m.memoryPlan();

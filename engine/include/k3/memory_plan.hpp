@@ -73,11 +73,14 @@ struct PlanInputs {
     std::uint64_t stateBytes = 0;         // KDA recurrent + ShortConv state
     std::uint64_t kvBytesPerPosition = 0; // MLA latent + rope
     int contextLength = 0;                // positions the KV cache must hold
-    std::uint64_t bufferBytes = 0;        // logits and scratch of one position
-    // Activations and expert-union scratch per position of a chunk; the plan sizes the
-    // chunk from it (requestedChunk positions, fewer when memory does not hold them).
+    std::uint64_t bufferBytes = 0;        // logits, scratch and a chunk's tile buffers
+    // What a chunk holds for its whole pass, per position (the residual stream, the
+    // AttnRes block snapshots, a MoE layer's routing, routed input and expert outputs);
+    // the tile buffers are in bufferBytes. The plan sizes the chunk from it
+    // (requestedChunk positions, else see kDefaultPrefillChunk; fewer when memory does
+    // not hold them).
     std::uint64_t chunkBytesPerPosition = 0;
-    int requestedChunk = 0; // 0: kDefaultPrefillChunk
+    int requestedChunk = 0; // 0: as many positions as the cache's bytes, see kDefaultPrefillChunk
     bool streamed = true;   // false: everything resident (no --trunk)
     // Embeddings and lm_head stay on disk (the ultra preset): modelBytes then counts
     // only the small model tensors and the bounded read buffers.
@@ -130,9 +133,21 @@ struct MemoryPlan {
 };
 
 inline constexpr double kPlanMaxShareOfAvailable = 0.95;
-// Positions per prefill chunk unless asked otherwise: past ~64 the trunk read is already
-// spread thin and the activations grow linearly.
+// The shortest unasked chunk (and the one an automatic budget reserves while it is
+// shared out). Past it, an unasked chunk holds as many positions as the expert cache's
+// bytes pay for, up to the context: only the per-position state (chunkBytesPerPosition)
+// grows with it, so a long prompt reads the trunk and its experts' union once.
 inline constexpr int kDefaultPrefillChunk = 64;
+// Positions per tile of a chunk's products (the kernels' matmat shares each weight read
+// over 64 columns): the tile buffers are fixed, whatever the chunk.
+inline constexpr int kPrefillTilePositions = 64;
+
+struct ModelConfig;
+// What a prefill chunk holds per position for its whole pass, for the first `layers`
+// layers of `config` (PlanInputs::chunkBytesPerPosition).
+std::uint64_t chunkBytesPerPosition(const ModelConfig& config, int layers);
+// The tile buffers of a chunk's products, whatever its length (part of bufferBytes).
+std::uint64_t prefillTileBytes(const ModelConfig& config);
 // The widest speculative verification: proposals per pass.
 inline constexpr int kMaxSpeculation = 32;
 

@@ -439,7 +439,7 @@ TraceReplay replayLayerVisits(std::span<const std::pair<std::int32_t, std::int32
         for (; i < trace.size() && trace[i].first == layer; ++i) ++visit[trace[i].second];
         order.clear();
         for (const auto& [e, n] : visit) order.push_back(e); // ascending: the disk order
-        // As moeChunk: waves of at most the slot count, each expert acquired once.
+        // As moeExperts: waves of at most the slot count, each expert acquired once.
         for (std::size_t first = 0; first < order.size(); first += wave) {
             const std::size_t n = std::min(wave, order.size() - first);
             cache.prefetch(layer, {order.data() + first, n});

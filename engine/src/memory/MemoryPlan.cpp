@@ -205,7 +205,8 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
     plan.stateBytes = in.stateBytes;
     plan.requestedChunk = in.requestedChunk;
     plan.chunkPositions = in.requestedChunk > 0 ? in.requestedChunk : kDefaultPrefillChunk;
-    // The requested chunk first, so an automatic budget leaves room for it.
+    // The requested chunk (else the default's) first, so an automatic budget leaves room
+    // for it; an unasked chunk then grows into what the budgets leave.
     plan.bufferBytes =
         in.bufferBytes + in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
     plan.contextLength = in.contextLength;
@@ -246,6 +247,17 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
         std::uint64_t slots = cacheBudget / in.expertSlotBytes;
         slots = std::clamp<std::uint64_t>(slots, 1, in.expertCount);
         plan.cacheSlots = int(std::min<std::uint64_t>(slots, 1u << 30));
+    }
+    // An unasked chunk gets as much memory as the expert cache (at least the default,
+    // at most the context: a prompt is never longer): both buy fewer reads, and the plan
+    // stays what the budget says, whatever the machine has free.
+    if (in.requestedChunk <= 0 && in.chunkBytesPerPosition > 0) {
+        const std::uint64_t longest =
+            std::uint64_t(std::max(kDefaultPrefillChunk, in.contextLength));
+        plan.chunkPositions = int(std::clamp<std::uint64_t>(
+            plan.cacheBytes() / in.chunkBytesPerPosition, kDefaultPrefillChunk, longest));
+        plan.bufferBytes =
+            in.bufferBytes + in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
     }
     // A bigger chunk never takes the plan past 95% of what is available: it shrinks to
     // what fits next to the budgets asked for (one position at worst).

@@ -200,106 +200,144 @@ void expectShape(const char* what, const WeightView& w, int rows, int cols) {
                          std::to_string(cols));
 }
 
-// The positions routed to one expert, as (position, selection slot j).
-struct Routed {
-    std::vector<int> position, slot;
+// Where the output of (position, slot) lives until moeCombine adds it.
+float* outputRow(MoeChunk& m, int position, int slot, int latent, int topK) {
+    const int last = m.last[std::size_t(position)];
+    if (slot == last) return m.z.data() + at(position, latent);
+    const int row = position * (topK - 1) + (slot < last ? slot : slot - 1);
+    return m.eo.data() + at(row, latent);
+}
+
+const float* outputRow(const MoeChunk& m, int position, int slot, int latent, int topK) {
+    return outputRow(const_cast<MoeChunk&>(m), position, slot, latent, topK);
+}
+
+// Per tile of positions: their gathered latents, the expert's two products and outputs.
+struct ExpertScratch {
+    Floats gathered, g, u, outputs;
 };
 
-// Runs expert `ex` on the latents of its positions and writes each output to its
-// (position, slot) row of eo [T][topK][latent].
-void runExpert(const ExpertWeights& ex, const Routed& r, const Floats& z, Floats& eo, int latent,
-               int topK, const ModelConfig& c, Floats& gathered, Floats& outputs, Floats& g,
-               Floats& u) {
-    const int n = int(r.position.size());
+// Runs expert `ex` on the latents of its uses, `tile` positions at a time, and writes
+// each output to its (position, slot) row. A tile gathers all its inputs before writing,
+// and a position's z is overwritten only by its last use, so no input is read after it
+// was overwritten.
+void runExpert(const ExpertWeights& ex, const MoeChunk::Use* uses, int count, MoeChunk& m,
+               int latent, int topK, int tile, const ModelConfig& c, ExpertScratch& s) {
     const int inter = ex.w1.rows;
     expectShape("w1", ex.w1, inter, latent);
     expectShape("w3", ex.w3, inter, latent);
     expectShape("w2", ex.w2, latent, inter);
-    gathered.resize(at(n, latent));
-    for (int i = 0; i < n; ++i)
-        std::copy_n(z.data() + at(r.position[std::size_t(i)], latent), latent,
-                    gathered.data() + at(i, latent));
-    mm(g, ex.w1, gathered.data(), n);
-    mm(u, ex.w3, gathered.data(), n);
-    situGlu(g.data(), g.data(), u.data(), inter * n, float(c.activationSituBeta),
-            float(c.activationSituLinearBeta));
-    mm(outputs, ex.w2, g.data(), n);
-    for (int i = 0; i < n; ++i) {
-        const std::size_t row = std::size_t(r.position[std::size_t(i)]) * std::size_t(topK) +
-                                std::size_t(r.slot[std::size_t(i)]);
-        std::copy_n(outputs.data() + at(i, latent), latent, eo.data() + row * std::size_t(latent));
+    for (int b = 0; b < count; b += tile) {
+        const int n = std::min(tile, count - b);
+        s.gathered.resize(at(n, latent));
+        for (int i = 0; i < n; ++i)
+            std::copy_n(m.z.data() + at(uses[b + i].position, latent), latent,
+                        s.gathered.data() + at(i, latent));
+        mm(s.g, ex.w1, s.gathered.data(), n);
+        mm(s.u, ex.w3, s.gathered.data(), n);
+        situGlu(s.g.data(), s.g.data(), s.u.data(), inter * n, float(c.activationSituBeta),
+                float(c.activationSituLinearBeta));
+        mm(s.outputs, ex.w2, s.g.data(), n);
+        for (int i = 0; i < n; ++i) {
+            const MoeChunk::Use& use = uses[b + i];
+            std::copy_n(s.outputs.data() + at(i, latent), latent,
+                        outputRow(m, use.position, use.slot, latent, topK));
+            m.present[at(use.position, topK) + std::size_t(use.slot)] = 1;
+        }
     }
 }
 
+// One expert of the union: its id and its uses [begin, end) in MoeChunk::uses.
+struct UnionExpert {
+    int expert;
+    int begin, end;
+};
+
 } // namespace
 
-// Long on purpose: routing, the union of experts, their matmats and the weighted sum
-// share per-chunk buffers and one expert-major loop order (each expert read once per
-// chunk); split, the pieces would pass those buffers around and hide that order.
-int moeChunk(float* out, const float* xn, int T, const MoeWeightsStored& w, const ModelConfig& c,
-             float eps, const ExpertSource& src) {
-    const int hidden = c.hiddenSize, latent = w.down.rows, topK = c.numExpertsPerToken;
-    const int nExperts = w.gate.rows;
-    if (src.skipRouted) {
-        std::fill(out, out + at(T, hidden), 0.0f);
-        if (w.hasShared) gluChunk(out, xn, T, w.sharedGate, w.sharedUp, w.sharedDown, c);
-        return 0;
-    }
-    // Routing on the full width, per position.
-    Floats logits, z;
-    mm(logits, w.gate, xn, T);
-    std::vector<int> idx(at(T, topK));
-    Floats wt(at(T, topK));
-    for (int t = 0; t < T; ++t)
-        routeTopKFromLogits(idx.data() + at(t, topK), wt.data() + at(t, topK),
+void moeBegin(MoeChunk& m, int T, const ModelConfig& c) {
+    const int topK = c.numExpertsPerToken, latent = c.routedExpertHiddenSize;
+    m.positions = T;
+    m.idx.resize(at(T, topK));
+    m.wt.resize(at(T, topK));
+    m.z.resize(at(T, latent));
+    m.eo.resize(at(T, std::max(0, topK - 1)) * std::size_t(latent));
+    m.last.assign(std::size_t(T), 0);
+    m.present.assign(at(T, topK), 0);
+    m.uses.clear();
+}
+
+void moeRoute(MoeChunk& m, const float* xn, int first, int n, const MoeWeightsStored& w,
+              const ModelConfig& c) {
+    const int topK = c.numExpertsPerToken, latent = w.down.rows, nExperts = w.gate.rows;
+    Floats logits;
+    mm(logits, w.gate, xn, n); // routing on the full width, per position
+    for (int t = 0; t < n; ++t)
+        routeTopKFromLogits(m.idx.data() + at(first + t, topK), m.wt.data() + at(first + t, topK),
                             logits.data() + at(t, nExperts), nExperts,
                             w.bias.empty() ? nullptr : w.bias.data(), topK, c.moeRenormalize,
                             float(c.routedScalingFactor));
-    mm(z, w.down, xn, T);
+    matmat(m.z.data() + at(first, latent), xn, w.down.view(), n);
+}
 
-    // The union of the chunk's experts, each with the positions that chose it.
-    std::map<int, Routed> routed;
+// Long on purpose: the union of the chunk's experts, its order (disk offsets), which use
+// runs last per position, and the waves through the cache share one loop order (each
+// expert read once per chunk); split, the pieces would pass that order around and hide it.
+void moeExperts(MoeChunk& m, const MoeWeightsStored& w, const ModelConfig& c,
+                const ExpertSource& src, int tile) {
+    const int T = m.positions, topK = c.numExpertsPerToken, latent = w.down.rows;
+    tile = std::max(1, tile);
+    // The union of the chunk's experts, each with the positions that chose it (in
+    // position order, as the one-position layer would meet them).
+    m.uses.resize(at(T, topK));
     for (int t = 0; t < T; ++t)
-        for (int j = 0; j < topK; ++j) {
-            Routed& r = routed[idx[at(t, topK) + std::size_t(j)]];
-            r.position.push_back(t);
-            r.slot.push_back(j);
-        }
-    std::vector<int> order;
-    for (const auto& kv : routed) order.push_back(kv.first);
+        for (int j = 0; j < topK; ++j)
+            m.uses[at(t, topK) + std::size_t(j)] = {m.idx[at(t, topK) + std::size_t(j)], t, j};
+    std::sort(m.uses.begin(), m.uses.end(), [](const MoeChunk::Use& a, const MoeChunk::Use& b) {
+        return a.expert != b.expert       ? a.expert < b.expert
+               : a.position != b.position ? a.position < b.position
+                                          : a.slot < b.slot;
+    });
+    std::vector<UnionExpert> order;
+    for (int i = 0; i < int(m.uses.size()); ++i) {
+        if (order.empty() || order.back().expert != m.uses[std::size_t(i)].expert)
+            order.push_back({m.uses[std::size_t(i)].expert, i, i});
+        order.back().end = i + 1;
+    }
     if (src.cache && src.store)
-        std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-            return src.store->diskOrder(src.layer, a) < src.store->diskOrder(src.layer, b);
-        });
+        std::stable_sort(order.begin(), order.end(),
+                         [&](const UnionExpert& a, const UnionExpert& b) {
+                             return src.store->diskOrder(src.layer, a.expert) <
+                                    src.store->diskOrder(src.layer, b.expert);
+                         });
+    for (const UnionExpert& u : order) // the traversal order decides each position's last use
+        for (int i = u.begin; i < u.end; ++i)
+            m.last[std::size_t(m.uses[std::size_t(i)].position)] = m.uses[std::size_t(i)].slot;
 
-    Floats eo(at(T, topK) * std::size_t(latent), 0.0f);
-    std::vector<char> present(at(T, topK), 0);
-    Floats gathered, outputs, g, u;
-    auto markDone = [&](int e) {
-        const Routed& r = routed[e];
-        for (std::size_t i = 0; i < r.position.size(); ++i)
-            present[at(r.position[i], topK) + std::size_t(r.slot[i])] = 1;
+    ExpertScratch scratch;
+    const auto run = [&](const ExpertWeights& ex, const UnionExpert& u) {
+        runExpert(ex, m.uses.data() + u.begin, u.end - u.begin, m, latent, topK, tile, c, scratch);
     };
     if (src.cache) {
         // Waves of at most the slot count: every expert of a wave is pinned together, so
         // none is evicted before it computes and no two share a slot. The wave's reads go
         // out together; each expert computes once it has arrived, the rest still in flight.
         const std::size_t wave = std::size_t(std::max(1, src.cache->slotCount()));
+        std::vector<int> ids;
         ExpertCache::Handle held;
         try {
             for (std::size_t first = 0; first < order.size(); first += wave) {
                 const std::size_t n = std::min(wave, order.size() - first);
-                src.cache->prefetch(src.layer, {order.data() + first, n});
+                ids.clear();
+                for (std::size_t i = first; i < first + n; ++i) ids.push_back(order[i].expert);
+                src.cache->prefetch(src.layer, {ids.data(), n});
                 for (std::size_t i = first; i < first + n; ++i) {
-                    const int e = order[i];
+                    const int e = order[i].expert;
                     if (e < 0 || e >= c.numExperts) continue; // dropped, never silent
                     held = src.cache->acquire(src.layer, e);
-                    src.cache->countPositionUses(routed[e].position.size());
-                    if (held.data) {
-                        runExpert(cachedExpert(*src.store, held.data, src.layer, e, c), routed[e],
-                                  z, eo, latent, topK, c, gathered, outputs, g, u);
-                        markDone(e);
-                    }
+                    src.cache->countPositionUses(std::size_t(order[i].end - order[i].begin));
+                    if (held.data)
+                        run(cachedExpert(*src.store, held.data, src.layer, e, c), order[i]);
                     src.cache->release(held);
                 }
                 src.cache->releaseBatch();
@@ -311,35 +349,43 @@ int moeChunk(float* out, const float* xn, int T, const MoeWeightsStored& w, cons
         }
     } else {
         const auto& experts = src.resident ? *src.resident : w.experts;
-        for (int e : order) {
+        for (const UnionExpert& u : order) {
             ExpertWeights ex;
-            if (!residentExpert(experts, e, ex)) continue;
-            runExpert(ex, routed[e], z, eo, latent, topK, c, gathered, outputs, g, u);
-            markDone(e);
+            if (residentExpert(experts, u.expert, ex)) run(ex, u);
         }
     }
+}
 
+int moeCombine(float* out, const float* xn, int first, int n, const MoeChunk& m,
+               const MoeWeightsStored& w, const ModelConfig& c, float eps,
+               const ExpertSource& src) {
+    const int hidden = c.hiddenSize, latent = w.down.rows, topK = c.numExpertsPerToken;
+    if (src.skipRouted) {
+        std::fill(out, out + at(n, hidden), 0.0f);
+        if (w.hasShared) gluChunk(out, xn, n, w.sharedGate, w.sharedUp, w.sharedDown, c);
+        return 0;
+    }
     // Each position adds its experts in ITS selection order, as the one-position layer.
     int drops = 0;
-    Floats acc(at(T, latent), 0.0f);
-    for (int t = 0; t < T; ++t) {
+    Floats acc(at(n, latent), 0.0f);
+    for (int t = 0; t < n; ++t) {
         float* a = acc.data() + at(t, latent);
         for (int j = 0; j < topK; ++j) {
-            const std::size_t row = at(t, topK) + std::size_t(j);
-            if (!present[row]) {
+            const std::size_t row = at(first + t, topK) + std::size_t(j);
+            if (!m.present[row]) {
                 ++drops; // counted, never silent: the caller marks the run invalid
                 continue;
             }
-            const float wj = wt[row];
-            const float* e = eo.data() + row * std::size_t(latent);
+            const float wj = m.wt[row];
+            const float* e = outputRow(m, first + t, j, latent, topK);
             for (int i = 0; i < latent; ++i) a[i] += wj * e[i];
         }
         if (!w.norm.empty()) rmsnorm(a, a, w.norm.data(), latent, eps);
     }
-    matmat(out, acc.data(), w.up.view(), T);
+    matmat(out, acc.data(), w.up.view(), n);
     if (w.hasShared) {
-        Floats shared(at(T, hidden));
-        gluChunk(shared.data(), xn, T, w.sharedGate, w.sharedUp, w.sharedDown, c); // ORIGINAL x
+        Floats shared(at(n, hidden));
+        gluChunk(shared.data(), xn, n, w.sharedGate, w.sharedUp, w.sharedDown, c); // ORIGINAL x
         for (std::size_t i = 0; i < shared.size(); ++i) out[i] += shared[i];       // unweighted
     }
     return drops;

@@ -61,13 +61,47 @@ struct ExpertSource {
     bool skipRouted = false; // a draft without in-memory experts: the shared experts only
 };
 
-// The latent MoE over a chunk. The chunk's routed experts are the UNION over its
-// positions: each unique expert is fetched once (disk-offset order, in waves of at most
-// the cache's slot count) and run once on every position routed to it; each position
-// then adds its experts' outputs in its own selection order, as the one-position layer
-// does. Returns the dropped (position, expert) pairs: a failed read drops the expert
-// for every position that chose it.
-int moeChunk(float* out, const float* xn, int T, const MoeWeightsStored& w, const ModelConfig& c,
-             float eps, const ExpertSource& src);
+// The latent MoE over a chunk, in three steps so that a caller can tile its positions:
+// moeRoute per tile (routing and the routed input), moeExperts once over the chunk,
+// moeCombine per tile (each position's sum, the up projection and the shared experts).
+// The chunk's routed experts are the UNION over its positions: each unique expert is
+// fetched once (disk-offset order, in waves of at most the cache's slot count) and run
+// once on every position routed to it, over at most `tile` positions at a time; each
+// position then adds its experts' outputs in its own selection order, as the
+// one-position layer does. A failed read drops the expert for every position that chose it.
+//
+// What must outlive a tile, per position: its routing, its routed input z and its
+// experts' outputs. The expert that runs last for a position writes its output over
+// that position's z (read for the last time by that expert), so a position holds topK
+// latent rows in all.
+struct MoeChunk {
+    struct Use {
+        int expert, position, slot;
+    };
+    int positions = 0;
+    std::vector<int> idx;      // [T][topK] each position's experts, in selection order
+    std::vector<float> wt;     // [T][topK] their weights
+    std::vector<float> z;      // [T][latent] routed input, then the last expert's output
+    std::vector<float> eo;     // [T][topK - 1][latent] the other experts' outputs
+    std::vector<int> last;     // [T] the slot whose expert runs last
+    std::vector<char> present; // [T][topK] 0: the expert was dropped
+    std::vector<Use> uses;     // [T * topK] sorted by expert
+};
+
+// Sizes `m` for a chunk of T positions (capacity is kept from layer to layer).
+void moeBegin(MoeChunk& m, int T, const ModelConfig& c);
+
+// Routes positions [first, first + n) of the chunk; xn[n][hidden] is their normed input.
+void moeRoute(MoeChunk& m, const float* xn, int first, int n, const MoeWeightsStored& w,
+              const ModelConfig& c);
+
+// Runs the union of the chunk's experts, each over at most `tile` positions at a time.
+void moeExperts(MoeChunk& m, const MoeWeightsStored& w, const ModelConfig& c,
+                const ExpertSource& src, int tile);
+
+// out[n][hidden] for positions [first, first + n): the routed sum (after moeExperts) and
+// the shared experts of xn[n][hidden]. Returns the dropped (position, expert) pairs.
+int moeCombine(float* out, const float* xn, int first, int n, const MoeChunk& m,
+               const MoeWeightsStored& w, const ModelConfig& c, float eps, const ExpertSource& src);
 
 } // namespace k3::model

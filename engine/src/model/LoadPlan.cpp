@@ -71,8 +71,59 @@ void addWeights(LoadPlan& lp, const ModelOptions& options, bool draft) {
     }
 }
 
+} // namespace
+} // namespace k3::model
+
+namespace k3 {
+namespace {
+
+std::uint64_t nonNegative(int v) {
+    return std::uint64_t(std::max(0, v));
+}
+
+} // namespace
+
+std::uint64_t chunkBytesPerPosition(const ModelConfig& c, int layers) {
+    // Model::forward's resident state: the running block and the completed snapshots
+    // (one per attn_res_block_size layers, the first at layer 0). The MLA latents go to
+    // the KV cache, counted per context position.
+    const std::uint64_t blockSize = std::max<std::uint64_t>(1, nonNegative(c.attnResBlockSize));
+    const std::uint64_t snapshots = (nonNegative(layers) + blockSize - 1) / blockSize;
+    std::uint64_t bytes = (snapshots + 1) * nonNegative(c.hiddenSize) * 4;
+    bool moe = false;
+    for (int L = 0; L < layers && L < int(c.layers.size()); ++L)
+        moe = moe || c.layers[std::size_t(L)].mlp == MlpKind::Moe;
+    if (moe) { // MoeChunk: top-k latent rows (z holds the last), idx, wt, present, uses; last
+        const std::uint64_t topK = nonNegative(c.numExpertsPerToken);
+        bytes += topK * (nonNegative(c.routedExpertHiddenSize) * 4 + 4 + 4 + 1 + 12) + 4;
+    }
+    return bytes;
+}
+
+std::uint64_t prefillTileBytes(const ModelConfig& c) {
+    // Per tile position, the widest step: x, xn, the layer's output and the shared
+    // experts' (4 x hidden), the attention or MLP intermediates and the kernels' widened
+    // x (10 x the widest product), the router logits, an expert's gathered input and
+    // outputs; plus the union's list of experts.
+    const std::uint64_t P = nonNegative(c.kdaNumHeads) * nonNegative(c.kdaHeadDim);
+    const std::uint64_t widest =
+        std::max({P, nonNegative(c.intermediateSize),
+                  nonNegative(c.numAttentionHeads) * nonNegative(c.qkNopeHeadDim + c.qkRopeHeadDim),
+                  nonNegative(c.numAttentionHeads) * nonNegative(c.vHeadDim),
+                  2 * nonNegative(c.moeIntermediateSize)});
+    const std::uint64_t perPosition =
+        4 * (4 * nonNegative(c.hiddenSize) + 10 * widest + nonNegative(c.numExperts) +
+             2 * nonNegative(c.routedExpertHiddenSize));
+    return std::uint64_t(kPrefillTilePositions) * perPosition + nonNegative(c.numExperts) * 12;
+}
+
+} // namespace k3
+
+namespace k3::model {
+namespace {
+
 // Session state (every copy a session holds), the KV cache per position, the buffers
-// of one position and of a chunk's positions.
+// of one position and a chunk's tiles, and what a chunk holds per position.
 void addState(PlanInputs& in, const ModelConfig& c, int layers, int maxSpec) {
     in.topK = c.numExpertsPerToken;
     const std::uint64_t P = std::uint64_t(c.kdaNumHeads) * std::uint64_t(c.kdaHeadDim);
@@ -95,17 +146,8 @@ void addState(PlanInputs& in, const ModelConfig& c, int layers, int maxSpec) {
         (std::uint64_t(c.vocabSize) + 64ull * std::uint64_t(c.hiddenSize) +
          8ull * std::uint64_t(std::max<std::uint64_t>(P, std::uint64_t(c.intermediateSize)))) *
         4;
-    // One position of a chunk: the residual stream and its AttnRes block snapshots, the
-    // attention and MLP intermediates, the router logits and the expert union's
-    // per-position outputs (top-k latents), with room for the kernels' widened x.
-    const auto u = [](int v) { return std::uint64_t(std::max(0, v)); };
-    const std::uint64_t blocks = u(layers) / std::max<std::uint64_t>(1, u(c.attnResBlockSize)) + 2;
-    const std::uint64_t widest = std::max(
-        {P, u(c.intermediateSize), u(c.numAttentionHeads) * u(c.qkNopeHeadDim + c.qkRopeHeadDim),
-         u(c.numAttentionHeads) * u(c.vHeadDim), 2 * u(c.moeIntermediateSize)});
-    in.chunkBytesPerPosition =
-        4 * ((12 + blocks) * u(c.hiddenSize) + 10 * widest + u(c.numExperts) +
-             (u(c.numExpertsPerToken) + 4) * u(c.routedExpertHiddenSize));
+    in.chunkBytesPerPosition = chunkBytesPerPosition(c, layers);
+    in.bufferBytes += prefillTileBytes(c);
 }
 
 struct PinRates {

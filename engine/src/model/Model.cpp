@@ -449,7 +449,14 @@ void Model::Impl::prepareRollback(InferenceState& state, int T) const {
 
 // Long on purpose: one chunk's pass in the model's order (embedding, per layer the
 // AttnRes aggregation, attention, MLP and residual, then the output aggregation and the
-// logits); the per-position buffers and the block snapshots are shared by every step.
+// logits); the block snapshots and the tile buffers are shared by every step.
+//
+// Only the per-position state stays resident for the whole chunk: the running AttnRes
+// block (the residual stream), the completed block snapshots, and inside a MoE layer
+// each position's routing, routed input and expert outputs (MoeChunk). Everything else
+// (aggregations, norms, projections, attention, MLP products) runs over tiles of at most
+// kPrefillTilePositions positions: every product's column has the bits of a one-position
+// matvec and the recurrent parts advance position by position, so tiles change no bit.
 TokenStats Model::forward(InferenceState& state, std::span<const int> tokens,
                           std::span<float> logits, bool keepRollback) const {
     const ModelConfig& c = impl_->config;
@@ -465,74 +472,119 @@ TokenStats Model::forward(InferenceState& state, std::span<const int> tokens,
     state.d_->replayFrom = keepRollback ? first : -1;
     if (keepRollback) impl.prepareRollback(state, T);
 
-    std::vector<float> h(TE), x(TE), xn(TE), att(TE), mlp(TE), partial;
-    impl.embed(tokens, h.data());
-    // Attention residuals, per position: completed block snapshots plus the running
-    // partial block ([T][E] each).
-    std::vector<std::vector<float>> blocks;
+    // The running block [T][E]: the embeddings, then each layer's residual stream.
+    std::vector<float> partial(TE);
+    impl.embed(tokens, partial.data());
+    std::vector<std::vector<float>> blocks; // completed block snapshots, [T][E] each
+    // A verification chunk's KDA rollback record covers one call, so its attention runs
+    // untiled (prepareRollback bounds it to maxSpeculation + 1 positions).
+    const int tile = keepRollback ? T : std::min(T, kPrefillTilePositions);
+    const std::size_t tileE = std::size_t(tile) * std::size_t(E);
+    std::vector<float> x(tileE), xn(tileE), out(tileE);
+    model::MoeChunk moe;
     std::vector<const float*> sources;
-    auto aggregate = [&](float* out, const float* part, const std::vector<float>& fold, int t) {
-        sources.clear();
-        for (const auto& b : blocks) sources.push_back(b.data() + std::size_t(t) * E);
-        if (part) sources.push_back(part + std::size_t(t) * E);
-        attnRes(out + std::size_t(t) * E, sources.data(), int(sources.size()), fold.data(), E, eps);
+    // x[n][E] = the aggregation of the first `nBlocks` snapshots and `part` at positions
+    // [t0, t0 + n) of the chunk.
+    auto aggregate = [&](std::size_t nBlocks, const float* part, const std::vector<float>& fold,
+                         int t0, int n) {
+        for (int t = 0; t < n; ++t) {
+            const std::size_t row = std::size_t(t0 + t) * E;
+            sources.clear();
+            for (std::size_t b = 0; b < nBlocks; ++b) sources.push_back(blocks[b].data() + row);
+            sources.push_back(part + row);
+            attnRes(x.data() + std::size_t(t) * E, sources.data(), int(sources.size()), fold.data(),
+                    E, eps);
+        }
     };
-    auto norm = [&](float* out, const float* in, const std::vector<float>& weight) {
-        for (int t = 0; t < T; ++t)
-            rmsnorm(out + std::size_t(t) * E, in + std::size_t(t) * E, weight.data(), E, eps);
+    auto norm = [&](const std::vector<float>& weight, int n) {
+        for (int t = 0; t < n; ++t)
+            rmsnorm(xn.data() + std::size_t(t) * E, x.data() + std::size_t(t) * E, weight.data(), E,
+                    eps);
+    };
+    auto addTo = [&](float* rows, std::size_t count) {
+        for (std::size_t i = 0; i < count; ++i) rows[i] += out[i];
     };
 
     for (std::size_t L = 0; L < std::size_t(impl.layerCount); ++L) {
         const LayerWeights& lw = impl.layer(int(L)); // bound once for the whole chunk
         model::LayerState& ls = state.d_->layers[L];
-        partial = h;
-        bool hasPartial = true;
-        // Pre-attention aggregation is skipped while no block exists.
-        if (!blocks.empty())
-            for (int t = 0; t < T; ++t) aggregate(x.data(), partial.data(), lw.attnResFold, t);
-        else
-            x = h;
-        if (int(L) % c.attnResBlockSize == 0) { // block boundary: snapshot, start afresh
-            blocks.push_back(partial);
-            hasPartial = false;
+        // The blocks before this layer; at a block boundary the running block (this
+        // layer's input) becomes a snapshot and the attention output starts a new one.
+        const std::size_t before = blocks.size();
+        const bool boundary = int(L) % c.attnResBlockSize == 0;
+        if (boundary) {
+            blocks.push_back(std::move(partial));
+            partial.clear();
+            partial.resize(TE);
         }
-        norm(xn.data(), x.data(), lw.inputNorm);
-        if (lw.spec.attention == AttentionKind::Kda)
-            model::kdaChunk(att.data(), xn.data(), T, lw.kda, ls, c, eps,
-                            keepRollback ? &state.d_->replay[L] : nullptr);
-        else
-            model::mlaChunk(att.data(), xn.data(), T, lw.mla, ls, c, eps, first);
-        if (hasPartial)
-            for (std::size_t i = 0; i < TE; ++i) partial[i] += att[i];
-        else
-            partial = att;
-        // Pre-MLP aggregation always runs: the partial block alone is a valid source set.
-        for (int t = 0; t < T; ++t) aggregate(x.data(), partial.data(), lw.mlpResFold, t);
-        norm(xn.data(), x.data(), lw.postNorm);
+        const float* input = boundary ? blocks.back().data() : partial.data();
+        for (int t0 = 0; t0 < T; t0 += tile) {
+            const int n = std::min(tile, T - t0);
+            const std::size_t off = std::size_t(t0) * E, nE = std::size_t(n) * E;
+            // Pre-attention aggregation is skipped while no block exists.
+            if (before > 0)
+                aggregate(before, input, lw.attnResFold, t0, n);
+            else
+                std::copy_n(input + off, nE, x.data());
+            norm(lw.inputNorm, n);
+            if (lw.spec.attention == AttentionKind::Kda)
+                model::kdaChunk(out.data(), xn.data(), n, lw.kda, ls, c, eps,
+                                keepRollback ? &state.d_->replay[L] : nullptr);
+            else
+                model::mlaChunk(out.data(), xn.data(), n, lw.mla, ls, c, eps, first + t0);
+            if (boundary)
+                std::copy_n(out.data(), nE, partial.data() + off);
+            else
+                addTo(partial.data() + off, nE);
+        }
         impl.enterMlp(int(L));
-        if (lw.spec.mlp == MlpKind::Dense) {
-            model::gluChunk(mlp.data(), xn.data(), T, lw.dense.gate, lw.dense.up, lw.dense.down, c);
-        } else {
-            const int drops = model::moeChunk(mlp.data(), xn.data(), T, lw.moe, c, eps,
-                                              impl.expertSource(int(L)));
-            if (!impl.draftOf) stats.droppedExperts += drops; // a draft only proposes
+        // Pre-MLP aggregation always runs: the partial block alone is a valid source set.
+        const auto mlpInput = [&](int t0, int n) {
+            aggregate(blocks.size(), partial.data(), lw.mlpResFold, t0, n);
+            norm(lw.postNorm, n);
+        };
+        const model::ExpertSource src =
+            lw.spec.mlp == MlpKind::Dense ? model::ExpertSource{} : impl.expertSource(int(L));
+        if (lw.spec.mlp != MlpKind::Dense && !src.skipRouted) {
+            // Routed over the whole chunk first: each expert of the union runs once.
+            model::moeBegin(moe, T, c);
+            for (int t0 = 0; t0 < T; t0 += tile) {
+                const int n = std::min(tile, T - t0);
+                mlpInput(t0, n);
+                model::moeRoute(moe, xn.data(), t0, n, lw.moe, c);
+            }
+            model::moeExperts(moe, lw.moe, c, src, kPrefillTilePositions);
         }
-        for (std::size_t i = 0; i < TE; ++i) h[i] = partial[i] + mlp[i];
+        for (int t0 = 0; t0 < T; t0 += tile) {
+            const int n = std::min(tile, T - t0);
+            mlpInput(t0, n); // again for a MoE layer: the shared experts take it
+            if (lw.spec.mlp == MlpKind::Dense) {
+                model::gluChunk(out.data(), xn.data(), n, lw.dense.gate, lw.dense.up, lw.dense.down,
+                                c);
+            } else {
+                const int drops =
+                    model::moeCombine(out.data(), xn.data(), t0, n, moe, lw.moe, c, eps, src);
+                if (!impl.draftOf) stats.droppedExperts += drops; // a draft only proposes
+            }
+            addTo(partial.data() + std::size_t(t0) * E, std::size_t(n) * E);
+        }
     }
 
-    // The logits of every position, or of the last one only.
+    // The logits of every position, or of the last one only. Every position's logits
+    // are the caller's [T][vocab] buffer, so their inputs are one pass too (a streamed
+    // lm_head is read once per call).
     const bool all = logits.size() != std::size_t(c.vocabSize) || T == 1;
     const int from = all ? 0 : T - 1, count = T - from;
-    for (int t = from; t < T; ++t) {
-        aggregate(x.data(), h.data(), W.outputResFold, t);
+    x.resize(std::size_t(count) * E);
+    xn.resize(std::size_t(count) * E);
+    aggregate(blocks.size(), partial.data(), W.outputResFold, from, count);
+    for (int t = 0; t < count; ++t)
         rmsnorm(xn.data() + std::size_t(t) * E, x.data() + std::size_t(t) * E, W.finalNorm.data(),
                 E, eps);
-    }
-    const float* xl = xn.data() + std::size_t(from) * E;
     if (impl.headTable)
-        impl.headTable->matmat(logits.data(), xl, count);
+        impl.headTable->matmat(logits.data(), xn.data(), count);
     else
-        matmat(logits.data(), xl, W.lmHead.view(), count);
+        matmat(logits.data(), xn.data(), W.lmHead.view(), count);
     for (float v : logits)
         if (!std::isfinite(v)) {
             stats.nonFinite = true;

@@ -2,6 +2,7 @@
 // KV cache called a memory limit). The flag resolver is tst_launch's.
 #include <QTest>
 
+#include <k3/config.hpp>
 #include <k3/memory_plan.hpp>
 #include <k3/pack.hpp>
 #include <k3/presets.hpp>
@@ -20,6 +21,7 @@ private slots:
     void autoPutsTrunkFirst();
     void pinnedCompressedPinsMore();
     void pinnedCompressedPaysByMeasurement();
+    void prefillChunkAtTheRealWidths();
 };
 
 static const std::uint64_t MB = 1'000'000;
@@ -124,7 +126,7 @@ void TestMemoryPlan::piecesWhenALayerExceedsTheShare() {
 // The released checkpoint's trunk, layer by layer, from reference/README.md: hidden
 // 7168, KDA 96 x 128, MLA (q 1536, kv 512, nope 128, rope 64, v 128), layer 0 dense
 // (33792), MoE router over 896 experts, latent 3584, two shared experts of 3072.
-void TestMemoryPlan::everyPresetPlansTheRealShapes() {
+static void realTrunk(std::vector<std::uint64_t>& layers, std::vector<std::uint64_t>& pieces) {
     const std::uint64_t E = 7168, P = 96 * 128, D = 128, H = 96, bf = 2;
     const std::uint64_t norms = 6 * E * bf;
     const std::uint64_t kda =
@@ -134,7 +136,6 @@ void TestMemoryPlan::everyPresetPlansTheRealShapes() {
                               bf;
     const std::uint64_t dense = 3 * 33792 * E * bf;
     const std::uint64_t moe = (896 * E + 2 * 3584 * E + 3584 + 3 * 6144 * E) * bf + 896 * 4;
-    std::vector<std::uint64_t> layers, pieces;
     for (int L = 0; L < 93; ++L) {
         const bool mlaLayer = (L + 1) % 4 == 0 || L == 92; // full_attn_layers 4,8,...,92,93
         const std::uint64_t attn = norms + (mlaLayer ? mla : kda);
@@ -142,6 +143,11 @@ void TestMemoryPlan::everyPresetPlansTheRealShapes() {
         layers.push_back(attn + mlp);
         pieces.push_back(k3::alignUp(std::max(attn, mlp)) + 8 * 4096); // window slack
     }
+}
+
+void TestMemoryPlan::everyPresetPlansTheRealShapes() {
+    std::vector<std::uint64_t> layers, pieces;
+    realTrunk(layers, pieces);
     QCOMPARE(layers[0], std::uint64_t(2'340'893'440)); // the seed: "largest layer run: 2.341 GB"
     for (const k3::Preset& preset : k3::presets()) {
         k3::MemoryPlan p;
@@ -297,6 +303,63 @@ void TestMemoryPlan::pinnedCompressedPaysByMeasurement() {
     // Nothing saved, or no measurement: never.
     QVERIFY(!k3::pinCompressedPays(0, 0, 5e9, 3e9));
     QVERIFY(!k3::pinCompressedPays(1'000'000'000, 500'000'000, 0, 3e9));
+}
+
+// The prefill plan at the released widths (the real config.json): what a chunk holds per
+// position for its whole pass, the fixed tile buffers, and the chunk the laptop preset
+// (3 GB trunk, 1 GB cache) gets on a machine where its plan fits with room to spare.
+void TestMemoryPlan::prefillChunkAtTheRealWidths() {
+    const k3::ModelConfig c =
+        k3::readModelConfig(K3_SOURCE_DIR "/tests/fixtures/config/kimi-k3-config.json");
+    QCOMPARE(c.numHiddenLayers, 93);
+    const std::uint64_t perPosition = k3::chunkBytesPerPosition(c, 93);
+    // 8 block snapshots (layers 0, 12, ..., 84) and the running block of 7168 floats;
+    // 16 latent rows of 3584 floats (the routed input holds the last expert's output)
+    // with their ids, weights, flags and uses; the slot that runs last.
+    QCOMPARE(perPosition, std::uint64_t(9 * 7168 * 4 + 16 * (3584 * 4 + 21) + 4));
+    QCOMPARE(perPosition, std::uint64_t(487'764));
+    QVERIFY(perPosition <= 500'000); // at most 0.5 MB (issue 29; was 2,244,096)
+    // 64 tile positions of 4 hidden rows, 10 of the widest product (the dense 33792),
+    // the router's 896 logits and 2 latent rows; the union's expert list.
+    QCOMPARE(k3::prefillTileBytes(c),
+             std::uint64_t(64 * 4 * (4 * 7168 + 10 * 33792 + 896 + 2 * 3584) + 896 * 12));
+
+    k3::PlanInputs in;
+    std::vector<std::uint64_t> pieces;
+    realTrunk(in.layerBytes, pieces);
+    in.layerPieceBytes = pieces;
+    in.modelBytes = 2ull * 163840 * 7168 * 2; // embed_tokens and lm_head, BF16
+    in.expertSlotBytes = k3::alignUp(17'547'264);
+    in.expertCount = 92 * 896;
+    in.topK = 16;
+    // 69 KDA layers: the live state and the prompt snapshot, a rollback record for 16
+    // proposals; 24 MLA layers: latent and rope, twice, per context position.
+    const std::uint64_t P = 96 * 128, kdaState = (P * 128 + 3 * P * 3) * 4;
+    in.stateBytes = 69 * (3 * kdaState + (6 * P + 96) * 4 * 17);
+    in.kvBytesPerPosition = 24 * 2 * (512 + 64) * 4;
+    in.contextLength = 4096;
+    in.bufferBytes = (163840 + 64 * 7168 + 8 * 33792) * 4 + k3::prefillTileBytes(c);
+    in.chunkBytesPerPosition = perPosition;
+    k3::MemoryBudget laptop;
+    laptop.trunkBytes = 3'000'000'000ull;
+    laptop.cacheBytes = 1'000'000'000ull;
+    // The cache's 56 slots (982,646,784 bytes) pay for 2014 positions: a 1,024-position
+    // prompt is one chunk (at the former 2,244,096 bytes a position it would be 437).
+    const k3::MemoryPlan p = k3::planMemory(in, laptop, 13'000'000'000ull);
+    QCOMPARE(p.cacheSlots, 56);
+    QCOMPARE(p.chunkPositions, 2014);
+    QVERIFY(p.chunkPositions >= 1024);
+    QCOMPARE(p.bufferBytes, in.bufferBytes + 2014 * perPosition);
+    k3::enforceMemoryPlan(p); // 11.95 GB of 95% of 13 GB
+    // The plan is the budget's, whatever the machine has free; less free memory shrinks it.
+    QCOMPARE(k3::planMemory(in, laptop, 100'000'000'000ull).chunkPositions, 2014);
+    QVERIFY(k3::planMemory(in, laptop, 12'000'000'000ull).chunkPositions < 1024);
+    // An asked chunk is what was asked; a cache of 10 GB pays for the whole context.
+    in.requestedChunk = 16;
+    QCOMPARE(k3::planMemory(in, laptop, 13'000'000'000ull).chunkPositions, 16);
+    in.requestedChunk = 0;
+    laptop.cacheBytes = 10'000'000'000ull;
+    QCOMPARE(k3::planMemory(in, laptop, 100'000'000'000ull).chunkPositions, 4096);
 }
 
 QTEST_GUILESS_MAIN(TestMemoryPlan)

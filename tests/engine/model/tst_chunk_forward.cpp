@@ -3,7 +3,8 @@
 // budget of the memory ladder (resident, pinned, ring, pieces, ultra, expert caches of
 // 1 slot / top-k / every expert), on both tiny checkpoints and the demo; decoding after
 // a chunked prefill continues with the same ids; a chunk reads each streamed layer once
-// and each unique expert once; 1 and 2 threads give the same bits.
+// and each unique expert once; 1 and 2 threads give the same bits; chunks of several
+// tiles give the same bits.
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -14,9 +15,10 @@
 #include <cstring>
 #include <fstream>
 
+#include <k3/memory_plan.hpp>
 #include <k3/model.hpp>
-#include <k3/trunk.hpp>
 #include <k3/pack.hpp>
+#include <k3/trunk.hpp>
 
 using nlohmann::json;
 
@@ -108,6 +110,8 @@ private slots:
     void threadCountChangesNoBit();
     void chunkReadsTrunkOnceAndExpertsOnce();
     void badChunksAreRefused();
+    void tilesChangeNoBit_data();
+    void tilesChangeNoBit();
 };
 
 void TestChunkForward::sameBitsAsOnePosition_data() {
@@ -285,6 +289,57 @@ void TestChunkForward::badChunksAreRefused() {
     logits.resize(std::size_t(m.config().vocabSize));
     QVERIFY_THROWS_EXCEPTION(k3::ModelError, m.forward(st, std::span<const int>(bad, 2), logits));
     QCOMPARE(st.length(), 0); // nothing was fed
+}
+
+void TestChunkForward::tilesChangeNoBit_data() {
+    QTest::addColumn<QString>("name");
+    QTest::newRow("k3_tiny_a") << QStringLiteral("k3_tiny_a");
+    QTest::newRow("demo") << QStringLiteral("demo");
+}
+
+// Chunks longer than a tile (k3::kPrefillTilePositions): 150 positions as one chunk (two
+// whole tiles and a partial one), and as 100 + 50, give every position's logits and the
+// last-only logits with the bits of one-position calls, resident and streamed (nothing
+// pinned, one expert slot: the union in many waves, each expert over several tiles).
+void TestChunkForward::tilesChangeNoBit() {
+    QFETCH(QString, name);
+    const std::string dir = fixture(name);
+    static_assert(k3::kPrefillTilePositions < 75);
+    QTemporaryDir tmp;
+    const std::string trunkDir = tmp.filePath(QStringLiteral("trunk")).toStdString();
+    k3::packTrunk(dir, trunkDir);
+    const k3::TrunkIndex idx = k3::openTrunkIndex(trunkDir, dir);
+    std::uint64_t largest = 0;
+    for (const auto& r : idx.layers) largest = std::max(largest, r.bytes);
+    const k3::Model resident = k3::Model::load(dir);
+    const std::size_t V = std::size_t(resident.config().vocabSize);
+    const std::vector<int> prompt = promptFor(dir, int(V), 150);
+    const std::vector<float> ref = onePositionAtATime(resident, prompt);
+    const std::vector<int> refDecoded = greedyAfter(resident, prompt, 3);
+    k3::ModelOptions streamed;
+    streamed.trunkDir = trunkDir;
+    streamed.trunkBytes = k3::alignUp(largest);
+    streamed.expertCacheSlots = 1;
+    for (const bool stream : {false, true}) {
+        const k3::Model m = stream ? k3::Model::load(dir, streamed) : k3::Model::load(dir);
+        for (int chunk : {150, 100}) {
+            const Chunked r = inChunks(m, prompt, chunk, 3);
+            QCOMPARE(r.dropped, 0);
+            for (std::size_t t = 0; t < prompt.size(); ++t)
+                if (std::memcmp(r.logits.data() + t * V, ref.data() + t * V, V * sizeof(float)) !=
+                    0)
+                    QFAIL(qPrintable(QStringLiteral("streamed %1, chunk %2: position %3 differs")
+                                         .arg(stream)
+                                         .arg(chunk)
+                                         .arg(t)));
+            QCOMPARE(r.decoded, refDecoded);
+        }
+        k3::InferenceState st = m.newState();
+        std::vector<float> last(V);
+        m.forward(st, std::span<const int>(prompt.data(), prompt.size()), last);
+        QVERIFY(std::memcmp(last.data(), ref.data() + (prompt.size() - 1) * V, V * sizeof(float)) ==
+                0);
+    }
 }
 
 QTEST_GUILESS_MAIN(TestChunkForward)

@@ -259,7 +259,10 @@ void TestLaunch::planLaunchGivesTheFiguresOfTheFiles() {
     QCOMPARE(streamed.expertSlotBytes, std::uint64_t(8192));
     QCOMPARE(streamed.cacheSlots, 7); // 60,000 / 8192
     QCOMPARE(streamed.residentExpertBytes, std::uint64_t(0));
-    QCOMPARE(streamed.total(), std::uint64_t(8'005'832));
+    // A chunk of 64 (the cache's 57,344 bytes pay for 23) at 2392 bytes a position (6
+    // blocks of 64 floats, 4 routed rows of 48 floats with their routing), 64-position tiles.
+    QCOMPARE(streamed.chunkPositions, 64);
+    QCOMPARE(streamed.total(), std::uint64_t(7'855'960));
 
     // A trunk packed from another checkpoint is refused, naming it.
     c.modelDir = kModels + "k3_tiny_b";
