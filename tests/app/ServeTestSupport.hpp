@@ -69,10 +69,12 @@ struct Answer {
 // One request with Connection: close; the whole answer (chunked bodies decoded).
 inline Answer exchange(int port, const QByteArray& method, const QByteArray& path,
                        const QByteArray& body = {}) {
-    QByteArray request = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+    QByteArray request =
+        method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
     if (method == "POST")
-        request += "Content-Type: application/json\r\nContent-Length: " +
-                   QByteArray::number(body.size()) + "\r\n";
+        request +=
+            "Content-Type: application/json\r\nContent-Length: " + QByteArray::number(body.size()) +
+            "\r\n";
     request += "\r\n" + body;
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};

@@ -32,9 +32,9 @@ void TestK3Routes::overContextStreamIsA400BeforeTheHeaders() {
     const auto ids = k3::encodeChatSegments(tok, k3::renderChatSegments(messages));
     QVERIFY(ids.size() > 300);
     const QByteArray body =
-        QJsonDocument(QJsonObject{{"messages", QJsonArray{QJsonObject{{"role", "user"},
-                                                                      {"content", text}}}},
-                                  {"stream", true}})
+        QJsonDocument(
+            QJsonObject{{"messages", QJsonArray{QJsonObject{{"role", "user"}, {"content", text}}}},
+                        {"stream", true}})
             .toJson(QJsonDocument::Compact);
     const Answer a = exchange(s.port, "POST", "/v1/chat/completions", body);
     QCOMPARE(a.status, 400);

@@ -31,9 +31,9 @@ QJsonArray runCalls(const Server& s, const QJsonArray& calls) {
     QProcess p;
     p.setWorkingDirectory(kScratch);
     const QJsonObject spec{{"baseURL", s.url()}, {"calls", calls}};
-    p.start(QStringLiteral("node"), {kScratch + "/chat.mjs",
-                                     QString::fromUtf8(QJsonDocument(spec).toJson(
-                                         QJsonDocument::Compact))});
+    p.start(QStringLiteral("node"),
+            {kScratch + "/chat.mjs",
+             QString::fromUtf8(QJsonDocument(spec).toJson(QJsonDocument::Compact))});
     if (!p.waitForFinished(120000)) p.kill();
     if (p.exitCode() != 0) qWarning("node failed: %s", p.readAllStandardError().constData());
     return QJsonDocument::fromJson(p.readAllStandardOutput()).array();
@@ -110,13 +110,13 @@ void TestK3ServeApi::logprobsAreTheDumpedLogits() {
 
     Server s = startServe();
     QVERIFY2(s.port > 0, qPrintable(s.log));
-    const QJsonObject params{{"model", "demo"},           {"messages", QJsonArray{user("Hello!")}},
-                             {"thinking", kNoThinking},   {"logprobs", true},
-                             {"top_logprobs", 5},         {"max_tokens", 1}};
+    const QJsonObject params{{"model", "demo"},         {"messages", QJsonArray{user("Hello!")}},
+                             {"thinking", kNoThinking}, {"logprobs", true},
+                             {"top_logprobs", 5},       {"max_tokens", 1}};
     QJsonObject streamed = params;
     streamed["stream"] = true;
-    const QJsonArray r = runCalls(s, {QJsonObject{{"params", params}},
-                                      QJsonObject{{"params", streamed}}});
+    const QJsonArray r =
+        runCalls(s, {QJsonObject{{"params", params}}, QJsonObject{{"params", streamed}}});
     QCOMPARE(r.size(), 2);
     for (const auto& v : r) {
         const QJsonArray content = v.toObject()["logprobs"].toObject()["content"].toArray();
@@ -160,9 +160,8 @@ void TestK3ServeApi::textCompletions() {
     QJsonObject streamed = params;
     streamed["stream"] = true;
     streamed["stream_options"] = QJsonObject{{"include_usage", true}};
-    const QJsonArray r =
-        runCalls(s, {QJsonObject{{"params", params}, {"kind", "completions"}},
-                     QJsonObject{{"params", streamed}, {"kind", "completions"}}});
+    const QJsonArray r = runCalls(s, {QJsonObject{{"params", params}, {"kind", "completions"}},
+                                      QJsonObject{{"params", streamed}, {"kind", "completions"}}});
     QCOMPARE(r.size(), 2);
     for (const auto& v : r) {
         const QJsonObject o = v.toObject();
@@ -230,8 +229,8 @@ void TestK3ServeApi::logitBiasAndPenalties() {
     penalised["max_tokens"] = 20;
     penalised["frequency_penalty"] = 2;
     penalised["presence_penalty"] = 1.5;
-    const QJsonArray twice = runCalls(s, {QJsonObject{{"params", penalised}},
-                                          QJsonObject{{"params", penalised}}});
+    const QJsonArray twice =
+        runCalls(s, {QJsonObject{{"params", penalised}}, QJsonObject{{"params", penalised}}});
     QCOMPARE(twice[0]["content"].toString(), twice[1]["content"].toString());
     QVERIFY(twice[0]["content"].toString().startsWith(QString::fromStdString(firstToken)));
 
@@ -264,8 +263,8 @@ void TestK3ServeApi::legacyFunctionsAreTools() {
         {"tools", QJsonArray{QJsonObject{{"type", "function"}, {"function", fn}}}},
         {"tool_choice", "required"},
         {"max_tokens", 1}};
-    const QJsonArray r = runCalls(s, {QJsonObject{{"params", legacy}},
-                                      QJsonObject{{"params", tools}}});
+    const QJsonArray r =
+        runCalls(s, {QJsonObject{{"params", legacy}}, QJsonObject{{"params", tools}}});
     QVERIFY2(!r[0].toObject().contains("error"), qPrintable(QJsonDocument(r).toJson()));
     QCOMPARE(r[0]["usage"]["prompt_tokens"].toInt(), r[1]["usage"]["prompt_tokens"].toInt());
     QVERIFY(r[0]["usage"]["prompt_tokens"].toInt() > 30);
@@ -277,11 +276,11 @@ void TestK3ServeApi::legacyFunctionsAreTools() {
 void TestK3ServeApi::lastAssistantMessageIsContinued() {
     Server s = startServe();
     QVERIFY2(s.port > 0, qPrintable(s.log));
-    const QJsonObject r = one(
-        s, {{"model", "demo"},
-            {"messages", QJsonArray{user("Hello!"), QJsonObject{{"role", "assistant"},
-                                                                {"content", "Hello! I am"}}}},
-            {"thinking", kNoThinking}});
+    const QJsonObject r =
+        one(s, {{"model", "demo"},
+                {"messages", QJsonArray{user("Hello!"), QJsonObject{{"role", "assistant"},
+                                                                    {"content", "Hello! I am"}}}},
+                {"thinking", kNoThinking}});
     QVERIFY2(!r.contains("error"), qPrintable(QJsonDocument(r).toJson()));
     QCOMPARE(r["content"].toString(),
              QString(" the tiny demo model of k3chat. Ask me about the app."));

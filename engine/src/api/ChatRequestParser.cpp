@@ -277,14 +277,10 @@ void logprobs(const Json& doc, ChatRequest& r) {
 
 // An assistant message last: its answer is continued (its channel left open), as vLLM's
 // continue_final_message; the think channel when it has no content yet and thinking is on.
+// One with tool calls is closed as before: the model answers after its calls.
 void continueFinalAssistant(ChatRequest& r) {
     const ChatMessage& last = r.messages.back();
-    if (last.role != ChatRole::Assistant) return;
-    const std::string field = "messages[" + std::to_string(r.messages.size() - 1) + "]";
-    if (!last.toolCalls.empty())
-        throw bad(field + ".tool_calls",
-                  "an assistant message last is continued, and one with tool calls cannot be "
-                  "(send the tool results after it)");
+    if (last.role != ChatRole::Assistant || !last.toolCalls.empty()) return;
     r.render.continueChannel = r.render.thinking && last.content.empty() ? "think" : "response";
 }
 
