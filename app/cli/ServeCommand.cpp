@@ -6,6 +6,7 @@
 #include "Commands.hpp"
 #include "HostPolicy.hpp"
 #include "HttpServer.hpp"
+#include "ServeServer.hpp"
 #include "SessionLoader.hpp"
 
 #include <k3/api.hpp>
@@ -105,61 +106,6 @@ private:
     bool probed_ = false;
 };
 
-// FIFO turns for the one session: a request takes a place when it arrives (refused
-// when `limit` already wait), runs when it is first in line, and gives the place up
-// when its response is gone (served, failed or abandoned).
-class TurnQueue {
-public:
-    explicit TurnQueue(int limit) : limit_(limit) {}
-
-    class Place {
-    public:
-        Place(TurnQueue& q, std::uint64_t id) : q_(q), id_(id) {}
-        ~Place() { q_.leave(id_); }
-        Place(const Place&) = delete;
-        Place& operator=(const Place&) = delete;
-        // Blocks until this place is first; false when the server is shutting down.
-        bool waitTurn() { return q_.waitTurn(id_); }
-
-    private:
-        TurnQueue& q_;
-        std::uint64_t id_;
-    };
-
-    // Nothing when the queue is full.
-    std::shared_ptr<Place> join() {
-        std::lock_guard lock(m_);
-        if (int(line_.size()) > limit_) return nullptr; // the running one plus `limit` waiting
-        line_.push_back(next_);
-        return std::make_shared<Place>(*this, next_++);
-    }
-
-    void shutdown() {
-        std::lock_guard lock(m_);
-        closing_ = true;
-        cv_.notify_all();
-    }
-
-private:
-    bool waitTurn(std::uint64_t id) {
-        std::unique_lock lock(m_);
-        cv_.wait(lock, [&] { return closing_ || line_.front() == id; });
-        return !closing_;
-    }
-    void leave(std::uint64_t id) {
-        std::lock_guard lock(m_);
-        line_.remove(id);
-        cv_.notify_all();
-    }
-
-    std::mutex m_;
-    std::condition_variable cv_;
-    std::list<std::uint64_t> line_;
-    std::uint64_t next_ = 0;
-    int limit_;
-    bool closing_ = false;
-};
-
 bool isLoopback(const std::string& host) {
     if (host == "localhost" || host == "::1") return true;
     in_addr a{};
@@ -197,95 +143,56 @@ struct RequestLog {
 };
 thread_local RequestLog tlLog;
 
-class Server {
-public:
-    Server(const ServeArgs& args, HostPolicy policy, k3::Session& session, std::string modelId,
-           std::string key)
-        : args_(args), policy_(std::move(policy)), session_(session), modelId_(std::move(modelId)),
-          key_(std::move(key)), queue_(args.queue), created_(std::time(nullptr)) {}
+} // namespace
 
-    int run();
-    void stop() {
-        stopping_ = true;
-        cancel_ = true;
-        queue_.shutdown();
-        http_.stop();
-    }
+namespace serve {
 
-private:
-    void routes();
-    void chatCompletions(const httplib::Request& req, httplib::Response& res);
-    void sendError(httplib::Response& res, const k3::api::ApiError& e) {
-        res.status = e.status();
-        res.set_content(k3::api::errorJson(e), "application/json");
-    }
-    k3::GenerateOptions generateOptions(const k3::api::ChatRequest& r) const;
-    std::string completionId() {
-        std::lock_guard lock(idMutex_);
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "chatcmpl-%016llx", (unsigned long long)idRandom_());
-        return buf;
-    }
+std::shared_ptr<TurnQueue::Place> TurnQueue::join() {
+    std::lock_guard lock(m_);
+    if (int(line_.size()) > limit_) return nullptr; // the running one plus `limit` waiting
+    line_.push_back(next_);
+    return std::make_shared<Place>(*this, next_++);
+}
 
-    // Host and Origin checks, then CORS headers and preflights for the allowed origins.
-    bool refusedByPolicy(const httplib::Request& req, httplib::Response& res);
+void TurnQueue::shutdown() {
+    std::lock_guard lock(m_);
+    closing_ = true;
+    cv_.notify_all();
+}
 
-    const ServeArgs& args_;
-    HostPolicy policy_;
-    k3::Session& session_;
-    std::string modelId_;
-    std::string key_;
-    TurnQueue queue_;
-    std::int64_t created_;
-    LimitedHttpServer http_;
-    std::atomic<bool> cancel_{false}; // the running generation's flag (one runs at a time)
-    std::atomic<bool> stopping_{false};
-    std::string stateOwner_; // whose conversation the session's state holds (see generate)
-    std::mutex idMutex_;
-    std::mt19937_64 idRandom_{std::random_device{}()};
-};
+bool TurnQueue::waitTurn(std::uint64_t id) {
+    std::unique_lock lock(m_);
+    cv_.wait(lock, [&] { return closing_ || line_.front() == id; });
+    return !closing_;
+}
 
-// Every token's text, through the stop strings, to a sink (the SSE stream, or the
-// collected reply). A false sink (the client left) or a stop string raises the flag.
-class ReplyObserver : public k3::SessionObserver {
-public:
-    ReplyObserver(std::vector<std::string> stops, std::atomic<bool>& cancel,
-                  std::function<bool(const std::string&, const std::string&)> sink)
-        : stop_(std::move(stops)), cancel_(cancel), sink_(std::move(sink)) {}
+void TurnQueue::leave(std::uint64_t id) {
+    std::lock_guard lock(m_);
+    line_.remove(id);
+    cv_.notify_all();
+}
 
-    void onToken(const k3::TokenEvent& ev) override {
-        if (failed_ || stop_.stopped()) return;
-        const std::string content = stop_.feed(ev.responseDelta);
-        content_ += content;
-        if (!sink_(ev.thinkingDelta, content)) failed_ = true;
-        if (failed_ || stop_.stopped()) cancel_ = true;
-    }
-    // The end: text held back for a stop string that never came.
-    void finish() {
-        if (failed_ || stop_.stopped()) return;
-        const std::string rest = stop_.flush();
-        content_ += rest;
-        if (!rest.empty() && !sink_({}, rest)) failed_ = true;
-    }
-    bool clientLeft() const { return failed_; }
-    bool stoppedByString() const { return stop_.stopped(); }
-    const std::string& content() const { return content_; }
+void ReplyObserver::onToken(const k3::TokenEvent& ev) {
+    if (failed_ || stop_.stopped()) return;
+    if (ev.logprobs) logprobs_.emplace_back(ev.id, *ev.logprobs);
+    const std::string content = stop_.feed(ev.responseDelta);
+    content_ += content;
+    if (!sink_(&ev, ev.thinkingDelta, content)) failed_ = true;
+    if (failed_ || stop_.stopped()) cancel_ = true;
+}
 
-private:
-    k3::api::StopFilter stop_;
-    std::atomic<bool>& cancel_;
-    std::function<bool(const std::string&, const std::string&)> sink_;
-    bool failed_ = false;
-    std::string content_; // the answer as sent (cut at a stop string)
-};
+void ReplyObserver::finish() {
+    if (failed_ || stop_.stopped()) return;
+    const std::string rest = stop_.flush();
+    content_ += rest;
+    if (!rest.empty() && !sink_(nullptr, {}, rest)) failed_ = true;
+}
 
-// Why a run's output is not the model's, as k3 --chat says it.
 std::string invalidReason(const k3::GenerateResult& r) {
     if (r.nonFinite) return "a NaN or Inf reached the logits";
     return std::to_string(r.droppedExperts) + " routed expert(s) could not be loaded";
 }
 
-// An invalid run is a server failure, never an answer: a 500 naming the reason.
 k3::api::ApiError invalidRun(const k3::GenerateResult& r) {
     return k3::api::ApiError(
         500, "RUN INVALID: " + invalidReason(r) + "; the output is not the model's answer",
@@ -297,30 +204,107 @@ k3::api::ApiError shuttingDown() {
                              "server_error", {}, "server_shutdown");
 }
 
-k3::GenerateOptions Server::generateOptions(const k3::api::ChatRequest& r) const {
+Server::Server(const ServeArgs& args, HostPolicy policy, std::string modelId, std::string key)
+    : args_(args), policy_(std::move(policy)), modelId_(std::move(modelId)), key_(std::move(key)),
+      queue_(args.queue), created_(std::time(nullptr)) {}
+
+void Server::stop() {
+    stopping_ = true;
+    cancel_ = true;
+    queue_.shutdown();
+    http_.stop();
+}
+
+std::string Server::newId(const char* prefix) {
+    std::lock_guard lock(idMutex_);
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%s%016llx", prefix, (unsigned long long)idRandom_());
+    return buf;
+}
+
+void Server::sendError(httplib::Response& res, const k3::api::ApiError& e,
+                       const std::function<std::string(const k3::api::ApiError&)>& body) {
+    res.status = e.status();
+    res.set_content(body ? body(e) : k3::api::errorJson(e), "application/json");
+}
+
+std::string Server::tokenText(k3::TokenId id) const {
+    const k3::Tokenizer& tok = session_->tokenizer();
+    return std::size_t(id) < tok.vocabSize() ? std::string(tok.tokenBytes(id)) : std::string();
+}
+
+k3::api::TokenLogprob Server::tokenLogprob(k3::TokenId id, const k3::TokenLogprobs& lp) const {
+    k3::api::TokenLogprob out{tokenText(id), lp.logprob, {}};
+    for (const auto& [alt, logprob] : lp.top) out.top.emplace_back(tokenText(alt), logprob);
+    return out;
+}
+
+void Server::checkPromptFits(std::size_t promptTokens, const std::string& field) const {
+    const int context = session_->contextLength();
+    if (context > 0 && promptTokens >= std::size_t(context))
+        throw k3::api::ApiError(400,
+                                field + ": " + k3::ContextFull(int(promptTokens), context).what(),
+                                "invalid_request_error", field, "context_length_exceeded");
+}
+
+k3::GenerateOptions Server::sampling(std::optional<double> temperature, std::optional<double> topP,
+                                     std::optional<std::uint64_t> seedAsked,
+                                     std::size_t turn) const {
     // Sampled exactly as k3 --chat samples: greedy unless temperature, top_p or seed is
     // given, one seed stream per assistant turn.
     SamplingArgs asked;
-    asked.temperature = r.temperature;
-    asked.topP = r.topP;
-    asked.seed = r.seed;
+    asked.temperature = temperature;
+    asked.topP = topP;
+    asked.seed = seedAsked;
     const ResolvedSampling s = resolveSampling(asked);
     std::uint64_t seed = s.seed;
     if (s.sampling && !s.seedGiven) seed = std::random_device{}();
-    std::size_t turns = 0;
-    for (const auto& m : r.messages) turns += m.role == k3::ChatRole::Assistant;
     k3::GenerateOptions o;
-    o.render = r.render;
     o.sampling.temperature = s.sampling ? s.temperature : 0.0f;
     o.sampling.topP = s.sampling ? s.topP : 1.0f;
-    o.sampling.seed = turnSeed(seed, turns);
-    o.maxTokens = r.maxTokens.value_or(4096);
+    o.sampling.seed = turnSeed(seed, turn);
     o.speculation = args_.model.speculation;
     return o;
 }
 
-void Server::chatCompletions(const httplib::Request& req, httplib::Response& res) {
+k3::GenerateOptions Server::generateOptions(const k3::api::ChatRequest& r) const {
+    std::size_t turns = 0;
+    for (const auto& m : r.messages) turns += m.role == k3::ChatRole::Assistant;
+    k3::GenerateOptions o = sampling(r.temperature, r.topP, r.seed, turns);
+    o.render = r.render;
+    o.maxTokens = r.maxTokens.value_or(4096);
+    o.logprobs = r.topLogprobs;
+    o.logitBias = r.logitBias;
+    o.presencePenalty = float(r.presencePenalty);
+    o.frequencyPenalty = float(r.frequencyPenalty);
+    checkLogitBias(r.logitBias);
+    return o;
+}
+
+void Server::checkLogitBias(const std::vector<std::pair<k3::TokenId, float>>& bias) const {
+    const std::size_t vocab = std::size_t(session_->config().vocabSize);
+    for (const auto& entry : bias)
+        if (std::size_t(entry.first) >= vocab)
+            throw k3::api::ApiError(400,
+                                    "logit_bias." + std::to_string(entry.first) +
+                                        ": the token id is outside the vocabulary (0.." +
+                                        std::to_string(vocab - 1) + ")",
+                                    "invalid_request_error",
+                                    "logit_bias." + std::to_string(entry.first));
+}
+
+bool Server::refusedBeforeParsing(
+    const httplib::Request& req, httplib::Response& res,
+    const std::function<std::string(const k3::api::ApiError&)>& errorBody) {
     namespace api = k3::api;
+    if (!ready_) {
+        res.set_header("Retry-After", "1");
+        sendError(res,
+                  api::ApiError(503, "the model is loading; retry when GET /health says ready",
+                                "server_error", {}, "model_loading"),
+                  errorBody);
+        return true;
+    }
     // A web page can POST text/plain to 127.0.0.1 without a CORS preflight; application/json
     // it cannot. Parameters (charset) may follow, in any case.
     std::string type = req.get_header_value("Content-Type");
@@ -328,141 +312,202 @@ void Server::chatCompletions(const httplib::Request& req, httplib::Response& res
     type.erase(type.find_last_not_of(" \t") + 1);
     std::transform(type.begin(), type.end(), type.begin(),
                    [](unsigned char c) { return char(std::tolower(c)); });
-    if (type != "application/json")
-        return sendError(res, api::ApiError(415,
-                                            "Content-Type must be application/json, got \"" +
-                                                terminalSafe(type, false) + "\"",
-                                            "invalid_request_error", {}, "unsupported_media_type"));
+    if (type == "application/json") return false;
+    sendError(res,
+              api::ApiError(415,
+                            "Content-Type must be application/json, got \"" +
+                                terminalSafe(type, false) + "\"",
+                            "invalid_request_error", {}, "unsupported_media_type"),
+              errorBody);
+    return true;
+}
+
+void Server::chatCompletions(const httplib::Request& req, httplib::Response& res) {
+    namespace api = k3::api;
+    if (refusedBeforeParsing(req, res)) return;
     api::ChatRequest request;
+    k3::GenerateOptions options;
     try {
         request = api::parseChatRequest(req.body);
+        options = generateOptions(request);
+        // Known before anything is generated: refused before the headers go out.
+        const k3::Tokenizer& tok = session_->tokenizer();
+        checkPromptFits(
+            k3::encodeChatSegments(tok, k3::renderChatSegments(request.messages, request.render))
+                .size(),
+            "messages");
     } catch (const api::ApiError& e) {
         return sendError(res, e);
+    } catch (const k3::ChatError& e) {
+        return sendError(res, api::ApiError(400, std::string("messages: ") + e.what(),
+                                            "invalid_request_error", "messages"));
     }
-    auto place = queue_.join();
-    if (!place) {
-        // Clients that honour it (the openai SDKs) wait this long before they retry.
-        res.set_header("Retry-After", "1");
-        return sendError(res, api::ApiError(429,
-                                            "the server is busy: " + std::to_string(args_.queue) +
-                                                " requests already wait (k3 serve --queue); "
-                                                "retry later",
-                                            "rate_limit_error", {}, "queue_full"));
-    }
-    const std::string id = completionId();
+    const std::string id = newId("chatcmpl-");
     const std::int64_t created = std::time(nullptr);
-    const k3::GenerateOptions options = generateOptions(request);
-
-    // Whose prefix the session may reuse: the key holders' (one key, one principal), else
-    // this client address's. Another client's prefix is dropped first, so cached_tokens
-    // (and the prefill's time) never tells a client what someone else asked.
-    const std::string owner = key_.empty() ? "address " + req.remote_addr : "key";
-    // Runs the generation in this request's turn; the sink sees each delta.
-    auto generate = [this, request, options, owner](ReplyObserver& observer,
-                                                    k3::GenerateResult& out) {
-        cancel_ = stopping_.load();
-        if (owner != stateOwner_) {
-            session_.reset();
-            session_.setStateOwner(owner); // --state-cache: each client's own states
-            stateOwner_ = owner;
-        }
-        try {
-            out = session_.chat(request.messages, options, &observer, &cancel_);
-        } catch (const k3::ContextFull& e) {
-            throw api::ApiError(400, std::string("messages: ") + e.what(), "invalid_request_error",
-                                "messages", "context_length_exceeded");
-        } catch (const k3::ChatError& e) {
-            throw api::ApiError(400, std::string("messages: ") + e.what(), "invalid_request_error",
-                                "messages");
-        } catch (const std::exception& e) { // a failed read or forward: this answer only
-            std::fprintf(stderr, "k3 serve: the forward pass failed: %s\n",
-                         terminalSafe(e.what()).c_str());
-            session_.reset(); // the state may be half-written
-            // The details (file paths among them) are for the server's log only.
-            throw api::ApiError(500, "the forward pass failed (the server's log says why)",
-                                "server_error");
-        }
-        observer.finish();
-        tlLog.promptTokens = out.promptTokens;
-        tlLog.completionTokens = int(out.ids.size());
-        if (!out.valid())
-            std::fprintf(stderr, "k3 serve: RUN INVALID: %s\n", invalidReason(out).c_str());
+    auto writer = std::make_shared<api::ChunkWriter>(id, modelId_, created);
+    const bool withLogprobs = request.topLogprobs >= 0;
+    Generation g;
+    g.stream = request.stream;
+    g.stops = request.stop;
+    g.run = [messages = request.messages, options](k3::Session& s, ReplyObserver& o,
+                                                   const std::atomic<bool>* cancel) {
+        return s.chat(messages, options, &o, cancel);
+    };
+    g.start = [writer] { return writer->start(); };
+    g.delta = [this, writer, withLogprobs](const k3::TokenEvent* ev, const std::string& reasoning,
+                                           const std::string& content) {
+        if (!withLogprobs || !ev || !ev->logprobs) return writer->delta(reasoning, content);
+        const api::TokenLogprob lp = tokenLogprob(ev->id, *ev->logprobs);
+        return writer->delta(reasoning, content, &lp);
     };
     auto usageOf = [](const k3::GenerateResult& r) {
         return api::Usage{r.promptTokens, int(r.ids.size()), r.reusedPositions};
     };
-
-    if (!request.stream) {
-        if (!place->waitTurn()) return sendError(res, shuttingDown());
-        // Nothing is written until the end, so each token looks whether the client left.
-        ClientWatch client(requestSocket(req), req.version == "HTTP/1.1");
-        ReplyObserver observer(
-            request.stop, cancel_,
-            [&client](const std::string&, const std::string&) { return !client.left(); });
-        k3::GenerateResult r;
-        try {
-            generate(observer, r);
-        } catch (const api::ApiError& e) {
-            return sendError(res, e);
-        }
-        if (observer.clientLeft()) return; // nobody to answer
-        if (!r.valid()) return sendError(res, invalidRun(r));
-        if (r.cancelled && stopping_) return sendError(res, shuttingDown());
+    g.finish = [writer, usageOf, includeUsage = request.includeUsage](const k3::GenerateResult& r,
+                                                                      const ReplyObserver& o) {
+        std::string out = writer->finish(
+            r.reply.toolCalls, api::finishReason(r.reply, r.endOfTurn, o.stoppedByString()));
+        if (includeUsage) out += writer->usage(usageOf(r));
+        return out + api::ChunkWriter::done();
+    };
+    g.errorEvent = [](const api::ApiError& e) { return "data: " + api::errorJson(e) + "\n\n"; };
+    g.body = [this, id, created, usageOf, withLogprobs](const k3::GenerateResult& r,
+                                                        const ReplyObserver& o) {
         api::Completion c;
         c.id = id;
         c.model = modelId_;
         c.created = created;
         c.message = r.reply;
-        c.message.content = observer.content();
-        c.finishReason = api::finishReason(r.reply, r.endOfTurn, observer.stoppedByString());
+        c.message.content = o.content();
+        c.finishReason = api::finishReason(r.reply, r.endOfTurn, o.stoppedByString());
         c.usage = usageOf(r);
-        res.set_content(api::completionJson(c), "application/json");
-        return;
-    }
-
-    // Streamed: the 200 and the headers go first; the turn is waited for in the provider.
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [this, place, id, created, request,
-                                                           generate,
-                                                           usageOf](std::size_t,
-                                                                    httplib::DataSink& sink) {
-        api::ChunkWriter writer(id, modelId_, created);
-        auto send = [&sink](const std::string& text) {
-            return text.empty() || sink.write(text.data(), text.size());
-        };
-        if (!place->waitTurn()) {
-            send("data: " + api::errorJson(shuttingDown()) + "\n\n");
-            sink.done();
-            return true;
+        if (withLogprobs) {
+            c.logprobs.emplace();
+            for (const auto& [tokenId, lp] : o.logprobs())
+                c.logprobs->push_back(tokenLogprob(tokenId, lp));
         }
-        if (!send(writer.start())) return false;
-        ReplyObserver observer(request.stop, cancel_,
-                               [&](const std::string& reasoning, const std::string& content) {
-                                   return send(writer.delta(reasoning, content));
-                               });
+        return api::completionJson(c);
+    };
+    answer(req, res, std::move(g));
+}
+
+k3::GenerateResult Server::runTurn(const std::string& owner, const Generation& g,
+                                   ReplyObserver& observer) {
+    namespace api = k3::api;
+    cancel_ = stopping_.load();
+    // Whose prefix the session may reuse: the key holders' (one key, one principal), else
+    // this client address's. Another client's prefix is dropped first, so cached_tokens
+    // (and the prefill's time) never tells a client what someone else asked.
+    if (owner != stateOwner_) {
+        session_->reset();
+        session_->setStateOwner(owner); // --state-cache: each client's own states
+        stateOwner_ = owner;
+    }
+    k3::GenerateResult out;
+    try {
+        out = g.run(*session_, observer, &cancel_);
+    } catch (const k3::ContextFull& e) {
+        throw api::ApiError(400, std::string("messages: ") + e.what(), "invalid_request_error",
+                            "messages", "context_length_exceeded");
+    } catch (const k3::ChatError& e) {
+        throw api::ApiError(400, std::string("messages: ") + e.what(), "invalid_request_error",
+                            "messages");
+    } catch (const api::ApiError&) {
+        throw;
+    } catch (const std::exception& e) { // a failed read or forward: this answer only
+        std::fprintf(stderr, "k3 serve: the forward pass failed: %s\n",
+                     terminalSafe(e.what()).c_str());
+        session_->reset(); // the state may be half-written
+        // The details (file paths among them) are for the server's log only.
+        throw api::ApiError(500, "the forward pass failed (the server's log says why)",
+                            "server_error");
+    }
+    observer.finish();
+    tlLog.promptTokens = out.promptTokens;
+    tlLog.completionTokens = int(out.ids.size());
+    if (!out.valid())
+        std::fprintf(stderr, "k3 serve: RUN INVALID: %s\n", invalidReason(out).c_str());
+    std::lock_guard lock(metrics_.m);
+    ++metrics_.generations;
+    metrics_.promptTokens += std::uint64_t(out.promptTokens);
+    metrics_.completionTokens += out.ids.size();
+    metrics_.cachedTokens += std::uint64_t(out.reusedPositions);
+    metrics_.prefillSeconds += out.prefillSeconds;
+    metrics_.decodeSeconds += out.decodeSeconds;
+    metrics_.memory = session_->memoryReport();
+    metrics_.memoryKnown = true;
+    return out;
+}
+
+// Over 80 lines: the queue, then the non-streamed and the streamed answer side by side.
+void Server::answer(const httplib::Request& req, httplib::Response& res, Generation g) {
+    namespace api = k3::api;
+    auto place = queue_.join();
+    if (!place) {
+        // Clients that honour it (the openai SDKs) wait this long before they retry.
+        res.set_header("Retry-After", "1");
+        return sendError(res,
+                         api::ApiError(429,
+                                       "the server is busy: " + std::to_string(args_.queue) +
+                                           " requests already wait (k3 serve --queue); "
+                                           "retry later",
+                                       "rate_limit_error", {}, "queue_full"),
+                         g.errorBody);
+    }
+    const std::string owner = key_.empty() ? "address " + req.remote_addr : "key";
+    if (!g.stream) {
+        if (!place->waitTurn()) return sendError(res, shuttingDown(), g.errorBody);
+        // Nothing is written until the end, so each token looks whether the client left.
+        ClientWatch client(requestSocket(req), req.version == "HTTP/1.1");
+        ReplyObserver observer(g.stops, cancel_,
+                               [&client](const k3::TokenEvent*, const std::string&,
+                                         const std::string&) { return !client.left(); });
         k3::GenerateResult r;
         try {
-            generate(observer, r);
+            r = runTurn(owner, g, observer);
         } catch (const api::ApiError& e) {
-            send("data: " + api::errorJson(e) + "\n\n");
+            return sendError(res, e, g.errorBody);
+        }
+        if (observer.clientLeft()) return; // nobody to answer
+        if (!r.valid()) return sendError(res, invalidRun(r), g.errorBody);
+        if (r.cancelled && stopping_) return sendError(res, shuttingDown(), g.errorBody);
+        res.set_content(g.body(r, observer), "application/json");
+        return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    auto gen = std::make_shared<Generation>(std::move(g));
+    res.set_chunked_content_provider(
+        "text/event-stream", [this, place, gen, owner](std::size_t, httplib::DataSink& sink) {
+            auto send = [&sink](const std::string& text) {
+                return text.empty() || sink.write(text.data(), text.size());
+            };
+            auto end = [&](const api::ApiError& e) {
+                send(gen->errorEvent(e));
+                sink.done();
+                return true;
+            };
+            if (!place->waitTurn()) return end(shuttingDown());
+            if (!send(gen->start())) return false;
+            ReplyObserver observer(gen->stops, cancel_,
+                                   [&](const k3::TokenEvent* ev, const std::string& reasoning,
+                                       const std::string& content) {
+                                       return send(gen->delta(ev, reasoning, content));
+                                   });
+            k3::GenerateResult r;
+            try {
+                r = runTurn(owner, *gen, observer);
+            } catch (const api::ApiError& e) {
+                return end(e);
+            }
+            if (observer.clientLeft()) return false; // nobody to finish for
+            // What was sent is not the model's (whole) answer: an error ends the stream,
+            // with no finish reason and no end marker that would make it look complete.
+            if (!r.valid() || (r.cancelled && stopping_))
+                return end(r.valid() ? shuttingDown() : invalidRun(r));
+            send(gen->finish(r, observer));
             sink.done();
             return true;
-        }
-        if (observer.clientLeft()) return false; // nobody to finish for
-        // What was sent is not the model's (whole) answer: an error ends the stream,
-        // with no finish_reason and no [DONE] that would make it look complete.
-        if (!r.valid() || (r.cancelled && stopping_)) {
-            send("data: " + api::errorJson(r.valid() ? shuttingDown() : invalidRun(r)) + "\n\n");
-            sink.done();
-            return true;
-        }
-        send(writer.finish(r.reply.toolCalls,
-                           api::finishReason(r.reply, r.endOfTurn, observer.stoppedByString())));
-        if (request.includeUsage) send(writer.usage(usageOf(r)));
-        send(api::ChunkWriter::done());
-        sink.done();
-        return true;
-    });
+        });
 }
 
 bool Server::refusedByPolicy(const httplib::Request& req, httplib::Response& res) {
@@ -507,7 +552,8 @@ void Server::routes() {
         tlLog.start = Clock::now();
         tlLog.started = true;
         if (refusedByPolicy(req, res)) return httplib::Server::HandlerResponse::Handled;
-        if (key_.empty() || !req.path.starts_with("/v1/"))
+        // Everything but /health needs the key (the token counts in /metrics are private).
+        if (key_.empty() || req.path == "/health")
             return httplib::Server::HandlerResponse::Unhandled;
         const std::string auth = req.get_header_value("Authorization");
         // RFC 9110: the scheme is case-insensitive ("bearer KEY" is as good as "Bearer KEY").
@@ -525,15 +571,10 @@ void Server::routes() {
                                      "authentication_error", {}, "invalid_api_key"));
         return httplib::Server::HandlerResponse::Handled;
     });
-    http_.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-        res.set_content("{\"status\":\"ok\"}", "application/json");
-    });
-    http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-        res.set_content(api::modelsJson(modelId_, created_), "application/json");
-    });
     http_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
         chatCompletions(req, res);
     });
+    moreRoutes();
     // 404, 405, 413 and the like from the library get an OpenAI-style body too.
     http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return;
@@ -541,8 +582,7 @@ void Server::routes() {
         // A chunked body cut off at the limit: the library calls the failed read a 400.
         if (LimitedHttpServer::bodyOverLimit()) res.status = 413;
         if (res.status == 404)
-            message = "no route " + req.method + " " + req.path +
-                      " (GET /v1/models, GET /health, POST /v1/chat/completions)";
+            message = "no route " + req.method + " " + req.path + " (" + kRouteList + ")";
         else if (res.status == 413)
             message = "the request body is over the " + std::to_string(args_.maxBodyMB) +
                       " MB limit (k3 serve --max-body-mb)";
@@ -572,7 +612,7 @@ void Server::routes() {
                                          "server_error"));
         });
     // method, path, status, tokens (prompt+completion), seconds. Never headers: the key.
-    http_.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+    http_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
         const double seconds =
             tlLog.started ? std::chrono::duration<double>(Clock::now() - tlLog.start).count() : 0;
         std::string tokens = tlLog.promptTokens < 0 ? std::string("-")
@@ -584,10 +624,11 @@ void Server::routes() {
             std::to_string(seconds).substr(0, std::to_string(seconds).find('.') + 4) + " s";
         std::fprintf(stderr, "k3 serve: %s\n", line.c_str());
         tlLog = {};
+        countRequest(req, res.status);
     });
 }
 
-int Server::run() {
+void Server::bind() {
     routes();
     int port = args_.port;
     if (port == 0) {
@@ -601,17 +642,15 @@ int Server::run() {
                                              std::to_string(args_.port) +
                                              " (in use, or not an address of this machine); "
                                              "pick another --port or --host"};
-    std::fprintf(stderr, "k3 serve: %s on http://%s:%d/v1 (%s; queue %d, %s)\n", modelId_.c_str(),
-                 args_.host.find(':') != std::string::npos ? ("[" + args_.host + "]").c_str()
-                                                           : args_.host.c_str(),
-                 port, key_.empty() ? "no API key" : "API key required", args_.queue,
-                 "Ctrl-C stops");
-    std::fflush(stderr);
-    http_.listen_after_bind();
-    return kExitOk;
+    port_ = port;
 }
 
-} // namespace
+std::string Server::address() const {
+    const bool v6 = args_.host.find(':') != std::string::npos;
+    return "http://" + (v6 ? "[" + args_.host + "]" : args_.host) + ":" + std::to_string(port_);
+}
+
+} // namespace serve
 
 int runServe(const ServeArgs& args) {
     if (!isLoopback(args.host) && args.apiKeyFile.empty())
@@ -630,11 +669,11 @@ int runServe(const ServeArgs& args) {
     pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
     signal(SIGPIPE, SIG_IGN); // a client that left is a failed write, not a dead server
 
-    LoadedSession loaded = openModel(args.model, TokenizerNeed::Required);
     std::string modelId = std::filesystem::path(args.model.modelDir).lexically_normal().filename();
     if (modelId.empty())
         modelId = std::filesystem::path(args.model.modelDir).parent_path().filename();
-    Server server(args, std::move(policy), loaded.session, modelId, key);
+    serve::Server server(args, std::move(policy), modelId, key);
+    server.bind();
     std::thread signals([&] {
         int sig = 0;
         sigwait(&stopSignals, &sig);
@@ -643,18 +682,35 @@ int runServe(const ServeArgs& args) {
             server.stop();
         }
     });
-    int code = kExitOk;
-    try {
-        code = server.run();
-    } catch (...) {
+    // GET /health answers while the model loads ("loading"); the "on http://..." line
+    // comes once requests are served.
+    std::fprintf(stderr, "k3 serve: loading %s (%s/health answers meanwhile)\n", modelId.c_str(),
+                 server.address().c_str());
+    std::fflush(stderr);
+    std::thread listener([&] { server.listen(); });
+    auto stopAll = [&] {
+        server.stop();
+        listener.join();
         pthread_kill(signals.native_handle(), SIGTERM);
         signals.join();
+    };
+    std::optional<LoadedSession> loaded;
+    try {
+        loaded.emplace(openModel(args.model, TokenizerNeed::Required));
+    } catch (...) {
+        stopAll();
         throw;
     }
-    // listen() returned: stopped by a signal (or failed); wake the signal thread if needed.
+    server.ready(loaded->session);
+    std::fprintf(stderr, "k3 serve: %s on %s/v1 (%s; queue %d, %s)\n", modelId.c_str(),
+                 server.address().c_str(), key.empty() ? "no API key" : "API key required",
+                 args.queue, "Ctrl-C stops");
+    std::fflush(stderr);
+    // Until a signal stops the server; then the signal thread is woken if needed.
+    listener.join();
     pthread_kill(signals.native_handle(), SIGTERM);
     signals.join();
-    return code;
+    return kExitOk;
 }
 
 } // namespace k3cli

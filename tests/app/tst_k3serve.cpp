@@ -433,11 +433,12 @@ void TestK3Serve::refusals() {
     QCOMPARE(big["body"]["error"]["message"].toString(),
              QString("the request body is over the 1 MB limit (k3 serve --max-body-mb)"));
 
-    const QJsonObject missing = raw({{"url", s.url() + "/completions"}, {"body", "{}"}});
+    const QJsonObject missing = raw({{"url", s.url() + "/embeddings"}, {"body", "{}"}});
     QCOMPARE(missing["status"].toInt(), 404);
     QCOMPARE(missing["body"]["error"]["message"].toString(),
-             QString("no route POST /v1/completions (GET /v1/models, GET /health, POST "
-                     "/v1/chat/completions)"));
+             QString("no route POST /v1/embeddings (GET /v1/models, GET /v1/models/{id}, POST "
+                     "/v1/chat/completions, POST /v1/completions, POST /tokenize, POST "
+                     "/detokenize, GET /metrics, GET /health)"));
 
     // Through the official client: a field of the wrong type, an unknown role.
     const QJsonArray r = chat(

@@ -16,6 +16,7 @@
 
 #include "k3/chat.hpp"
 #include "k3/error.hpp"
+#include "k3/tokenizer.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -57,12 +58,30 @@ struct ChatRequest {
     std::vector<std::string> stop;
     bool stream = false;
     bool includeUsage = false; // stream_options.include_usage
+    // logprobs: true asks for each token's log-probability; top_logprobs (0..20) the
+    // alternatives. -1: not asked.
+    int topLogprobs = -1;
+    // logit_bias (token id -> -100..100; the ids are checked against the vocabulary by
+    // the server), presence_penalty, frequency_penalty (-2..2).
+    std::vector<std::pair<TokenId, float>> logitBias;
+    double presencePenalty = 0;
+    double frequencyPenalty = 0;
 };
 
 // Parses a POST /v1/chat/completions body. Throws ApiError (400) naming the field.
 // Tool-call arguments render as the template renders what it is given: a string (what
 // OpenAI clients send) verbatim in a json block, an object as argument tags.
 ChatRequest parseChatRequest(std::string_view body);
+
+// One generated token's log-probability in OpenAI's shape: its bytes (as text, invalid
+// UTF-8 replaced, and as the bytes array) and its top alternatives.
+struct TokenLogprob {
+    std::string token;
+    float logprob = 0;
+    std::vector<std::pair<std::string, float>> top;
+};
+// {"token","logprob","bytes","top_logprobs":[{"token","logprob","bytes"}]}
+std::string tokenLogprobJson(const TokenLogprob& lp);
 
 struct Usage {
     int promptTokens = 0;
@@ -81,6 +100,8 @@ struct Completion {
     ChatMessage message;
     std::string finishReason;
     Usage usage;
+    // Asked for: choices[0].logprobs = {"content": [...]}, every generated token.
+    std::optional<std::vector<TokenLogprob>> logprobs;
 };
 
 // The tool call ids of a completion: "call_<index>_<completion id suffix>".
@@ -98,7 +119,9 @@ public:
     std::string start();
     // reasoning_content and content deltas, whole UTF-8 characters only; "" when there
     // is nothing whole to send yet.
-    std::string delta(std::string_view reasoning, std::string_view content);
+    // With `logprobs` (the token's entry), a chunk is sent even without text.
+    std::string delta(std::string_view reasoning, std::string_view content,
+                      const TokenLogprob* logprobs = nullptr);
     // Whatever was held back, the tool calls (one chunk), then the finish chunk.
     std::string finish(const std::vector<ChatToolCall>& calls, std::string_view reason);
     // choices [] with usage (stream_options.include_usage), after the finish chunk.
@@ -134,6 +157,43 @@ private:
     std::string held_;
     bool stopped_ = false;
 };
+
+// POST /v1/completions (text completion): the prompt is continued as plain text.
+struct CompletionRequest {
+    std::string model;
+    std::string prompt;                // a string (or an array holding one)
+    std::vector<TokenId> promptIds;    // or token ids (an array of integers)
+    std::optional<int> maxTokens;      // OpenAI's default is 16
+    std::optional<double> temperature; // as chat completions
+    std::optional<double> topP;
+    std::optional<std::uint64_t> seed;
+    std::vector<std::string> stop;
+    bool stream = false;
+    bool includeUsage = false;
+    int logprobs = -1; // legacy logprobs: N alternatives (0..20); -1 not asked
+    std::vector<std::pair<TokenId, float>> logitBias;
+    double presencePenalty = 0;
+    double frequencyPenalty = 0;
+};
+// Throws ApiError (400) naming the field; echo, suffix, best_of > 1 and n > 1 are refused.
+CompletionRequest parseCompletionRequest(std::string_view body);
+
+// A text completion's token log-probabilities, the legacy shape:
+// {"tokens","token_logprobs","top_logprobs":[{token: logprob}],"text_offset"}.
+std::string legacyLogprobsJson(const std::vector<TokenLogprob>& tokens, std::size_t textOffset);
+
+struct TextCompletion {
+    std::string id; // "cmpl-..."
+    std::string model;
+    std::int64_t created = 0;
+    std::string text;
+    std::string finishReason; // "stop" or "length"; empty in a streamed chunk
+    std::optional<Usage> usage;
+    std::string logprobsJson; // legacyLogprobsJson, or empty for null
+    bool usageOnly = false;   // the streamed usage chunk: choices []
+};
+// The text_completion object (also each streamed chunk's).
+std::string textCompletionJson(const TextCompletion& c);
 
 // GET /v1/models: one model.
 std::string modelsJson(std::string_view id, std::int64_t created);

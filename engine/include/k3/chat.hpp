@@ -133,6 +133,11 @@ struct ChatRenderOptions {
     // "required" or "none" add the template's tool-choice message; anything else adds
     // nothing (as in the template).
     std::string toolChoice;
+    // "think" or "response": the last message is the assistant's and is continued, not
+    // closed: its open channel is the one given (think: only its reasoning is rendered),
+    // and addGenerationPrompt is not used. Not in the template; the render is the closed
+    // one cut before the channel's closing tag.
+    std::string continueChannel;
 };
 
 struct ChatSegment {

@@ -17,6 +17,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace k3 {
@@ -111,6 +112,19 @@ struct TokenTiming {
     double totalSeconds() const { return computeSeconds + trunkIoSeconds + expertIoSeconds; }
 };
 
+// A committed token's log-probability and the most likely alternatives at its position:
+// log-softmax of the logits the sampler was given (after logit_bias and the penalties,
+// before temperature and top-p), computed in double and reported as float. With
+// speculation, the verified position's logits. `top` is most likely first (equal
+// log-probabilities: the lower id first).
+struct TokenLogprobs {
+    float logprob = 0;
+    std::vector<std::pair<TokenId, float>> top;
+};
+
+// The log-probabilities of `chosen` and the `top` most likely ids under `logits`.
+TokenLogprobs tokenLogprobs(std::span<const float> logits, TokenId chosen, int top);
+
 struct TokenEvent {
     TokenId id = 0;
     int index = 0;             // 0-based among generated tokens
@@ -121,6 +135,8 @@ struct TokenEvent {
     // The tokens this event stands for: 1 from a local model; a server's delta may carry
     // several (RemoteDelta::tokens), and 0 means the server did not say how many.
     int tokens = 1;
+    // GenerateOptions::logprobs >= 0 asked for it (absent for a text-only tail event).
+    std::optional<TokenLogprobs> logprobs;
 };
 
 // After each prefill chunk: positions read so far of this prompt, and what it cost.
@@ -154,6 +170,17 @@ struct GenerateOptions {
     // Sampling: each proposal is kept with probability p(proposal), so every token has
     // exactly the distribution of serial sampling (the random draws differ).
     int speculation = 0;
+    // Report each committed token's TokenLogprobs with this many alternatives (0..20);
+    // -1: none (nothing is computed).
+    int logprobs = -1;
+    // OpenAI's logit adjustments, applied to the logits before sampling (and before the
+    // log-probabilities): `logitBias` adds its value to an id's logit; a token generated c
+    // times so far in this answer loses c * frequencyPenalty + (c > 0) * presencePenalty.
+    std::vector<std::pair<TokenId, float>> logitBias;
+    float presencePenalty = 0;
+    float frequencyPenalty = 0;
+    // generateIds only: ids that end the generation when sampled (endOfTurn; not fed).
+    std::vector<TokenId> stopIds;
 };
 
 struct GenerateResult {
@@ -209,7 +236,8 @@ public:
                         const std::atomic<bool>* cancel = nullptr);
 
     // Ids in, ids out: feeds `prompt` (reusing the state when it already holds a
-    // prefix of it) and generates up to maxTokens ids. Stops early only on cancel.
+    // prefix of it) and generates up to maxTokens ids. Stops early on cancel and at one
+    // of options.stopIds.
     GenerateResult generateIds(std::span<const TokenId> prompt, const GenerateOptions& options,
                                SessionObserver* observer = nullptr,
                                const std::atomic<bool>* cancel = nullptr);

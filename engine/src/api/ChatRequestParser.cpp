@@ -1,5 +1,6 @@
 // POST /v1/chat/completions body -> ChatRequest. Each check names the field as a client
 // wrote it (messages[2].tool_calls[0].function.name), so a 400 says what to fix.
+#include "api/RequestFields.hpp"
 #include "k3/api.hpp"
 #include "k3/json_duplicates.hpp"
 #include "k3/json_limits.hpp"
@@ -12,10 +13,7 @@
 
 namespace k3::api {
 
-namespace {
-
-// Ordered: tool-call arguments given as an object keep their key order.
-using Json = nlohmann::ordered_json;
+namespace detail {
 
 ApiError bad(const std::string& field, const std::string& what) {
     return ApiError(400, field + ": " + what, "invalid_request_error", field);
@@ -187,18 +185,19 @@ void toolChoice(const Json& v, ChatRequest& r) {
 }
 
 // "stop": one string or up to 4, none empty.
-void stopSequences(const Json& stop, ChatRequest& r) {
+void stopSequences(const Json& stop, std::vector<std::string>& out, const std::string& field,
+                   std::size_t most) {
     if (stop.is_string()) {
-        r.stop.push_back(stop.get<std::string>());
+        out.push_back(stop.get<std::string>());
     } else if (stop.is_array()) {
-        if (stop.size() > 4) throw bad("stop", "at most 4 sequences");
+        if (stop.size() > most) throw bad(field, "at most " + std::to_string(most) + " sequences");
         for (std::size_t i = 0; i < stop.size(); ++i)
-            r.stop.push_back(stringField(stop[i], "stop[" + std::to_string(i) + "]"));
+            out.push_back(stringField(stop[i], field + "[" + std::to_string(i) + "]"));
     } else {
-        throw wrongType("stop", "a string or an array of strings", stop);
+        throw wrongType(field, "a string or an array of strings", stop);
     }
-    for (std::size_t i = 0; i < r.stop.size(); ++i)
-        if (r.stop[i].empty()) throw bad("stop", "an empty stop sequence");
+    for (std::size_t i = 0; i < out.size(); ++i)
+        if (out[i].empty()) throw bad(field, "an empty stop sequence");
 }
 
 // "thinking": {"type": "enabled" | "disabled"}.
@@ -211,14 +210,81 @@ void thinking(const Json& t, ChatRequest& r) {
     r.render.thinking = type == "enabled";
 }
 
-} // namespace
+// logit_bias: {"TOKEN_ID": bias}, bias -100..100.
+void logitBias(const Json& v, std::vector<std::pair<TokenId, float>>& out) {
+    if (!v.is_object()) throw wrongType("logit_bias", "an object", v);
+    for (const auto& [key, bias] : v.items()) {
+        const std::string field = "logit_bias." + key;
+        const bool digits = !key.empty() && key.size() <= 10 &&
+                            key.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits || std::stoll(key) > 0x7fffffff)
+            throw bad(field, "a key must be a token id (a non-negative integer)");
+        out.emplace_back(TokenId(std::stoll(key)), float(number(bias, field, -100, 100)));
+    }
+}
 
-ApiError::ApiError(int status, const std::string& message, std::string type, std::string param,
-                   std::string code)
-    : Error(ErrorKind::Api, message), status_(status), type_(std::move(type)),
-      param_(std::move(param)), code_(std::move(code)) {}
+// Legacy functions / function_call: the same as tools / tool_choice with each function
+// wrapped as {"type":"function","function":...}.
+void legacyFunctions(const Json& doc, ChatRequest& r) {
+    if (has(doc, "functions")) {
+        if (has(doc, "tools")) throw bad("functions", "give tools or functions, not both");
+        const Json& f = doc["functions"];
+        if (!f.is_array()) throw wrongType("functions", "an array", f);
+        Json wrapped = Json::array();
+        for (std::size_t i = 0; i < f.size(); ++i) {
+            const std::string field = "functions[" + std::to_string(i) + "]";
+            if (!f[i].is_object()) throw wrongType(field, "an object", f[i]);
+            if (!has(f[i], "name")) throw bad(field + ".name", "required");
+            stringField(f[i]["name"], field + ".name");
+            wrapped.push_back({{"type", "function"}, {"function", f[i]}});
+        }
+        r.render.toolsJson = wrapped.dump();
+    }
+    if (has(doc, "function_call")) {
+        if (has(doc, "tool_choice"))
+            throw bad("function_call", "give tool_choice or function_call, not both");
+        const Json& c = doc["function_call"];
+        if (c.is_string() && c != "none" && c != "auto")
+            throw bad("function_call", "\"" + c.get<std::string>() + "\" is not none or auto");
+        if (c.is_string()) {
+            r.render.toolChoice = c.get<std::string>();
+        } else {
+            if (!c.is_object() || !has(c, "name"))
+                throw bad("function_call.name", "required (or \"none\" or \"auto\")");
+            stringField(c["name"], "function_call.name");
+            r.render.toolChoice = "required"; // the template can only say a call is required
+        }
+    }
+}
 
-ChatRequest parseChatRequest(std::string_view body) {
+// logprobs, top_logprobs.
+void logprobs(const Json& doc, ChatRequest& r) {
+    bool on = false;
+    if (has(doc, "logprobs")) {
+        if (!doc["logprobs"].is_boolean())
+            throw wrongType("logprobs", "a boolean", doc["logprobs"]);
+        on = doc["logprobs"].get<bool>();
+    }
+    if (on) r.topLogprobs = 0;
+    if (has(doc, "top_logprobs")) {
+        const Json& t = doc["top_logprobs"];
+        if (!t.is_number_integer() || t.get<std::int64_t>() < 0 || t.get<std::int64_t>() > 20)
+            throw bad("top_logprobs", "an integer 0..20");
+        if (!on) throw bad("top_logprobs", "needs logprobs: true");
+        r.topLogprobs = int(t.get<std::int64_t>());
+    }
+}
+
+// An assistant message last: its answer is continued (its channel left open), as vLLM's
+// continue_final_message; the think channel when it has no content yet and thinking is on.
+// One with tool calls is closed as before: the model answers after its calls.
+void continueFinalAssistant(ChatRequest& r) {
+    const ChatMessage& last = r.messages.back();
+    if (last.role != ChatRole::Assistant || !last.toolCalls.empty()) return;
+    r.render.continueChannel = r.render.thinking && last.content.empty() ? "think" : "response";
+}
+
+Json parseBody(std::string_view body) {
     // Before anything is built from the body: dump() and the renderer recurse per level.
     if (const auto deep = jsonTooDeepAt(body))
         throw bad(jsonPathAt(body, *deep), "nested deeper than " + std::to_string(kMaxJsonDepth) +
@@ -245,6 +311,20 @@ ChatRequest parseChatRequest(std::string_view body) {
     if (!doc.is_object())
         throw ApiError(400,
                        std::string("the request body must be a JSON object, got ") + typeName(doc));
+    return doc;
+}
+
+} // namespace detail
+
+using namespace detail;
+
+ApiError::ApiError(int status, const std::string& message, std::string type, std::string param,
+                   std::string code)
+    : Error(ErrorKind::Api, message), status_(status), type_(std::move(type)),
+      param_(std::move(param)), code_(std::move(code)) {}
+
+ChatRequest parseChatRequest(std::string_view body) {
+    Json doc = parseBody(body);
     ChatRequest r;
     if (has(doc, "model")) r.model = stringField(doc["model"], "model");
     if (!doc.contains("messages")) throw bad("messages", "required");
@@ -285,7 +365,7 @@ ChatRequest parseChatRequest(std::string_view body) {
     }
     if (has(doc, "n") && (!doc["n"].is_number_integer() || doc["n"].get<std::int64_t>() != 1))
         throw bad("n", "only 1 choice per request is supported");
-    if (has(doc, "stop")) stopSequences(doc["stop"], r);
+    if (has(doc, "stop")) stopSequences(doc["stop"], r.stop);
     if (has(doc, "thinking")) thinking(doc["thinking"], r);
     if (has(doc, "reasoning_effort")) {
         const std::string e = stringField(doc["reasoning_effort"], "reasoning_effort");
@@ -302,6 +382,13 @@ ChatRequest parseChatRequest(std::string_view body) {
     }
     if (has(doc, "tools")) tools(doc["tools"], r);
     if (has(doc, "tool_choice")) toolChoice(doc["tool_choice"], r);
+    legacyFunctions(doc, r);
+    logprobs(doc, r);
+    if (has(doc, "logit_bias")) logitBias(doc["logit_bias"], r.logitBias);
+    if (has(doc, "presence_penalty"))
+        r.presencePenalty = number(doc["presence_penalty"], "presence_penalty", -2, 2);
+    if (has(doc, "frequency_penalty"))
+        r.frequencyPenalty = number(doc["frequency_penalty"], "frequency_penalty", -2, 2);
     if (has(doc, "stream")) {
         if (!doc["stream"].is_boolean()) throw wrongType("stream", "a boolean", doc["stream"]);
         r.stream = doc["stream"].get<bool>();
@@ -317,6 +404,7 @@ ChatRequest parseChatRequest(std::string_view body) {
         }
     }
     r.render.addGenerationPrompt = true;
+    continueFinalAssistant(r);
     // The conversation must render: a tool result whose name cannot be resolved is a
     // client error, said before anything is queued.
     try {

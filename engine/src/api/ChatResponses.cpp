@@ -41,7 +41,27 @@ Json usageJson(const Usage& u) {
             {"prompt_tokens_details", {{"cached_tokens", u.cachedTokens}}}};
 }
 
+Json bytesJson(const std::string& text) {
+    Json bytes = Json::array();
+    for (const char c : text) bytes.push_back(int(static_cast<unsigned char>(c)));
+    return bytes;
+}
+
+Json logprobJson(const TokenLogprob& lp) {
+    Json top = Json::array();
+    for (const auto& [token, logprob] : lp.top)
+        top.push_back({{"token", token}, {"logprob", logprob}, {"bytes", bytesJson(token)}});
+    return {{"token", lp.token},
+            {"logprob", lp.logprob},
+            {"bytes", bytesJson(lp.token)},
+            {"top_logprobs", std::move(top)}};
+}
+
 } // namespace
+
+std::string tokenLogprobJson(const TokenLogprob& lp) {
+    return dump(logprobJson(lp));
+}
 
 std::string errorJson(const ApiError& error) {
     return dump({{"error",
@@ -71,9 +91,14 @@ std::string completionJson(const Completion& c) {
         message["reasoning_content"] = c.message.reasoningContent;
     if (!c.message.toolCalls.empty())
         message["tool_calls"] = toolCallsJson(c.id, c.message.toolCalls, false);
+    Json logprobs = nullptr;
+    if (c.logprobs) {
+        logprobs = {{"content", Json::array()}, {"refusal", nullptr}};
+        for (const TokenLogprob& lp : *c.logprobs) logprobs["content"].push_back(logprobJson(lp));
+    }
     Json choice = {{"index", 0},
                    {"message", std::move(message)},
-                   {"logprobs", nullptr},
+                   {"logprobs", std::move(logprobs)},
                    {"finish_reason", c.finishReason}};
     return dump({{"id", c.id},
                  {"object", "chat.completion"},
@@ -129,14 +154,18 @@ std::string ChunkWriter::start() {
     return chunk("\"choices\":" + dump(Json::array({choice})));
 }
 
-std::string ChunkWriter::delta(std::string_view reasoning, std::string_view content) {
+std::string ChunkWriter::delta(std::string_view reasoning, std::string_view content,
+                               const TokenLogprob* logprobs) {
     const std::string r = takeCompleteUtf8(heldReasoning_, reasoning);
     const std::string c = takeCompleteUtf8(heldContent_, content);
-    if (r.empty() && c.empty()) return {};
+    if (r.empty() && c.empty() && !logprobs) return {};
     Json d = Json::object();
     if (!r.empty()) d["reasoning_content"] = r;
     if (!c.empty()) d["content"] = c;
-    Json choice = {{"index", 0}, {"delta", d}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+    Json lp = nullptr;
+    if (logprobs) lp = {{"content", Json::array({logprobJson(*logprobs)})}, {"refusal", nullptr}};
+    Json choice = {
+        {"index", 0}, {"delta", d}, {"logprobs", std::move(lp)}, {"finish_reason", nullptr}};
     return chunk("\"choices\":" + dump(Json::array({choice})));
 }
 

@@ -64,6 +64,9 @@ ChatOutputParser::ChatOutputParser(Start start) {
 }
 
 ChatOutputParser ChatOutputParser::forOptions(const ChatRenderOptions& options) {
+    if (!options.continueChannel.empty())
+        return ChatOutputParser(options.continueChannel == "think" ? Start::Think
+                                                                   : Start::Response);
     return ChatOutputParser(options.thinking ? Start::Think : Start::Response);
 }
 

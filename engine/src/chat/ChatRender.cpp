@@ -255,6 +255,23 @@ void writeAssistantMessage(SegmentWriter& w, const ChatMessage& m, bool thinking
     w.endOfMessage();
 }
 
+// The last assistant message left open in `channel` (think or response), to be continued.
+void writeOpenAssistantMessage(SegmentWriter& w, const ChatMessage& m, bool thinking,
+                               const std::string& channel) {
+    if (m.name.empty())
+        w.openTag("message", {{"role", "assistant"}});
+    else
+        w.openTag("message", {{"role", "assistant"}, {"name", m.name}});
+    if (thinking) {
+        w.openTag("think");
+        if (!isBlankAsPython(m.reasoningContent)) w.text(m.reasoningContent);
+        if (channel == "think") return;
+        w.closeTag("think");
+    }
+    w.openTag("response");
+    w.text(m.content);
+}
+
 } // namespace
 
 std::vector<ChatSegment> renderChatSegments(const std::vector<ChatMessage>& messages,
@@ -285,6 +302,11 @@ std::vector<ChatSegment> renderChatSegments(const std::vector<ChatMessage>& mess
         w.endOfMessage();
     }
 
+    if (!options.continueChannel.empty() &&
+        (messages.empty() || messages.back().role != ChatRole::Assistant ||
+         !messages.back().toolCalls.empty()))
+        throw ChatError("chat render: only a last assistant message without tool calls can be "
+                        "continued");
     // state.tool_index and state.tool_calls: reset by each assistant message, read by
     // the tool messages after it.
     int toolIndex = 0;
@@ -299,6 +321,10 @@ std::vector<ChatSegment> renderChatSegments(const std::vector<ChatMessage>& mess
         case ChatRole::Assistant:
             toolIndex = 0;
             calls = m.toolCalls.empty() ? nullptr : &m.toolCalls;
+            if (!options.continueChannel.empty() && i + 1 == messages.size()) {
+                writeOpenAssistantMessage(w, m, thinking, options.continueChannel);
+                return w.take();
+            }
             writeAssistantMessage(w, m, thinking);
             break;
         case ChatRole::Tool:

@@ -1,8 +1,10 @@
 #include "k3/session.hpp"
 #include "kernels/MathFunctions.hpp"
+#include "model/LogitAdjuster.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 namespace k3 {
@@ -111,4 +113,53 @@ Sampler::Kept Sampler::kept(std::span<const float> logits) const {
     return k;
 }
 
+} // namespace k3
+
+namespace k3 {
+
+TokenLogprobs tokenLogprobs(std::span<const float> logits, TokenId chosen, int top) {
+    double maxLogit = -std::numeric_limits<double>::infinity();
+    for (const float l : logits) maxLogit = std::max(maxLogit, double(l));
+    double sum = 0;
+    for (const float l : logits) sum += math::expD(double(l) - maxLogit);
+    const double logSum = maxLogit + std::log(sum);
+    TokenLogprobs out;
+    out.logprob = float(double(logits[std::size_t(chosen)]) - logSum);
+    const std::size_t k = std::min(logits.size(), std::size_t(std::max(0, top)));
+    std::vector<int> order(logits.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(k), order.end(),
+                      [&](int a, int b) {
+                          const float la = logits[std::size_t(a)], lb = logits[std::size_t(b)];
+                          return la > lb || (la == lb && a < b);
+                      });
+    for (std::size_t i = 0; i < k; ++i)
+        out.top.emplace_back(TokenId(order[i]),
+                             float(double(logits[std::size_t(order[i])]) - logSum));
+    return out;
+}
+
+namespace model {
+
+LogitAdjuster::LogitAdjuster(const GenerateOptions& options)
+    : options_(options), active_(!options.logitBias.empty() || options.presencePenalty != 0 ||
+                                 options.frequencyPenalty != 0) {}
+
+std::span<const float> LogitAdjuster::apply(std::span<const float> logits) {
+    if (!active_) return logits;
+    adjusted_.assign(logits.begin(), logits.end());
+    for (const auto& [id, bias] : options_.logitBias)
+        if (std::size_t(id) < adjusted_.size()) adjusted_[std::size_t(id)] += bias;
+    for (const auto& [id, c] : counts_)
+        if (c > 0 && std::size_t(id) < adjusted_.size())
+            adjusted_[std::size_t(id)] -=
+                float(c) * options_.frequencyPenalty + options_.presencePenalty;
+    return adjusted_;
+}
+
+void LogitAdjuster::count(TokenId id, int delta) {
+    if (active_) counts_[id] += delta;
+}
+
+} // namespace model
 } // namespace k3

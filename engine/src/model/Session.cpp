@@ -4,6 +4,7 @@
 #include "k3/speculation.hpp"
 #include "k3/state_cache.hpp"
 #include "model/LoadPlan.hpp"
+#include "model/LogitAdjuster.hpp"
 #include "model/SessionImpl.hpp"
 
 #include <algorithm>
@@ -385,13 +386,14 @@ std::vector<TokenId> proposeWithDraft(Session::Impl& s, std::span<const TokenId>
 // the pending token and up to k proposals verified in one chunk, the longest prefix equal
 // to the model's own argmax kept, the state rolled back to it. Every id is the one serial
 // greedy decode gives. `decide(id)` says whether the turn goes on after id (false: id
-// ends it and is not fed); `report(id, timing, proposed)` follows each decide.
+// ends it and is not fed); `report(id, timing, proposed, logprobs)` follows each decide
+// (logprobs: options.logprobs >= 0, from the logits the sampler saw for id).
 template <typename Decide, typename Report> class Decoder {
 public:
     Decoder(Session::Impl& s, const GenerateOptions& options, GenerateResult& result,
             Decide& decide, Report& report)
         : s_(s), options_(options), result_(result), decide_(decide), report_(report),
-          sampler_(options.sampling), spec_(options.speculation != 0),
+          sampler_(options.sampling), adjust_(options), spec_(options.speculation != 0),
           // Greedy --spec auto follows measured seconds too. A fixed width is judged by
           // acceptance only, so its passes (and counts) do not depend on the machine's
           // load; so is sampling, whose draws depend on what was proposed: a seed must
@@ -413,9 +415,13 @@ public:
     bool step() {
         const auto tt = Clock::now();
         s_.lastTiming = {};
-        const TokenId next = forced_ >= 0 ? forced_ : sampler_.sample(s_.logits);
+        // A correction was drawn from these same (adjusted) logits while verifying.
+        const std::span<const float> seen = adjust_.apply(s_.logits);
+        const TokenId next = forced_ >= 0 ? forced_ : sampler_.sample(seen);
         forced_ = -1;
+        const std::optional<TokenLogprobs> lp = logprobsOf(seen, next);
         result_.ids.push_back(next);
+        adjust_.count(next);
         ++emitted_;
         // A token that is not fed still took its sampling time.
         const auto sampledOnly = [&] {
@@ -424,17 +430,17 @@ public:
             return t;
         };
         if (!decide_(next)) {
-            report_(next, sampledOnly(), false);
+            report_(next, sampledOnly(), false, lp);
             result_.endOfTurn = true;
             return false;
         }
         if (emitted_ == options_.maxTokens) { // the last token's logits are not needed
-            report_(next, sampledOnly(), false);
+            report_(next, sampledOnly(), false, lp);
             return false;
         }
         const int context = s_.model.memoryPlan().contextLength;
         if (context > 0 && s_.state.length() + 1 > context) { // no place left to feed it
-            report_(next, sampledOnly(), false);
+            report_(next, sampledOnly(), false, lp);
             result_.contextFull = true;
             return false;
         }
@@ -446,13 +452,22 @@ public:
             TokenTiming t = s_.lastTiming;
             t.computeSeconds =
                 std::max(0.0, secondsSince(tt) - t.trunkIoSeconds - t.expertIoSeconds);
-            report_(next, t, false);
+            report_(next, t, false, lp);
             return true;
         }
-        return verify(next, proposals, tt);
+        return verify(next, proposals, tt, lp);
     }
 
 private:
+    std::optional<TokenLogprobs> logprobsOf(std::span<const float> logits, TokenId id) const {
+        if (options_.logprobs < 0) return std::nullopt;
+        return tokenLogprobs(logits, id, options_.logprobs);
+    }
+
+    std::span<const float> row(int i) const {
+        return std::span<const float>(chunkLogits_.data() + std::size_t(i) * V_, V_);
+    }
+
     std::vector<TokenId> propose(TokenId next, int context) {
         std::vector<TokenId> proposals;
         if (spec_ && width_.propose()) {
@@ -472,24 +487,27 @@ private:
 
     // Greedy: kept while equal to the argmax. Sampled: each kept with probability p(d)
     // (exact in distribution); the first rejection's correction is the next token.
+    // A row's logits are adjusted with the proposals before it counted as generated.
     int accept(const std::vector<TokenId>& proposals, std::optional<TokenId>& correction) {
         int accepted = 0;
         while (accepted < int(proposals.size())) {
             TokenId c = 0;
-            if (sampler_.acceptProposal(
-                    std::span<const float>(chunkLogits_.data() + std::size_t(accepted) * V_, V_),
-                    proposals[std::size_t(accepted)], c)) {
+            if (sampler_.acceptProposal(adjust_.apply(row(accepted)),
+                                        proposals[std::size_t(accepted)], c)) {
+                adjust_.count(proposals[std::size_t(accepted)]);
                 ++accepted;
                 continue;
             }
             if (options_.sampling.temperature > 0.0f) correction = c;
             break;
         }
+        for (int a = 0; a < accepted; ++a) adjust_.count(proposals[std::size_t(a)], -1);
         return accepted;
     }
 
     // Verify: the pending token and the proposals in one chunk, every position's logits.
-    bool verify(TokenId next, const std::vector<TokenId>& proposals, Clock::time_point tt) {
+    bool verify(TokenId next, const std::vector<TokenId>& proposals, Clock::time_point tt,
+                const std::optional<TokenLogprobs>& nextLogprobs) {
         std::vector<TokenId> chunk{next};
         chunk.insert(chunk.end(), proposals.begin(), proposals.end());
         const int start = s_.state.length();
@@ -512,13 +530,14 @@ private:
         // reach maxTokens, and then it is not fed.
         int keep = 1; // `next` is fed
         bool stop = false;
-        std::vector<std::pair<TokenId, bool>> committed{{next, false}};
+        std::vector<Committed> committed{{next, false, nextLogprobs}};
         for (int a = 0; a < accepted; ++a) {
             const TokenId d = proposals[std::size_t(a)];
+            committed.push_back({d, true, logprobsOf(adjust_.apply(row(a)), d)});
             result_.ids.push_back(d);
+            adjust_.count(d);
             ++emitted_;
             ++result_.acceptedProposals;
-            committed.emplace_back(d, true);
             if (!decide_(d)) {
                 result_.endOfTurn = true;
                 stop = true;
@@ -544,7 +563,7 @@ private:
         t.computeSeconds = std::max(0.0, share(secondsSince(tt), int(committed.size())) -
                                              t.trunkIoSeconds - t.expertIoSeconds);
         s_.lastTiming = t;
-        for (const auto& [id, proposed] : committed) report_(id, t, proposed);
+        for (const Committed& c : committed) report_(c.id, t, c.proposed, c.logprobs);
         if (stop) return false;
         if (correction && keep == 1 + accepted) forced_ = *correction;
         return true;
@@ -555,7 +574,14 @@ private:
     GenerateResult& result_;
     Decide& decide_;
     Report& report_;
+    struct Committed {
+        TokenId id;
+        bool proposed;
+        std::optional<TokenLogprobs> logprobs;
+    };
+
     Sampler sampler_;
+    model::LogitAdjuster adjust_;
     const bool spec_;
     const bool autoWidth_;
     // A rejected proposal's correction: the next token (-1: none). Not a std::optional:
@@ -597,14 +623,20 @@ GenerateResult Session::generateIds(std::span<const TokenId> prompt, const Gener
     if (!result.cancelled) {
         int index = 0;
         decode(
-            s, options, result, cancel, [](TokenId) { return true; },
-            [&](TokenId id, const TokenTiming& timing, bool proposed) {
+            s, options, result, cancel,
+            [&](TokenId id) {
+                return std::find(options.stopIds.begin(), options.stopIds.end(), id) ==
+                       options.stopIds.end();
+            },
+            [&](TokenId id, const TokenTiming& timing, bool proposed,
+                const std::optional<TokenLogprobs>& logprobs) {
                 if (!observer) return;
                 TokenEvent ev;
                 ev.id = id;
                 ev.index = index++;
                 ev.timing = timing;
                 ev.fromProposal = proposed;
+                ev.logprobs = logprobs;
                 observer->onToken(ev);
                 observer->onMemory(memoryReport());
             });
@@ -684,7 +716,8 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
                 pending.push_back(std::move(delta));
                 return more;
             },
-            [&](TokenId id, const TokenTiming& timing, bool proposed) {
+            [&](TokenId id, const TokenTiming& timing, bool proposed,
+                const std::optional<TokenLogprobs>& logprobs) {
                 ChatParseDelta delta = std::move(pending.front());
                 pending.pop_front();
                 if (!observer) return;
@@ -695,6 +728,7 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
                 ev.responseDelta = std::move(delta.response);
                 ev.timing = timing;
                 ev.fromProposal = proposed;
+                ev.logprobs = logprobs;
                 observer->onToken(ev);
                 observer->onMemory(memoryReport());
             });
