@@ -33,6 +33,7 @@ class TestK3Hostile : public QObject {
     Q_OBJECT
 private slots:
     void nanScalesDropExpertsAndExitFour();
+    void infiniteRouterScoreMakesTheRunInvalid();
     void repackWithoutRoomKeepsTheTrunk();
 };
 
@@ -84,6 +85,41 @@ void TestK3Hostile::nanScalesDropExpertsAndExitFour() {
                  "group 0: the checkpoint is damaged")),
              qPrintable(resident.err));
     QVERIFY(!QFile::exists(tmp.filePath("b.json")));
+}
+
+// Issue 35 item 19: a +Inf in a router gate row chose experts silently; once a
+// non-finite value reaches the router scores the run is invalid (exit 4, the report says
+// non_finite), as a non-finite logit makes it.
+void TestK3Hostile::infiniteRouterScoreMakesTheRunInvalid() {
+    QTemporaryDir tmp;
+    const QString dir = tmp.filePath("model");
+    QDir().mkpath(dir);
+    for (const QString& f : QDir(kTinyA).entryList(QDir::Files))
+        QVERIFY(QFile::copy(kTinyA + "/" + f, dir + "/" + f));
+    const k3::ModelConfig c = k3::readModelConfig((dir + "/config.json").toStdString());
+    int moe = -1;
+    for (int L = 0; L < c.numHiddenLayers && moe < 0; ++L)
+        if (c.layers[std::size_t(L)].mlp == k3::MlpKind::Moe) moe = L;
+    QVERIFY(moe >= 0);
+    {
+        const k3::Checkpoint ckpt = k3::Checkpoint::open(dir.toStdString());
+        const k3::TensorInfo& t = ckpt.at("language_model.model.layers." + std::to_string(moe) +
+                                          ".block_sparse_moe.gate.weight");
+        QCOMPARE(int(t.dtype), int(k3::DType::BF16));
+        std::fstream f(ckpt.shardPaths()[t.shard], std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(std::streamoff(t.offset)); // row 0, column 0: BF16 +Inf is 0x7F80
+        f.put(char(0x80));
+        f.put(char(0x7F));
+        QVERIFY(f.good());
+    }
+    const QString out = tmp.filePath("run.json");
+    const K3Run r = runK3({dir, "--ids", "5,6,7", "--gen", "3", "--out", out});
+    QVERIFY2(r.exitCode == 4, qPrintable(QString::number(r.exitCode) + " " + r.err));
+    QVERIFY2(r.err.contains("RUN INVALID: "), qPrintable(r.err));
+    const nlohmann::json report = readJson(out);
+    QVERIFY(report.is_object());
+    QCOMPARE(report["valid"].get<bool>(), false);
+    QCOMPARE(report["non_finite"].get<bool>(), true);
 }
 
 QTEST_GUILESS_MAIN(TestK3Hostile)

@@ -265,6 +265,7 @@ void moeBegin(MoeChunk& m, int T, const ModelConfig& c) {
     m.last.assign(std::size_t(T), 0);
     m.present.assign(at(T, topK), 0);
     m.uses.clear();
+    m.nonFiniteScores = false;
 }
 
 void moeRoute(MoeChunk& m, const float* xn, int first, int n, const MoeWeightsStored& w,
@@ -272,6 +273,11 @@ void moeRoute(MoeChunk& m, const float* xn, int first, int n, const MoeWeightsSt
     const int topK = c.numExpertsPerToken, latent = w.down.rows, nExperts = w.gate.rows;
     Floats logits;
     mm(logits, w.gate, xn, n); // routing on the full width, per position
+    for (std::size_t i = 0; i < at(n, nExperts); ++i)
+        if (!std::isfinite(logits[i])) {
+            m.nonFiniteScores = true;
+            break;
+        }
     for (int t = 0; t < n; ++t)
         routeTopKFromLogits(m.idx.data() + at(first + t, topK), m.wt.data() + at(first + t, topK),
                             logits.data() + at(t, nExperts), nExperts,

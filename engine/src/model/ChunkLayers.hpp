@@ -86,6 +86,9 @@ struct MoeChunk {
     std::vector<int> last;     // [T] the slot whose expert runs last
     std::vector<char> present; // [T][topK] 0: the expert was dropped
     std::vector<Use> uses;     // [T * topK] sorted by expert
+    // A router score was NaN or infinite: the experts it chose are not the model's (the
+    // run is invalid, as a non-finite logit makes it).
+    bool nonFiniteScores = false;
 };
 
 // Sizes `m` for a chunk of T positions (capacity is kept from layer to layer).

@@ -554,6 +554,7 @@ TokenStats Model::forward(InferenceState& state, std::span<const int> tokens,
                 model::moeRoute(moe, xn.data(), t0, n, lw.moe, c);
             }
             model::moeExperts(moe, lw.moe, c, src, kPrefillTilePositions);
+            if (moe.nonFiniteScores && !impl.draftOf) stats.nonFinite = true;
         }
         for (int t0 = 0; t0 < T; t0 += tile) {
             const int n = std::min(tile, T - t0);

@@ -159,6 +159,22 @@ std::vector<AddedToken> parseAddedTokens(std::string_view text, std::string_view
         }
         byId[id] = {static_cast<TokenId>(id), content, special};
     }
+    // The markers the config names (a string, or an object with "content") must be tokens
+    // of this vocabulary: a name that is none would never be produced or recognised.
+    for (const char* key : {"bos_token", "eos_token"}) {
+        if (!config.contains(key) || config[key].is_null()) continue;
+        const nlohmann::json& v = config[key];
+        const nlohmann::json* content = v.is_object() && v.contains("content") ? &v["content"] : &v;
+        if (!content->is_string())
+            throw TokenizerError(std::string(name) + ": '" + key +
+                                 "' must be a string or an object with a string 'content'");
+        const std::string text = content->get<std::string>();
+        const bool known = std::any_of(byId.begin(), byId.end(),
+                                       [&](const auto& e) { return e.second.content == text; });
+        if (!known)
+            throw TokenizerError(std::string(name) + ": " + key + " \"" + text +
+                                 "\" names no token of added_tokens_decoder");
+    }
     std::vector<AddedToken> out;
     if (byId.empty()) return out;
     // Ids without an entry are reserved, named as the Kimi loader names them.

@@ -132,6 +132,17 @@ void TestTokenizer::loadErrors() {
                     "the key is not a token id");
     expectLoadError(good, "{\"added_tokens_decoder\": {\"257\": {\"special\": true}}}",
                     "c.json: added_tokens_decoder[\"257\"]: missing string 'content'");
+    // Issue 35 item 19: an eos_token (or bos_token) that names no token was accepted.
+    const std::string named = "{\"added_tokens_decoder\": {\"257\": {\"content\": \"[EOS]\"}}, ";
+    QCOMPARE(k3::Tokenizer::fromText(good, named + "\"eos_token\": \"[EOS]\"}").vocabSize(),
+             std::size_t(258));
+    QCOMPARE(k3::Tokenizer::fromText(good, named + "\"eos_token\": {\"content\": \"[EOS]\"}}")
+                 .vocabSize(),
+             std::size_t(258));
+    expectLoadError(good, named + "\"eos_token\": \"<|im_end|>\"}",
+                    "c.json: eos_token \"<|im_end|>\" names no token of added_tokens_decoder");
+    expectLoadError(good, named + "\"bos_token\": 7}",
+                    "c.json: 'bos_token' must be a string or an object with a string 'content'");
 }
 
 void TestTokenizer::missingFileIsNamed() {
