@@ -27,6 +27,20 @@ nlohmann::json readJson(const QString& path) {
     return nlohmann::json::parse(in, nullptr, false);
 }
 
+// A copy of k3_tiny_a in `dir`, to damage.
+bool copyOfTinyA(const QString& dir) {
+    if (!QDir().mkpath(dir)) return false;
+    for (const QString& f : QDir(kTinyA).entryList(QDir::Files))
+        if (!QFile::copy(kTinyA + "/" + f, dir + "/" + f)) return false;
+    return true;
+}
+
+int firstMoeLayer(const k3::ModelConfig& c) {
+    for (int L = 0; L < c.numHiddenLayers; ++L)
+        if (c.layers[std::size_t(L)].mlp == k3::MlpKind::Moe) return L;
+    return -1;
+}
+
 } // namespace
 
 class TestK3Hostile : public QObject {
@@ -40,13 +54,9 @@ private slots:
 void TestK3Hostile::nanScalesDropExpertsAndExitFour() {
     QTemporaryDir tmp;
     const QString dir = tmp.filePath("model");
-    QDir().mkpath(dir);
-    for (const QString& f : QDir(kTinyA).entryList(QDir::Files))
-        QVERIFY(QFile::copy(kTinyA + "/" + f, dir + "/" + f));
+    QVERIFY(copyOfTinyA(dir));
     const k3::ModelConfig c = k3::readModelConfig((dir + "/config.json").toStdString());
-    int moe = -1;
-    for (int L = 0; L < c.numHiddenLayers && moe < 0; ++L)
-        if (c.layers[std::size_t(L)].mlp == k3::MlpKind::Moe) moe = L;
+    const int moe = firstMoeLayer(c);
     QVERIFY(moe >= 0);
     const std::string prefix =
         "language_model.model.layers." + std::to_string(moe) + ".block_sparse_moe.experts.";
@@ -93,13 +103,9 @@ void TestK3Hostile::nanScalesDropExpertsAndExitFour() {
 void TestK3Hostile::infiniteRouterScoreMakesTheRunInvalid() {
     QTemporaryDir tmp;
     const QString dir = tmp.filePath("model");
-    QDir().mkpath(dir);
-    for (const QString& f : QDir(kTinyA).entryList(QDir::Files))
-        QVERIFY(QFile::copy(kTinyA + "/" + f, dir + "/" + f));
+    QVERIFY(copyOfTinyA(dir));
     const k3::ModelConfig c = k3::readModelConfig((dir + "/config.json").toStdString());
-    int moe = -1;
-    for (int L = 0; L < c.numHiddenLayers && moe < 0; ++L)
-        if (c.layers[std::size_t(L)].mlp == k3::MlpKind::Moe) moe = L;
+    const int moe = firstMoeLayer(c);
     QVERIFY(moe >= 0);
     {
         const k3::Checkpoint ckpt = k3::Checkpoint::open(dir.toStdString());

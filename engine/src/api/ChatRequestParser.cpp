@@ -384,25 +384,7 @@ ChatRequest parseChatRequest(std::string_view body) {
     if (has(doc, "tool_choice")) toolChoice(doc["tool_choice"], r);
     legacyFunctions(doc, r);
     logprobs(doc, r);
-    if (has(doc, "logit_bias")) logitBias(doc["logit_bias"], r.logitBias);
-    if (has(doc, "presence_penalty"))
-        r.presencePenalty = number(doc["presence_penalty"], "presence_penalty", -2, 2);
-    if (has(doc, "frequency_penalty"))
-        r.frequencyPenalty = number(doc["frequency_penalty"], "frequency_penalty", -2, 2);
-    if (has(doc, "stream")) {
-        if (!doc["stream"].is_boolean()) throw wrongType("stream", "a boolean", doc["stream"]);
-        r.stream = doc["stream"].get<bool>();
-    }
-    if (has(doc, "stream_options")) {
-        const Json& so = doc["stream_options"];
-        if (!so.is_object()) throw wrongType("stream_options", "an object", so);
-        if (!r.stream) throw bad("stream_options", "only allowed with stream: true");
-        if (has(so, "include_usage")) {
-            if (!so["include_usage"].is_boolean())
-                throw wrongType("stream_options.include_usage", "a boolean", so["include_usage"]);
-            r.includeUsage = so["include_usage"].get<bool>();
-        }
-    }
+    penaltiesAndStreaming(doc, r);
     r.render.addGenerationPrompt = true;
     continueFinalAssistant(r);
     // The conversation must render: a tool result whose name cannot be resolved is a

@@ -236,26 +236,9 @@ std::size_t writeToolRun(SegmentWriter& w, const std::vector<ChatMessage>& messa
     return end;
 }
 
-// render_assistant: earlier turns keep their reasoning while thinking is on.
-void writeAssistantMessage(SegmentWriter& w, const ChatMessage& m, bool thinking) {
-    if (m.name.empty())
-        w.openTag("message", {{"role", "assistant"}});
-    else
-        w.openTag("message", {{"role", "assistant"}, {"name", m.name}});
-    if (thinking) {
-        w.openTag("think");
-        if (!isBlankAsPython(m.reasoningContent)) w.text(m.reasoningContent);
-        w.closeTag("think");
-    }
-    w.openTag("response");
-    w.text(m.content);
-    w.closeTag("response");
-    if (!m.toolCalls.empty()) writeToolCalls(w, m.toolCalls);
-    w.closeTag("message");
-    w.endOfMessage();
-}
-
-// The last assistant message left open in `channel` (think or response), to be continued.
+// render_assistant up to its response text, left open in `channel` ("think": the
+// reasoning, to be continued; anything else: the response). Earlier turns keep their
+// reasoning while thinking is on.
 void writeOpenAssistantMessage(SegmentWriter& w, const ChatMessage& m, bool thinking,
                                const std::string& channel) {
     if (m.name.empty())
@@ -270,6 +253,15 @@ void writeOpenAssistantMessage(SegmentWriter& w, const ChatMessage& m, bool thin
     }
     w.openTag("response");
     w.text(m.content);
+}
+
+// The whole message: the open one, closed, with its tool calls.
+void writeAssistantMessage(SegmentWriter& w, const ChatMessage& m, bool thinking) {
+    writeOpenAssistantMessage(w, m, thinking, "response");
+    w.closeTag("response");
+    if (!m.toolCalls.empty()) writeToolCalls(w, m.toolCalls);
+    w.closeTag("message");
+    w.endOfMessage();
 }
 
 } // namespace
