@@ -252,8 +252,9 @@ int main(int argc, char** argv) {
         ->group(memoryGroup)
         ->type_name("GB");
     app.add_option("--prefill-chunk", model.prefillChunk,
-                   "Prompt positions per forward pass, 1..4096 (default: what the memory plan "
-                   "holds, up to 64); the same tokens at every size")
+                   "Prompt positions per forward pass, 1..4096 (default: as many as the expert "
+                   "cache's memory pays for, at least 64, at most the context); the same tokens "
+                   "at every size")
         ->check(CLI::Range(1, 4096))
         ->group(memoryGroup)
         ->type_name("N");

@@ -174,7 +174,9 @@ QGroupBox* SettingsDialog::createModelGroup() {
                                    "Applied when the model is loaded next: OK reloads it."));
     m_prefillChunk = named(new QSpinBox, "prefillChunk", tr("Prompt positions per chunk"));
     m_prefillChunk->setRange(0, 4096); // as AppSettings reads it back
-    m_prefillChunk->setSpecialValueText(tr("default (%1)").arg(k3::kDefaultPrefillChunk));
+    // The plan's: at least kDefaultPrefillChunk, more with an expert cache (one pass reads
+    // the trunk once for the whole chunk).
+    m_prefillChunk->setSpecialValueText(tr("the plan's"));
     m_prefillChunk->setSuffix(tr(" positions"));
     m_speculation =
         named(new QCheckBox(tr("Speculative decoding")), "speculation", tr("Speculative decoding"));

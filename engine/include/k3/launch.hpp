@@ -50,7 +50,7 @@ struct LaunchConfig {
     // OpenMP threads (0: every core). The count is per calling thread, so the front end
     // applies it on the thread that runs the engine; the plan does not depend on it.
     int threads = 0;
-    int prefillChunk = 0; // positions per prefill chunk (0: kDefaultPrefillChunk)
+    int prefillChunk = 0; // positions per prefill chunk (0: the plan's)
     int contextLength = 4096;
     int maxSpeculation = 16; // widest speculation the plan holds state copies for
     // How a compressed trunk's pinned layers are held (memory_plan.hpp); a raw trunk
