@@ -14,6 +14,7 @@ private slots:
     void labelCountsTokensAndEstimatesTheRest();
     void firstTokenEndsTheReading();
     void restoredPositionsAreSaid();
+    void rereadingAConversationIsSaid();
     void bubbleGrowsForTheBarAndPaints();
 };
 
@@ -54,6 +55,28 @@ void TestReadingProgress::restoredPositionsAreSaid() {
              QStringLiteral("Restored 97 positions from disk"));
     model.appendToLast({}, QStringLiteral("Hi"));
     QCOMPARE(MessageDelegate::readingLabel(index), QString());
+}
+
+// Issue 37 item 1: a follow-up whose conversation the engine no longer holds (a restart
+// without a saved state) reads the whole conversation: the bubble says so. A first
+// message, or one after held positions, is "your message".
+void TestReadingProgress::rereadingAConversationIsSaid() {
+    ConversationModel model;
+    model.appendMessage(QStringLiteral("user"), QStringLiteral("Hi"));
+    const int first = model.beginAssistantMessage();
+    model.setReading(0, 12, 0.0, 0, 0);
+    QCOMPARE(MessageDelegate::readingLabel(model.index(first)),
+             QStringLiteral("Reading your message: 0 of 12 tokens"));
+    model.finishLast(QStringLiteral("1 token"));
+    model.appendMessage(QStringLiteral("user"), QStringLiteral("And then?"));
+    const int second = model.beginAssistantMessage();
+    model.setReading(40, 260, 20.0, 0, 0);
+    QCOMPARE(
+        MessageDelegate::readingLabel(model.index(second)),
+        QStringLiteral("Reading this conversation again: 40 of 260 positions · about 110 s left"));
+    model.setReading(0, 9, 0.0, 0, 251); // the engine held the rest
+    QCOMPARE(MessageDelegate::readingLabel(model.index(second)),
+             QStringLiteral("Reading your message: 0 of 9 tokens"));
 }
 
 void TestReadingProgress::firstTokenEndsTheReading() {

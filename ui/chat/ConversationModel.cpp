@@ -58,6 +58,8 @@ QVariant ConversationModel::data(const QModelIndex& index, int role) const {
         return e.readSecondsLeft;
     case ReadingRestoredRole:
         return e.readRestored;
+    case ReadingAgainRole:
+        return e.readAgain;
     default:
         return {};
     }
@@ -83,10 +85,14 @@ int ConversationModel::beginAssistantMessage(const QString& model) {
     return row;
 }
 
-void ConversationModel::setReading(int done, int total, double seconds, int restored) {
+void ConversationModel::setReading(int done, int total, double seconds, int restored, int held) {
     if (m_entries.isEmpty() || !m_entries.last().streaming) return;
     Entry& e = m_entries.last();
     e.readRestored = restored;
+    e.readAgain = false;
+    if (held == 0)
+        for (qsizetype i = 0; i + 1 < m_entries.size() && !e.readAgain; ++i)
+            e.readAgain = m_entries[i].role == QLatin1String("assistant");
     e.readDone = done;
     e.readTotal = total;
     // The rest at the rate measured so far (chunks cost about the same per position).

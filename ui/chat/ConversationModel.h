@@ -22,6 +22,7 @@ public:
         ReadingRole,            // QPointF(done, total) prompt positions while the prompt is read
         ReadingSecondsLeftRole, // the estimate from the measured rate; -1: not known yet
         ReadingRestoredRole,    // int: prompt positions loaded from disk instead of read
+        ReadingAgainRole,       // bool: the conversation's earlier turns are read again
         InvalidRole,            // why the answer is not the model's; empty when valid
         ModelRole,              // the model that answered; empty when not recorded
         StoppedRole,            // the answer was cut before the model ended it
@@ -43,7 +44,9 @@ public:
     void appendToLast(const QString& thinkingDelta, const QString& responseDelta);
     // The streaming message's prompt reading: `done` of `total` positions after
     // `seconds`; the first token (appendToLast) or finishLast clears it.
-    void setReading(int done, int total, double seconds, int restored = 0);
+    // `held`: positions the engine held before (0 with earlier answers: the whole
+    // conversation is read again, and the bubble says so).
+    void setReading(int done, int total, double seconds, int restored = 0, int held = -1);
     // invalidReason: not empty when the answer is not the model's (an expert failed to
     // load, a NaN appeared); it is kept with the message and saved with it.
     // model: who answered (a folder's or a server's model name), saved with the answer.
@@ -114,7 +117,8 @@ private:
         QElapsedTimer thinkingClock;
         bool answerStarted = false;
         int readDone = 0, readTotal = 0;
-        int readRestored = 0; // positions loaded from the state cache instead of read
+        int readRestored = 0;   // positions loaded from the state cache instead of read
+        bool readAgain = false; // nothing was held: the earlier turns are read again
         double readSecondsLeft = -1;
         std::vector<std::vector<ChatTurn>> otherVersions;
         int versionIndex = 0;

@@ -154,7 +154,12 @@ QString MessageDelegate::readingLabel(const QModelIndex& index) {
     if (restored > 0)
         label = restored == 1 ? QObject::tr("Restored 1 position from disk")
                               : QObject::tr("Restored %1 positions from disk").arg(restored);
-    if (total > 0)
+    // Nothing held (a restart without a saved state, another conversation in between):
+    // the cost is the whole conversation, not the message, and the bubble says which.
+    if (total > 0 && index.data(ConversationModel::ReadingAgainRole).toBool())
+        label =
+            QObject::tr("Reading this conversation again: %1 of %2 positions").arg(done).arg(total);
+    else if (total > 0)
         label += (label.isEmpty() ? QObject::tr("Reading your message: %1 of %2 tokens")
                                   : QObject::tr(" · reading your message: %1 of %2 tokens"))
                      .arg(done)

@@ -26,7 +26,8 @@ public:
     SignalObserver(EngineWorker* worker, const k3::ChatBackend* backend, bool remote)
         : m_worker(worker), m_backend(backend), m_remote(remote) {}
     void onProgress(const k3::SessionProgress& p) override {
-        emit m_worker->prefillProgress(int(p.done), int(p.total), p.seconds, int(p.restored));
+        emit m_worker->prefillProgress(int(p.done), int(p.total), p.seconds, int(p.restored),
+                                       int(p.held));
         // The panels move while the prompt is read too: on a streamed trunk that is
         // minutes of disk reads before the first token.
         const std::optional<k3::MemoryReport> report = m_backend->memoryReport();

@@ -164,7 +164,8 @@ signals:
     void loadFailed(const QString& message, bool previousModelKept = false);
     // After each prompt chunk: positions read of this prompt, seconds since it started.
     // restored: positions of the prompt loaded from the state cache on disk (not read).
-    void prefillProgress(int done, int total, double seconds, int restored = 0);
+    // held: positions the state held before (in memory or restored; 0: read from the start).
+    void prefillProgress(int done, int total, double seconds, int restored = 0, int held = 0);
     void tokenGenerated(int index, const QString& thinkingDelta, const QString& responseDelta,
                         double seconds);
     // Where the token's time went (the I/O parts are 0 while every weight is resident).

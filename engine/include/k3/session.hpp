@@ -145,6 +145,7 @@ struct SessionProgress {
     std::int64_t done = 0;
     std::int64_t total = 0;
     std::int64_t restored = 0;    // positions of the prompt loaded from the state cache
+    std::int64_t held = 0;        // positions held before reading (in memory or restored)
     int chunks = 0;               // chunks fed so far
     double seconds = 0;           // since the prefill started
     std::uint64_t trunkBytes = 0; // trunk bytes read so far by this prefill

@@ -264,6 +264,7 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
     progress.stage = "prefill";
     progress.total = std::int64_t(prompt.size() - s.fed.size());
     progress.restored = result.restoredPositions;
+    progress.held = std::int64_t(s.fed.size());
     const MemoryStats start = s.model.memoryStats();
     const auto t0 = Clock::now();
     // Said before the first chunk too: on a streamed trunk one chunk can take minutes.
