@@ -333,8 +333,12 @@ int chatLoop(const ChatArgs& args, k3::ChatBackend& backend, std::vector<k3::Cha
             std::fprintf(stderr, "[reused %d of %d positions, %d tokens in %s, %s]\n",
                          r.reusedPositions, r.promptTokens, r.tokenCount(),
                          formatDuration(r.prefillSeconds + r.decodeSeconds).c_str(), how);
-        // The partial answer stays in the conversation; the reason is said once.
-        if (!r.interruption.empty()) printError(r.interruption);
+        // The partial answer stays in the conversation; the reason is said once, and the
+        // session does not end as a success: an answer arrived cut.
+        if (!r.interruption.empty()) {
+            printError(r.interruption);
+            if (exitCode == kExitOk) exitCode = kExitFailure;
+        }
         // A few are enough to tell malformed output; a random model makes hundreds.
         for (std::size_t i = 0; i < r.problems.size() && i < 3; ++i)
             printNote("[model output: " + r.problems[i] + "]");
