@@ -353,16 +353,7 @@ ChatRequest parseChatRequest(std::string_view body) {
     if (has(doc, "max_tokens")) r.maxTokens = positiveInt(doc["max_tokens"], "max_tokens");
     if (has(doc, "max_completion_tokens"))
         r.maxTokens = positiveInt(doc["max_completion_tokens"], "max_completion_tokens");
-    if (has(doc, "temperature")) r.temperature = number(doc["temperature"], "temperature", 0, 2);
-    if (has(doc, "top_p")) {
-        r.topP = number(doc["top_p"], "top_p", 0, 1);
-        if (*r.topP <= 0) throw bad("top_p", "must be above 0 (1 keeps every token)");
-    }
-    if (has(doc, "seed")) {
-        if (!doc["seed"].is_number_integer()) throw wrongType("seed", "an integer", doc["seed"]);
-        r.seed = doc["seed"].is_number_unsigned() ? doc["seed"].get<std::uint64_t>()
-                                                  : std::uint64_t(doc["seed"].get<std::int64_t>());
-    }
+    samplingFields(doc, r);
     if (has(doc, "n") && (!doc["n"].is_number_integer() || doc["n"].get<std::int64_t>() != 1))
         throw bad("n", "only 1 choice per request is supported");
     if (has(doc, "stop")) stopSequences(doc["stop"], r.stop);

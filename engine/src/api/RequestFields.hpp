@@ -29,6 +29,21 @@ void logitBias(const Json& v, std::vector<std::pair<TokenId, float>>& out);
 // A JSON object, not nested too deep, without a key given twice.
 Json parseBody(std::string_view body);
 
+// temperature (0..2), top_p (above 0, at most 1) and seed, into `r`'s members of those
+// names: the sampling fields chat and text completions share.
+template <typename Request> void samplingFields(const Json& doc, Request& r) {
+    if (has(doc, "temperature")) r.temperature = number(doc["temperature"], "temperature", 0, 2);
+    if (has(doc, "top_p")) {
+        r.topP = number(doc["top_p"], "top_p", 0, 1);
+        if (*r.topP <= 0) throw bad("top_p", "must be above 0 (1 keeps every token)");
+    }
+    if (has(doc, "seed")) {
+        if (!doc["seed"].is_number_integer()) throw wrongType("seed", "an integer", doc["seed"]);
+        r.seed = doc["seed"].is_number_unsigned() ? doc["seed"].get<std::uint64_t>()
+                                                  : std::uint64_t(doc["seed"].get<std::int64_t>());
+    }
+}
+
 // The fields chat and text completions share: logit_bias, presence_penalty,
 // frequency_penalty, stream and stream_options.include_usage, into `r`'s members of those
 // names.
