@@ -1,5 +1,7 @@
 #include "HttpServer.hpp"
 
+#include "ChunkedBody.hpp"
+
 #include <k3/api.hpp>
 
 #include <arpa/inet.h>
@@ -30,8 +32,6 @@ namespace k3cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-thread_local bool tlBodyOverLimit = false;
 
 int milliseconds(time_t sec, time_t usec) {
     return int(sec * 1000 + usec / 1000);
@@ -92,6 +92,13 @@ struct Framing {
     std::optional<std::uint64_t> contentLength;
     bool chunked = false;
     bool expectContinue = false; // the client waits for 100 before it sends the body
+    bool http10 = false;
+    bool connectionField = false; // a Connection field is present
+    bool closeAsked = false;      // Connection: close (any case)
+    bool keepAliveAsked = false;  // Connection: keep-alive (any case)
+    // The library reads Connection case-sensitively ("Keep-Alive", "close") and would
+    // decode a chunked body leniently: such a request is rewritten first (canonicalHead).
+    bool needsRewrite() const { return chunked || connectionField || http10; }
 };
 
 Refusal headTooLarge() {
@@ -154,7 +161,9 @@ std::string lower(std::string s) {
 // "1e3" as numbers (strtoull) and uses the first of two different lengths.
 std::optional<Refusal> readFraming(std::string_view head, Framing& f) {
     f.headBytes = head.size();
-    std::size_t at = head.find("\r\n") + 2; // past the request line
+    const std::size_t requestLineEnd = head.find("\r\n");
+    f.http10 = head.substr(0, requestLineEnd).ends_with(" HTTP/1.0");
+    std::size_t at = requestLineEnd + 2;
     while (at + 2 < head.size()) {
         const std::size_t end = head.find("\r\n", at);
         const std::string_view line = head.substr(at, end - at);
@@ -177,6 +186,18 @@ std::optional<Refusal> readFraming(std::string_view head, Framing& f) {
                 return Refusal{400, "two different Content-Length values (" +
                                         std::to_string(*f.contentLength) + " and " + value + ")"};
             f.contentLength = length;
+        } else if (name == "connection") {
+            f.connectionField = true;
+            std::string tokens = lower(value);
+            for (std::size_t start = 0; start <= tokens.size();) {
+                std::size_t comma = tokens.find(',', start);
+                if (comma == std::string::npos) comma = tokens.size();
+                const std::string token =
+                    trimmed(std::string_view(tokens).substr(start, comma - start));
+                f.closeAsked = f.closeAsked || token == "close";
+                f.keepAliveAsked = f.keepAliveAsked || token == "keep-alive";
+                start = comma + 1;
+            }
         } else if (name == "expect") {
             f.expectContinue = lower(value) == "100-continue";
         } else if (name == "transfer-encoding") {
@@ -191,11 +212,38 @@ std::optional<Refusal> readFraming(std::string_view head, Framing& f) {
     return std::nullopt;
 }
 
+// The head the library is given for a request with needsRewrite(): the same fields
+// without Transfer-Encoding and Connection (and Expect when the 100 was sent here), the
+// decoded body's Content-Length, and Connection spelled as the library compares it
+// (HTTP/1.0 without keep-alive: close, which its answer then says).
+std::string canonicalHead(std::string_view head, const Framing& f,
+                          std::optional<std::size_t> bodyLength, bool continueSent) {
+    const std::size_t requestLineEnd = head.find("\r\n") + 2;
+    std::string out(head.substr(0, requestLineEnd));
+    for (std::size_t at = requestLineEnd; at + 2 < head.size();) {
+        const std::size_t end = head.find("\r\n", at) + 2;
+        const std::string_view line = head.substr(at, end - at);
+        at = end;
+        const std::string name = lower(std::string(line.substr(0, line.find(':'))));
+        if (name == "connection" || name == "transfer-encoding" ||
+            (continueSent && name == "expect"))
+            continue;
+        out += line;
+    }
+    if (bodyLength) out += "Content-Length: " + std::to_string(*bodyLength) + "\r\n";
+    if (f.closeAsked || (f.http10 && !f.keepAliveAsked))
+        out += "Connection: close\r\n";
+    else if (f.http10)
+        out += "Connection: Keep-Alive\r\n";
+    return out + "\r\n";
+}
+
 // A JSON error and Connection: close, sent without waiting (the socket's buffer is
 // empty at this point; a client that reads nothing loses nothing else).
 void answerAndClose(int fd, const Refusal& r, const std::string& peer) {
     static const std::map<int, const char*> reasons = {{400, "Bad Request"},
                                                        {408, "Request Timeout"},
+                                                       {413, "Payload Too Large"},
                                                        {431, "Request Header Fields Too Large"},
                                                        {503, "Service Unavailable"}};
     const auto reason = reasons.find(r.status);
@@ -497,23 +545,18 @@ class BufferedStream final : public httplib::Stream {
 public:
     using Connection = LimitedHttpServer::Connection;
 
-    BufferedStream(Connection& c, int readTimeoutMs, int writeTimeoutMs, std::size_t bodyLimit)
-        : c_(c), readTimeoutMs_(readTimeoutMs), writeTimeoutMs_(writeTimeoutMs),
-          bodyLimit_(bodyLimit) {}
+    BufferedStream(Connection& c, int readTimeoutMs, int writeTimeoutMs)
+        : c_(c), readTimeoutMs_(readTimeoutMs), writeTimeoutMs_(writeTimeoutMs) {}
 
     void startRequest(const Framing& f) {
         framing_ = f;
         headLeft_ = f.headBytes;
         bodyRead_ = 0;
-        overLimit_ = false;
         bodyDeadline_ = Clock::now() + std::chrono::seconds(kBodyDeadlineSeconds);
     }
-    bool overLimit() const { return overLimit_; }
     // False when the handler answered without reading a declared body (a refusal before
     // the body): its bytes would be read as the next request, so the connection ends.
-    bool bodyConsumed() const {
-        return !framing_.chunked && bodyRead_ == framing_.contentLength.value_or(0);
-    }
+    bool bodyConsumed() const { return bodyRead_ == framing_.contentLength.value_or(0); }
 
     bool is_readable() const override {
         return !c_.pending().empty() || ready(c_.fd, POLLIN, readTimeoutMs_);
@@ -528,18 +571,11 @@ public:
             headLeft_ -= n;
             return ssize_t(n);
         }
-        std::size_t allowed = size;
-        if (!framing_.chunked) {
-            // The body ends where its length says (no length: no body), whatever follows.
-            const std::uint64_t left = framing_.contentLength.value_or(0) - bodyRead_;
-            if (left == 0) return 0;
-            allowed = std::size_t(std::min<std::uint64_t>(allowed, left));
-        }
-        // Past the limit (a chunked body's framing may add a little): stop reading, 413.
-        if (bodyRead_ > bodyLimit_ + 65536) {
-            overLimit_ = tlBodyOverLimit = true;
-            return -1;
-        }
+        // The body ends where its length says (no length: no body), whatever follows; a
+        // chunked body was decoded before (decodeChunkedBody).
+        const std::uint64_t left = framing_.contentLength.value_or(0) - bodyRead_;
+        if (left == 0) return 0;
+        const std::size_t allowed = std::size_t(std::min<std::uint64_t>(size, left));
         if (c_.pending().empty()) {
             const int wait = std::min(readTimeoutMs_, millisecondsUntil(bodyDeadline_));
             if (wait <= 0 || !ready(c_.fd, POLLIN, wait)) return -1;
@@ -592,13 +628,65 @@ private:
 
     Connection& c_;
     int readTimeoutMs_, writeTimeoutMs_;
-    std::size_t bodyLimit_;
     Framing framing_;
     std::size_t headLeft_ = 0;
     std::uint64_t bodyRead_ = 0;
-    bool overLimit_ = false;
     Clock::time_point bodyDeadline_;
 };
+
+enum class Rewrite { Done, Refused, Gone };
+
+// Gives the library a request it reads as it was meant (Framing::needsRewrite): a chunked
+// body is read here on the worker (the reader thread waits for heads only), decoded
+// strictly within the body limit and deadline, and passed on with its Content-Length.
+Rewrite rewriteRequest(LimitedHttpServer::Connection& c, std::size_t headBytes, const Framing& f,
+                       std::size_t bodyLimit, int readTimeoutMs, Refusal& refusal) {
+    const std::string head(c.pending().substr(0, headBytes));
+    if (!f.chunked) {
+        const std::string rest(c.pending().substr(headBytes));
+        c.bytes = canonicalHead(head, f, std::nullopt, false) + rest;
+        c.offset = 0;
+        return Rewrite::Done;
+    }
+    const bool sendContinue = f.expectContinue && c.pending().size() == headBytes;
+    if (sendContinue) {
+        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        ssize_t n;
+        do n = send(c.fd, kContinue.data(), kContinue.size(), MSG_NOSIGNAL);
+        while (n < 0 && errno == EINTR);
+        if (n != ssize_t(kContinue.size())) return Rewrite::Gone;
+    }
+    ChunkedBodyDecoder decoder(bodyLimit, kMaxHeadBytes);
+    const auto deadline = Clock::now() + std::chrono::seconds(kBodyDeadlineSeconds);
+    for (;;) {
+        const auto status = decoder.decode(c.pending().substr(headBytes));
+        if (status == ChunkedBodyDecoder::Status::Invalid) {
+            refusal = {400, "the chunked body is malformed: " + decoder.error()};
+            return Rewrite::Refused;
+        }
+        if (status == ChunkedBodyDecoder::Status::TooLarge) {
+            refusal = {413, bodyOverLimitMessage(bodyLimit)};
+            return Rewrite::Refused;
+        }
+        if (status == ChunkedBodyDecoder::Status::Done) break;
+        const int wait = std::min(readTimeoutMs, millisecondsUntil(deadline));
+        if (wait <= 0 || !ready(c.fd, POLLIN, wait)) {
+            refusal = {408, "the request body did not arrive within " +
+                                std::to_string(kBodyDeadlineSeconds) + " s"};
+            return Rewrite::Refused;
+        }
+        std::array<char, 16384> buf;
+        ssize_t n;
+        do n = recv(c.fd, buf.data(), buf.size(), 0);
+        while (n < 0 && errno == EINTR);
+        if (n <= 0) return Rewrite::Gone;
+        c.bytes.append(buf.data(), std::size_t(n));
+    }
+    const std::string rest(c.pending().substr(headBytes + decoder.consumed()));
+    c.bytes = canonicalHead(head, f, decoder.body().size(), sendContinue) + decoder.body() + rest;
+    c.offset = 0;
+    return Rewrite::Done;
+}
 
 // Runs each accepted connection's task at once on the accept thread: the task only hands
 // the connection to the reader. Its shutdown (when listening ends) stops the reader and
@@ -626,8 +714,9 @@ LimitedHttpServer::LimitedHttpServer() {
 
 LimitedHttpServer::~LimitedHttpServer() = default;
 
-bool LimitedHttpServer::bodyOverLimit() {
-    return tlBodyOverLimit;
+std::string bodyOverLimitMessage(std::size_t limitBytes) {
+    return "the request body is over the " + std::to_string(limitBytes >> 20) +
+           " MB limit (k3 serve --max-body-mb)";
 }
 
 bool LimitedHttpServer::process_and_close_socket(socket_t sock) {
@@ -636,9 +725,8 @@ bool LimitedHttpServer::process_and_close_socket(socket_t sock) {
 }
 
 void LimitedHttpServer::serve(std::unique_ptr<Connection> c) {
-    BufferedStream stream(*c, milliseconds(read_timeout_sec_, read_timeout_usec_),
-                          milliseconds(write_timeout_sec_, write_timeout_usec_),
-                          payload_max_length_);
+    const int readTimeoutMs = milliseconds(read_timeout_sec_, read_timeout_usec_);
+    BufferedStream stream(*c, readTimeoutMs, milliseconds(write_timeout_sec_, write_timeout_usec_));
     for (std::size_t left = keep_alive_max_count_; left > 0 && svr_sock_ != INVALID_SOCKET;
          --left) {
         // The first request's head is whole (the reader saw it); a pipelined next one may
@@ -656,11 +744,21 @@ void LimitedHttpServer::serve(std::unique_ptr<Connection> c) {
         Framing framing;
         if (auto bad = readFraming(c->pending().substr(0, scan.pos), framing))
             return connections_->refuse(std::move(c), *bad);
+        if (framing.needsRewrite()) {
+            const Rewrite r =
+                rewriteRequest(*c, scan.pos, framing, payload_max_length_, readTimeoutMs, refusal);
+            if (r == Rewrite::Refused) return connections_->refuse(std::move(c), refusal);
+            if (r == Rewrite::Gone) break;
+            scan = {};
+            framing = {};
+            // The rewritten head is whole and well formed.
+            scanHead(c->pending(), scan, refusal);
+            readFraming(c->pending().substr(0, scan.pos), framing);
+        }
         stream.startRequest(framing);
         bool closed = false;
         const bool ok = process_request(stream, left == 1, closed, {});
-        tlBodyOverLimit = false;
-        if (!ok || closed || stream.overLimit() || !stream.bodyConsumed()) break;
+        if (!ok || closed || !stream.bodyConsumed()) break;
         if (c->pending().empty()) {
             c->state = Connection::State::Idle;
             return connections_->handBack(std::move(c));

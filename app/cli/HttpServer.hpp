@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 namespace k3cli {
 
@@ -36,6 +37,9 @@ inline constexpr int kMaxConnections = 512;
 // Bodies up to this size (with a Content-Length) arrive whole before a worker sees them.
 inline constexpr std::size_t kPrereadBodyBytes = 1 << 20;
 
+// The 413 message for a body over `limitBytes` (chunked or with a Content-Length).
+std::string bodyOverLimitMessage(std::size_t limitBytes);
+
 class LimitedHttpServer : public httplib::Server {
 public:
     LimitedHttpServer();
@@ -43,9 +47,6 @@ public:
 
     // Threads that run complete requests (the handlers); set before listening.
     void setWorkerThreads(std::size_t count) { workerThreads_ = count; }
-    // True on a worker while it finishes a request whose chunked body passed the limit:
-    // the library calls that a 400; the error handler makes it the 413 it is.
-    static bool bodyOverLimit();
 
     class Connections; // the reader thread and the workers (HttpServer.cpp)
     struct Connection; // one client connection and its received bytes

@@ -579,13 +579,10 @@ void Server::routes() {
     http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return;
         std::string message;
-        // A chunked body cut off at the limit: the library calls the failed read a 400.
-        if (LimitedHttpServer::bodyOverLimit()) res.status = 413;
         if (res.status == 404)
             message = "no route " + req.method + " " + req.path + " (" + kRouteList + ")";
         else if (res.status == 413)
-            message = "the request body is over the " + std::to_string(args_.maxBodyMB) +
-                      " MB limit (k3 serve --max-body-mb)";
+            message = bodyOverLimitMessage(std::size_t(args_.maxBodyMB) << 20);
         else
             message = "HTTP " + std::to_string(res.status) + " for " + req.method + " " + req.path;
         sendError(res,

@@ -48,6 +48,7 @@ class TestK3Hostile : public QObject {
 private slots:
     void nanScalesDropExpertsAndExitFour();
     void infiniteRouterScoreMakesTheRunInvalid();
+    void bf16RelabelledF16IsRefused();
     void repackWithoutRoomKeepsTheTrunk();
 };
 
@@ -100,6 +101,47 @@ void TestK3Hostile::nanScalesDropExpertsAndExitFour() {
 // Issue 35 item 19: a +Inf in a router gate row chose experts silently; once a
 // non-finite value reaches the router scores the run is invalid (exit 4, the report says
 // non_finite), as a non-finite logit makes it.
+// Issue 35 item 19: BF16 bytes relabelled F16 in a shard header (same size) loaded as
+// other numbers and ran with exit 0. Kimi K3 has no F16 tensor: a projection or a norm
+// labelled F16 is refused at load, naming it.
+void TestK3Hostile::bf16RelabelledF16IsRefused() {
+    for (const std::string name :
+         {"language_model.lm_head.weight", "language_model.model.norm.weight"}) {
+        QTemporaryDir tmp;
+        const QString dir = tmp.filePath("model");
+        QVERIFY(copyOfTinyA(dir));
+        std::string shard;
+        {
+            const k3::Checkpoint ckpt = k3::Checkpoint::open(dir.toStdString());
+            QCOMPARE(int(ckpt.at(name).dtype), int(k3::DType::BF16));
+            shard = ckpt.shardPaths()[ckpt.at(name).shard].string();
+        }
+        // The header rewritten with the same length (JSON may end in spaces).
+        std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+        std::uint64_t headerBytes = 0;
+        f.read(reinterpret_cast<char*>(&headerBytes), 8);
+        std::string header(headerBytes, ' ');
+        f.read(header.data(), std::streamsize(headerBytes));
+        nlohmann::json j = nlohmann::json::parse(header);
+        j[name]["dtype"] = "F16";
+        std::string relabelled = j.dump();
+        QVERIFY(relabelled.size() <= headerBytes);
+        relabelled.resize(headerBytes, ' ');
+        f.seekp(8);
+        f.write(relabelled.data(), std::streamsize(relabelled.size()));
+        f.close();
+        QVERIFY(f.good() || !f.is_open());
+
+        const K3Run r = runK3({dir, "--ids", "5,6,7", "--gen", "2"});
+        QVERIFY2(r.exitCode == 1, qPrintable(QString::number(r.exitCode) + " " + r.err));
+        QVERIFY2(r.err.contains(QString::fromStdString(
+                     "tensor " + name +
+                     " has dtype F16: Kimi K3's weights are BF16 or F32 (an F16 checkpoint, or "
+                     "BF16 data relabelled F16 in a shard header, is refused)")),
+                 qPrintable(r.err));
+    }
+}
+
 void TestK3Hostile::infiniteRouterScoreMakesTheRunInvalid() {
     QTemporaryDir tmp;
     const QString dir = tmp.filePath("model");

@@ -775,7 +775,8 @@ void TestK3Limits::halfClosedClientGetsItsAnswer() {
 
 // Item 17: two Content-Length values (the first was used), "+10", "0x10" and "1e3" (read
 // as numbers), Transfer-Encoding with Content-Length, bare-LF header lines: 400 and
-// close. A chunked body is refused with 413 once it passes the limit, not read whole;
+// close. A chunked body is refused with 413 once it passes the limit, not read whole,
+// and decoded strictly (trailers accepted); HTTP/1.0 keep-alive is honoured;
 // a refused request's unread body is never read as a next request; pipelined requests
 // are answered in order.
 void TestK3Limits::strictFraming() {
@@ -826,6 +827,34 @@ void TestK3Limits::strictFraming() {
     QCOMPARE(errorOf(parse(received))["message"].toString(),
              QString("the request body is over the 1 MB limit (k3 serve --max-body-mb)"));
 
+    // Chunked bodies are decoded strictly before the library sees them: a chunk without
+    // its CRLF (the library took it as the body's end) and a "+3b" size are refused; a
+    // trailer section and a chunk extension are accepted (the library refused trailers).
+    const QByteArray chunked = head + "Transfer-Encoding: chunked\r\n\r\n";
+    const QByteArray size = QByteArray::number(body.size(), 16);
+    const struct {
+        QByteArray chunks;
+        int status;
+        QString message;
+    } bodies[] = {
+        {size + "\r\n" + body + "XX0\r\n\r\n", 400,
+         "the chunked body is malformed: chunk 1: its data is not followed by CRLF"},
+        {"+" + size + "\r\n" + body + "\r\n0\r\n\r\n", 400,
+         "the chunked body is malformed: chunk 1: the size line \"+" + size +
+             "\" is not HEX[;extension]"},
+        {size + ";ext=1\r\n" + body + "\r\n0\r\nX-Checksum: 1\r\n\r\n", 200, {}},
+    };
+    for (const auto& c : bodies) {
+        const Answer a = exchange(s.port, chunked + c.chunks);
+        QVERIFY2(a.status == c.status, a.body.constData());
+        if (c.status == 200) {
+            QVERIFY2(a.body.contains("\"finish_reason\":\"length\""), a.body.constData());
+            continue;
+        }
+        QCOMPARE(errorOf(a)["message"].toString(), c.message);
+        QVERIFY(a.head.contains("Connection: close"));
+    }
+
     // A body the handler never read (a refusal before it) holding a request of its own.
     const QByteArray smuggled = "GET /smuggled HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
     const Answer refused = exchange(
@@ -845,6 +874,16 @@ void TestK3Limits::strictFraming() {
     QVERIFY2(all.indexOf("HTTP/1.1 404") > 0 &&
                  all.indexOf("HTTP/1.1 404") < all.lastIndexOf("HTTP/1.1 200"),
              all.constData());
+
+    // HTTP/1.0 keep-alive in any case keeps the connection (the library compared
+    // "Keep-Alive" exactly and dropped the second request unanswered); without it the
+    // answer says Connection: close.
+    const QByteArray keepAlive10 = "GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
+    const Answer both = exchange(s.port, keepAlive10 + keepAlive10);
+    QCOMPARE((both.head + "\r\n\r\n" + both.body).count("HTTP/1.1 200"), 2);
+    const Answer once = exchange(s.port, "GET /health HTTP/1.0\r\n\r\n");
+    QCOMPARE(once.status, 200);
+    QVERIFY2(once.head.contains("Connection: close"), once.head.constData());
     QCOMPARE(stopServe(s), 0);
     QVERIFY2(!s.log.contains("/smuggled"), qPrintable(s.log));
 }

@@ -117,3 +117,8 @@ out("fuzz_chat_request", "number-overflow.json",
 out("fuzz_chat_request", "deep-parameters.json", b'\x05{"type":"object"}')  # 32 levels
 out("fuzz_chat_request", "deep-arguments.json", b"\xfe1")  # 2016 levels
 out("fuzz_chat_request", "deep-arguments-string.json", b'\x7f{"b":2}')  # 992 levels
+
+# k3 serve's chunked bodies: the first byte picks where the input is split.
+out("fuzz_chunked_body", "one_chunk", b"\x05" + b"5\r\nhello\r\n0\r\n\r\n")
+out("fuzz_chunked_body", "extension_trailer", b"\x09" + b"3;x=y\r\nabc\r\n0\r\nT: v\r\n\r\n")
+out("fuzz_chunked_body", "no_crlf", b"\x02" + b"5\r\nhelloXX0\r\n\r\n")

@@ -42,7 +42,7 @@ bool isDraftQuantised(std::string_view name, const TensorInfo& t) {
     // The embeddings are a table (one row read per token), a router decides which experts
     // run: both stay exact. Everything else 2-D and wide enough is a projection.
     return t.rank == 2 && t.shape[0] > 1 && t.shape[1] >= std::uint64_t(kMxfp4Group) &&
-           (t.dtype == DType::BF16 || t.dtype == DType::F32 || t.dtype == DType::F16) &&
+           (t.dtype == DType::BF16 || t.dtype == DType::F32) &&
            endsWith(name, ".weight") && name.find("embed_tokens") == std::string_view::npos &&
            !endsWith(name, ".gate.weight");
 }

@@ -28,6 +28,16 @@ std::string shapeText(const TensorInfo& t) {
     return s + "]";
 }
 
+// Kimi K3 ships its weights in BF16 (F32 where precision matters; our test checkpoints
+// use F32 too). F16 is never one of them, and BF16 bytes relabelled F16 in a shard
+// header have the same size and would load as other numbers: refused, with any other
+// dtype.
+std::string unexpectedDtype(const std::string& name, DType dtype) {
+    return "tensor " + name + " has dtype " + std::string(dtypeName(dtype)) +
+           ": Kimi K3's weights are BF16 or F32 (an F16 checkpoint, or BF16 data relabelled "
+           "F16 in a shard header, is refused)";
+}
+
 class Binder {
 public:
     Binder(const TensorSource& c, std::uint64_t& bytes) : ckpt_(c), bytes_(bytes) {}
@@ -66,17 +76,8 @@ public:
                 m.raw = std::move(owned);
             else
                 m.lent = bytes.data();
-        } else if (t.dtype == DType::F16) {
-            std::vector<std::byte> owned;
-            const auto bytes = ckpt_.raw(name, owned);
-            std::vector<float> wide(std::size_t(t.numel()));
-            widenToFloat(t.dtype, bytes, wide);
-            m.dtype = DType::F32;
-            m.raw.resize(wide.size() * sizeof(float));
-            std::memcpy(m.raw.data(), wide.data(), m.raw.size());
         } else {
-            throw ModelError("tensor " + name + " has dtype " + std::string(dtypeName(t.dtype)) +
-                             ", expected a float type");
+            throw ModelError(unexpectedDtype(name, t.dtype));
         }
         bytes_ += m.raw.size();
         return m;
@@ -90,6 +91,8 @@ public:
         if (numel != std::uint64_t(n) && !(allowLonger && numel > std::uint64_t(n)))
             throw ModelError("tensor " + name + " has shape " + shapeText(t) + ", expected " +
                              std::to_string(n) + " elements from config.json");
+        if (t.dtype != DType::BF16 && t.dtype != DType::F32)
+            throw ModelError(unexpectedDtype(name, t.dtype));
         std::vector<std::byte> owned;
         const auto bytes = ckpt_.raw(name, owned);
         std::vector<float> v(static_cast<std::size_t>(numel));
