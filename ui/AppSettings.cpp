@@ -50,6 +50,7 @@ const QString kWindowGeometry = QStringLiteral("mainWindow/geometry");
 const QString kWindowSplitter = QStringLiteral("mainWindow/splitter");
 const QString kWindowDocks = QStringLiteral("mainWindow/docks");
 const QString kOpenConversation = QStringLiteral("mainWindow/conversation");
+const QString kPinnedConversations = QStringLiteral("conversations/pinned");
 
 QPalette darkPalette() {
     QPalette p;
@@ -198,6 +199,14 @@ void AppSettings::saveWindow(const Window& window) {
     s.setValue(kWindowSplitter, window.splitter);
     s.setValue(kWindowDocks, window.docks);
     s.setValue(kOpenConversation, window.conversationId);
+}
+
+QStringList AppSettings::pinnedConversations() {
+    return QSettings().value(kPinnedConversations).toStringList();
+}
+
+void AppSettings::setPinnedConversations(const QStringList& ids) {
+    QSettings().setValue(kPinnedConversations, ids);
 }
 
 GenerationSettings AppSettings::generationSettings(quint64 randomSeed) const {

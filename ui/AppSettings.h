@@ -53,6 +53,10 @@ public:
     static Window loadWindow();
     static void saveWindow(const Window& window);
 
+    // The conversations pinned to the top of the list, by id.
+    static QStringList pinnedConversations();
+    static void setPinnedConversations(const QStringList& ids);
+
     // The options for one message. randomSeed is used when the seed is not fixed.
     GenerationSettings generationSettings(quint64 randomSeed) const;
 

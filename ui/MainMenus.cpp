@@ -29,6 +29,10 @@ void MainMenus::createFileMenu() {
     QAction* exportAction = file->addAction(MainWindow::tr("&Export conversation as Markdown…"),
                                             m_window, &MainWindow::exportConversation);
     exportAction->setObjectName(QStringLiteral("exportAction"));
+    QAction* importAction = file->addAction(MainWindow::tr("&Import conversation…"), m_window,
+                                            &MainWindow::chooseConversationToImport);
+    importAction->setObjectName(QStringLiteral("importAction"));
+    importAction->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
     file->addSeparator();
     QAction* quit = file->addAction(MainWindow::tr("&Quit"), m_window, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);

@@ -75,8 +75,9 @@ MainWindow::MainWindow(QWidget* parent)
     connect(worker, &EngineWorker::tokenTiming, m_timing, &TokenTimingPanel::addToken);
     connect(worker, &EngineWorker::deltaTiming, m_timing, &TokenTimingPanel::addDelta);
     connect(worker, &EngineWorker::prefillProgress, this,
-            [this](int done, int total, double seconds, int restored, int held) {
-                m_conversation->conversation()->setReading(done, total, seconds, restored, held);
+            [this](int done, int total, double seconds, int restored, int held, double fraction) {
+                m_conversation->conversation()->setReading(done, total, seconds, restored, held,
+                                                           fraction);
                 statusBar()->showMessage(tr("%1 · reading the prompt %2/%3")
                                              .arg(m_loader->modelName())
                                              .arg(done)
@@ -446,6 +447,18 @@ void MainWindow::exportConversation() {
         box.setTextFormat(Qt::PlainText); // the message names a path the user typed
         box.exec();
     }
+}
+
+void MainWindow::chooseConversationToImport() {
+    auto* dialog = new QFileDialog(this, tr("Import a conversation"), QDir::homePath(),
+                                   tr("Conversations (*.jsonl);;All files (*)"));
+    dialog->setObjectName(QStringLiteral("importDialog"));
+    dialog->setFileMode(QFileDialog::ExistingFile);
+    dialog->setAcceptMode(QFileDialog::AcceptOpen);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dialog, &QFileDialog::fileSelected, this,
+            [this](const QString& file) { importConversation(file); });
+    dialog->open();
 }
 
 void MainWindow::showAnswerFailed(const QString& message) {

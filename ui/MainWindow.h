@@ -68,6 +68,9 @@ public slots:
     // QSettings "chat/keepThinkingExpanded": thinking blocks start expanded.
     void setKeepThinkingExpanded(bool on);
     void exportConversation();
+    // File > Import conversation…: a file dialog (not blocking) whose choice goes to
+    // importConversation (before: only `k3chat --conversation FILE`).
+    void chooseConversationToImport();
     void showAbout();
     void showSetupWizard();
     // Edit > Preferences (Ctrl+,): opens the Settings dialog without blocking.

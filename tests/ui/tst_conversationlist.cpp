@@ -14,6 +14,7 @@
 #include <QStandardPaths>
 #include <QTest>
 
+#include "AppSettings.h"
 #include "MainWindow.h"
 #include "chat/ConversationListDelegate.h"
 #include "chat/ConversationListPanel.h"
@@ -34,6 +35,7 @@ private slots:
     void highlightIsAlwaysTheShownConversation();
     void entriesSayHowLongAgo();
     void reopenedChatStartsAtItsEnd();
+    void pinAndDuplicateFromTheMenu();
 };
 
 namespace {
@@ -95,6 +97,66 @@ void TestConversationList::initTestCase() {
 
 void TestConversationList::init() {
     QDir(conversationsDir()).removeRecursively();
+    AppSettings::setPinnedConversations({});
+}
+
+// Issue 37 point 9: users of GPT4All, LM Studio and Jan pin and duplicate conversations.
+// A pinned one stays at the top (before newer ones, after a restart too) and says so; a
+// duplicate is a copy under a new id named "TITLE (copy)", the original untouched.
+void TestConversationList::pinAndDuplicateFromTheMenu() {
+    QString older, newer;
+    {
+        MainWindow window;
+        older = seed(window, QStringLiteral("older question"), QStringLiteral("a"), 7200);
+        newer = seed(window, QStringLiteral("newer question"), QStringLiteral("b"), 60);
+        window.refreshConversationList();
+        showActive(window);
+        QListWidget* list = window.conversationList();
+        QCOMPARE(idAt(list, 0), newer);
+        QMenu* menu = contextMenuAt(list, 1);
+        QVERIFY(menu);
+        QAction* pin = menu->findChild<QAction*>(QStringLiteral("pinConversationAction"));
+        QVERIFY(pin);
+        QCOMPARE(pin->text(), QStringLiteral("Pin to the top"));
+        pin->trigger();
+        menu->close();
+        QCOMPARE(idAt(list, 0), older);
+        QCOMPARE(idAt(list, 1), newer);
+        QVERIFY2(
+            list->item(0)
+                ->data(ConversationListDelegate::DateTextRole)
+                .toString()
+                .startsWith(QStringLiteral("pinned · ")),
+            qPrintable(list->item(0)->data(ConversationListDelegate::DateTextRole).toString()));
+
+        QTRY_VERIFY(!window.findChild<QMenu*>(QStringLiteral("conversationMenu")));
+        menu = contextMenuAt(list, 1); // the newer one
+        QVERIFY(menu);
+        QSignalSpy duplicated(window.findChild<ConversationListPanel*>(),
+                              &ConversationListPanel::conversationDuplicated);
+        menu->findChild<QAction*>(QStringLiteral("duplicateConversationAction"))->trigger();
+        menu->close();
+        QCOMPARE(duplicated.count(), 1);
+        const QString copy = duplicated.first().at(0).toString();
+        QVERIFY(copy != newer);
+        QCOMPARE(window.store()->storedTitle(copy), QStringLiteral("newer question (copy)"));
+        QCOMPARE(window.store()->load(copy).size(), 2);
+        QCOMPARE(window.store()->load(copy).at(1).content, QStringLiteral("b"));
+        QCOMPARE(window.store()->load(newer).size(), 2);
+        QCOMPARE(list->count(), 3);
+        QCOMPARE(idAt(list, 0), older); // still first: pinned
+        QCOMPARE(list->item(1)->text(), QStringLiteral("newer question (copy)"));
+    }
+    MainWindow again; // pinned after a restart too
+    QCOMPARE(idAt(again.conversationList(), 0), older);
+    QMenu* menu = contextMenuAt(again.conversationList(), 0);
+    QVERIFY(menu);
+    QAction* unpin = menu->findChild<QAction*>(QStringLiteral("pinConversationAction"));
+    QCOMPARE(unpin->text(), QStringLiteral("Unpin"));
+    unpin->trigger();
+    menu->close();
+    QVERIFY(idAt(again.conversationList(), 0) != older);
+    QCOMPARE(idAt(again.conversationList(), 2), older);
 }
 
 void TestConversationList::f2RenamesAndTheTitleIsStored() {
@@ -282,6 +344,7 @@ void TestConversationList::highlightIsAlwaysTheShownConversation() {
     QStringList texts;
     for (QAction* action : menu->actions()) texts << action->text();
     QCOMPARE(texts, (QStringList{QStringLiteral("Open"), QStringLiteral("Rename…\tF2"),
+                                 QStringLiteral("Pin to the top"), QStringLiteral("Duplicate"),
                                  QStringLiteral("Delete\tDel")}));
     QCOMPARE(list->selectedItems(), QList<QListWidgetItem*>{list->item(1)});
     actionStartingWith(menu, QStringLiteral("Open"))->trigger();

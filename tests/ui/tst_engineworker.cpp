@@ -6,7 +6,9 @@
 
 #include <QRegularExpression>
 #include <QTest>
+#include <k3/chat.hpp>
 #include <k3/pack.hpp>
+#include <k3/tokenizer.hpp>
 
 #include "worker/EngineController.h"
 
@@ -20,6 +22,8 @@ private slots:
     void initTestCase();
     void loadsAndAnswers();
     void stopEndsTheAnswer();
+    void stopWhileThePromptIsReadSettlesThePanels();
+    void thinkingCostIsTheEffortPreamble();
     void destroyingWhileGeneratingJoinsCleanly();
     void queuedCommandsRunInOrderOnTheEngineThread();
     void loadFailureNamesTheFile();
@@ -121,6 +125,72 @@ void TestEngineWorker::stopEndsTheAnswer() {
     engine.generate(m_history, settings);
     QVERIFY(again.wait(30000));
     QCOMPARE(again.at(0).at(0).value<GenerationSummary>().generatedTokens, 3);
+}
+
+// Issue 37 point 2: Esc while the prompt was read left the docks on "reading the prompt
+// 64 of 260 · about 113 s left". Stop is pressed here (on the engine thread, so
+// deterministically) as the prompt's reading begins: the answer ends cancelled and empty,
+// and the last figures the docks get carry no prompt progress.
+void TestEngineWorker::stopWhileThePromptIsReadSettlesThePanels() {
+    EngineController engine;
+    QVERIFY(load(engine, m_model));
+    QueuedSpy figures(engine.worker(), &EngineWorker::memoryUpdated);
+    QueuedSpy finished(engine.worker(), &EngineWorker::generationFinished);
+    EngineWorker* const worker = engine.worker();
+    const QMetaObject::Connection stopper = connect(
+        worker, &EngineWorker::prefillProgress, this, [worker] { worker->requestStop(); },
+        Qt::DirectConnection);
+    GenerationSettings settings;
+    settings.thinking = false;
+    settings.maxTokens = 20;
+    engine.generate(m_history, settings);
+    QVERIFY(finished.wait(30000));
+    disconnect(stopper);
+    const auto summary = finished.at(0).at(0).value<GenerationSummary>();
+    QVERIFY(summary.cancelled);
+    QCOMPARE(summary.generatedTokens, 0);
+    QTRY_VERIFY(!figures.isEmpty());
+    bool sawReading = false;
+    for (int i = 0; i < figures.count(); ++i)
+        sawReading = sawReading || figures.at(i).at(0).value<MemoryFigures>().prefillTotal > 0;
+    QVERIFY(sawReading); // the docks were told a prompt was being read
+    QCOMPARE(figures.last().at(0).value<MemoryFigures>().prefillTotal, 0);
+    QCOMPARE(figures.last().at(0).value<MemoryFigures>().prefillText(), QString());
+}
+
+// What Think adds to a first message: the prompt rendered with and without it, counted
+// here through the other encoding path (the rendered text with its special tokens),
+// and the reading rate of the last message once one was read.
+void TestEngineWorker::thinkingCostIsTheEffortPreamble() {
+    EngineController engine;
+    QVERIFY(load(engine, m_model));
+    QueuedSpy cost(engine.worker(), &EngineWorker::thinkingCost);
+    engine.measureThinkingCost(QStringLiteral("low"));
+    QVERIFY(cost.wait(10000));
+    const k3::Tokenizer tok = k3::Tokenizer::fromDirectory(m_model.toStdString());
+    std::vector<k3::ChatMessage> hello(1);
+    hello[0].role = k3::ChatRole::User;
+    hello[0].content = "Hello";
+    k3::ChatRenderOptions on, off;
+    on.thinkingEffort = "low";
+    off.thinking = false;
+    const int expected = int(tok.encodeWithSpecial(k3::renderChat(hello, on)).size()) -
+                         int(tok.encodeWithSpecial(k3::renderChat(hello, off)).size());
+    QVERIFY(expected > 0);
+    QCOMPARE(cost.last().at(0).toInt(), expected);
+    QCOMPARE(cost.last().at(1).toDouble(), -1.0); // nothing read yet at this budget
+
+    QueuedSpy finished(engine.worker(), &EngineWorker::generationFinished);
+    GenerationSettings settings;
+    settings.thinking = false;
+    settings.maxTokens = 2;
+    engine.generate(m_history, settings);
+    QVERIFY(finished.wait(30000));
+    const auto summary = finished.last().at(0).value<GenerationSummary>();
+    engine.measureThinkingCost(QStringLiteral("low"));
+    QVERIFY(cost.wait(10000));
+    QCOMPARE(cost.last().at(1).toDouble(),
+             summary.prefillSeconds / double(summary.prefillPositions));
 }
 
 void TestEngineWorker::destroyingWhileGeneratingJoinsCleanly() {

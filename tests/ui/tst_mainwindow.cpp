@@ -3,6 +3,7 @@
 #include <QDir>
 #include <QDockWidget>
 #include <QFile>
+#include <QFileDialog>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
@@ -57,6 +58,7 @@ private slots:
     void firstRunOpensTheWizardOverTheDemo();
     void importErrorIsPlainText();
     void importKeepsEveryFieldAndReopens();
+    void fileMenuImportsAConversation();
     void conversationInUseElsewhereIsNotOpened();
     void typingAfterUpGoesIntoTheComposer();
     void fitsIn800x600();
@@ -414,6 +416,31 @@ void TestMainWindow::importErrorIsPlainText() {
                                                    "\"\\x1b[2J\" (expected system, user, "
                                                    "assistant or tool)")));
     QVERIFY(!window.importConversation(escaped));
+}
+
+// Issue 37 point 9: importing was only `k3chat --conversation FILE`. File > Import
+// conversation… (Ctrl+Shift+O) opens a file dialog without blocking the window; the file
+// chosen is imported and opened.
+void TestMainWindow::fileMenuImportsAConversation() {
+    QTemporaryDir tmp;
+    const QString file = tmp.filePath("saved.jsonl");
+    writeFile(file, "{\"role\":\"user\",\"content\":\"imported question\"}\n"
+                    "{\"role\":\"assistant\",\"content\":\"imported answer\"}\n");
+    MainWindow window;
+    auto* action = window.findChild<QAction*>(QStringLiteral("importAction"));
+    QVERIFY(action);
+    QCOMPARE(action->shortcut(), QKeySequence(QStringLiteral("Ctrl+Shift+O")));
+    action->trigger();
+    QFileDialog* dialog = nullptr;
+    QTRY_VERIFY((dialog = window.findChild<QFileDialog*>(QStringLiteral("importDialog"))));
+    QVERIFY(!dialog->isModal() || dialog->windowModality() == Qt::WindowModal);
+    QCOMPARE(dialog->fileMode(), QFileDialog::ExistingFile);
+    emit dialog->fileSelected(file);
+    const QString id = window.currentConversationId();
+    QVERIFY(!id.isEmpty());
+    QCOMPARE(window.conversationView()->messageCount(), 2);
+    QCOMPARE(window.store()->load(id).at(1).content, QStringLiteral("imported answer"));
+    QVERIFY(window.store()->remove(id));
 }
 
 void TestMainWindow::importKeepsEveryFieldAndReopens() {

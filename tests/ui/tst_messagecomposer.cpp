@@ -10,6 +10,7 @@
 class TestMessageComposer : public QObject {
     Q_OBJECT
 private slots:
+    void thinkingCostIsSaidBesideTheSwitch();
     void enterSendsWhenReady();
     void shiftEnterAddsNewLine();
     void notReadyKeepsText();
@@ -19,6 +20,22 @@ private slots:
 
 static QPlainTextEdit* editorOf(MessageComposer& c) {
     return c.findChild<QPlainTextEdit*>(QStringLiteral("composerEditor"));
+}
+
+// Issue 37 point 1: what Think adds to a new conversation's prompt, beside the switch.
+void TestMessageComposer::thinkingCostIsSaidBesideTheSwitch() {
+    MessageComposer composer;
+    QCOMPARE(composer.thinkingCostText(), QString()); // nothing known yet
+    composer.setThinkingCost(166, -1);                // no message read yet: no rate
+    QCOMPARE(composer.thinkingCostText(), QStringLiteral("+166 prompt positions"));
+    composer.setThinkingCost(166, 1.0); // 166 s at the last message's rate
+    QCOMPARE(composer.thinkingCostText(), QStringLiteral("+166 prompt positions · about 3 min"));
+    composer.setThinkingCost(166, 0.25); // 41.5 s
+    QCOMPARE(composer.thinkingCostText(), QStringLiteral("+166 prompt positions · about 42 s"));
+    composer.setThinkingCost(166, 0.001); // under a second: no time said
+    QCOMPARE(composer.thinkingCostText(), QStringLiteral("+166 prompt positions"));
+    composer.setThinkingCost(-1, -1); // a server: nothing
+    QCOMPARE(composer.thinkingCostText(), QString());
 }
 
 void TestMessageComposer::enterSendsWhenReady() {

@@ -1,4 +1,5 @@
 #include <QApplication>
+#include <QCheckBox>
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QFile>
@@ -57,8 +58,10 @@ private slots:
     void packPagePacksTinyCheckpoint();
     void packPageRefusesFolderThatIsNoCheckpoint();
     void packPageShowsPercentAndTimeLeft();
+    void packPageAsksBeforeReplacingAnotherModelsTrunk();
     void memoryPagePlansTinyModelBeforeLoading();
     void memoryPageWarnsWhenPlanDoesNotFit();
+    void memoryPageSaysWhatToDoInPlainWords();
     void memoryPagePlanIsTheSessionsPlan_data();
     void memoryPagePlanIsTheSessionsPlan();
     void wizardPassesTheChoicesAlongAndEmitsThemOnFinish();
@@ -236,8 +239,29 @@ void TestSetupWizard::packPagePacksTinyCheckpoint() {
     page.setModelDir(kTinyModel);
     page.setTrunkDir(trunk);
     QVERIFY(!page.isComplete());
+    QTRY_VERIFY(!page.isChecking()); // the folder is looked at off the GUI thread
+    QVERIFY(!page.isComplete());
     // Compression is offered, on by default where the AVX2 decode runs.
     QCOMPARE(page.compress(), k3::kernelPathAvailable(k3::KernelPath::Avx2));
+    // The size is said before Pack (issue 37 point 11): what the pack then writes, within
+    // the records' 4 KiB alignment.
+    const PackPage::FolderState before = PackPage::inspectFolder(trunk, kTinyModel);
+    QVERIFY(before.packBytes > 0);
+    QCOMPARE(page.statusText(),
+             QStringLiteral("Packing writes about %1 here (less when compressed) and reads as "
+                            "much from the checkpoint.")
+                 .arg(QString::fromStdString(k3::formatBytes(before.packBytes))));
+    page.setCompress(false);
+    {
+        QSignalSpy rawDone(&page, &PackPage::packingFinished);
+        page.startPacking();
+        QVERIFY(rawDone.wait(20000));
+        const std::uint64_t written = QFileInfo(trunk + QStringLiteral("/trunk.bin")).size();
+        QVERIFY2(
+            written >= before.packBytes &&
+                written <= before.packBytes + std::uint64_t(kTinyLayers + 8) * 2 * 4096,
+            qPrintable(QStringLiteral("%1 written, %2 said").arg(written).arg(before.packBytes)));
+    }
     page.setCompress(true);
     QSignalSpy finished(&page, &PackPage::packingFinished);
     page.startPacking();
@@ -264,7 +288,8 @@ void TestSetupWizard::packPagePacksTinyCheckpoint() {
     PackPage again;
     again.setModelDir(kTinyModel);
     again.setTrunkDir(trunk);
-    QVERIFY(again.isComplete());
+    QTRY_VERIFY(again.isComplete());
+    QCOMPARE(again.statusText(), QStringLiteral("A current trunk is already packed there."));
     MemoryPage memory;
     QSignalSpy ready(&memory, &MemoryPage::planReady);
     memory.setAvailableBytes(16'000'000'000ull);
@@ -277,6 +302,45 @@ void TestSetupWizard::packPagePacksTinyCheckpoint() {
     // The decode buffers and the block index are counted (one 64 KiB block per tiny layer).
     QCOMPARE(memory.plan().trunkDecodeBytes,
              k3::kTrunkStagingBytes + 2 * 65536 + 8 * 2 * kTinyLayers);
+}
+
+// Issue 37 point 5: a folder holding another checkpoint's trunk showed nothing, Next
+// stayed grey and Pack was enabled (on the real model: a 100 GB trunk silently
+// replaced). The page says whose trunk is not there and packs only once asked to.
+void TestSetupWizard::packPageAsksBeforeReplacingAnotherModelsTrunk() {
+    QTemporaryDir dir;
+    const QString trunk = dir.filePath(QStringLiteral("trunk"));
+    k3::packTrunk(kTinyModel.toStdString(), trunk.toStdString());
+    const QString other = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_b");
+    PackPage page;
+    page.setModelDir(other);
+    page.setTrunkDir(trunk);
+    QTRY_VERIFY(!page.isChecking());
+    QVERIFY(!page.isComplete());
+    QVERIFY2(
+        page.statusText().startsWith(
+            QStringLiteral("This folder already holds a trunk that is not this "
+                           "checkpoint's: the trunk in %1 was packed from another checkpoint (")
+                .arg(trunk)),
+        qPrintable(page.statusText()));
+    QVERIFY(page.statusText().endsWith(
+        QStringLiteral("\nChoose another folder, or tick the box to replace it.")));
+    QVERIFY(!page.replaceCheckBox()->isHidden());
+    QVERIFY(!page.packButton()->isEnabled());
+    page.startPacking(); // refused: nothing asked to replace it
+    QVERIFY(!page.isPacking());
+    QVERIFY(k3::trunkIsCurrent(trunk.toStdString(), kTinyModel.toStdString()));
+
+    page.replaceCheckBox()->setChecked(true);
+    QVERIFY(page.packButton()->isEnabled());
+    QSignalSpy finished(&page, &PackPage::packingFinished);
+    page.packButton()->click();
+    QVERIFY(page.isPacking());
+    QVERIFY(finished.wait(20000));
+    QCOMPARE(finished.takeFirst().at(0).toBool(), true);
+    QVERIFY(page.isComplete());
+    QVERIFY(page.replaceCheckBox()->isHidden());
+    QVERIFY(k3::trunkIsCurrent(trunk.toStdString(), other.toStdString()));
 }
 
 // A quarter of the bytes in 100 s: 25%, and the other three quarters take 300 s more.
@@ -307,6 +371,7 @@ void TestSetupWizard::packPageRefusesFolderThatIsNoCheckpoint() {
     PackPage page;
     page.setModelDir(model.path());
     page.setTrunkDir(out.filePath(QStringLiteral("trunk")));
+    QTRY_VERIFY(!page.isChecking());
     QSignalSpy finished(&page, &PackPage::packingFinished);
     page.startPacking();
     QVERIFY(finished.wait(10000));
@@ -316,6 +381,9 @@ void TestSetupWizard::packPageRefusesFolderThatIsNoCheckpoint() {
              qPrintable(page.statusText()));
     QVERIFY2(page.statusText().contains(model.path()), qPrintable(page.statusText()));
     QVERIFY(!QFile::exists(out.filePath(QStringLiteral("trunk/trunk.json"))));
+    // The folder the pack made is gone again, and the bar is not left where it stopped.
+    QVERIFY(!QFileInfo::exists(out.filePath(QStringLiteral("trunk"))));
+    QCOMPARE(page.progressText(), QString());
     // A small model may skip packing instead.
     page.setSkipped(true);
     QVERIFY(page.isComplete());
@@ -382,6 +450,95 @@ void TestSetupWizard::memoryPageWarnsWhenPlanDoesNotFit() {
     page.setAvailableBytes(quint64(double(total) / 0.95) + 4096);
     QVERIFY(page.fits());
     QVERIFY(page.warningText().isEmpty());
+}
+
+// Issue 37 point 3: a trunk budget too small for one layer said the planner's sentence
+// twice; the demo's auto showed "0.00 / 0.00 GB" and "4 of 4 layers pinned, the rest
+// streamed"; the bar's red line had no key; "max" on a 24 GB machine gave no warning.
+void TestSetupWizard::memoryPageSaysWhatToDoInPlainWords() {
+    QTemporaryDir tmp;
+    const QString trunk = tmp.filePath(QStringLiteral("trunk"));
+    k3::packTrunk(kTinyModel.toStdString(), trunk.toStdString());
+    MemoryPage page;
+    QSignalSpy ready(&page, &MemoryPage::planReady);
+    page.setAvailableBytes(24'000'000'000ull);
+    page.setModel(kTinyModel, trunk);
+    QVERIFY(ready.wait(10000));
+    auto* trunkGB = page.findChild<QDoubleSpinBox*>(QStringLiteral("trunkGB"));
+    QVERIFY(trunkGB->isEnabled());
+    // Everything fits: every layer pinned, said so, and the red line has its key.
+    QCOMPARE(page.plan().pinnedLayers, kTinyLayers);
+    QVERIFY2(page.planPanel()->detailsText().contains(
+                 QStringLiteral("all %1 layers pinned, none streamed").arg(kTinyLayers)),
+             qPrintable(page.planPanel()->detailsText()));
+    QVERIFY(page.planPanel()->detailsText().contains(
+        QStringLiteral("red line: 95% of the memory available, the most a plan may use")));
+
+    // A budget of half a layer (the box takes more decimals here than a user can type:
+    // the tiny model's layers are far smaller than 0.01 GB).
+    const k3::TrunkIndex index = k3::openTrunkIndex(trunk.toStdString(), kTinyModel.toStdString());
+    std::uint64_t largest = 0;
+    for (const auto& r : index.layers) largest = std::max(largest, r.bytes);
+    trunkGB->setDecimals(9);
+    page.selectPreset(QStringLiteral("custom"));
+    page.setCustomGB(double(k3::alignUp(largest) / 2) / 1e9, 0);
+    QTRY_VERIFY_WITH_TIMEOUT(!page.isPlanning(), 10000);
+    QVERIFY2(!page.hasPlan(), qPrintable(QString::number(trunkGB->value(), 'f', 9)));
+    // The figure is the planner's (the largest part of a layer read at once); the page
+    // says it in one sentence with a button that sets it.
+    std::uint64_t needed = 0;
+    {
+        k3::LaunchConfig asked;
+        asked.modelDir = kTinyModel.toStdString();
+        asked.trunkDir = trunk.toStdString();
+        asked.budget = k3::LaunchBudget::ofBytes(k3::alignUp(largest) / 2, 0);
+        try {
+            k3::planLaunch(asked, 24'000'000'000ull);
+        } catch (const k3::MemoryRefusal& e) {
+            QCOMPARE(int(e.reason()), int(k3::MemoryRefusal::Reason::TrunkTooSmall));
+            needed = e.minTrunkBytes();
+        }
+    }
+    QVERIFY(needed > k3::alignUp(largest) / 2 && needed <= k3::alignUp(largest));
+    const QString minimum = QString::fromStdString(k3::formatBytes(needed));
+    QCOMPARE(page.warningText(),
+             QStringLiteral("The trunk budget is too small: this checkpoint needs at least %1 to "
+                            "read its layers from disk.")
+                 .arg(minimum));
+    QCOMPARE(page.summaryText(), QString()); // said once
+    QPushButton* useMinimum = page.useMinimumButton();
+    QVERIFY(!useMinimum->isHidden());
+    QCOMPARE(useMinimum->text(), QStringLiteral("Use %1").arg(minimum));
+    useMinimum->click();
+    QTRY_VERIFY_WITH_TIMEOUT(page.isComplete(), 10000);
+    QVERIFY(trunkGB->value() * 1e9 >= double(needed));
+    QVERIFY(page.fits());
+    QCOMPARE(page.warningText(), QString());
+    QVERIFY(useMinimum->isHidden());
+
+    // Presets this computer cannot hold are marked before they are chosen.
+    QAbstractButton* max = page.presetButton(QStringLiteral("max"));
+    QAbstractButton* laptop = page.presetButton(QStringLiteral("laptop"));
+    QVERIFY(max && laptop);
+    QCOMPARE(max->property("tooBig").toBool(), true);
+    QVERIFY2(max->toolTip().startsWith(QStringLiteral("More than this computer can hold: 219.00 "
+                                                      "GB for the trunk and the cache alone, "
+                                                      "24.00 GB available.")),
+             qPrintable(max->toolTip()));
+    QVERIFY(!max->icon().isNull());
+    QCOMPARE(laptop->property("tooBig").toBool(), false);
+    QVERIFY(laptop->icon().isNull());
+
+    // No packed trunk (the demo's case): the trunk box says all of it stays in memory.
+    page.setModel(kTinyModel, QString());
+    page.selectPreset(QStringLiteral("auto"));
+    QTRY_VERIFY_WITH_TIMEOUT(page.isComplete(), 10000);
+    QVERIFY(!trunkGB->isEnabled());
+    QCOMPARE(trunkGB->text(), QStringLiteral("all in memory"));
+    QCOMPARE(page.findChild<QDoubleSpinBox*>(QStringLiteral("cacheGB"))->text(),
+             QStringLiteral("none: every expert in memory"));
+    QVERIFY(page.planPanel()->detailsText().contains(
+        QStringLiteral("all %1 layers resident").arg(kTinyLayers)));
 }
 
 void TestSetupWizard::memoryPagePlanIsTheSessionsPlan_data() {

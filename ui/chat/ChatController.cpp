@@ -29,6 +29,16 @@ ChatController::ChatController(EngineController* engine, ConversationModel* conv
     connect(worker, &EngineWorker::modelLoaded, this,
             [this](const ModelInfo& info) { m_answeringModel = info.modelName; });
     connect(m_composer, &MessageComposer::thinkingChosen, this, &ChatController::rememberThinking);
+    // What Think costs, said beside the switch (issue 37 point 1: "Hello" was 253 prompt
+    // positions with Think and 87 without, and nothing said so). Asked again after a
+    // load, an effort change and each answer (the rate it quotes is the last message's).
+    const auto askThinkingCost = [this] {
+        m_engine->measureThinkingCost(m_composer->thinkingEffort());
+    };
+    connect(worker, &EngineWorker::modelLoaded, this, askThinkingCost);
+    connect(worker, &EngineWorker::generationFinished, this, askThinkingCost);
+    connect(m_composer, &MessageComposer::thinkingEffortChanged, this, askThinkingCost);
+    connect(worker, &EngineWorker::thinkingCost, m_composer, &MessageComposer::setThinkingCost);
 }
 
 void ChatController::setModel(const QString& key, bool hasThinkChannel) {

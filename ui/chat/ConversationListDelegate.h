@@ -12,7 +12,8 @@ public:
     enum Roles {
         IdRole = Qt::UserRole, // the store's id (QString)
         ModifiedRole,          // the transcript's last write (QDateTime)
-        DateTextRole,          // the relative time shown ("2 h ago")
+        DateTextRole,          // the relative time shown ("2 h ago", "pinned · 2 h ago")
+        PinnedRole,            // pinned to the top of the list (bool)
     };
 
     explicit ConversationListDelegate(QObject* parent = nullptr);

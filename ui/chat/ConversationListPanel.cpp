@@ -1,5 +1,7 @@
 #include "chat/ConversationListPanel.h"
 
+#include "AppSettings.h"
+
 #include "chat/ConversationListDelegate.h"
 #include "chat/ConversationListWidget.h"
 #include "chat/RelativeTime.h"
@@ -18,6 +20,8 @@
 #include <QShortcut>
 #include <QVBoxLayout>
 #include <QtConcurrent>
+
+#include <algorithm>
 
 using Summary = ConversationStore::Summary;
 using Roles = ConversationListDelegate::Roles;
@@ -166,7 +170,13 @@ void ConversationListPanel::showSummaries(const QVector<Summary>& summaries, con
     }
     m_filling = true;
     m_list->clear();
-    for (const Summary& summary : summaries) fillItem(new QListWidgetItem(m_list), summary);
+    // Pinned conversations first, newest first among them as among the rest.
+    const QStringList pinned = AppSettings::pinnedConversations();
+    QVector<Summary> ordered = summaries;
+    std::stable_partition(ordered.begin(), ordered.end(),
+                          [&pinned](const Summary& s) { return pinned.contains(s.id); });
+    for (const Summary& summary : ordered)
+        fillItem(new QListWidgetItem(m_list), summary, pinned.contains(summary.id));
     m_filling = false;
     setCurrentConversation(m_currentId);
     const bool nothing = summaries.isEmpty() && !query.isEmpty();
@@ -174,24 +184,50 @@ void ConversationListPanel::showSummaries(const QVector<Summary>& summaries, con
     m_noResults->setVisible(nothing);
 }
 
-void ConversationListPanel::fillItem(QListWidgetItem* item, const Summary& summary) {
+void ConversationListPanel::fillItem(QListWidgetItem* item, const Summary& summary, bool pinned) {
     item->setText(summary.title);
     item->setData(Roles::IdRole, summary.id);
     item->setData(Roles::ModifiedRole, summary.modified);
+    item->setData(Roles::PinnedRole, pinned);
     item->setFlags(item->flags() | Qt::ItemIsEditable);
     item->setToolTip(
         tr("%1\nLast changed %2")
             .arg(summary.title, QLocale().toString(summary.modified, QLocale::LongFormat)));
-    const QString date = relativeTime(summary.modified, QDateTime::currentDateTime());
+    const QString date = dateText(summary.modified, pinned, QDateTime::currentDateTime());
     item->setData(Roles::DateTextRole, date);
     item->setData(Qt::AccessibleTextRole, QString(summary.title + QStringLiteral(", ") + date));
+}
+
+QString ConversationListPanel::dateText(const QDateTime& modified, bool pinned,
+                                        const QDateTime& now) {
+    const QString date = relativeTime(modified, now);
+    return pinned ? tr("pinned · %1").arg(date) : date;
+}
+
+void ConversationListPanel::setPinned(const QString& id, bool pin) {
+    QStringList pinned = AppSettings::pinnedConversations();
+    pinned.removeAll(id);
+    if (pin) pinned.prepend(id);
+    AppSettings::setPinnedConversations(pinned);
+    refresh();
+}
+
+void ConversationListPanel::duplicateConversation(const QString& id) {
+    try {
+        const QString copy = m_store->duplicate(id);
+        refresh();
+        emit conversationDuplicated(copy);
+    } catch (const std::exception& e) {
+        showError(tr("Could not duplicate the conversation"), QString::fromUtf8(e.what()));
+    }
 }
 
 void ConversationListPanel::updateDates() {
     const QDateTime now = QDateTime::currentDateTime();
     for (int row = 0; row < m_list->count(); ++row) {
         QListWidgetItem* item = m_list->item(row);
-        const QString date = relativeTime(item->data(Roles::ModifiedRole).toDateTime(), now);
+        const QString date = dateText(item->data(Roles::ModifiedRole).toDateTime(),
+                                      item->data(Roles::PinnedRole).toBool(), now);
         item->setData(Roles::DateTextRole, date);
         item->setData(Qt::AccessibleTextRole, QString(item->text() + QStringLiteral(", ") + date));
     }
@@ -216,15 +252,23 @@ void ConversationListPanel::conversationSaved(const QString& id) {
         startSearch();
         return;
     }
+    // The newest goes first: first of all when pinned, else first after the pinned ones.
+    const bool pinned = AppSettings::pinnedConversations().contains(id);
+    int top = 0;
+    if (!pinned)
+        while (top < m_list->count() && m_list->item(top)->data(Roles::PinnedRole).toBool() &&
+               m_list->item(top)->data(Roles::IdRole).toString() != id)
+            ++top;
     QListWidgetItem* item = itemFor(id);
-    if (!item || (m_list->row(item) != 0 && !m_editing)) {
+    if (!item || (m_list->row(item) != top && !m_editing)) {
         m_filling = true;
         if (item) m_list->takeItem(m_list->row(item));
-        m_list->insertItem(0, item ? item : new QListWidgetItem);
-        item = m_list->item(0);
+        top = std::min(top, m_list->count());
+        m_list->insertItem(top, item ? item : new QListWidgetItem);
+        item = m_list->item(top);
         m_filling = false;
     }
-    fillItem(item, m_store->summary(id));
+    fillItem(item, m_store->summary(id), pinned);
     setCurrentConversation(id);
 }
 
@@ -252,7 +296,7 @@ void ConversationListPanel::storeTitle(const QString& id, const QString& title) 
     Summary summary = m_store->summary(id);
     if (QListWidgetItem* item = itemFor(id)) {
         summary.modified = item->data(Roles::ModifiedRole).toDateTime(); // a title is no turn
-        fillItem(item, summary);
+        fillItem(item, summary, item->data(Roles::PinnedRole).toBool());
     }
     emit conversationRenamed(id, summary.title);
 }
@@ -322,6 +366,12 @@ void ConversationListPanel::showContextMenu(const QPoint& position) {
     menu->addAction(tr("Open"), this, [this, id] { emit conversationActivated(id); });
     menu->addAction(tr("Rename…") + QStringLiteral("\tF2"), this,
                     [this, id] { renameConversation(id); });
+    const bool pinned = item->data(Roles::PinnedRole).toBool();
+    menu->addAction(pinned ? tr("Unpin") : tr("Pin to the top"), this,
+                    [this, id, pinned] { setPinned(id, !pinned); })
+        ->setObjectName(QStringLiteral("pinConversationAction"));
+    menu->addAction(tr("Duplicate"), this, [this, id] { duplicateConversation(id); })
+        ->setObjectName(QStringLiteral("duplicateConversationAction"));
     menu->addAction(tr("Delete") + QStringLiteral("\tDel"), this,
                     [this, id] { deleteConversation(id); });
     menu->popup(m_list->viewport()->mapToGlobal(position)); // not exec(): nothing waits on it

@@ -48,6 +48,10 @@ public slots:
     // Opens the inline editor on `id`'s title.
     void renameConversation(const QString& id);
     void deleteConversation(const QString& id);
+    // Pinned conversations stay at the top of the list (AppSettings), newest first.
+    void setPinned(const QString& id, bool pinned);
+    // A copy under a new id, "TITLE (copy)", listed and announced.
+    void duplicateConversation(const QString& id);
     // Brings back the latest deletion.
     void undoDelete();
     // Deletes every pending deletion for good.
@@ -60,6 +64,8 @@ signals:
     void conversationDeleted(const QString& id);
     // The user's new title for `id` is stored; `title` is what the list shows now.
     void conversationRenamed(const QString& id, const QString& title);
+    // A copy of a conversation was made (duplicateConversation).
+    void conversationDuplicated(const QString& copyId);
     // A search's results are on screen.
     void searchFinished();
 
@@ -75,7 +81,8 @@ private:
     void createActions();
     void startSearch();
     void showSummaries(const QVector<ConversationStore::Summary>& summaries, const QString& query);
-    void fillItem(QListWidgetItem* item, const ConversationStore::Summary& summary);
+    void fillItem(QListWidgetItem* item, const ConversationStore::Summary& summary, bool pinned);
+    static QString dateText(const QDateTime& modified, bool pinned, const QDateTime& now);
     void updateDates();
     void updateUndoBar();
     void onSelectionChanged();

@@ -85,7 +85,8 @@ int ConversationModel::beginAssistantMessage(const QString& model) {
     return row;
 }
 
-void ConversationModel::setReading(int done, int total, double seconds, int restored, int held) {
+void ConversationModel::setReading(int done, int total, double seconds, int restored, int held,
+                                   double fraction) {
     if (m_entries.isEmpty() || !m_entries.last().streaming) return;
     Entry& e = m_entries.last();
     e.readRestored = restored;
@@ -95,8 +96,10 @@ void ConversationModel::setReading(int done, int total, double seconds, int rest
             e.readAgain = m_entries[i].role == QLatin1String("assistant");
     e.readDone = done;
     e.readTotal = total;
-    // The rest at the rate measured so far (chunks cost about the same per position).
-    e.readSecondsLeft = done > 0 && seconds > 0 ? seconds / done * (total - done) : -1;
+    // The rest at the rate measured so far (chunks and layers cost about the same per
+    // position); the layers of a chunk count, so a one-chunk prompt has an estimate early.
+    const double share = total > 0 ? std::max(double(done) / total, fraction) : 0;
+    e.readSecondsLeft = share > 0 && share < 1 && seconds > 0 ? seconds * (1 - share) / share : -1;
     changed(int(m_entries.size()) - 1);
 }
 

@@ -46,7 +46,9 @@ public:
     // `seconds`; the first token (appendToLast) or finishLast clears it.
     // `held`: positions the engine held before (0 with earlier answers: the whole
     // conversation is read again, and the bubble says so).
-    void setReading(int done, int total, double seconds, int restored = 0, int held = -1);
+    // fraction: the share read with the current chunk's layers (-1: done / total).
+    void setReading(int done, int total, double seconds, int restored = 0, int held = -1,
+                    double fraction = -1);
     // invalidReason: not empty when the answer is not the model's (an expert failed to
     // load, a NaN appeared); it is kept with the message and saved with it.
     // model: who answered (a folder's or a server's model name), saved with the answer.

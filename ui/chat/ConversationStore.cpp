@@ -194,16 +194,30 @@ QVector<ChatTurn> ConversationStore::load(const QString& id) const {
     return toTurns(k3::readTranscript(pathFor(id).toStdString()));
 }
 
+namespace {
+QString newConversationId() {
+    return QDateTime::currentDateTimeUtc().toString(QStringLiteral("yyyyMMdd-HHmmss-")) +
+           QUuid::createUuid().toString(QUuid::Id128).left(8);
+}
+} // namespace
+
 QString ConversationStore::save(const QString& id, const QVector<ChatTurn>& turns) {
     makePrivateFolder(m_directory);
-    const QString useId =
-        id.isEmpty()
-            ? QDateTime::currentDateTimeUtc().toString(QStringLiteral("yyyyMMdd-HHmmss-")) +
-                  QUuid::createUuid().toString(QUuid::Id128).left(8)
-            : id;
+    const QString useId = id.isEmpty() ? newConversationId() : id;
     claim(useId);
     k3::writeTranscript(pathFor(useId).toStdString(), toMessages(turns));
     return useId;
+}
+
+QString ConversationStore::duplicate(const QString& id) {
+    // Read and written whole, as a save is: the copy is a valid transcript or nothing.
+    const QVector<ChatTurn> turns = load(id);
+    const QString title = storedTitle(id).isEmpty() ? titleFor(turns) : storedTitle(id);
+    const QString copy = newConversationId();
+    makePrivateFolder(m_directory);
+    k3::writeTranscript(pathFor(copy).toStdString(), toMessages(turns));
+    setTitle(copy, QObject::tr("%1 (copy)").arg(title));
+    return copy;
 }
 
 bool ConversationStore::remove(const QString& id) {

@@ -52,6 +52,10 @@ public:
     // session holds it, and then writes nothing.
     QString save(const QString& id, const QVector<ChatTurn>& turns);
     bool remove(const QString& id);
+    // A copy of conversation `id` under a new id, titled "TITLE (copy)"; returns the new
+    // id. Nothing is claimed (the open conversation keeps its claim). Throws
+    // std::runtime_error naming the file that could not be read or written.
+    QString duplicate(const QString& id);
 
     // Stores the user's title for `id` (simplified to one line); an empty title removes
     // it, and the first question is the title again. Throws std::runtime_error naming

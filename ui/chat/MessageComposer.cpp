@@ -10,10 +10,13 @@
 #include <QTextCursor>
 #include <QVBoxLayout>
 
+#include <cmath>
+
 MessageComposer::MessageComposer(QWidget* parent)
     : QWidget(parent), m_editor(new QPlainTextEdit(this)),
       m_sendButton(new QPushButton(tr("Send"), this)), m_think(new QCheckBox(tr("Think"), this)),
-      m_effort(new QComboBox(this)), m_editingLabel(new QLabel(this)) {
+      m_effort(new QComboBox(this)), m_editingLabel(new QLabel(this)),
+      m_thinkCost(new QLabel(this)) {
     m_editor->setObjectName(QStringLiteral("composerEditor"));
     m_sendButton->setObjectName(QStringLiteral("sendButton"));
     m_think->setObjectName(QStringLiteral("thinkCheck"));
@@ -39,11 +42,14 @@ MessageComposer::MessageComposer(QWidget* parent)
            "Esc cancels."));
     m_editingLabel->setWordWrap(true);
     m_editingLabel->hide();
+    m_thinkCost->setObjectName(QStringLiteral("thinkCost"));
+    m_thinkCost->hide();
 
     auto* options = new QHBoxLayout;
     options->addWidget(m_think);
     options->addWidget(new QLabel(tr("Effort:"), this));
     options->addWidget(m_effort);
+    options->addWidget(m_thinkCost);
     options->addStretch(1);
     auto* input = new QHBoxLayout;
     input->addWidget(m_editor, 1);
@@ -63,6 +69,8 @@ MessageComposer::MessageComposer(QWidget* parent)
     connect(m_editor, &QPlainTextEdit::textChanged, this, &MessageComposer::updateSendButton);
     connect(m_think, &QCheckBox::toggled, m_effort, &QWidget::setEnabled);
     connect(m_think, &QCheckBox::clicked, this, &MessageComposer::thinkingChosen);
+    connect(m_effort, &QComboBox::currentTextChanged, this,
+            &MessageComposer::thinkingEffortChanged);
     updateSendButton();
 }
 
@@ -117,6 +125,30 @@ QString MessageComposer::thinkingEffort() const {
 
 void MessageComposer::setThinkingEffort(const QString& effort) {
     m_effort->setCurrentText(effort);
+}
+
+void MessageComposer::setThinkingCost(int positions, double seconds) {
+    m_thinkCost->setVisible(positions > 0);
+    if (positions <= 0) {
+        m_thinkCost->clear();
+        return;
+    }
+    QString text =
+        positions == 1 ? tr("+1 prompt position") : tr("+%1 prompt positions").arg(positions);
+    const double total = seconds >= 0 ? seconds * positions : -1;
+    if (total >= 1) {
+        const int s = int(std::ceil(total));
+        text += s >= 120 ? tr(" · about %1 min").arg((s + 30) / 60) : tr(" · about %1 s").arg(s);
+    }
+    m_thinkCost->setText(text);
+    m_thinkCost->setToolTip(
+        tr("Think adds the thinking-effort message and the think channel to the prompt of "
+           "every new conversation: this many positions to read before the first token%1.")
+            .arg(total >= 1 ? tr(", at the rate this computer read the last message") : QString()));
+}
+
+QString MessageComposer::thinkingCostText() const {
+    return m_thinkCost->isHidden() ? QString() : m_thinkCost->text();
 }
 
 bool MessageComposer::eventFilter(QObject* watched, QEvent* event) {

@@ -36,6 +36,12 @@ public:
     QString thinkingEffort() const;
     void setThinkingEffort(const QString& effort); // one of the combo box's levels
 
+    // What Think adds to a new conversation's prompt, beside the switch: "+166 prompt
+    // positions · about 2 min" (seconds < 0: the rate is not known yet). positions < 0
+    // hides it (a server, no tokenizer).
+    void setThinkingCost(int positions, double seconds);
+    QString thinkingCostText() const;
+
 signals:
     void sendRequested(const QString& text);
     void stopRequested();
@@ -43,6 +49,7 @@ signals:
     void editLastRequested();
     // The user ticked or unticked Think (not emitted for setThinking()).
     void thinkingChosen(bool on);
+    void thinkingEffortChanged(const QString& effort);
 
 protected:
     bool eventFilter(QObject* watched, QEvent* event) override;
@@ -56,6 +63,7 @@ private:
     QCheckBox* m_think;
     QComboBox* m_effort;
     QLabel* m_editingLabel;
+    QLabel* m_thinkCost;
     bool m_editing = false;
     bool m_ready = false;
     bool m_generating = false;

@@ -55,14 +55,15 @@ void ExpertCachePanel::setFigures(const MemoryFigures& f) {
         return;
     }
     if (!f.expertsCached) {
-        showLines({f.prefillText(), tr("Every routed expert is resident: no cache in use.")});
+        showLines({{}, tr("Every routed expert is resident: no cache in use.")});
         return;
     }
     const QLocale locale;
     const auto count = [&locale](quint64 n) { return locale.toString(qulonglong(n)); };
     const double served =
         f.cacheRequests > 0 ? 100.0 * double(f.cacheResidentHits) / double(f.cacheRequests) : 0;
-    showLines({f.prefillText(),
+    // How far a prompt is read is said once, in the Disk I/O dock (and the answer's bubble).
+    showLines({{},
                tr("served from memory %1% (%2 of %3 requests)")
                    .arg(served, 0, 'f', 1)
                    .arg(count(f.cacheResidentHits), count(f.cacheRequests)),

@@ -25,7 +25,7 @@ QColor segmentColor(int i) {
 
 MemoryPlanPanel::MemoryPlanPanel(QWidget* parent) : QWidget(parent), m_details(new QLabel(this)) {
     setObjectName(QStringLiteral("memoryPlanPanel"));
-    m_details->setTextFormat(Qt::PlainText);
+    m_details->setTextFormat(Qt::RichText);
     m_details->setWordWrap(true);
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(6, kBarHeight + 12, 6, 6);
@@ -38,28 +38,44 @@ void MemoryPlanPanel::setFigures(const MemoryFigures& figures) {
     m_figures = figures;
     // Remote: no bar is drawn, so the text takes its place.
     layout()->setContentsMargins(6, figures.remoteUrl.isEmpty() ? kBarHeight + 12 : 6, 6, 6);
-    m_details->setText(detailsText());
+    // The key: each part's row starts with a square of its colour in the bar.
+    QStringList html;
+    const QStringList rows = detailRows();
+    for (int i = 0; i < rows.size(); ++i) {
+        const QString text = rows[i].toHtmlEscaped();
+        html << (i < figures.plan.size() && figures.remoteUrl.isEmpty()
+                     ? QStringLiteral("<span style=\"color:%1\">&#9632;</span> %2")
+                           .arg(segmentColor(i).name(), text)
+                     : text);
+    }
+    m_details->setText(html.join(QStringLiteral("<br>")));
     update();
 }
 
 QString MemoryPlanPanel::detailsText() const {
+    return detailRows().join(QLatin1Char('\n'));
+}
+
+QStringList MemoryPlanPanel::detailRows() const {
     const MemoryFigures& f = m_figures;
     if (!f.remoteUrl.isEmpty())
-        return tr("remote: %1 — no local memory figures\nThe server holds the model; this "
-                  "computer only shows the answer.")
-            .arg(f.remoteUrl);
+        return {tr("remote: %1 — no local memory figures").arg(f.remoteUrl),
+                tr("The server holds the model; this computer only shows the answer.")};
     QStringList rows;
-    if (!f.prefillText().isEmpty()) rows << f.prefillText();
     for (const MemoryFigures::Component& c : f.plan)
         rows << QStringLiteral("%1  %2").arg(c.name, gb(c.bytes));
     rows << tr("planned %1 of %2 available").arg(gb(f.plannedBytes()), gb(f.availableBytes));
+    if (f.availableBytes > 0)
+        rows << tr("red line: 95% of the memory available, the most a plan may use");
     if (f.totalLayers > 0)
-        rows << (f.trunkStreamed ? tr("%1 of %2 layers pinned, the rest streamed")
-                                       .arg(f.pinnedLayers)
-                                       .arg(f.totalLayers)
-                                 : tr("all %1 layers resident").arg(f.totalLayers));
+        rows << (!f.trunkStreamed ? tr("all %1 layers resident").arg(f.totalLayers)
+                 : f.pinnedLayers >= f.totalLayers
+                     ? tr("all %1 layers pinned, none streamed").arg(f.totalLayers)
+                     : tr("%1 of %2 layers pinned, the rest streamed")
+                           .arg(f.pinnedLayers)
+                           .arg(f.totalLayers));
     if (f.peakRssBytes > 0) rows << tr("peak RSS %1").arg(gb(f.peakRssBytes));
-    return rows.join(QLatin1Char('\n'));
+    return rows;
 }
 
 void MemoryPlanPanel::paintEvent(QPaintEvent*) {

@@ -15,12 +15,14 @@ public:
 
     void setFigures(const MemoryFigures& figures);
     const MemoryFigures& figures() const { return m_figures; }
+    // The text under the bar, plain (the label shows it with a colour key per part).
     QString detailsText() const;
 
 protected:
     void paintEvent(QPaintEvent* event) override;
 
 private:
+    QStringList detailRows() const;
     MemoryFigures m_figures;
     QLabel* m_details;
 };

@@ -8,8 +8,11 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QPushButton>
+#include <QStyle>
 #include <QVBoxLayout>
 #include <QtConcurrent>
+
+#include <cmath>
 
 #include <k3/presets.hpp>
 #include <k3/system.hpp>
@@ -32,6 +35,11 @@ MemoryPage::Planned planOffThread(k3::LaunchConfig config, bool automatic, quint
     try {
         if (automatic) config.budget = k3::automaticBudget(config, available);
         p.plan = k3::planLaunch(config, available);
+    } catch (const k3::MemoryRefusal& e) {
+        p.error = QString::fromStdString(e.what());
+        p.plan.available = available;
+        if (e.reason() == k3::MemoryRefusal::Reason::TrunkTooSmall)
+            p.minTrunkBytes = e.minTrunkBytes();
     } catch (const std::exception& e) {
         p.error = QString::fromStdString(e.what());
         p.plan.available = available;
@@ -44,7 +52,7 @@ MemoryPage::Planned planOffThread(k3::LaunchConfig config, bool automatic, quint
 MemoryPage::MemoryPage(QWidget* parent)
     : QWizardPage(parent), m_presets(new QButtonGroup(this)), m_trunkGB(new GigabyteSpinBox),
       m_cacheGB(new GigabyteSpinBox), m_panel(new MemoryPlanPanel), m_summary(new QLabel),
-      m_warning(new QLabel) {
+      m_warning(new QLabel), m_useMinimum(new QPushButton) {
     setTitle(tr("Choose memory"));
     setSubTitle(tr("Memory only buys speed: the answer is the same with any preset. The plan "
                    "below is every byte the run will hold, before anything loads."));
@@ -73,6 +81,8 @@ MemoryPage::MemoryPage(QWidget* parent)
     m_trunkGB->setAccessibleName(tr("Trunk budget in GB"));
     m_cacheGB->setObjectName(QStringLiteral("cacheGB"));
     m_cacheGB->setAccessibleName(tr("Expert cache budget in GB"));
+    // 0 means something for each box; said in words instead of "0.00 GB".
+    m_cacheGB->setSpecialValueText(tr("none: every expert in memory"));
     auto* form = new QFormLayout;
     form->addRow(tr("Trunk (pinned layers + ring):"), m_trunkGB);
     form->addRow(tr("Expert cache:"), m_cacheGB);
@@ -84,6 +94,12 @@ MemoryPage::MemoryPage(QWidget* parent)
     m_warning->setTextFormat(Qt::PlainText);
     m_warning->setStyleSheet(QStringLiteral("color: #c0392b; font-weight: bold;"));
     m_warning->hide();
+    m_useMinimum->setObjectName(QStringLiteral("useMinimumTrunk"));
+    m_useMinimum->hide();
+    connect(m_useMinimum, &QPushButton::clicked, this, [this] {
+        // Rounded up to the box's two decimals, so the value set is never below the minimum.
+        m_trunkGB->setValue(std::ceil(double(m_minTrunkBytes) / 1e7) / 100);
+    });
 
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(buttons);
@@ -91,6 +107,8 @@ MemoryPage::MemoryPage(QWidget* parent)
     layout->addWidget(m_panel, 1);
     layout->addWidget(m_summary);
     layout->addWidget(m_warning);
+    layout->addWidget(m_useMinimum, 0, Qt::AlignLeft);
+    markPresetsThatDoNotFit();
 
     connect(m_presets, &QButtonGroup::idClicked, this, &MemoryPage::presetClicked);
     for (QDoubleSpinBox* spin : {m_trunkGB, m_cacheGB})
@@ -106,6 +124,7 @@ MemoryPage::MemoryPage(QWidget* parent)
         m_config = p.config;
         m_plan = p.plan;
         m_error = p.error;
+        m_minTrunkBytes = p.minTrunkBytes;
         showPlan();
         emit planReady();
     });
@@ -132,11 +151,20 @@ void MemoryPage::setModel(const QString& modelDir, const QString& trunkDir) {
     m_planned = false;
     m_summary->setText(tr("Reading the checkpoint's sizes…"));
     m_warning->hide();
+    // Without a packed trunk the trunk comes from the checkpoint, all of it in memory:
+    // no trunk budget applies (the demo showed "0.00 GB" for its 3 MB).
+    const bool packed = !trunkDir.isEmpty();
+    m_trunkGB->setEnabled(packed);
+    m_trunkGB->setSpecialValueText(packed ? tr("one layer at a time") : tr("all in memory"));
+    m_trunkGB->setToolTip(packed ? QString()
+                                 : tr("Without a packed trunk every layer stays in memory. Pack "
+                                      "the trunk (the previous page) to choose how much of it."));
     replan();
 }
 
 void MemoryPage::setAvailableBytes(quint64 bytes) {
     m_available = bytes;
+    markPresetsThatDoNotFit();
     showPlan(); // the warning follows at once; the plan itself follows off the thread
     replan();
 }
@@ -169,7 +197,37 @@ void MemoryPage::presetClicked(int id) {
 }
 
 QString MemoryPage::warningText() const {
-    return m_warning->text();
+    return m_warning->isHidden() ? QString() : m_warning->text();
+}
+
+QString MemoryPage::summaryText() const {
+    return m_summary->isHidden() ? QString() : m_summary->text();
+}
+
+QAbstractButton* MemoryPage::presetButton(const QString& name) const {
+    for (QAbstractButton* b : m_presets->buttons())
+        if (b->text() == name) return b;
+    return nullptr;
+}
+
+// A preset whose trunk and cache alone pass the memory this computer has (max's 110 GB on
+// a 24 GB machine) is marked before it is chosen; the plan still says the whole figure.
+void MemoryPage::markPresetsThatDoNotFit() {
+    int id = 1;
+    for (const k3::Preset& p : k3::presets()) {
+        QAbstractButton* b = m_presets->button(id++);
+        const double needs = (p.trunkGB + p.cacheGB) * 1e9;
+        const QString summary = QString::fromUtf8(p.summary.data(), qsizetype(p.summary.size()));
+        const bool tooBig =
+            m_available > 0 && needs > k3::kPlanMaxShareOfAvailable * double(m_available);
+        b->setIcon(tooBig ? style()->standardIcon(QStyle::SP_MessageBoxWarning) : QIcon());
+        b->setToolTip(
+            tooBig ? tr("More than this computer can hold: %1 for the trunk and the "
+                        "cache alone, %2 available.\n%3")
+                         .arg(bytesText(std::uint64_t(needs)), bytesText(m_available), summary)
+                   : summary);
+        b->setProperty("tooBig", tooBig);
+    }
 }
 
 bool MemoryPage::fits() const {
@@ -204,7 +262,7 @@ void MemoryPage::showPlan() {
     if (m_presets->checkedId() == kAutoId && m_error.isEmpty()) {
         // Show what auto chose, without switching to "custom".
         const QSignalBlocker a(m_trunkGB), b(m_cacheGB);
-        m_trunkGB->setValue(double(m_plan.trunkBytes()) / 1e9);
+        m_trunkGB->setValue(m_trunkDir.isEmpty() ? 0.0 : double(m_plan.trunkBytes()) / 1e9);
         m_cacheGB->setValue(double(m_plan.cacheBytes()) / 1e9);
     }
     MemoryFigures f = MemoryFigures::fromPlan(m_plan);
@@ -213,12 +271,26 @@ void MemoryPage::showPlan() {
     f.expertsCached = m_plan.cacheSlots > 0;
     m_panel->setFigures(f);
 
-    m_summary->setText(tr("Total %1 of %2 available; %3/%4 layers pinned.")
-                           .arg(bytesText(m_plan.total()), bytesText(m_available))
-                           .arg(m_plan.pinnedLayers)
-                           .arg(m_plan.totalLayers));
-    if (!m_error.isEmpty()) {
-        m_summary->setText(tr("Cannot plan: %1").arg(m_error));
+    // The plan's figures are the panel's (one total); this line says what they mean.
+    m_summary->setText(
+        m_plan.pinnedLayers >= m_plan.totalLayers || m_trunkDir.isEmpty()
+            ? tr("Every weight of the trunk stays in memory: nothing is read from disk while "
+                 "it answers, except the experts the cache does not hold.")
+            : tr("%1 of %2 layers stay in memory; the others are read from disk for every "
+                 "token, one at a time.")
+                  .arg(m_plan.pinnedLayers)
+                  .arg(m_plan.totalLayers));
+    m_summary->setVisible(m_error.isEmpty());
+    m_useMinimum->hide();
+    if (m_minTrunkBytes > 0 && !m_error.isEmpty()) {
+        // One plain sentence and the way out, instead of the planner's words twice.
+        m_warning->setText(tr("The trunk budget is too small: this checkpoint needs at least %1 "
+                              "to read its layers from disk.")
+                               .arg(bytesText(m_minTrunkBytes)));
+        m_useMinimum->setText(tr("Use %1").arg(bytesText(m_minTrunkBytes)));
+        m_useMinimum->show();
+        m_warning->show();
+    } else if (!m_error.isEmpty()) {
         m_warning->setText(tr("This budget cannot work: %1").arg(m_error));
         m_warning->show();
     } else if (!fits()) {

@@ -10,6 +10,8 @@ class MemoryPlanPanel;
 class QButtonGroup;
 class QDoubleSpinBox;
 class QLabel;
+class QPushButton;
+class QAbstractButton;
 
 // Wizard page 4: a preset (or auto, or custom trunk/cache GB) and the memory plan it
 // gives, drawn against MemAvailable with the 95% line BEFORE anything loads, with a
@@ -24,6 +26,9 @@ public:
         k3::LaunchConfig config;
         k3::MemoryPlan plan;
         QString error; // empty: planned
+        // The trunk budget that works when the one asked for holds no ring slot (0: that
+        // is not why the plan failed).
+        quint64 minTrunkBytes = 0;
     };
 
     explicit MemoryPage(QWidget* parent = nullptr);
@@ -49,6 +54,10 @@ public:
     // What Finish hands on: exactly the configuration the plan shown was made for.
     const k3::LaunchConfig& launchConfig() const { return m_config; }
     QString warningText() const;
+    QString summaryText() const;
+    // The button under a trunk budget too small for one layer: sets that minimum.
+    QPushButton* useMinimumButton() const { return m_useMinimum; }
+    QAbstractButton* presetButton(const QString& name) const;
     MemoryPlanPanel* planPanel() const { return m_panel; }
 
 signals:
@@ -58,6 +67,7 @@ private:
     void replan();
     void showPlan();
     void presetClicked(int id);
+    void markPresetsThatDoNotFit();
     k3::LaunchConfig requestedConfig() const;
 
     k3::LaunchConfig m_base;
@@ -70,10 +80,12 @@ private:
     MemoryPlanPanel* m_panel;
     QLabel* m_summary;
     QLabel* m_warning;
+    QPushButton* m_useMinimum;
     bool m_planned = false; // a planning has answered for the current model
     bool m_pending = false; // a planning is under way
     k3::LaunchConfig m_config;
     k3::MemoryPlan m_plan;
     QString m_error;
+    quint64 m_minTrunkBytes = 0;
     QFutureWatcher<Planned> m_watcher;
 };

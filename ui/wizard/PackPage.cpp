@@ -12,6 +12,10 @@
 #include <QVBoxLayout>
 #include <QtConcurrent>
 
+#include <filesystem>
+#include <limits>
+
+#include <k3/launch.hpp>
 #include <k3/memory_plan.hpp>
 #include <k3/pack.hpp>
 #include <k3/system.hpp>
@@ -22,6 +26,7 @@ PackPage::PackPage(QWidget* parent)
       m_skip(new QCheckBox(tr("Skip (keep every weight in memory)"))),
       m_compress(new QCheckBox(tr("Compress losslessly (the same output, fewer bytes read per "
                                   "token)"))),
+      m_replace(new QCheckBox(tr("Replace the trunk in this folder"))),
       m_cancel(std::make_shared<std::atomic<bool>>(false)) {
     setTitle(tr("Pack the trunk"));
     setSubTitle(tr("Every layer's attention, norms, router and shared experts are rewritten once "
@@ -38,6 +43,8 @@ PackPage::PackPage(QWidget* parent)
     m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
     m_cancelButton->setEnabled(false);
     m_compress->setObjectName(QStringLiteral("packCompress"));
+    m_replace->setObjectName(QStringLiteral("replaceTrunk"));
+    m_replace->hide();
     m_compress->setChecked(compressionPaysByDefault());
     m_compress->setToolTip(
         compressionPaysByDefault()
@@ -61,6 +68,7 @@ PackPage::PackPage(QWidget* parent)
     layout->addWidget(m_compress);
     layout->addWidget(m_bar);
     layout->addWidget(m_status);
+    layout->addWidget(m_replace);
     layout->addStretch(1);
     layout->addWidget(m_skip);
 
@@ -73,9 +81,13 @@ PackPage::PackPage(QWidget* parent)
     connect(m_pack, &QPushButton::clicked, this, &PackPage::startPacking);
     connect(m_cancelButton, &QPushButton::clicked, this, &PackPage::cancelPacking);
     connect(m_skip, &QCheckBox::toggled, this, [this] {
-        m_pack->setEnabled(!m_skip->isChecked() && !isPacking());
+        updatePackButton();
         emit completeChanged();
     });
+    connect(m_replace, &QCheckBox::toggled, this, &PackPage::updatePackButton);
+    // A newer check replaces the watcher's future: only the latest folder's state arrives.
+    connect(&m_folderWatcher, &QFutureWatcher<FolderState>::finished, this,
+            [this] { showFolderState(m_folderWatcher.result()); });
     connect(&m_watcher, &QFutureWatcher<Outcome>::finished, this,
             [this] { packDone(m_watcher.result()); });
     registerField(QStringLiteral("trunkDir"), this, "trunkDir");
@@ -91,7 +103,7 @@ void PackPage::initializePage() {
 }
 
 bool PackPage::isComplete() const {
-    return !isPacking() && (m_packed || m_skip->isChecked());
+    return !isPacking() && (m_skip->isChecked() || (!m_checking && m_packed));
 }
 
 void PackPage::setModelDir(const QString& dir) {
@@ -130,17 +142,80 @@ QString PackPage::progressText() const {
     return m_bar->text();
 }
 
+PackPage::FolderState PackPage::inspectFolder(const QString& trunkDir, const QString& modelDir) {
+    FolderState state;
+    if (modelDir.isEmpty()) return state;
+    try {
+        // Everything resident: the plan's pinned layers and model tensors are what a pack
+        // writes (before alignment).
+        k3::LaunchConfig c;
+        c.modelDir = modelDir.toStdString();
+        const k3::MemoryPlan plan = k3::planLaunch(c, std::numeric_limits<std::uint64_t>::max());
+        state.packBytes = plan.pinnedBytes + plan.modelBytes;
+    } catch (const std::exception&) {
+        // Packing says what is wrong with the checkpoint, naming the file.
+    }
+    if (trunkDir.isEmpty() ||
+        !std::filesystem::exists(std::filesystem::path(trunkDir.toStdString()) / "trunk.json"))
+        return state;
+    try {
+        k3::openTrunkIndex(trunkDir.toStdString(), modelDir.toStdString());
+        state.kind = FolderState::Kind::Current;
+    } catch (const std::exception& e) {
+        state.kind = FolderState::Kind::OtherTrunk;
+        state.reason = QString::fromStdString(e.what());
+    }
+    return state;
+}
+
 void PackPage::refreshExisting() {
-    // trunkIsCurrent reads trunk.json and stats the shards: cheap enough here, except the
-    // first time after a shard changed, when it reads the trunk's tensors from it.
-    m_packed = !m_modelDir.isEmpty() && !m_trunk->text().isEmpty() &&
-               k3::trunkIsCurrent(m_trunk->text().toStdString(), m_modelDir.toStdString());
-    m_status->setText(m_packed ? tr("A current trunk is already packed there.") : QString());
+    if (isPacking()) return;
+    m_packed = false;
+    m_otherTrunk = false;
+    m_replace->hide();
+    m_replace->setChecked(false);
+    m_status->setStyleSheet(QString());
+    m_checking = !m_modelDir.isEmpty() && !m_trunk->text().isEmpty();
+    m_status->setText(m_checking ? tr("Looking at the trunk folder…") : QString());
+    if (m_checking)
+        m_folderWatcher.setFuture(
+            QtConcurrent::run(&PackPage::inspectFolder, m_trunk->text(), m_modelDir));
+    updatePackButton();
     emit completeChanged();
 }
 
+void PackPage::showFolderState(const FolderState& state) {
+    m_checking = false;
+    m_packed = state.kind == FolderState::Kind::Current;
+    m_otherTrunk = state.kind == FolderState::Kind::OtherTrunk;
+    if (m_packed) {
+        m_status->setText(tr("A current trunk is already packed there."));
+    } else if (m_otherTrunk) {
+        // On the real model that is a 100 GB trunk another model may still use: never
+        // replaced without asking.
+        m_status->setText(tr("This folder already holds a trunk that is not this checkpoint's: "
+                             "%1\nChoose another folder, or tick the box to replace it.")
+                              .arg(state.reason));
+        m_status->setStyleSheet(QStringLiteral("color: #c0392b;"));
+        m_replace->show();
+    } else if (state.packBytes > 0) {
+        m_status->setText(tr("Packing writes about %1 here (less when compressed) and reads as "
+                             "much from the checkpoint.")
+                              .arg(QString::fromStdString(k3::formatBytes(state.packBytes))));
+    } else {
+        m_status->clear();
+    }
+    updatePackButton();
+    emit completeChanged();
+}
+
+void PackPage::updatePackButton() {
+    m_pack->setEnabled(!m_skip->isChecked() && !isPacking() && !m_checking &&
+                       (!m_otherTrunk || m_replace->isChecked()));
+}
+
 void PackPage::startPacking() {
-    if (isPacking()) return;
+    if (isPacking() || m_checking || (m_otherTrunk && !m_replace->isChecked())) return;
     m_packed = false;
     m_running = true;
     m_cancel = std::make_shared<std::atomic<bool>>(false);
@@ -168,6 +243,10 @@ void PackPage::startPacking() {
                 },
                 Qt::QueuedConnection);
         };
+        // A folder this pack made is taken away again when the pack fails or is cancelled
+        // (the engine removes its files, not the folder).
+        std::error_code ec;
+        const bool folderExisted = std::filesystem::exists(trunk, ec);
         try {
             if (model.empty()) throw k3::PackError("no checkpoint folder chosen (page 2)");
             const k3::PackResult r = k3::packTrunk(model, trunk, observer, cancel.get(), options);
@@ -184,6 +263,8 @@ void PackPage::startPacking() {
                         .arg(double(r.layerStoredBytes) / double(r.layerBytes), 0, 'f', 3);
         } catch (const std::exception& e) {
             out.message = QString::fromStdString(e.what());
+            if (!folderExisted && std::filesystem::is_empty(trunk, ec))
+                std::filesystem::remove(trunk, ec);
         }
         return out;
     }));
@@ -227,8 +308,17 @@ QString PackPage::roughDuration(double seconds) {
 
 void PackPage::packDone(const Outcome& outcome) {
     m_running = false;
-    m_pack->setEnabled(!m_skip->isChecked());
+    if (outcome.ok) {
+        m_otherTrunk = false;
+        m_replace->hide();
+    }
+    updatePackButton();
     m_cancelButton->setEnabled(false);
+    if (!outcome.ok) { // not frozen where it stopped
+        m_bar->setRange(0, 1);
+        m_bar->setValue(0);
+        m_bar->setFormat(QString());
+    }
     m_packed = outcome.ok;
     m_status->setText(outcome.ok ? outcome.message : tr("Not packed: %1").arg(outcome.message));
     m_status->setStyleSheet(outcome.ok ? QString() : QStringLiteral("color: #c0392b;"));

@@ -26,6 +26,16 @@ public:
         bool ok = false;
         QString message;
     };
+    // What the trunk folder holds, found off the GUI thread (it reads trunk.json and the
+    // checkpoint's headers, and after a shard changed the trunk's tensors in it).
+    struct FolderState {
+        enum class Kind { NoTrunk, Current, OtherTrunk } kind = Kind::NoTrunk;
+        QString reason; // OtherTrunk: why it is not this checkpoint's current trunk
+        // What a pack writes (the trunk's layers and model tensors, raw), from the
+        // checkpoint's headers; 0 when they cannot be read.
+        quint64 packBytes = 0;
+    };
+    static FolderState inspectFolder(const QString& trunkDir, const QString& modelDir);
 
     explicit PackPage(QWidget* parent = nullptr);
     ~PackPage() override;
@@ -49,6 +59,11 @@ public:
     void startPacking();
     void cancelPacking();
     bool isPacking() const { return m_running; }
+    bool isChecking() const { return m_checking; }
+    // Shown when the folder holds a trunk that is not this checkpoint's: Pack replaces
+    // it only once this is ticked.
+    QCheckBox* replaceCheckBox() const { return m_replace; }
+    QPushButton* packButton() const { return m_pack; }
     QString statusText() const;
     QString progressText() const;
     // One progress event as the bar shows it: percent, records, bytes, speed, time left.
@@ -62,6 +77,8 @@ signals:
 private:
     void packDone(const Outcome& outcome);
     void refreshExisting();
+    void showFolderState(const FolderState& state);
+    void updatePackButton();
 
     QString m_modelDir;
     QLineEdit* m_trunk;
@@ -71,7 +88,11 @@ private:
     QLabel* m_status;
     QCheckBox* m_skip;
     QCheckBox* m_compress;
+    QCheckBox* m_replace;
     bool m_packed = false;
+    bool m_checking = false;
+    bool m_otherTrunk = false;
+    QFutureWatcher<FolderState> m_folderWatcher;
     bool m_running = false; // until packDone: the future finishes before its queued updates arrive
     QFutureWatcher<Outcome> m_watcher;
     std::shared_ptr<std::atomic<bool>> m_cancel;

@@ -60,6 +60,10 @@ void EngineController::forgetConversation(const QString& transcript) {
     post([transcript](EngineWorker& worker) { worker.forgetConversation(transcript); });
 }
 
+void EngineController::measureThinkingCost(const QString& effort) {
+    post([effort](EngineWorker& worker) { worker.measureThinkingCost(effort); });
+}
+
 void EngineController::post(Command command) {
     {
         std::lock_guard lock(m_commandsMutex);

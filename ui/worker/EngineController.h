@@ -28,6 +28,7 @@ public:
     void stop();
     void resetConversation();
     void forgetConversation(const QString& transcript);
+    void measureThinkingCost(const QString& effort);
 
 signals:
     void busyChanged(bool busy);

@@ -1,5 +1,6 @@
 #include "worker/EngineWorker.h"
 
+#include <QElapsedTimer>
 #include <QStringList>
 #include <QThread>
 
@@ -27,7 +28,7 @@ public:
         : m_worker(worker), m_backend(backend), m_remote(remote) {}
     void onProgress(const k3::SessionProgress& p) override {
         emit m_worker->prefillProgress(int(p.done), int(p.total), p.seconds, int(p.restored),
-                                       int(p.held));
+                                       int(p.held), p.fraction());
         // The panels move while the prompt is read too: on a streamed trunk that is
         // minutes of disk reads before the first token.
         const std::optional<k3::MemoryReport> report = m_backend->memoryReport();
@@ -36,6 +37,7 @@ public:
         f.prefillDone = int(p.done);
         f.prefillTotal = int(p.total);
         f.prefillSeconds = p.seconds;
+        f.prefillFraction = p.fraction();
         f.prefillBytesRead = p.trunkBytes + p.expertBytes;
         emit m_worker->memoryUpdated(f);
     }
@@ -50,6 +52,11 @@ public:
                                        e.timing.expertIoSeconds, e.fromProposal);
     }
     void onMemory(const k3::MemoryReport& report) override {
+        // The docks are refreshed 4 times a second at most, not once per token (a token
+        // can take milliseconds, and each update copies the whole plan); the end of the
+        // message gives them the last figures (generate's settle).
+        if (m_lastMemory.isValid() && m_lastMemory.elapsed() < 250) return;
+        m_lastMemory.start();
         emit m_worker->memoryUpdated(MemoryFigures::from(report));
     }
 
@@ -57,6 +64,7 @@ private:
     EngineWorker* m_worker;
     const k3::ChatBackend* m_backend;
     bool m_remote;
+    QElapsedTimer m_lastMemory;
 };
 
 } // namespace
@@ -72,14 +80,16 @@ QString MemoryFigures::prefillText() const {
     const QString read = prefillBytesRead >= 1'000'000'000ull
                              ? QObject::tr("%1 GB").arg(double(prefillBytesRead) / 1e9, 0, 'f', 2)
                              : QObject::tr("%1 MB").arg(double(prefillBytesRead) / 1e6, 0, 'f', 1);
-    QString text = QObject::tr("reading the prompt %1 of %2 · %3 read")
-                       .arg(prefillDone)
-                       .arg(prefillTotal)
-                       .arg(read);
-    if (prefillDone > 0 && prefillDone < prefillTotal && prefillSeconds > 0) {
-        // The rate so far: chunks cost about the same, the disk reads dominate.
-        const int left =
-            int(std::ceil(prefillSeconds * (prefillTotal - prefillDone) / prefillDone));
+    // The share done counts the layers of the chunk being read: a one-chunk prompt (the
+    // usual case on the real model) has a share and an estimate from its first layers.
+    const double byPositions = double(prefillDone) / double(prefillTotal);
+    const double share = std::max(byPositions, prefillFraction);
+    QString text = QObject::tr("reading the prompt %1 of %2").arg(prefillDone).arg(prefillTotal);
+    if (share > byPositions && share < 1) text += QObject::tr(" (%1%)").arg(int(100 * share));
+    text += QObject::tr(" · %1 read").arg(read);
+    if (share > 0 && share < 1 && prefillSeconds > 0) {
+        // The rate so far: layers and chunks cost about the same, the disk reads dominate.
+        const int left = int(std::ceil(prefillSeconds * (1 - share) / share));
         text += left >= 120 ? QObject::tr(" · about %1 min left").arg((left + 30) / 60)
                             : QObject::tr(" · about %1 s left").arg(std::max(1, left));
     }
@@ -92,8 +102,10 @@ MemoryFigures MemoryFigures::fromPlan(const k3::MemoryPlan& p) {
     const auto add = [&f](const QString& name, std::uint64_t bytes) {
         if (bytes > 0) f.plan.push_back({name, bytes});
     };
+    // Every part MemoryPlan::total() counts, so the panel's total is the plan's.
     add(QObject::tr("trunk pinned"), p.pinnedBytes);
     add(QObject::tr("trunk ring"), std::uint64_t(p.ringSlots) * p.ringSlotBytes);
+    add(QObject::tr("trunk decoding"), p.pinDecodeSlotBytes + p.trunkDecodeBytes);
     add(QObject::tr("embeddings + head"), p.modelBytes);
     add(QObject::tr("experts resident"), p.residentExpertBytes);
     add(QObject::tr("expert cache"), p.cacheBytes());
@@ -208,6 +220,7 @@ void EngineWorker::loadModel(const k3::LaunchConfig& config) {
 void EngineWorker::openLocal(const k3::LaunchConfig& config, bool announce) {
     m_backend.reset();
     m_localConfig.reset();
+    m_secondsPerPosition = -1; // another budget reads at another rate
     try {
         // The memory dial chosen in the wizard: the same tokens, memory only buys speed.
         m_backend = k3::openLocalBackend(k3::toSessionOptions(config));
@@ -264,6 +277,7 @@ void EngineWorker::connectRemote(const QString& url, const QString& model, const
         info.summary = QString::fromStdString(b.summary);
         m_backend = std::move(remote);
         m_localConfig.reset();
+        m_secondsPerPosition = -1;
         m_modelName = info.modelName;
         MemoryFigures figures;
         figures.remoteUrl = info.directory;
@@ -306,6 +320,13 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
     GenerationSettings applied = settings;
     applied.threads = omp_get_max_threads();
     emit settingsApplied(applied);
+    // However the message ends (an answer, Stop, an error), the docks are given figures
+    // without the prompt's progress before they hear of the end: Esc while a prompt was
+    // read left "reading the prompt 64 of 260 · about 113 s left" standing.
+    const auto settle = [this] {
+        if (const std::optional<k3::MemoryReport> report = m_backend->memoryReport())
+            emit memoryUpdated(MemoryFigures::from(*report));
+    };
     try {
         SignalObserver observer(this, m_backend.get(), !m_localConfig);
         const k3::GenerateResult r = m_backend->chat(messages, options, &observer, &m_cancel);
@@ -334,10 +355,14 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
             s.invalidReason =
                 tr("%n routed expert(s) could not be loaded", nullptr, r.droppedExperts);
         s.prefillSeconds = r.prefillSeconds;
+        if (r.prefillPositions > 0)
+            m_secondsPerPosition = r.prefillSeconds / double(r.prefillPositions);
         s.decodeSeconds = r.decodeSeconds;
         for (const std::string& p : r.problems) s.problems << QString::fromStdString(p);
+        settle();
         emit generationFinished(s);
     } catch (const k3::ContextFull& e) { // refused before anything was computed
+        settle();
         emit generationFailed(
             tr("The conversation is %1 tokens and the model was loaded with a context of %2 "
                "tokens. Start a new conversation, or raise Context length in Settings "
@@ -345,6 +370,7 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
                 .arg(e.tokens())
                 .arg(e.context()));
     } catch (const std::exception& e) {
+        settle();
         emit generationFailed(QString::fromUtf8(e.what()));
     }
 }
@@ -358,6 +384,26 @@ void EngineWorker::forgetConversation(const QString& transcript) {
         // Purged or unreadable already: its states go with the least recently used.
     }
     emit statesForgotten(removed);
+}
+
+void EngineWorker::measureThinkingCost(const QString& effort) {
+    if (!m_backend) return;
+    // A first message's prompt with Think on and off: the difference is the effort
+    // message and the think channel (the system prompt and the question cancel out).
+    std::vector<k3::ChatMessage> hello(1);
+    hello[0].role = k3::ChatRole::User;
+    hello[0].content = "Hello";
+    k3::ChatRenderOptions on, off;
+    on.thinkingEffort = effort.toStdString();
+    off.thinking = false;
+    try {
+        const std::optional<int> with = m_backend->promptPositions(hello, on);
+        const std::optional<int> without = m_backend->promptPositions(hello, off);
+        if (with && without) return emit thinkingCost(*with - *without, m_secondsPerPosition);
+    } catch (const std::exception&) {
+        // An effort the template does not know: nothing to say beside the switch.
+    }
+    emit thinkingCost(-1, -1);
 }
 
 void EngineWorker::resetConversation() {

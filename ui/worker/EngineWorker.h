@@ -115,6 +115,8 @@ struct MemoryFigures {
     int prefillTotal = 0;
     double prefillSeconds = 0;
     quint64 prefillBytesRead = 0;
+    // The share of the reading done with the current chunk's layers (-1: not known).
+    double prefillFraction = -1;
 
     // The plan as the engine computed it (the components above are drawn from it).
     k3::MemoryPlan enginePlan;
@@ -157,6 +159,8 @@ public:
     void resetConversation();
     // The conversation in `transcript` (a deleted one, in the trash) leaves no saved state.
     void forgetConversation(const QString& transcript);
+    // What Think adds to a new conversation's prompt at `effort`: emits thinkingCost.
+    void measureThinkingCost(const QString& effort);
 
 signals:
     void modelLoaded(const ModelInfo& info);
@@ -165,7 +169,10 @@ signals:
     // After each prompt chunk: positions read of this prompt, seconds since it started.
     // restored: positions of the prompt loaded from the state cache on disk (not read).
     // held: positions the state held before (in memory or restored; 0: read from the start).
-    void prefillProgress(int done, int total, double seconds, int restored = 0, int held = 0);
+    // fraction: the share of the reading done, the current chunk's layers counted
+    // (k3::SessionProgress::fraction).
+    void prefillProgress(int done, int total, double seconds, int restored = 0, int held = 0,
+                         double fraction = -1);
     void tokenGenerated(int index, const QString& thinkingDelta, const QString& responseDelta,
                         double seconds);
     // Where the token's time went (the I/O parts are 0 while every weight is resident).
@@ -185,6 +192,9 @@ signals:
     void generationFailed(const QString& message);
     // forgetConversation removed `files` saved states.
     void statesForgotten(int files);
+    // Prompt positions Think adds (-1: not known here, e.g. a server) and the seconds one
+    // position took in the last message read (-1: none read yet with this model).
+    void thinkingCost(int positions, double secondsPerPosition);
 
 private:
     // Opens `config` in place of the current backend; announce: emit modelLoaded.
@@ -194,5 +204,6 @@ private:
     std::optional<k3::LaunchConfig> m_localConfig; // the local model open now, if any
     QString m_modelName;                           // recorded with each answer
     std::atomic<bool> m_cancel{false};
-    int m_defaultThreads = 0; // the engine thread's OpenMP default, read on first use
+    double m_secondsPerPosition = -1; // the last prompt's reading rate at this budget
+    int m_defaultThreads = 0;         // the engine thread's OpenMP default, read on first use
 };

@@ -42,6 +42,13 @@ public:
     virtual int forgetSavedStates(const std::vector<ChatMessage>&) { return 0; }
     // The memory figures of a local session; nothing for a server (it plans its own).
     virtual std::optional<MemoryReport> memoryReport() const = 0;
+    // The prompt positions `history` renders to with `render`, generation prompt
+    // included: what reading it costs when nothing of it is held. Nothing for a server
+    // (its tokenizer is not here), nor without a tokenizer. Throws ChatError as rendering.
+    virtual std::optional<int> promptPositions(const std::vector<ChatMessage>&,
+                                               const ChatRenderOptions&) const {
+        return std::nullopt;
+    }
 };
 
 std::unique_ptr<ChatBackend> openLocalBackend(const SessionOptions& options);

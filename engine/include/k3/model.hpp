@@ -65,7 +65,7 @@ struct MemoryStats {
     CacheStats cache;
     int cacheSlots = 0;
     std::uint64_t cacheSlotBytes = 0;
-    ExpertIoInfo expertIo; // how the cache reads experts (empty without a cache)
+    ExpertIoInfo expertIo;            // how the cache reads experts (empty without a cache)
     bool modelTablesStreamed = false; // embeddings and lm_head read from disk
     std::uint64_t tableBytesRead = 0; // by the embedding rows and lm_head blocks
 };
@@ -95,6 +95,7 @@ private:
 struct TokenStats {
     int droppedExperts = 0; // routed experts that could not be loaded (run invalid)
     bool nonFinite = false; // a NaN/Inf reached the logits (run invalid)
+    bool stopped = false;   // the forward's `stop` said so: see Model::forward
 };
 
 class Model {
@@ -127,8 +128,14 @@ public:
     // position's). Every position gets exactly the bits T one-token calls give.
     // keepRollback: record what rollback() needs to return to any position inside
     // this chunk (speculative verification).
+    // beforeLayer(L): called before each layer L, for progress inside a long chunk and
+    // so that it can be stopped within a layer's time. When it returns true the forward
+    // ends with stats.stopped and the logits untouched; the state is as it was before the
+    // call when no layer had run, else empty (length 0): a partly fed chunk cannot be
+    // kept, the recurrent state is updated in place.
     TokenStats forward(InferenceState& state, std::span<const int> tokens, std::span<float> logits,
-                       bool keepRollback = false) const;
+                       bool keepRollback = false,
+                       const std::function<bool(int layer)>& beforeLayer = {}) const;
     // Returns the state to `length` positions, anywhere from the start to the end of the
     // last chunk fed with keepRollback: KDA state replayed from the chunk's record (no
     // weights read), the MLA cache truncated. The same bits as a forward that stopped

@@ -150,7 +150,20 @@ struct SessionProgress {
     double seconds = 0;           // since the prefill started
     std::uint64_t trunkBytes = 0; // trunk bytes read so far by this prefill
     std::uint64_t expertBytes = 0;
+    // Inside the chunk being read (its `chunkPositions` positions follow `done`): layers
+    // of `layers` done. On the real model one chunk is often the whole prompt, minutes
+    // long; the layers say how far it is. Said at most about 4 times a second.
+    int chunkPositions = 0;
+    int chunkLayersDone = 0;
+    int layers = 0;
     double positionsPerSecond() const { return seconds > 0 ? double(done) / seconds : 0; }
+    // The share of the reading done, the current chunk's layers counted (1: nothing to read).
+    double fraction() const {
+        if (total <= 0) return 1;
+        const double inChunk =
+            layers > 0 ? double(chunkPositions) * double(chunkLayersDone) / double(layers) : 0;
+        return (double(done) + inChunk) / double(total);
+    }
 };
 
 class SessionObserver {

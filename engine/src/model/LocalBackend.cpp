@@ -1,6 +1,7 @@
 // The local side of k3::ChatBackend: a Session, as it is.
 
 #include "k3/backend.hpp"
+#include "k3/chat.hpp"
 
 #include <filesystem>
 
@@ -32,6 +33,12 @@ public:
         return session_.forgetSavedStates(history);
     }
     std::optional<MemoryReport> memoryReport() const override { return session_.memoryReport(); }
+    std::optional<int> promptPositions(const std::vector<ChatMessage>& history,
+                                       const ChatRenderOptions& render) const override {
+        if (!session_.hasTokenizer()) return std::nullopt;
+        return int(
+            encodeChatSegments(session_.tokenizer(), renderChatSegments(history, render)).size());
+    }
 
 private:
     Session session_;

@@ -458,7 +458,8 @@ void Model::Impl::prepareRollback(InferenceState& state, int T) const {
 // kPrefillTilePositions positions: every product's column has the bits of a one-position
 // matvec and the recurrent parts advance position by position, so tiles change no bit.
 TokenStats Model::forward(InferenceState& state, std::span<const int> tokens,
-                          std::span<float> logits, bool keepRollback) const {
+                          std::span<float> logits, bool keepRollback,
+                          const std::function<bool(int layer)>& beforeLayer) const {
     const ModelConfig& c = impl_->config;
     Impl& impl = *impl_;
     const auto& W = impl.w;
@@ -506,6 +507,11 @@ TokenStats Model::forward(InferenceState& state, std::span<const int> tokens,
     };
 
     for (std::size_t L = 0; L < std::size_t(impl.layerCount); ++L) {
+        if (beforeLayer && beforeLayer(int(L))) {
+            if (L > 0) state.reset();
+            stats.stopped = true;
+            return stats;
+        }
         const LayerWeights& lw = impl.layer(int(L)); // bound once for the whole chunk
         model::LayerState& ls = state.d_->layers[L];
         // The blocks before this layer; at a block boundary the running block (this

@@ -147,10 +147,13 @@ namespace {
 // Runs a chunk of positions (one, when decoding), records them as held by the state,
 // adds their validity figures to `result` and splits the time into trunk wait, expert
 // reads and compute. The logits are the last position's.
-void feed(Session::Impl& s, std::span<const TokenId> ids, GenerateResult& result) {
+// beforeLayer (Model::forward): a press of Stop it reports ends the chunk within a layer
+// (false returned): the state is then what it was, or empty when some layer had run.
+bool feed(Session::Impl& s, std::span<const TokenId> ids, GenerateResult& result,
+          const std::function<bool(int)>& beforeLayer = {}) {
     const MemoryStats before = s.model.memoryStats();
     const auto t0 = Clock::now();
-    const TokenStats st = s.model.forward(s.state, ids, s.logits);
+    const TokenStats st = s.model.forward(s.state, ids, s.logits, false, beforeLayer);
     const double total = secondsSince(t0);
     const MemoryStats after = s.model.memoryStats();
     s.wallSeconds += total;
@@ -160,8 +163,17 @@ void feed(Session::Impl& s, std::span<const TokenId> ids, GenerateResult& result
         std::max(0.0, total - s.lastTiming.trunkIoSeconds - s.lastTiming.expertIoSeconds);
     result.droppedExperts += st.droppedExperts;
     result.nonFinite = result.nonFinite || st.nonFinite;
+    if (st.stopped) {
+        result.cancelled = true;
+        if (s.state.length() != int(s.fed.size())) { // emptied: the logits went with it
+            s.fed.clear();
+            s.logitsRestored = false;
+        }
+        return false;
+    }
     s.fed.insert(s.fed.end(), ids.begin(), ids.end());
     s.logitsRestored = false;
+    return true;
 }
 
 void feed(Session::Impl& s, TokenId id, GenerateResult& result) {
@@ -268,9 +280,11 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
     const MemoryStats start = s.model.memoryStats();
     const auto t0 = Clock::now();
     // Said before the first chunk too: on a streamed trunk one chunk can take minutes.
+    auto lastSaid = Clock::now();
     if (observer && (progress.total > 0 || progress.restored > 0)) observer->onProgress(progress);
     // Chunks: each reads the trunk once and each of its experts once. Cancel is checked
-    // between chunks; the state then holds whole chunks, which the next turn reuses.
+    // between chunks (the state then holds whole chunks, which the next turn reuses) and
+    // between the layers of a chunk (the state is then emptied: see feed).
     // Every chunking gives the same bits, so chunks may end where a state is kept.
     const bool savePreamble = s.stateCache && preambleAt > s.fed.size() &&
                               preambleAt < snapshotAt &&
@@ -283,7 +297,26 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
         std::size_t n = std::min(std::size_t(s.chunk), prompt.size() - i);
         for (const std::size_t stop : {savePreamble ? preambleAt : 0, snapshotAt})
             if (i < stop && i + n > stop) n = stop - i;
-        feed(s, prompt.subspan(i, n), result);
+        // Inside the chunk: Stop is heard before each layer, and how far the chunk is
+        // said every quarter second (a chunk is often the whole prompt).
+        const auto beforeLayer = [&](int layer) {
+            if (cancel && cancel->load(std::memory_order_relaxed)) return true;
+            if (observer && layer > 0 && secondsSince(lastSaid) >= 0.25) {
+                lastSaid = Clock::now();
+                const MemoryStats now = s.model.memoryStats();
+                progress.chunkPositions = int(n);
+                progress.chunkLayersDone = layer;
+                progress.layers = s.model.layersBound();
+                progress.seconds = secondsSince(t0);
+                progress.trunkBytes = now.trunk.bytesRead - start.trunk.bytesRead;
+                progress.expertBytes = now.cache.bytesRead - start.cache.bytesRead;
+                observer->onProgress(progress);
+            }
+            return false;
+        };
+        const bool fed = feed(s, prompt.subspan(i, n), result, beforeLayer);
+        progress.chunkPositions = progress.chunkLayersDone = 0;
+        if (!fed) break;
         i += n;
         if (savePreamble && i == preambleAt)
             saveToCache(s, model::StateCache::Kind::Preamble, result);
@@ -299,6 +332,7 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
         progress.seconds = secondsSince(t0);
         progress.trunkBytes = now.trunk.bytesRead - start.trunk.bytesRead;
         progress.expertBytes = now.cache.bytesRead - start.cache.bytesRead;
+        lastSaid = Clock::now();
         if (observer) observer->onProgress(progress);
     }
     result.prefillPositions = int(progress.done);

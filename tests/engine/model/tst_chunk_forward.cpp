@@ -14,6 +14,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <numeric>
 
 #include <k3/memory_plan.hpp>
 #include <k3/model.hpp>
@@ -112,6 +113,8 @@ private slots:
     void badChunksAreRefused();
     void tilesChangeNoBit_data();
     void tilesChangeNoBit();
+    void stopWithinAChunk_data();
+    void stopWithinAChunk();
 };
 
 void TestChunkForward::sameBitsAsOnePosition_data() {
@@ -289,6 +292,67 @@ void TestChunkForward::badChunksAreRefused() {
     logits.resize(std::size_t(m.config().vocabSize));
     QVERIFY_THROWS_EXCEPTION(k3::ModelError, m.forward(st, std::span<const int>(bad, 2), logits));
     QCOMPARE(st.length(), 0); // nothing was fed
+}
+
+void TestChunkForward::stopWithinAChunk_data() {
+    QTest::addColumn<bool>("streamed");
+    QTest::newRow("resident") << false;
+    QTest::newRow("every layer through one ring slot") << true;
+}
+
+// Issue 37 point 2: Stop waited for the end of the chunk (on the real model a whole
+// prompt is one chunk). The forward asks `stop` before each layer: stopped before the
+// first layer the state is untouched, after it the state is empty; either way the next
+// forward gives the bits of a run that never stopped (the trunk ring read ahead in the
+// layer order and is then asked for layer 0 again).
+void TestChunkForward::stopWithinAChunk() {
+    QFETCH(bool, streamed);
+    const std::string dir = fixture(QStringLiteral("k3_tiny_a"));
+    QTemporaryDir tmp;
+    k3::ModelOptions o;
+    if (streamed) {
+        o.trunkDir = tmp.filePath(QStringLiteral("trunk")).toStdString();
+        k3::packTrunk(dir, o.trunkDir);
+        o.trunkBytes = 0; // nothing pinned, one slot
+    }
+    const k3::Model m = k3::Model::load(dir, o);
+    const int layers = m.layersBound();
+    QVERIFY(layers >= 3);
+    const std::size_t V = std::size_t(m.config().vocabSize);
+    const std::vector<int> prompt = promptFor(dir, m.config().vocabSize, 20);
+    const std::span<const int> head(prompt.data(), 12), tail(prompt.data() + 12, 8);
+    std::vector<float> expected(V), logits(V);
+    {
+        k3::InferenceState st = m.newState();
+        m.forward(st, head, expected);
+        m.forward(st, tail, expected);
+    }
+    for (const int stopAt : {0, 2, layers - 1}) {
+        k3::InferenceState st = m.newState();
+        m.forward(st, head, logits);
+        std::vector<int> asked;
+        const std::vector<float> before = logits;
+        const k3::TokenStats s = m.forward(st, tail, logits, false, [&asked, stopAt](int layer) {
+            asked.push_back(layer);
+            return layer == stopAt;
+        });
+        QVERIFY(s.stopped);
+        std::vector<int> expectedAsks(std::size_t(stopAt) + 1);
+        std::iota(expectedAsks.begin(), expectedAsks.end(), 0);
+        QCOMPARE(asked, expectedAsks); // asked before each layer in order, then it stopped
+        QVERIFY(std::memcmp(logits.data(), before.data(), V * sizeof(float)) == 0);
+        if (stopAt == 0) {
+            QCOMPARE(st.length(), 12); // no layer had run: the 12 positions are kept
+        } else {
+            QCOMPARE(st.length(), 0);
+            m.forward(st, head, logits);
+        }
+        const k3::TokenStats again = m.forward(st, tail, logits);
+        QVERIFY(!again.stopped);
+        QCOMPARE(st.length(), 20);
+        QVERIFY2(std::memcmp(logits.data(), expected.data(), V * sizeof(float)) == 0,
+                 qPrintable(QStringLiteral("stopped before layer %1").arg(stopAt)));
+    }
 }
 
 void TestChunkForward::tilesChangeNoBit_data() {

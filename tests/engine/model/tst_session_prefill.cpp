@@ -4,8 +4,10 @@
 #include <QTest>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include <k3/session.hpp>
 
@@ -45,6 +47,7 @@ class TestSessionPrefill : public QObject {
 private slots:
     void progressAfterEveryChunk();
     void cancelThenSamePromptGivesTheSameIds();
+    void progressAndStopInsideAChunk();
     void followUpComputesOnlyNewPositions();
     void sameIdsAtEveryChunkSize();
     void stateHeldIsThePlans();
@@ -103,6 +106,64 @@ void TestSessionPrefill::cancelThenSamePromptGivesTheSameIds() {
     QCOMPARE(std::memcmp(s.lastLogits().data(), plain.lastLogits().data(),
                          s.lastLogits().size() * sizeof(float)),
              0);
+}
+
+// Issue 37 points 1 and 2: a one-chunk prompt (the usual case on the real model) said
+// "0 of N" until it ended and Stop waited for its end. Layers inside the chunk are
+// reported (at most 4 times a second: the observer here answers its first report slowly,
+// as a busy window would, so the next layer is past that interval), and Stop is heard
+// before the next layer: the state is then empty and the same prompt gives the ids of a
+// run that never stopped.
+void TestSessionPrefill::progressAndStopInsideAChunk() {
+    const std::vector<k3::TokenId> prompt = promptIds(17);
+    k3::GenerateOptions opt;
+    opt.maxTokens = 6;
+    k3::Session plain = openSession(64);
+    const k3::GenerateResult want = plain.generateIds(prompt, opt);
+
+    class SlowFirstReport : public k3::SessionObserver {
+    public:
+        void onProgress(const k3::SessionProgress& p) override {
+            events.push_back(p);
+            if (events.size() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            if (p.chunkLayersDone > 0 && cancel) cancel->store(true);
+        }
+        std::vector<k3::SessionProgress> events;
+        std::atomic<bool>* cancel = nullptr;
+    };
+    for (const bool stop : {false, true}) {
+        k3::Session s = openSession(64);
+        std::atomic<bool> cancel{false};
+        SlowFirstReport rec;
+        if (stop) rec.cancel = &cancel;
+        const k3::GenerateResult r = s.generateIds(prompt, opt, &rec, &cancel);
+        QVERIFY(rec.events.size() >= 2);
+        const k3::SessionProgress& inside = rec.events[1];
+        QCOMPARE(inside.done, std::int64_t(0)); // the only chunk is being read
+        QCOMPARE(inside.chunkPositions, 17);
+        QCOMPARE(inside.chunkLayersDone, 1); // reported before layer 1: layer 0 is done
+        QCOMPARE(inside.layers, s.model().layersBound());
+        QCOMPARE(inside.fraction(), 17.0 * 1 / inside.layers / 17);
+        QVERIFY(inside.seconds >= 0.3);
+        if (!stop) {
+            QVERIFY(!r.cancelled);
+            QCOMPARE(r.ids, want.ids);
+            QCOMPARE(rec.events.back().fraction(), 1.0);
+            continue;
+        }
+        QVERIFY(r.cancelled);
+        QVERIFY(r.ids.empty());
+        QCOMPARE(int(rec.events.size()), 2); // stopped before layer 2: no chunk ended
+        QCOMPARE(s.positions(), 0);          // the partly read chunk was dropped
+        cancel = false;
+        const k3::GenerateResult again = s.generateIds(prompt, opt, nullptr, &cancel);
+        QCOMPARE(again.reusedPositions, 0);
+        QCOMPARE(again.prefillPositions, 17);
+        QCOMPARE(again.ids, want.ids);
+        QCOMPARE(std::memcmp(s.lastLogits().data(), plain.lastLogits().data(),
+                             s.lastLogits().size() * sizeof(float)),
+                 0);
+    }
 }
 
 void TestSessionPrefill::followUpComputesOnlyNewPositions() {
