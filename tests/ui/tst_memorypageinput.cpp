@@ -5,6 +5,10 @@
 
 #include "wizard/MemoryPage.h"
 
+#include <QTemporaryDir>
+
+#include <k3/pack.hpp>
+
 // Issue 37 point 3: typing `1.5` into the wizard's trunk box gave 1.00 GB (twice). A
 // double-click had selected only "1" of "1.00 GB": "1.5" typed over it became "1.00" (the
 // "." and the "5" made the text invalid and were dropped). A typed size is taken as
@@ -12,12 +16,21 @@
 class TestMemoryPageInput : public QObject {
     Q_OBJECT
 private slots:
+    void initTestCase();
     void typedSizeIsTakenAsTyped_data();
     void typedSizeIsTakenAsTyped();
 
 private:
     const QString m_tiny = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a");
+    QTemporaryDir m_tmp;
+    QString m_trunk; // packed: the trunk box takes a budget only for a packed trunk
 };
+
+void TestMemoryPageInput::initTestCase() {
+    QVERIFY(m_tmp.isValid());
+    m_trunk = m_tmp.filePath(QStringLiteral("trunk"));
+    k3::packTrunk(m_tiny.toStdString(), m_trunk.toStdString());
+}
 
 void TestMemoryPageInput::typedSizeIsTakenAsTyped_data() {
     QTest::addColumn<QLocale>("locale");
@@ -58,10 +71,12 @@ void TestMemoryPageInput::typedSizeIsTakenAsTyped() {
     MemoryPage page;
     QSignalSpy ready(&page, &MemoryPage::planReady);
     page.setAvailableBytes(16'000'000'000ull);
-    page.setModel(m_tiny, QString());
+    page.setModel(m_tiny, m_trunk);
     page.show();
     QVERIFY(QTest::qWaitForWindowActive(&page));
     QVERIFY(ready.count() > 0 || ready.wait(10000));
+    page.setCustomGB(2, 2); // the old numbers: "2.00 GB" (0 would read as words)
+    QTRY_VERIFY_WITH_TIMEOUT(!page.isPlanning(), 10000);
     for (const char* name : {"trunkGB", "cacheGB"}) {
         auto* box = page.findChild<QDoubleSpinBox*>(QString::fromLatin1(name));
         QVERIFY(box);

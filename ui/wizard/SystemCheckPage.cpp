@@ -4,6 +4,7 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QListWidget>
+#include <QProgressBar>
 #include <QPushButton>
 #include <QStyle>
 #include <QVBoxLayout>
@@ -11,13 +12,18 @@
 
 SystemCheckPage::SystemCheckPage(QWidget* parent)
     : QWizardPage(parent), m_modelDir(QDir::homePath() + QStringLiteral("/k3model")),
-      m_status(new QLabel), m_checks(new QListWidget), m_recommendation(new QLabel),
-      m_rerun(new QPushButton(tr("Check again"))),
+      m_status(new QLabel), m_busy(new QProgressBar), m_checks(new QListWidget),
+      m_recommendation(new QLabel), m_rerun(new QPushButton(tr("Check again"))),
       m_demo(new QPushButton(tr("Try the small demo model now"))),
       m_server(new QPushButton(tr("Use a server…"))) {
     setTitle(tr("Check this computer"));
     setSubTitle(tr("CPU, memory, free disk space and disk speed decide how fast Kimi K3 runs "
                    "here. The answer is the same whatever the result; memory only buys speed."));
+    m_busy->setObjectName(QStringLiteral("doctorBusy"));
+    m_busy->setRange(0, 0); // no end known: the bar moves while the doctor works
+    m_busy->setTextVisible(false);
+    m_busy->setAccessibleName(tr("Checking this computer"));
+    m_busy->hide();
     m_checks->setObjectName(QStringLiteral("doctorChecks"));
     m_checks->setSelectionMode(QAbstractItemView::NoSelection);
     m_checks->setWordWrap(true);
@@ -36,6 +42,7 @@ SystemCheckPage::SystemCheckPage(QWidget* parent)
     buttons->addWidget(m_rerun);
     auto* layout = new QVBoxLayout(this);
     layout->addWidget(m_status);
+    layout->addWidget(m_busy);
     layout->addWidget(m_checks, 1);
     layout->addWidget(m_recommendation);
     layout->addLayout(buttons);
@@ -62,6 +69,7 @@ void SystemCheckPage::runChecks() {
     m_recommendation->clear();
     m_rerun->setEnabled(false);
     m_status->setText(tr("Checking this computer… (the disk is measured for a few seconds)"));
+    m_busy->show();
     emit completeChanged();
 
     k3::DoctorOptions options;
@@ -74,6 +82,7 @@ void SystemCheckPage::runChecks() {
 void SystemCheckPage::showReport(const k3::DoctorReport& report) {
     m_report = report;
     m_rerun->setEnabled(true);
+    m_busy->hide();
     m_status->setText(tr("Checks finished."));
     for (const k3::DoctorCheck& check : report.checks) {
         QStyle::StandardPixmap icon = QStyle::SP_DialogApplyButton;

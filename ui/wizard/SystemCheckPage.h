@@ -7,6 +7,7 @@
 
 class QLabel;
 class QListWidget;
+class QProgressBar;
 class QPushButton;
 
 // Wizard page 1: runs the system doctor off the GUI thread (it measures the disk for a
@@ -24,6 +25,8 @@ public:
     bool isRunning() const { return m_watcher.isRunning(); }
     const std::optional<k3::DoctorReport>& report() const { return m_report; }
     QListWidget* checkList() const { return m_checks; }
+    // A busy bar while the checks run (the disk is measured for several seconds).
+    QProgressBar* busyBar() const { return m_busy; }
 
     // Seconds of disk reading per queue depth (short in tests).
     void setDiskSeconds(double seconds) { m_diskSeconds = seconds; }
@@ -40,6 +43,7 @@ private:
     QString m_modelDir;
     double m_diskSeconds = 3.0;
     QLabel* m_status;
+    QProgressBar* m_busy;
     QListWidget* m_checks;
     QLabel* m_recommendation;
     QPushButton* m_rerun;

@@ -384,7 +384,18 @@ ModelConfig parseModelConfig(std::string_view jsonText, std::string_view sourceN
     } catch (const DuplicateJsonKey& e) {
         throw ConfigError(std::string(sourceName) + ": " + e.what() +
                           "; which one is meant is not clear, refusing the file");
-    } catch (const json::exception& e) { // parse_error, and out_of_range for 1e999
+    } catch (const json::parse_error& e) {
+        // Said in plain words: where, and what to do (the parser's own text names its
+        // grammar, "syntax error while parsing object key - invalid literal").
+        // e.byte counts from 1; past the last byte the text ended too early.
+        const std::string where = e.byte > jsonText.size()
+                                      ? "it ends after " + std::to_string(jsonText.size()) +
+                                            " bytes, in the middle of a value"
+                                      : "at byte " + std::to_string(e.byte);
+        throw ConfigError(std::string(sourceName) + ": not valid JSON (" + where +
+                          "): the file is damaged or is not a model's config.json; download "
+                          "the model again (a download resumes and checks every file)");
+    } catch (const json::exception& e) { // out_of_range for 1e999
         throw ConfigError(std::string(sourceName) + ": not valid JSON: " + e.what());
     }
     if (!root.is_object())

@@ -288,7 +288,8 @@ private:
         if (begin > end) fail(range() + " has begin after end");
         if (end > dataSize_)
             fail(range() + " run past the data section (" + std::to_string(dataSize_) +
-                 " bytes; file truncated?)");
+                 " bytes): the file is cut short; download the model again (a download "
+                 "resumes and checks every file)");
         std::uint64_t elements = 1;
         for (std::uint8_t i = 0; i < info.rank; ++i)
             if (__builtin_mul_overflow(elements, info.shape[i], &elements))

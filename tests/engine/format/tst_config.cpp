@@ -512,8 +512,16 @@ private slots:
     }
 
     void notJsonOrWrongShape() {
-        QVERIFY(refusal("{\"hidden_size\": 12,", "trunc.json").find("trunc.json: not valid JSON") ==
-                0);
+        QCOMPARE(
+            refusal("{\"hidden_size\": 12,", "trunc.json"),
+            std::string("trunc.json: not valid JSON (it ends after 19 bytes, in the middle of a "
+                        "value): the file is damaged or is "
+                        "not a model's config.json; download the model again (a download "
+                        "resumes and checks every file)"));
+        QCOMPARE(refusal("{x}", "x.json"),
+                 std::string("x.json: not valid JSON (at byte 2): the file is damaged or is not "
+                             "a model's config.json; download the model again (a download "
+                             "resumes and checks every file)"));
         QVERIFY(refusal("[1,2]", "arr.json").find("arr.json: expected a JSON object") == 0);
         QVERIFY(
             refusal("{\"text_config\": 3}", "tc.json").find("tc.json: text_config is integer 3") ==
