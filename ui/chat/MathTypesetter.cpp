@@ -2,6 +2,7 @@
 
 #include <QHash>
 #include <QTextCursor>
+#include <QTextDocument>
 
 namespace {
 
@@ -463,16 +464,22 @@ QStringList MathTypesetter::fontFamilies() {
 
 void MathTypesetter::insert(QTextCursor& cursor, const QString& tex, const QTextCharFormat& base,
                             bool display) {
+    // STIX's letters are smaller than the body font's at the same size: a step up keeps
+    // maths level with the prose around it, a display formula a step more.
+    const qreal body = base.hasProperty(QTextFormat::FontPointSize)
+                           ? base.fontPointSize()
+                           : cursor.document()->defaultFont().pointSizeF();
+    const qreal size = body * (display ? 1.3 : 1.12);
     for (const Run& run : typeset(tex)) {
         QTextCharFormat f = base;
         f.setFontFamilies(fontFamilies());
+        if (size > 0) f.setFontPointSize(size);
         f.setFontFixedPitch(false);
         f.setFontItalic(run.italic);
         if (run.bold) f.setFontWeight(QFont::Bold);
         f.setVerticalAlignment(run.shift);
         f.setFontOverline(run.overline);
         f.setProperty(texProperty(), tex);
-        if (display) f.setProperty(QTextFormat::FontSizeAdjustment, 1);
         cursor.insertText(run.text, f);
     }
 }
