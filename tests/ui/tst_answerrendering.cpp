@@ -153,6 +153,10 @@ void TestAnswerRendering::tableHasPaddingHeaderAndColumnAlignment() {
     }
     QCOMPARE(table->cellAt(1, 2).firstCursorPosition().block().text(), QStringLiteral("91.2"));
     QVERIFY(table->cellAt(1, 0).format().background().style() == Qt::NoBrush);
+    // The empty block a document keeps after a closing table takes no height.
+    QCOMPARE(doc.lastBlock().text(), QString());
+    QCOMPARE(doc.lastBlock().blockFormat().lineHeightType(), int(QTextBlockFormat::FixedHeight));
+    QCOMPARE(doc.lastBlock().blockFormat().lineHeight(), 0.0);
 }
 
 void TestAnswerRendering::blockQuoteIsMarked() {

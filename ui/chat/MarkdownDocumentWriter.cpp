@@ -23,7 +23,9 @@ namespace {
 class CmarkTree {
 public:
     explicit CmarkTree(const QString& markdown) {
-        cmark_gfm_core_extensions_ensure_registered();
+        // Titles are made on worker threads too: register the extensions exactly once.
+        static const bool registered = (cmark_gfm_core_extensions_ensure_registered(), true);
+        Q_UNUSED(registered);
         // ~~ only: a single tilde is "about" in chat text ("~5 GB").
         m_parser = cmark_parser_new(CMARK_OPT_DEFAULT | CMARK_OPT_STRIKETHROUGH_DOUBLE_TILDE);
         for (const char* name : {"table", "strikethrough", "autolink", "tasklist"})
@@ -121,12 +123,19 @@ public:
 
     void document(cmark_node* root) {
         for (cmark_node* n = cmark_node_first_child(root); n; n = cmark_node_next(n)) block(n);
+        QTextCursor end(&m_doc);
+        end.movePosition(QTextCursor::End);
+        if (m_blockUnused && end.block() != m_doc.begin()) {
+            // The empty block after a closing table or quote takes no height.
+            QTextBlockFormat none;
+            none.setLineHeight(0, QTextBlockFormat::FixedHeight);
+            end.setBlockFormat(none);
+            return;
+        }
         // No space after the last block: the message's own margin follows.
         QTextBlockFormat last;
         last.setBottomMargin(0);
-        QTextCursor end(&m_doc);
-        end.movePosition(QTextCursor::End);
-        if (!end.currentTable()) end.mergeBlockFormat(last);
+        end.mergeBlockFormat(last);
     }
 
 private:
