@@ -24,6 +24,9 @@ run --model resources/demo --conversation resources/screenshots/code-and-thinkin
 # (it wraps, its Copy button in view), with the demo answering one more question.
 run --model resources/demo --conversation resources/screenshots/multiline-and-long-code.jsonl \
     --ask "Hello" --screenshot docs/screenshot-conversation.png --quit-after 60000
+# An answer with a table, a quote and maths (issue 37 point 6), drawn offscreen by its test.
+K3_SCREENSHOT_DIR=docs QT_QPA_PLATFORM=offscreen \
+  "${1:-build/dev}/tests/ui/tst_answerrendering" screenshotOfATableWithMaths
 # The conversation list with dates: four saved chats, modified minutes, hours, a day
 # and ten days ago.
 conversations="$home/data/k3chat/k3chat/conversations"

@@ -146,6 +146,21 @@ void TestConversationStore::titleIsTheFirstQuestion() {
         ConversationStore::titleFor({{QStringLiteral("user"), QString(80, QLatin1Char('a')), {}}});
     QCOMPARE(longTitle.size(), 48);
     QVERIFY(longTitle.endsWith(QStringLiteral("…")));
+    // Issue 37: the sidebar showed "Show me \*\*bold\*\*, …": a title is what a reader sees.
+    QCOMPARE(ConversationStore::titleFor({{QStringLiteral("user"),
+                                           QStringLiteral("Show me **bold**, *italic*, `code` and "
+                                                          "[a link](https://example.org)"),
+                                           {}}}),
+             QStringLiteral("Show me bold, italic, code and a link"));
+    QCOMPARE(
+        ConversationStore::titleFor(
+            {{QStringLiteral("user"), QStringLiteral("# Why\n\n> is $E=mc^2$?\n\n- a\n- b"), {}}}),
+        QStringLiteral("Why is E = mc²? a b"));
+    QCOMPARE(ConversationStore::titleFor(
+                 {{QStringLiteral("user"),
+                   QStringLiteral("<b>hi</b> ![a cat](cat.png) costs $5 and $10"),
+                   {}}}),
+             QStringLiteral("<b>hi</b> a cat costs $5 and $10"));
 }
 
 void TestConversationStore::everyFieldSurvivesSaveAndLoad() {

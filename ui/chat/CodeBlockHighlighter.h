@@ -6,7 +6,8 @@
 
 class QTextDocument;
 
-// Formats the fenced code blocks of an answer rendered by QTextDocument::setMarkdown():
+// Formats the code blocks of an answer rendered by MarkdownDocumentWriter (blocks carrying
+// QTextFormat::BlockCodeFence, as QTextDocument::setMarkdown() also marks them):
 // always a monospace font and a tinted background, lines that never wrap (the view scrolls
 // a wide block sideways), plus syntax colours when the build has KSyntaxHighlighting. It only sets
 // character and block formats through QTextCursor, so model text is never turned into markup.

@@ -1,5 +1,7 @@
 #include "chat/ConversationStore.h"
 
+#include "chat/MarkdownDocumentWriter.h"
+
 #include <QDir>
 #include <QFileInfo>
 #include <QUuid>
@@ -113,7 +115,8 @@ QString ConversationStore::pathFor(const QString& id) const {
 QString ConversationStore::titleFor(const QVector<ChatTurn>& turns) {
     for (const ChatTurn& t : turns)
         if (t.role == QLatin1String("user")) {
-            QString title = t.content.simplified();
+            // The words a reader sees, not the Markdown that makes them ("**bold**").
+            QString title = MarkdownDocumentWriter::plainText(t.content);
             if (title.size() > 48) title = title.left(47) + QStringLiteral("…");
             return title;
         }

@@ -2,6 +2,7 @@
 
 #include "chat/CodeBlockHighlighter.h"
 #include "chat/ConversationModel.h"
+#include "chat/MarkdownDocumentWriter.h"
 #include "chat/MessageTextEditor.h"
 #include "chat/SafeTextDocument.h"
 
@@ -18,13 +19,16 @@
 #include <QTextCursor>
 #include <QTextDocument>
 #include <QTextEdit>
+#include <QTextFrame>
 #include <QTextLayout>
 
+#include <climits>
 #include <cmath>
 
 namespace {
 constexpr int kMargin = 12;
 constexpr int kGap = 4;
+constexpr int kStatsFlags = Qt::AlignLeft | Qt::AlignTop | Qt::TextWordWrap;
 
 bool isDark(const QPalette& palette) {
     return palette.color(QPalette::Base).lightness() < 128;
@@ -48,9 +52,42 @@ int buttonRoom(const QFont& font) {
     return MessageDelegate::copyButtonSize(font).width() + 4;
 }
 
+// The bar at the left of each block quote (nested ones too) of the laid-out `doc`.
+void paintQuoteBars(QPainter* painter, const QTextDocument& doc, QTextFrame* parent,
+                    const QColor& colour) {
+    for (QTextFrame* frame : parent->childFrames()) {
+        if (frame->frameFormat().boolProperty(MarkdownDocumentWriter::quoteFrameProperty())) {
+            const QRectF r = doc.documentLayout()->frameBoundingRect(frame);
+            painter->fillRect(
+                QRectF(r.left(), r.top(), MessageDelegate::kQuoteBarWidth, r.height()), colour);
+        }
+        paintQuoteBars(painter, doc, frame, colour);
+    }
+}
+
 } // namespace
 
 MessageDelegate::MessageDelegate(QObject* parent) : QStyledItemDelegate(parent) {}
+
+QColor MessageDelegate::quoteBarColour(const QPalette& palette) {
+    // Halfway between the text and its background, opaque: visible on the quote's tint.
+    const QColor text = palette.color(QPalette::Text), base = palette.color(QPalette::Base);
+    return QColor((text.red() + base.red()) / 2, (text.green() + base.green()) / 2,
+                  (text.blue() + base.blue()) / 2);
+}
+
+QFont MessageDelegate::statsFont(const QFont& font) {
+    QFont small = font;
+    small.setPointSizeF(small.pointSizeF() * 0.85);
+    return small;
+}
+
+int MessageDelegate::statsHeight(const QString& stats, const QFont& font, int width) {
+    // The figures wrap between words: a narrow window shows all of them.
+    return QFontMetrics(statsFont(font))
+        .boundingRect(QRect(0, 0, width, INT_MAX), kStatsFlags, stats)
+        .height();
+}
 
 QString MessageDelegate::hardLineBreaks(const QString& markdown) {
     // Chat text means its newlines: a single newline between two non-empty lines becomes
@@ -81,11 +118,11 @@ void MessageDelegate::buildBody(QTextDocument& doc, const QString& text, const Q
     const QString markdown = hardLineBreaks(text);
     doc.setDefaultFont(font);
     doc.setDocumentMargin(0);
-    // NoHTML: a model that writes <img src=...> or <a> tags gets them shown as text.
-    doc.setMarkdown(markdown, QTextDocument::MarkdownFeatures(QTextDocument::MarkdownDialectGitHub |
-                                                              QTextDocument::MarkdownNoHTML));
-    // Markdown images (![alt](path)) become their alt text before anything lays the
-    // document out: model text never makes the view open a file (SafeTextDocument).
+    // CommonMark and GFM as cmark-gfm reads them; raw HTML (<img src=...>, <a>) is shown
+    // as text and images become their alt text (MarkdownDocumentWriter).
+    MarkdownDocumentWriter::write(doc, markdown, palette);
+    // Nothing the writer makes is an image; this stays as the last guard before any layout:
+    // model text never makes the view open a file (SafeTextDocument).
     SafeTextDocument::replaceImages(doc);
     CodeBlockHighlighter::highlight(doc, markdown, isDark(palette));
     // Code never wraps (CodeBlockHighlighter): a wide block scrolls sideways in the view.
@@ -212,10 +249,9 @@ MessageDelegate::Layout MessageDelegate::layout(const QStyleOptionViewItem& opti
         content.isEmpty() ? 0 : documentHeight(content, true, option.font, width, option.palette);
     l.body = QRect(option.rect.left() + kMargin, y, width, bodyHeight);
     y += bodyHeight;
-    if (!index.data(ConversationModel::StatsRole).toString().isEmpty()) {
-        QFont small = option.font;
-        small.setPointSizeF(small.pointSizeF() * 0.85);
-        const int h = QFontMetrics(small).height();
+    if (const QString stats = index.data(ConversationModel::StatsRole).toString();
+        !stats.isEmpty()) {
+        const int h = statsHeight(stats, option.font, width);
         y += kGap;
         l.stats = QRect(option.rect.left() + kMargin, y, width, h);
         y += h;
@@ -341,11 +377,9 @@ void MessageDelegate::paint(QPainter* painter, const QStyleOptionViewItem& optio
         paintBody(painter, option, index, l.body);
     const QString stats = index.data(ConversationModel::StatsRole).toString();
     if (!stats.isEmpty()) {
-        QFont small = option.font;
-        small.setPointSizeF(small.pointSizeF() * 0.85);
-        painter->setFont(small);
+        painter->setFont(statsFont(option.font));
         painter->setPen(pal.color(QPalette::PlaceholderText));
-        painter->drawText(l.stats, Qt::AlignLeft | Qt::AlignTop, stats);
+        painter->drawText(l.stats, kStatsFlags, stats);
     }
     painter->restore();
 }
@@ -446,6 +480,7 @@ void MessageDelegate::paintBody(QPainter* painter, const QStyleOptionViewItem& o
     painter->setClipRegion(prose, Qt::IntersectClip);
     painter->translate(body.topLeft());
     doc.documentLayout()->draw(painter, ctx);
+    paintQuoteBars(painter, doc, doc.rootFrame(), quoteBarColour(option.palette));
     painter->restore();
     for (int i = 0; i < areas.size(); ++i) {
         const int offset = std::clamp(codeOffset(index.row(), i), 0, areas.at(i).maxOffset());

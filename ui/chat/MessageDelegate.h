@@ -47,6 +47,12 @@ public:
     // block wider than that: what sizeHint measures and paint draws.
     static void layoutBody(QTextDocument& doc, const QString& markdown, const QFont& font,
                            const QPalette& palette, int width);
+    // The bar drawn at a block quote's left: its width and colour.
+    static constexpr int kQuoteBarWidth = 3;
+    static QColor quoteBarColour(const QPalette& palette);
+    // The timing line under an answer: its font, and its height at `width` (it wraps).
+    static QFont statsFont(const QFont& font);
+    static int statsHeight(const QString& stats, const QFont& font, int width);
     // The space a wide code block leaves under itself for its scroll indicator.
     static constexpr int kScrollIndicatorSpace = 6;
     // Pixels one wheel notch (or one Shift+Left/Right) scrolls a code block sideways:
