@@ -1,0 +1,263 @@
+// The whole assistant turn as a grammar (think channel, then the answer in the template's
+// shape), the vocabulary as symbols and a byte trie, and the state a generation walks.
+#include "k3/chat.hpp"
+#include "k3/constraint.hpp"
+#include "k3/grammar.hpp"
+
+#include <algorithm>
+#include <map>
+
+namespace k3 {
+
+namespace grammar {
+namespace {
+
+using Kind = Node::Kind;
+
+// One piece of a literal: text (its bytes) or a marker symbol.
+struct Piece {
+    Piece(const char* t) : text(t) {}        // NOLINT: pieces read as a sentence
+    Piece(const std::string& t) : text(t) {} // NOLINT
+    Piece(Symbol s) : marker(s) {}           // NOLINT
+    std::string_view text;
+    Symbol marker = -1;
+};
+
+const Node* literal(Grammar& g, std::initializer_list<Piece> pieces) {
+    Node& n = g.add(Kind::Literal);
+    for (const Piece& p : pieces) {
+        if (p.marker >= 0) n.literal.push_back(p.marker);
+        for (const char c : p.text) n.literal.push_back(Symbol(static_cast<unsigned char>(c)));
+    }
+    return &n;
+}
+
+const Node* padded(Grammar& g, const Node* value) {
+    Node& n = g.add(Kind::Padded);
+    n.children = {value};
+    return &n;
+}
+
+// How a turn may end once the answer is written: [EOS], <|end_of_msg|>, or the message
+// closed first.
+const Node* turnEnd(Grammar& g) {
+    Node& n = g.add(Kind::Alt);
+    n.children = {literal(g, {kEos}), literal(g, {kEndOfMessage}),
+                  literal(g, {kClose, "message", kSep, kEndOfMessage}),
+                  literal(g, {kClose, "message", kSep, kEos})};
+    return &n;
+}
+
+// The template's escape_attr.
+std::string escapeAttr(std::string_view value) {
+    std::string out;
+    for (const char c : value) {
+        if (c == '&')
+            out += "&amp;";
+        else if (c == '"')
+            out += "&quot;";
+        else
+            out += c;
+    }
+    return out;
+}
+
+// Both roots: the think channel first (free text, then its close and the answer's open),
+// or the answer's channel already open.
+void addRoots(Grammar& g, std::vector<const Node*> answer, const Node*& thinkFirst,
+              const Node*& answerFirst) {
+    Node& direct = g.add(Kind::Seq);
+    direct.children = answer;
+    answerFirst = &direct;
+    Node& think = g.add(Kind::Seq);
+    think.children = {&g.add(Kind::FreeText),
+                      literal(g, {kClose, "think", kSep, kOpen, "response", kSep})};
+    think.children.insert(think.children.end(), answer.begin(), answer.end());
+    thinkFirst = &think;
+}
+
+} // namespace
+} // namespace grammar
+
+namespace grammar {
+
+namespace {
+
+// Node::tokensFrom of a literal, by dynamic programming from its end over the trie.
+void countLiteralTokens(const OutputConstraint::Impl& c, Node& n) {
+    const std::vector<Symbol>& s = n.literal;
+    n.tokensFrom.assign(s.size() + 1, kUnbounded);
+    n.tokensFrom[s.size()] = 0;
+    for (std::size_t i = s.size(); i-- > 0;) {
+        if (s[i] >= 256) {
+            n.tokensFrom[i] = 1 + n.tokensFrom[i + 1];
+            continue;
+        }
+        std::uint32_t at = 0;
+        for (std::size_t j = i; j < s.size() && s[j] < 256; ++j) {
+            const auto& node = c.trie[at];
+            std::uint32_t next = 0;
+            for (std::uint32_t k = node.firstChild; k < node.firstChild + node.childCount; ++k)
+                if (c.trie[k].byte == s[j]) next = k;
+            if (next == 0) break;
+            at = next;
+            if (c.trie[at].token >= 0)
+                n.tokensFrom[i] = std::min(n.tokensFrom[i], 1 + n.tokensFrom[j + 1]);
+        }
+    }
+}
+
+} // namespace
+
+void bindVocabulary(OutputConstraint::Impl& c, const Tokenizer& tok) {
+    c.symbols.assign(tok.vocabSize(), {});
+    const std::pair<std::string_view, Symbol> markers[] = {
+        {chatmarker::openMark, grammar::kOpen},
+        {chatmarker::closeMark, grammar::kClose},
+        {chatmarker::sepMark, grammar::kSep},
+        {chatmarker::endOfMessage, grammar::kEndOfMessage},
+        {chatmarker::eos, grammar::kEos}};
+    for (const auto& [spelling, symbol] : markers) {
+        const auto id = tok.tokenId(spelling);
+        if (!id) throw ChatError("the tokenizer has no " + std::string(spelling) + " marker");
+        c.symbols[std::size_t(*id)] = {symbol};
+        c.markerIds.push_back(*id);
+    }
+    // The trie: built with maps, then laid out breadth first (a node's children adjacent).
+    struct Building {
+        std::map<std::uint8_t, std::uint32_t> children;
+        TokenId token = -1;
+    };
+    std::vector<Building> nodes(1);
+    for (std::size_t id = 0; id < tok.numRanks(); ++id) {
+        const std::string_view bytes = tok.tokenBytes(TokenId(id));
+        if (bytes.empty()) continue;
+        std::uint32_t at = 0;
+        for (const char ch : bytes) {
+            const auto b = static_cast<std::uint8_t>(ch);
+            c.symbols[id].push_back(Symbol(b));
+            auto it = nodes[at].children.find(b);
+            if (it == nodes[at].children.end()) {
+                nodes.emplace_back();
+                it = nodes[at].children.emplace(b, std::uint32_t(nodes.size() - 1)).first;
+            }
+            at = it->second;
+        }
+        nodes[at].token = TokenId(id);
+    }
+    std::vector<std::uint32_t> order{0}; // building index of each laid-out node
+    c.trie.assign(1, {});
+    for (std::size_t i = 0; i < order.size(); ++i) {
+        const Building& b = nodes[order[i]];
+        c.trie[i].token = b.token;
+        c.trie[i].firstChild = std::uint32_t(order.size());
+        c.trie[i].childCount = std::uint32_t(b.children.size());
+        for (const auto& [byte, child] : b.children) {
+            order.push_back(child);
+            c.trie.emplace_back();
+            c.trie.back().byte = byte;
+        }
+    }
+    for (Node& n : c.grammar.nodes)
+        if (n.kind == Node::Kind::Literal) countLiteralTokens(c, n);
+    computeMinSymbols(c.grammar);
+}
+
+} // namespace grammar
+
+OutputConstraint::OutputConstraint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+OutputConstraint::~OutputConstraint() = default;
+
+std::shared_ptr<const OutputConstraint> OutputConstraint::jsonAnswer(const JsonGrammar& answer,
+                                                                     const Tokenizer& tokenizer) {
+    using namespace grammar;
+    auto c = std::make_unique<Impl>();
+    c->parts.push_back(answer.shared());
+    Grammar& g = c->grammar;
+    addRoots(g, {padded(g, answer.data().root), literal(g, {kClose, "response", kSep}), turnEnd(g)},
+             c->thinkFirstRoot, c->answerFirstRoot);
+    bindVocabulary(*c, tokenizer);
+    return std::make_shared<const OutputConstraint>(std::move(c));
+}
+
+std::shared_ptr<const OutputConstraint>
+OutputConstraint::toolCall(const std::vector<ToolCallTarget>& targets, const Tokenizer& tokenizer) {
+    using namespace grammar;
+    if (targets.empty()) throw ChatError("a required tool call needs at least one tool");
+    auto c = std::make_unique<Impl>();
+    Grammar& g = c->grammar;
+    Node& calls = g.add(Node::Kind::Alt);
+    for (const ToolCallTarget& t : targets) {
+        c->parts.push_back(t.arguments.shared());
+        const std::string header = "call tool=\"" + escapeAttr(t.name) + "\" index=\"1\"";
+        Node& call = g.add(Node::Kind::Seq);
+        call.children = {literal(g, {kOpen, header, kSep, kOpen, "json type=\"object\"", kSep}),
+                         padded(g, t.arguments.data().root),
+                         literal(g, {kClose, "json", kSep, kClose, "call", kSep})};
+        calls.children.push_back(&call);
+    }
+    addRoots(g,
+             {literal(g, {kClose, "response", kSep, kOpen, "tools", kSep}), &calls,
+              literal(g, {kClose, "tools", kSep}), turnEnd(g)},
+             c->thinkFirstRoot, c->answerFirstRoot);
+    bindVocabulary(*c, tokenizer);
+    return std::make_shared<const OutputConstraint>(std::move(c));
+}
+
+namespace grammar {
+
+ConstraintState::ConstraintState(const OutputConstraint& constraint, bool thinkFirst)
+    : c_(constraint.impl()), threads_{
+                                 startAt(thinkFirst ? c_.thinkFirstRoot : c_.answerFirstRoot)} {}
+
+bool ConstraintState::take(std::span<const Symbol> symbols, std::vector<Thread>& threads) const {
+    std::vector<Thread> next;
+    for (const Symbol s : symbols) {
+        step(threads, s, next);
+        threads.swap(next);
+        if (threads.empty()) return false;
+    }
+    return !symbols.empty();
+}
+
+bool ConstraintState::allows(TokenId id, int tokensLeftAfter) const {
+    if (id < 0 || std::size_t(id) >= c_.symbols.size()) return false;
+    std::vector<Thread> threads = threads_;
+    return take(c_.symbols[std::size_t(id)], threads) &&
+           grammar::minRemaining(threads) <= tokensLeftAfter;
+}
+
+std::vector<TokenId> ConstraintState::allowed(int tokensLeftAfter) const {
+    std::vector<TokenId> out;
+    // Depth first down the trie: a prefix the automaton refuses cuts its whole subtree.
+    struct Walk {
+        const OutputConstraint::Impl& c;
+        int left;
+        std::vector<TokenId>& out;
+        void from(std::uint32_t node, const std::vector<Thread>& threads) const {
+            const auto& n = c.trie[node];
+            std::vector<Thread> next;
+            for (std::uint32_t i = n.firstChild; i < n.firstChild + n.childCount; ++i) {
+                step(threads, Symbol(c.trie[i].byte), next);
+                if (next.empty()) continue;
+                if (c.trie[i].token >= 0 && grammar::minRemaining(next) <= left)
+                    out.push_back(c.trie[i].token);
+                from(i, next);
+            }
+        }
+    };
+    Walk{c_, tokensLeftAfter, out}.from(0, threads_);
+    for (const TokenId id : c_.markerIds)
+        if (allows(id, tokensLeftAfter)) out.push_back(id);
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+void ConstraintState::advance(TokenId id) {
+    if (id < 0 || std::size_t(id) >= c_.symbols.size() ||
+        !take(c_.symbols[std::size_t(id)], threads_))
+        threads_.clear();
+}
+
+} // namespace grammar
+} // namespace k3
