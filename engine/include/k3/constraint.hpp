@@ -21,6 +21,7 @@
 //   description, default, examples, $comment, $schema, $id, format, deprecated,
 //   readOnly, writeOnly).
 
+#include "k3/chat.hpp"
 #include "k3/error.hpp"
 #include "k3/tokenizer.hpp"
 
@@ -91,6 +92,11 @@ public:
     // (empty response channel; arguments as the call's json block), then the turn ends.
     static std::shared_ptr<const OutputConstraint>
     toolCall(const std::vector<ToolCallTarget>& targets, const Tokenizer& tokenizer);
+
+    // A call this constraint wrote has its arguments as a json block holding an object:
+    // read as the object (compact JSON, the keys in the model's order), so clients get
+    // the object as OpenAI's arguments text. Anything else is left as it is.
+    void finishReply(ChatMessage& reply) const;
 
     // Other answer shapes (tests): the grammar and vocabulary of k3/grammar.hpp.
     struct Impl;

@@ -149,6 +149,7 @@ struct OutputConstraint::Impl {
     };
     std::vector<TrieNode> trie;
     std::vector<TokenId> markerIds; // ids whose symbols are a marker
+    bool toolCall = false;          // made by OutputConstraint::toolCall
 };
 
 namespace grammar {

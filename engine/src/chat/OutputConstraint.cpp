@@ -4,6 +4,8 @@
 #include "k3/constraint.hpp"
 #include "k3/grammar.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <map>
 
@@ -185,6 +187,7 @@ OutputConstraint::toolCall(const std::vector<ToolCallTarget>& targets, const Tok
     using namespace grammar;
     if (targets.empty()) throw ChatError("a required tool call needs at least one tool");
     auto c = std::make_unique<Impl>();
+    c->toolCall = true;
     Grammar& g = c->grammar;
     Node& calls = g.add(Node::Kind::Alt);
     for (const ToolCallTarget& t : targets) {
@@ -192,7 +195,8 @@ OutputConstraint::toolCall(const std::vector<ToolCallTarget>& targets, const Tok
         const std::string header = "call tool=\"" + escapeAttr(t.name) + "\" index=\"1\"";
         Node& call = g.add(Node::Kind::Seq);
         call.children = {literal(g, {kOpen, header, kSep, kOpen, "json type=\"object\"", kSep}),
-                         padded(g, t.arguments.data().root),
+                         // No whitespace around the object: clients read it as it is.
+                         t.arguments.data().root,
                          literal(g, {kClose, "json", kSep, kClose, "call", kSep})};
         calls.children.push_back(&call);
     }
@@ -202,6 +206,17 @@ OutputConstraint::toolCall(const std::vector<ToolCallTarget>& targets, const Tok
              c->thinkFirstRoot, c->answerFirstRoot);
     bindVocabulary(*c, tokenizer);
     return std::make_shared<const OutputConstraint>(std::move(c));
+}
+
+void OutputConstraint::finishReply(ChatMessage& reply) const {
+    if (!impl_->toolCall) return;
+    for (ChatToolCall& call : reply.toolCalls) {
+        if (!call.argumentsAsJsonBlock) continue;
+        const auto parsed = nlohmann::ordered_json::parse(call.arguments, nullptr, false);
+        if (!parsed.is_object()) continue;
+        call.arguments = parsed.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        call.argumentsAsJsonBlock = false;
+    }
 }
 
 namespace grammar {

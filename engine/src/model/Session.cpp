@@ -758,6 +758,7 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
     result.decodeSeconds = secondsSince(t1);
     std::vector<std::string> problems;
     result.reply = reader.reply(problems);
+    if (options.constraint) options.constraint->finishReply(result.reply);
     result.problems = std::move(problems);
     if (result.cancelled && !result.endOfTurn)
         if (auto point = chat::resumeAfterStoppedAnswer(tok, history, result.reply, options.render,

@@ -329,6 +329,8 @@ void TestConstraint::toolCallIsTheNamedFunction() {
         QCOMPARE(r.reply.toolCalls.size(), std::size_t(1));
         QCOMPARE(r.reply.toolCalls[0].name, std::string("get_weather"));
         QVERIFY(r.reply.content.empty());
+        // Written as a json block, read as the object it holds.
+        QVERIFY(!r.reply.toolCalls[0].argumentsAsJsonBlock);
         const auto args = nlohmann::json::parse(r.reply.toolCalls[0].arguments);
         QCOMPARE(args.size(), std::size_t(1));
         QVERIFY(args.at("city").is_string());
