@@ -123,6 +123,9 @@ public:
 
 private:
     bool take(std::span<const Symbol> symbols, std::vector<Thread>& threads) const;
+    // The plain tokens allowed when every thread is inside string text or free text;
+    // false (nothing added) when some thread is elsewhere.
+    bool allowedPlain(int tokensLeftAfter, std::vector<TokenId>& out) const;
     const OutputConstraint::Impl& c_;
     std::vector<Thread> threads_;
 };
@@ -148,6 +151,14 @@ struct OutputConstraint::Impl {
         std::uint8_t byte = 0;
     };
     std::vector<TrieNode> trie;
+    // Most tokens are plain text inside a JSON string: valid UTF-8 without '"', '\\' or
+    // control characters. plainChars[id] is such a token's code points (-1: not plain);
+    // `plainIds` lists them; `otherTrie` holds the ordinary tokens that are not. In a
+    // string (or the think channel) the plain ones are judged by arithmetic and only the
+    // others are walked.
+    std::vector<int> plainChars;
+    std::vector<TokenId> plainIds;
+    std::vector<TrieNode> otherTrie;
     std::vector<TokenId> markerIds; // ids whose symbols are a marker
     bool toolCall = false;          // made by OutputConstraint::toolCall
 };

@@ -109,6 +109,83 @@ void countLiteralTokens(const OutputConstraint::Impl& c, Node& n) {
     }
 }
 
+// Code points of `bytes` when they are plain JSON string text (valid UTF-8, complete,
+// no '"', '\\' or control character), else -1.
+int plainChars(std::string_view bytes) {
+    int chars = 0;
+    for (std::size_t i = 0; i < bytes.size();) {
+        const auto b = static_cast<unsigned char>(bytes[i]);
+        if (b < 0x20 || b == '"' || b == '\\') return -1;
+        if (b < 0x80) {
+            ++i;
+        } else {
+            int more = 0, lo = 0x80, hi = 0xBF;
+            if (b >= 0xC2 && b <= 0xDF)
+                more = 1;
+            else if (b == 0xE0)
+                more = 2, lo = 0xA0;
+            else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF)
+                more = 2;
+            else if (b == 0xED)
+                more = 2, hi = 0x9F;
+            else if (b == 0xF0)
+                more = 3, lo = 0x90;
+            else if (b >= 0xF1 && b <= 0xF3)
+                more = 3;
+            else if (b == 0xF4)
+                more = 3, hi = 0x8F;
+            else
+                return -1;
+            if (i + std::size_t(more) >= bytes.size()) return -1; // cut: an incomplete character
+            for (int k = 1; k <= more; ++k) {
+                const auto cb = static_cast<unsigned char>(bytes[i + std::size_t(k)]);
+                if (cb < (k == 1 ? lo : 0x80) || cb > (k == 1 ? hi : 0xBF)) return -1;
+            }
+            i += std::size_t(more) + 1;
+        }
+        ++chars;
+    }
+    return chars;
+}
+
+// The byte trie of `ids`: built with maps, then laid out breadth first (a node's
+// children adjacent).
+std::vector<OutputConstraint::Impl::TrieNode> buildTrie(const OutputConstraint::Impl& c,
+                                                        const std::vector<TokenId>& ids) {
+    struct Building {
+        std::map<std::uint8_t, std::uint32_t> children;
+        TokenId token = -1;
+    };
+    std::vector<Building> nodes(1);
+    for (const TokenId id : ids) {
+        std::uint32_t at = 0;
+        for (const Symbol s : c.symbols[std::size_t(id)]) {
+            const auto b = static_cast<std::uint8_t>(s);
+            auto it = nodes[at].children.find(b);
+            if (it == nodes[at].children.end()) {
+                nodes.emplace_back();
+                it = nodes[at].children.emplace(b, std::uint32_t(nodes.size() - 1)).first;
+            }
+            at = it->second;
+        }
+        nodes[at].token = id;
+    }
+    std::vector<OutputConstraint::Impl::TrieNode> trie(1);
+    std::vector<std::uint32_t> order{0}; // building index of each laid-out node
+    for (std::size_t i = 0; i < order.size(); ++i) {
+        const Building& b = nodes[order[i]];
+        trie[i].token = b.token;
+        trie[i].firstChild = std::uint32_t(order.size());
+        trie[i].childCount = std::uint32_t(b.children.size());
+        for (const auto& [byte, child] : b.children) {
+            order.push_back(child);
+            trie.emplace_back();
+            trie.back().byte = byte;
+        }
+    }
+    return trie;
+}
+
 } // namespace
 
 void bindVocabulary(OutputConstraint::Impl& c, const Tokenizer& tok) {
@@ -125,41 +202,19 @@ void bindVocabulary(OutputConstraint::Impl& c, const Tokenizer& tok) {
         c.symbols[std::size_t(*id)] = {symbol};
         c.markerIds.push_back(*id);
     }
-    // The trie: built with maps, then laid out breadth first (a node's children adjacent).
-    struct Building {
-        std::map<std::uint8_t, std::uint32_t> children;
-        TokenId token = -1;
-    };
-    std::vector<Building> nodes(1);
+    std::vector<TokenId> all, others;
+    c.plainChars.assign(tok.vocabSize(), -1);
     for (std::size_t id = 0; id < tok.numRanks(); ++id) {
         const std::string_view bytes = tok.tokenBytes(TokenId(id));
         if (bytes.empty()) continue;
-        std::uint32_t at = 0;
-        for (const char ch : bytes) {
-            const auto b = static_cast<std::uint8_t>(ch);
-            c.symbols[id].push_back(Symbol(b));
-            auto it = nodes[at].children.find(b);
-            if (it == nodes[at].children.end()) {
-                nodes.emplace_back();
-                it = nodes[at].children.emplace(b, std::uint32_t(nodes.size() - 1)).first;
-            }
-            at = it->second;
-        }
-        nodes[at].token = TokenId(id);
+        for (const char ch : bytes) c.symbols[id].push_back(Symbol(static_cast<unsigned char>(ch)));
+        all.push_back(TokenId(id));
+        const int chars = plainChars(bytes);
+        c.plainChars[id] = chars;
+        (chars >= 0 ? c.plainIds : others).push_back(TokenId(id));
     }
-    std::vector<std::uint32_t> order{0}; // building index of each laid-out node
-    c.trie.assign(1, {});
-    for (std::size_t i = 0; i < order.size(); ++i) {
-        const Building& b = nodes[order[i]];
-        c.trie[i].token = b.token;
-        c.trie[i].firstChild = std::uint32_t(order.size());
-        c.trie[i].childCount = std::uint32_t(b.children.size());
-        for (const auto& [byte, child] : b.children) {
-            order.push_back(child);
-            c.trie.emplace_back();
-            c.trie.back().byte = byte;
-        }
-    }
+    c.trie = buildTrie(c, all);
+    c.otherTrie = buildTrie(c, others);
     for (Node& n : c.grammar.nodes)
         if (n.kind == Node::Kind::Literal) countLiteralTokens(c, n);
     computeMinSymbols(c.grammar);
@@ -242,26 +297,62 @@ bool ConstraintState::allows(TokenId id, int tokensLeftAfter) const {
            grammar::minRemaining(threads) <= tokensLeftAfter;
 }
 
+bool ConstraintState::allowedPlain(int tokensLeftAfter, std::vector<TokenId>& out) const {
+    // Per thread: the characters it may still take and the fewest it must.
+    struct Room {
+        std::int64_t most, fewest, restAfterString;
+    };
+    std::vector<Room> rooms;
+    for (const Thread& t : threads_) {
+        if (t.empty()) return false;
+        const Frame& top = t.back();
+        const std::vector<Thread> one{t};
+        if (top.node->kind == Node::Kind::FreeText) {
+            rooms.push_back({kUnbounded, 0, grammar::minRemaining(one)});
+            continue;
+        }
+        if (top.node->kind != Node::Kind::String || top.phase != 1) return false;
+        const std::int64_t fewest = std::max(0, top.node->minLength - top.count);
+        // minRemaining(thread) = fewest + 1 + the frames below: those stay as they are.
+        rooms.push_back({std::int64_t(top.node->maxLength) - top.count, fewest,
+                         std::int64_t(grammar::minRemaining(one)) - fewest});
+    }
+    for (const TokenId id : c_.plainIds) {
+        const int chars = c_.plainChars[std::size_t(id)];
+        for (const Room& r : rooms)
+            if (chars <= r.most &&
+                r.restAfterString + std::max<std::int64_t>(0, r.fewest - chars) <=
+                    tokensLeftAfter) {
+                out.push_back(id);
+                break;
+            }
+    }
+    return true;
+}
+
 std::vector<TokenId> ConstraintState::allowed(int tokensLeftAfter) const {
     std::vector<TokenId> out;
+    // In string text or free text, plain tokens by arithmetic; only the others walked.
+    const bool plainJudged = allowedPlain(tokensLeftAfter, out);
+    const auto& trie = plainJudged ? c_.otherTrie : c_.trie;
     // Depth first down the trie: a prefix the automaton refuses cuts its whole subtree.
     struct Walk {
-        const OutputConstraint::Impl& c;
+        const std::vector<OutputConstraint::Impl::TrieNode>& trie;
         int left;
         std::vector<TokenId>& out;
         void from(std::uint32_t node, const std::vector<Thread>& threads) const {
-            const auto& n = c.trie[node];
+            const auto& n = trie[node];
             std::vector<Thread> next;
             for (std::uint32_t i = n.firstChild; i < n.firstChild + n.childCount; ++i) {
-                step(threads, Symbol(c.trie[i].byte), next);
+                step(threads, Symbol(trie[i].byte), next);
                 if (next.empty()) continue;
-                if (c.trie[i].token >= 0 && grammar::minRemaining(next) <= left)
-                    out.push_back(c.trie[i].token);
+                if (trie[i].token >= 0 && grammar::minRemaining(next) <= left)
+                    out.push_back(trie[i].token);
                 from(i, next);
             }
         }
     };
-    Walk{c_, tokensLeftAfter, out}.from(0, threads_);
+    Walk{trie, tokensLeftAfter, out}.from(0, threads_);
     for (const TokenId id : c_.markerIds)
         if (allows(id, tokensLeftAfter)) out.push_back(id);
     std::sort(out.begin(), out.end());

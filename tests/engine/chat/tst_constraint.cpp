@@ -234,6 +234,11 @@ void TestConstraint::budgetEndsEveryWalk() {
         for (int i = 0; i < budget && !state.dead(); ++i) {
             const std::vector<k3::TokenId> allowed = state.allowed(budget - i - 1);
             QVERIFY2(!allowed.empty(), qPrintable(QString("walk %1 step %2").arg(walk).arg(i)));
+            // The mask (trie walk, plain tokens by arithmetic) is the one-by-one check's.
+            std::vector<k3::TokenId> each;
+            for (k3::TokenId id = 0; id < k3::TokenId(tok.vocabSize()); ++id)
+                if (state.allows(id, budget - i - 1)) each.push_back(id);
+            QCOMPARE(allowed, each);
             seed = seed * 6364136223846793005ull + 1442695040888963407ull;
             const k3::TokenId id = allowed[std::size_t(seed >> 33) % allowed.size()];
             ids.push_back(id);
