@@ -192,6 +192,17 @@ int main(int argc, char** argv) {
             ->group(chatGroup)
             ->type_name("N");
 
+    CLI::Option* jsonOpt =
+        app.add_flag("--json", chat.json, "Every answer is a JSON object (constrained decoding)")
+            ->group(chatGroup);
+    CLI::Option* jsonSchemaOpt =
+        app.add_option("--json-schema", chat.jsonSchema,
+                       "Every answer is JSON valid against this JSON Schema (the subset the "
+                       "user guide lists)")
+            ->group(chatGroup)
+            ->type_name("FILE")
+            ->excludes(jsonOpt);
+
     const char* remoteGroup = "Remote (chat with an OpenAI-compatible server: vLLM, SGLang, "
                               "k3 serve)";
     CLI::Option* remoteOpt =
@@ -537,6 +548,11 @@ int main(int argc, char** argv) {
             if (systemOpt->count()) chat.system = systemText;
             if (maxTokensOpt->count() == 0 && genOpt->count()) chat.maxTokens = run.gen;
             if (remoteOpt->count()) {
+                for (const CLI::Option* o : {jsonOpt, jsonSchemaOpt})
+                    if (o->count())
+                        throw k3cli::usageError(o->get_name() +
+                                                " constrains a local model's answers; with "
+                                                "--remote ask the server (response_format)");
                 if (!model.modelDir.empty())
                     throw k3cli::usageError("--remote chats with a server: drop MODEL_DIR (or "
                                             "unset K3_MODEL_DIR)");
@@ -550,7 +566,8 @@ int main(int argc, char** argv) {
             if (o->count())
                 throw k3cli::usageError(o->get_name() + " needs --chat (k3 --remote URL --model " +
                                         "NAME --chat)");
-        for (const CLI::Option* o : {systemOpt, historyOpt, noThinkOpt, effortOpt, maxTokensOpt})
+        for (const CLI::Option* o :
+             {systemOpt, historyOpt, noThinkOpt, effortOpt, maxTokensOpt, jsonOpt, jsonSchemaOpt})
             if (o->count()) throw k3cli::usageError(o->get_name() + " needs --chat");
         if (promptOpt->count()) run.prompt = promptText;
         if (promptFileOpt->count()) run.promptFile = promptFile;

@@ -7,6 +7,8 @@
 
 #include <k3/backend.hpp>
 #include <k3/chat.hpp>
+#include <k3/constraint.hpp>
+#include <k3/read_file.hpp>
 #include <k3/session.hpp>
 
 #include <cstdio>
@@ -182,6 +184,32 @@ k3::GenerateOptions chatOptions(const ChatArgs& args, std::uint64_t& seed) {
     return options;
 }
 
+// A schema file larger than this is no schema (k3 serve's bodies are 4 MB at most).
+constexpr std::uint64_t kMaxSchemaBytes = 4ull << 20;
+
+// --json / --json-schema FILE: the answer is held to JSON (any object, or the schema's),
+// and the prompt says so as the template's response-format message does.
+void constrainAnswers(const ChatArgs& args, const k3::Tokenizer& tokenizer,
+                      k3::GenerateOptions& options) {
+    if (!args.json && args.jsonSchema.empty()) return;
+    k3::JsonGrammar grammar = k3::JsonGrammar::anyObject();
+    options.render.responseFormat = "json_object";
+    if (!args.jsonSchema.empty()) {
+        std::string text;
+        try {
+            text = k3::readRegularFile(args.jsonSchema, kMaxSchemaBytes, "--json-schema");
+            grammar = k3::JsonGrammar::fromSchema(text);
+        } catch (const k3::FileReadError& error) {
+            throw usageError(error.what());
+        } catch (const k3::SchemaError& error) {
+            throw usageError("--json-schema " + args.jsonSchema + ": " + error.what());
+        }
+        options.render.responseFormat = "json_schema";
+        options.render.responseSchemaJson = text;
+    }
+    options.constraint = k3::OutputConstraint::jsonAnswer(grammar, tokenizer);
+}
+
 int runChat(const ChatArgs& args) {
     std::optional<k3::OutputLock> historyLock;
     lockHistory(args, historyLock);
@@ -190,7 +218,8 @@ int runChat(const ChatArgs& args) {
     k3::Session& session = loaded.session;
     const bool tty = stdoutIsTty();
     std::uint64_t seed = 0;
-    const k3::GenerateOptions options = chatOptions(args, seed);
+    k3::GenerateOptions options = chatOptions(args, seed);
+    constrainAnswers(args, session.tokenizer(), options);
     const ResolvedSampling sampling = resolveSampling(args.model.sampling);
 
     installInterruptHandler(false); // before the banner: from then on Ctrl-C is ours

@@ -80,6 +80,9 @@ struct ChatArgs {
     bool noThink = false;
     std::string thinkingEffort = "max";
     int maxTokens = 4096;
+    // --json: every answer is a JSON object; --json-schema FILE: JSON of that schema.
+    bool json = false;
+    std::string jsonSchema;
 };
 
 // k3 serve MODEL_DIR: the OpenAI chat-completions protocol over HTTP (ServeCommand.cpp).

@@ -278,6 +278,7 @@ k3::GenerateOptions Server::generateOptions(const k3::api::ChatRequest& r) const
     o.presencePenalty = float(r.presencePenalty);
     o.frequencyPenalty = float(r.frequencyPenalty);
     checkLogitBias(r.logitBias);
+    o.constraint = k3::api::answerConstraint(r, session_->tokenizer());
     return o;
 }
 

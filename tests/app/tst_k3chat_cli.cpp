@@ -7,6 +7,9 @@
 #include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QTest>
@@ -83,6 +86,7 @@ private slots:
     void hardLinkedHistoryIsRefused();
     void transcriptValuesAreShownNotObeyed();
     void invalidAnswerIsMarkedInTheHistory();
+    void jsonSchemaHoldsEveryAnswer();
 };
 
 void TestK3ChatCli::answersResetsAndReusesPositions() {
@@ -355,6 +359,46 @@ void TestK3ChatCli::invalidAnswerIsMarkedInTheHistory() {
     QFile f(history);
     QVERIFY(f.open(QIODevice::ReadOnly));
     QVERIFY(f.readAll().contains("\"invalid\":\""));
+}
+
+// --json-schema FILE: each answer of the demo model is JSON of the schema (greedy and
+// sampled, thinking off and on); --json any object; a keyword outside the subset is a
+// usage error naming it.
+void TestK3ChatCli::jsonSchemaHoldsEveryAnswer() {
+    const QString demo = QStringLiteral(K3_SOURCE_DIR "/resources/demo");
+    QTemporaryDir tmp;
+    const QString schema = tmp.filePath("schema.json");
+    writeFile(schema, R"({"type":"object","properties":{"topic":{"type":"string","maxLength":20},)"
+                      R"("bits":{"type":"integer"}},"required":["topic","bits"],)"
+                      R"("additionalProperties":false})");
+    // The answer: what stdout holds after the think channel's closing line, if any.
+    const auto answer = [](const QString& out) {
+        const qsizetype end = out.lastIndexOf("</think>");
+        return (end < 0 ? out : out.mid(end + 8)).trimmed().toUtf8();
+    };
+    for (const QStringList& extra : {QStringList{"--no-think"}, QStringList{"--seed", "5"},
+                                     QStringList{"--no-think", "--json"}}) {
+        const bool anyObject = extra.contains("--json");
+        QStringList args{demo, "--chat", "--max-tokens", "120"};
+        if (!anyObject) args << "--json-schema" << schema;
+        const K3Run r = runK3(args + extra, "What is MXFP4?\n");
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QJsonParseError error;
+        const QJsonDocument doc = QJsonDocument::fromJson(answer(r.out), &error);
+        QVERIFY2(error.error == QJsonParseError::NoError && doc.isObject(), qPrintable(r.out));
+        if (anyObject) continue;
+        QCOMPARE(doc.object().keys(), (QStringList{"bits", "topic"}));
+        QVERIFY(doc["topic"].isString() && doc["topic"].toString().size() <= 20);
+        QVERIFY(doc["bits"].isDouble() &&
+                doc["bits"].toDouble() == double(doc["bits"].toInteger()));
+    }
+    writeFile(schema, R"({"type":"object","properties":{"n":{"type":"integer","minimum":1}}})");
+    const K3Run bad = runK3({demo, "--chat", "--json-schema", schema}, "hi\n");
+    QCOMPARE(bad.exitCode, 2);
+    QVERIFY2(bad.err.contains("properties.n.minimum: not supported"), qPrintable(bad.err));
+    const K3Run batch = runK3({demo, "--json", "--prompt", "x"});
+    QCOMPARE(batch.exitCode, 2);
+    QVERIFY2(batch.err.contains("--json needs --chat"), qPrintable(batch.err));
 }
 
 QTEST_GUILESS_MAIN(TestK3ChatCli)

@@ -15,6 +15,7 @@
 //   back until it can no longer match.
 
 #include "k3/chat.hpp"
+#include "k3/constraint.hpp"
 #include "k3/error.hpp"
 #include "k3/tokenizer.hpp"
 
@@ -66,7 +67,19 @@ struct ChatRequest {
     std::vector<std::pair<TokenId, float>> logitBias;
     double presencePenalty = 0;
     double frequencyPenalty = 0;
+    // response_format json_object or json_schema: the answer's grammar (the schema
+    // compiled while parsing, its refusals named response_format.json_schema.schema.*).
+    std::optional<JsonGrammar> answerGrammar;
+    // tool_choice "required" or a named function (function_call too): the functions the
+    // call may be to, with their parameters' grammars (refusals named
+    // tools[i].function.parameters.*). Empty: no call is required.
+    std::vector<ToolCallTarget> requiredCall;
 };
+
+// What the request's answer must be (a required tool call first, then response_format),
+// bound to the model's tokenizer; null when nothing constrains it.
+std::shared_ptr<const OutputConstraint> answerConstraint(const ChatRequest& request,
+                                                         const Tokenizer& tokenizer);
 
 // Parses a POST /v1/chat/completions body. Throws ApiError (400) naming the field.
 // Tool-call arguments render as the template renders what it is given: a string (what

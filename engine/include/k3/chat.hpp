@@ -7,8 +7,8 @@
 // - renderChat() is byte-identical to Kimi-K3.jinja rendered by Python jinja2 for
 //   every conversation it accepts (tst_chat_render, fixtures from
 //   tests/reference/chat/render_fixtures.py and tool_fixtures.py), tool declarations,
-//   tool_choice and assistant tool calls included. What it cannot reproduce exactly
-//   (images, response formats) it cannot even express, and a tool message whose name
+//   tool_choice, response_format and assistant tool calls included. What it cannot
+//   reproduce exactly (images) it cannot even express, and a tool message whose name
 //   cannot be resolved is refused as the template refuses it.
 // - parseToolCalls() reads back exactly what the renderer writes for argument-form
 //   calls: render(parse(x)) == x (tst_chat_render::toolCallsRoundTrip).
@@ -133,6 +133,12 @@ struct ChatRenderOptions {
     // "required" or "none" add the template's tool-choice message; anything else adds
     // nothing (as in the template).
     std::string toolChoice;
+    // response_format's type: "json_object" or "json_schema" add the template's
+    // response-format message (the latter with responseSchemaJson, a JSON schema, as
+    // json_sorted writes it); anything else adds nothing. It only asks: the answer is held
+    // to it by GenerateOptions::constraint.
+    std::string responseFormat;
+    std::string responseSchemaJson;
     // "think" or "response": the last message is the assistant's and is continued, not
     // closed: its open channel is the one given (think: only its reasoning is rendered),
     // and addGenerationPrompt is not used. Not in the template; the render is the closed

@@ -5,6 +5,7 @@
 // the only thing another thread touches.
 
 #include "k3/chat.hpp"
+#include "k3/constraint.hpp"
 #include "k3/model.hpp"
 #include "k3/tokenizer.hpp"
 
@@ -195,6 +196,9 @@ struct GenerateOptions {
     float frequencyPenalty = 0;
     // generateIds only: ids that end the generation when sampled (endOfTurn; not fed).
     std::vector<TokenId> stopIds;
+    // chat only: what the answer must be (k3/constraint.hpp), e.g. JSON of a schema. The
+    // log-probabilities stay those of the unconstrained logits; speculation is off.
+    std::shared_ptr<const OutputConstraint> constraint;
 };
 
 struct GenerateResult {

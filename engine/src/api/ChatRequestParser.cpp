@@ -374,6 +374,8 @@ ChatRequest parseChatRequest(std::string_view body) {
     if (has(doc, "tools")) tools(doc["tools"], r);
     if (has(doc, "tool_choice")) toolChoice(doc["tool_choice"], r);
     legacyFunctions(doc, r);
+    requiredCall(doc, r);
+    responseFormat(doc, r);
     logprobs(doc, r);
     penaltiesAndStreaming(doc, r);
     r.render.addGenerationPrompt = true;

@@ -28,6 +28,10 @@ void stopSequences(const Json& stop, std::vector<std::string>& out,
 void logitBias(const Json& v, std::vector<std::pair<TokenId, float>>& out);
 // A JSON object, not nested too deep, without a key given twice.
 Json parseBody(std::string_view body);
+// response_format: ChatRequest::answerGrammar and the render's response format.
+void responseFormat(const Json& doc, ChatRequest& r);
+// ChatRequest::requiredCall, after tools, tool_choice and the legacy fields were read.
+void requiredCall(const Json& doc, ChatRequest& r);
 
 // temperature (0..2), top_p (above 0, at most 1) and seed, into `r`'s members of those
 // names: the sampling fields chat and text completions share.

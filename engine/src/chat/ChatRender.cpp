@@ -182,6 +182,26 @@ void writeInternalSystem(SegmentWriter& w, std::string_view type, std::string_vi
     w.endOfMessage();
 }
 
+// The template's response-format message.
+void writeResponseFormat(SegmentWriter& w, const ChatRenderOptions& options) {
+    const std::string_view rawJson = "Your response must be raw JSON data without markdown code "
+                                     "blocks (```json) or any additional formatting.";
+    if (options.responseFormat == "json_object") {
+        writeInternalSystem(w, "response-format",
+                            "The system is invoked with `response_format=json_object`.\n" +
+                                std::string(rawJson));
+    } else if (options.responseFormat == "json_schema") {
+        const xtml::Json schema = xtml::parseJson(options.responseSchemaJson);
+        if (schema.is_discarded())
+            throw ChatError("chat render: the response schema is not valid JSON");
+        writeInternalSystem(w, "response-format",
+                            "The system is invoked with `response_format=json_schema`.\n" +
+                                std::string(rawJson) +
+                                "\nThe JSON data must match the following schema:\n```json\n" +
+                                xtml::sortedJson(schema) + "\n```");
+    }
+}
+
 // render_tool_message: the name given, else the message's own, else the call at the
 // same position of the last assistant message.
 void writeToolMessage(SegmentWriter& w, const ChatMessage& m, std::size_t at, int& toolIndex,
@@ -334,6 +354,8 @@ std::vector<ChatSegment> renderChatSegments(const std::vector<ChatMessage>& mess
         writeInternalSystem(w, "tool-choice",
                             "The system is invoked with `tool_choice=none`.\nYou MUST NOT call "
                             "any tools in the next message.");
+
+    writeResponseFormat(w, options);
 
     if (options.addGenerationPrompt) {
         w.openTag("message", {{"role", "assistant"}});

@@ -3,6 +3,7 @@
 #include "k3/draft.hpp"
 #include "k3/speculation.hpp"
 #include "k3/state_cache.hpp"
+#include "model/ConstrainedPick.hpp"
 #include "model/LoadPlan.hpp"
 #include "model/LogitAdjuster.hpp"
 #include "model/SessionImpl.hpp"
@@ -428,7 +429,8 @@ public:
     Decoder(Session::Impl& s, const GenerateOptions& options, GenerateResult& result,
             Decide& decide, Report& report)
         : s_(s), options_(options), result_(result), decide_(decide), report_(report),
-          sampler_(options.sampling), adjust_(options), spec_(options.speculation != 0),
+          sampler_(options.sampling), adjust_(options),
+          spec_(options.speculation != 0 && !options.constraint),
           // Greedy --spec auto follows measured seconds too. A fixed width is judged by
           // acceptance only, so its passes (and counts) do not depend on the machine's
           // load; so is sampling, whose draws depend on what was proposed: a seed must
@@ -442,7 +444,9 @@ public:
                                          : 4,
                  autoWidth_),
           decodedFrom_(s.fed.size()), // the draft reads all before (the prompt)
-          V_(s.logits.size()) {}
+          V_(s.logits.size()) {
+        if (options.constraint) constraint_.emplace(*options.constraint, options.render);
+    }
 
     int emitted() const { return emitted_; }
 
@@ -452,8 +456,12 @@ public:
         s_.lastTiming = {};
         // A correction was drawn from these same (adjusted) logits while verifying.
         const std::span<const float> seen = adjust_.apply(s_.logits);
-        const TokenId next = forced_ >= 0 ? forced_ : sampler_.sample(seen);
+        TokenId next = forced_ >= 0 ? forced_ : sampler_.sample(seen);
         forced_ = -1;
+        if (constraint_) {
+            next = constraint_->pick(sampler_, seen, next, options_.maxTokens - emitted_ - 1);
+            constraint_->commit(next);
+        }
         const std::optional<TokenLogprobs> lp = logprobsOf(seen, next);
         result_.ids.push_back(next);
         adjust_.count(next);
@@ -617,6 +625,7 @@ private:
 
     Sampler sampler_;
     model::LogitAdjuster adjust_;
+    std::optional<model::ConstrainedPick> constraint_;
     const bool spec_;
     const bool autoWidth_;
     // A rejected proposal's correction: the next token (-1: none). Not a std::optional:
@@ -650,6 +659,7 @@ GenerateResult Session::generateIds(std::span<const TokenId> prompt, const Gener
     Impl& s = *impl_;
     GenerateResult result;
     if (prompt.empty()) throw ModelError("the prompt is empty: give at least one token id");
+    if (options.constraint) throw ModelError("an output constraint applies to chat answers only");
     result.promptTokens = int(prompt.size());
     const auto t0 = Clock::now();
     result.reusedPositions = prefill(s, prompt, observer, cancel, result, prompt.size());
@@ -782,6 +792,7 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
     result.decodeSeconds = secondsSince(t1);
     std::vector<std::string> problems;
     result.reply = reader.reply(problems);
+    if (options.constraint) options.constraint->finishReply(result.reply);
     result.problems = std::move(problems);
     if (result.cancelled && !result.endOfTurn)
         if (auto point = chat::resumeAfterStoppedAnswer(tok, history, result.reply, options.render,

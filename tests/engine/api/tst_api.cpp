@@ -187,6 +187,42 @@ void TestApi::refusalsNameTheField_data() {
         R"({"messages":[{"role":"user","content":"q"},{"role":"tool","content":"r"}]})",
         "messages: chat render: message 1 (role tool) has no tool name: give it a name, or a "
         "tool_call_id or position matching a call of the assistant message before it");
+    // Constrained answers (issue 31 items 1 and 2): the schema's keyword path.
+    row("response_format type", "{" + kUser + R"(,"response_format":{"type":"xml"}})",
+        "response_format.type: \"xml\" is not text, json_object or json_schema");
+    row("json_schema missing", "{" + kUser + R"(,"response_format":{"type":"json_schema"}})",
+        "response_format.json_schema: required");
+    row("schema missing",
+        "{" + kUser + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x"}}})",
+        "response_format.json_schema.schema: required");
+    row("schema keyword",
+        "{" + kUser +
+            R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":)"
+            R"({"type":"object","properties":{"x":{"type":"strin"}}}}}})",
+        "response_format.json_schema.schema.properties.x.type: \"strin\" is not object, "
+        "array, string, number, integer, boolean or null");
+    row("schema unsupported",
+        "{" + kUser +
+            R"(,"response_format":{"type":"json_schema","json_schema":{"schema":)"
+            R"({"type":"array","items":{"type":"string","pattern":"^a"}}}}})",
+        "response_format.json_schema.schema.items.pattern: not supported (the subset: type, "
+        "properties, required, additionalProperties, items, minItems, maxItems, minLength, "
+        "maxLength, enum, const, anyOf)");
+    row("required without tools", "{" + kUser + R"(,"tool_choice":"required"})",
+        "tool_choice: a call is required but the request declares no tools");
+    row("named tool unknown",
+        "{" + kUser +
+            R"(,"tools":[{"type":"function","function":{"name":"f"}}],)"
+            R"("tool_choice":{"type":"function","function":{"name":"g"}}})",
+        "tool_choice.function.name: \"g\" is not among the declared tools");
+    row("tool parameters",
+        "{" + kUser +
+            R"(,"tools":[{"type":"function","function":{"name":"f","parameters":)"
+            R"({"type":"object","properties":{"n":{"type":"integer","minimum":1}}}}}],)"
+            R"("tool_choice":"required"})",
+        "tools[0].function.parameters.properties.n.minimum: not supported (the subset: type, "
+        "properties, required, additionalProperties, items, minItems, maxItems, minLength, "
+        "maxLength, enum, const, anyOf)");
 }
 
 void TestApi::refusalsNameTheField() {
@@ -456,13 +492,14 @@ void TestApi::toolFixturesRenderThroughTheApi() {
         Json body = {{"model", "m"}, {"messages", asClientsSendThem(c.at("messages"))}};
         if (o.contains("tools") && !o["tools"].empty()) body["tools"] = o["tools"];
         if (o.contains("tool_choice")) body["tool_choice"] = o["tool_choice"];
+        if (o.contains("response_format")) body["response_format"] = o["response_format"];
         if (o.contains("thinking"))
             body["thinking"] = {{"type", o["thinking"].get<bool>() ? "enabled" : "disabled"}};
         const ChatRequest r = parseChatRequest(body.dump());
         QCOMPARE(k3::renderChat(r.messages, r.render), c.at("expected").get<std::string>());
         ++checked;
     }
-    QCOMPARE(checked, 11);
+    QCOMPARE(checked, 13);
 }
 
 // The template's own tool-call turns, as a model generates them: the text after the

@@ -78,6 +78,12 @@ ChatRenderOptions toOptions(const Json& o) {
     opts.addGenerationPrompt = o.value("add_generation_prompt", false);
     if (o.contains("tools")) opts.toolsJson = o.at("tools").dump();
     opts.toolChoice = optString(o, "tool_choice");
+    if (o.contains("response_format")) {
+        const Json& rf = o.at("response_format");
+        opts.responseFormat = rf.at("type").get<std::string>();
+        if (rf.contains("json_schema"))
+            opts.responseSchemaJson = rf.at("json_schema").at("schema").dump();
+    }
     return opts;
 }
 
@@ -170,7 +176,7 @@ void TestChatRender::matchesTemplate() {
 void TestChatRender::toolsMatchTemplate_data() {
     QTest::addColumn<int>("index");
     const auto cases = loadFixtures(kToolFixtures).at("cases");
-    QCOMPARE(cases.size(), std::size_t(14));
+    QCOMPARE(cases.size(), std::size_t(16));
     for (std::size_t i = 0; i < cases.size(); ++i)
         QTest::newRow(cases[i].at("name").get<std::string>().c_str()) << int(i);
 }

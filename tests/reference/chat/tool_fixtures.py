@@ -96,6 +96,17 @@ def cases():
         {"role": "assistant", "content": "", "tool_calls": CALLS[:1]},
         {"role": "tool", "content": "r1"}, {"role": "tool", "content": "r2"}],
         add_generation_prompt=True)
+    # response_format: the template's response-format system message (k3 serve renders
+    # it for a constrained answer).
+    add("response_format_json_object", [{"role": "user", "content": "JSON please"}],
+        response_format={"type": "json_object"}, add_generation_prompt=True)
+    add("response_format_json_schema", [{"role": "user", "content": "A person"}],
+        tool_choice="auto", thinking=False, response_format={"type": "json_schema", "json_schema": {
+            "name": "person", "strict": True, "schema": {
+                "type": "object", "required": ["name", "age"], "additionalProperties": False,
+                "properties": {"name": {"type": "string", "description": "Full name, \"quoted\" é"},
+                               "age": {"type": "integer"}, "Tags": {"type": "array", "items": {"enum": ["a", "b"]}}}}}},
+        add_generation_prompt=True)
     return c
 
 
