@@ -7,6 +7,7 @@
 #include "k3/chat.hpp"
 #include "k3/model.hpp"
 #include "k3/tokenizer.hpp"
+#include "k3/vision.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -182,6 +183,12 @@ struct GenerateOptions {
     float frequencyPenalty = 0;
     // generateIds only: ids that end the generation when sampled (endOfTurn; not fed).
     std::vector<TokenId> stopIds;
+    // generateIds only: the prompt's images, in order (k3/vision.hpp). The prompt holds one
+    // <|media_pad|> per image (imagePrompt()); each is expanded to the image's
+    // plan.tokens() positions, fed the vision tower's rows instead of embeddings. A prompt
+    // with images is read whole (its ids alone do not say which image) and never saved to
+    // the prefix cache. Needs a checkpoint with a vision tower (loaded on first use).
+    std::vector<PreparedImage> images;
 };
 
 struct GenerateResult {

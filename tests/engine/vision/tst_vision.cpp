@@ -11,7 +11,9 @@
 #include <fstream>
 
 #include <k3/kernels.hpp>
+#include <k3/model.hpp>
 #include <k3/safetensors.hpp>
+#include <k3/session.hpp>
 #include <k3/vision.hpp>
 
 using nlohmann::json;
@@ -83,6 +85,9 @@ private slots:
     void towerMatchesReference_data();
     void towerMatchesReference();
     void imagePromptCarriesTheOriginalSize();
+    void promptWithImagesMatchesReference_data();
+    void promptWithImagesMatchesReference();
+    void imagesNeedATowerAndOnePadEach();
     void badImagesAreRefusedByName();
     void configIsCheckedAndTextOnlyIsSaid();
 };
@@ -245,6 +250,158 @@ void TestVision::imagePromptCarriesTheOriginalSize() {
     QCOMPARE(
         k3::imagePrompt(p),
         std::string("<|media_begin|>image 3024x4032<|media_content|><|media_pad|><|media_end|>"));
+}
+
+namespace {
+
+struct ImageCase {
+    json expected;
+    std::vector<k3::PreparedImage> images;
+};
+
+ImageCase imageCase(const QString& name) {
+    ImageCase c;
+    const json all = readJson(kVisionDir + "k3_tiny_vl/vision_expected.json");
+    for (const json& t : all.at("cases"))
+        if (t.at("name") == name.toStdString()) c.expected = t;
+    for (const json& im : c.expected.at("images"))
+        c.images.push_back(k3::prepareImage(
+            k3::readImageFile(kVisionDir + "images/" + im.at("image").get<std::string>()),
+            im.at("patch_limit").get<int>()));
+    return c;
+}
+
+} // namespace
+
+void TestVision::promptWithImagesMatchesReference_data() {
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<int>("chunk");
+    QTest::addColumn<bool>("expertCache");
+    for (const char* name : {"one", "two"})
+        for (const auto& [chunk, cache] :
+             {std::pair{0, false}, std::pair{1, false}, std::pair{5, true}, std::pair{16, false}})
+            QTest::newRow(qPrintable(QStringLiteral("%1 chunk %2%3")
+                                         .arg(QLatin1String(name))
+                                         .arg(chunk)
+                                         .arg(cache ? QStringLiteral(" expert cache") : QString())))
+                << QString::fromLatin1(name) << chunk << cache;
+}
+
+// The language model fed the projector's rows at the pad positions, against the
+// reference's logits and greedy ids; the same ids and logit bits at every chunk size and
+// with the routed experts behind a 2-slot cache.
+void TestVision::promptWithImagesMatchesReference() {
+    QFETCH(QString, name);
+    QFETCH(int, chunk);
+    QFETCH(bool, expertCache);
+    const ImageCase c = imageCase(name);
+    const std::string dir = kVisionDir + "k3_tiny_vl";
+    k3::SessionOptions o;
+    o.modelDir = dir;
+    o.prefillChunk = chunk;
+    if (expertCache) o.expertCacheSlots = 2;
+    k3::Session session = k3::Session::open(o);
+    const auto prompt = c.expected.at("prompt_ids").get<std::vector<k3::TokenId>>();
+    // The template's render, re-encoded by the engine's tokenizer, is the reference's.
+    QCOMPARE(session.tokenizer().encodeWithSpecial(c.expected.at("prompt_text").get<std::string>()),
+             prompt);
+    k3::GenerateOptions g;
+    g.maxTokens = 0; // the prompt only: its last logits stay in lastLogits()
+    g.images = c.images;
+    const k3::GenerateResult prefilled = session.generateIds(prompt, g);
+    QVERIFY(prefilled.valid());
+    QCOMPARE(prefilled.promptTokens, c.expected.at("expanded_length").get<int>());
+    const std::vector<float> sessionLast(session.lastLogits().begin(), session.lastLogits().end());
+    g.maxTokens = 8;
+    const k3::GenerateResult r = session.generateIds(prompt, g);
+    QCOMPARE(r.reusedPositions, 0); // a prompt with images is read whole
+    QCOMPARE(r.ids, c.expected.at("greedy").get<std::vector<k3::TokenId>>());
+
+    // Feeding the expanded prompt through the model in one chunk: the argmax at every
+    // position and the last logits against the reference.
+    const k3::Model& model = session.model();
+    const int V = model.config().vocabSize, E = model.config().hiddenSize;
+    const auto tower = k3::VisionTower::loadFromDirectory(dir);
+    const std::vector<float> rows = tower->encode(c.images);
+    const int pad = tower->config().mediaPadId;
+    std::vector<int> expanded, positions;
+    std::size_t image = 0;
+    for (const int id : prompt) {
+        const int n = id == pad ? c.images[image++].plan.tokens() : 1;
+        for (int k = 0; k < n; ++k) {
+            if (id == pad) positions.push_back(int(expanded.size()));
+            expanded.push_back(id);
+        }
+    }
+    QCOMPARE(positions.size() * std::size_t(E), rows.size());
+    k3::InferenceState state = model.newState();
+    std::vector<float> logits(expanded.size() * std::size_t(V));
+    QVERIFY(
+        !model.forward(state, expanded, logits, false, k3::InputRows{positions, rows}).nonFinite);
+    const auto wantArgmax = c.expected.at("teacher_forcing_argmax").get<std::vector<int>>();
+    QCOMPARE(wantArgmax.size(), expanded.size());
+    for (std::size_t t = 0; t < expanded.size(); ++t)
+        QCOMPARE(k3::argmax(std::span<const float>(logits).subspan(t * V, std::size_t(V))),
+                 wantArgmax[t]);
+    const std::vector<float> want =
+        readF32(dir + "/" + c.expected.at("files").at("last_logits").get<std::string>());
+    QCOMPARE(want.size(), std::size_t(V));
+    double worst = 0;
+    const float* last = logits.data() + (expanded.size() - 1) * std::size_t(V);
+    for (int i = 0; i < V; ++i)
+        // tst_model_gates' tolerance: the reference accumulates in double, the engine's
+        // BF16 products through float blocks (k3/kernels.hpp).
+        worst = std::max(worst, std::fabs(double(last[i]) - want[std::size_t(i)]) /
+                                    (1e-4 + 1e-4 * std::fabs(want[std::size_t(i)])));
+    qInfo("worst last-prompt logit error: %.4fx tolerance", worst);
+    QVERIFY(worst <= 1.0);
+    // The session's chunked prefill (any chunk size, experts resident or cached) gave the
+    // one-chunk pass's last-prompt logits bit for bit.
+    QCOMPARE(sessionLast.size(), std::size_t(V));
+    QVERIFY(std::memcmp(sessionLast.data(), last, std::size_t(V) * sizeof(float)) == 0);
+}
+
+void TestVision::imagesNeedATowerAndOnePadEach() {
+    const ImageCase c = imageCase(QStringLiteral("two"));
+    k3::GenerateOptions g;
+    g.maxTokens = 1;
+    g.images = c.images;
+    {
+        k3::SessionOptions o;
+        o.modelDir = K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a";
+        o.loadTokenizer = false;
+        k3::Session textOnly = k3::Session::open(o);
+        try {
+            textOnly.generateIds(std::vector<k3::TokenId>{1, 2, 3}, g);
+            QFAIL("a text-only checkpoint read images");
+        } catch (const k3::ModelError& e) {
+            QVERIFY2(QString::fromUtf8(e.what()).contains(QStringLiteral("text-only")), e.what());
+        }
+    }
+    k3::SessionOptions o;
+    o.modelDir = kVisionDir + "k3_tiny_vl";
+    k3::Session session = k3::Session::open(o);
+    auto prompt = c.expected.at("prompt_ids").get<std::vector<k3::TokenId>>();
+    g.images.pop_back(); // two pads, one image
+    try {
+        session.generateIds(prompt, g);
+        QFAIL("two pads were read with one image");
+    } catch (const k3::ModelError& e) {
+        QVERIFY2(QString::fromUtf8(e.what()).contains(QStringLiteral("2 <|media_pad|>")) &&
+                     QString::fromUtf8(e.what()).contains(QStringLiteral("1 image")),
+                 e.what());
+    }
+    // A text-only follow-up after an image prompt is read whole, not continued from the
+    // image's state: the same ids as a fresh session.
+    g.images = c.images;
+    g.maxTokens = 4;
+    session.generateIds(prompt, g);
+    const std::vector<k3::TokenId> text(prompt.begin(), prompt.begin() + 5);
+    g.images.clear();
+    const k3::GenerateResult again = session.generateIds(text, g);
+    QCOMPARE(again.reusedPositions, 0);
+    k3::Session fresh = k3::Session::open(o);
+    QCOMPARE(fresh.generateIds(text, g).ids, again.ids);
 }
 
 void TestVision::badImagesAreRefusedByName() {
