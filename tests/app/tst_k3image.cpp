@@ -1,6 +1,7 @@
 // `k3 MODEL_DIR --image FILE ...`: images through the executable, against the PyTorch
 // reference on the tiny vision checkpoint (tests/fixtures/vision/k3_tiny_vl).
 #include "K3Process.hpp"
+#include "ServeTestSupport.hpp"
 
 #include <QFile>
 #include <QTemporaryDir>
@@ -45,6 +46,7 @@ private slots:
     void idsWithAnImageGiveReferenceIdsAndLogits();
     void promptTextFollowsTheImagePrompts();
     void badImagesAndTextOnlyModelsAreUsageErrors();
+    void serveAcceptsImageDataUrls();
 };
 
 void TestK3Image::idsWithAnImageGiveReferenceIdsAndLogits() {
@@ -129,6 +131,42 @@ void TestK3Image::badImagesAndTextOnlyModelsAreUsageErrors() {
     r = runK3({kModel, "--image", kVision + "images/rgb_1x1.png", "--chat"});
     QCOMPARE(r.exitCode, 2);
     QVERIFY2(r.err.contains(QStringLiteral("--image is for a batch run")), qPrintable(r.err));
+}
+
+// k3 serve: an image_url part with a data: URL is read like the CLI's image (the usage
+// counts its positions); an http URL and a text-only model are 400s.
+void TestK3Image::serveAcceptsImageDataUrls() {
+    const nlohmann::json c = testCase("one");
+    QFile file(kVision + "images/" + QString::fromStdString(c.at("images")[0].at("image")));
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    const QByteArray dataUrl = "data:image/jpeg;base64," + file.readAll().toBase64();
+    const auto request = [&](const QByteArray& url) {
+        return R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":")" +
+               url +
+               R"("}},{"type":"text","text":"What is in this picture?"}]}],)"
+               R"("thinking":{"type":"disabled"},"temperature":0,"max_tokens":8})";
+    };
+    servetest::Server s = servetest::startServe({}, kModel);
+    QVERIFY2(s.port > 0, qPrintable(s.log));
+    servetest::Answer a =
+        servetest::exchange(s.port, "POST", "/v1/chat/completions", request(dataUrl));
+    QVERIFY2(a.status == 200, a.body.constData());
+    const QJsonObject usage = a.json().value("usage").toObject();
+    // The reference's prompt: 45 ids with one pad, the pad expanded to the image's 9 rows.
+    QCOMPARE(usage.value("prompt_tokens").toInt(), c.at("expanded_length").get<int>());
+    QCOMPARE(usage.value("completion_tokens").toInt(), 8);
+    a = servetest::exchange(s.port, "POST", "/v1/chat/completions",
+                            request("https://example.com/a.jpg"));
+    QCOMPARE(a.status, 400);
+    QVERIFY2(a.body.contains("does not fetch images"), a.body.constData());
+    QCOMPARE(servetest::stopServe(s), 0);
+
+    servetest::Server textOnly = servetest::startServe();
+    QVERIFY2(textOnly.port > 0, qPrintable(textOnly.log));
+    a = servetest::exchange(textOnly.port, "POST", "/v1/chat/completions", request(dataUrl));
+    QCOMPARE(a.status, 400);
+    QVERIFY2(a.body.contains("text-only checkpoint"), a.body.constData());
+    QCOMPARE(servetest::stopServe(textOnly), 0);
 }
 
 QTEST_GUILESS_MAIN(TestK3Image)

@@ -731,10 +731,23 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
         !head.empty() && head.size() < prompt.size() && isPrefix(head, prompt) ? head.size()
                                                                                : prompt.size();
     GenerateResult result;
-    result.promptTokens = int(prompt.size());
     const auto t0 = Clock::now();
-    result.reusedPositions = prefill(s, prompt, observer, cancel, result, snapshotAt,
-                                     s.stateCache ? preambleEnd(tok, history, closed, prompt) : 0);
+    // The conversation's images, in order: each pad of the prompt becomes an image's rows.
+    std::vector<PreparedImage> images;
+    for (const ChatMessage& m : history)
+        for (const ChatImage& image : m.images) images.push_back(*image.image);
+    if (!images.empty()) {
+        model::PromptRows media;
+        const std::vector<TokenId> expanded = model::expandImages(s, prompt, images, media);
+        result.promptTokens = int(expanded.size());
+        result.reusedPositions =
+            prefill(s, expanded, observer, cancel, result, expanded.size(), 0, &media);
+    } else {
+        result.promptTokens = int(prompt.size());
+        result.reusedPositions =
+            prefill(s, prompt, observer, cancel, result, snapshotAt,
+                    s.stateCache ? preambleEnd(tok, history, closed, prompt) : 0);
+    }
     result.prefillSeconds = secondsSince(t0);
 
     ReplyReader reader(tok, options.render);

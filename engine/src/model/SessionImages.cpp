@@ -24,7 +24,7 @@ std::vector<TokenId> expandImages(Session::Impl& s, std::span<const TokenId> pro
     if (!s.vision) {
         s.vision = VisionTower::loadFromDirectory(s.modelDir);
         if (!s.vision)
-            throw ModelError(s.modelDir.string() +
+            throw ImageError(s.modelDir.string() +
                              " is a text-only checkpoint (config.json has no vision_config): "
                              "it cannot read images");
     }

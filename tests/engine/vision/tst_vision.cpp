@@ -88,6 +88,7 @@ private slots:
     void promptWithImagesMatchesReference_data();
     void promptWithImagesMatchesReference();
     void imagesNeedATowerAndOnePadEach();
+    void chatWithImagesMatchesReference();
     void badImagesAreRefusedByName();
     void configIsCheckedAndTextOnlyIsSaid();
 };
@@ -374,7 +375,7 @@ void TestVision::imagesNeedATowerAndOnePadEach() {
         try {
             textOnly.generateIds(std::vector<k3::TokenId>{1, 2, 3}, g);
             QFAIL("a text-only checkpoint read images");
-        } catch (const k3::ModelError& e) {
+        } catch (const k3::ImageError& e) {
             QVERIFY2(QString::fromUtf8(e.what()).contains(QStringLiteral("text-only")), e.what());
         }
     }
@@ -402,6 +403,36 @@ void TestVision::imagesNeedATowerAndOnePadEach() {
     QCOMPARE(again.reusedPositions, 0);
     k3::Session fresh = k3::Session::open(o);
     QCOMPARE(fresh.generateIds(text, g).ids, again.ids);
+}
+
+// A user message carrying the images (placeholders where the parts were): the official
+// template's render, and the reference's greedy answer.
+void TestVision::chatWithImagesMatchesReference() {
+    for (const char* name : {"one", "two"}) {
+        const ImageCase c = imageCase(QString::fromLatin1(name));
+        k3::ChatMessage user;
+        user.role = k3::ChatRole::User;
+        for (const k3::PreparedImage& image : c.images) {
+            user.images.push_back({std::make_shared<const k3::PreparedImage>(image)});
+            user.content += k3::kImagePlaceholder;
+        }
+        user.content +=
+            c.expected.at("prompt_text")
+                .get<std::string>()
+                .substr(c.expected.at("prompt_text").get<std::string>().rfind("<|media_end|>") +
+                        13);
+        user.content.erase(user.content.find("<|close|>"));
+        k3::GenerateOptions g;
+        g.render.thinking = false;
+        g.maxTokens = 8;
+        QCOMPARE(k3::renderChat({user}, g.render), c.expected.at("prompt_text").get<std::string>());
+        k3::SessionOptions o;
+        o.modelDir = kVisionDir + "k3_tiny_vl";
+        k3::Session session = k3::Session::open(o);
+        const k3::GenerateResult r = session.chat({user}, g);
+        QCOMPARE(r.promptTokens, c.expected.at("expanded_length").get<int>());
+        QCOMPARE(r.ids, c.expected.at("greedy").get<std::vector<k3::TokenId>>());
+    }
 }
 
 void TestVision::badImagesAreRefusedByName() {
