@@ -89,6 +89,18 @@ int main(int argc, char** argv) {
         app.add_option("--ids", idsText, "Token ids in, ids out, e.g. 1008,10484,318")
             ->group(promptGroup)
             ->type_name("IDS");
+    CLI::Option* imageOpt =
+        app.add_option("--image", run.images,
+                       "An image (PNG, JPEG, WebP) read before the prompt text; repeat for "
+                       "several. With --ids: one <|media_pad|> id per image")
+            ->group(promptGroup)
+            ->type_name("FILE");
+    app.add_option("--image-patch-limit", run.imagePatchLimit,
+                   "Largest image in 14-px patches, a quarter of them prompt positions "
+                   "(default 65536, the release's; lower it to make images cheaper)")
+        ->check(CLI::Range(1, 65536))
+        ->group(promptGroup)
+        ->type_name("N");
     CLI::Option* tokOpt =
         app.add_option(
                "--tok", model.tokenizerDir,
@@ -539,7 +551,7 @@ int main(int argc, char** argv) {
             if (run.gen == 0 && genOpt->count())
                 throw k3cli::usageError("--gen 0 is for a batch run with --save-state");
             for (const CLI::Option* o : {promptOpt, promptFileOpt, idsOpt, outOpt, dumpLogitsOpt,
-                                         loadStateOpt, saveStateOpt})
+                                         loadStateOpt, saveStateOpt, imageOpt})
                 if (o->count())
                     throw k3cli::usageError(o->get_name() +
                                             " is for a batch run; --chat reads your messages "

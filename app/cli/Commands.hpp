@@ -63,6 +63,10 @@ struct RunArgs {
     std::string dumpLogits;
     std::string loadState; // --load-state: continue a saved state (the prompt: new ids only)
     std::string saveState; // --save-state: the state at the end of the run
+    // --image FILE (repeatable): images read before the prompt text (or at the pads of
+    // --ids), each cut to at most imagePatchLimit 14-px patches (--image-patch-limit).
+    std::vector<std::string> images;
+    int imagePatchLimit = 65536; // k3::kOfficialPatchLimit
 };
 
 // k3 --remote URL --chat: an OpenAI-compatible server instead of MODEL_DIR.

@@ -7,8 +7,10 @@
 #include <k3/chat.hpp>
 #include <k3/memory_plan.hpp>
 #include <k3/presets.hpp>
+#include <k3/read_file.hpp>
 #include <k3/session.hpp>
 #include <k3/version.hpp>
+#include <k3/vision.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +18,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <unistd.h>
@@ -206,6 +209,27 @@ void printPlan(const MemoryArgs& m, const k3::Session& session) {
     }
 }
 
+// --image files, decoded and preprocessed before any weight is read: a bad file is a
+// usage error naming it, as is a text-only checkpoint.
+std::vector<k3::PreparedImage> prepareImages(const RunArgs& args) {
+    std::vector<k3::PreparedImage> images;
+    if (args.images.empty()) return images;
+    const std::filesystem::path config = std::filesystem::path(args.model.modelDir) / "config.json";
+    if (!k3::parseVisionConfig(k3::readRegularFile(config, k3::kMaxConfigBytes, "config"),
+                               config.string()))
+        throw usageError("--image: " + args.model.modelDir +
+                         " is a text-only checkpoint (config.json has no vision_config); it "
+                         "cannot read images");
+    for (const std::string& file : args.images) {
+        try {
+            images.push_back(k3::prepareImage(k3::readImageFile(file), args.imagePatchLimit));
+        } catch (const k3::Error& e) {
+            throw usageError(std::string("--image ") + e.what());
+        }
+    }
+    return images;
+}
+
 } // namespace
 
 std::vector<std::int32_t> parseIdList(const std::string& text) {
@@ -277,8 +301,9 @@ int runBatch(const RunArgs& args) {
                          ": the trace records expert-cache requests, and this run has no "
                          "expert cache; give --cache-gb X or a --preset with a cache");
 
-    // The ids are checked against the config before any weight is read.
+    // The ids and images are checked before any weight is read.
     const k3::ModelConfig config = readConfigOrThrow(args.model.modelDir);
+    const std::vector<k3::PreparedImage> images = prepareImages(args);
     for (std::size_t i = 0; i < promptIds.size(); ++i)
         if (promptIds[i] >= config.vocabSize)
             throw usageError("--ids: token id " + std::to_string(promptIds[i]) + " (item " +
@@ -289,7 +314,15 @@ int runBatch(const RunArgs& args) {
     LoadedSession loaded =
         openModel(args.model, args.ids ? TokenizerNeed::IfPresent : TokenizerNeed::Required);
     k3::Session& session = loaded.session;
-    if (sources == 1 && !args.ids) promptIds = session.tokenizer().encode(promptText);
+    if (sources == 1 && !args.ids) {
+        // Each image's prompt (special markers from us, never from the text), then the text.
+        for (const k3::PreparedImage& image : images) {
+            const auto marked = session.tokenizer().encodeWithSpecial(k3::imagePrompt(image.plan));
+            promptIds.insert(promptIds.end(), marked.begin(), marked.end());
+        }
+        const auto text = session.tokenizer().encode(promptText);
+        promptIds.insert(promptIds.end(), text.begin(), text.end());
+    }
     if (sources == 1 && promptIds.empty()) throw usageError("the prompt encodes to no tokens");
     int restored = 0;
     if (continuing) { // the state's ids, then the new ones: only those are read
@@ -310,6 +343,11 @@ int runBatch(const RunArgs& args) {
     std::printf("  config   : %s\n", terminalSafe(session.config().summary()).c_str());
     std::printf("  prompt   : %zu tokens, generating %d (%s)\n", promptIds.size(), args.gen,
                 sampling.sampling ? "sampling" : "greedy");
+    for (std::size_t i = 0; i < images.size(); ++i)
+        std::printf("  image    : %s, %dx%d read at %dx%d: %d prompt positions\n",
+                    terminalSafe(args.images[i]).c_str(), images[i].plan.width,
+                    images[i].plan.height, images[i].plan.resizedWidth,
+                    images[i].plan.resizedHeight, images[i].plan.tokens());
     std::printf("  loaded   : %d layers in %s\n\n", session.model().layersBound(),
                 formatDuration(loaded.loadSeconds).c_str());
     printPlan(args.model.memory, session);
@@ -331,6 +369,7 @@ int runBatch(const RunArgs& args) {
     options.sampling.temperature = sampling.sampling ? sampling.temperature : 0.0f;
     options.sampling.topP = sampling.sampling ? sampling.topP : 1.0f;
     options.sampling.seed = sampling.seed;
+    options.images = images;
     k3::GenerateResult result;
     try {
         result = session.generateIds(promptIds, options, &observer, &cancelFlag());
@@ -413,6 +452,19 @@ int runBatch(const RunArgs& args) {
                                                        : nlohmann::ordered_json()}}}};
     report["plan"] = planJson(args.model.memory, session, summary);
     report["prompt"] = {{"tokens", promptIds.size()}, {"ids", promptIds}};
+    if (!images.empty()) {
+        // Each pad of the ids became the image's positions: what the prefill read.
+        report["prompt"]["positions"] = result.promptTokens;
+        nlohmann::ordered_json list = nlohmann::ordered_json::array();
+        for (std::size_t i = 0; i < images.size(); ++i)
+            list.push_back(
+                {{"file", args.images[i]},
+                 {"width", images[i].plan.width},
+                 {"height", images[i].plan.height},
+                 {"resized", {images[i].plan.resizedWidth, images[i].plan.resizedHeight}},
+                 {"positions", images[i].plan.tokens()}});
+        report["prompt"]["images"] = list;
+    }
     if (session.hasTokenizer()) report["prompt"]["text"] = promptText;
     nlohmann::ordered_json tokens = nlohmann::ordered_json::array();
     for (std::size_t i = 0; i < observer.tokens.size(); ++i) {

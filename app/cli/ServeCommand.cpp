@@ -413,6 +413,9 @@ k3::GenerateResult Server::runTurn(const std::string& owner, const Generation& g
     } catch (const k3::ChatError& e) {
         throw api::ApiError(400, std::string("messages: ") + e.what(), "invalid_request_error",
                             "messages");
+    } catch (const k3::ImageError& e) { // images sent to a text-only checkpoint
+        throw api::ApiError(400, std::string("messages: ") + e.what(), "invalid_request_error",
+                            "messages");
     } catch (const api::ApiError&) {
         throw;
     } catch (const std::exception& e) { // a failed read or forward: this answer only

@@ -30,11 +30,11 @@ struct Server {
 };
 
 // Started on a free port; ready once its "on http://...:PORT/v1" line is out.
-inline Server startServe(const QStringList& extra = {}) {
+inline Server startServe(const QStringList& extra = {}, const QString& model = kDemo) {
     Server s;
     s.process = std::make_unique<QProcess>();
     s.process->start(QStringLiteral(K3_CLI_PATH),
-                     QStringList{"serve", kDemo, "--port", "0"} + extra);
+                     QStringList{"serve", model, "--port", "0"} + extra);
     QByteArray err;
     const QRegularExpression listening(QStringLiteral(R"( on http://\S+:(\d+)/v1)"));
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);

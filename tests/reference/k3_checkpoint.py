@@ -52,7 +52,7 @@ def _raise(msg):
 _TEMPLATE = []
 
 
-def render_chat(messages, add_generation_prompt=True, thinking=False):
+def render_chat(messages, add_generation_prompt=True, thinking=False, image_prompts=None):
     """The official template through jinja2, as Hugging Face's apply_chat_template sets it up."""
     if not _TEMPLATE:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
@@ -61,7 +61,7 @@ def render_chat(messages, add_generation_prompt=True, thinking=False):
         with open(TEMPLATE) as f:
             _TEMPLATE.append(env.from_string(f.read()))
     return _TEMPLATE[0].render(messages=messages, add_generation_prompt=add_generation_prompt,
-                      thinking=thinking)
+                      thinking=thinking, image_prompts=image_prompts)
 
 
 # --------------------------------------------------------------------------- config

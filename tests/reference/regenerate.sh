@@ -1,6 +1,7 @@
 #!/bin/sh
 # Rebuilds every committed fixture made by this folder, deterministically (fixed seeds):
 #   tests/fixtures/models/{k3_tiny_a,k3_tiny_b,k3_tiny_f32,k3_tiny_bf16}/   make_tiny_checkpoints.py
+#   tests/fixtures/vision/                         make_vision_fixtures.py (after pillow_resample.py)
 #   resources/demo/ weights + tokenizer            train_demo.py (only with K3_TRAIN_DEMO=1:
 #                                                  about 10 minutes of training, 1 thread)
 #   resources/demo/expected.json + .f32            train_demo.py --expected-only (always:
@@ -12,6 +13,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 py=${PYTHON:-/usr/bin/python3}
 cd "$here"
 "$py" make_tiny_checkpoints.py
+"$py" pillow_resample.py
+"$py" make_vision_fixtures.py
 if [ "${K3_TRAIN_DEMO:-0}" = 1 ]; then
     OMP_NUM_THREADS=1 "$py" train_demo.py          # trains, exports, writes expected.json
 else

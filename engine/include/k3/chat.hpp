@@ -37,6 +37,9 @@
 #include <vector>
 
 #include "k3/tokenizer.hpp"
+#include "k3/vision.hpp"
+
+#include <memory>
 
 namespace k3 {
 
@@ -74,6 +77,17 @@ struct ChatToolCall {
 
     bool operator==(const ChatToolCall&) const = default;
 };
+
+// An image of a user message, preprocessed (k3/vision.hpp); shared, since conversations
+// are copied whole. Equal when the pixels the model reads are equal.
+struct ChatImage {
+    std::shared_ptr<const PreparedImage> image;
+    bool operator==(const ChatImage& other) const;
+};
+// Where a user message's image goes in its content, as in the official template: each
+// placeholder becomes the next image's imagePrompt(). Not a special token: text a user
+// types stays text unless the message carries images.
+inline constexpr std::string_view kImagePlaceholder = "<|kimi_image_placeholder|>";
 
 // How an answer was generated, as the app shows it under the answer.
 struct AnswerFigures {
@@ -115,6 +129,9 @@ struct ChatMessage {
     // reader that only continues the shown branch (k3 --chat --history) may ignore it.
     std::vector<std::vector<ChatMessage>> otherVersions = {};
     int versionIndex = 0;
+    // User only: the images of the message, one per kImagePlaceholder in `content`, in
+    // order (rendered as each image's prompt). Not yet saved in transcripts.
+    std::vector<ChatImage> images = {};
 
     bool operator==(const ChatMessage&) const = default;
 };

@@ -27,6 +27,7 @@ enum class ErrorKind {
     Remote,      // a remote server
     Api,         // a request to `k3 serve`
     State,       // a saved conversation state (session state file)
+    Image,       // an image input: not an image, damaged, too large, unsupported
 };
 
 // "config", "memory", ...: for logs and tests.

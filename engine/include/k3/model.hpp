@@ -92,6 +92,14 @@ private:
     std::unique_ptr<Data> d_;
 };
 
+// Rows fed in place of the token embeddings at some positions of a chunk: an image's
+// projector rows at its <|media_pad|> positions (k3/vision.hpp). `positions` index the
+// chunk's tokens (increasing); `rows` holds positions.size() x hidden floats.
+struct InputRows {
+    std::span<const int> positions;
+    std::span<const float> rows;
+};
+
 struct TokenStats {
     int droppedExperts = 0; // routed experts that could not be loaded (run invalid)
     bool nonFinite = false; // a NaN/Inf reached the logits (run invalid)
@@ -128,13 +136,14 @@ public:
     // position's). Every position gets exactly the bits T one-token calls give.
     // keepRollback: record what rollback() needs to return to any position inside
     // this chunk (speculative verification).
+    // `replaced`: rows fed instead of the embeddings at some of the chunk's positions.
     // beforeLayer(L): called before each layer L, for progress inside a long chunk and
     // so that it can be stopped within a layer's time. When it returns true the forward
     // ends with stats.stopped and the logits untouched; the state is as it was before the
     // call when no layer had run, else empty (length 0): a partly fed chunk cannot be
     // kept, the recurrent state is updated in place.
     TokenStats forward(InferenceState& state, std::span<const int> tokens, std::span<float> logits,
-                       bool keepRollback = false,
+                       bool keepRollback = false, const InputRows& replaced = {},
                        const std::function<bool(int layer)>& beforeLayer = {}) const;
     // Returns the state to `length` positions, anywhere from the start to the end of the
     // last chunk fed with keepRollback: KDA state replayed from the chunk's record (no

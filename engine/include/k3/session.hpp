@@ -8,6 +8,7 @@
 #include "k3/constraint.hpp"
 #include "k3/model.hpp"
 #include "k3/tokenizer.hpp"
+#include "k3/vision.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -196,6 +197,12 @@ struct GenerateOptions {
     float frequencyPenalty = 0;
     // generateIds only: ids that end the generation when sampled (endOfTurn; not fed).
     std::vector<TokenId> stopIds;
+    // generateIds only: the prompt's images, in order (k3/vision.hpp). The prompt holds one
+    // <|media_pad|> per image (imagePrompt()); each is expanded to the image's
+    // plan.tokens() positions, fed the vision tower's rows instead of embeddings. A prompt
+    // with images is read whole (its ids alone do not say which image) and never saved to
+    // the prefix cache. Needs a checkpoint with a vision tower (loaded on first use).
+    std::vector<PreparedImage> images;
     // chat only: what the answer must be (k3/constraint.hpp), e.g. JSON of a schema. The
     // log-probabilities stay those of the unconstrained logits; speculation is off.
     std::shared_ptr<const OutputConstraint> constraint;

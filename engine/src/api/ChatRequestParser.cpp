@@ -1,5 +1,6 @@
 // POST /v1/chat/completions body -> ChatRequest. Each check names the field as a client
 // wrote it (messages[2].tool_calls[0].function.name), so a 400 says what to fix.
+#include "api/ImageParts.hpp"
 #include "api/RequestFields.hpp"
 #include "k3/api.hpp"
 #include "k3/json_duplicates.hpp"
@@ -42,8 +43,9 @@ bool has(const Json& obj, const char* key) {
     return it != obj.end() && !it->is_null();
 }
 
-// content: a string, null, or text parts ([{"type":"text","text":"..."}]).
-std::string contentText(const Json& v, const std::string& field) {
+// content: a string, null, or text parts ([{"type":"text","text":"..."}]); image_url
+// parts too when `m` is given (their images go to m->images, ImageParts.cpp).
+std::string contentText(const Json& v, const std::string& field, ChatMessage* m = nullptr) {
     if (v.is_null()) return {};
     if (v.is_string()) return v.get<std::string>();
     if (!v.is_array()) throw wrongType(field, "a string or an array of text parts", v);
@@ -54,6 +56,10 @@ std::string contentText(const Json& v, const std::string& field) {
         const auto type = v[i].find("type");
         if (type == v[i].end() || !type->is_string())
             throw bad(part + ".type", "required, a string");
+        if (*type == "image_url" && m) {
+            text += imagePart(v[i], part, *m);
+            continue;
+        }
         if (*type != "text")
             throw bad(part + ".type",
                       "\"" + type->get<std::string>() + "\" is not supported (only text parts)");
@@ -113,7 +119,7 @@ ChatMessage message(const Json& v, const std::string& field) {
                   "unknown role \"" + roleName + "\" (system, developer, user, assistant or tool)");
     ChatMessage m;
     m.role = *role;
-    if (v.contains("content")) m.content = contentText(v["content"], field + ".content");
+    if (v.contains("content")) m.content = contentText(v["content"], field + ".content", &m);
     if (has(v, "name")) m.name = stringField(v["name"], field + ".name");
     if (m.role == ChatRole::Assistant) {
         // Moonshot's field; some servers call it "reasoning".

@@ -126,12 +126,41 @@ private:
 
 constexpr std::array<std::string_view, 4> kEfforts = {"low", "medium", "high", "max"};
 
+// A user message's content with each image placeholder replaced by the next image's
+// prompt, as the template's next_image() does (the markers are special tokens).
+void writeContentWithImages(SegmentWriter& w, const ChatMessage& m) {
+    std::size_t at = 0, used = 0;
+    for (;;) {
+        const std::size_t next = m.content.find(kImagePlaceholder, at);
+        w.text(std::string_view(m.content).substr(at, next - at));
+        if (next == std::string::npos) break;
+        if (used == m.images.size())
+            throw ChatError("chat render: more image placeholders than images in a user message");
+        if (!m.images[used].image) throw ChatError("chat render: an empty image in a user message");
+        const ImagePlan& plan = m.images[used++].image->plan;
+        w.special("<|media_begin|>");
+        w.text("image " + std::to_string(plan.width) + "x" + std::to_string(plan.height));
+        w.special("<|media_content|>");
+        w.special(kMediaPadToken);
+        w.special("<|media_end|>");
+        at = next + kImagePlaceholder.size();
+    }
+    if (used != m.images.size())
+        throw ChatError("chat render: image prompt count " + std::to_string(m.images.size()) +
+                        " != consumed placeholder count " + std::to_string(used));
+}
+
 void writePlainMessage(SegmentWriter& w, const ChatMessage& m) {
     if (m.name.empty())
         w.openTag("message", {{"role", std::string(chatRoleName(m.role))}});
     else
         w.openTag("message", {{"role", std::string(chatRoleName(m.role))}, {"name", m.name}});
-    w.text(m.content);
+    if (!m.images.empty() && m.role != ChatRole::User)
+        throw ChatError("chat render: only user messages carry images");
+    if (m.images.empty())
+        w.text(m.content);
+    else
+        writeContentWithImages(w, m);
     w.closeTag("message");
     w.endOfMessage();
 }
@@ -362,6 +391,12 @@ std::vector<ChatSegment> renderChatSegments(const std::vector<ChatMessage>& mess
         w.openTag(thinking ? "think" : "response");
     }
     return w.take();
+}
+
+bool ChatImage::operator==(const ChatImage& other) const {
+    if (!image || !other.image) return image == other.image;
+    return image->plan.width == other.image->plan.width &&
+           image->plan.height == other.image->plan.height && image->patches == other.image->patches;
 }
 
 std::string renderChat(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options) {

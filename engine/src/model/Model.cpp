@@ -458,7 +458,7 @@ void Model::Impl::prepareRollback(InferenceState& state, int T) const {
 // kPrefillTilePositions positions: every product's column has the bits of a one-position
 // matvec and the recurrent parts advance position by position, so tiles change no bit.
 TokenStats Model::forward(InferenceState& state, std::span<const int> tokens,
-                          std::span<float> logits, bool keepRollback,
+                          std::span<float> logits, bool keepRollback, const InputRows& replaced,
                           const std::function<bool(int layer)>& beforeLayer) const {
     const ModelConfig& c = impl_->config;
     Impl& impl = *impl_;
@@ -476,6 +476,18 @@ TokenStats Model::forward(InferenceState& state, std::span<const int> tokens,
     // The running block [T][E]: the embeddings, then each layer's residual stream.
     std::vector<float> partial(TE);
     impl.embed(tokens, partial.data());
+    if (replaced.rows.size() != replaced.positions.size() * std::size_t(E))
+        throw ModelError("input rows: " + std::to_string(replaced.rows.size()) + " floats for " +
+                         std::to_string(replaced.positions.size()) + " positions of width " +
+                         std::to_string(E));
+    for (std::size_t i = 0; i < replaced.positions.size(); ++i) {
+        const int p = replaced.positions[i];
+        if (p < 0 || p >= T)
+            throw ModelError("input row at position " + std::to_string(p) + " of a chunk of " +
+                             std::to_string(T));
+        std::copy_n(replaced.rows.data() + i * std::size_t(E), E,
+                    partial.data() + std::size_t(p) * E);
+    }
     std::vector<std::vector<float>> blocks; // completed block snapshots, [T][E] each
     // A verification chunk's KDA rollback record covers one call, so its attention runs
     // untiled (prepareRollback bounds it to maxSpeculation + 1 positions).

@@ -134,6 +134,7 @@ std::uint64_t Session::stateBytesHeld() const {
 
 void Session::reset() {
     impl_->logitsRestored = false;
+    impl_->heldMedia = false;
     impl_->state.reset();
     impl_->fed.clear();
     impl_->promptSnapshot.reset();
@@ -148,13 +149,14 @@ namespace {
 // Runs a chunk of positions (one, when decoding), records them as held by the state,
 // adds their validity figures to `result` and splits the time into trunk wait, expert
 // reads and compute. The logits are the last position's.
-// beforeLayer (Model::forward): a press of Stop it reports ends the chunk within a layer
-// (false returned): the state is then what it was, or empty when some layer had run.
+// `rows`: image rows fed in place of embeddings (Model::forward). beforeLayer: a press of
+// Stop it reports ends the chunk within a layer (false returned): the state is then what
+// it was, or empty when some layer had run.
 bool feed(Session::Impl& s, std::span<const TokenId> ids, GenerateResult& result,
-          const std::function<bool(int)>& beforeLayer = {}) {
+          const InputRows& rows = {}, const std::function<bool(int)>& beforeLayer = {}) {
     const MemoryStats before = s.model.memoryStats();
     const auto t0 = Clock::now();
-    const TokenStats st = s.model.forward(s.state, ids, s.logits, false, beforeLayer);
+    const TokenStats st = s.model.forward(s.state, ids, s.logits, false, rows, beforeLayer);
     const double total = secondsSince(t0);
     const MemoryStats after = s.model.memoryStats();
     s.wallSeconds += total;
@@ -190,7 +192,7 @@ namespace {
 void saveToCache(Session::Impl& s, model::StateCache::Kind kind, GenerateResult& result,
                  bool snapshot = false) {
     const std::vector<TokenId>& ids = snapshot ? s.promptSnapshotIds : s.fed;
-    if (!s.stateCache || ids.empty() || !result.valid()) return;
+    if (!s.stateCache || ids.empty() || !result.valid() || s.heldMedia) return;
     if (snapshot && !s.promptSnapshot) return;
     if (s.stateCache->holds(ids)) return;
     const std::filesystem::path file = s.stateCache->pathFor(ids, kind);
@@ -232,15 +234,32 @@ int restoreFromCache(Session::Impl& s, std::span<const TokenId> prompt, std::siz
     return 0;
 }
 
+// The image rows among positions [first, first + n) of the prompt, chunk-relative.
+InputRows chunkRows(const model::PromptRows* media, std::size_t first, std::size_t n,
+                    std::vector<int>& positions) {
+    if (!media) return {};
+    const auto begin =
+        std::lower_bound(media->positions.begin(), media->positions.end(), int(first));
+    const auto end = std::lower_bound(begin, media->positions.end(), int(first + n));
+    positions.clear();
+    for (auto it = begin; it != end; ++it) positions.push_back(*it - int(first));
+    const std::size_t width =
+        media->positions.empty() ? 0 : media->rows.size() / media->positions.size();
+    const std::size_t skip = std::size_t(begin - media->positions.begin());
+    return {positions,
+            std::span<const float>(media->rows).subspan(skip * width, positions.size() * width)};
+}
+
 // Brings the state to hold exactly `prompt`, reusing what it can, the prefix cache on
 // disk included. Returns the reused count. `snapshotAt`: where the prompt snapshot is
 // taken (a chunk ends there). A chat puts it before the generation prompt (the assistant
 // header), which every follow-up shares whether the answer was kept, stopped or
 // re-rendered without its thinking. `preambleAt`: where the prompt's fixed preamble ends
 // (0: none); a chunk ends there too, and the state there goes to the prefix cache.
+// `media`: the prompt's image rows; such a prompt is read whole.
 int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* observer,
             const std::atomic<bool>* cancel, GenerateResult& result, std::size_t snapshotAt,
-            std::size_t preambleAt = 0) {
+            std::size_t preambleAt = 0, const model::PromptRows* media = nullptr) {
     // Refused before anything is computed: the KV cache the plan holds has this many places.
     const int context = s.model.memoryPlan().contextLength;
     if (context > 0 && int(prompt.size()) >= context)
@@ -256,7 +275,15 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
     if (!wholePromptHeld && reusable(s.fed)) inMemory = s.fed.size();
     if (!wholePromptHeld && s.promptSnapshot && reusable(s.promptSnapshotIds))
         inMemory = std::max(inMemory, s.promptSnapshotIds.size());
-    if (wholePromptHeld) {
+    if (media || s.heldMedia) {
+        // Image rows on either side: the ids alone cannot show the state is this prompt's.
+        s.state.reset();
+        s.fed.clear();
+        s.promptSnapshot.reset();
+        s.promptSnapshotIds.clear();
+        s.logitsRestored = false;
+        s.heldMedia = media != nullptr;
+    } else if (wholePromptHeld) {
         // A loaded state holds the whole prompt and its last logits: nothing to read.
     } else if (const int restored = restoreFromCache(s, prompt, inMemory); restored > 0) {
         result.restoredPositions = restored;
@@ -280,6 +307,7 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
     progress.held = std::int64_t(s.fed.size());
     const MemoryStats start = s.model.memoryStats();
     const auto t0 = Clock::now();
+    std::vector<int> rowPositions; // a chunk's image positions, relative to the chunk
     // Said before the first chunk too: on a streamed trunk one chunk can take minutes.
     auto lastSaid = Clock::now();
     if (observer && (progress.total > 0 || progress.restored > 0)) observer->onProgress(progress);
@@ -287,7 +315,7 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
     // between chunks (the state then holds whole chunks, which the next turn reuses) and
     // between the layers of a chunk (the state is then emptied: see feed).
     // Every chunking gives the same bits, so chunks may end where a state is kept.
-    const bool savePreamble = s.stateCache && preambleAt > s.fed.size() &&
+    const bool savePreamble = s.stateCache && !media && preambleAt > s.fed.size() &&
                               preambleAt < snapshotAt &&
                               !s.stateCache->holds(prompt.first(preambleAt));
     for (std::size_t i = s.fed.size(); i < prompt.size();) {
@@ -315,7 +343,8 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
             }
             return false;
         };
-        const bool fed = feed(s, prompt.subspan(i, n), result, beforeLayer);
+        const bool fed = feed(s, prompt.subspan(i, n), result, chunkRows(media, i, n, rowPositions),
+                              beforeLayer);
         progress.chunkPositions = progress.chunkLayersDone = 0;
         if (!fed) break;
         i += n;
@@ -660,9 +689,16 @@ GenerateResult Session::generateIds(std::span<const TokenId> prompt, const Gener
     GenerateResult result;
     if (prompt.empty()) throw ModelError("the prompt is empty: give at least one token id");
     if (options.constraint) throw ModelError("an output constraint applies to chat answers only");
-    result.promptTokens = int(prompt.size());
     const auto t0 = Clock::now();
-    result.reusedPositions = prefill(s, prompt, observer, cancel, result, prompt.size());
+    model::PromptRows media;
+    std::vector<TokenId> expanded;
+    if (!options.images.empty()) {
+        expanded = model::expandImages(s, prompt, options.images, media);
+        prompt = expanded;
+    }
+    result.promptTokens = int(prompt.size());
+    result.reusedPositions = prefill(s, prompt, observer, cancel, result, prompt.size(), 0,
+                                     options.images.empty() ? nullptr : &media);
     result.prefillSeconds = secondsSince(t0);
     const auto t1 = Clock::now();
     if (!result.cancelled) {
@@ -740,10 +776,23 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
         !head.empty() && head.size() < prompt.size() && isPrefix(head, prompt) ? head.size()
                                                                                : prompt.size();
     GenerateResult result;
-    result.promptTokens = int(prompt.size());
     const auto t0 = Clock::now();
-    result.reusedPositions = prefill(s, prompt, observer, cancel, result, snapshotAt,
-                                     s.stateCache ? preambleEnd(tok, history, closed, prompt) : 0);
+    // The conversation's images, in order: each pad of the prompt becomes an image's rows.
+    std::vector<PreparedImage> images;
+    for (const ChatMessage& m : history)
+        for (const ChatImage& image : m.images) images.push_back(*image.image);
+    if (!images.empty()) {
+        model::PromptRows media;
+        const std::vector<TokenId> expanded = model::expandImages(s, prompt, images, media);
+        result.promptTokens = int(expanded.size());
+        result.reusedPositions =
+            prefill(s, expanded, observer, cancel, result, expanded.size(), 0, &media);
+    } else {
+        result.promptTokens = int(prompt.size());
+        result.reusedPositions =
+            prefill(s, prompt, observer, cancel, result, snapshotAt,
+                    s.stateCache ? preambleEnd(tok, history, closed, prompt) : 0);
+    }
     result.prefillSeconds = secondsSince(t0);
 
     ReplyReader reader(tok, options.render);

@@ -3,8 +3,8 @@
 // SessionReport.cpp (the memory report).
 
 #include "chat/ChatResume.hpp"
-#include "model/StateCache.hpp"
 #include "k3/session.hpp"
+#include "model/StateCache.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -45,6 +45,11 @@ struct Session::Impl {
     std::vector<float> draftLogits;
     std::uint64_t draftFileBytes = 0;
 
+    // Image input: the tower, loaded on the first image; heldMedia: the state holds image
+    // rows, so it is never reused by ids alone (they do not say which image) nor cached.
+    std::optional<VisionTower> vision;
+    bool heldMedia = false;
+
     // The prefix cache on disk (SessionOptions::stateCacheDir), when one is used.
     std::optional<model::StateCache> stateCache;
     std::string stateCacheBinding; // stateBinding(), before any owner is added
@@ -62,5 +67,21 @@ struct Session::Impl {
     // hash: the prefix cache's file-name part that keeps models apart.
     std::string stateBinding() const;
 };
+
+namespace model {
+
+// A prompt's image rows: absolute positions (increasing) and their rows, hidden wide.
+struct PromptRows {
+    std::vector<int> positions;
+    std::vector<float> rows;
+};
+
+// Expands the k-th <|media_pad|> of `prompt` to image k's rows (SessionImages.cpp):
+// the expanded ids, and the tower's rows at the pad positions. Throws ModelError for a
+// text-only checkpoint or a pad count that is not the image count.
+std::vector<TokenId> expandImages(Session::Impl& s, std::span<const TokenId> prompt,
+                                  std::span<const PreparedImage> images, PromptRows& rows);
+
+} // namespace model
 
 } // namespace k3

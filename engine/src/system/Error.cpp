@@ -40,6 +40,8 @@ const char* errorKindName(ErrorKind kind) {
         return "api";
     case ErrorKind::State:
         return "state";
+    case ErrorKind::Image:
+        return "image";
     }
     return "unknown";
 }

@@ -46,6 +46,7 @@ class TestApi : public QObject {
 private slots:
     void parsesEveryField();
     void openAiSpellingsAreAccepted();
+    void imageUrlDataIsDecoded();
     void refusalsNameTheField_data();
     void refusalsNameTheField();
     void errorJsonIsOpenAis();
@@ -120,6 +121,39 @@ void TestApi::parsesEveryField() {
     QCOMPARE(*d.render.thinkingEffort, std::string("max")); // the template's default
 }
 
+// An image_url part with a data: URL: the image, preprocessed, and its placeholder in
+// the content where the part was (the template's order).
+void TestApi::imageUrlDataIsDecoded() {
+    std::ifstream in(K3_SOURCE_DIR "/tests/fixtures/vision/images/rgb_1x1.png", std::ios::binary);
+    const std::string png{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    static const char* alphabet =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string b64;
+    for (std::size_t i = 0; i < png.size(); i += 3) {
+        const unsigned n = (unsigned char)png[i] << 16 |
+                           (i + 1 < png.size() ? (unsigned char)png[i + 1] << 8 : 0) |
+                           (i + 2 < png.size() ? (unsigned char)png[i + 2] : 0);
+        b64 += alphabet[n >> 18 & 63];
+        b64 += alphabet[n >> 12 & 63];
+        b64 += i + 1 < png.size() ? alphabet[n >> 6 & 63] : '=';
+        b64 += i + 2 < png.size() ? alphabet[n & 63] : '=';
+    }
+    const std::string body =
+        R"({"messages":[{"role":"user","content":[{"type":"text","text":"A "},)"
+        R"({"type":"image_url","image_url":{"url":"data:image/png;base64,)" +
+        b64 + R"("}},{"type":"text","text":" and?"}]}]})";
+    const k3::api::ChatRequest r = k3::api::parseChatRequest(body);
+    QCOMPARE(r.messages.size(), std::size_t(1));
+    QCOMPARE(r.messages[0].content, std::string("A <|kimi_image_placeholder|> and?"));
+    QCOMPARE(r.messages[0].images.size(), std::size_t(1));
+    QCOMPARE(r.messages[0].images[0].image->plan.width, 1);
+    QCOMPARE(r.messages[0].images[0].image->plan.tokens(), 1);
+    QCOMPARE(
+        k3::renderChat(r.messages, {.thinking = false})
+            .find("A <|media_begin|>image 1x1<|media_content|><|media_pad|><|media_end|> and?"),
+        std::string("<|open|>message role=\"user\"<|sep|>").size());
+}
+
 void TestApi::refusalsNameTheField_data() {
     QTest::addColumn<QString>("body");
     QTest::addColumn<QString>("message");
@@ -135,8 +169,25 @@ void TestApi::refusalsNameTheField_data() {
     row("role missing", R"({"messages":[{"content":"x"}]})", "messages[0].role: required");
     row("content number", R"({"messages":[{"role":"user","content":5}]})",
         "messages[0].content: expected a string or an array of text parts, got a number");
-    row("image part", R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
-        "messages[0].content[0].type: \"image_url\" is not supported (only text parts)");
+    row("image part without url",
+        R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
+        "messages[0].content[0].image_url: required");
+    row("image part type", R"({"messages":[{"role":"user","content":[{"type":"input_audio"}]}]})",
+        "messages[0].content[0].type: \"input_audio\" is not supported (only text parts)");
+    row("image http url",
+        R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/a.png"}}]}]})",
+        "messages[0].content[0].image_url.url: k3 serve does not fetch images: send the image "
+        "inline as a data:image/...;base64 URL");
+    row("image bad base64",
+        R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,@@"}}]}]})",
+        "messages[0].content[0].image_url.url: the data URL's base64 is not valid");
+    row("image not an image",
+        R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,aGVsbG8="}}]}]})",
+        "messages[0].content[0].image_url.url: not a PNG, JPEG or WebP image (its first bytes "
+        "match none of them)");
+    row("image in a system message",
+        R"({"messages":[{"role":"system","content":[{"type":"image_url","image_url":{"url":"data:,"}}]}]})",
+        "messages[0].content[0]: images are accepted in user messages only");
     row("call without name",
         R"({"messages":[{"role":"assistant","content":"","tool_calls":[{"id":"a","function":{}}]}]})",
         "messages[0].tool_calls[0].function.name: required");

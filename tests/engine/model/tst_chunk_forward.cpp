@@ -332,10 +332,11 @@ void TestChunkForward::stopWithinAChunk() {
         m.forward(st, head, logits);
         std::vector<int> asked;
         const std::vector<float> before = logits;
-        const k3::TokenStats s = m.forward(st, tail, logits, false, [&asked, stopAt](int layer) {
-            asked.push_back(layer);
-            return layer == stopAt;
-        });
+        const k3::TokenStats s =
+            m.forward(st, tail, logits, false, {}, [&asked, stopAt](int layer) {
+                asked.push_back(layer);
+                return layer == stopAt;
+            });
         QVERIFY(s.stopped);
         std::vector<int> expectedAsks(std::size_t(stopAt) + 1);
         std::iota(expectedAsks.begin(), expectedAsks.end(), 0);
