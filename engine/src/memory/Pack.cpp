@@ -5,14 +5,12 @@
 #include "k3/pack.hpp"
 #include "k3/read_file.hpp"
 
+#include "io/Xxh3.hpp"
 #include "k3/config.hpp"
 #include "memory/PackInternal.hpp"
 #include "platform/Platform.hpp"
 
 #include <nlohmann/json.hpp>
-// libxxhash's run-time dispatch (AVX2 where present, same hash values): the plain entry
-// points are its portable build, ~1.4x slower here (bench_trunk_codec).
-#include <xxh_x86dispatch.h>
 
 #include <algorithm>
 #include <cstdio>
