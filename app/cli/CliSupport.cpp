@@ -1,13 +1,13 @@
 #include "CliSupport.hpp"
 
 #include "k3/memory_plan.hpp"
+#include "k3/process_memory.hpp"
 
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <fcntl.h>
-#include <fstream>
 #include <poll.h>
 #include <string>
 #include <unistd.h>
@@ -142,17 +142,7 @@ PromptInput readPromptLine(std::string& line, int seenInterrupts) {
 }
 
 std::uint64_t peakRssBytes() {
-    std::ifstream in("/proc/self/status");
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.rfind("VmHWM:", 0) != 0) continue;
-        try {
-            return std::stoull(line.substr(6)) * 1024; // the kernel reports kB
-        } catch (const std::exception&) {
-            return 0;
-        }
-    }
-    return 0;
+    return k3::peakResidentBytes();
 }
 
 namespace {

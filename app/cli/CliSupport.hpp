@@ -71,7 +71,7 @@ std::string terminalSafe(const std::string& text, bool keepLines = true);
 // Progress lines on a terminal are drawn at most this often (and at the end).
 bool progressDue(bool last);
 
-// Peak resident set of this process (VmHWM in /proc/self/status), 0 when unknown.
+// Peak resident set of this process, 0 when unknown (k3::peakResidentBytes()).
 std::uint64_t peakRssBytes();
 
 // Sizes are written with k3::formatBytes (k3/memory_plan.hpp), the engine's one format:

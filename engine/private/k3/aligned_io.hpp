@@ -14,10 +14,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 namespace k3 {
+
+namespace platform {
+class File;
+}
 
 class IoError : public Error {
 public:
@@ -47,11 +52,11 @@ public:
 
     // The descriptor an asynchronous reader (io_uring) reads a window through: the
     // O_DIRECT one while it is in use, else the buffered one.
-    int asyncDescriptor() const { return direct() ? directFd_ : fd_; }
+    std::intptr_t asyncHandle() const;
     // An asynchronous O_DIRECT read was refused (EINVAL): later reads go buffered.
     void refuseDirect() const { directRefused_.store(true); }
     // True while reads go through O_DIRECT (false after a fallback).
-    bool direct() const { return directFd_ >= 0 && !directRefused_.load(); }
+    bool direct() const { return direct_ && !directRefused_.load(); }
     std::uint64_t size() const { return size_; }
     const std::string& path() const { return path_; }
     IoKind kind() const { return kind_; }
@@ -63,8 +68,9 @@ private:
                       std::optional<IoFault>& fault) const;
 
     std::string path_;
-    int fd_ = -1;       // buffered descriptor, always open
-    int directFd_ = -1; // O_DIRECT descriptor, -1 when refused or not asked for
+    std::unique_ptr<platform::File> file_;       // buffered, always open
+    std::unique_ptr<platform::File> directFile_; // O_DIRECT; invalid when refused or not asked for
+    bool direct_ = false;
     std::uint64_t size_ = 0;
     IoKind kind_ = IoKind::Shard;
     mutable std::atomic<bool> directRefused_{false};

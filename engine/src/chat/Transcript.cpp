@@ -3,18 +3,14 @@
 #include "k3/fault_injection.hpp"
 #include "k3/json_duplicates.hpp"
 #include "k3/json_limits.hpp"
+#include "platform/Platform.hpp"
 
 #include <cerrno>
-#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fcntl.h>
 #include <fstream>
 #include <sstream>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -265,16 +261,29 @@ std::string errnoText() {
     return std::strerror(errno);
 }
 
+using platform::FileInfo;
+using platform::FileType;
+
 // "a directory", "a FIFO", ... for messages.
-std::string fileTypeName(mode_t mode) {
-    if (S_ISDIR(mode)) return "a directory";
-    if (S_ISCHR(mode)) return "a character device";
-    if (S_ISBLK(mode)) return "a block device";
-    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-    if (S_ISSOCK(mode)) return "a socket";
-    if (S_ISLNK(mode)) return "a symbolic link";
-    if (S_ISREG(mode)) return "a regular file";
-    return "not a regular file";
+std::string fileTypeName(FileType type) {
+    switch (type) {
+    case FileType::Directory:
+        return "a directory";
+    case FileType::CharDevice:
+        return "a character device";
+    case FileType::BlockDevice:
+        return "a block device";
+    case FileType::Fifo:
+        return "a FIFO (named pipe)";
+    case FileType::Socket:
+        return "a socket";
+    case FileType::Symlink:
+        return "a symbolic link";
+    case FileType::Regular:
+        return "a regular file";
+    default:
+        return "not a regular file";
+    }
 }
 
 } // namespace
@@ -313,46 +322,37 @@ std::vector<ChatMessage> parseTranscript(std::string_view text, const std::strin
 }
 
 std::vector<ChatMessage> readTranscript(const std::filesystem::path& path) {
-    // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) throw ChatError("cannot open transcript " + path.string() + ": " + errnoText());
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-        const std::string why = errnoText();
-        ::close(fd);
-        throw ChatError("cannot read transcript " + path.string() + ": " + why);
-    }
-    if (!S_ISREG(st.st_mode)) {
-        ::close(fd);
+    // NoWaitOnOpen: opening a FIFO must not wait for a writer; it is refused just below.
+    platform::File file =
+        platform::File::open(path, platform::open::Read | platform::open::NoWaitOnOpen);
+    if (!file.valid())
+        throw ChatError("cannot open transcript " + path.string() + ": " + errnoText());
+    FileInfo st;
+    if (!file.info(st))
+        throw ChatError("cannot read transcript " + path.string() + ": " + errnoText());
+    if (st.type != FileType::Regular)
         throw ChatError("cannot read transcript " + path.string() + ": it is " +
-                        fileTypeName(st.st_mode) + ", not a regular file");
-    }
-    if (std::uint64_t(st.st_size) > kMaxTranscriptBytes) {
-        ::close(fd);
+                        fileTypeName(st.type) + ", not a regular file");
+    if (st.size > kMaxTranscriptBytes) {
         throw ChatError("cannot read transcript " + path.string() + ": it is " +
-                        std::to_string(st.st_size) + " bytes, over the " +
+                        std::to_string(st.size) + " bytes, over the " +
                         std::to_string(kMaxTranscriptBytes >> 20) + " MB a transcript may have");
     }
     std::string text;
     char buffer[65536];
     for (;;) {
-        const ssize_t n = ::read(fd, buffer, sizeof buffer);
+        const std::int64_t n = file.read(buffer, sizeof buffer);
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        if (n < 0) {
-            const std::string why = errnoText();
-            ::close(fd);
-            throw ChatError("cannot read transcript " + path.string() + ": " + why);
-        }
+        if (n < 0) throw ChatError("cannot read transcript " + path.string() + ": " + errnoText());
         if (n == 0) break;
         text.append(buffer, std::size_t(n));
         if (text.size() > kMaxTranscriptBytes) { // it grew while being read
-            ::close(fd);
             throw ChatError("cannot read transcript " + path.string() + ": over the " +
                             std::to_string(kMaxTranscriptBytes >> 20) +
                             " MB a transcript may have");
         }
     }
-    ::close(fd);
+    file.close();
     return parseTranscript(text, path.string());
 }
 
@@ -406,25 +406,25 @@ namespace {
 // it belongs to this user or to the folder's owner. Another user's link there may point
 // at any file this user (root) can write.
 void refuseForeignLinkInSharedFolder(const std::filesystem::path& path,
-                                     const std::filesystem::path& link, const struct stat& st) {
+                                     const std::filesystem::path& link, const FileInfo& st) {
     const std::filesystem::path folder = link.has_parent_path() ? link.parent_path() : ".";
-    struct stat dir {};
-    if (::stat(folder.c_str(), &dir) != 0) return; // the readlink below reports the problem
-    const bool shared = (dir.st_mode & S_ISVTX) && (dir.st_mode & S_IWOTH);
-    if (!shared || st.st_uid == ::geteuid() || st.st_uid == dir.st_uid) return;
+    FileInfo dir;
+    if (!platform::fileInfo(folder, dir)) return; // the readlink below reports the problem
+    constexpr std::uint32_t sticky = 01000, othersMayWrite = 0002;
+    const bool shared = (dir.permissions & sticky) && (dir.permissions & othersMayWrite);
+    if (!shared || st.owner == platform::effectiveUserId() || st.owner == dir.owner) return;
     throw ChatError("cannot write " + path.string() + ": " + link.string() +
-                    " is a symbolic link owned by another user (uid " + std::to_string(st.st_uid) +
+                    " is a symbolic link owned by another user (uid " + std::to_string(st.owner) +
                     ") in the shared folder " + folder.string() +
                     " (world-writable, sticky); k3 does not follow such links (as the kernel's "
                     "protected_symlinks); remove it or choose another file");
 }
 
 // Follows `path` through its symlinks. Nothing at the end: the path a new file gets.
-std::filesystem::path followLinks(const std::filesystem::path& path, struct stat& st,
-                                  bool& exists) {
+std::filesystem::path followLinks(const std::filesystem::path& path, FileInfo& st, bool& exists) {
     std::filesystem::path p = path;
     for (int hops = 0;; ++hops) {
-        if (::lstat(p.c_str(), &st) != 0) {
+        if (!platform::fileInfo(p, st, false)) {
             if (errno == ENOENT) {
                 exists = false;
                 return p;
@@ -432,7 +432,7 @@ std::filesystem::path followLinks(const std::filesystem::path& path, struct stat
             throw ChatError("cannot write " + path.string() + ": " + p.string() + ": " +
                             errnoText());
         }
-        if (!S_ISLNK(st.st_mode)) {
+        if (st.type != FileType::Symlink) {
             exists = true;
             return p;
         }
@@ -440,29 +440,26 @@ std::filesystem::path followLinks(const std::filesystem::path& path, struct stat
         if (hops == 40)
             throw ChatError("cannot write " + path.string() +
                             ": more than 40 symbolic links (a loop?)");
-        std::string target(std::size_t(PATH_MAX), '\0');
-        const ssize_t n = ::readlink(p.c_str(), target.data(), target.size());
-        if (n < 0)
+        std::filesystem::path next;
+        if (!platform::readLink(p, next))
             throw ChatError("cannot write " + path.string() + ": reading the link " + p.string() +
                             " failed: " + errnoText());
-        target.resize(std::size_t(n));
-        const std::filesystem::path next(target);
         p = next.is_absolute() ? next : p.parent_path() / next;
     }
 }
 
 // resolveOutputFile()'s refusals of an existing file (st: the stat of target).
 void refuseUnwritable(const std::filesystem::path& path, const std::filesystem::path& target,
-                      const struct stat& st) {
+                      const FileInfo& st) {
     const std::string shown =
         path.string() + (target == path ? std::string() : " (a link to " + target.string() + ")");
-    if (!S_ISREG(st.st_mode))
-        throw ChatError("cannot write " + shown + ": it is " + fileTypeName(st.st_mode) +
+    if (st.type != FileType::Regular)
+        throw ChatError("cannot write " + shown + ": it is " + fileTypeName(st.type) +
                         "; k3 writes only regular files" +
-                        (S_ISDIR(st.st_mode) ? "; give a file name" : std::string()));
-    if ((st.st_mode & 0222) == 0 || ::access(target.c_str(), W_OK) != 0) {
+                        (st.type == FileType::Directory ? "; give a file name" : std::string()));
+    if ((st.permissions & 0222) == 0 || !platform::canWrite(target)) {
         char mode[8];
-        std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
+        std::snprintf(mode, sizeof mode, "%04o", unsigned(st.permissions & 07777));
         throw ChatError("cannot write " + shown + ": the file is read-only (mode " + mode +
                         "); make it writable or choose another file");
     }
@@ -479,61 +476,58 @@ std::string temporaryPrefix(const std::filesystem::path& target) {
 
 void writeAtomically(const std::filesystem::path& path, std::span<const std::string_view> pieces,
                      IoKind kind) {
-    struct stat old {};
+    FileInfo old;
     bool exists = false;
     const std::filesystem::path target = followLinks(path, old, exists);
     if (exists) refuseUnwritable(path, target, old);
     const std::filesystem::path dir = folderOf(target);
-    std::string tmpl = (dir / (temporaryPrefix(target) + "XXXXXX")).string();
-    const int fd = ::mkstemp(tmpl.data());
-    if (fd < 0)
+    std::filesystem::path tmpl = dir / (temporaryPrefix(target) + "XXXXXX");
+    platform::File file = platform::File::createTemporary(tmpl);
+    if (!file.valid())
         throw ChatError("cannot write " + path.string() + ": creating a temporary file in " +
                         dir.string() + " failed: " + errnoText());
     auto fail = [&](const std::string& step) {
         const std::string why = errnoText();
-        ::close(fd);
-        ::unlink(tmpl.c_str());
+        file.close();
+        platform::removeFile(tmpl);
         throw ChatError("cannot write " + path.string() + ": " + step + " failed: " + why);
     };
     if (exists) {
         // The replacement keeps what the old file had: owner and group where allowed (as
         // root, or a group this user is in), then the permission bits.
-        if (::fchown(fd, old.st_uid, old.st_gid) != 0) (void)::fchown(fd, ::geteuid(), old.st_gid);
-        if (::fchmod(fd, old.st_mode & 07777) != 0) fail("setting the mode of " + tmpl);
+        if (!file.setOwner(old.owner, old.group))
+            (void)file.setOwner(platform::effectiveUserId(), old.group);
+        if (!file.setPermissions(old.permissions)) fail("setting the mode of " + tmpl.string());
     }
     std::optional<IoFault> fault = faultFor(kind, path.string(), true);
     for (std::string_view data : pieces) {
         std::size_t done = 0;
         while (done < data.size() || fault) {
-            ssize_t n = -1;
+            std::int64_t n = -1;
             if (fault) { // the test hook: fail as a full (ENOSPC) or failing (EIO) disk would
                 errno = *fault == IoFault::NoSpace ? ENOSPC : EIO;
                 fault.reset();
             } else {
-                n = ::write(fd, data.data() + done, data.size() - done);
+                n = file.write(data.data() + done, data.size() - done);
             }
             if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) fail("writing " + tmpl);
+            if (n <= 0) fail("writing " + tmpl.string());
             done += static_cast<std::size_t>(n);
         }
     }
-    if (::fsync(fd) != 0) fail("fsync of " + tmpl);
-    if (::close(fd) != 0) {
+    if (!file.syncToDisk()) fail("fsync of " + tmpl.string());
+    if (!file.close()) {
         const std::string why = errnoText();
-        ::unlink(tmpl.c_str());
-        throw ChatError("cannot write " + path.string() + ": closing " + tmpl + " failed: " + why);
+        platform::removeFile(tmpl);
+        throw ChatError("cannot write " + path.string() + ": closing " + tmpl.string() +
+                        " failed: " + why);
     }
-    // The target, never the link: the link keeps pointing at the new content.
-    if (::rename(tmpl.c_str(), target.c_str()) != 0) {
+    // The target, never the link: the link keeps pointing at the new content. Durable:
+    // the folder's entry is synced too.
+    if (!platform::replaceFile(tmpl, target)) {
         const std::string why = errnoText();
-        ::unlink(tmpl.c_str());
+        platform::removeFile(tmpl);
         throw ChatError("cannot write " + path.string() + ": rename failed: " + why);
-    }
-    // The rename is durable only once the directory entry is on disk.
-    const int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dirFd >= 0) {
-        ::fsync(dirFd);
-        ::close(dirFd);
     }
 }
 
@@ -541,16 +535,16 @@ void writeAtomically(const std::filesystem::path& path, std::span<const std::str
 
 std::filesystem::path resolveOutputFile(const std::filesystem::path& path) {
     if (path.empty()) throw ChatError("cannot write an empty file name");
-    struct stat st {};
+    FileInfo st;
     bool exists = false;
     const std::filesystem::path target = followLinks(path, st, exists);
     if (!exists) {
-        struct stat dirSt {};
+        FileInfo dirSt;
         const std::filesystem::path dir = folderOf(target);
-        if (::stat(dir.c_str(), &dirSt) != 0)
+        if (!platform::fileInfo(dir, dirSt))
             throw ChatError("cannot write " + path.string() + ": the folder " + dir.string() +
                             ": " + errnoText());
-        if (!S_ISDIR(dirSt.st_mode))
+        if (dirSt.type != FileType::Directory)
             throw ChatError("cannot write " + path.string() + ": " + dir.string() +
                             " is not a folder");
         return target;
@@ -589,27 +583,29 @@ OutputLock::OutputLock(const std::filesystem::path& path) : file_(resolveOutputF
     // The lock is named after the file, so it covers one inode only while that inode has
     // one name: through a second hard link a second session would take another lock, and
     // every save (a rename) would split the two names into two conversations.
-    struct stat st {};
-    if (::stat(file_.c_str(), &st) == 0 && st.st_nlink > 1)
-        throw ChatError("cannot use " + path.string() + ": it has " + std::to_string(st.st_nlink) +
+    FileInfo st;
+    if (platform::fileInfo(file_, st) && st.links > 1)
+        throw ChatError("cannot use " + path.string() + ": it has " + std::to_string(st.links) +
                         " hard links; each save replaces the file, so its other names would "
                         "keep the old conversation and a session through another name would "
                         "not see this one; use a copy (cp) or remove the other links");
     lockFile_ = folderOf(file_) / ("." + file_.filename().string() + ".lock");
+    platform::File lock;
     for (int attempt = 0;; ++attempt) {
-        fd_ = ::open(lockFile_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd_ < 0)
+        lock = platform::File::open(
+            lockFile_,
+            platform::open::ReadWrite | platform::open::Create | platform::open::NoFollow, 0600);
+        if (!lock.valid())
             throw ChatError("cannot lock " + path.string() + ": creating " + lockFile_.string() +
                             " failed: " + errnoText());
-        if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+        if (!lock.lockExclusiveNoWait()) {
             const int error = errno;
             std::string holder;
             char pid[32] = {};
-            if (::pread(fd_, pid, sizeof pid - 1, 0) > 0) holder = pid;
+            if (lock.readAt(pid, sizeof pid - 1, 0) > 0) holder = pid;
             while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' '))
                 holder.pop_back();
-            ::close(fd_);
-            fd_ = -1;
+            lock.close();
             if (error != EWOULDBLOCK)
                 throw ChatError("cannot lock " + path.string() + ": " + std::strerror(error));
             throw ChatError(path.string() + " is in use by another session" +
@@ -619,26 +615,28 @@ OutputLock::OutputLock(const std::filesystem::path& path) : file_(resolveOutputF
         }
         // A holder that was releasing may have removed the lock file between our open and
         // flock: then we hold a lock on a file nobody else will see. Start again.
-        struct stat held {
-        }, named{};
-        if (::fstat(fd_, &held) == 0 && ::stat(lockFile_.c_str(), &named) == 0 &&
-            held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+        FileInfo held, named;
+        if (lock.info(held) && platform::fileInfo(lockFile_, named) &&
+            held.device == named.device && held.inode == named.inode)
             break;
-        ::close(fd_);
-        fd_ = -1;
+        lock.close();
         if (attempt == 10)
             throw ChatError("cannot lock " + path.string() + ": " + lockFile_.string() +
                             " keeps changing");
     }
-    const std::string pid = std::to_string(::getpid()) + "\n";
-    if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, pid.data(), pid.size(), 0);
+    const std::string pid = std::to_string(platform::processId()) + "\n";
+    if (lock.truncate(0)) (void)lock.writeAt(pid.data(), pid.size(), 0);
+    // An int holds a Windows HANDLE too: 64-bit Windows keeps handles 32-bit significant
+    // (so 32- and 64-bit processes can share them), and -1 stays -1.
+    fd_ = static_cast<int>(lock.releaseNative());
 }
 
 OutputLock::~OutputLock() {
-    if (fd_ < 0) return;
+    if (fd_ == -1) return;
+    platform::File lock = platform::File::adoptNative(fd_);
     // Removed while still locked, so nobody can lock the name we are about to drop.
-    ::unlink(lockFile_.c_str());
-    ::close(fd_);
+    platform::removeFile(lockFile_);
+    lock.close();
 }
 
 } // namespace k3

@@ -4,11 +4,9 @@
 #include "hub/Downloader.hpp"
 
 #include "k3/fault_injection.hpp"
+#include "platform/Platform.hpp"
 
 #include <curl/curl.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -68,7 +66,7 @@ size_t Transfer::onWrite(char* data, size_t size, size_t count, void* user) {
             // The whole file is coming again: start the partial over from byte 0.
             t->rangeIgnored = true;
             std::fflush(t->out);
-            if (ftruncate(fileno(t->out), 0) != 0 || std::fseek(t->out, 0, SEEK_SET) != 0) {
+            if (!platform::truncateStream(t->out, 0) || std::fseek(t->out, 0, SEEK_SET) != 0) {
                 t->writeFailed = true;
                 return 0;
             }
@@ -130,48 +128,51 @@ int Transfer::onXfer(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t)
 std::FILE* Downloader::openPartial(Job& job, const fs::path& partial, hub::Sha256& hash,
                                    std::uint64_t& hashedBytes, std::uint64_t& offset,
                                    Outcome& early) {
-    // Only a regular file is written: O_NOFOLLOW refuses a planted symlink (its target
-    // would be written from the resume offset), O_NONBLOCK keeps a FIFO from blocking the
-    // open, and fstat refuses it and any other non-regular file before a byte is written.
-    const int fd =
-        ::open(partial.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
-    struct stat st {};
+    // Only a regular file is written: NoFollow refuses a planted symlink (its target
+    // would be written from the resume offset), NoWaitOnOpen keeps a FIFO from blocking
+    // the open, and the file's type refuses it and any other non-regular file before a
+    // byte is written.
+    using platform::FileType;
+    platform::File file =
+        platform::File::open(partial,
+                             platform::open::ReadWrite | platform::open::Create |
+                                 platform::open::NoFollow | platform::open::NoWaitOnOpen,
+                             0666);
+    platform::FileInfo st;
     std::string refusal;
-    if (fd < 0)
+    if (!file.valid())
         refusal = errno == ELOOP ? "it is a symbolic link; k3 writes only regular files (remove it)"
                                  : std::strerror(errno);
-    else if (::fstat(fd, &st) != 0)
+    else if (!file.info(st))
         refusal = std::strerror(errno);
-    else if (!S_ISREG(st.st_mode))
+    else if (st.type != FileType::Regular)
         refusal = std::string("it is not a regular file (") +
-                  (S_ISFIFO(st.st_mode)  ? "a FIFO"
-                   : S_ISDIR(st.st_mode) ? "a directory"
-                   : S_ISCHR(st.st_mode) ? "a character device"
-                                         : "a special file") +
+                  (st.type == FileType::Fifo         ? "a FIFO"
+                   : st.type == FileType::Directory  ? "a directory"
+                   : st.type == FileType::CharDevice ? "a character device"
+                                                     : "a special file") +
                   "); k3 writes only regular files (remove it)";
-    else if (::fcntl(fd, F_SETFL, O_RDWR) != 0) // blocking I/O from here on
-        refusal = std::strerror(errno);
     if (!refusal.empty()) {
-        if (fd >= 0) ::close(fd);
+        file.close();
         fail(job, HubErrorKind::Io, "cannot write " + partial.string() + ": " + refusal, true);
         early = Outcome::Fatal;
         return nullptr;
     }
-    offset = std::uint64_t(st.st_size);
+    offset = st.size;
     if (offset > job.file.size) {
         message(job.file.name + ": partial file is larger than the file, starting over");
-        if (::ftruncate(fd, 0) != 0) {
+        if (!file.truncate(0)) {
             const std::string why = std::strerror(errno);
-            ::close(fd);
+            file.close();
             fail(job, HubErrorKind::Io, "cannot write " + partial.string() + ": " + why, true);
             early = Outcome::Fatal;
             return nullptr;
         }
         offset = 0;
     }
-    std::FILE* out = ::fdopen(fd, "r+b");
+    std::FILE* out = file.releaseToStdio("r+b");
     if (!out) {
-        ::close(fd);
+        file.close();
         fail(job, HubErrorKind::Io, "cannot write " + partial.string(), true);
         early = Outcome::Fatal;
         return nullptr;

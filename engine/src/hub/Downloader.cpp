@@ -5,11 +5,10 @@
 
 #include "k3/fault_injection.hpp"
 #include "k3/memory_plan.hpp"
+#include "platform/Platform.hpp"
 
 #include <curl/curl.h>
 #include <openssl/crypto.h>
-#include <sys/statvfs.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -209,10 +208,10 @@ void Downloader::checkDiskSpace() {
                            "the listed sizes add up to more than 2^64 bytes; the listing is not "
                            "believable");
     }
-    struct statvfs info {};
-    if (statvfs(dest_.c_str(), &info) != 0)
+    const std::optional<std::uint64_t> diskFree = platform::freeDiskBytes(dest_);
+    if (!diskFree)
         throw HubError(HubErrorKind::Io, "cannot read the free space of " + dest_.string());
-    std::uint64_t free = std::uint64_t(info.f_bavail) * info.f_frsize;
+    std::uint64_t free = *diskFree;
     if (options_.freeBytesForTests) free = *options_.freeBytesForTests;
     if (free < needed) {
         auto size = [](std::uint64_t b) {

@@ -3,6 +3,7 @@
 
 #include "hub/HubInternal.hpp"
 #include "k3/json_limits.hpp"
+#include "platform/Platform.hpp"
 
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>
@@ -247,7 +248,7 @@ std::vector<std::string> shardsForLayers(const std::string& indexJson, int layer
 }
 
 std::string sha256OfFile(const std::filesystem::path& path) {
-    std::FILE* in = std::fopen(path.c_str(), "rb");
+    std::FILE* in = platform::openStream(path, "rb");
     if (!in) throw HubError(HubErrorKind::Io, "cannot open " + path.string() + " to hash it");
     hub::Sha256 hash;
     std::vector<char> buffer(1 << 20);
@@ -264,7 +265,7 @@ std::string gitBlobSha1OfFile(const std::filesystem::path& path) {
     std::error_code ec;
     const std::uintmax_t size = std::filesystem::file_size(path, ec);
     if (ec) throw HubError(HubErrorKind::Io, "cannot open " + path.string() + " to hash it");
-    std::FILE* in = std::fopen(path.c_str(), "rb");
+    std::FILE* in = platform::openStream(path, "rb");
     if (!in) throw HubError(HubErrorKind::Io, "cannot open " + path.string() + " to hash it");
     EVP_MD_CTX* ctx = EVP_MD_CTX_new();
     if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha1(), nullptr) != 1) {

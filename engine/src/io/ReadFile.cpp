@@ -1,8 +1,6 @@
 #include "k3/read_file.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "platform/Platform.hpp"
 
 #include <cerrno>
 #include <cstdio>
@@ -12,51 +10,58 @@ namespace k3 {
 
 namespace {
 
-std::string typeName(mode_t mode) {
-    if (S_ISDIR(mode)) return "a folder";
-    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-    if (S_ISCHR(mode)) return "a character device";
-    if (S_ISBLK(mode)) return "a block device";
-    if (S_ISSOCK(mode)) return "a socket";
-    return "not a regular file";
+using platform::FileType;
+
+std::string typeName(FileType type) {
+    switch (type) {
+    case FileType::Directory:
+        return "a folder";
+    case FileType::Fifo:
+        return "a FIFO (named pipe)";
+    case FileType::CharDevice:
+        return "a character device";
+    case FileType::BlockDevice:
+        return "a block device";
+    case FileType::Socket:
+        return "a socket";
+    default:
+        return "not a regular file";
+    }
 }
 
-std::string notRegular(const std::filesystem::path& path, const std::string& what, mode_t mode) {
-    return path.string() + ": it is " + typeName(mode) +
+std::string notRegular(const std::filesystem::path& path, const std::string& what, FileType type) {
+    return path.string() + ": it is " + typeName(type) +
            ", not a regular file; refusing to read it as the " + what;
 }
 
 } // namespace
 
 void requireRegularFile(const std::filesystem::path& path, const std::string& what) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0)
+    platform::FileInfo info;
+    if (!platform::fileInfo(path, info))
         throw FileReadError(path.string() + ": cannot open: " + std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) throw FileReadError(notRegular(path, what, st.st_mode));
+    if (info.type != FileType::Regular) throw FileReadError(notRegular(path, what, info.type));
 }
 
 std::string readRegularFile(const std::filesystem::path& path, std::uint64_t maxBytes,
                             const std::string& what) {
-    // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) throw FileReadError(path.string() + ": cannot open: " + std::strerror(errno));
-    struct Closer {
-        int fd;
-        ~Closer() { ::close(fd); }
-    } closer{fd};
-    struct stat st {};
-    if (::fstat(fd, &st) != 0)
+    // NoWaitOnOpen: opening a FIFO must not wait for a writer; it is refused just below.
+    platform::File file =
+        platform::File::open(path, platform::open::Read | platform::open::NoWaitOnOpen);
+    if (!file.valid())
+        throw FileReadError(path.string() + ": cannot open: " + std::strerror(errno));
+    platform::FileInfo info;
+    if (!file.info(info))
         throw FileReadError(path.string() + ": cannot read: " + std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) throw FileReadError(notRegular(path, what, st.st_mode));
-    if (std::uint64_t(st.st_size) > maxBytes)
-        throw FileReadError(path.string() + ": " + std::to_string(st.st_size) +
-                            " bytes, over the " + std::to_string(maxBytes) + " bytes a " + what +
-                            " may have");
+    if (info.type != FileType::Regular) throw FileReadError(notRegular(path, what, info.type));
+    if (info.size > maxBytes)
+        throw FileReadError(path.string() + ": " + std::to_string(info.size) + " bytes, over the " +
+                            std::to_string(maxBytes) + " bytes a " + what + " may have");
     std::string text;
-    text.reserve(std::size_t(st.st_size));
+    text.reserve(std::size_t(info.size));
     char buffer[65536];
     for (;;) {
-        const ssize_t n = ::read(fd, buffer, sizeof buffer);
+        const std::int64_t n = file.read(buffer, sizeof buffer);
         if (n < 0) {
             if (errno == EINTR) continue;
             throw FileReadError(path.string() + ": read error: " + std::strerror(errno));

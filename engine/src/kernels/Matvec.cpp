@@ -4,6 +4,7 @@
 
 #include "k3/kernels.hpp"
 #include "k3/system.hpp"
+#include "platform/Platform.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -99,16 +100,16 @@ double* widenedXBuffer(std::size_t count) {
     struct Buffer {
         double* p = nullptr;
         std::size_t capacity = 0;
-        ~Buffer() { std::free(p); }
+        ~Buffer() { platform::freeAligned(p); }
     };
     thread_local Buffer buf;
     if (count > buf.capacity) {
         const std::size_t bytes = (count * sizeof(double) + 63) / 64 * 64;
-        auto* p = static_cast<double*>(std::aligned_alloc(64, bytes));
+        auto* p = static_cast<double*>(platform::allocateAligned(64, bytes));
         if (!p)
             throw KernelError("matvec: cannot allocate " + std::to_string(bytes) +
                               " bytes for the widened x");
-        std::free(buf.p);
+        platform::freeAligned(buf.p);
         buf.p = p;
         buf.capacity = bytes / sizeof(double);
     }

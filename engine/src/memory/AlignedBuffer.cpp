@@ -1,8 +1,7 @@
 #include "memory/AlignedBuffer.hpp"
 
-#include <sys/mman.h>
+#include "platform/Platform.hpp"
 
-#include <cstdlib>
 #include <new>
 #include <string>
 
@@ -16,20 +15,20 @@ AlignedBuffer::AlignedBuffer(std::size_t bytes) {
     if (bytes == 0) return;
     const std::size_t align = bytes >= kHugePage ? kHugePage : 4096;
     const std::size_t rounded = (bytes + align - 1) / align * align;
-    void* p = std::aligned_alloc(align, rounded);
+    void* p = platform::allocateAligned(align, rounded);
     if (!p) throw std::bad_alloc();
-    if (align == kHugePage) ::madvise(p, rounded, MADV_HUGEPAGE); // a hint; failure is harmless
+    if (align == kHugePage) platform::adviseHugePages(p, rounded);
     data_ = static_cast<std::byte*>(p);
     size_ = bytes;
 }
 
 AlignedBuffer::~AlignedBuffer() {
-    std::free(data_);
+    platform::freeAligned(data_);
 }
 
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
     if (this != &o) {
-        std::free(data_);
+        platform::freeAligned(data_);
         data_ = o.data_;
         size_ = o.size_;
         o.data_ = nullptr;

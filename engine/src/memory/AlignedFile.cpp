@@ -1,8 +1,6 @@
 #include "k3/aligned_io.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "platform/Platform.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -18,7 +16,7 @@ namespace {
 constexpr std::size_t kMaxWindow = std::size_t{8} << 20;
 
 struct FreeDeleter {
-    void operator()(void* p) const { std::free(p); }
+    void operator()(void* p) const { platform::freeAligned(p); }
 };
 
 std::string errnoText(int err) {
@@ -27,7 +25,8 @@ std::string errnoText(int err) {
 
 // pread, unless the fault hook asked for this call to fail: then it fails the way the
 // disk would (EIO) or ends early (a short read), and the caller's real error path runs.
-ssize_t preadOrFault(int fd, void* dst, std::size_t n, off_t at, std::optional<IoFault>& fault) {
+std::int64_t preadOrFault(const platform::File& file, void* dst, std::size_t n, std::uint64_t at,
+                          std::optional<IoFault>& fault) {
     if (fault) {
         const IoFault f = *fault;
         fault.reset();
@@ -35,7 +34,7 @@ ssize_t preadOrFault(int fd, void* dst, std::size_t n, off_t at, std::optional<I
         errno = EIO;
         return -1;
     }
-    return ::pread(fd, dst, n, at);
+    return file.readAt(dst, n, at);
 }
 
 } // namespace
@@ -44,34 +43,34 @@ AlignedFile::AlignedFile(const std::filesystem::path& path, Mode mode, IoKind ki
     : path_(path.string()), kind_(kind != IoKind::Any              ? kind
                                   : path.filename() == "trunk.bin" ? IoKind::Trunk
                                                                    : IoKind::Shard) {
-    // O_NONBLOCK: a FIFO in place of a shard must not block the open; it is refused below.
-    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd_ < 0) {
+    // NoWaitOnOpen: a FIFO in place of a shard must not block the open; it is refused below.
+    file_ = std::make_unique<platform::File>(
+        platform::File::open(path, platform::open::Read | platform::open::NoWaitOnOpen));
+    if (!file_->valid()) {
         const int err = errno;
         throw IoError(path_ + ": cannot open: " + errnoText(err));
     }
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) {
+    platform::FileInfo info;
+    if (!file_->info(info)) {
         const int err = errno;
-        ::close(fd_);
         throw IoError(path_ + ": cannot stat: " + errnoText(err));
     }
-    if (!S_ISREG(st.st_mode)) {
-        ::close(fd_);
-        throw IoError(path_ + ": not a regular file (a FIFO, device or folder); refusing to read it");
-    }
-    // Back to blocking reads (no effect on regular files, said for clarity).
-    ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
-    size_ = static_cast<std::uint64_t>(st.st_size);
-    if (mode == Mode::Auto) {
-        // EINVAL here means the filesystem has no O_DIRECT (tmpfs): stay buffered.
-        directFd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-    }
+    if (info.type != platform::FileType::Regular)
+        throw IoError(path_ +
+                      ": not a regular file (a FIFO, device or folder); refusing to read it");
+    size_ = info.size;
+    // EINVAL here means the filesystem has no O_DIRECT (tmpfs): stay buffered.
+    directFile_ = std::make_unique<platform::File>(
+        mode == Mode::Auto
+            ? platform::File::open(path, platform::open::Read | platform::open::Uncached)
+            : platform::File());
+    direct_ = directFile_->valid();
 }
 
-AlignedFile::~AlignedFile() {
-    if (directFd_ >= 0) ::close(directFd_);
-    if (fd_ >= 0) ::close(fd_);
+AlignedFile::~AlignedFile() = default;
+
+std::intptr_t AlignedFile::asyncHandle() const {
+    return direct() ? directFile_->nativeHandle() : file_->nativeHandle();
 }
 
 void AlignedFile::read(std::uint64_t offset, void* dst, std::size_t length) const {
@@ -91,8 +90,8 @@ bool AlignedFile::readDirect(std::uint64_t offset, void* dst, std::size_t length
     constexpr std::uint64_t mask = kDirectIoAlignment - 1;
     const std::size_t capacity =
         std::min<std::size_t>(kMaxWindow, ((length + mask) & ~mask) + kDirectIoAlignment);
-    void* raw = nullptr;
-    if (::posix_memalign(&raw, kDirectIoAlignment, capacity) != 0)
+    void* raw = platform::allocateAligned(kDirectIoAlignment, capacity);
+    if (!raw)
         throw IoError(path_ + ": cannot allocate a " + std::to_string(capacity) +
                       "-byte aligned read buffer");
     std::unique_ptr<void, FreeDeleter> buffer(raw);
@@ -110,8 +109,8 @@ bool AlignedFile::readDirect(std::uint64_t offset, void* dst, std::size_t length
         // it covers the payload; a short count that does not is a real short read.
         std::uint64_t got = 0;
         while (got < window) {
-            const ssize_t r = preadOrFault(directFd_, bytes + got, window - got,
-                                           static_cast<off_t>(lo + got), fault);
+            const std::int64_t r =
+                preadOrFault(*directFile_, bytes + got, window - got, lo + got, fault);
             if (r < 0) {
                 const int err = errno;
                 if (err == EINTR) continue;
@@ -149,9 +148,8 @@ std::size_t AlignedFile::readWindow(std::uint64_t offset, void* dst, std::size_t
     bool useDirect = direct();
     std::optional<IoFault> fault = faultFor(kind_, path_, false);
     while (got < length) {
-        const int fd = useDirect ? directFd_ : fd_;
-        const ssize_t r =
-            preadOrFault(fd, out + got, length - got, static_cast<off_t>(offset + got), fault);
+        const platform::File& file = useDirect ? *directFile_ : *file_;
+        const std::int64_t r = preadOrFault(file, out + got, length - got, offset + got, fault);
         if (r < 0) {
             const int err = errno;
             if (err == EINTR) continue;
@@ -175,8 +173,7 @@ void AlignedFile::readBuffered(std::uint64_t offset, void* dst, std::size_t leng
     auto* out = static_cast<unsigned char*>(dst);
     std::size_t got = 0;
     while (got < length) {
-        const ssize_t r =
-            preadOrFault(fd_, out + got, length - got, static_cast<off_t>(offset + got), fault);
+        const std::int64_t r = preadOrFault(*file_, out + got, length - got, offset + got, fault);
         if (r < 0) {
             const int err = errno;
             if (err == EINTR) continue;

@@ -5,15 +5,12 @@
 #include "k3/pack.hpp"
 #include "k3/read_file.hpp"
 
+#include "io/Xxh3.hpp"
 #include "k3/config.hpp"
 #include "memory/PackInternal.hpp"
+#include "platform/Platform.hpp"
 
 #include <nlohmann/json.hpp>
-// libxxhash's run-time dispatch (AVX2 where present, same hash values): the plain entry
-// points are its portable build, ~1.4x slower here (bench_trunk_codec).
-#include <xxh_x86dispatch.h>
-
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -196,9 +193,9 @@ CheckpointIdentity identityFromJson(const json& j) {
 CheckpointIdentity identityOf(const Checkpoint& ckpt, const fs::path& modelDir) {
     CheckpointIdentity id;
     for (const fs::path& p : ckpt.shardPaths()) {
-        struct stat st {};
-        if (::stat(p.c_str(), &st) != 0) throw PackError(p.string() + ": cannot stat");
-        id.shards.push_back({p.filename().string(), std::uint64_t(st.st_size), shardHeaderHash(p)});
+        platform::FileInfo st;
+        if (!platform::fileInfo(p, st)) throw PackError(p.string() + ": cannot stat");
+        id.shards.push_back({p.filename().string(), st.size, shardHeaderHash(p)});
     }
     std::sort(id.shards.begin(), id.shards.end(),
               [](const auto& a, const auto& b) { return a.name < b.name; });

@@ -10,11 +10,9 @@
 #include "memory/AlignedBuffer.hpp"
 #include "memory/PackInternal.hpp"
 #include "memory/TrunkCodec.hpp"
+#include "platform/Platform.hpp"
 
 #include <nlohmann/json.hpp>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -99,16 +97,17 @@ json recordJson(const Run& r, std::uint64_t offset, std::uint64_t checksum,
     return j;
 }
 
-void writeAll(int fd, const void* data, std::size_t n, std::uint64_t offset, const fs::path& path) {
+void writeAll(const platform::File& file, const void* data, std::size_t n, std::uint64_t offset,
+              const fs::path& path) {
     const auto* p = static_cast<const unsigned char*>(data);
     std::optional<IoFault> fault = faultFor(IoKind::Pack, path.string(), true);
     while (n > 0) {
-        ssize_t w = -1;
+        std::int64_t w = -1;
         if (fault) { // the test hook: fail as a full (ENOSPC) or failing (EIO) disk would
             errno = *fault == IoFault::NoSpace ? ENOSPC : EIO;
             fault.reset();
         } else {
-            w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
+            w = file.writeAt(p, n, offset);
         }
         if (w < 0) {
             if (errno == EINTR) continue;
@@ -182,12 +181,15 @@ struct StagedTrunk {
 // O_DIRECT writes: buffered ones ran at a tenth of the disk here (dirty-page
 // throttling) and would evict the page cache for bytes nobody reads back soon.
 // Records start 4096-aligned and own their padding, so every write can be aligned.
-int createPartial(const fs::path& partial) {
-    int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
-    if (fd < 0 && errno == EINVAL) // no O_DIRECT here (tmpfs): the same writes, buffered
-        fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) throw PackError(partial.string() + ": cannot create: " + std::strerror(errno));
-    return fd;
+platform::File createPartial(const fs::path& partial) {
+    const unsigned create =
+        platform::open::Write | platform::open::Create | platform::open::Truncate;
+    platform::File file = platform::File::open(partial, create | platform::open::Uncached, 0644);
+    if (!file.valid() && errno == EINVAL) // no O_DIRECT here (tmpfs): the same writes, buffered
+        file = platform::File::open(partial, create, 0644);
+    if (!file.valid())
+        throw PackError(partial.string() + ": cannot create: " + std::strerror(errno));
+    return file;
 }
 
 // A record as copied: its entry for trunk.json and the bytes it takes in trunk.bin
@@ -201,9 +203,9 @@ struct CopiedRecord {
 // the shards stay open, the chunk buffer and the coded buffer are reused.
 class RecordCopier {
 public:
-    RecordCopier(int fd, const fs::path& partial, const Checkpoint& ckpt,
+    RecordCopier(const platform::File& file, const fs::path& partial, const Checkpoint& ckpt,
                  const PackOptions& options, const std::atomic<bool>* cancel)
-        : fd_(fd), partial_(partial), ckpt_(ckpt), options_(options), cancel_(cancel),
+        : file_(file), partial_(partial), ckpt_(ckpt), options_(options), cancel_(cancel),
           files_(ckpt.shardPaths().size()), chunk_(kCopyChunk),
           // Coded output is gathered here and written in aligned prefixes; a record's tail
           // is padded to 4096 so the next record starts aligned.
@@ -264,7 +266,7 @@ private:
                 // A record's last chunk is padded with zeros to its aligned footprint.
                 const std::size_t padded = std::size_t(alignUp(n));
                 std::memset(chunk_.data() + n, 0, padded - n);
-                writeAll(fd_, chunk_.data(), padded, out + (pos - r.lo), partial_);
+                writeAll(file_, chunk_.data(), padded, out + (pos - r.lo), partial_);
             }
             pos += n;
             progress.bytesDone += n;
@@ -302,20 +304,20 @@ private:
         }
         const std::size_t flush = std::size_t(tail.used / kTrunkAlignment * kTrunkAlignment);
         if (pos + n < r.hi && flush > 0) {
-            writeAll(fd_, coded_.data(), flush, out + tail.done, partial_);
+            writeAll(file_, coded_.data(), flush, out + tail.done, partial_);
             tail.done += flush;
             std::memmove(coded_.data(), coded_.data() + flush, tail.used - flush);
             tail.used -= flush;
         } else if (pos + n == r.hi && tail.used > 0) {
             const std::size_t padded = std::size_t(alignUp(tail.used));
             std::memset(coded_.data() + tail.used, 0, padded - tail.used);
-            writeAll(fd_, coded_.data(), padded, out + tail.done, partial_);
+            writeAll(file_, coded_.data(), padded, out + tail.done, partial_);
             tail.done += padded;
             tail.used = 0;
         }
     }
 
-    int fd_;
+    const platform::File& file_;
     const fs::path& partial_;
     const Checkpoint& ckpt_;
     const PackOptions& options_;
@@ -365,11 +367,11 @@ std::vector<std::pair<fs::path, ShardStat>> runShardStats(const Checkpoint& ckpt
     return out;
 }
 
-void syncFolder(const fs::path& dir) {
-    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return;
-    ::fsync(fd);
-    ::close(fd);
+// A durable rename (platform::replaceFile: the folder's entry synced too).
+void replaceOrThrow(const fs::path& from, const fs::path& to) {
+    if (!platform::replaceFile(from, to))
+        throw PackError("cannot rename " + from.string() + " to " + to.string() + ": " +
+                        std::strerror(errno));
 }
 
 } // namespace
@@ -405,9 +407,9 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
     progress.bytesTotal = payload;
     std::uint64_t indexXxh3 = 0;
     try {
-        const int fd = createPartial(staged.bin);
+        platform::File file = createPartial(staged.bin);
         try {
-            RecordCopier copier(fd, staged.bin, ckpt, options, cancel);
+            RecordCopier copier(file, staged.bin, ckpt, options, cancel);
             std::uint64_t out = 0;
             for (const Run& r : runs) {
                 CopiedRecord c = copier.copy(r, out, progress);
@@ -427,15 +429,15 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
             }
             total = out;
             // The tail of the last record is padded too, so aligned reads never overrun.
-            if (::ftruncate(fd, static_cast<off_t>(total)) != 0)
+            if (!file.truncate(total))
                 throw PackError(staged.bin.string() + ": cannot size to " + std::to_string(total) +
                                 " bytes");
-            if (::fsync(fd) != 0) throw PackError(staged.bin.string() + ": fsync failed");
+            if (!file.syncToDisk()) throw PackError(staged.bin.string() + ": fsync failed");
         } catch (...) {
-            ::close(fd);
+            file.close();
             throw;
         }
-        ::close(fd);
+        file.close();
         indexXxh3 = stageTrunkJson(staged, total, identity, std::move(records), options);
         // The last moment a stop keeps the old trunk: after it, two renames.
         if (cancel && cancel->load()) throw PackError("packing cancelled");
@@ -445,9 +447,8 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
     }
     // trunk.json last: until it is replaced, the old one describes the old trunk.bin, so
     // a kill between the renames leaves a pair its sizes and checksums refuse.
-    fs::rename(staged.bin, trunkDir / "trunk.bin");
-    fs::rename(staged.json, trunkDir / "trunk.json");
-    syncFolder(trunkDir);
+    replaceOrThrow(staged.bin, trunkDir / "trunk.bin");
+    replaceOrThrow(staged.json, trunkDir / "trunk.json");
     std::vector<std::pair<std::string, ShardStat>> unchanged;
     for (const auto& [path, before] : shardStats)
         if (statShard(path) == before) unchanged.emplace_back(path.filename().string(), before);

@@ -2,9 +2,7 @@
 
 #include "k3/kernels.hpp"
 
-// libxxhash's run-time dispatch (AVX2 where present, same hash values): the plain entry
-// points are its portable build, ~1.4x slower here (bench_trunk_codec).
-#include <xxh_x86dispatch.h>
+#include "io/Xxh3.hpp"
 
 #include <algorithm>
 #include <array>

@@ -11,10 +11,9 @@
 #include "k3/aligned_io.hpp"
 #include "memory/AlignedBuffer.hpp"
 #include "memory/PackInternal.hpp"
+#include "platform/Platform.hpp"
 
 #include <nlohmann/json.hpp>
-
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -107,14 +106,14 @@ std::optional<Difference> checkRun(const SourceRun& run, const AlignedFile& file
 } // namespace
 
 ShardStat statShard(const fs::path& shard) {
-    struct stat st {};
-    if (::stat(shard.c_str(), &st) != 0) throw PackError(shard.string() + ": cannot stat");
+    platform::FileInfo st;
+    if (!platform::fileInfo(shard, st)) throw PackError(shard.string() + ": cannot stat");
     ShardStat s;
-    s.device = std::uint64_t(st.st_dev);
-    s.inode = std::uint64_t(st.st_ino);
-    s.size = std::uint64_t(st.st_size);
-    s.mtimeNs = std::int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-    s.ctimeNs = std::int64_t(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
+    s.device = st.device;
+    s.inode = st.inode;
+    s.size = st.size;
+    s.mtimeNs = st.modifiedNs;
+    s.ctimeNs = st.changedNs;
     return s;
 }
 

@@ -1,24 +1,18 @@
 // The session's memory report: the plan, the trunk's and the cache's counters, the
 // draft's share and the peak RSS, and its text (k3 prints it in its run report).
 
+#include "k3/process_memory.hpp"
 #include "k3/session.hpp"
 #include "model/SessionImpl.hpp"
-
-#include <sys/resource.h>
+#include "platform/Platform.hpp"
 
 #include <cstdio>
 
 namespace k3 {
 
-namespace {
-
-std::uint64_t peakRss() {
-    struct rusage ru {};
-    if (::getrusage(RUSAGE_SELF, &ru) != 0) return 0;
-    return std::uint64_t(ru.ru_maxrss) * 1024; // kilobytes on Linux
+std::uint64_t peakResidentBytes() {
+    return platform::peakResidentBytes();
 }
-
-} // namespace
 
 MemoryReport Session::memoryReport() const {
     MemoryReport r;
@@ -32,7 +26,7 @@ MemoryReport Session::memoryReport() const {
     r.cacheSlots = st.cacheSlots;
     r.cacheSlotBytes = st.cacheSlotBytes;
     r.expertIo = st.expertIo;
-    r.peakRssBytes = peakRss();
+    r.peakRssBytes = peakResidentBytes();
     if (impl_->draft) {
         r.draftBytes =
             impl_->draft->weightBytes() + (impl_->draftState ? impl_->draftState->heldBytes() : 0);

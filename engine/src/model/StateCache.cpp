@@ -1,7 +1,7 @@
 #include "model/StateCache.hpp"
 #include "k3/state_cache.hpp"
 
-#include <xxh_x86dispatch.h>
+#include "io/Xxh3.hpp"
 
 #include <algorithm>
 #include <charconv>

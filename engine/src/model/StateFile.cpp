@@ -4,6 +4,7 @@
 // LE), then the sections the header lists, in its order, as raw little-endian bytes.
 // Every section has its own XXH3-64 so a damaged byte is named by section.
 
+#include "io/Xxh3.hpp"
 #include "k3/chat.hpp"
 #include "k3/pack.hpp"
 #include "k3/read_file.hpp"
@@ -12,7 +13,6 @@
 #include "model/SessionImpl.hpp"
 
 #include <nlohmann/json.hpp>
-#include <xxh_x86dispatch.h>
 
 #include <bit>
 #include <cinttypes>

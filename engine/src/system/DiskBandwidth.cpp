@@ -1,19 +1,17 @@
 #include "k3/doctor.hpp"
 
 #include "memory/AlignedBuffer.hpp"
+#include "platform/Platform.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
 #include <memory>
 #include <random>
 #include <stdexcept>
-#include <sys/stat.h>
 #include <thread>
-#include <unistd.h>
 
 namespace k3 {
 namespace {
@@ -23,13 +21,6 @@ constexpr std::size_t kAlign = 4096;
 std::string errnoText(const std::string& what, const std::filesystem::path& path) {
     return what + " " + path.string() + ": " + std::strerror(errno);
 }
-
-struct Fd {
-    int fd = -1;
-    ~Fd() {
-        if (fd >= 0) ::close(fd);
-    }
-};
 
 // The largest shard in `dir`, so the measurement reads the very bytes the engine will.
 std::optional<std::filesystem::path> largestShard(const std::filesystem::path& dir) {
@@ -48,8 +39,9 @@ std::optional<std::filesystem::path> largestShard(const std::filesystem::path& d
 }
 
 void writeScratchFile(const std::filesystem::path& path, std::uint64_t bytes) {
-    Fd out{::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)};
-    if (out.fd < 0) throw std::runtime_error(errnoText("cannot create", path));
+    platform::File out = platform::File::open(
+        path, platform::open::Write | platform::open::Create | platform::open::Truncate, 0600);
+    if (!out.valid()) throw std::runtime_error(errnoText("cannot create", path));
     std::vector<unsigned char> chunk(1u << 20);
     std::mt19937_64 rng(42); // incompressible bytes: a compressing filesystem must not flatter
     for (std::size_t i = 0; i + 8 <= chunk.size(); i += 8) {
@@ -57,15 +49,15 @@ void writeScratchFile(const std::filesystem::path& path, std::uint64_t bytes) {
         std::memcpy(chunk.data() + i, &v, 8);
     }
     for (std::uint64_t done = 0; done < bytes; done += chunk.size()) {
-        if (::write(out.fd, chunk.data(), chunk.size()) != static_cast<ssize_t>(chunk.size()))
+        if (out.write(chunk.data(), chunk.size()) != static_cast<std::int64_t>(chunk.size()))
             throw std::runtime_error(errnoText("cannot write", path));
     }
-    if (::fsync(out.fd) != 0) throw std::runtime_error(errnoText("cannot fsync", path));
+    if (!out.syncToDisk()) throw std::runtime_error(errnoText("cannot fsync", path));
 }
 
 // Reads random whole blocks with `depth` reads in flight until a time or byte bound.
-double readAtDepth(int fd, std::uint64_t fileBytes, std::uint64_t block, int depth,
-                   const DiskBenchOptions& options, const std::atomic<bool>* cancel,
+double readAtDepth(const platform::File& file, std::uint64_t fileBytes, std::uint64_t block,
+                   int depth, const DiskBenchOptions& options, const std::atomic<bool>* cancel,
                    std::uint64_t& totalBytes, const std::filesystem::path& path) {
     const std::uint64_t blocks = fileBytes / block;
     std::atomic<std::uint64_t> bytes{0};
@@ -82,8 +74,8 @@ double readAtDepth(int fd, std::uint64_t fileBytes, std::uint64_t block, int dep
             while (!failed && std::chrono::steady_clock::now() < deadline &&
                    bytes.load() < options.maxBytesPerDepth && !(cancel && cancel->load())) {
                 const std::uint64_t offset = (rng() % blocks) * block;
-                const ssize_t got = ::pread(fd, buffer.data(), block, static_cast<off_t>(offset));
-                if (got != static_cast<ssize_t>(block)) {
+                const std::int64_t got = file.readAt(buffer.data(), block, offset);
+                if (got != static_cast<std::int64_t>(block)) {
                     failedErrno = got < 0 ? errno : EIO;
                     failed = true;
                     return;
@@ -120,7 +112,7 @@ DiskBandwidth measureDiskBandwidth(const std::filesystem::path& dir,
         shard && std::filesystem::file_size(*shard) >= 2 * options.blockBytes) {
         file = *shard;
     } else {
-        file = dir / (".k3-doctor-" + std::to_string(::getpid()) + ".tmp");
+        file = dir / (".k3-doctor-" + std::to_string(platform::processId()) + ".tmp");
         writeScratchFile(file, std::max(options.fileBytes, 2 * options.blockBytes));
         scratch = true;
     }
@@ -134,15 +126,15 @@ DiskBandwidth measureDiskBandwidth(const std::filesystem::path& dir,
     } removeScratch{file, scratch};
     result.fileMeasured = file.string();
 
-    // O_DIRECT bypasses the page cache, as the engine's reads do; some filesystems
-    // (tmpfs, overlayfs) refuse it, and then the figure may be flattered by the cache.
-    Fd in{::open(file.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC)};
-    result.directIo = in.fd >= 0;
-    if (in.fd < 0 && errno == EINVAL) in.fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-    if (in.fd < 0) throw std::runtime_error(errnoText("cannot open", file));
-    struct stat st {};
-    if (::fstat(in.fd, &st) != 0) throw std::runtime_error(errnoText("cannot stat", file));
-    if (!result.directIo) ::posix_fadvise(in.fd, 0, 0, POSIX_FADV_DONTNEED);
+    // Uncached (O_DIRECT) reads bypass the page cache, as the engine's reads do; some
+    // filesystems (tmpfs, overlayfs) refuse them, and then the figure may be flattered.
+    platform::File in = platform::File::open(file, platform::open::Read | platform::open::Uncached);
+    result.directIo = in.valid();
+    if (!in.valid() && errno == EINVAL) in = platform::File::open(file, platform::open::Read);
+    if (!in.valid()) throw std::runtime_error(errnoText("cannot open", file));
+    platform::FileInfo st;
+    if (!in.info(st)) throw std::runtime_error(errnoText("cannot stat", file));
+    if (!result.directIo) in.dropCachedPages();
 
     const auto start = std::chrono::steady_clock::now();
     // Best of several passes, the depths interleaved: a burst of another program's reads
@@ -151,13 +143,13 @@ DiskBandwidth measureDiskBandwidth(const std::filesystem::path& dir,
     DiskBenchOptions pass = options;
     pass.maxSecondsPerDepth = options.maxSecondsPerDepth / passes;
     pass.maxBytesPerDepth = std::max<std::uint64_t>(options.maxBytesPerDepth / passes, 1);
-    const auto size = static_cast<std::uint64_t>(st.st_size);
+    const std::uint64_t size = st.size;
     for (int i = 0; i < passes && !(cancel && cancel->load()); ++i) {
         result.gbPerSecondQd1 =
-            std::max(result.gbPerSecondQd1, readAtDepth(in.fd, size, options.blockBytes, 1, pass,
+            std::max(result.gbPerSecondQd1, readAtDepth(in, size, options.blockBytes, 1, pass,
                                                         cancel, result.bytesRead, file));
         result.gbPerSecondQd16 =
-            std::max(result.gbPerSecondQd16, readAtDepth(in.fd, size, options.blockBytes, 16, pass,
+            std::max(result.gbPerSecondQd16, readAtDepth(in, size, options.blockBytes, 16, pass,
                                                          cancel, result.bytesRead, file));
     }
     result.seconds =

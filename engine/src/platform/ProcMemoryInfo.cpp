@@ -1,3 +1,6 @@
+// /proc/meminfo and the memory cgroups, read under a root folder (k3/system.hpp). Plain
+// file reads: built on every OS so the tests' stub roots read the same everywhere; only
+// linux/LinuxSystem.cpp reads the real "/" with it.
 #include "k3/system.hpp"
 
 #include <charconv>
@@ -175,10 +178,6 @@ std::optional<MemoryInfo> readMemoryInfo(const fs::path& root) {
                         megabytes(best->limit) + ", usage " + megabytes(best->usage) + ")";
     }
     return info;
-}
-
-std::optional<MemoryInfo> readMemoryInfo() {
-    return readMemoryInfo("/");
 }
 
 } // namespace k3

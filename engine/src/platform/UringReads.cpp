@@ -1,6 +1,7 @@
-// io_uring reads for the expert reader (k3/uring_reads.hpp). The only file that
-// includes liburing; without it (K3_HAVE_LIBURING unset) open() says so and the
-// expert reader uses its thread pool.
+// io_uring reads for the expert reader (k3/uring_reads.hpp), the platform layer's read
+// queue. The only file that includes liburing; without it (K3_HAVE_LIBURING unset: no
+// liburing found, or not Linux) open() says so and the expert reader uses its thread
+// pool, as it does on macOS and Windows.
 #include "k3/uring_reads.hpp"
 
 #include <cerrno>
@@ -58,7 +59,7 @@ void UringReads::queue(const AlignedFile& file, std::uint64_t offset, void* dst,
         sqe = io_uring_get_sqe(&ring_->ring);
     }
     if (!sqe) throw IoError(file.path() + ": io_uring submission queue full");
-    io_uring_prep_read(sqe, file.asyncDescriptor(), dst, unsigned(length), offset);
+    io_uring_prep_read(sqe, static_cast<int>(file.asyncHandle()), dst, unsigned(length), offset);
     io_uring_sqe_set_data64(sqe, tag);
     ++inFlight_;
 }
