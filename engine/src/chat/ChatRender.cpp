@@ -2,6 +2,7 @@
 // needs. Each branch below names the template macro it mirrors.
 #include "k3/chat.hpp"
 
+#include "chat/TemplateEscape.hpp"
 #include "chat/XtmlJson.hpp"
 
 #include <algorithm>
@@ -71,21 +72,6 @@ bool isBlankAsPython(std::string_view s) {
     return true;
 }
 
-// The template's escape_attr: only & and " are escaped.
-std::string escapeAttr(std::string_view value) {
-    std::string out;
-    out.reserve(value.size());
-    for (char c : value) {
-        if (c == '&')
-            out += "&amp;";
-        else if (c == '"')
-            out += "&quot;";
-        else
-            out += c;
-    }
-    return out;
-}
-
 class SegmentWriter {
 public:
     void text(std::string_view t) {
@@ -106,7 +92,7 @@ public:
             text(" ");
             text(key);
             text("=\"");
-            text(escapeAttr(value));
+            text(chat::escapeTemplateAttribute(value));
             text("\"");
         }
         special(chatmarker::sepMark);

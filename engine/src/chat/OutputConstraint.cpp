@@ -4,6 +4,8 @@
 #include "k3/constraint.hpp"
 #include "k3/grammar.hpp"
 
+#include "chat/TemplateEscape.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -48,20 +50,6 @@ const Node* turnEnd(Grammar& g) {
                   literal(g, {kClose, "message", kSep, kEndOfMessage}),
                   literal(g, {kClose, "message", kSep, kEos})};
     return &n;
-}
-
-// The template's escape_attr.
-std::string escapeAttr(std::string_view value) {
-    std::string out;
-    for (const char c : value) {
-        if (c == '&')
-            out += "&amp;";
-        else if (c == '"')
-            out += "&quot;";
-        else
-            out += c;
-    }
-    return out;
 }
 
 // Both roots: the think channel first (free text, then its close and the answer's open),
@@ -247,7 +235,8 @@ OutputConstraint::toolCall(const std::vector<ToolCallTarget>& targets, const Tok
     Node& calls = g.add(Node::Kind::Alt);
     for (const ToolCallTarget& t : targets) {
         c->parts.push_back(t.arguments.shared());
-        const std::string header = "call tool=\"" + escapeAttr(t.name) + "\" index=\"1\"";
+        const std::string header =
+            "call tool=\"" + chat::escapeTemplateAttribute(t.name) + "\" index=\"1\"";
         Node& call = g.add(Node::Kind::Seq);
         call.children = {literal(g, {kOpen, header, kSep, kOpen, "json type=\"object\"", kSep}),
                          // No whitespace around the object: clients read it as it is.
