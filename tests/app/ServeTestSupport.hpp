@@ -2,6 +2,8 @@
 // `k3 serve resources/demo` for the route tests: start it on a free port, stop it with
 // SIGTERM, speak raw HTTP/1.1 to it, and run the node scripts of tests/app/serve.
 #include <QByteArray>
+#include <QDir>
+#include <QFile>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
@@ -47,6 +49,24 @@ inline Server startServe(const QStringList& extra = {}, const QString& model = k
     }
     s.log = QString::fromUtf8(err);
     return s;
+}
+
+// The official openai npm client in `scratch` (installed once) and the test's chat.mjs from
+// `scripts`; empty when ready, else the reason the test is skipped.
+inline QString prepareOpenAiClient(const QString& scratch, const QString& scripts) {
+    if (!QDir().mkpath(scratch)) return QStringLiteral("cannot make ") + scratch;
+    if (!QFile::exists(scratch + "/node_modules/openai/package.json")) {
+        QProcess npm;
+        npm.start(QStringLiteral("npm"),
+                  {"install", "--prefix", scratch, "--no-audit", "--no-fund", "openai@4"});
+        if (!npm.waitForFinished(300000) || npm.exitCode() != 0)
+            return "npm install openai@4 failed (the npm registry is needed): " +
+                   QString::fromUtf8(npm.readAllStandardError());
+    }
+    QFile::remove(scratch + "/chat.mjs");
+    if (!QFile::copy(scripts + "/chat.mjs", scratch + "/chat.mjs"))
+        return QStringLiteral("cannot copy chat.mjs into ") + scratch;
+    return {};
 }
 
 inline int stopServe(Server& s) {

@@ -150,17 +150,8 @@ void TestK3Constrained::initTestCase() {
         QSKIP("needs node and npm (the official openai client is installed with npm)");
     if (QProcess::execute("/usr/bin/python3", {"-c", "import jsonschema"}) != 0)
         QSKIP("needs python3-jsonschema (packaging/install-deps.sh installs it)");
-    QVERIFY(QDir().mkpath(kScratch));
-    if (!QFile::exists(kScratch + "/node_modules/openai/package.json")) {
-        QProcess npm;
-        npm.start(QStringLiteral("npm"),
-                  {"install", "--prefix", kScratch, "--no-audit", "--no-fund", "openai@4"});
-        if (!npm.waitForFinished(300000) || npm.exitCode() != 0)
-            QSKIP(qPrintable("npm install openai@4 failed (the npm registry is needed): " +
-                             QString::fromUtf8(npm.readAllStandardError())));
-    }
-    QFile::remove(kScratch + "/chat.mjs");
-    QVERIFY(QFile::copy(kScripts + "/chat.mjs", kScratch + "/chat.mjs"));
+    if (const QString why = prepareOpenAiClient(kScratch, kScripts); !why.isEmpty())
+        QSKIP(qPrintable(why));
 }
 
 // 50 schemas: even ones greedy, odd ones sampled (temperature 1, their own seed); every

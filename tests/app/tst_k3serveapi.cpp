@@ -67,17 +67,8 @@ void TestK3ServeApi::initTestCase() {
     if (QStandardPaths::findExecutable("npm").isEmpty() ||
         QStandardPaths::findExecutable("node").isEmpty())
         QSKIP("needs node and npm (the official openai client is installed with npm)");
-    QVERIFY(QDir().mkpath(kScratch));
-    if (!QFile::exists(kScratch + "/node_modules/openai/package.json")) {
-        QProcess npm;
-        npm.start(QStringLiteral("npm"),
-                  {"install", "--prefix", kScratch, "--no-audit", "--no-fund", "openai@4"});
-        if (!npm.waitForFinished(300000) || npm.exitCode() != 0)
-            QSKIP(qPrintable("npm install openai@4 failed (the npm registry is needed): " +
-                             QString::fromUtf8(npm.readAllStandardError())));
-    }
-    QFile::remove(kScratch + "/chat.mjs");
-    QVERIFY(QFile::copy(kScripts + "/chat.mjs", kScratch + "/chat.mjs"));
+    if (const QString why = prepareOpenAiClient(kScratch, kScripts); !why.isEmpty())
+        QSKIP(qPrintable(why));
 }
 
 // Item 3: the first token's top_logprobs are the log-softmax of the logits `k3 --ids
