@@ -21,6 +21,12 @@ namespace {
 
 using k3cli::kExitUsage;
 
+// The flags take the ranges validate(LaunchConfig) enforces (k3/launch.hpp).
+CLI::Range rangeOf(k3::LaunchRange r) {
+    return CLI::Range(r.min, r.max);
+}
+constexpr double kMaxBudgetGB = double(k3::kMaxBudgetBytes) / 1e9;
+
 // --preset and the two -gb flags set the same two numbers; a later flag wins. The
 // engine's resolveMemoryFlags applies them; the report keeps what was asked.
 void resolveMemory(const CLI::App& app, const CLI::Option* presetOpt, const CLI::Option* trunkOpt,
@@ -124,12 +130,12 @@ int main(int argc, char** argv) {
         app.add_option("--trunk-gb", trunkGB,
                        "GB for the pinned trunk + ring (0: stream every layer through the "
                        "smallest ring)")
-            ->check(CLI::Range(0.0, 1e6))
+            ->check(CLI::Range(0.0, kMaxBudgetGB))
             ->group(memoryGroup)
             ->type_name("GB");
     CLI::Option* cacheGbOpt =
         app.add_option("--cache-gb", cacheGB, "GB for the routed-expert cache")
-            ->check(CLI::Range(0.0, 1e6))
+            ->check(CLI::Range(0.0, kMaxBudgetGB))
             ->group(memoryGroup)
             ->type_name("GB");
     app.add_option("--trunk", model.memory.trunkDir, "The packed trunk folder")
@@ -186,7 +192,9 @@ int main(int argc, char** argv) {
                                  ->type_name("TEXT");
     CLI::Option* historyOpt =
         app.add_option("--history", chat.history,
-                       "JSONL transcript: resumed when it exists, saved after every turn")
+                       "JSONL transcript: resumed when it exists, saved after every turn; "
+                       "what the model has read of it is kept in FILE.states/ (unless "
+                       "--state-cache is given), so a resumed conversation is not read again")
             ->group(chatGroup)
             ->type_name("FILE");
     CLI::Option* noThinkOpt =
@@ -258,7 +266,7 @@ int main(int argc, char** argv) {
     app.add_option("--context", model.context,
                    "Positions a conversation may hold, 16..1048576 (default 4096); the memory "
                    "plan sizes the KV cache for it")
-        ->check(CLI::Range(16, 1 << 20))
+        ->check(rangeOf(k3::kContextRange))
         ->group(memoryGroup)
         ->type_name("N");
     const char* stateCacheHelp =
@@ -275,10 +283,10 @@ int main(int argc, char** argv) {
         ->group(memoryGroup)
         ->type_name("GB");
     app.add_option("--prefill-chunk", model.prefillChunk,
-                   "Prompt positions per forward pass, 1..4096 (default: as many as the expert "
+                   "Prompt positions per forward pass, 0..4096 (default 0: as many as the expert "
                    "cache's memory pays for, at least 64, at most the context); the same tokens "
                    "at every size")
-        ->check(CLI::Range(1, 4096))
+        ->check(rangeOf(k3::kPrefillChunkRange))
         ->group(memoryGroup)
         ->type_name("N");
     app.add_option("--layers", model.layers, "Bind and run only the first N layers")
@@ -375,11 +383,11 @@ int main(int argc, char** argv) {
             ->type_name("NAME");
     CLI::Option* serveTrunkGbOpt =
         serve->add_option("--trunk-gb", serveTrunkGB, "GB for the pinned trunk + ring")
-            ->check(CLI::Range(0.0, 1e6))
+            ->check(CLI::Range(0.0, kMaxBudgetGB))
             ->type_name("GB");
     CLI::Option* serveCacheGbOpt =
         serve->add_option("--cache-gb", serveCacheGB, "GB for the routed-expert cache")
-            ->check(CLI::Range(0.0, 1e6))
+            ->check(CLI::Range(0.0, kMaxBudgetGB))
             ->type_name("GB");
     serve->add_option("--trunk", sv.model.memory.trunkDir, "The packed trunk folder")
         ->check(CLI::ExistingDirectory)
@@ -388,7 +396,7 @@ int main(int argc, char** argv) {
     CLI::Option* servePinModeOpt = serve->add_option("--pin-mode", servePinModeText, kPinModeHelp)
                                        ->type_name("raw|compressed|measured");
     serve->add_option("--context", sv.model.context, "Positions a conversation may hold")
-        ->check(CLI::Range(16, 1 << 20))
+        ->check(rangeOf(k3::kContextRange))
         ->type_name("N");
     CLI::Option* serveStateCacheOpt =
         serve->add_option("--state-cache", sv.model.stateCacheDir, stateCacheHelp)
@@ -400,7 +408,7 @@ int main(int argc, char** argv) {
         ->needs(serveStateCacheOpt)
         ->type_name("GB");
     serve->add_option("--prefill-chunk", sv.model.prefillChunk, "Prompt positions per forward pass")
-        ->check(CLI::Range(1, 4096))
+        ->check(rangeOf(k3::kPrefillChunkRange))
         ->type_name("N");
     serve->add_option("--spec", serveSpec, "Speculative decoding: N proposals (0..32) or auto")
         ->check(specCheck)

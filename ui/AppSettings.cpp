@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <optional>
 
+#include <k3/launch.hpp>
 #include <k3/presets.hpp>
 #include <k3/state_cache.hpp>
 
@@ -25,6 +26,8 @@ const QString kEffort = QStringLiteral("thinking/effort");
 const QString kTheme = QStringLiteral("appearance/theme");
 const QString kModelDir = QStringLiteral("model/directory");
 const QString kTrunkDir = QStringLiteral("model/trunkDir");
+const QString kDraftDir = QStringLiteral("model/draftDir"); // absent: prompt lookup
+const QString kPinMode = QStringLiteral("launch/pinMode");
 const QString kThreads = QStringLiteral("engine/threads");
 const QString kPreset = QStringLiteral("launch/preset");
 const QString kTrunkBytes = QStringLiteral("launch/trunkBytes"); // absent: the preset's
@@ -137,11 +140,19 @@ k3::LaunchConfig AppSettings::loadLaunch() {
         if (const auto t = bytesValue(s, kLegacyTrunkBytes); t && *t > 0) c.budget.trunkBytes = t;
         if (const auto b = bytesValue(s, kLegacyCacheBytes); b && *b > 0) c.budget.cacheBytes = b;
     }
-    c.threads = std::clamp(s.value(kThreads, c.threads).toInt(), 0, 1024);
-    c.prefillChunk = std::clamp(s.value(kPrefillChunk, c.prefillChunk).toInt(), 0, 4096);
-    c.contextLength = std::clamp(s.value(kContextLength, c.contextLength).toInt(), 1, 1 << 24);
-    c.maxSpeculation =
-        std::clamp(s.value(kMaxSpeculation, c.maxSpeculation).toInt(), 0, k3::kMaxSpeculation);
+    for (std::optional<std::uint64_t>* bytes : {&c.budget.trunkBytes, &c.budget.cacheBytes})
+        if (*bytes) **bytes = std::min(**bytes, k3::kMaxBudgetBytes);
+    // The engine's ranges (validate(LaunchConfig)): a hand-edited value is brought inside.
+    const auto number = [&s](const QString& key, int fallback, k3::LaunchRange r) {
+        return std::clamp(s.value(key, fallback).toInt(), r.min, r.max);
+    };
+    c.threads = number(kThreads, c.threads, k3::kThreadsRange);
+    c.prefillChunk = number(kPrefillChunk, c.prefillChunk, k3::kPrefillChunkRange);
+    c.contextLength = number(kContextLength, c.contextLength, k3::kContextRange);
+    c.maxSpeculation = number(kMaxSpeculation, c.maxSpeculation, k3::kSpeculationRange);
+    if (const auto mode = k3::pinModeNamed(s.value(kPinMode).toString().toStdString()))
+        c.pinMode = *mode;
+    c.draftDir = s.value(kDraftDir).toString().toStdString();
     if (s.value(kStateCache, true).toBool()) c.stateCacheDir = stateCacheDirectory().toStdString();
     // 0: the engine's default budget.
     c.stateCacheBytes = std::min<std::uint64_t>(bytesValue(s, kStateCacheBytes).value_or(0),
@@ -168,6 +179,11 @@ void AppSettings::saveLaunch(const k3::LaunchConfig& c) {
     QSettings s;
     s.setValue(kModelDir, QString::fromStdString(c.modelDir.string()));
     s.setValue(kTrunkDir, QString::fromStdString(c.trunkDir.string()));
+    if (c.draftDir.empty())
+        s.remove(kDraftDir);
+    else
+        s.setValue(kDraftDir, QString::fromStdString(c.draftDir.string()));
+    s.setValue(kPinMode, QString::fromLatin1(k3::pinModeName(c.pinMode)));
     s.setValue(kPreset, QString::fromStdString(c.budget.preset));
     const auto setBytes = [&s](const QString& key, const std::optional<std::uint64_t>& v) {
         if (v)

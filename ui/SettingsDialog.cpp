@@ -23,6 +23,7 @@
 #include <cmath>
 #include <limits>
 
+#include <k3/launch.hpp>
 #include <k3/memory_plan.hpp>
 #include <k3/presets.hpp>
 #include <k3/state_cache.hpp>
@@ -163,17 +164,22 @@ QGroupBox* SettingsDialog::createModelGroup() {
     m_modelDir = named(new QLineEdit, "modelDir", tr("Model folder"));
     m_trunkDir = named(new QLineEdit, "trunkDir", tr("Trunk folder"));
     m_trunkDir->setPlaceholderText(tr("none: every weight stays in memory"));
+    m_draftDir = named(new QLineEdit, "draftDir", tr("Draft folder"));
+    m_draftDir->setPlaceholderText(tr("none: guesses come from the conversation's own text"));
+    m_draftDir->setToolTip(tr("A small draft model made with k3 pack --draft guesses the next "
+                              "tokens for speculative decoding: the same answers, often faster. "
+                              "It stays in memory and counts in the memory plan."));
     m_threads = named(new QSpinBox, "threads", tr("Engine threads"));
-    m_threads->setRange(0, 1024);
+    m_threads->setRange(k3::kThreadsRange.min, k3::kThreadsRange.max);
     m_threads->setSpecialValueText(tr("all cores (%1)").arg(QThread::idealThreadCount()));
     m_contextLength = named(new QSpinBox, "contextLength", tr("Context length in tokens"));
-    m_contextLength->setRange(1, 1 << 24); // as AppSettings reads it back
+    m_contextLength->setRange(k3::kContextRange.min, k3::kContextRange.max);
     m_contextLength->setSingleStep(1024);
     m_contextLength->setSuffix(tr(" tokens"));
     m_contextLength->setToolTip(tr("The longest conversation the model holds (its KV cache). "
                                    "Applied when the model is loaded next: OK reloads it."));
     m_prefillChunk = named(new QSpinBox, "prefillChunk", tr("Prompt positions per chunk"));
-    m_prefillChunk->setRange(0, 4096); // as AppSettings reads it back
+    m_prefillChunk->setRange(k3::kPrefillChunkRange.min, k3::kPrefillChunkRange.max);
     // The plan's: at least kDefaultPrefillChunk, more with an expert cache (one pass reads
     // the trunk once for the whole chunk).
     m_prefillChunk->setSpecialValueText(tr("the plan's"));
@@ -185,7 +191,7 @@ QGroupBox* SettingsDialog::createModelGroup() {
            "in one pass over the weights. Greedy answers are exactly the same, sampled ones "
            "are drawn from exactly the same distribution; they only come faster."));
     m_maxSpeculation = named(new QSpinBox, "maxSpeculation", tr("Most tokens guessed at once"));
-    m_maxSpeculation->setRange(0, k3::kMaxSpeculation);
+    m_maxSpeculation->setRange(k3::kSpeculationRange.min, k3::kSpeculationRange.max);
     m_maxSpeculation->setSuffix(tr(" tokens"));
     m_maxSpeculation->setToolTip(tr("The model holds a copy of its state for each: a wider "
                                     "guess costs memory. Applied when the model is loaded."));
@@ -198,6 +204,8 @@ QGroupBox* SettingsDialog::createModelGroup() {
                  folderRow(m_modelDir, tr("Model folder"), QStringLiteral("browseModel")));
     form->addRow(tr("Trunk folder:"),
                  folderRow(m_trunkDir, tr("Trunk folder"), QStringLiteral("browseTrunk")));
+    form->addRow(tr("Draft folder:"),
+                 folderRow(m_draftDir, tr("Draft folder"), QStringLiteral("browseDraft")));
     form->addRow(tr("Threads:"), m_threads);
     auto* contextRow = new QHBoxLayout;
     contextRow->addWidget(m_contextLength, 1);
@@ -229,6 +237,15 @@ QGroupBox* SettingsDialog::createMemoryGroup() {
                               "asked for (0: every expert in memory). Off: the preset's, or "
                               "every expert in memory without a preset."));
     m_cacheGB = gbSpin("cacheBudget", tr("Expert cache budget in GB"));
+    m_pinMode = named(new QComboBox, "pinMode", tr("How pinned layers are held"));
+    m_pinMode->addItem(tr("measured: compressed where that is faster"),
+                       QString::fromLatin1(k3::pinModeName(k3::PinMode::Measured)));
+    m_pinMode->addItem(tr("raw: decoded once, at load"),
+                       QString::fromLatin1(k3::pinModeName(k3::PinMode::Raw)));
+    m_pinMode->addItem(tr("compressed: more layers pinned, decoded at each use"),
+                       QString::fromLatin1(k3::pinModeName(k3::PinMode::Compressed)));
+    m_pinMode->setToolTip(tr("For a compressed packed trunk only: the same answers in every "
+                             "mode, only speed and memory differ."));
     m_budgetSummary = new QLabel;
     m_budgetSummary->setObjectName(QStringLiteral("budgetSummary"));
     for (QCheckBox* box : {m_trunkSet, m_cacheSet})
@@ -263,6 +280,7 @@ QGroupBox* SettingsDialog::createMemoryGroup() {
     form->addRow(m_trunkSet, m_trunkGB);
     form->addRow(m_cacheSet, m_cacheGB);
     form->addRow(tr("In use:"), m_budgetSummary);
+    form->addRow(tr("Pinned layers:"), m_pinMode);
     form->addRow(m_stateCache, m_stateCacheGB);
     form->addRow(tr("On disk:"), usageRow);
     showStateCacheUsage(false);
@@ -287,6 +305,7 @@ void SettingsDialog::restoreDefaults() {
     AppSettings defaults;
     defaults.launch.modelDir = shown.modelDir;
     defaults.launch.trunkDir = shown.trunkDir;
+    defaults.launch.draftDir = shown.draftDir;
     defaults.launch.budget = shown.budget;
     setValues(defaults);
 }
@@ -296,6 +315,7 @@ k3::LaunchBudget SettingsDialog::budget() const {
     b.preset = m_preset->currentData().toString().toStdString();
     if (m_trunkSet->isChecked()) b.trunkBytes = bytesOf(m_trunkGB, m_launch.budget.trunkBytes);
     if (m_cacheSet->isChecked()) b.cacheBytes = bytesOf(m_cacheGB, m_launch.budget.cacheBytes);
+    b.modelTablesOnDisk = m_launch.budget.modelTablesOnDisk; // not shown: kept as it was
     return b;
 }
 
@@ -311,6 +331,9 @@ AppSettings SettingsDialog::values() const {
     a.theme = m_theme->currentData().toString();
     a.launch.modelDir = m_modelDir->text().trimmed().toStdString();
     a.launch.trunkDir = m_trunkDir->text().trimmed().toStdString();
+    a.launch.draftDir = m_draftDir->text().trimmed().toStdString();
+    a.launch.pinMode = k3::pinModeNamed(m_pinMode->currentData().toString().toStdString())
+                           .value_or(k3::PinMode::Measured);
     a.launch.budget = budget();
     a.launch.threads = m_threads->value();
     a.launch.prefillChunk = m_prefillChunk->value();
@@ -345,6 +368,9 @@ void SettingsDialog::setValues(const AppSettings& a) {
     const k3::LaunchConfig& l = a.launch;
     m_modelDir->setText(QString::fromStdString(l.modelDir.string()));
     m_trunkDir->setText(QString::fromStdString(l.trunkDir.string()));
+    m_draftDir->setText(QString::fromStdString(l.draftDir.string()));
+    m_pinMode->setCurrentIndex(
+        std::max(0, m_pinMode->findData(QString::fromLatin1(k3::pinModeName(l.pinMode)))));
     m_threads->setValue(l.threads);
     m_contextLength->setValue(l.contextLength);
     m_prefillChunk->setValue(l.prefillChunk);

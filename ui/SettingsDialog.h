@@ -58,12 +58,14 @@ private:
     QPlainTextEdit* m_systemPrompt = nullptr;
     QLineEdit* m_modelDir = nullptr;
     QLineEdit* m_trunkDir = nullptr;
+    QLineEdit* m_draftDir = nullptr; // empty: prompt lookup proposes
     QSpinBox* m_threads = nullptr;
     QSpinBox* m_contextLength = nullptr;
     QSpinBox* m_prefillChunk = nullptr;
     QCheckBox* m_speculation = nullptr;
     QSpinBox* m_maxSpeculation = nullptr;
     QComboBox* m_preset = nullptr;
+    QComboBox* m_pinMode = nullptr;
     QCheckBox* m_trunkSet = nullptr; // off: the preset's trunk (no preset: every layer)
     QDoubleSpinBox* m_trunkGB = nullptr;
     QCheckBox* m_cacheSet = nullptr; // off: the preset's cache (no preset: experts resident)

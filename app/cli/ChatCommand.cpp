@@ -214,7 +214,13 @@ int runChat(const ChatArgs& args) {
     std::optional<k3::OutputLock> historyLock;
     lockHistory(args, historyLock);
     std::vector<k3::ChatMessage> history = loadHistory(args);
-    LoadedSession loaded = openModel(args.model, TokenizerNeed::Required);
+    // The conversation's states go beside its transcript, so resuming it restores what
+    // was read instead of reading it again (a prefix cache: a state of another model or
+    // another transcript is never used).
+    ModelArgs modelArgs = args.model;
+    if (!args.history.empty() && modelArgs.stateCacheDir.empty())
+        modelArgs.stateCacheDir = args.history + ".states";
+    LoadedSession loaded = openModel(modelArgs, TokenizerNeed::Required);
     k3::Session& session = loaded.session;
     const bool tty = stdoutIsTty();
     std::uint64_t seed = 0;
@@ -245,9 +251,11 @@ int runChat(const ChatArgs& args) {
                 session.generateIds(ids, prefillOnly, &progress, &cancelFlag());
             if (resumed)
                 std::fprintf(stderr,
-                             "[resumed %zu messages from %s: prefilled %d positions in %s]\n",
+                             "[resumed %zu messages from %s: %d positions, %d restored from "
+                             "its saved state, %d read in %s]\n",
                              history.size(), terminalSafe(args.history).c_str(),
-                             session.positions(), formatDuration(r.prefillSeconds).c_str());
+                             session.positions(), r.restoredPositions, r.prefillPositions,
+                             formatDuration(r.prefillSeconds).c_str());
             if (r.cancelled) session.reset();
         } catch (const k3::ChatError& error) {
             throw usageError("--history " + args.history + ": " + error.what());
@@ -296,6 +304,7 @@ int chatLoop(const ChatArgs& args, k3::ChatBackend& backend, std::vector<k3::Cha
             continue;
         }
         if (line == "/reset") {
+            backend.forgetSavedStates(history); // the old conversation leaves no state
             history = initialHistory(args);
             backend.reset();
             unsaved = !saveHistory(args, history);

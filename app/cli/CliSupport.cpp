@@ -1,5 +1,6 @@
 #include "CliSupport.hpp"
 
+#include "k3/launch.hpp"
 #include "k3/memory_plan.hpp"
 #include "k3/process_memory.hpp"
 
@@ -211,26 +212,12 @@ bool progressDue(bool last) {
 }
 
 k3::PinMode parsePinMode(const std::string& text) {
-    if (text == "raw") return k3::PinMode::Raw;
-    if (text == "compressed") return k3::PinMode::Compressed;
-    if (text == "measured") return k3::PinMode::Measured;
+    if (const auto mode = k3::pinModeNamed(text)) return *mode;
     throw usageError("--pin-mode \"" + text +
                      "\" is not a pin mode: use raw (pinned layers decoded once, at load), "
                      "compressed (kept compressed, decoded at each use: a budget pins more "
                      "layers) or measured (compressed where a measurement at load says it "
                      "pays; the default)");
-}
-
-const char* pinModeName(k3::PinMode mode) {
-    switch (mode) {
-    case k3::PinMode::Raw:
-        return "raw";
-    case k3::PinMode::Compressed:
-        return "compressed";
-    case k3::PinMode::Measured:
-        return "measured";
-    }
-    return "measured";
 }
 
 std::string formatDuration(double seconds) {

@@ -80,8 +80,6 @@ std::uint64_t peakRssBytes();
 // --pin-mode: "raw", "compressed" or "measured"; anything else is a usage error naming
 // the value and the three choices.
 k3::PinMode parsePinMode(const std::string& text);
-// The flag's word for a mode ("measured").
-const char* pinModeName(k3::PinMode mode);
 
 // "0.42 s", "3 min 12 s", "1 h 04 min".
 std::string formatDuration(double seconds);

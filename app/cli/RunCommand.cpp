@@ -182,7 +182,7 @@ nlohmann::ordered_json planJson(const MemoryArgs& m, const k3::Session& session,
     plan["cache_gb"] = m.cacheGB ? nlohmann::ordered_json(*m.cacheGB) : nlohmann::ordered_json();
     plan["trunk_dir"] =
         m.trunkDir.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(m.trunkDir);
-    plan["pin_mode"] = pinModeName(m.pinMode);
+    plan["pin_mode"] = k3::pinModeName(m.pinMode);
     plan["dump_cache_trace"] = m.cacheTraceDir.empty() ? nlohmann::ordered_json()
                                                        : nlohmann::ordered_json(m.cacheTraceDir);
     plan["memory"] = memory.format();

@@ -28,6 +28,8 @@ k3::ModelConfig readConfigOrThrow(const std::string& modelDir) {
         return k3::readModelConfig(fs::path(modelDir) / "config.json");
     } catch (const k3::ConfigError& error) {
         throw usageError(error.what());
+    } catch (const k3::LaunchError& error) {
+        throw usageError(error.what());
     }
 }
 
@@ -93,14 +95,14 @@ LoadedSession openModel(const ModelArgs& args, TokenizerNeed need) {
     }
     // The rollback record the plan counts is sized for the widest verification asked for.
     if (args.speculation != 0) launch.maxSpeculation = args.speculation > 0 ? args.speculation : 16;
-    // toSessionOptions refuses up front (exit 1, with the numbers and the options) a plan
-    // over 95% of MemAvailable, rather than swapping or being killed halfway through.
-    k3::SessionOptions options = k3::toSessionOptions(launch);
-    options.tokenizerDir = tokDir;
-    options.loadTokenizer = loadTokenizer;
-    options.layerLimit = args.layers;
-    options.draftDir = args.draftDir;
-    options.recordCacheTrace = !args.memory.cacheTraceDir.empty();
+    launch.draftDir = args.draftDir;
+    // The load refuses up front (exit 1, with the numbers and the options) a plan over 95%
+    // of MemAvailable, rather than swapping or being killed halfway through.
+    k3::LaunchDiagnostics diagnostics;
+    diagnostics.tokenizerDir = tokDir;
+    diagnostics.loadTokenizer = loadTokenizer;
+    diagnostics.layerLimit = args.layers;
+    diagnostics.recordCacheTrace = !args.memory.cacheTraceDir.empty();
     if (stderrIsTty())
         std::fprintf(stderr, "loading %s ...\r", terminalSafe(args.modelDir).c_str());
     const auto t0 = std::chrono::steady_clock::now();
@@ -109,12 +111,15 @@ LoadedSession openModel(const ModelArgs& args, TokenizerNeed need) {
         if (!args.memory.trunkDir.empty())
             k3::openTrunkIndex(args.memory.trunkDir, args.modelDir,
                                trunkCheckProgress(stderrIsTty()));
-        LoadedSession loaded{k3::Session::open(options), loadTokenizer ? tokDir : std::string(), 0};
+        LoadedSession loaded{k3::Session::open(launch, diagnostics),
+                             loadTokenizer ? tokDir : std::string(), 0};
         loaded.loadSeconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (stderrIsTty()) std::fprintf(stderr, "\033[2K");
         return loaded;
     } catch (const k3::ConfigError& error) {
+        throw usageError(error.what());
+    } catch (const k3::LaunchError& error) {
         throw usageError(error.what());
     } catch (const k3::TokenizerError& error) {
         throw CommandError{kExitFailure,

@@ -17,6 +17,7 @@
 #include "cli/CliSupport.hpp"
 #include "cli/Commands.hpp"
 
+#include <k3/launch.hpp>
 #include <k3/memory_plan.hpp>
 
 class TestCliSupport : public QObject {
@@ -99,7 +100,7 @@ void TestCliSupport::pinModeParsesAndRefusesNamingTheValue() {
     QVERIFY(k3cli::parsePinMode("raw") == k3::PinMode::Raw);
     QVERIFY(k3cli::parsePinMode("compressed") == k3::PinMode::Compressed);
     QVERIFY(k3cli::parsePinMode("measured") == k3::PinMode::Measured);
-    QCOMPARE(std::string(k3cli::pinModeName(k3::PinMode::Compressed)), std::string("compressed"));
+    QCOMPARE(std::string(k3::pinModeName(k3::PinMode::Compressed)), std::string("compressed"));
     for (const std::string bad : {"fast", "Raw", "", "raw "}) {
         try {
             k3cli::parsePinMode(bad);

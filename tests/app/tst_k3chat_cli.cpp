@@ -7,6 +7,7 @@
 #include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -76,6 +77,7 @@ class TestK3ChatCli : public QObject {
 private slots:
     void answersResetsAndReusesPositions();
     void historyRoundTripsAndIsRePrefilled();
+    void historyStateIsRestoredNotReadAgain();
     void transcriptWithBadLineIsRefused();
     void systemMismatchIsRefused();
     void ctrlCStopsTheAnswerAndKeepsTheConversation();
@@ -138,10 +140,10 @@ void TestK3ChatCli::historyRoundTripsAndIsRePrefilled() {
         int(k3::encodeChatSegments(tok, k3::renderChatSegments(saved, render)).size());
     const K3Run second = runK3(args, "third\n");
     QVERIFY2(second.exitCode == 0, qPrintable(second.err));
-    QVERIFY2(second.err.contains(QString("[resumed 5 messages from %1: prefilled %2 positions")
-                                     .arg(history)
-                                     .arg(positions)),
-             qPrintable(second.err));
+    QVERIFY2(
+        second.err.contains(
+            QString("[resumed 5 messages from %1: %2 positions, ").arg(history).arg(positions)),
+        qPrintable(second.err));
     const QList<Turn> t = turns(second.err);
     QCOMPARE(t.size(), 1);
     QCOMPARE(t[0].reused, positions);
@@ -149,6 +151,50 @@ void TestK3ChatCli::historyRoundTripsAndIsRePrefilled() {
     QCOMPARE(after.size(), std::size_t(7));
     QVERIFY(std::equal(saved.begin(), saved.end(), after.begin()));
     QCOMPARE(after[5].content, std::string("third"));
+}
+
+// What the model read of a --history conversation is kept beside it (FILE.states/,
+// owner-only), so a resumed conversation restores it instead of reading it again: all of
+// it but the last answer's final token, which was sampled and never fed.
+void TestK3ChatCli::historyStateIsRestoredNotReadAgain() {
+    const QString dir = QStringLiteral(K3_SOURCE_DIR "/resources/demo");
+    QTemporaryDir tmp;
+    const QString history = tmp.filePath("chat.jsonl");
+    const QStringList args{dir, "--chat", "--history", history, "--no-think"};
+    const K3Run first = runK3(args, "hi\nmore\n");
+    QVERIFY2(first.exitCode == 0, qPrintable(first.err));
+    const QDir states(history + ".states");
+    QVERIFY(states.exists());
+    QCOMPARE(QFileInfo(states.path()).permissions() & 0x0077, QFileDevice::Permissions());
+    QCOMPARE(states.entryList({"*.k3state"}, QDir::Files).size(), 1);
+
+    const std::vector<k3::ChatMessage> saved = k3::readTranscript(history.toStdString());
+    QCOMPARE(saved.size(), std::size_t(4));
+    const k3::Tokenizer tok = k3::Tokenizer::fromDirectory(dir.toStdString());
+    k3::ChatRenderOptions render;
+    render.thinking = false;
+    render.addGenerationPrompt = false;
+    const int positions =
+        int(k3::encodeChatSegments(tok, k3::renderChatSegments(saved, render)).size());
+    const K3Run second = runK3(args, "third\n");
+    QVERIFY2(second.exitCode == 0, qPrintable(second.err));
+    QVERIFY2(second.err.contains(QString("[resumed 4 messages from %1: %2 positions, %3 restored "
+                                         "from its saved state, 1 read in ")
+                                     .arg(history)
+                                     .arg(positions)
+                                     .arg(positions - 1)),
+             qPrintable(second.err));
+    QCOMPARE(turns(second.err).at(0).reused, positions);
+
+    // An explicit --state-cache is used instead; nothing is made beside the transcript.
+    QTemporaryDir other;
+    const QString elsewhere = other.filePath("chat.jsonl");
+    const K3Run explicitCache = runK3(
+        {dir, "--chat", "--history", elsewhere, "--no-think", "--state-cache", other.filePath("s")},
+        "hi\n");
+    QVERIFY2(explicitCache.exitCode == 0, qPrintable(explicitCache.err));
+    QVERIFY(!QDir(elsewhere + ".states").exists());
+    QVERIFY(QDir(other.filePath("s")).exists());
 }
 
 void TestK3ChatCli::transcriptWithBadLineIsRefused() {

@@ -242,10 +242,11 @@ void TestK3Commands::presetAutoRunsTheReferenceIds() {
 // --temperature/--top-p/--seed give exactly what the engine gives for the same options;
 // --greedy overrides them and gives the reference ids.
 void TestK3Commands::samplingFlagsReachTheEngine() {
-    k3::SessionOptions so;
+    k3::LaunchConfig so;
     so.modelDir = kTiny.toStdString();
-    so.loadTokenizer = false;
-    k3::Session session = k3::Session::open(so);
+    k3::LaunchDiagnostics sd;
+    sd.loadTokenizer = false;
+    k3::Session session = k3::Session::open(so, sd);
     k3::GenerateOptions g;
     g.maxTokens = 6;
     g.sampling.temperature = 0.8f;

@@ -275,8 +275,9 @@ void TestK3Run::usageErrorsExitTwo_data() {
         << "the conversation is 20 tokens and the context holds 16 positions";
     QTest::newRow("spec not a number") << QStringList{dir, "--ids", "1", "--spec", "many"}
                                        << "--spec many is not auto or a number";
-    QTest::newRow("prefill chunk 0")
-        << QStringList{dir, "--ids", "1", "--prefill-chunk", "0"} << "--prefill-chunk";
+    // 0 is the plan's chunk (k3::kPrefillChunkRange, as the app's setting).
+    QTest::newRow("prefill chunk 4097")
+        << QStringList{dir, "--ids", "1", "--prefill-chunk", "4097"} << "--prefill-chunk";
     QTest::newRow("model dir missing")
         << QStringList{"/nonexistent/k3", "--ids", "1"} << "/nonexistent/k3 is not a folder";
     QTest::newRow("missing prompt file")

@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
     print("demo vocabulary (951)", demo);
     print("160,000 tokens", wide);
 
-    k3::SessionOptions o;
+    k3::LaunchConfig o;
     o.modelDir = kDemo;
     k3::Session s = k3::Session::open(o);
     k3::GenerateOptions g;

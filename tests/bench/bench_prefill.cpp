@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -109,26 +110,30 @@ int main(int argc, char** argv) {
     }
     struct Budget {
         const char* name;
-        std::uint64_t trunkBytes, cacheBytes;
+        std::optional<std::uint64_t> trunkBytes; // none: every layer pinned
+        std::uint64_t cacheBytes;
         int layers; // 0: all
     };
     // Everything pinned must fit in RAM, so that budget runs the first layers only.
     const Budget budgets[] = {
         {"streamed", std::uint64_t(trunkGB * 1e9), std::uint64_t(cacheGB * 1e9), 0},
-        {"pinned", ~std::uint64_t{0}, std::uint64_t(pinnedCacheGB * 1e9), pinnedLayers},
+        {"pinned", std::nullopt, std::uint64_t(pinnedCacheGB * 1e9), pinnedLayers},
     };
     std::printf("bench_prefill %s (trunk %s)\n", dir.c_str(), trunk.c_str());
     for (const Budget& b : budgets) {
         if (!only.empty() && only != b.name) continue;
-        k3::ModelOptions o;
+        k3::LaunchConfig o;
+        o.modelDir = dir;
         o.trunkDir = trunk;
-        o.trunkBytes = b.trunkBytes;
-        o.expertCacheBytes = b.cacheBytes;
+        o.budget.trunkBytes = b.trunkBytes;
+        o.budget.cacheBytes = b.cacheBytes;
         o.prefillChunk = chunk;
         // Room for the longest prompt: an unasked chunk is at most the context.
         o.contextLength = std::max(256, *std::max_element(prompts.begin(), prompts.end()));
-        o.layerLimit = b.layers;
-        const k3::Model m = k3::Model::load(dir, o);
+        k3::LaunchDiagnostics d;
+        d.layerLimit = b.layers;
+        d.enforceMemoryPlan = false;
+        const k3::Model m = k3::Model::load(o, d);
         const k3::MemoryPlan& plan = m.memoryPlan();
         // Bytes one pass over the trunk reads: every layer not pinned.
         std::uint64_t perPass = 0;

@@ -41,9 +41,9 @@ struct Row {
     std::vector<k3::TokenId> ids;
 };
 
-Row decode(const k3::SessionOptions& so, const std::vector<k3::TokenId>& prompt, int gen,
-           int spec) {
-    k3::Session s = k3::Session::open(so);
+Row decode(const k3::LaunchConfig& so, const k3::LaunchDiagnostics& sd,
+           const std::vector<k3::TokenId>& prompt, int gen, int spec) {
+    k3::Session s = k3::Session::open(so, sd);
     k3::GenerateOptions o;
     o.maxTokens = gen;
     o.speculation = spec;
@@ -63,12 +63,13 @@ int demoPart(const std::string& demo, int gen) {
     const std::filesystem::path trunk =
         std::filesystem::temp_directory_path() / ("k3-bench-spec-" + std::to_string(::getpid()));
     k3::packTrunk(demo, trunk);
-    k3::SessionOptions so;
+    k3::LaunchConfig so;
     so.modelDir = demo;
-    so.loadTokenizer = false;
     so.trunkDir = trunk;
-    so.trunkBytes = 0; // the smallest ring: every layer read on every pass
-    const int vocab = k3::Session::open(so).config().vocabSize;
+    so.budget.trunkBytes = 0; // the smallest ring: every layer read on every pass
+    k3::LaunchDiagnostics sd;
+    sd.loadTokenizer = false;
+    const int vocab = k3::Session::open(so, sd).config().vocabSize;
     std::vector<k3::TokenId> repeating, plain;
     for (int r = 0; r < 3; ++r)
         for (int i = 0; i < 9; ++i) repeating.push_back((i * 41 + 5) % vocab);
@@ -80,9 +81,9 @@ int demoPart(const std::string& demo, int gen) {
     int rc = 0;
     for (const auto& [name, prompt] :
          {std::pair{"repeating", repeating}, std::pair{"plain", plain}}) {
-        const Row serial = decode(so, prompt, gen, 0);
+        const Row serial = decode(so, sd, prompt, gen, 0);
         for (int spec : {0, -1, 4, 8}) {
-            const Row r = spec == 0 ? serial : decode(so, prompt, gen, spec);
+            const Row r = spec == 0 ? serial : decode(so, sd, prompt, gen, spec);
             if (r.ids != serial.ids) {
                 std::printf("DIFFERENT IDS at spec %d\n", spec);
                 rc = 1;
@@ -100,12 +101,15 @@ int demoPart(const std::string& demo, int gen) {
 }
 
 void synthPart(const std::string& dir, const std::string& trunk) {
-    k3::ModelOptions o;
+    k3::LaunchConfig o;
+    o.modelDir = dir;
     o.trunkDir = trunk;
-    o.trunkBytes = 1'500'000'000;
-    o.expertCacheBytes = 500'000'000;
+    o.budget.trunkBytes = 1'500'000'000;
+    o.budget.cacheBytes = 500'000'000;
     o.contextLength = 256;
-    const k3::Model m = k3::Model::load(dir, o);
+    k3::LaunchDiagnostics d;
+    d.enforceMemoryPlan = false;
+    const k3::Model m = k3::Model::load(o, d);
     const std::size_t V = std::size_t(m.config().vocabSize);
     std::printf(
         "\nsynthetic %s: verifying k positions in one pass (--trunk-gb 1.5 --cache-gb 0.5)\n",
@@ -138,15 +142,17 @@ void synthPart(const std::string& dir, const std::string& trunk) {
 // token differ from the serial answer's (the proposer's cost is paid, the pass wasted).
 int allRejectedPart(const std::string& model, const std::string& trunk, const std::string& draft,
                     int gen, int pairs) {
-    k3::SessionOptions so;
+    k3::LaunchConfig so;
     so.modelDir = model;
-    so.loadTokenizer = false;
     so.trunkDir = trunk;
-    so.trunkBytes = 1'500'000'000;
-    so.expertCacheBytes = 500'000'000;
+    so.budget.trunkBytes = 1'500'000'000;
+    so.budget.cacheBytes = 500'000'000;
     so.contextLength = 256;
     if (draft != "-") so.draftDir = draft;
-    const int vocab = k3::Session::open(so).config().vocabSize;
+    k3::LaunchDiagnostics sd;
+    sd.loadTokenizer = false;
+    sd.enforceMemoryPlan = false;
+    const int vocab = k3::Session::open(so, sd).config().vocabSize;
     std::vector<k3::TokenId> prompt;
     for (int r = 0; r < 3; ++r)
         for (int i = 0; i < 9; ++i) prompt.push_back((i * 41 + 5) % vocab);
@@ -157,10 +163,10 @@ int allRejectedPart(const std::string& model, const std::string& trunk, const st
     int rc = 0;
     std::vector<double> ratios;
     for (int p = 0; p < pairs; ++p) {
-        const Row serial = decode(so, prompt, gen, 0);
+        const Row serial = decode(so, sd, prompt, gen, 0);
         k3::setProposalFilterForBenchmarks(
             k3::rejectEveryProposal(serial.ids, prompt.size(), vocab));
-        const Row spec = decode(so, prompt, gen, -1);
+        const Row spec = decode(so, sd, prompt, gen, -1);
         k3::setProposalFilterForBenchmarks({});
         if (spec.ids != serial.ids || spec.accepted != 0) {
             std::printf("DIFFERENT IDS or an accepted proposal (%d)\n", spec.accepted);

@@ -17,6 +17,7 @@ private slots:
     void prefillProgressLeadsThePanels();
     void remoteModeSaysThereAreNoLocalFigures();
     void diskShowsBytesRateAndShare();
+    void readRateIsOverTheTimeReadsWereInProgress();
 };
 
 static MemoryFigures sample() {
@@ -40,7 +41,7 @@ static MemoryFigures sample() {
     f.cacheSlotBytes = 17'547'264; // one K3 expert
     f.trunkBytesRead = 100'000'000'000ull;
     f.expertBytesRead = 34'000'000'000ull;
-    f.ioSeconds = 50;
+    f.readBusySeconds = 50;
     f.ioShare = 0.71;
     return f;
 }
@@ -197,10 +198,35 @@ void TestEnginePanels::planTotalIsThePlansTotal() {
     p.stateBytes = 80'000'000;
     p.bufferBytes = 900'000'000;
     p.kvBytes = 1'000'000'000;
+    p.draftBytes = 3'000'000'000ull;
     const MemoryFigures f = MemoryFigures::fromPlan(p);
     QCOMPARE(f.plannedBytes(), quint64(p.total()));
-    QCOMPARE(f.plannedBytes(), quint64(1'000 + 20 + 600 + 4 + 50'000 + 600'000 + 21'000'000 +
-                                       80'000'000 + 900'000'000 + 1'000'000'000));
+    QCOMPARE(f.plannedBytes(),
+             quint64(1'000 + 20 + 600 + 4 + 50'000 + 600'000 + 21'000'000 + 80'000'000 +
+                     900'000'000 + 1'000'000'000 + 3'000'000'000ull));
+    QCOMPARE(f.plan.back().name, QStringLiteral("draft model")); // the draft is in the plan
+    QCOMPARE(f.plan.back().bytes, quint64(3'000'000'000ull));
+}
+
+// The rate "while reading" is bytes over the time a read was in progress (the trunk
+// reader's read calls, expert reads in flight), not over the time the compute waited.
+void TestEnginePanels::readRateIsOverTheTimeReadsWereInProgress() {
+    k3::MemoryReport r;
+    r.trunk.bytesRead = 6'000'000'000ull;
+    r.trunk.ioSeconds = 2;
+    r.trunk.waitSeconds = 0.5;
+    r.cache.bytesRead = 2'000'000'000ull;
+    r.cache.ioBusySeconds = 2;
+    r.cache.readSeconds = 0.5;
+    r.wallSeconds = 10;
+    const MemoryFigures f = MemoryFigures::from(r);
+    QCOMPARE(f.readBusySeconds, 4.0);
+    QCOMPARE(f.ioShare, 0.1); // the compute waited 1 s of 10
+    DiskIoPanel panel;
+    panel.setFigures(f);
+    QVERIFY2(
+        panel.text().contains(QStringLiteral("\n2.00 GB/s while reading\nI/O 10% of wall clock")),
+        qPrintable(panel.text()));
 }
 
 // Remote mode: the panels say so, and the plan panel draws no (empty) bar.

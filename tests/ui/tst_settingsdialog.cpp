@@ -110,6 +110,11 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     child<QComboBox>(&dialog, "theme")->setCurrentIndex(2);
     child<QLineEdit>(&dialog, "modelDir")->setText(QStringLiteral("/models/k3"));
     child<QLineEdit>(&dialog, "trunkDir")->setText(QStringLiteral("/models/k3/trunk"));
+    QCOMPARE(child<QLineEdit>(&dialog, "draftDir")->text(), QString()); // prompt lookup
+    child<QLineEdit>(&dialog, "draftDir")->setText(QStringLiteral("/models/k3/draft"));
+    QCOMPARE(child<QComboBox>(&dialog, "pinMode")->currentData().toString(),
+             QStringLiteral("measured"));
+    child<QComboBox>(&dialog, "pinMode")->setCurrentIndex(2);
     child<QSpinBox>(&dialog, "threads")->setValue(3);
     QCOMPARE(child<QSpinBox>(&dialog, "maxTokens")->value(), 512);
     child<QSpinBox>(&dialog, "maxTokens")->setValue(2000);
@@ -146,6 +151,8 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     QCOMPARE(settings.value("appearance/theme").toString(), QStringLiteral("dark"));
     QCOMPARE(settings.value("model/directory").toString(), QStringLiteral("/models/k3"));
     QCOMPARE(settings.value("model/trunkDir").toString(), QStringLiteral("/models/k3/trunk"));
+    QCOMPARE(settings.value("model/draftDir").toString(), QStringLiteral("/models/k3/draft"));
+    QCOMPARE(settings.value("launch/pinMode").toString(), QStringLiteral("compressed"));
     QCOMPARE(settings.value("engine/threads").toInt(), 3);
     QCOMPARE(settings.value("engine/speculation").toBool(), false);
     QCOMPARE(settings.value("generation/maxTokens").toInt(), 2000);
@@ -169,6 +176,8 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     expected.theme = QStringLiteral("dark");
     expected.launch.modelDir = "/models/k3";
     expected.launch.trunkDir = "/models/k3/trunk";
+    expected.launch.draftDir = "/models/k3/draft";
+    expected.launch.pinMode = k3::PinMode::Compressed;
     expected.launch.threads = 3;
     expected.speculation = false;
     expected.maxTokens = 2000;
@@ -196,6 +205,7 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     AppSettings restored;
     restored.launch.modelDir = "/models/k3";
     restored.launch.trunkDir = "/models/k3/trunk";
+    restored.launch.draftDir = "/models/k3/draft";
     restored.launch.budget = expected.launch.budget;
     QCOMPARE(again.values(), restored);
 }
@@ -208,7 +218,23 @@ void TestSettingsDialog::badStoredValuesAreClamped() {
     settings.setValue("thinking/effort", "extreme");
     settings.setValue("appearance/theme", "purple");
     settings.setValue("engine/threads", "many");
+    // The engine's ranges (k3::validate): a hand-edited file is brought inside them.
+    settings.setValue("launch/contextLength", 1 << 24);
+    settings.setValue("launch/prefillChunk", -3);
+    settings.setValue("launch/maxSpeculation", 99);
+    settings.setValue("launch/pinMode", "sideways");
+    settings.setValue("launch/cacheBytes", "18446744073709551615");
+    settings.setValue("launch/preset", "");
     const AppSettings a = AppSettings::load();
+    QCOMPARE(a.launch.contextLength, 1 << 20);
+    QCOMPARE(a.launch.prefillChunk, 0);
+    QCOMPARE(a.launch.maxSpeculation, 32);
+    QVERIFY(a.launch.pinMode == k3::PinMode::Measured);
+    QCOMPARE(a.launch.budget.cacheBytes, std::optional<std::uint64_t>(k3::kMaxBudgetBytes));
+    QVERIFY(k3::validate(a.launch).size() == 1); // only the missing model folder
+    SettingsDialog dialog;
+    QCOMPARE(child<QSpinBox>(&dialog, "contextLength")->maximum(), k3::kContextRange.max);
+    QCOMPARE(child<QSpinBox>(&dialog, "contextLength")->minimum(), k3::kContextRange.min);
     QCOMPARE(a.temperature, 2.0);
     QCOMPARE(a.topP, 0.01);
     QCOMPARE(a.seed, 0);
@@ -235,10 +261,11 @@ void TestSettingsDialog::everyControlHasAnAccessibleName() {
             QVERIFY2(!w->accessibleName().isEmpty(), qPrintable(w->objectName()));
         }
     }
-    // 24 settings (the context length, the default system prompt, the prefill chunk, the
-    // speculation width, the preset and two budgets with their boxes, the saved states'
-    // box and size among them), 2 Browse, Free space, OK, Cancel, Restore Defaults
-    QCOMPARE(controls, 30);
+    // 26 settings (the context length, the default system prompt, the prefill chunk, the
+    // speculation width, the draft folder, the pin mode, the preset and two budgets with
+    // their boxes, the saved states' box and size among them), 3 Browse, Free space, OK,
+    // Cancel, Restore Defaults
+    QCOMPARE(controls, 33);
 }
 
 void TestSettingsDialog::savedSettingsReachTheWorkerWithTheNextMessage() {

@@ -593,9 +593,7 @@ void TestSetupWizard::memoryPagePlanIsTheSessionsPlan() {
     QTRY_VERIFY_WITH_TIMEOUT(page.isComplete(), 10000);
     QVERIFY2(page.fits(), qPrintable(page.warningText()));
 
-    k3::SessionOptions options = k3::toSessionOptions(page.launchConfig());
-    options.loadTokenizer = false;
-    const k3::Session session = k3::Session::open(options);
+    const k3::Session session = k3::Session::open(page.launchConfig(), {.loadTokenizer = false});
     const k3::MemoryPlan& wizard = page.plan();
     const k3::MemoryPlan& engine = session.memoryReport().plan;
     QCOMPARE(wizard.totalLayers, engine.totalLayers);

@@ -23,7 +23,7 @@ void DiskIoPanel::setFigures(const MemoryFigures& f) {
         return;
     }
     const double total = double(f.trunkBytesRead + f.expertBytesRead);
-    const double rate = f.ioSeconds > 0 ? total / f.ioSeconds / 1e9 : 0;
+    const double rate = f.readBusySeconds > 0 ? total / f.readBusySeconds / 1e9 : 0;
     const QString trunk = f.trunkStreamed ? tr("trunk layers pinned %1 of %2, the rest streamed")
                                                 .arg(f.pinnedLayers)
                                                 .arg(f.totalLayers)

@@ -112,6 +112,7 @@ MemoryFigures MemoryFigures::fromPlan(const k3::MemoryPlan& p) {
     add(QObject::tr("recurrent state"), p.stateBytes);
     add(QObject::tr("KV cache"), p.kvBytes);
     add(QObject::tr("buffers"), p.bufferBytes);
+    add(QObject::tr("draft model"), p.draftBytes);
     f.availableBytes = p.available;
     f.pinnedLayers = p.pinnedLayers;
     f.totalLayers = p.totalLayers;
@@ -133,7 +134,7 @@ MemoryFigures MemoryFigures::from(const k3::MemoryReport& r) {
     f.cacheSlotBytes = r.cacheSlotBytes;
     f.trunkBytesRead = r.trunk.bytesRead;
     f.expertBytesRead = r.cache.bytesRead;
-    f.ioSeconds = r.trunk.waitSeconds + r.cache.readSeconds;
+    f.readBusySeconds = r.trunk.ioSeconds + r.cache.ioBusySeconds;
     f.wallSeconds = r.wallSeconds;
     f.ioShare = r.ioShare();
     f.peakRssBytes = r.peakRssBytes;
@@ -223,7 +224,7 @@ void EngineWorker::openLocal(const k3::LaunchConfig& config, bool announce) {
     m_secondsPerPosition = -1; // another budget reads at another rate
     try {
         // The memory dial chosen in the wizard: the same tokens, memory only buys speed.
-        m_backend = k3::openLocalBackend(k3::toSessionOptions(config));
+        m_backend = k3::openLocalBackend(config);
     } catch (...) {
         m_backend.reset();
         throw;

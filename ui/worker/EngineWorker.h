@@ -102,7 +102,9 @@ struct MemoryFigures {
     quint64 cacheSlotBytes = 0; // one slot: the expert's size, aligned up
     quint64 trunkBytesRead = 0;
     quint64 expertBytesRead = 0;
-    double ioSeconds = 0;
+    // Seconds with a read in progress (the trunk reader's, the expert reads' in flight):
+    // bytes over them is the disk's rate while reading. Not the compute's wait (ioShare).
+    double readBusySeconds = 0;
     double wallSeconds = 0;
     double ioShare = 0;
     quint64 peakRssBytes = 0;

@@ -51,7 +51,7 @@ public:
     }
 };
 
-std::unique_ptr<ChatBackend> openLocalBackend(const SessionOptions& options);
+std::unique_ptr<ChatBackend> openLocalBackend(const LaunchConfig& config);
 // Sessions already opened (the CLI checks and opens its own) are wrapped as they are.
 std::unique_ptr<ChatBackend> wrapSession(Session session, std::string location);
 // Checks the URL and the model name (RemoteError Usage); connects only when chatting.

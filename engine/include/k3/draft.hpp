@@ -11,7 +11,7 @@
 //   DRAFT_DIR/draft.json        {"format": "k3-draft", "version": 1, "quantization":
 //                               "mxfp4", "source": the checkpoint's identity (as trunk.json)}
 // The routed experts are not copied: the draft runs the ones the exact model holds in
-// memory (ModelOptions::draftOf).
+// memory (Model::loadDraft).
 
 #include "k3/pack.hpp"
 

@@ -1,17 +1,18 @@
 #pragma once
 // How a model is opened, as ONE description the k3 CLI, the desktop app and its wizard
 // share: the folders, the memory budget, threads, the prefill chunk and the context.
-// planLaunch gives the memory plan a Session opened from it will hold, from the files on
-// disk and without reading a weight (the same planning Model::load runs).
+// Session::open and Model::load take it as it is; planLaunch gives the memory plan a
+// Session opened from it will hold, from the files on disk and without reading a weight
+// (the same planning Model::load runs).
 
 #include "k3/memory_plan.hpp"
-#include "k3/session.hpp"
 
 #include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace k3 {
@@ -25,13 +26,18 @@ struct LaunchBudget {
     // cache of 0 keeps the routed experts in memory.
     std::optional<std::uint64_t> trunkBytes;
     std::optional<std::uint64_t> cacheBytes;
+    // Embeddings and lm_head left on disk (one embedding row read per token, lm_head in
+    // row blocks); set, it replaces the preset's choice (the ultra preset's).
+    std::optional<bool> modelTablesOnDisk;
 
     static LaunchBudget resident() { return {}; }
-    static LaunchBudget ofPreset(std::string name) { return {std::move(name), {}, {}}; }
+    static LaunchBudget ofPreset(std::string name) { return {std::move(name), {}, {}, {}}; }
     static LaunchBudget ofBytes(std::uint64_t trunk, std::uint64_t cache) {
-        return {{}, trunk, cache};
+        return {{}, trunk, cache, {}};
     }
-    bool isResident() const { return preset.empty() && !trunkBytes && !cacheBytes; }
+    bool isResident() const {
+        return preset.empty() && !trunkBytes && !cacheBytes && !modelTablesOnDisk.value_or(false);
+    }
     // The sizes in force (the preset's unless replaced); no trunk budget: every layer.
     // Throw MemoryRefusal for a preset name that is not in the table, listing the names.
     std::uint64_t resolvedTrunkBytes() const;
@@ -56,18 +62,59 @@ struct LaunchConfig {
     // How a compressed trunk's pinned layers are held (memory_plan.hpp); a raw trunk
     // ignores it.
     PinMode pinMode = PinMode::Measured;
-    // The prefix cache on disk (k3/state_cache.hpp): empty, none; 0 bytes: the default.
+    // A draft trunk (k3 pack --draft): speculation proposes with it instead of prompt
+    // lookup. Resident, in the plan, and checked to be this model's draft.
+    std::filesystem::path draftDir;
+    // The prefix cache on disk (k3/state_cache.hpp): a prompt starting with ids a cached
+    // state holds reads only the rest. Empty, none; 0 bytes: kDefaultStateCacheBytes.
     std::filesystem::path stateCacheDir;
     std::uint64_t stateCacheBytes = 0;
     bool operator==(const LaunchConfig&) const = default;
 };
 
-// The session options for `config`, the memory plan enforced (a plan over 95% of
-// MemAvailable is refused with the numbers). The tokenizer is the model folder's.
-// Throws MemoryRefusal for an unknown preset.
-SessionOptions toSessionOptions(const LaunchConfig& config);
+// What tests, benchmarks and the CLI's diagnostic flags change beside a LaunchConfig;
+// the defaults are what the front ends run with.
+struct LaunchDiagnostics {
+    std::filesystem::path tokenizerDir; // empty: the model folder's
+    bool loadTokenizer = true;          // false: ids in, ids out
+    int layerLimit = 0;                 // bind and run only the first N layers (0: all)
+    int expertCacheSlots = 0;           // > 0: exactly this many cache slots (replaces the bytes)
+    bool recordCacheTrace = false;      // keep the expert request trace (Model::writeCacheTrace)
+    bool enforceMemoryPlan = true;      // refuse a plan over 95% of MemAvailable, with the numbers
+    // lm_head's row blocks when the budget streams the model tables (two buffers).
+    std::uint64_t tableBlockBytes = std::uint64_t{64} << 20;
+};
 
-// The memory plan a Session opened with toSessionOptions(config) holds, against
+// "raw", "compressed", "measured": the pin mode's name in flags, settings and reports.
+const char* pinModeName(PinMode mode);
+// The pin mode `name` names; none for any other text.
+std::optional<PinMode> pinModeNamed(std::string_view name);
+
+// The ranges of a LaunchConfig's numbers, one table for the CLI's flags, the settings
+// dialog and the settings read back.
+struct LaunchRange {
+    int min = 0;
+    int max = 0;
+    bool contains(long long v) const { return v >= min && v <= max; }
+};
+inline constexpr LaunchRange kThreadsRange{0, 1024};      // 0: every core
+inline constexpr LaunchRange kContextRange{16, 1 << 20};  // positions
+inline constexpr LaunchRange kPrefillChunkRange{0, 4096}; // 0: the plan's
+inline constexpr LaunchRange kSpeculationRange{0, kMaxSpeculation};
+inline constexpr std::uint64_t kMaxBudgetBytes = 1'000'000'000'000'000; // 1e6 GB
+
+// Every field of `config` outside its range or otherwise unusable before a file is read
+// (a negative or empty size, no model folder), each named with its value and what is
+// allowed; empty: valid. Session::open, Model::load and planLaunch refuse (LaunchError)
+// what this reports.
+std::vector<std::string> validate(const LaunchConfig& config);
+
+class LaunchError : public Error {
+public:
+    explicit LaunchError(const std::string& message) : Error(ErrorKind::Config, message) {}
+};
+
+// The memory plan a Session opened with `config` holds, against
 // `availableBytes`: config.json, the safetensors headers and trunk.json are read, no
 // weight. Throws what opening would (a missing file, a trunk of another checkpoint, a
 // budget that cannot hold one ring slot), naming it.

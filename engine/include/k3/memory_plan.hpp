@@ -85,6 +85,9 @@ struct PlanInputs {
     // Embeddings and lm_head stay on disk (the ultra preset): modelBytes then counts
     // only the small model tensors and the bounded read buffers.
     bool modelTablesStreamed = false;
+    // A draft model for speculation (LaunchConfig::draftDir), resident: everything its
+    // own plan holds (weights, state, KV cache, buffers).
+    std::uint64_t draftBytes = 0;
 };
 
 struct MemoryPlan {
@@ -123,6 +126,7 @@ struct MemoryPlan {
     int maxSpeculation = 0;        // proposals per verification the state copies are sized for
     std::uint64_t kvBytes = 0;
     int contextLength = 0;
+    std::uint64_t draftBytes = 0; // PlanInputs::draftBytes
     std::uint64_t total() const;
     std::uint64_t available = 0;
     std::string availableBoundBy = "MemAvailable"; // or the cgroup limit that bound it
@@ -178,7 +182,8 @@ MemoryPlan planMemory(const PlanInputs& inputs, const MemoryBudget& budget,
 
 // Throws MemoryRefusal when the plan exceeds 95% of available memory: the message has
 // every component, the shortfall and the options. When the KV cache is what breaks the
-// plan, it says that this is a memory limit of this machine, not an engine ceiling.
+// plan, it says that this is a memory limit of this machine, not an engine ceiling. An
+// unknown available figure (0) is not judged.
 void enforceMemoryPlan(const MemoryPlan& plan);
 
 // "1.23 GB" / "456.00 MB" / "789 B".

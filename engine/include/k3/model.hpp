@@ -7,6 +7,7 @@
 
 #include "k3/config.hpp"
 #include "k3/error.hpp"
+#include "k3/launch.hpp"
 #include "k3/memory_plan.hpp"
 #include "k3/memory_stats.hpp"
 
@@ -22,39 +23,14 @@
 
 namespace k3 {
 
+namespace model {
+struct LoadOptions;
+}
+
 class ModelError : public Error {
 public:
     explicit ModelError(const std::string& message, ErrorKind kind = ErrorKind::Model)
         : Error(kind, message) {}
-};
-
-// The defaults keep every weight resident, read from the checkpoint at load. The
-// memory dial: a packed trunk (trunkDir) streamed within trunkBytes, and routed experts
-// served by an expert cache. Every setting gives the same tokens and logits, bit for bit.
-struct ModelOptions {
-    int layerLimit = 0;             // bind and run only the first N layers (0: all), a diagnostic
-    std::filesystem::path trunkDir; // packed trunk (k3 pack); empty: trunk from the checkpoint
-    std::uint64_t trunkBytes = std::numeric_limits<std::uint64_t>::max(); // pinned + ring
-    PinMode pinMode = PinMode::Measured; // a compressed trunk's pinned layers (memory_plan.hpp)
-    std::uint64_t expertCacheBytes = 0;  // > 0: routed experts go through the expert cache
-    int expertCacheSlots = 0;            // > 0: exactly this many slots (overrides the bytes)
-    int contextLength = 4096;            // positions the plan's KV cache must hold
-    int prefillChunk = 0;                // positions per chunk (0: kDefaultPrefillChunk)
-    // Speculation width the plan holds rollback records for (0: none, at most
-    // kMaxSpeculation); a verification chunk holds this many proposals plus one.
-    int maxSpeculation = 16;
-    bool enforceMemoryPlan = false; // refuse a plan over 95% of MemAvailable
-    // Leave embeddings and lm_head on disk (the ultra preset): one embedding row is read
-    // per token and lm_head streams in row blocks of tableBlockBytes (two buffers).
-    bool streamModelTables = false;
-    std::uint64_t tableBlockBytes = std::uint64_t{64} << 20;
-    bool recordCacheTrace = false; // keep the expert request trace (--dump-cache-trace)
-    std::string budgetSource;      // how the budget was asked for, for the plan's report
-    // A draft model (k3 pack --draft) for speculation: binds no routed experts of its own
-    // and runs those `draftOf` holds in memory (resident experts; behind an expert cache,
-    // none), never reading any for the draft. Resident: trunkDir and the cache options
-    // are ignored. `draftOf` must outlive the draft.
-    const class Model* draftOf = nullptr;
 };
 
 // Live figures of the memory dial, for the run report and the app's panels.
@@ -108,8 +84,21 @@ struct TokenStats {
 
 class Model {
 public:
-    // Reads config.json and binds every tensor of the checkpoint in `dir`.
-    static Model load(const std::filesystem::path& dir, const ModelOptions& options = {});
+    // Reads config.json and binds every tensor of the checkpoint in config.modelDir. A
+    // LaunchConfig of a model folder alone keeps every weight resident; the memory dial
+    // (a packed trunk streamed within the trunk budget, routed experts behind an expert
+    // cache) gives the same tokens and logits, bit for bit. Throws LaunchError for what
+    // validate(config) reports.
+    static Model load(const LaunchConfig& config, const LaunchDiagnostics& diagnostics = {});
+    // Every weight of the checkpoint in `dir` resident (a LaunchConfig of the folder alone).
+    static Model load(const std::filesystem::path& dir);
+    // A draft model (k3 pack --draft) in `dir` for speculation beside `target`: it binds
+    // no routed experts of its own and runs those `target` holds in memory (resident
+    // experts; behind an expert cache, none), never reading any. Resident: the config's
+    // trunk and budget are ignored; its context, chunk and the layer limit apply.
+    // `target` must outlive the draft.
+    static Model loadDraft(const std::filesystem::path& dir, const Model& target,
+                           const LaunchConfig& config, const LaunchDiagnostics& diagnostics = {});
 
     ~Model();
     Model(Model&&) noexcept;
@@ -125,7 +114,8 @@ public:
     const MemoryPlan& memoryPlan() const;
     MemoryStats memoryStats() const;
     void resetCacheStats();
-    // Writes DIR/expert_trace.bin and DIR/expert_hist.json (needs recordCacheTrace).
+    // Writes DIR/expert_trace.bin and DIR/expert_hist.json (needs
+    // LaunchDiagnostics::recordCacheTrace).
     void writeCacheTrace(const std::filesystem::path& dir) const;
 
     // Feeds `token` at position state.length(); writes vocabSize logits.
@@ -154,6 +144,7 @@ public:
 private:
     struct Impl;
     explicit Model(std::unique_ptr<Impl> impl);
+    static Model loadResolved(const model::LoadOptions& options);
     std::unique_ptr<Impl> impl_;
 };
 

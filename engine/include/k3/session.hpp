@@ -6,6 +6,7 @@
 
 #include "k3/chat.hpp"
 #include "k3/constraint.hpp"
+#include "k3/launch.hpp"
 #include "k3/model.hpp"
 #include "k3/tokenizer.hpp"
 #include "k3/vision.hpp"
@@ -51,48 +52,12 @@ public:
     explicit StateError(const std::string& message) : Error(ErrorKind::State, message) {}
 };
 
-struct SessionOptions {
-    std::filesystem::path modelDir;
-    std::filesystem::path tokenizerDir; // empty: the model directory
-    bool loadTokenizer = true;          // false: ids in, ids out
-    int layerLimit = 0;                 // diagnostic: run only the first N layers
-    // The memory dial (see ModelOptions): defaults keep every weight resident.
-    std::filesystem::path trunkDir;
-    std::uint64_t trunkBytes = std::numeric_limits<std::uint64_t>::max();
-    PinMode pinMode = PinMode::Measured;
-    std::uint64_t expertCacheBytes = 0;
-    int expertCacheSlots = 0;
-    int contextLength = 4096;
-    int prefillChunk = 0;    // positions per prefill chunk (0: the plan's)
-    int maxSpeculation = 16; // widest speculation the plan holds state copies for (0: none)
-    bool enforceMemoryPlan = false;
-    bool recordCacheTrace = false;
-    bool streamModelTables = false; // embeddings and lm_head stay on disk (ultra)
-    std::string budgetSource;       // "preset laptop", for the plan's report (LaunchBudget)
-    // A draft trunk (k3 pack --draft): speculation proposes with it instead of prompt
-    // lookup. Resident; checked to be this model's draft.
-    std::filesystem::path draftDir;
-    // The prefix cache on disk (k3/state_cache.hpp): empty, none. A prompt starting with
-    // ids a cached state holds reads only the rest; the preamble of a new conversation
-    // and the conversation after each answer are saved. Files over the budget go least
-    // recently used first.
-    std::filesystem::path stateCacheDir;
-    std::uint64_t stateCacheBytes = 0; // 0: kDefaultStateCacheBytes
-};
-
-// The run report's memory figures: the plan (a forecast), what the trunk and the
-// expert cache did, and the measured peak RSS (the figure to quote).
-struct MemoryReport {
+// The run report's memory figures: the plan (a forecast), what the trunk and the expert
+// cache did (the model's MemoryStats), and the measured peak RSS (the figure to quote).
+struct MemoryReport : MemoryStats {
     MemoryPlan plan;
-    bool trunkStreamed = false;
-    bool expertsCached = false;
-    TrunkStats trunk;
-    CacheStats cache;
-    int cacheSlots = 0;
-    std::uint64_t cacheSlotBytes = 0;
-    ExpertIoInfo expertIo;
-    std::uint64_t peakRssBytes = 0;   // getrusage(RUSAGE_SELF) ru_maxrss
-    std::uint64_t draftBytes = 0;     // the draft's weights in memory (0: no draft)
+    std::uint64_t peakRssBytes = 0;   // k3::peakResidentBytes (k3/process_memory.hpp)
+    std::uint64_t draftBytes = 0;     // the draft's weights and state in memory (0: no draft)
     std::uint64_t draftFileBytes = 0; // its model.safetensors on disk
     double wallSeconds = 0;           // generation wall clock so far
     double ioShare() const;           // (trunk wait + expert reads) / wall clock
@@ -243,7 +208,10 @@ struct GenerateResult {
 
 class Session {
 public:
-    static Session open(const SessionOptions& options);
+    // Opens config.modelDir's model as `config` says (the memory plan enforced unless the
+    // diagnostics say otherwise), its draft and prefix cache when named, and the model
+    // folder's tokenizer.
+    static Session open(const LaunchConfig& config, const LaunchDiagnostics& diagnostics = {});
 
     ~Session();
     Session(Session&&) noexcept;

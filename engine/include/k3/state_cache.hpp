@@ -1,5 +1,5 @@
 #pragma once
-// The prefix cache on disk (SessionOptions::stateCacheDir): conversation states keyed by
+// The prefix cache on disk (LaunchConfig::stateCacheDir): conversation states keyed by
 // the ids they hold, so no prompt position is read twice. What the front ends need to
 // show and clear it; the Session reads and writes it (docs/state-format.md).
 

@@ -117,7 +117,7 @@ std::string formatBytes(std::uint64_t bytes) {
 
 std::uint64_t MemoryPlan::total() const {
     return trunkBytes() + trunkDecodeBytes + modelBytes + residentExpertBytes + cacheBytes() +
-           stateBytes + bufferBytes + kvBytes;
+           stateBytes + bufferBytes + kvBytes + draftBytes;
 }
 
 bool pinCompressedPays(std::uint64_t rawPinnedBytes, std::uint64_t storedSavedBytes,
@@ -212,12 +212,13 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
     plan.contextLength = in.contextLength;
     plan.kvBytes = in.kvBytesPerPosition * std::uint64_t(std::max(0, in.contextLength));
     plan.expertSlotBytes = in.expertSlotBytes;
+    plan.draftBytes = in.draftBytes;
 
     std::uint64_t trunkBudget = budget.trunkBytes, cacheBudget = budget.cacheBytes;
     if (budget.automatic) {
         const std::uint64_t fixed = plan.trunkDecodeBytes + plan.modelBytes +
                                     plan.residentExpertBytes + plan.stateBytes + plan.bufferBytes +
-                                    plan.kvBytes;
+                                    plan.kvBytes + plan.draftBytes;
         const auto spendable = std::uint64_t(double(available) * 0.9);
         const std::uint64_t rest = spendable > fixed ? spendable - fixed : 0;
         std::uint64_t allLayers = 0, decodeSlot = 0;
@@ -303,12 +304,14 @@ std::string MemoryPlan::format() const {
     line(out, "buffers", bufferBytes, note);
     std::snprintf(note, sizeof note, "%d positions", contextLength);
     line(out, "KV cache", kvBytes, note);
+    if (draftBytes) line(out, "draft (RESIDENT)", draftBytes, "speculation's draft model");
     line(out, "TOTAL", total());
     line(out, "available", available, availableBoundBy);
     return out;
 }
 
 void enforceMemoryPlan(const MemoryPlan& plan) {
+    if (plan.available == 0) return; // unknown (no memory figure from the system): not judged
     const double limit = double(plan.available) * kPlanMaxShareOfAvailable;
     if (double(plan.total()) <= limit) return;
     const auto limitBytes = std::uint64_t(limit);

@@ -35,6 +35,7 @@ std::uint64_t LaunchBudget::resolvedCacheBytes() const {
 }
 
 bool LaunchBudget::streamsModelTables() const {
+    if (modelTablesOnDisk) return *modelTablesOnDisk;
     return !preset.empty() && presetNamed(preset).streamsModelTables;
 }
 
@@ -46,30 +47,99 @@ std::string LaunchBudget::describe() const {
     };
     if (trunkBytes) add("trunk " + formatBytes(*trunkBytes));
     if (cacheBytes) add("cache " + formatBytes(*cacheBytes));
+    if (modelTablesOnDisk)
+        add(*modelTablesOnDisk ? "model tables on disk" : "model tables in memory");
     return out;
 }
 
-SessionOptions toSessionOptions(const LaunchConfig& config) {
-    SessionOptions o;
-    o.modelDir = config.modelDir;
-    o.trunkDir = config.trunkDir;
+const char* pinModeName(PinMode mode) {
+    switch (mode) {
+    case PinMode::Raw:
+        return "raw";
+    case PinMode::Compressed:
+        return "compressed";
+    case PinMode::Measured:
+        return "measured";
+    }
+    return "measured";
+}
+
+std::optional<PinMode> pinModeNamed(std::string_view name) {
+    for (const PinMode m : {PinMode::Raw, PinMode::Compressed, PinMode::Measured})
+        if (name == pinModeName(m)) return m;
+    return std::nullopt;
+}
+
+std::vector<std::string> validate(const LaunchConfig& config) {
+    std::vector<std::string> problems;
+    const auto range = [&problems](const char* what, long long value, LaunchRange r,
+                                   const char* note) {
+        if (!r.contains(value))
+            problems.push_back(std::string(what) + " " + std::to_string(value) + " is outside " +
+                               std::to_string(r.min) + ".." + std::to_string(r.max) + note);
+    };
+    if (config.modelDir.empty()) problems.push_back("no model folder is given");
+    range("the thread count", config.threads, kThreadsRange, " (0: every core)");
+    range("the context length", config.contextLength, kContextRange, " positions");
+    range("the prefill chunk", config.prefillChunk, kPrefillChunkRange,
+          " positions (0: as the memory plan sizes it)");
+    range("the speculation width", config.maxSpeculation, kSpeculationRange, " proposals");
+    if (config.budget.trunkBytes && *config.budget.trunkBytes > kMaxBudgetBytes)
+        problems.push_back("the trunk budget " + formatBytes(*config.budget.trunkBytes) +
+                           " is over the largest size taken (" + formatBytes(kMaxBudgetBytes) +
+                           ")");
+    if (config.budget.cacheBytes && *config.budget.cacheBytes > kMaxBudgetBytes)
+        problems.push_back("the expert-cache budget " + formatBytes(*config.budget.cacheBytes) +
+                           " is over the largest size taken (" + formatBytes(kMaxBudgetBytes) +
+                           ")");
+    if (!config.budget.preset.empty() && !findPreset(config.budget.preset)) {
+        std::string names;
+        for (const Preset& p : presets())
+            names += (names.empty() ? "" : ", ") + std::string(p.name);
+        problems.push_back("unknown preset \"" + config.budget.preset + "\"; the presets are " +
+                           names);
+    }
+    if (config.stateCacheBytes > 0 && config.stateCacheDir.empty())
+        problems.push_back("a state-cache budget is given without a state-cache folder");
+    return problems;
+}
+
+namespace model {
+
+LoadOptions loadOptionsFor(const LaunchConfig& config, const LaunchDiagnostics& diagnostics) {
+    if (const auto problems = validate(config); !problems.empty()) {
+        std::string message;
+        for (const std::string& p : problems) message += (message.empty() ? "" : "; ") + p;
+        throw LaunchError(message);
+    }
+    LoadOptions o;
+    o.launch = config;
+    o.diagnostics = diagnostics;
     o.trunkBytes = config.budget.resolvedTrunkBytes();
-    o.pinMode = config.pinMode;
-    o.expertCacheBytes = config.budget.resolvedCacheBytes();
+    o.cacheBytes = config.budget.resolvedCacheBytes();
     o.streamModelTables = config.budget.streamsModelTables();
     o.budgetSource = config.budget.describe();
-    o.contextLength = config.contextLength;
-    o.prefillChunk = config.prefillChunk;
-    o.maxSpeculation = config.maxSpeculation;
-    o.stateCacheDir = config.stateCacheDir;
-    o.stateCacheBytes = config.stateCacheBytes;
-    o.enforceMemoryPlan = true;
     return o;
 }
 
+LoadOptions draftOptionsFor(const LaunchConfig& config, const LaunchDiagnostics& diagnostics) {
+    LaunchConfig draft;
+    draft.modelDir = config.draftDir;
+    draft.contextLength = config.contextLength;
+    draft.prefillChunk = config.prefillChunk;
+    draft.maxSpeculation = 0;
+    LaunchDiagnostics d;
+    d.layerLimit = diagnostics.layerLimit;
+    d.enforceMemoryPlan = false;
+    LoadOptions o = loadOptionsFor(draft, d);
+    o.draft = true;
+    return o;
+}
+
+} // namespace model
+
 MemoryPlan planLaunch(const LaunchConfig& config, std::uint64_t availableBytes) {
-    const ModelOptions options = model::modelOptionsFor(toSessionOptions(config));
-    return model::planLoad(config.modelDir, options, availableBytes).plan;
+    return model::planLoad(config.modelDir, model::loadOptionsFor(config, {}), availableBytes).plan;
 }
 
 LaunchBudget automaticBudget(const LaunchConfig& config, std::uint64_t availableBytes) {
@@ -78,8 +148,8 @@ LaunchBudget automaticBudget(const LaunchConfig& config, std::uint64_t available
     // Planned with a cache, so the plan knows the expert slot it fills the rest with.
     LaunchConfig probe = config;
     probe.budget = LaunchBudget::ofBytes(0, 1);
-    ModelOptions options = model::modelOptionsFor(toSessionOptions(probe));
-    model::LoadPlan lp = model::planLoad(config.modelDir, options, availableBytes);
+    model::LoadPlan lp =
+        model::planLoad(config.modelDir, model::loadOptionsFor(probe, {}), availableBytes);
     MemoryBudget automatic;
     automatic.automatic = true;
     const MemoryPlan plan = planMemory(lp.inputs, automatic, availableBytes);
@@ -106,7 +176,7 @@ LaunchBudget resolveMemoryFlags(std::span<const MemoryFlag> flags, std::uint64_t
             continue;
         }
         const bool trunk = f.kind == MemoryFlag::Kind::TrunkGB;
-        if (!std::isfinite(f.gb) || f.gb < 0 || f.gb > 1e6)
+        if (!std::isfinite(f.gb) || f.gb < 0 || f.gb > double(kMaxBudgetBytes) / 1e9)
             throw MemoryRefusal(std::string(trunk ? "--trunk-gb " : "--cache-gb ") +
                                 std::to_string(f.gb) + " is not a size in GB between 0 and 1e6");
         (trunk ? b.trunkBytes : b.cacheBytes) = gbToBytes(f.gb);

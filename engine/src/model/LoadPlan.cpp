@@ -23,7 +23,7 @@ const std::string kHeadName = "language_model.lm_head.weight";
 
 // Layer records (from the checkpoint, or the packed trunk with its pieces), the model
 // tensors, and the routed experts resident or through the cache.
-void addWeights(LoadPlan& lp, const ModelOptions& options, bool draft) {
+void addWeights(LoadPlan& lp, const LoadOptions& options, bool draft) {
     PlanInputs& in = lp.inputs;
     const int layers = lp.layers;
     const bool useTrunk = lp.trunk.has_value();
@@ -57,7 +57,7 @@ void addWeights(LoadPlan& lp, const ModelOptions& options, bool draft) {
             const std::uint64_t rows = t->rank == 2 ? std::max<std::uint64_t>(1, t->shape[0]) : 1;
             // The embedding reads one row; only lm_head needs the two block buffers.
             in.modelBytes += StreamedTable::bufferBytes(
-                t->nbytes / rows, name == kHeadName ? options.tableBlockBytes : 0);
+                t->nbytes / rows, name == kHeadName ? options.diagnostics.tableBlockBytes : 0);
         } else {
             in.modelBytes += t->nbytes;
         }
@@ -213,16 +213,16 @@ PinRates measurePinRates(const TrunkIndex& index) {
 // A compressed trunk's pinned layers kept compressed when asked, or when the measurement
 // says the decode of the layers a raw plan pins costs less than the reads the extra
 // pinned layers save.
-void choosePinning(LoadPlan& lp, const ModelOptions& options, const MemoryBudget& budget,
+void choosePinning(LoadPlan& lp, const LoadOptions& options, const MemoryBudget& budget,
                    std::uint64_t availableBytes) {
-    if (!lp.trunk || !lp.trunk->compressed() || options.pinMode == PinMode::Raw) return;
+    if (!lp.trunk || !lp.trunk->compressed() || options.launch.pinMode == PinMode::Raw) return;
     PlanInputs coded = lp.inputs;
     for (const TrunkRecord& r : lp.trunk->layers)
         coded.layerStoredBytes.push_back(r.compressed() ? r.storedBytes : r.bytes);
     MemoryPlan alt = planMemory(coded, budget, availableBytes);
     const MemoryPlan& raw = lp.plan;
     char note[256];
-    if (options.pinMode == PinMode::Compressed) {
+    if (options.launch.pinMode == PinMode::Compressed) {
         alt.pinChoice = "pinned layers kept compressed (asked)";
         lp.inputs = std::move(coded);
         lp.plan = std::move(alt);
@@ -264,36 +264,42 @@ void choosePinning(LoadPlan& lp, const ModelOptions& options, const MemoryBudget
 
 } // namespace
 
-LoadPlan planLoad(const std::filesystem::path& dir, const ModelOptions& options,
+LoadPlan planLoad(const std::filesystem::path& dir, const LoadOptions& options,
                   std::uint64_t availableBytes) {
     LoadPlan lp{readModelConfig(dir / "config.json"), Checkpoint::open(dir), 0, {}, {}, {}, {}};
     const ModelConfig& c = lp.config;
     const int n = c.numHiddenLayers;
-    if (options.layerLimit < 0 || options.layerLimit > n)
-        throw ModelError("--layers " + std::to_string(options.layerLimit) + " is outside 1.." +
-                         std::to_string(n) + " (num_hidden_layers in " +
+    if (options.diagnostics.layerLimit < 0 || options.diagnostics.layerLimit > n)
+        throw ModelError("--layers " + std::to_string(options.diagnostics.layerLimit) +
+                         " is outside 1.." + std::to_string(n) + " (num_hidden_layers in " +
                          (dir / "config.json").string() + ")");
-    lp.layers = options.layerLimit == 0 ? n : options.layerLimit;
-    const bool draft = options.draftOf != nullptr;
-    if (!draft && !options.trunkDir.empty()) {
-        lp.trunk = openTrunkIndex(options.trunkDir, dir);
+    lp.layers = options.diagnostics.layerLimit == 0 ? n : options.diagnostics.layerLimit;
+    const bool draft = options.draft;
+    if (!draft && !options.launch.trunkDir.empty()) {
+        lp.trunk = openTrunkIndex(options.launch.trunkDir, dir);
         lp.trunk->layers.resize(std::size_t(lp.layers));
     }
-    if (!draft && (options.expertCacheBytes > 0 || options.expertCacheSlots > 0))
+    if (!draft && (options.cacheBytes > 0 || options.diagnostics.expertCacheSlots > 0))
         lp.store = std::make_shared<CheckpointExpertStore>(lp.checkpoint, c, lp.layers);
 
-    const int maxSpec = std::clamp(options.maxSpeculation, 0, kMaxSpeculation);
+    const int maxSpec = std::clamp(options.launch.maxSpeculation, 0, kMaxSpeculation);
     addWeights(lp, options, draft);
     addState(lp.inputs, c, lp.layers, maxSpec);
-    lp.inputs.contextLength = options.contextLength;
-    lp.inputs.requestedChunk = options.prefillChunk;
+    lp.inputs.contextLength = options.launch.contextLength;
+    lp.inputs.requestedChunk = options.launch.prefillChunk;
     lp.inputs.streamed = lp.trunk.has_value();
+    if (!draft && !options.launch.draftDir.empty()) {
+        // What the draft will hold, planned as Model::loadDraft loads it.
+        const LoadOptions d = draftOptionsFor(options.launch, options.diagnostics);
+        lp.inputs.draftBytes = planLoad(options.launch.draftDir, d, 0).plan.total();
+    }
 
     MemoryBudget budget;
     budget.trunkBytes = lp.trunk ? options.trunkBytes : std::numeric_limits<std::uint64_t>::max();
-    budget.cacheBytes = options.expertCacheSlots > 0
-                            ? std::uint64_t(options.expertCacheSlots) * lp.inputs.expertSlotBytes
-                            : options.expertCacheBytes;
+    budget.cacheBytes =
+        options.diagnostics.expertCacheSlots > 0
+            ? std::uint64_t(options.diagnostics.expertCacheSlots) * lp.inputs.expertSlotBytes
+            : options.cacheBytes;
     budget.source = options.budgetSource.empty() ? "options" : options.budgetSource;
     lp.plan = planMemory(lp.inputs, budget, availableBytes);
     choosePinning(lp, options, budget, availableBytes);

@@ -51,8 +51,8 @@ std::unique_ptr<ChatBackend> wrapSession(Session session, std::string location) 
     return std::make_unique<LocalBackend>(std::move(session), std::move(location));
 }
 
-std::unique_ptr<ChatBackend> openLocalBackend(const SessionOptions& options) {
-    return wrapSession(Session::open(options), options.modelDir.string());
+std::unique_ptr<ChatBackend> openLocalBackend(const LaunchConfig& config) {
+    return wrapSession(Session::open(config), config.modelDir.string());
 }
 
 } // namespace k3

@@ -248,17 +248,37 @@ void Model::Impl::bindFromTrunk(const TrunkIndex& index, const model::Checkpoint
     }
 }
 
-Model Model::load(const std::filesystem::path& dir, const ModelOptions& options) {
+Model Model::load(const LaunchConfig& config, const LaunchDiagnostics& diagnostics) {
+    return loadResolved(model::loadOptionsFor(config, diagnostics));
+}
+
+Model Model::load(const std::filesystem::path& dir) {
+    LaunchConfig config;
+    config.modelDir = dir;
+    return load(config);
+}
+
+Model Model::loadDraft(const std::filesystem::path& dir, const Model& target,
+                       const LaunchConfig& config, const LaunchDiagnostics& diagnostics) {
+    LaunchConfig withDraft = config;
+    withDraft.draftDir = dir;
+    model::LoadOptions options = model::draftOptionsFor(withDraft, diagnostics);
+    options.draftOf = &target;
+    return loadResolved(options);
+}
+
+Model Model::loadResolved(const model::LoadOptions& options) {
+    const std::filesystem::path& dir = options.launch.modelDir;
     auto impl = std::make_unique<Impl>();
     // Everything is added up before anything is allocated (planLoad, as k3::planLaunch).
     const auto mem = readMemoryInfo();
     model::LoadPlan lp = model::planLoad(dir, options, mem ? mem->availableBytes : 0);
     impl->config = std::move(lp.config);
     const ModelConfig& c = impl->config;
-    if (c.maxPositionEmbeddings && options.contextLength > *c.maxPositionEmbeddings)
+    if (c.maxPositionEmbeddings && options.launch.contextLength > *c.maxPositionEmbeddings)
         throw ModelError((dir / "config.json").string() + ": max_position_embeddings is " +
                          std::to_string(*c.maxPositionEmbeddings) + ", a context of " +
-                         std::to_string(options.contextLength) +
+                         std::to_string(options.launch.contextLength) +
                          " positions is longer than the model was trained for; use a context "
                          "of at most " +
                          std::to_string(*c.maxPositionEmbeddings) + " positions");
@@ -266,7 +286,7 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
     impl->layerCount = layers;
     impl->eps = float(c.rmsNormEps);
     const Checkpoint& ckpt = lp.checkpoint;
-    const bool draft = options.draftOf != nullptr;
+    const bool draft = options.draft && options.draftOf != nullptr;
     const bool useTrunk = lp.trunk.has_value();
     const bool useCache = lp.store != nullptr;
     if (draft) {
@@ -282,19 +302,20 @@ Model Model::load(const std::filesystem::path& dir, const ModelOptions& options)
     impl->store = lp.store;
     impl->plan = std::move(lp.plan);
     if (mem) impl->plan.availableBoundBy = mem->boundBy;
-    if (options.enforceMemoryPlan) enforceMemoryPlan(impl->plan);
+    if (options.diagnostics.enforceMemoryPlan) enforceMemoryPlan(impl->plan);
     const bool streamTables = options.streamModelTables;
 
     if (useCache) {
         CacheOptions co;
         co.slotCount = std::max(1, impl->plan.cacheSlots);
-        co.recordTrace = options.recordCacheTrace;
+        co.recordTrace = options.diagnostics.recordCacheTrace;
         impl->cache = std::make_unique<ExpertCache>(impl->store, co);
     }
     const model::CheckpointSource ckptSource(ckpt);
     if (streamTables) {
         impl->embedTable = openStreamedTable(ckpt, c, index, kEmbedName, 0);
-        impl->headTable = openStreamedTable(ckpt, c, index, kHeadName, options.tableBlockBytes);
+        impl->headTable =
+            openStreamedTable(ckpt, c, index, kHeadName, options.diagnostics.tableBlockBytes);
     }
     if (!useTrunk) {
         model::bindModelTensors(ckptSource, c, impl->w, !streamTables);
@@ -429,7 +450,7 @@ void Model::Impl::prepareRollback(InferenceState& state, int T) const {
         throw ModelError("a verification chunk of " + std::to_string(T) +
                          " positions; the plan holds rollback records for " +
                          std::to_string(plan.maxSpeculation + 1) +
-                         " (ModelOptions::maxSpeculation)");
+                         " (LaunchConfig::maxSpeculation)");
     if (state.d_->replay.empty()) {
         // Sized once for the widest chunk the plan allows: what the plan counted.
         state.d_->replay.resize(state.d_->layers.size());

@@ -34,63 +34,38 @@ Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 
-ModelOptions model::modelOptionsFor(const SessionOptions& options) {
-    ModelOptions mo;
-    mo.layerLimit = options.layerLimit;
-    mo.trunkDir = options.trunkDir;
-    mo.trunkBytes = options.trunkBytes;
-    mo.pinMode = options.pinMode;
-    mo.expertCacheBytes = options.expertCacheBytes;
-    mo.expertCacheSlots = options.expertCacheSlots;
-    mo.contextLength = options.contextLength;
-    mo.prefillChunk = options.prefillChunk;
-    mo.maxSpeculation = options.maxSpeculation;
-    mo.enforceMemoryPlan = options.enforceMemoryPlan;
-    mo.recordCacheTrace = options.recordCacheTrace;
-    mo.streamModelTables = options.streamModelTables;
-    mo.budgetSource = options.budgetSource;
-    return mo;
-}
-
-Session Session::open(const SessionOptions& options) {
-    const ModelOptions mo = model::modelOptionsFor(options);
-    auto impl = std::make_unique<Impl>(Model::load(options.modelDir, mo));
-    impl->modelDir = options.modelDir;
+Session Session::open(const LaunchConfig& config, const LaunchDiagnostics& diagnostics) {
+    auto impl = std::make_unique<Impl>(Model::load(config, diagnostics));
+    impl->modelDir = config.modelDir;
     impl->chunk = std::max(1, impl->model.memoryPlan().chunkPositions);
-    if (!options.draftDir.empty()) {
-        checkDraft(options.draftDir, options.modelDir);
-        ModelOptions dmo;
-        dmo.draftOf = &impl->model;
-        dmo.layerLimit = options.layerLimit;
-        dmo.contextLength = options.contextLength;
-        dmo.prefillChunk = options.prefillChunk;
-        dmo.maxSpeculation = 0; // the draft's proposals are never rolled back, it is restored
-        impl->draft = Model::load(options.draftDir, dmo);
+    if (!config.draftDir.empty()) {
+        checkDraft(config.draftDir, config.modelDir);
+        impl->draft = Model::loadDraft(config.draftDir, impl->model, config, diagnostics);
         impl->draftState = impl->draft->newState();
         impl->draftLogits.assign(std::size_t(impl->draft->config().vocabSize), 0.0f);
         std::error_code ec;
-        const auto size = std::filesystem::file_size(options.draftDir / "model.safetensors", ec);
+        const auto size = std::filesystem::file_size(config.draftDir / "model.safetensors", ec);
         impl->draftFileBytes = ec ? 0 : size;
     }
-    if (!options.stateCacheDir.empty()) {
+    if (!config.stateCacheDir.empty()) {
         // Owner-only: the states hold what the user wrote.
         std::error_code ec;
-        std::filesystem::create_directories(options.stateCacheDir, ec);
+        std::filesystem::create_directories(config.stateCacheDir, ec);
         if (!ec)
-            std::filesystem::permissions(options.stateCacheDir, std::filesystem::perms::owner_all,
+            std::filesystem::permissions(config.stateCacheDir, std::filesystem::perms::owner_all,
                                          std::filesystem::perm_options::replace, ec);
         if (ec)
-            throw StateError(options.stateCacheDir.string() +
+            throw StateError(config.stateCacheDir.string() +
                              ": cannot create the state cache folder: " + ec.message());
         impl->stateCacheBinding = impl->stateBinding();
-        impl->stateCache.emplace(options.stateCacheDir,
-                                 options.stateCacheBytes > 0 ? options.stateCacheBytes
-                                                             : kDefaultStateCacheBytes,
+        impl->stateCache.emplace(config.stateCacheDir,
+                                 config.stateCacheBytes > 0 ? config.stateCacheBytes
+                                                            : kDefaultStateCacheBytes,
                                  impl->stateCacheBinding);
     }
-    if (options.loadTokenizer) {
+    if (diagnostics.loadTokenizer) {
         impl->tokenizer = Tokenizer::fromDirectory(
-            options.tokenizerDir.empty() ? options.modelDir : options.tokenizerDir);
+            diagnostics.tokenizerDir.empty() ? config.modelDir : diagnostics.tokenizerDir);
         if (impl->tokenizer->vocabSize() > std::size_t(impl->model.config().vocabSize))
             throw ModelError("the tokenizer has " + std::to_string(impl->tokenizer->vocabSize()) +
                              " tokens but the model's vocab_size is " +

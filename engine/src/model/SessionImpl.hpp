@@ -36,7 +36,7 @@ struct Session::Impl {
     double wallSeconds = 0; // time spent feeding tokens
     TokenTiming lastTiming; // of the last fed token
 
-    // The draft (SessionOptions::draftDir) runs `model`'s experts, so it is declared after
+    // The draft (LaunchConfig::draftDir) runs `model`'s experts, so it is declared after
     // it (destroyed first). draftSeen: the conversation draftState has caught up with
     // (read, or skipped after a back-off: see proposeWithDraft).
     std::optional<Model> draft;
@@ -50,7 +50,7 @@ struct Session::Impl {
     std::optional<VisionTower> vision;
     bool heldMedia = false;
 
-    // The prefix cache on disk (SessionOptions::stateCacheDir), when one is used.
+    // The prefix cache on disk (LaunchConfig::stateCacheDir), when one is used.
     std::optional<model::StateCache> stateCache;
     std::string stateCacheBinding; // stateBinding(), before any owner is added
 

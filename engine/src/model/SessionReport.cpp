@@ -18,14 +18,7 @@ MemoryReport Session::memoryReport() const {
     MemoryReport r;
     const Model& m = impl_->model;
     r.plan = m.memoryPlan();
-    const MemoryStats st = m.memoryStats();
-    r.trunkStreamed = st.trunkStreamed;
-    r.expertsCached = st.expertsCached;
-    r.trunk = st.trunk;
-    r.cache = st.cache;
-    r.cacheSlots = st.cacheSlots;
-    r.cacheSlotBytes = st.cacheSlotBytes;
-    r.expertIo = st.expertIo;
+    static_cast<MemoryStats&>(r) = m.memoryStats();
     r.peakRssBytes = peakResidentBytes();
     if (impl_->draft) {
         r.draftBytes =

@@ -26,7 +26,7 @@ const k3::Tokenizer& demoTokenizer() {
 k3::Session& demoSession() {
     static std::optional<k3::Session> s;
     if (!s) {
-        k3::SessionOptions o;
+        k3::LaunchConfig o;
         o.modelDir = kDemo;
         s.emplace(k3::Session::open(o));
     }

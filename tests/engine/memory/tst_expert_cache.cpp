@@ -352,11 +352,11 @@ void TestExpertCache::plainF32ExpertsFollowTheirDtype() {
         }
     QCOMPARE(cache.stats().failedReads, std::uint64_t(0));
     // The plan: resident experts count their F32 bytes; cache slots are the store's.
-    const k3::Model resident = k3::Model::load(dir);
+    const k3::Model resident = k3::Model::load({.modelDir = dir});
     QCOMPARE(resident.memoryPlan().residentExpertBytes, 24 * 3 * matrix);
-    k3::ModelOptions o;
-    o.expertCacheSlots = 2;
-    const k3::Model cached = k3::Model::load(dir, o);
+    k3::LaunchDiagnostics d;
+    d.expertCacheSlots = 2;
+    const k3::Model cached = k3::Model::load({.modelDir = dir}, d);
     QCOMPARE(cached.memoryPlan().expertSlotBytes, std::uint64_t(store.slotBytes()));
     QCOMPARE(cached.memoryPlan().residentExpertBytes, std::uint64_t(0));
 }

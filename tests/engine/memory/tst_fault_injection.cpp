@@ -63,11 +63,12 @@ k3::FaultRule rule(k3::IoKind kind, k3::IoFault error, std::uint64_t after = 0) 
 
 // A greedy run of 3 tokens through a 2-slot expert cache.
 k3::GenerateResult cachedRun(const std::string& dir) {
-    k3::SessionOptions so;
+    k3::LaunchConfig so;
     so.modelDir = dir;
-    so.loadTokenizer = false;
-    so.expertCacheSlots = 2;
-    k3::Session session = k3::Session::open(so);
+    k3::LaunchDiagnostics sd;
+    sd.loadTokenizer = false;
+    sd.expertCacheSlots = 2;
+    k3::Session session = k3::Session::open(so, sd);
     const std::vector<k3::TokenId> prompt{5, 6, 7};
     k3::GenerateOptions go;
     go.maxTokens = 3;
@@ -200,20 +201,21 @@ void TestFaultInjection::trunkReadFaultNamesTheLayer() {
     const std::string dir = modelDir("k3_tiny_b").toStdString();
     const std::string trunk = tmp.filePath(QStringLiteral("trunk")).toStdString();
     k3::packTrunk(dir, trunk);
-    k3::ModelOptions o;
+    k3::LaunchConfig o;
+    o.modelDir = dir;
     o.trunkDir = trunk;
     {
         // Everything pinned: the first trunk read at load is layer 0's.
         const k3::ScopedFault armed(rule(k3::IoKind::Trunk, k3::IoFault::Eio));
-        const std::string e = what([&] { k3::Model::load(dir, o); });
+        const std::string e = what([&] { k3::Model::load(o); });
         QVERIFY2(has(e, "trunk layer 0: ") && has(e, "trunk.bin: read error") &&
                      has(e, "Input/output error"),
                  e.c_str());
     }
     // Nothing pinned: the layers stream during the forward; the error names the layer.
     const k3::TrunkIndex idx = k3::openTrunkIndex(trunk, dir);
-    o.trunkBytes = 2 * k3::alignUp(idx.largestLayerBytes());
-    const k3::Model m = k3::Model::load(dir, o);
+    o.budget.trunkBytes = 2 * k3::alignUp(idx.largestLayerBytes());
+    const k3::Model m = k3::Model::load(o);
     QCOMPARE(m.memoryStats().trunk.pinnedLayers, 0);
     std::vector<float> logits(std::size_t(m.config().vocabSize));
     k3::InferenceState st = m.newState();
@@ -236,11 +238,12 @@ void TestFaultInjection::oneTransientTrunkFaultNeverChangesALogit() {
     const std::string dir = modelDir("k3_tiny_b").toStdString();
     const std::string trunk = tmp.filePath(QStringLiteral("trunk")).toStdString();
     k3::packTrunk(dir, trunk);
-    k3::ModelOptions o;
+    k3::LaunchConfig o;
+    o.modelDir = dir;
     o.trunkDir = trunk;
-    o.trunkBytes = 2 * k3::alignUp(k3::openTrunkIndex(trunk, dir).largestLayerBytes());
+    o.budget.trunkBytes = 2 * k3::alignUp(k3::openTrunkIndex(trunk, dir).largestLayerBytes());
     const auto run = [&](bool fault) {
-        const k3::Model m = k3::Model::load(dir, o);
+        const k3::Model m = k3::Model::load(o);
         std::vector<float> logits(std::size_t(m.config().vocabSize));
         k3::InferenceState st = m.newState();
         m.forward(st, 5, logits);
@@ -282,9 +285,10 @@ void TestFaultInjection::packOutOfSpaceKeepsTheOldTrunk() {
     }
     QCOMPARE(QDir(trunk).entryList(QDir::Files | QDir::Hidden), files);
     QVERIFY(k3::trunkIsCurrent(trunk.toStdString(), dir));
-    k3::ModelOptions o;
+    k3::LaunchConfig o;
+    o.modelDir = dir;
     o.trunkDir = trunk.toStdString();
-    QCOMPARE(what([&] { k3::Model::load(dir, o); }), std::string("(no exception)"));
+    QCOMPARE(what([&] { k3::Model::load(o); }), std::string("(no exception)"));
 }
 
 // trunk.json is staged (the one atomic-write helper) before anything is renamed: when it
@@ -335,11 +339,13 @@ void TestFaultInjection::trunkTruncatedAfterLoadNamesTheLayer() {
     const std::string trunk = tmp.filePath(QStringLiteral("trunk")).toStdString();
     k3::packTrunk(dir.toStdString(), trunk);
     const k3::TrunkIndex idx = k3::openTrunkIndex(trunk, dir.toStdString());
-    k3::ModelOptions o;
+    k3::LaunchConfig o;
+    o.modelDir = dir.toStdString();
     o.trunkDir = trunk;
-    o.trunkBytes = 2 * k3::alignUp(idx.largestLayerBytes()); // every layer streams
-    o.expertCacheSlots = 2;
-    const k3::Model m = k3::Model::load(dir.toStdString(), o);
+    o.budget.trunkBytes = 2 * k3::alignUp(idx.largestLayerBytes()); // every layer streams
+    k3::LaunchDiagnostics d;
+    d.expertCacheSlots = 2;
+    const k3::Model m = k3::Model::load(o, d);
     const int last = int(idx.layers.size()) - 1;
     QCOMPARE(::truncate(idx.binPath.c_str(), off_t(idx.layers[std::size_t(last)].offset)), 0);
     std::vector<float> logits(std::size_t(m.config().vocabSize));
@@ -351,9 +357,11 @@ void TestFaultInjection::trunkTruncatedAfterLoadNamesTheLayer() {
 
     // The same for the experts' shard: the cache's reads come up short, the run is invalid.
     const k3::Model m2 = [&] {
-        k3::ModelOptions o2;
-        o2.expertCacheSlots = 2;
-        return k3::Model::load(dir.toStdString(), o2);
+        k3::LaunchConfig o2;
+        o2.modelDir = dir.toStdString();
+        k3::LaunchDiagnostics d2;
+        d2.expertCacheSlots = 2;
+        return k3::Model::load(o2, d2);
     }();
     const k3::Checkpoint ckpt = k3::Checkpoint::open(dir.toStdString());
     int moeLayer = -1;

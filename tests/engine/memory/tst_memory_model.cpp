@@ -106,7 +106,7 @@ void TestMemoryModel::sameBitsAtEveryBudget() {
              qPrintable(
                  QStringLiteral("largest piece %1, largest layer %2").arg(maxPiece).arg(largest)));
 
-    const k3::Model resident = k3::Model::load(dir);
+    const k3::Model resident = k3::Model::load({.modelDir = dir});
     const Run ref = greedy(resident, prompt, int(want.size()));
     QCOMPARE(ref.dropped, 0);
     const int topK = resident.config().numExpertsPerToken;
@@ -141,15 +141,17 @@ void TestMemoryModel::sameBitsAtEveryBudget() {
         {"checkpoint trunk, tables streamed, resident experts", 0, 0, -1, -1, false, true},
     };
     for (const Budget& b : budgets) {
-        k3::ModelOptions o;
+        k3::LaunchConfig o;
+        o.modelDir = dir;
         if (b.trunk) {
             o.trunkDir = trunkDir;
-            o.trunkBytes = b.trunk;
+            o.budget.trunkBytes = b.trunk;
         }
-        o.expertCacheSlots = b.cacheSlots;
-        o.streamModelTables = b.tables;
-        o.tableBlockBytes = 3 * 4096; // several lm_head blocks, the last one partial
-        const k3::Model m = k3::Model::load(dir, o);
+        o.budget.modelTablesOnDisk = b.tables;
+        k3::LaunchDiagnostics d;
+        d.expertCacheSlots = b.cacheSlots;
+        d.tableBlockBytes = 3 * 4096; // several lm_head blocks, the last one partial
+        const k3::Model m = k3::Model::load(o, d);
         const k3::MemoryPlan& plan = m.memoryPlan();
         if (b.wantPinned >= 0) QCOMPARE(plan.pinnedLayers, b.wantPinned);
         if (b.wantPinned == -2) QVERIFY(plan.pinnedLayers >= n / 2 && plan.pinnedLayers < n);
@@ -221,7 +223,7 @@ void TestMemoryModel::plainBf16ExpertsSameBitsResidentAndCached() {
     const auto prompt = expected.at("prompt_ids").get<std::vector<int>>();
     auto want = expected.at("greedy").at("incremental").get<std::vector<int>>();
     want.resize(8);
-    const k3::Model resident = k3::Model::load(dir);
+    const k3::Model resident = k3::Model::load({.modelDir = dir});
     QVERIFY(!resident.config().quantization);
     // 2 MoE layers x 4 experts x 3 BF16 matrices of 24 x 20.
     QCOMPARE(resident.memoryPlan().residentExpertBytes, std::uint64_t(2 * 4 * 3 * 24 * 20 * 2));
@@ -229,9 +231,11 @@ void TestMemoryModel::plainBf16ExpertsSameBitsResidentAndCached() {
     QCOMPARE(ref.ids, want);
     QCOMPARE(ref.dropped, 0);
     for (int slotCount : {1, 2, 8}) {
-        k3::ModelOptions o;
-        o.expertCacheSlots = slotCount;
-        const k3::Model m = k3::Model::load(dir, o);
+        k3::LaunchConfig o;
+        o.modelDir = dir;
+        k3::LaunchDiagnostics d;
+        d.expertCacheSlots = slotCount;
+        const k3::Model m = k3::Model::load(o, d);
         // 2880 bytes an expert, but some expert's aligned read window straddles a 4 KB
         // boundary: two pages.
         QCOMPARE(m.memoryPlan().expertSlotBytes, std::uint64_t(8192));
@@ -247,8 +251,10 @@ void TestMemoryModel::plainBf16ExpertsSameBitsResidentAndCached() {
 
 void TestMemoryModel::failedExpertReadInvalidatesRun() {
     const std::string dir = modelDir("k3_tiny_b").toStdString();
-    k3::ModelOptions o;
-    o.expertCacheSlots = 2;
+    k3::LaunchConfig o;
+    o.modelDir = dir;
+    k3::LaunchDiagnostics d;
+    d.expertCacheSlots = 2;
     std::atomic<int> faults{0}; // called from the cache's reader threads
     k3::FaultRule rule;         // the engine's one fault hook, narrowed to some experts
     rule.kind = k3::IoKind::Expert;
@@ -258,7 +264,7 @@ void TestMemoryModel::failedExpertReadInvalidatesRun() {
         return fail;
     };
     const k3::ScopedFault armed(rule);
-    const k3::Model m = k3::Model::load(dir, o);
+    const k3::Model m = k3::Model::load(o, d);
     std::vector<float> logits(std::size_t(m.config().vocabSize));
     k3::InferenceState st = m.newState();
     const k3::TokenStats ts = m.forward(st, 5, logits);
@@ -267,11 +273,12 @@ void TestMemoryModel::failedExpertReadInvalidatesRun() {
     QVERIFY(m.memoryStats().cache.failedReads > 0);
 
     // Through a Session: the result says invalid and still carries every figure.
-    k3::SessionOptions so;
+    k3::LaunchConfig so;
     so.modelDir = dir;
-    so.loadTokenizer = false;
-    so.expertCacheSlots = 2;
-    k3::Session session = k3::Session::open(so);
+    k3::LaunchDiagnostics sd;
+    sd.loadTokenizer = false;
+    sd.expertCacheSlots = 2;
+    k3::Session session = k3::Session::open(so, sd);
     const std::vector<k3::TokenId> prompt{5, 6, 7};
     k3::GenerateOptions go;
     go.maxTokens = 3;
@@ -295,10 +302,11 @@ void TestMemoryModel::staleTrunkIsRefused() {
         std::ofstream cfg((copy + QStringLiteral("/config.json")).toStdString(), std::ios::app);
         cfg << "\n";
     }
-    k3::ModelOptions o;
+    k3::LaunchConfig o;
+    o.modelDir = copy.toStdString();
     o.trunkDir = trunk;
     try {
-        k3::Model::load(copy.toStdString(), o);
+        k3::Model::load(o);
         QFAIL("a stale trunk was accepted");
     } catch (const k3::StaleTrunkError& e) {
         QVERIFY2(std::string(e.what()).find("config.json changed") != std::string::npos, e.what());
@@ -310,22 +318,23 @@ void TestMemoryModel::sessionReportsMemory() {
     QTemporaryDir tmp;
     const std::string trunk = tmp.filePath(QStringLiteral("trunk")).toStdString();
     k3::packTrunk(dir, trunk);
-    k3::SessionOptions so;
+    k3::LaunchConfig so;
     so.modelDir = dir;
-    so.loadTokenizer = false;
     so.trunkDir = trunk;
-    so.trunkBytes =
+    so.budget.trunkBytes =
         1; // smaller than one layer's piece: refused with numbers (0 asks for the smallest ring)
+    k3::LaunchDiagnostics sd;
+    sd.loadTokenizer = false;
     try {
-        k3::Session::open(so);
+        k3::Session::open(so, sd);
         QFAIL("a trunk budget below one layer was accepted");
     } catch (const k3::MemoryRefusal& e) {
         QVERIFY2(std::string(e.what()).find("cannot hold one ring slot") != std::string::npos,
                  e.what());
     }
-    so.trunkBytes = 3ull << 20;
-    so.expertCacheSlots = 4;
-    k3::Session s = k3::Session::open(so);
+    so.budget.trunkBytes = 3ull << 20;
+    sd.expertCacheSlots = 4;
+    k3::Session s = k3::Session::open(so, sd);
     struct Obs : k3::SessionObserver {
         std::vector<k3::TokenEvent> tokens;
         void onToken(const k3::TokenEvent& e) override { tokens.push_back(e); }
@@ -398,7 +407,7 @@ void TestMemoryModel::sameBitsThroughEveryExpertReader() {
         r.lastLogits = logits;
         return r;
     };
-    const k3::Model resident = k3::Model::load(dir);
+    const k3::Model resident = k3::Model::load({.modelDir = dir});
     const Run ref = run(resident);
     QCOMPARE(ref.dropped, 0);
     const k3::ModelConfig& c = resident.config();
@@ -407,10 +416,10 @@ void TestMemoryModel::sameBitsThroughEveryExpertReader() {
     std::vector<QByteArray> readers{"threads"};
     {
         qputenv("K3_EXPERT_IO", "uring");
-        k3::ModelOptions o;
-        o.expertCacheSlots = 1;
+        k3::LaunchDiagnostics d;
+        d.expertCacheSlots = 1;
         try {
-            (void)k3::Model::load(dir, o);
+            (void)k3::Model::load({.modelDir = dir}, d);
             readers.push_back("uring");
         } catch (const std::exception& e) {
             std::printf("io_uring not available here (%s): threads only\n", e.what());
@@ -421,9 +430,9 @@ void TestMemoryModel::sameBitsThroughEveryExpertReader() {
         std::vector<k3::CacheStats> stats;
         for (const QByteArray& reader : readers) {
             qputenv("K3_EXPERT_IO", reader);
-            k3::ModelOptions o;
-            o.expertCacheSlots = capacity;
-            const k3::Model m = k3::Model::load(dir, o);
+            k3::LaunchDiagnostics d;
+            d.expertCacheSlots = capacity;
+            const k3::Model m = k3::Model::load({.modelDir = dir}, d);
             QCOMPARE(m.memoryStats().expertIo.mode, reader.toStdString());
             const Run r = run(m);
             const QByteArray what = reader + " at " + QByteArray::number(capacity) + " slots";

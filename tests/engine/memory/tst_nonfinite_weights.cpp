@@ -55,9 +55,10 @@ void patch(const QString& dir, const std::string& name, std::uint64_t index, flo
     QVERIFY(f.good());
 }
 
-std::string loadError(const QString& dir, const k3::ModelOptions& o = {}) {
+std::string loadError(const QString& dir, k3::LaunchConfig o = {}) {
+    o.modelDir = dir.toStdString();
     try {
-        k3::Model::load(dir.toStdString(), o);
+        k3::Model::load(o);
     } catch (const std::exception& e) {
         return e.what();
     }
@@ -99,7 +100,7 @@ void TestNonFiniteWeights::nanRouterBiasIsRefusedAtLoad() {
     // The same through a packed trunk (the layer is bound from its pinned record).
     const std::string trunk = tmp.filePath(QStringLiteral("trunk")).toStdString();
     k3::packTrunk(dir.toStdString(), trunk);
-    k3::ModelOptions o;
+    k3::LaunchConfig o;
     o.trunkDir = trunk;
     QCOMPARE(loadError(dir, o), "tensor " + bias +
                                     " element 2 is NaN: refusing a non-finite norm, bias or "
@@ -138,17 +139,19 @@ void TestNonFiniteWeights::nanScaleInACachedExpertDropsIt() {
     const QString dir = copyModel(tmp);
     const k3::ModelConfig c = k3::readModelConfig((dir + "/config.json").toStdString());
     const int L = firstMoeLayer(c);
-    k3::ModelOptions o;
-    o.expertCacheSlots = 2 * c.numExpertsPerToken;
+    k3::LaunchConfig o;
+    o.modelDir = dir.toStdString();
+    k3::LaunchDiagnostics d;
+    d.expertCacheSlots = 2 * c.numExpertsPerToken;
     {
-        const k3::Model clean = k3::Model::load(dir.toStdString(), o);
+        const k3::Model clean = k3::Model::load(o, d);
         std::vector<float> logits(std::size_t(c.vocabSize));
         k3::InferenceState st = clean.newState();
         QCOMPARE(clean.forward(st, 5, logits).droppedExperts, 0);
     }
     for (int e = 0; e < c.numExperts; ++e)
         patch(dir, moe(L) + "experts." + std::to_string(e) + ".w1.weight_scale", 0, 0, 0xFF);
-    const k3::Model m = k3::Model::load(dir.toStdString(), o); // nothing read yet
+    const k3::Model m = k3::Model::load(o, d); // nothing read yet
     std::vector<float> logits(std::size_t(c.vocabSize));
     k3::InferenceState st = m.newState();
     const k3::TokenStats ts = m.forward(st, 5, logits);

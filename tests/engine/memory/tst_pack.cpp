@@ -115,10 +115,11 @@ struct Packed {
     static std::string loadErrorOf(const std::string& trunk, const std::string& model,
                                    std::uint64_t trunkBytes = 0) {
         try {
-            k3::ModelOptions o;
+            k3::LaunchConfig o;
+            o.modelDir = model;
             o.trunkDir = trunk;
-            o.trunkBytes = trunkBytes ? trunkBytes : o.trunkBytes;
-            const k3::Model m = k3::Model::load(model, o);
+            if (trunkBytes) o.budget.trunkBytes = trunkBytes;
+            const k3::Model m = k3::Model::load(o);
             if (trunkBytes) { // streamed: the forward reads each layer
                 std::vector<float> logits(std::size_t(m.config().vocabSize));
                 k3::InferenceState st = m.newState();

@@ -105,17 +105,20 @@ void TestSynthCheckpoint::writesIndexesPacksAndDecodes() {
     QCOMPARE(pr.largestLayerBytes, std::uint64_t(2'340'893'440));
 
     // One decode step: a 1.6 GB trunk budget (below layer 0), tables on disk, 2 slots.
-    k3::ModelOptions o;
+    k3::LaunchConfig o;
+    o.modelDir = dir;
     o.trunkDir = trunk;
-    o.trunkBytes = 1'600'000'000;
-    o.streamModelTables = true;
-    o.expertCacheSlots = 2;
-    const k3::Model model = k3::Model::load(dir, o);
+    o.budget.trunkBytes = 1'600'000'000;
+    o.budget.modelTablesOnDisk = true;
+    k3::LaunchDiagnostics d;
+    d.expertCacheSlots = 2;
+    d.enforceMemoryPlan = false;
+    const k3::Model model = k3::Model::load(o, d);
     const k3::MemoryPlan& plan = model.memoryPlan();
     QVERIFY(plan.piecewise);
     QCOMPARE(plan.pinnedLayers, 0);
     QCOMPARE(plan.ringSlots, 1);
-    QVERIFY(plan.trunkBytes() <= o.trunkBytes);
+    QVERIFY(plan.trunkBytes() <= *o.budget.trunkBytes);
     QVERIFY(plan.modelTablesStreamed);
     QVERIFY2(plan.modelBytes < (200ull << 20), plan.format().c_str()); // not 4.7 GB of tables
     std::vector<float> logits(std::size_t(c.vocabSize));
@@ -152,12 +155,15 @@ void TestSynthCheckpoint::compressedTrunkGivesTheSameBits() {
         std::vector<float> logits[2];
         std::uint64_t read[2] = {0, 0};
         for (int c = 0; c < 2; ++c) {
-            k3::ModelOptions o;
+            k3::LaunchConfig o;
+            o.modelDir = dir;
             o.trunkDir = c ? coded : raw;
-            o.trunkBytes = budget;
-            o.streamModelTables = true;
-            o.expertCacheSlots = 2;
-            const k3::Model model = k3::Model::load(dir, o);
+            o.budget.trunkBytes = budget;
+            o.budget.modelTablesOnDisk = true;
+            k3::LaunchDiagnostics d;
+            d.expertCacheSlots = 2;
+            d.enforceMemoryPlan = false;
+            const k3::Model model = k3::Model::load(o, d);
             logits[c].resize(std::size_t(model.config().vocabSize));
             k3::InferenceState st = model.newState();
             model.forward(st, 163584, logits[c]);
@@ -190,16 +196,18 @@ void TestSynthCheckpoint::speculationGivesSerialIds() {
     qInfo("drafted in %.1f s", clock.restart() / 1e3);
 
     const auto open = [&](std::uint64_t trunkBytes, const std::string& draftDir) {
-        k3::SessionOptions o;
+        k3::LaunchConfig o;
         o.modelDir = dir;
-        o.loadTokenizer = false;
         o.trunkDir = trunk;
-        o.trunkBytes = trunkBytes;
-        o.streamModelTables = true;
-        o.expertCacheSlots = 2;
+        o.budget.trunkBytes = trunkBytes;
+        o.budget.modelTablesOnDisk = true;
         o.maxSpeculation = 8;
         o.draftDir = draftDir;
-        return k3::Session::open(o);
+        k3::LaunchDiagnostics d;
+        d.loadTokenizer = false;
+        d.expertCacheSlots = 2;
+        d.enforceMemoryPlan = false;
+        return k3::Session::open(o, d);
     };
     const std::vector<k3::TokenId> prompt = {163584, 11, 12, 13, 14, 11, 12, 13, 14, 11, 12};
     k3::GenerateOptions g;

@@ -245,7 +245,7 @@ void TestTrunkCompressed::sameLogitsAtEveryBudget() {
         if (L > 0) largestAfter0 = std::max(largestAfter0, b);
         maxPiece = std::max(maxPiece, k3::largestPieceBytes(idx.layers[std::size_t(L)]));
     }
-    const k3::Model resident = k3::Model::load(model);
+    const k3::Model resident = k3::Model::load({.modelDir = model});
     std::vector<int> ids;
     for (int i = 0; i < 6; ++i) ids.push_back((i * 37 + 11) % resident.config().vocabSize);
     const std::vector<float> ref = logitsOf(resident, ids);
@@ -269,11 +269,12 @@ void TestTrunkCompressed::sameLogitsAtEveryBudget() {
     for (const Budget& b : budgets) {
         std::uint64_t read[2] = {0, 0};
         for (int c = 0; c < 2; ++c) {
-            k3::ModelOptions o;
+            k3::LaunchConfig o;
+            o.modelDir = model;
             o.trunkDir = c ? t.coded : t.raw;
-            o.trunkBytes = b.trunk;
+            o.budget.trunkBytes = b.trunk;
             o.pinMode = k3::PinMode::Raw; // the same plan as raw (pinnedCompressedSameLogits)
-            const k3::Model m = k3::Model::load(model, o);
+            const k3::Model m = k3::Model::load(o);
             QCOMPARE(m.memoryPlan().piecewise, b.pieces);
             QCOMPARE(m.memoryPlan().trunkDecodeBytes, c ? decodeBytes : 0);
             const std::vector<float> got = logitsOf(m, ids);
@@ -324,7 +325,7 @@ void TestTrunkCompressed::pinnedCompressedSameLogits() {
     }
     QVERIFY(coded > 0);
     QCOMPARE(storedAll + decodeSlot < rawAll, pinsMore);
-    const k3::Model resident = k3::Model::load(model);
+    const k3::Model resident = k3::Model::load({.modelDir = model});
     std::vector<int> ids;
     for (int i = 0; i < 6; ++i) ids.push_back((i * 37 + 11) % resident.config().vocabSize);
     const std::vector<float> ref = logitsOf(resident, ids);
@@ -335,11 +336,12 @@ void TestTrunkCompressed::pinnedCompressedSameLogits() {
         int pinned[2] = {0, 0};
         for (const k3::PinMode mode : {k3::PinMode::Raw, k3::PinMode::Compressed}) {
             const bool c = mode == k3::PinMode::Compressed;
-            k3::ModelOptions o;
+            k3::LaunchConfig o;
+            o.modelDir = model;
             o.trunkDir = t.coded;
-            o.trunkBytes = budget;
+            o.budget.trunkBytes = budget;
             o.pinMode = mode;
-            const k3::Model m = k3::Model::load(model, o);
+            const k3::Model m = k3::Model::load(o);
             const k3::MemoryPlan& plan = m.memoryPlan();
             const QString what = QStringLiteral("budget %1, %2 pinned (%3 compressed)")
                                      .arg(budget)
@@ -380,10 +382,11 @@ void TestTrunkCompressed::pinnedCompressedSameLogits() {
         pinnedMore += pinned[1] > pinned[0];
         if (pinned[1] <= pinned[0]) continue;
         // Left to the measurement: it says what it measured and picks one of the two plans.
-        k3::ModelOptions o;
+        k3::LaunchConfig o;
+        o.modelDir = model;
         o.trunkDir = t.coded;
-        o.trunkBytes = budget;
-        const k3::Model m = k3::Model::load(model, o);
+        o.budget.trunkBytes = budget;
+        const k3::Model m = k3::Model::load(o);
         const k3::MemoryPlan& plan = m.memoryPlan();
         QVERIFY2(has(plan.pinChoice, "measured decode") && has(plan.pinChoice, "GB/s, disk"),
                  plan.pinChoice.c_str());
@@ -403,11 +406,12 @@ void TestTrunkCompressed::pinnedCompressedBitFlipNamesLayerAndBlock() {
     const k3::TrunkRecord& r = idx.layers[0];
     QVERIFY(r.blockCount() >= 3);
     flipByte(t.coded + "/trunk.bin", r.offset + (r.blockStarts[1] + r.blockStarts[2]) / 2);
-    k3::ModelOptions o;
+    k3::LaunchConfig o;
+    o.modelDir = model;
     o.trunkDir = t.coded;
     o.pinMode = k3::PinMode::Compressed;
     try {
-        const k3::Model m = k3::Model::load(model, o);
+        const k3::Model m = k3::Model::load(o);
         QFAIL("a bit-flipped block was accepted");
     } catch (const std::exception& e) {
         const std::string msg = e.what();

@@ -169,15 +169,17 @@ void TestChunkForward::sameBitsAsOnePosition() {
     }
     const std::size_t V = std::size_t(vocab);
     for (const Budget& b : budgets) {
-        k3::ModelOptions o;
+        k3::LaunchConfig o;
+        o.modelDir = dir;
         if (b.trunk || b.smallestRing) {
             o.trunkDir = trunkDir;
-            o.trunkBytes = b.trunk;
+            o.budget.trunkBytes = b.trunk;
         }
-        o.expertCacheSlots = b.cacheSlots;
-        o.streamModelTables = b.tables;
-        o.tableBlockBytes = 3 * 4096;
-        const k3::Model m = k3::Model::load(dir, o);
+        o.budget.modelTablesOnDisk = b.tables;
+        k3::LaunchDiagnostics d;
+        d.expertCacheSlots = b.cacheSlots;
+        d.tableBlockBytes = 3 * 4096;
+        const k3::Model m = k3::Model::load(o, d);
         if (b.trunk || b.smallestRing) QCOMPARE(m.memoryPlan().piecewise, b.wantPieces);
         if (b.smallestRing) {
             QCOMPARE(m.memoryPlan().pinnedLayers, 0);
@@ -251,11 +253,13 @@ void TestChunkForward::chunkReadsTrunkOnceAndExpertsOnce() {
     const int topK = resident.config().numExpertsPerToken;
     const int experts = resident.config().numExperts;
 
-    k3::ModelOptions o;
+    k3::LaunchConfig o;
+    o.modelDir = dir;
     o.trunkDir = trunkDir;
-    o.trunkBytes = k3::alignUp(largest);    // nothing pinned, a ring of 1: every layer read
-    o.expertCacheSlots = experts * (n - 1); // room for every expert: the union in one wave
-    const k3::Model m = k3::Model::load(dir, o);
+    o.budget.trunkBytes = k3::alignUp(largest); // nothing pinned, a ring of 1: every layer read
+    k3::LaunchDiagnostics d;
+    d.expertCacheSlots = experts * (n - 1); // room for every expert: the union in one wave
+    const k3::Model m = k3::Model::load(o, d);
     QCOMPARE(m.memoryPlan().pinnedLayers, 0);
     QCOMPARE(m.memoryPlan().ringSlots, 1);
     const std::vector<int> prompt = promptFor(dir, m.config().vocabSize, 24);
@@ -309,13 +313,14 @@ void TestChunkForward::stopWithinAChunk() {
     QFETCH(bool, streamed);
     const std::string dir = fixture(QStringLiteral("k3_tiny_a"));
     QTemporaryDir tmp;
-    k3::ModelOptions o;
+    k3::LaunchConfig o;
+    o.modelDir = dir;
     if (streamed) {
         o.trunkDir = tmp.filePath(QStringLiteral("trunk")).toStdString();
         k3::packTrunk(dir, o.trunkDir);
-        o.trunkBytes = 0; // nothing pinned, one slot
+        o.budget.trunkBytes = 0; // nothing pinned, one slot
     }
-    const k3::Model m = k3::Model::load(dir, o);
+    const k3::Model m = k3::Model::load(o);
     const int layers = m.layersBound();
     QVERIFY(layers >= 3);
     const std::size_t V = std::size_t(m.config().vocabSize);
@@ -381,12 +386,14 @@ void TestChunkForward::tilesChangeNoBit() {
     const std::vector<int> prompt = promptFor(dir, int(V), 150);
     const std::vector<float> ref = onePositionAtATime(resident, prompt);
     const std::vector<int> refDecoded = greedyAfter(resident, prompt, 3);
-    k3::ModelOptions streamed;
+    k3::LaunchConfig streamed;
+    streamed.modelDir = dir;
     streamed.trunkDir = trunkDir;
-    streamed.trunkBytes = k3::alignUp(largest);
-    streamed.expertCacheSlots = 1;
+    streamed.budget.trunkBytes = k3::alignUp(largest);
+    k3::LaunchDiagnostics oneSlot;
+    oneSlot.expertCacheSlots = 1;
     for (const bool stream : {false, true}) {
-        const k3::Model m = stream ? k3::Model::load(dir, streamed) : k3::Model::load(dir);
+        const k3::Model m = stream ? k3::Model::load(streamed, oneSlot) : k3::Model::load(dir);
         for (int chunk : {150, 100}) {
             const Chunked r = inChunks(m, prompt, chunk, 3);
             QCOMPARE(r.dropped, 0);

@@ -10,6 +10,7 @@
 
 #include <k3/draft.hpp>
 #include <k3/kernels.hpp>
+#include <k3/launch.hpp>
 #include <k3/pack.hpp>
 #include <k3/safetensors.hpp>
 #include <k3/session.hpp>
@@ -29,17 +30,18 @@ std::vector<k3::TokenId> somePrompt(int vocab) {
 
 k3::Session open(const std::string& dir, const std::string& draft, const std::string& trunk = {},
                  std::uint64_t trunkBytes = 0, int slotCount = 0) {
-    k3::SessionOptions o;
+    k3::LaunchConfig o;
     o.modelDir = dir;
-    o.loadTokenizer = false;
+    k3::LaunchDiagnostics d;
+    d.loadTokenizer = false;
     o.maxSpeculation = 32;
     o.draftDir = draft;
     if (!trunk.empty()) {
         o.trunkDir = trunk;
-        o.trunkBytes = trunkBytes;
+        o.budget.trunkBytes = trunkBytes;
     }
-    o.expertCacheSlots = slotCount;
-    return k3::Session::open(o);
+    d.expertCacheSlots = slotCount;
+    return k3::Session::open(o, d);
 }
 
 k3::GenerateResult run(k3::Session& s, const std::vector<k3::TokenId>& prompt, int n, int spec) {
@@ -100,6 +102,43 @@ private slots:
         std::uint8_t p[1], s[1];
         QCOMPARE(thrown<k3::KernelError>([&] { k3::quantizeMxfp4Row(bad, 2, p, s); }),
                  QStringLiteral("quantizeMxfp4Row: element 1 is not finite"));
+    }
+
+    // The draft is in the memory plan: planned as it is loaded (the model's context and
+    // chunk), its whole own plan added to the model's, and the refusal counts it.
+    void draftIsInThePlan() {
+        QTemporaryDir tmp;
+        const std::string draft = tmp.filePath("draft").toStdString();
+        k3::packDraft(fixture("demo"), draft);
+        k3::LaunchConfig plain;
+        plain.modelDir = fixture("demo");
+        plain.contextLength = 256;
+        plain.prefillChunk = 16;
+        k3::LaunchConfig withDraft = plain;
+        withDraft.draftDir = draft;
+        const std::uint64_t available = 16'000'000'000ull;
+        const k3::MemoryPlan without = k3::planLaunch(plain, available);
+        const k3::MemoryPlan with = k3::planLaunch(withDraft, available);
+        QCOMPARE(without.draftBytes, std::uint64_t(0));
+        QVERIFY(with.draftBytes > 0);
+        QCOMPARE(with.total(), without.total() + with.draftBytes);
+        QVERIFY(with.format().find("draft (RESIDENT)") != std::string::npos);
+
+        const k3::Model target = k3::Model::load(plain);
+        const k3::Model loaded = k3::Model::loadDraft(draft, target, plain);
+        QCOMPARE(with.draftBytes, loaded.memoryPlan().total());
+        QCOMPARE(loaded.memoryPlan().contextLength, 256);
+        QVERIFY(loaded.weightBytes() < with.draftBytes);
+
+        const k3::Session session = k3::Session::open(withDraft, {.loadTokenizer = false});
+        QCOMPARE(session.memoryReport().plan.draftBytes, with.draftBytes);
+        // A machine that holds the model but not the model and its draft is refused.
+        k3::MemoryPlan tight = with;
+        tight.available = std::uint64_t(double(without.total() + with.draftBytes / 2) / 0.95);
+        QVERIFY_THROWS_EXCEPTION(k3::MemoryRefusal, k3::enforceMemoryPlan(tight));
+        k3::MemoryPlan tightWithout = without;
+        tightWithout.available = tight.available;
+        k3::enforceMemoryPlan(tightWithout); // fits without the draft
     }
 
     void draftFilesAndIdentity() {

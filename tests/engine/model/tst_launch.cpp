@@ -8,6 +8,7 @@
 
 #include <k3/launch.hpp>
 #include <k3/pack.hpp>
+#include <k3/session.hpp>
 #include <k3/system.hpp>
 
 using k3::LaunchBudget;
@@ -55,7 +56,8 @@ private slots:
     void laterFlagsWin();
     void autoIsTheRecommendedPreset();
     void unknownPresetIsNamed();
-    void sessionOptionsCarryTheWholeConfig();
+    void theLaunchIsResolvedOnce();
+    void validateNamesEveryFieldOutOfRange();
     void planLaunchIsTheSessionsPlan_data();
     void planLaunchIsTheSessionsPlan();
     void planLaunchGivesTheFiguresOfTheFiles();
@@ -140,47 +142,98 @@ void TestLaunch::unknownPresetIsNamed() {
     QVERIFY_THROWS_EXCEPTION(k3::MemoryRefusal, k3::resolveMemoryFlags(neg, 0));
     // A configuration naming an unknown preset (a hand-edited file) is refused by name.
     k3::LaunchConfig c;
+    c.modelDir = kModels + "k3_tiny_a";
     c.budget.preset = "huge";
-    QVERIFY_THROWS_EXCEPTION(k3::MemoryRefusal, k3::toSessionOptions(c));
+    const std::vector<std::string> problems = k3::validate(c);
+    QCOMPARE(int(problems.size()), 1);
+    QVERIFY2(problems[0].rfind("unknown preset \"huge\"; the presets are ", 0) == 0,
+             problems[0].c_str());
+    QVERIFY_THROWS_EXCEPTION(k3::LaunchError, k3::planLaunch(c, 16'000'000'000ull));
 }
 
-void TestLaunch::sessionOptionsCarryTheWholeConfig() {
+// The plan a load makes holds the whole config, the budget resolved once (the preset's
+// trunk, the cache replaced, its tables on disk) and described by what was asked for.
+void TestLaunch::theLaunchIsResolvedOnce() {
+    QTemporaryDir tmp;
     k3::LaunchConfig c;
-    c.modelDir = "/models/k3";
-    c.trunkDir = "/models/k3/trunk";
+    c.modelDir = kModels + "k3_tiny_a";
+    c.trunkDir = tmp.filePath(QStringLiteral("trunk")).toStdString();
+    k3::packTrunk(c.modelDir, c.trunkDir);
     c.budget = LaunchBudget::ofPreset("ultra");
     c.budget.cacheBytes = 2'000'000'000ull;
     c.threads = 6;
     c.prefillChunk = 32;
     c.contextLength = 8192;
     c.maxSpeculation = 4;
-    const k3::SessionOptions o = k3::toSessionOptions(c);
-    QCOMPARE(o.modelDir, std::filesystem::path("/models/k3"));
-    QCOMPARE(o.trunkDir, std::filesystem::path("/models/k3/trunk"));
-    QCOMPARE(o.trunkBytes, std::uint64_t(2'500'000'000ull));
-    QCOMPARE(o.expertCacheBytes, std::uint64_t(2'000'000'000ull));
-    QCOMPARE(o.expertCacheSlots, 0);
-    QVERIFY(o.streamModelTables);
-    QCOMPARE(o.prefillChunk, 32);
-    QCOMPARE(o.contextLength, 8192);
-    QCOMPARE(o.maxSpeculation, 4);
-    QVERIFY(o.enforceMemoryPlan);
-    QVERIFY(o.loadTokenizer);
-    QVERIFY(o.tokenizerDir.empty()); // the model folder's
-    QCOMPARE(o.budgetSource, std::string("preset ultra, cache 2.00 GB"));
+    const k3::MemoryPlan plan = k3::planLaunch(c, 16'000'000'000ull);
+    QCOMPARE(plan.budget.trunkBytes, std::uint64_t(2'500'000'000ull));
+    QCOMPARE(plan.budget.cacheBytes, std::uint64_t(2'000'000'000ull));
+    QCOMPARE(plan.budget.source, std::string("preset ultra, cache 2.00 GB"));
+    QVERIFY(plan.modelTablesStreamed);
+    QCOMPARE(plan.chunkPositions, 32);
+    QCOMPARE(plan.contextLength, 8192);
+    QCOMPARE(plan.maxSpeculation, 4);
 
-    const k3::SessionOptions resident = k3::toSessionOptions(k3::LaunchConfig{});
-    QCOMPARE(resident.trunkBytes, std::numeric_limits<std::uint64_t>::max());
-    QCOMPARE(resident.expertCacheBytes, std::uint64_t(0));
-    QVERIFY(!resident.streamModelTables);
+    c.budget.modelTablesOnDisk = false; // replaces the preset's choice
+    QVERIFY(!k3::planLaunch(c, 16'000'000'000ull).modelTablesStreamed);
+    QCOMPARE(c.budget.describe(),
+             std::string("preset ultra, cache 2.00 GB, model tables in memory"));
+
+    const k3::MemoryPlan resident =
+        k3::planLaunch(k3::LaunchConfig{.modelDir = c.modelDir}, 16'000'000'000ull);
+    QCOMPARE(resident.pinnedLayers, resident.totalLayers);
+    QCOMPARE(resident.cacheSlots, 0);
+    QVERIFY(!resident.modelTablesStreamed);
     QCOMPARE(resident.contextLength, 4096);
-    QCOMPARE(resident.prefillChunk, 0);
     QCOMPARE(resident.maxSpeculation, 16);
     // Equality covers every field.
     k3::LaunchConfig other = c;
     QVERIFY(other == c);
     other.threads = 5;
     QVERIFY(other != c);
+    other = c;
+    other.draftDir = "/elsewhere";
+    QVERIFY(other != c);
+}
+
+// One table of ranges: each number outside it is named with its value and the range,
+// and a load refuses it before reading a file.
+void TestLaunch::validateNamesEveryFieldOutOfRange() {
+    k3::LaunchConfig c;
+    QCOMPARE(k3::validate(c), std::vector<std::string>{"no model folder is given"});
+    c.modelDir = kModels + "k3_tiny_a";
+    QVERIFY(k3::validate(c).empty());
+    c.threads = -1;
+    c.contextLength = 15;
+    c.prefillChunk = 4097;
+    c.maxSpeculation = 33;
+    c.budget.cacheBytes = 2 * k3::kMaxBudgetBytes;
+    c.stateCacheBytes = 1;
+    const std::vector<std::string> want{
+        "the thread count -1 is outside 0..1024 (0: every core)",
+        "the context length 15 is outside 16..1048576 positions",
+        "the prefill chunk 4097 is outside 0..4096 positions (0: as the memory plan sizes it)",
+        "the speculation width 33 is outside 0..32 proposals",
+        "the expert-cache budget 2000000.00 GB is over the largest size taken (1000000.00 GB)",
+        "a state-cache budget is given without a state-cache folder",
+    };
+    QCOMPARE(k3::validate(c), want);
+    try {
+        k3::Session::open(c);
+        QFAIL("an invalid launch was opened");
+    } catch (const k3::LaunchError& e) {
+        QVERIFY2(std::string(e.what()).find("the context length 15 is outside 16..1048576") !=
+                     std::string::npos,
+                 e.what());
+    }
+    // The edges are inside.
+    c = k3::LaunchConfig{.modelDir = c.modelDir};
+    c.threads = 1024;
+    c.contextLength = 16;
+    c.prefillChunk = 4096;
+    c.maxSpeculation = 32;
+    QVERIFY(k3::validate(c).empty());
+    QVERIFY(k3::kContextRange.contains(1 << 20) && !k3::kContextRange.contains((1 << 20) + 1));
 }
 
 void TestLaunch::planLaunchIsTheSessionsPlan_data() {
@@ -219,9 +272,7 @@ void TestLaunch::planLaunchIsTheSessionsPlan() {
     c.contextLength = 512;
     c.prefillChunk = 16;
     const k3::MemoryPlan planned = k3::planLaunch(c, availableNow());
-    k3::SessionOptions o = k3::toSessionOptions(c);
-    o.loadTokenizer = false;
-    const k3::Session session = k3::Session::open(o);
+    const k3::Session session = k3::Session::open(c, {.loadTokenizer = false});
     comparePlans(planned, session.memoryReport().plan);
     QCOMPARE(planned.contextLength, 512);
     QCOMPARE(planned.chunkPositions, 16);

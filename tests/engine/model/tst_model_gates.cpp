@@ -142,9 +142,10 @@ void TestModelGates::refusesMissingTensor() {
 
 void TestModelGates::layerLimitIsValidated() {
     const std::string dir = K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a";
-    const k3::Model two = k3::Model::load(dir, {2});
+    const k3::LaunchConfig config{.modelDir = dir};
+    const k3::Model two = k3::Model::load(config, {.layerLimit = 2});
     QCOMPARE(two.layersBound(), 2);
-    QVERIFY_THROWS_EXCEPTION(k3::ModelError, k3::Model::load(dir, {99}));
+    QVERIFY_THROWS_EXCEPTION(k3::ModelError, k3::Model::load(config, {.layerLimit = 99}));
 }
 
 QTEST_GUILESS_MAIN(TestModelGates)

@@ -102,9 +102,8 @@ void TestSampledSpeculation::greedyAcceptsOnlyTheArgmax() {
 }
 
 void TestSampledSpeculation::seededSessionIsReproducible() {
-    k3::SessionOptions so;
-    so.modelDir = K3_SOURCE_DIR "/resources/demo";
-    so.loadTokenizer = false;
+    const k3::LaunchConfig so{.modelDir = K3_SOURCE_DIR "/resources/demo"};
+    const k3::LaunchDiagnostics idsOnly{.loadTokenizer = false};
     std::vector<k3::TokenId> prompt;
     for (int r = 0; r < 3; ++r)
         for (int i = 0; i < 9; ++i) prompt.push_back(i * 41 + 5);
@@ -114,15 +113,15 @@ void TestSampledSpeculation::seededSessionIsReproducible() {
     o.sampling.temperature = 0.7f;
     o.sampling.topP = 0.95f;
     o.sampling.seed = 1234;
-    k3::Session a = k3::Session::open(so);
-    k3::Session b = k3::Session::open(so);
+    k3::Session a = k3::Session::open(so, idsOnly);
+    k3::Session b = k3::Session::open(so, idsOnly);
     const k3::GenerateResult ra = a.generateIds(prompt, o);
     const k3::GenerateResult rb = b.generateIds(prompt, o);
     QCOMPARE(ra.ids, rb.ids);
     QCOMPARE(int(ra.ids.size()), 32);
     QVERIFY(ra.proposed > 0); // the repeating prompt gives prompt lookup matches
     o.sampling.seed = 1235;
-    k3::Session c = k3::Session::open(so);
+    k3::Session c = k3::Session::open(so, idsOnly);
     QVERIFY(c.generateIds(prompt, o).ids != ra.ids);
 }
 

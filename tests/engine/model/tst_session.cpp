@@ -40,10 +40,11 @@ void TestSession::initTestCase() {
 }
 
 static k3::Session openTiny(const std::string& dir) {
-    k3::SessionOptions o;
+    k3::LaunchConfig o;
     o.modelDir = dir;
-    o.loadTokenizer = false;
-    return k3::Session::open(o);
+    k3::LaunchDiagnostics d;
+    d.loadTokenizer = false;
+    return k3::Session::open(o, d);
 }
 
 void TestSession::greedyIdsMatchReference() {
@@ -168,7 +169,7 @@ void TestSession::observerSeesEveryToken() {
 // The whole text path: the official template rendered in C++, encoded by our
 // tokenizer, gives the reference's prompt ids; the reply is the reference's 20 ids.
 void TestSession::chatRendersEncodesAndGenerates() {
-    k3::SessionOptions o;
+    k3::LaunchConfig o;
     o.modelDir = dir_;
     k3::Session s = k3::Session::open(o);
     const std::vector<k3::ChatMessage> history{{k3::ChatRole::User, "What is MXFP4?", "", ""}};
@@ -176,7 +177,8 @@ void TestSession::chatRendersEncodesAndGenerates() {
     g.render.thinking = false;
     g.maxTokens = 20;
     QCOMPARE(k3::renderChat(history, g.render), promptText_);
-    QCOMPARE(k3::encodeChatSegments(s.tokenizer(), k3::renderChatSegments(history, g.render)), prompt_);
+    QCOMPARE(k3::encodeChatSegments(s.tokenizer(), k3::renderChatSegments(history, g.render)),
+             prompt_);
     struct Collect : k3::SessionObserver {
         std::string response;
         void onToken(const k3::TokenEvent& e) override { response += e.responseDelta; }
@@ -192,8 +194,10 @@ void TestSession::chatRendersEncodesAndGenerates() {
     std::vector<k3::TokenId> textIds;
     int reserved = 0;
     for (k3::TokenId id : greedy20_) {
-        if (std::size_t(id) < s.tokenizer().numRanks()) textIds.push_back(id);
-        else ++reserved;
+        if (std::size_t(id) < s.tokenizer().numRanks())
+            textIds.push_back(id);
+        else
+            ++reserved;
     }
     QCOMPARE(reserved, 3); // ids 735, 824 and 847 are reserved special tokens
     QCOMPARE(r.reply.content, k3::sanitizeUtf8(s.tokenizer().decode(textIds)));
@@ -214,7 +218,7 @@ void TestSession::demoAnswersAndReusesTheConversation() {
     const std::string demo = K3_SOURCE_DIR "/resources/demo";
     std::ifstream in(demo + "/expected.json");
     const auto expected = nlohmann::json::parse(in);
-    k3::SessionOptions o;
+    k3::LaunchConfig o;
     o.modelDir = demo;
     k3::Session s = k3::Session::open(o);
     k3::GenerateOptions g;

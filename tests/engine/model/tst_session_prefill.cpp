@@ -16,11 +16,12 @@ namespace {
 const char* kModel = K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a";
 
 k3::Session openSession(int chunk) {
-    k3::SessionOptions o;
+    k3::LaunchConfig o;
     o.modelDir = kModel;
-    o.loadTokenizer = false;
     o.prefillChunk = chunk;
-    return k3::Session::open(o);
+    k3::LaunchDiagnostics d;
+    d.loadTokenizer = false;
+    return k3::Session::open(o, d);
 }
 
 std::vector<k3::TokenId> promptIds(int n) {
@@ -206,12 +207,13 @@ void TestSessionPrefill::sameIdsAtEveryChunkSize() {
 // The plan counts every copy of the conversation's state (live, prompt snapshot, the
 // speculation rollback record): what the session holds at a full context is that line.
 void TestSessionPrefill::stateHeldIsThePlans() {
-    k3::SessionOptions o;
+    k3::LaunchConfig o;
     o.modelDir = K3_SOURCE_DIR "/resources/demo"; // KDA and MLA layers
-    o.loadTokenizer = false;
     o.contextLength = 64;
     o.maxSpeculation = 4;
-    k3::Session s = k3::Session::open(o);
+    k3::LaunchDiagnostics d;
+    d.loadTokenizer = false;
+    k3::Session s = k3::Session::open(o, d);
     const k3::MemoryPlan& plan = s.model().memoryPlan();
     QCOMPARE(plan.maxSpeculation, 4);
     std::vector<k3::TokenId> prompt;
@@ -229,11 +231,12 @@ void TestSessionPrefill::stateHeldIsThePlans() {
 }
 
 void TestSessionPrefill::contextLengthIsEnforced() {
-    k3::SessionOptions o;
+    k3::LaunchConfig o;
     o.modelDir = kModel;
-    o.loadTokenizer = false;
     o.contextLength = 20;
-    k3::Session s = k3::Session::open(o);
+    k3::LaunchDiagnostics d;
+    d.loadTokenizer = false;
+    k3::Session s = k3::Session::open(o, d);
     k3::GenerateOptions opt;
     opt.maxTokens = 10;
     try {
@@ -257,7 +260,7 @@ void TestSessionPrefill::contextLengthIsEnforced() {
 // A follow-up after Stop (the partial answer kept, or dropped) reads only what is new:
 // the state before the first answer's assistant header is reused.
 void TestSessionPrefill::followUpAfterStopReadsOnlyNewPositions() {
-    k3::SessionOptions o;
+    k3::LaunchConfig o;
     o.modelDir = K3_SOURCE_DIR "/resources/demo";
     k3::Session s = k3::Session::open(o);
     const k3::Tokenizer& tok = s.tokenizer();
@@ -322,7 +325,7 @@ std::size_t tokensOf(const k3::Tokenizer& tok, const std::vector<k3::ChatMessage
 void TestSessionPrefill::followUpAfterStopWhileThinkingReadsOnlyNewPositions() {
     // The tiny random model writes into the think channel until stopped (the demo closes
     // it at once).
-    k3::SessionOptions o;
+    k3::LaunchConfig o;
     o.modelDir = kModel;
     k3::Session s = k3::Session::open(o);
     const k3::Tokenizer& tok = s.tokenizer();
@@ -375,7 +378,7 @@ void TestSessionPrefill::followUpAfterStopWhileThinkingReadsOnlyNewPositions() {
 // marker, `message role="assistant"`, the separator, the open marker, `response`, the
 // separator.
 void TestSessionPrefill::regenerateComputesOnlyTheAssistantHeader() {
-    k3::SessionOptions o;
+    k3::LaunchConfig o;
     o.modelDir = K3_SOURCE_DIR "/resources/demo";
     k3::Session s = k3::Session::open(o);
     const k3::Tokenizer& tok = s.tokenizer();

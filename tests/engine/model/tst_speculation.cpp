@@ -49,15 +49,16 @@ k3::GenerateResult run(k3::Session& s, const std::vector<k3::TokenId>& prompt, i
 
 k3::Session open(const std::string& dir, const std::string& trunk = {},
                  std::uint64_t trunkBytes = 0, int slotCount = 0) {
-    k3::SessionOptions o;
+    k3::LaunchConfig o;
     o.modelDir = dir;
-    o.loadTokenizer = false;
+    k3::LaunchDiagnostics d;
+    d.loadTokenizer = false;
     if (!trunk.empty()) {
         o.trunkDir = trunk;
-        o.trunkBytes = trunkBytes;
+        o.budget.trunkBytes = trunkBytes;
     }
-    o.expertCacheSlots = slotCount;
-    return k3::Session::open(o);
+    d.expertCacheSlots = slotCount;
+    return k3::Session::open(o, d);
 }
 
 } // namespace

@@ -45,22 +45,26 @@ private:
     QTemporaryDir tmp_;
     std::map<std::string, std::string> trunks_; // model folder -> its packed trunk
 
-    k3::SessionOptions options(const std::string& model, const fs::path& cache,
-                               bool streamed) const {
-        k3::SessionOptions o;
+    k3::LaunchConfig options(const std::string& model, const fs::path& cache, bool streamed) const {
+        k3::LaunchConfig o;
         o.modelDir = model;
         o.contextLength = 1024;
         o.prefillChunk = 16;
         o.stateCacheDir = cache;
         if (streamed) {
             o.trunkDir = trunks_.at(model);
-            o.trunkBytes = 0; // the smallest ring
-            o.expertCacheSlots = 1;
+            o.budget.trunkBytes = 0; // the smallest ring
         }
         return o;
     }
-    k3::SessionOptions options(const fs::path& cache, bool streamed) const {
+    k3::LaunchConfig options(const fs::path& cache, bool streamed) const {
         return options(kTiny.toStdString(), cache, streamed);
+    }
+    // Streamed: one expert cache slot.
+    static k3::LaunchDiagnostics diagnostics(bool streamed) {
+        k3::LaunchDiagnostics d;
+        if (streamed) d.expertCacheSlots = 1;
+        return d;
     }
     static Turn chat(k3::Session& s, const std::vector<k3::ChatMessage>& history, bool thinking,
                      int maxTokens = 12) {
@@ -119,7 +123,8 @@ private slots:
         std::vector<k3::ChatMessage> history{{k3::ChatRole::User, "What is MXFP4?", "", ""}};
 
         // The reference: no cache, both turns in one session.
-        k3::Session reference = k3::Session::open(options(dir, {}, streamed));
+        k3::Session reference =
+            k3::Session::open(options(dir, {}, streamed), diagnostics(streamed));
         const Turn ref1 = chat(reference, history, thinking, maxTokens);
         QCOMPARE(ref1.result.endOfTurn, ended);
         std::vector<k3::ChatMessage> second = history;
@@ -129,7 +134,8 @@ private slots:
 
         int kept = 0;
         {
-            k3::Session first = k3::Session::open(options(dir, cache, streamed));
+            k3::Session first =
+                k3::Session::open(options(dir, cache, streamed), diagnostics(streamed));
             const Turn t1 = chat(first, history, thinking, maxTokens);
             QCOMPARE(t1.result.ids, ref1.result.ids);
             QCOMPARE(t1.result.restoredPositions, 0);
@@ -145,7 +151,8 @@ private slots:
             QCOMPARE(t1.result.statesSaved, thinking ? 2 : 1);
             QCOMPARE(int(stateFiles(cache).size()), thinking ? 2 : 1);
         }
-        k3::Session restarted = k3::Session::open(options(dir, cache, streamed));
+        k3::Session restarted =
+            k3::Session::open(options(dir, cache, streamed), diagnostics(streamed));
         const Turn t2 = chat(restarted, second, thinking, maxTokens);
         QCOMPARE(t2.result.restoredPositions, kept);
         QCOMPARE(t2.result.reusedPositions, kept);
@@ -164,7 +171,7 @@ private slots:
                                              {k3::ChatRole::User, "Hello!", "", ""}};
         const std::vector<k3::ChatMessage> b{{k3::ChatRole::System, "You are terse.", "", ""},
                                              {k3::ChatRole::User, "What is MXFP4?", "", ""}};
-        k3::Session reference = k3::Session::open(options({}, false));
+        k3::Session reference = k3::Session::open(options({}, false), diagnostics(false));
         const Turn refB = chat(reference, b, true);
         // The preamble: the prompt of the system messages alone.
         const std::vector<k3::ChatMessage> systemOnly(a.begin(), a.begin() + 1);
@@ -176,11 +183,11 @@ private slots:
                                      .size());
         QVERIFY(preamble > 10);
         {
-            k3::Session s = k3::Session::open(options(cache, false));
+            k3::Session s = k3::Session::open(options(cache, false), diagnostics(false));
             const Turn t = chat(s, a, true);
             QCOMPARE(t.result.statesSaved, 2);
         }
-        k3::Session s = k3::Session::open(options(cache, false));
+        k3::Session s = k3::Session::open(options(cache, false), diagnostics(false));
         const Turn t = chat(s, b, true);
         QCOMPARE(t.result.restoredPositions, preamble);
         QCOMPARE(t.result.prefillPositions, t.result.promptTokens - preamble);
@@ -200,7 +207,7 @@ private slots:
             for (const fs::path& f : stateFiles(cache)) names.insert(f.filename().string());
             return names;
         };
-        k3::Session s = k3::Session::open(options(cache, false));
+        k3::Session s = k3::Session::open(options(cache, false), diagnostics(false));
         std::vector<k3::ChatMessage> a = ask("first question");
         const Turn ta = chat(s, a, false);
         const std::set<std::string> afterA = files();
@@ -224,9 +231,9 @@ private slots:
         QVERIFY(afterA2.count(*afterA.begin()) == 0);
         // A third conversation, with room for two states of these sizes and not three:
         // the second one's state, least recently used, goes.
-        k3::SessionOptions o = options(cache, false);
+        k3::LaunchConfig o = options(cache, false);
         o.stateCacheBytes = k3::stateCacheUsage(cache).bytes + fs::file_size(cache / bFile) / 2;
-        s = k3::Session::open(o);
+        s = k3::Session::open(o, diagnostics(false));
         chat(s, ask("third question"), false);
         const std::set<std::string> afterC = files();
         QCOMPARE(int(afterC.size()), 2);
@@ -240,7 +247,7 @@ private slots:
             io.put('\x55');
         }
         k3::Session fresh = k3::Session::open(o);
-        k3::Session reference = k3::Session::open(options({}, false));
+        k3::Session reference = k3::Session::open(options({}, false), diagnostics(false));
         std::vector<k3::ChatMessage> third = ask("third question");
         const Turn r = chat(reference, third, false);
         third.push_back(r.result.reply);
@@ -261,7 +268,7 @@ private slots:
     void clearRemovesOnlyStates() {
         const fs::path cache = fs::path(tmp_.path().toStdString()) / "clear";
         {
-            k3::Session s = k3::Session::open(options(cache, false));
+            k3::Session s = k3::Session::open(options(cache, false), diagnostics(false));
             chat(s, {{k3::ChatRole::User, "Hello!", "", ""}}, true);
         }
         std::ofstream(cache / "notes.txt") << "kept";

@@ -36,18 +36,21 @@ struct Budget {
 
 struct Opened {
     std::string trunkDir;
-    k3::SessionOptions options(const std::string& model, const Budget& b, int chunk) const {
-        k3::SessionOptions o;
+    k3::Session open(const std::string& model, const Budget& b, int chunk,
+                     int layerLimit = 0) const {
+        k3::LaunchConfig o;
         o.modelDir = model;
-        o.loadTokenizer = false;
         o.prefillChunk = chunk;
         o.contextLength = 256;
+        k3::LaunchDiagnostics d;
+        d.loadTokenizer = false;
+        d.layerLimit = layerLimit;
         if (b.streamed) {
             o.trunkDir = trunkDir;
-            o.trunkBytes = 0; // the smallest ring
-            o.expertCacheSlots = 1;
+            o.budget.trunkBytes = 0; // the smallest ring
+            d.expertCacheSlots = 1;
         }
-        return o;
+        return k3::Session::open(o, d);
     }
 };
 
@@ -152,7 +155,7 @@ void TestStateFile::initTestCase() {
     QVERIFY(tmp_.isValid());
     trunkA_.trunkDir = file("trunk_a");
     k3::packTrunk(model_, trunkA_.trunkDir);
-    k3::Session s = k3::Session::open(trunkA_.options(model_, {"resident"}, 64));
+    k3::Session s = trunkA_.open(model_, {"resident"}, 64);
     std::vector<k3::TokenId> all = p_;
     all.insert(all.end(), q_.begin(), q_.end());
     reference_ = generate(s, all, 8);
@@ -160,7 +163,7 @@ void TestStateFile::initTestCase() {
 }
 
 std::string TestStateFile::savedAfterP(const Budget& b, int chunk, const char* name) const {
-    k3::Session s = k3::Session::open(trunkA_.options(model_, b, chunk));
+    k3::Session s = trunkA_.open(model_, b, chunk);
     generate(s, p_, 0); // reads P only
     if (s.positions() != int(p_.size())) return {};
     const std::string path = file(name);
@@ -187,7 +190,7 @@ void TestStateFile::continuesWithTheSameBits() {
     QFETCH(int, speculation);
     const std::string path = savedAfterP({"save", saveStreamed}, chunk, "continue.k3state");
     QVERIFY(!path.empty());
-    k3::Session s = k3::Session::open(trunkA_.options(model_, {"load", loadStreamed}, chunk));
+    k3::Session s = trunkA_.open(model_, {"load", loadStreamed}, chunk);
     s.loadState(path);
     QCOMPARE(s.positions(), int(p_.size()));
     QVERIFY(std::equal(p_.begin(), p_.end(), s.heldIds().begin(), s.heldIds().end()));
@@ -202,10 +205,10 @@ void TestStateFile::continuesWithTheSameBits() {
 }
 
 void TestStateFile::continuesGeneratingWithNoNewTokens() {
-    k3::Session plain = k3::Session::open(trunkA_.options(model_, {"resident"}, 64));
+    k3::Session plain = trunkA_.open(model_, {"resident"}, 64);
     const Run want = generate(plain, p_, 6);
     const std::string path = savedAfterP({"streamed", true}, 64, "no_new.k3state");
-    k3::Session s = k3::Session::open(trunkA_.options(model_, {"resident"}, 64));
+    k3::Session s = trunkA_.open(model_, {"resident"}, 64);
     s.loadState(path);
     const Run r = generate(s, p_, 6);
     QCOMPARE(r.prefillPositions, 0); // nothing read: the loaded logits start the decode
@@ -230,7 +233,7 @@ void TestStateFile::bindingMismatchesAreRefused() {
         {"positions", 36, "section 1 is"},
     };
     const std::string edited = file("edited.k3state");
-    k3::Session s = k3::Session::open(trunkA_.options(model_, {"resident"}, 64));
+    k3::Session s = trunkA_.open(model_, {"resident"}, 64);
     const Run before = generate(s, p_, 3); // the session's own conversation
     for (const Change& c : changes) {
         StateParts parts = StateParts::of(bytes);
@@ -269,9 +272,7 @@ void TestStateFile::bindingMismatchesAreRefused() {
                  edited + ": the header's checksum fails: the file is damaged");
     }
     // Fewer layers than saved: a session opened with --layers 3.
-    k3::SessionOptions few = trunkA_.options(model_, {"resident"}, 64);
-    few.layerLimit = 3;
-    k3::Session short3 = k3::Session::open(few);
+    k3::Session short3 = trunkA_.open(model_, {"resident"}, 64, 3);
     try {
         short3.loadState(path);
         QFAIL("a 14-layer state was loaded into a 3-layer session");
@@ -280,7 +281,7 @@ void TestStateFile::bindingMismatchesAreRefused() {
     }
     // After every refusal the session still holds its own conversation.
     QCOMPARE(s.positions(), int(p_.size()) + 2);
-    k3::Session fresh = k3::Session::open(trunkA_.options(model_, {"resident"}, 64));
+    k3::Session fresh = trunkA_.open(model_, {"resident"}, 64);
     std::vector<k3::TokenId> next = p_;
     next.insert(next.end(), before.ids.begin(), before.ids.end());
     QCOMPARE(generate(s, next, 4).ids, generate(fresh, next, 4).ids);
@@ -293,7 +294,7 @@ void TestStateFile::damagedSectionsAreRefused() {
     const std::size_t bodyStart = bytes.size() - parts.body.size();
     std::size_t at = bodyStart;
     const std::string damaged = file("flipped.k3state");
-    k3::Session s = k3::Session::open(trunkA_.options(model_, {"resident"}, 64));
+    k3::Session s = trunkA_.open(model_, {"resident"}, 64);
     int checked = 0;
     for (const auto& sec : parts.header.at("sections")) {
         const std::size_t n = sec.at("bytes").get<std::size_t>();
@@ -323,7 +324,7 @@ void TestStateFile::truncatedAndForeignFilesAreRefused() {
     const std::string bytes = readAll(path);
     const std::string cut = file("cut.k3state");
     writeAll(cut, bytes.substr(0, bytes.size() - 5));
-    k3::Session s = k3::Session::open(trunkA_.options(model_, {"resident"}, 64));
+    k3::Session s = trunkA_.open(model_, {"resident"}, 64);
     try {
         s.loadState(cut);
         QFAIL("a truncated state was loaded");
@@ -344,11 +345,12 @@ void TestStateFile::truncatedAndForeignFilesAreRefused() {
     QVERIFY_THROWS_EXCEPTION(k3::StateError, s.loadState(cut));
 
     // k3_tiny_b's state into k3_tiny_a: another model.
-    k3::SessionOptions ob;
+    k3::LaunchConfig ob;
     ob.modelDir = fixture("k3_tiny_b");
-    ob.loadTokenizer = false;
     ob.contextLength = 256;
-    k3::Session b = k3::Session::open(ob);
+    k3::LaunchDiagnostics d;
+    d.loadTokenizer = false;
+    k3::Session b = k3::Session::open(ob, d);
     generate(b, idsFrom(0, 5), 0);
     const std::string foreign = file("foreign.k3state");
     b.saveState(foreign);
@@ -370,7 +372,7 @@ void TestStateFile::newFilesAreOwnerOnly() {
     const QFile::Permissions p = QFile::permissions(QString::fromStdString(path));
     QCOMPARE(p & (QFile::ReadGroup | QFile::WriteGroup | QFile::ReadOther | QFile::WriteOther),
              QFile::Permissions());
-    k3::Session empty = k3::Session::open(trunkA_.options(model_, {"resident"}, 64));
+    k3::Session empty = trunkA_.open(model_, {"resident"}, 64);
     QVERIFY_THROWS_EXCEPTION(k3::StateError, empty.saveState(file("empty.k3state")));
 }
 

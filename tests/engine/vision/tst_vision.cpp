@@ -297,11 +297,12 @@ void TestVision::promptWithImagesMatchesReference() {
     QFETCH(bool, expertCache);
     const ImageCase c = imageCase(name);
     const std::string dir = kVisionDir + "k3_tiny_vl";
-    k3::SessionOptions o;
+    k3::LaunchConfig o;
     o.modelDir = dir;
     o.prefillChunk = chunk;
-    if (expertCache) o.expertCacheSlots = 2;
-    k3::Session session = k3::Session::open(o);
+    k3::LaunchDiagnostics d;
+    if (expertCache) d.expertCacheSlots = 2;
+    k3::Session session = k3::Session::open(o, d);
     const auto prompt = c.expected.at("prompt_ids").get<std::vector<k3::TokenId>>();
     // The template's render, re-encoded by the engine's tokenizer, is the reference's.
     QCOMPARE(session.tokenizer().encodeWithSpecial(c.expected.at("prompt_text").get<std::string>()),
@@ -368,10 +369,11 @@ void TestVision::imagesNeedATowerAndOnePadEach() {
     g.maxTokens = 1;
     g.images = c.images;
     {
-        k3::SessionOptions o;
+        k3::LaunchConfig o;
         o.modelDir = K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a";
-        o.loadTokenizer = false;
-        k3::Session textOnly = k3::Session::open(o);
+        k3::LaunchDiagnostics d;
+        d.loadTokenizer = false;
+        k3::Session textOnly = k3::Session::open(o, d);
         try {
             textOnly.generateIds(std::vector<k3::TokenId>{1, 2, 3}, g);
             QFAIL("a text-only checkpoint read images");
@@ -379,7 +381,7 @@ void TestVision::imagesNeedATowerAndOnePadEach() {
             QVERIFY2(QString::fromUtf8(e.what()).contains(QStringLiteral("text-only")), e.what());
         }
     }
-    k3::SessionOptions o;
+    k3::LaunchConfig o;
     o.modelDir = kVisionDir + "k3_tiny_vl";
     k3::Session session = k3::Session::open(o);
     auto prompt = c.expected.at("prompt_ids").get<std::vector<k3::TokenId>>();
@@ -426,7 +428,7 @@ void TestVision::chatWithImagesMatchesReference() {
         g.render.thinking = false;
         g.maxTokens = 8;
         QCOMPARE(k3::renderChat({user}, g.render), c.expected.at("prompt_text").get<std::string>());
-        k3::SessionOptions o;
+        k3::LaunchConfig o;
         o.modelDir = kVisionDir + "k3_tiny_vl";
         k3::Session session = k3::Session::open(o);
         const k3::GenerateResult r = session.chat({user}, g);
