@@ -13,7 +13,8 @@ struct CpuFeatures {
     bool avx2 = false;
     bool fma = false;
     bool avx512f = false;
-    // "AVX2 + FMA", "AVX2 + FMA + AVX-512F" or "portable (no AVX2/FMA)".
+    bool neon = false; // AArch64 Advanced SIMD: part of the architecture, true on every ARM64
+    // "AVX2 + FMA", "AVX2 + FMA + AVX-512F", "NEON (AArch64)" or "portable (no AVX2/FMA)".
     std::string summary() const;
 };
 
@@ -50,16 +51,17 @@ std::optional<MemoryInfo> readMemoryInfo();
 // ---- kernel path (defined with the kernels) ----------------------------------------
 
 // Avx512 is Avx2 plus an AVX-512F BF16 multi-column kernel (the one product that is
-// compute-bound); every path gives the same bits.
-enum class KernelPath { Scalar, Avx2, Avx512 };
+// compute-bound); Neon is AArch64's Advanced SIMD. Every path gives the same bits.
+enum class KernelPath { Scalar, Avx2, Avx512, Neon };
 
 const char* kernelPathName(KernelPath path);
 // Avx2 needs AVX2 and FMA from CPUID (with OS register support), Avx512 also AVX-512F
-// (with OS ZMM support); Scalar is always there.
+// (with OS ZMM support); Neon is there in every AArch64 build and nowhere else; Scalar
+// is always there.
 bool kernelPathAvailable(KernelPath path);
-// The path matvec uses now. Automatic choice: the widest available, unless the
-// environment variable K3_FORCE_SCALAR is set to a non-empty value other than "0", or
-// K3_FORCE_AVX2 to one (AVX-512 off).
+// The path matvec uses now. Automatic choice: the widest available (Neon on AArch64),
+// unless the environment variable K3_FORCE_SCALAR is set to a non-empty value other than
+// "0", or K3_FORCE_AVX2 to one (AVX-512 off).
 KernelPath kernelPath();
 // Forces a path (tests, benchmarks). Throws KernelError when the CPU lacks it.
 void setKernelPath(KernelPath path);

@@ -46,6 +46,16 @@ bool cpuHasAvx512() {
 #endif
 }
 
+// Advanced SIMD is part of AArch64 itself (every ARMv8-A CPU and OS has it), so the
+// NEON path is there wherever it is compiled; the path is still chosen here, at run
+// time, like the x86 ones, and K3_FORCE_SCALAR turns it off.
+constexpr bool kHasNeon =
+#if defined(K3_HAVE_NEON_PATH)
+    true;
+#else
+    false;
+#endif
+
 bool envFlag(const char* name) {
     const char* v = std::getenv(name);
     return v && *v && std::strcmp(v, "0") != 0;
@@ -53,14 +63,17 @@ bool envFlag(const char* name) {
 
 KernelPath automaticPath() {
     if (envFlag("K3_FORCE_SCALAR")) return KernelPath::Scalar;
+    if (kHasNeon) return KernelPath::Neon;
     if (cpuHasAvx512() && !envFlag("K3_FORCE_AVX2")) return KernelPath::Avx512;
     return cpuHasAvx2Fma() ? KernelPath::Avx2 : KernelPath::Scalar;
 }
 
+#if defined(K3_HAVE_AVX2_PATH)
 // Avx512 runs the AVX2 kernels everywhere but the BF16 multi-column product.
 bool avx2Kernels(KernelPath path) {
-    return path != KernelPath::Scalar;
+    return path == KernelPath::Avx2 || path == KernelPath::Avx512;
 }
+#endif
 
 void checkMatvec(const char* what, const float* y, const float* x, const void* w, int rows,
                  int cols) {
@@ -233,6 +246,8 @@ const char* kernelPathName(KernelPath path) {
         return "AVX2+FMA";
     case KernelPath::Avx512:
         return "AVX-512F+AVX2+FMA";
+    case KernelPath::Neon:
+        return "NEON";
     case KernelPath::Scalar:
         break;
     }
@@ -245,6 +260,8 @@ bool kernelPathAvailable(KernelPath path) {
         return cpuHasAvx2Fma();
     case KernelPath::Avx512:
         return cpuHasAvx512();
+    case KernelPath::Neon:
+        return kHasNeon;
     case KernelPath::Scalar:
         break;
     }
@@ -331,6 +348,9 @@ void matvecF32(float* y, const float* x, const float* w, int rows, int cols) {
 #if defined(K3_HAVE_AVX2_PATH)
     if (avx2Kernels(kernelPath())) dot = detail::dotF32Avx2;
 #endif
+#if defined(K3_HAVE_NEON_PATH)
+    if (kernelPath() == KernelPath::Neon) dot = detail::dotF32Neon;
+#endif
     forRows(rows, cols,
             [&](int r) { y[r] = dot(x, w + static_cast<std::size_t>(r) * cols, cols); });
 }
@@ -344,6 +364,15 @@ void matvecBf16(float* y, const float* x, const std::uint16_t* w, int rows, int 
         detail::permuteXBf16Avx2(xp, x, cols);
         forRowBlocks(rows, cols, [&](int first, int count) {
             detail::rowsBf16Avx2(y + first, x, xp, w + static_cast<std::size_t>(first) * cols, cols,
+                                 count);
+        });
+        return;
+    }
+#endif
+#if defined(K3_HAVE_NEON_PATH)
+    if (kernelPath() == KernelPath::Neon) {
+        forRowBlocks(rows, cols, [&](int first, int count) {
+            detail::rowsBf16Neon(y + first, x, w + static_cast<std::size_t>(first) * cols, cols,
                                  count);
         });
         return;
@@ -366,6 +395,17 @@ void matvecMxfp4(float* y, const float* x, const std::uint8_t* packed, const std
         detail::widenXMxfp4Avx2(xd, x, cols);
         forRowBlocks(rows, cols, [&](int first, int count) {
             detail::rowsMxfp4Avx2(y + first, x, xd, packed + first * rowBytes, rowBytes,
+                                  scales + first * rowScales, rowScales, cols, count);
+        });
+        return;
+    }
+#endif
+#if defined(K3_HAVE_NEON_PATH)
+    if (kernelPath() == KernelPath::Neon) {
+        double* xd = widenedXBuffer(static_cast<std::size_t>(cols));
+        detail::widenXMxfp4Neon(xd, x, cols);
+        forRowBlocks(rows, cols, [&](int first, int count) {
+            detail::rowsMxfp4Neon(y + first, x, xd, packed + first * rowBytes, rowBytes,
                                   scales + first * rowScales, rowScales, cols, count);
         });
         return;
@@ -454,6 +494,41 @@ void matmat(float* y, const float* x, const WeightView& w, int columns) {
                 detail::widenXMxfp4ColumnsAvx2(xd, xt, cols, tc);
                 forRowBlocks(rows, fork, [&](int first, int count) {
                     detail::rowsMxfp4ColumnsAvx2(yt + first, nr, xt, xd, packed + first * rowBytes,
+                                                 rowBytes, w.scales + first * rowScales, rowScales,
+                                                 cols, count, tc);
+                });
+                break;
+            }
+            }
+        }
+        return;
+    }
+#endif
+#if defined(K3_HAVE_NEON_PATH)
+    if (kernelPath() == KernelPath::Neon && cols > 0) {
+        static_assert(kRowBlock <= detail::kMatmatRowsNeon);
+        for (int t0 = 0; t0 < columns; t0 += kMatmatColumns) {
+            const int tc = columns - t0 < kMatmatColumns ? columns - t0 : kMatmatColumns;
+            float* yt = y + t0 * nr;
+            const float* xt = x + t0 * nc;
+            switch (w.type) {
+            case WeightType::F32:
+                forRowBlocks(rows, fork, [&](int first, int count) {
+                    detail::rowsF32ColumnsNeon(yt + first, nr, xt, f32 + first * nc, cols, count,
+                                               tc);
+                });
+                break;
+            case WeightType::BF16:
+                forRowBlocks(rows, fork, [&](int first, int count) {
+                    detail::rowsBf16ColumnsNeon(yt + first, nr, xt, bf16 + first * nc, cols, count,
+                                                tc);
+                });
+                break;
+            case WeightType::MXFP4: {
+                double* xd = widenedXBuffer(detail::mxfp4ColumnsDoublesNeon(cols, tc));
+                detail::widenXMxfp4ColumnsNeon(xd, xt, cols, tc);
+                forRowBlocks(rows, fork, [&](int first, int count) {
+                    detail::rowsMxfp4ColumnsNeon(yt + first, nr, xt, xd, packed + first * rowBytes,
                                                  rowBytes, w.scales + first * rowScales, rowScales,
                                                  cols, count, tc);
                 });

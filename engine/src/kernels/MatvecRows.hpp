@@ -121,4 +121,34 @@ void rowsBf16ColumnsAvx512(float* y, std::size_t ldy, const float* x, const floa
                            const std::uint16_t* w, int n, int count, int columns);
 #endif
 
+#if defined(__aarch64__)
+#define K3_HAVE_NEON_PATH 1
+// NEON (KernelsNeon.hpp): the same order with the 8 double lanes as 4 float64x2 registers
+// in lane order, so nothing is permuted. BF16 reads x as it is; MXFP4 reads x widened to
+// double once per call (neonXDoubles(n) doubles: matvec, element order; matmat, the
+// block-major copy of every column below).
+float dotF32Neon(const float* x, const float* w, int n);
+void rowsBf16Neon(float* y, const float* x, const std::uint16_t* w, int n, int count);
+void widenXMxfp4Neon(double* xd, const float* x, int n);
+void rowsMxfp4Neon(float* y, const float* x, const double* xd, const std::uint8_t* packed,
+                   std::size_t rowBytes, const std::uint8_t* scales, std::size_t rowScales, int n,
+                   int count);
+// Multi-column rows (k3::matmat): `count` (<= kMatmatRowsNeon) consecutive rows against
+// every column, y[t * ldy + r]; the weights of a block (BF16: kBf16Block elements, MXFP4:
+// one group, decoded once) are applied to every column while they are in registers or L1.
+// MXFP4's xd is the copy of widenXMxfp4ColumnsNeon: for each full group, the 32 doubles of
+// every column side by side (mxfp4ColumnsDoublesNeon(n, columns) doubles).
+inline constexpr int kMatmatRowsNeon = 12;
+void rowsF32ColumnsNeon(float* y, std::size_t ldy, const float* x, const float* w, int n, int count,
+                        int columns);
+void rowsBf16ColumnsNeon(float* y, std::size_t ldy, const float* x, const std::uint16_t* w, int n,
+                         int count, int columns);
+std::size_t mxfp4ColumnsDoublesNeon(int n, int columns);
+void widenXMxfp4ColumnsNeon(double* xd, const float* x, int n, int columns);
+void rowsMxfp4ColumnsNeon(float* y, std::size_t ldy, const float* x, const double* xd,
+                          const std::uint8_t* packed, std::size_t rowBytes,
+                          const std::uint8_t* scales, std::size_t rowScales, int n, int count,
+                          int columns);
+#endif
+
 } // namespace k3::detail

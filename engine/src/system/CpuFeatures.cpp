@@ -7,6 +7,7 @@
 namespace k3 {
 
 std::string CpuFeatures::summary() const {
+    if (neon) return "NEON (AArch64)";
     if (!avx2 || !fma) return "portable (no AVX2/FMA)";
     return avx512f ? "AVX2 + FMA + AVX-512F" : "AVX2 + FMA";
 }
@@ -30,6 +31,8 @@ CpuFeatures detectCpuFeatures() {
     f.avx2 = (ebx & (1u << 5)) != 0;
     f.fma = hasFma;
     f.avx512f = osZmm && (ebx & (1u << 16)) != 0;
+#elif defined(__aarch64__)
+    f.neon = true;
 #endif
     return f;
 }

@@ -98,7 +98,7 @@ DoctorCheck diskSpeedCheck(const DiskBandwidth& disk) {
 namespace {
 
 DoctorCheck cpuCheck(const CpuFeatures& cpu) {
-    if (cpu.avx2 && cpu.fma)
+    if ((cpu.avx2 && cpu.fma) || cpu.neon)
         return {"cpu", CheckStatus::Ok, "CPU: " + cpu.summary() + ", the fast kernels run"};
     return {"cpu", CheckStatus::Warning,
             "CPU: no AVX2/FMA, the portable kernels run (same output, slower)"};
@@ -219,6 +219,7 @@ std::string doctorReportJson(const DoctorReport& r) {
     j["cpu"] = {{"avx2", r.cpu.avx2},
                 {"fma", r.cpu.fma},
                 {"avx512f", r.cpu.avx512f},
+                {"neon", r.cpu.neon},
                 {"summary", r.cpu.summary()}};
     if (r.memory)
         j["memory"] = {{"total_bytes", r.memory->totalBytes},
