@@ -179,13 +179,15 @@ void budgetsAndChunks(const std::string& name, const fs::path& dir, const json& 
          1, true, 3},
     };
     for (const Budget& b : budgets) {
-        k3::ModelOptions o;
+        k3::LaunchConfig o;
+        o.modelDir = dir;
         o.trunkDir = trunk;
-        o.trunkBytes = b.trunk;
-        o.expertCacheSlots = b.cacheSlots;
-        o.streamModelTables = b.tables;
-        o.tableBlockBytes = 3 * 4096;
-        const k3::Model m = k3::Model::load(dir, o);
+        o.budget.trunkBytes = b.trunk;
+        o.budget.modelTablesOnDisk = b.tables;
+        k3::LaunchDiagnostics d;
+        d.expertCacheSlots = b.cacheSlots;
+        d.tableBlockBytes = 3 * 4096;
+        const k3::Model m = k3::Model::load(o, d);
         const Run r = greedy(m, prompt, kDecode, b.chunk);
         check(r.dropped == 0, name + " " + path + ", " + b.what + ": no dropped expert");
         check(m.memoryPlan().trunkBytes() <= b.trunk,
