@@ -13,6 +13,7 @@
 #include <QSettings>
 #include <QSignalSpy>
 #include <QStandardPaths>
+#include <QTemporaryDir>
 #include <QTest>
 #include <QToolButton>
 #include <QUrl>
@@ -261,6 +262,29 @@ private slots:
                      .data(ConversationModel::ContentRole)
                      .toString(),
                  QStringLiteral("Hello, wörld!"));
+        QVERIFY(window.store()->remove(window.currentConversationId()));
+    }
+
+    // An imported transcript's images are copied in beside the conversations (its own
+    // folder's images/), and the imported conversation refers to the copies.
+    void importedConversationKeepsItsImages() {
+        QTemporaryDir elsewhere;
+        QVERIFY(QDir(elsewhere.path()).mkdir(QStringLiteral("images")));
+        QVERIFY(QFile::copy(kPhoto, elsewhere.filePath(QStringLiteral("images/cat.jpg"))));
+        const QString file = elsewhere.filePath(QStringLiteral("chat.jsonl"));
+        QFile transcript(file);
+        QVERIFY(transcript.open(QIODevice::WriteOnly));
+        transcript.write("{\"role\":\"user\",\"content\":\"<|kimi_image_placeholder|>What is "
+                         "this?\",\"images\":[{\"file\":\"images/cat.jpg\"}]}\n");
+        transcript.close();
+        MainWindow window;
+        QVERIFY(window.importConversation(file));
+        const QString copy = window.store()->directory() + QStringLiteral("/images/cat.jpg");
+        QCOMPARE(fileBytes(copy), fileBytes(kPhoto));
+        ConversationModel* m = window.conversationView()->conversation();
+        QCOMPARE(m->index(0).data(ConversationModel::ImagesRole).toStringList(), QStringList{copy});
+        QVERIFY(fileBytes(window.store()->pathFor(window.currentConversationId()))
+                    .contains("\"images\":[{\"file\":\"images/cat.jpg\"}]"));
         QVERIFY(window.store()->remove(window.currentConversationId()));
     }
 

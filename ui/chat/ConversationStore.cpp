@@ -51,8 +51,14 @@ std::vector<k3::ChatMessage> toMessages(const Turns& turns, const QDir& director
         m.content = t.content.toStdString();
         if (m.role == k3::ChatRole::User && !t.images.isEmpty()) {
             m.content = kImagePlaceholder.repeated(t.images.size()).toStdString() + m.content;
-            for (const QString& file : t.images)
-                m.images.push_back({nullptr, directory.relativeFilePath(file).toStdString()});
+            for (const QString& file : t.images) {
+                QString name = directory.relativeFilePath(file);
+                // Kept elsewhere (an imported transcript's image): named as the copy
+                // importImages() made in images/, never by a path out of the folder.
+                if (name.startsWith(QLatin1String("..")) || QDir::isAbsolutePath(name))
+                    name = QStringLiteral("images/") + QFileInfo(file).fileName();
+                m.images.push_back({nullptr, name.toStdString()});
+            }
         }
         m.reasoningContent = t.reasoning.toStdString();
         m.name = t.name.toStdString();
@@ -257,6 +263,22 @@ QString ConversationStore::storeImage(const QString& directory, const QByteArray
         k3::writeFileAtomically(path.toStdString(),
                                 std::string_view(bytes.constData(), std::size_t(bytes.size())));
     return path;
+}
+
+void ConversationStore::importImages(const std::vector<ChatTurn>& turns) const {
+    const QDir images(m_directory + QStringLiteral("/images"));
+    for (const ChatTurn& t : turns) {
+        for (const QString& file : t.images) {
+            const QString copy = images.filePath(QFileInfo(file).fileName());
+            if (QFileInfo(file).absolutePath() == images.absolutePath() ||
+                QFileInfo::exists(copy) || !QFileInfo::exists(file))
+                continue; // in place, copied before, or missing (shown as missing)
+            makePrivateFolder(images.path());
+            if (!QFile::copy(file, copy))
+                fail(QObject::tr("%1: could not be copied to %2").arg(file, copy));
+        }
+        for (const std::vector<ChatTurn>& branch : t.otherVersions) importImages(branch);
+    }
 }
 
 bool ConversationStore::remove(const QString& id) {

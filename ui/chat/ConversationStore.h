@@ -102,6 +102,11 @@ public:
     static QString storeImage(const QString& directory, const QByteArray& bytes,
                               const QString& suffix);
 
+    // Copies the images of `turns` kept outside images/ (an imported transcript's, read
+    // with toTurns(messages, its folder)) into images/ under their names, which save()
+    // then refers to. Throws std::runtime_error naming a file that could not be copied.
+    void importImages(const std::vector<ChatTurn>& turns) const;
+
     QString pathFor(const QString& id) const;
 
     // mkpath, then mode 0700 for every folder it made and for `path` itself: the app's
