@@ -309,7 +309,8 @@ int main(int argc, char** argv) {
     };
     try {
         double made = 0;
-        {
+        if (std::any_of(prepared.begin(), prepared.end(),
+                        [&](const auto& p) { return p.first.plan.patches() <= fullUpTo; })) {
             const k3::VisionTower tower = makeTower(layers, made);
             std::printf("(%d-layer tower: %.2f GiB of weights, made and loaded in %.1f s)\n",
                         layers, gib(tower.weightBytes()), made);
