@@ -281,8 +281,9 @@ void MainWindow::showConversation(const QString& id, const QVector<ChatTurn>& tu
 
 bool MainWindow::importConversation(const QString& file) {
     try {
-        const QVector<ChatTurn> turns =
-            ConversationStore::toTurns(k3::readTranscript(file.toStdString()));
+        const QVector<ChatTurn> turns = ConversationStore::toTurns(
+            k3::readTranscript(file.toStdString()), QFileInfo(file).absolutePath());
+        m_store->importImages({turns.begin(), turns.end()}); // copies, as attaching makes
         openConversation(m_store->save({}, turns));
         refreshConversationList();
         return true;

@@ -3,6 +3,7 @@
 #include "AppSettings.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
+#include "chat/ImageAttacher.h"
 #include "chat/MessageComposer.h"
 #include "worker/EngineController.h"
 
@@ -19,7 +20,7 @@ const QString kThinkingPerModel = QStringLiteral("thinking/perModel");
 ChatController::ChatController(EngineController* engine, ConversationModel* conversation,
                                MessageComposer* composer, ConversationStore* store, QObject* parent)
     : QObject(parent), m_engine(engine), m_conversation(conversation), m_composer(composer),
-      m_store(store) {
+      m_store(store), m_attacher(new ImageAttacher(store->directory(), this)) {
     EngineWorker* worker = m_engine->worker();
     connect(worker, &EngineWorker::tokenGenerated, this, &ChatController::onToken);
     connect(worker, &EngineWorker::generationFinished, this, &ChatController::onFinished);
@@ -29,6 +30,19 @@ ChatController::ChatController(EngineController* engine, ConversationModel* conv
     connect(worker, &EngineWorker::modelLoaded, this,
             [this](const ModelInfo& info) { m_answeringModel = info.modelName; });
     connect(m_composer, &MessageComposer::thinkingChosen, this, &ChatController::rememberThinking);
+    // Images: offered for a model that reads them; read and kept off the GUI thread.
+    connect(worker, &EngineWorker::modelLoaded, this, [this](const ModelInfo& info) {
+        m_composer->setImagesAvailable(
+            info.vision,
+            tr("%1 reads text only: its checkpoint has no vision tower").arg(info.modelName));
+    });
+    connect(m_composer, &MessageComposer::imageFilesChosen, m_attacher,
+            [this](const QStringList& paths) {
+                for (const QString& path : paths) m_attacher->attachFile(path);
+            });
+    connect(m_composer, &MessageComposer::imagePasted, m_attacher, &ImageAttacher::attachImage);
+    connect(m_attacher, &ImageAttacher::attached, m_composer, &MessageComposer::addAttachment);
+    connect(m_attacher, &ImageAttacher::failed, m_composer, &MessageComposer::showAttachError);
     // What Think costs, said beside the switch (issue 37 point 1: "Hello" was 253 prompt
     // positions with Think and 87 without, and nothing said so). Asked again after a
     // load, an effort change and each answer (the rate it quotes is the last message's).
@@ -68,14 +82,20 @@ void ChatController::send(const QString& text) {
     if (m_engine->isBusy()) return;
     if (!m_conversation->systemPromptChosen())
         m_conversation->setSystemPrompt(AppSettings::load().systemPrompt);
+    QStringList images; // the copies kept when they were attached
+    for (const ImageAttachment& a : m_composer->attachments()) images << a.file;
+    m_composer->clearAttachments();
     if (m_editRow >= 0) {
         // The edited question is a new version of the old one, which is kept with
-        // everything that followed it.
-        m_conversation->appendVersion(m_editRow, QStringLiteral("user"), text);
+        // everything that followed it (its images too, unless others are attached).
+        if (images.isEmpty())
+            images =
+                m_conversation->index(m_editRow).data(ConversationModel::ImagesRole).toStringList();
+        m_conversation->appendVersion(m_editRow, QStringLiteral("user"), text, images);
         m_editRow = -1;
         m_composer->setEditing(false);
     } else {
-        m_conversation->appendMessage(QStringLiteral("user"), text);
+        m_conversation->appendMessage(QStringLiteral("user"), text, images);
     }
     save(); // the question is on disk before the answer starts
     startAnswer(-1);

@@ -13,6 +13,7 @@ struct ChatTurn;
 class ConversationModel;
 class ConversationStore;
 class EngineController;
+class ImageAttacher;
 class MessageComposer;
 
 // The open conversation's answers: send, regenerate (or answer a question left without
@@ -45,6 +46,8 @@ public:
 
     // The conversation's system prompt; for a new one not started yet, the Settings default.
     QString systemPrompt() const;
+
+    ImageAttacher* imageAttacher() const { return m_attacher; }
 
     // The stats line under a finished answer.
     static QString statsLine(const GenerationSummary& summary, const k3::AnswerFigures& figures,
@@ -98,6 +101,7 @@ private:
     ConversationModel* m_conversation;
     MessageComposer* m_composer;
     ConversationStore* m_store;
+    ImageAttacher* m_attacher; // attached images, read and copied beside the conversations
     QString m_conversationId;
     QString m_modelKey;
     QString m_answeringModel; // the loaded model's name, saved with each answer

@@ -50,6 +50,8 @@ QVariant ConversationModel::data(const QModelIndex& index, int role) const {
         return e.stopped;
     case VersionRole:
         return QPoint(e.versionIndex + 1, int(e.otherVersions.size()) + 1);
+    case ImagesRole:
+        return e.images;
     case ReadingRole:
         return e.streaming && (e.readTotal > 0 || e.readRestored > 0)
                    ? QVariant(QPointF(e.readDone, e.readTotal))
@@ -65,12 +67,14 @@ QVariant ConversationModel::data(const QModelIndex& index, int role) const {
     }
 }
 
-int ConversationModel::appendMessage(const QString& role, const QString& content) {
+int ConversationModel::appendMessage(const QString& role, const QString& content,
+                                     const QStringList& images) {
     const int row = int(m_entries.size());
     beginInsertRows({}, row, row);
     Entry e;
     e.role = role;
     e.content = content;
+    e.images = images;
     e.thinkingExpanded = m_expandThinking;
     m_entries.push_back(std::move(e));
     endInsertRows();
@@ -190,10 +194,11 @@ void ConversationModel::showBranch(std::vector<ChatTurn> branch,
     endInsertRows();
 }
 
-int ConversationModel::appendVersion(int row, const QString& role, const QString& content) {
-    if (row < 0 || row >= m_entries.size()) return appendMessage(role, content);
+int ConversationModel::appendVersion(int row, const QString& role, const QString& content,
+                                     const QStringList& images) {
+    if (row < 0 || row >= m_entries.size()) return appendMessage(role, content, images);
     std::vector<std::vector<ChatTurn>> versions = takeVersions(row);
-    const int added = appendMessage(role, content);
+    const int added = appendMessage(role, content, images);
     m_entries[added].versionIndex = int(versions.size());
     m_entries[added].otherVersions = std::move(versions);
     changed(added);
@@ -266,6 +271,7 @@ ConversationModel::Entry ConversationModel::entryFor(const ChatTurn& t, bool exp
     e.toolCallId = t.toolCallId;
     e.otherVersions = t.otherVersions;
     e.versionIndex = std::clamp(t.versionIndex, 0, int(t.otherVersions.size()));
+    e.images = t.images;
     // A reopened answer shows its saved figures and whether it was cut; an invalid one
     // still says what it is, and one from another model says which.
     QStringList stats;
@@ -286,6 +292,7 @@ ChatTurn ConversationModel::turnFor(const Entry& e) {
                e.model, e.stopped, e.figures,   e.toolCalls, e.toolCallId};
     t.otherVersions = e.otherVersions;
     t.versionIndex = e.versionIndex;
+    t.images = e.images;
     return t;
 }
 

@@ -27,6 +27,7 @@ public:
         ModelRole,              // the model that answered; empty when not recorded
         StoppedRole,            // the answer was cut before the model ended it
         VersionRole,            // QPoint(shown version from 1, versions); (1, 1): only one
+        ImagesRole,             // QStringList: a user message's images (their saved copies)
     };
 
     explicit ConversationModel(QObject* parent = nullptr);
@@ -37,7 +38,8 @@ public:
     // its text can be selected (MessageDelegate::createEditor); setData changes nothing.
     Qt::ItemFlags flags(const QModelIndex& index) const override;
 
-    int appendMessage(const QString& role, const QString& content);
+    // `images`: a user message's attached images (ChatTurn::images).
+    int appendMessage(const QString& role, const QString& content, const QStringList& images = {});
     // Starts an empty assistant message that tokens will stream into; `model` answers it
     // (kept with whatever is saved of it, a partial answer too).
     int beginAssistantMessage(const QString& model = {});
@@ -65,7 +67,8 @@ public:
     // Keeps rows `row`..end as a version of that position and puts a new message there
     // (an edited question, or with beginAssistantVersion a regenerated answer), shown
     // as the last version.
-    int appendVersion(int row, const QString& role, const QString& content);
+    int appendVersion(int row, const QString& role, const QString& content,
+                      const QStringList& images = {});
     int beginAssistantVersion(int row, const QString& model = {});
     // Shows version `index` (from 0) of message `row` and what followed it; the branch
     // shown before is kept. False when there is no such version.
@@ -124,6 +127,7 @@ private:
         double readSecondsLeft = -1;
         std::vector<std::vector<ChatTurn>> otherVersions;
         int versionIndex = 0;
+        QStringList images;
     };
     static Entry entryFor(const ChatTurn& turn, bool expandThinking);
     static ChatTurn turnFor(const Entry& e);

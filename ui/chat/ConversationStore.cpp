@@ -2,6 +2,7 @@
 
 #include "chat/MarkdownDocumentWriter.h"
 
+#include <QCryptographicHash>
 #include <QDir>
 #include <QFileInfo>
 #include <QUuid>
@@ -36,12 +37,29 @@ void moveFile(const QString& from, const QString& to) {
         fail(QObject::tr("%1: could not be moved to %2 (%3)").arg(from, to, file.errorString()));
 }
 
-template <typename Turns> std::vector<k3::ChatMessage> toMessages(const Turns& turns) {
+const QString kImagePlaceholder =
+    QString::fromUtf8(k3::kImagePlaceholder.data(), qsizetype(k3::kImagePlaceholder.size()));
+
+// Turns as a transcript in `directory` holds them: a user message's images become the
+// template's placeholders before its text and files relative to the transcript's folder.
+template <typename Turns>
+std::vector<k3::ChatMessage> toMessages(const Turns& turns, const QDir& directory) {
     std::vector<k3::ChatMessage> out;
     for (const ChatTurn& t : turns) {
         k3::ChatMessage m;
         m.role = k3::parseChatRole(t.role.toStdString()).value_or(k3::ChatRole::User);
         m.content = t.content.toStdString();
+        if (m.role == k3::ChatRole::User && !t.images.isEmpty()) {
+            m.content = kImagePlaceholder.repeated(t.images.size()).toStdString() + m.content;
+            for (const QString& file : t.images) {
+                QString name = directory.relativeFilePath(file);
+                // Kept elsewhere (an imported transcript's image): named as the copy
+                // importImages() made in images/, never by a path out of the folder.
+                if (name.startsWith(QLatin1String("..")) || QDir::isAbsolutePath(name))
+                    name = QStringLiteral("images/") + QFileInfo(file).fileName();
+                m.images.push_back({nullptr, name.toStdString()});
+            }
+        }
         m.reasoningContent = t.reasoning.toStdString();
         m.name = t.name.toStdString();
         m.invalid = t.invalid.toStdString();
@@ -53,7 +71,7 @@ template <typename Turns> std::vector<k3::ChatMessage> toMessages(const Turns& t
         }
         if (m.role == k3::ChatRole::Tool) m.toolCallId = t.toolCallId.toStdString();
         for (const std::vector<ChatTurn>& branch : t.otherVersions)
-            m.otherVersions.push_back(toMessages(branch));
+            m.otherVersions.push_back(toMessages(branch, directory));
         m.versionIndex = t.versionIndex;
         out.push_back(std::move(m));
     }
@@ -146,7 +164,7 @@ QVector<ConversationStore::Summary> ConversationStore::listDirectory(const QStri
         // A stored title spares reading the transcript, unless its text is searched.
         if (s.title.isEmpty() || !words.isEmpty()) {
             try {
-                turns = toTurns(k3::readTranscript(f.filePath().toStdString()));
+                turns = toTurns(k3::readTranscript(f.filePath().toStdString()), directory);
                 if (s.title.isEmpty()) s.title = titleFor(turns);
             } catch (const std::exception&) {
                 if (s.title.isEmpty()) s.title = QObject::tr("%1 (unreadable)").arg(f.fileName());
@@ -169,7 +187,8 @@ ConversationStore::Summary ConversationStore::summary(const QString& id) const {
     return s;
 }
 
-QVector<ChatTurn> ConversationStore::toTurns(const std::vector<k3::ChatMessage>& messages) {
+QVector<ChatTurn> ConversationStore::toTurns(const std::vector<k3::ChatMessage>& messages,
+                                             const QString& directory) {
     QVector<ChatTurn> turns;
     for (const k3::ChatMessage& m : messages) {
         ChatTurn t{QString::fromUtf8(k3::chatRoleName(m.role).data(),
@@ -183,8 +202,15 @@ QVector<ChatTurn> ConversationStore::toTurns(const std::vector<k3::ChatMessage>&
                    m.figures,
                    m.toolCalls,
                    QString::fromStdString(m.toolCallId)};
+        if (!m.images.empty()) {
+            // The placeholders are where the images go, not text the user typed.
+            t.content.remove(kImagePlaceholder);
+            for (const k3::ChatImage& image : m.images)
+                t.images << QDir::cleanPath(
+                    QDir(directory).absoluteFilePath(QString::fromStdString(image.file)));
+        }
         for (const std::vector<k3::ChatMessage>& branch : m.otherVersions) {
-            const QVector<ChatTurn> other = toTurns(branch);
+            const QVector<ChatTurn> other = toTurns(branch, directory);
             t.otherVersions.emplace_back(other.begin(), other.end());
         }
         t.versionIndex = m.versionIndex;
@@ -194,7 +220,7 @@ QVector<ChatTurn> ConversationStore::toTurns(const std::vector<k3::ChatMessage>&
 }
 
 QVector<ChatTurn> ConversationStore::load(const QString& id) const {
-    return toTurns(k3::readTranscript(pathFor(id).toStdString()));
+    return toTurns(k3::readTranscript(pathFor(id).toStdString()), m_directory);
 }
 
 namespace {
@@ -208,7 +234,7 @@ QString ConversationStore::save(const QString& id, const QVector<ChatTurn>& turn
     makePrivateFolder(m_directory);
     const QString useId = id.isEmpty() ? newConversationId() : id;
     claim(useId);
-    k3::writeTranscript(pathFor(useId).toStdString(), toMessages(turns));
+    k3::writeTranscript(pathFor(useId).toStdString(), toMessages(turns, QDir(m_directory)));
     return useId;
 }
 
@@ -218,9 +244,41 @@ QString ConversationStore::duplicate(const QString& id) {
     const QString title = storedTitle(id).isEmpty() ? titleFor(turns) : storedTitle(id);
     const QString copy = newConversationId();
     makePrivateFolder(m_directory);
-    k3::writeTranscript(pathFor(copy).toStdString(), toMessages(turns));
+    k3::writeTranscript(pathFor(copy).toStdString(), toMessages(turns, QDir(m_directory)));
     setTitle(copy, QObject::tr("%1 (copy)").arg(title));
     return copy;
+}
+
+QString ConversationStore::storeImage(const QString& directory, const QByteArray& bytes,
+                                      const QString& suffix) {
+    const QString folder = directory + QStringLiteral("/images");
+    makePrivateFolder(folder);
+    // Named by its content: the same image attached twice is one file, and a file once
+    // written never changes (the engine thread keeps what it prepared from it).
+    const QString path =
+        folder + QLatin1Char('/') +
+        QString::fromLatin1(QCryptographicHash::hash(bytes, QCryptographicHash::Sha256).toHex()) +
+        QLatin1Char('.') + suffix;
+    if (!QFileInfo::exists(path))
+        k3::writeFileAtomically(path.toStdString(),
+                                std::string_view(bytes.constData(), std::size_t(bytes.size())));
+    return path;
+}
+
+void ConversationStore::importImages(const std::vector<ChatTurn>& turns) const {
+    const QDir images(m_directory + QStringLiteral("/images"));
+    for (const ChatTurn& t : turns) {
+        for (const QString& file : t.images) {
+            const QString copy = images.filePath(QFileInfo(file).fileName());
+            if (QFileInfo(file).absolutePath() == images.absolutePath() ||
+                QFileInfo::exists(copy) || !QFileInfo::exists(file))
+                continue; // in place, copied before, or missing (shown as missing)
+            makePrivateFolder(images.path());
+            if (!QFile::copy(file, copy))
+                fail(QObject::tr("%1: could not be copied to %2").arg(file, copy));
+        }
+        for (const std::vector<ChatTurn>& branch : t.otherVersions) importImages(branch);
+    }
 }
 
 bool ConversationStore::remove(const QString& id) {

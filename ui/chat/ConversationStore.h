@@ -1,5 +1,6 @@
 #pragma once
 
+#include <QByteArray>
 #include <QDateTime>
 #include <QString>
 #include <QVector>
@@ -23,6 +24,7 @@ class OutputLock;
 // A title the user gave is kept beside the transcript (ID.title, plain UTF-8), so the
 // transcript stays in the engine's format and files without one still open. Deleted
 // conversations go to the trash/ subfolder first, where restore() finds them again.
+// Attached images are copied into the images/ subfolder (storeImage, off the GUI thread).
 class ConversationStore {
 public:
     struct Summary {
@@ -88,7 +90,22 @@ public:
     static QString titleFor(const QVector<ChatTurn>& turns);
     // Every field of every message (role, content, reasoning, name, invalid, model,
     // stopped, figures).
-    static QVector<ChatTurn> toTurns(const std::vector<k3::ChatMessage>& messages);
+    // `directory`: the transcript's folder, which its images' files are relative to.
+    static QVector<ChatTurn> toTurns(const std::vector<k3::ChatMessage>& messages,
+                                     const QString& directory = {});
+
+    // Keeps a copy of an attached image's file (its bytes, as given) in `directory`'s
+    // images/ folder, named by its content (SHA-256) and `suffix` ("png", "jpg", "webp"),
+    // written atomically; returns its absolute path. Transcripts refer to it as
+    // "images/NAME". Only touches files, so a worker thread runs it. Throws
+    // std::runtime_error naming the file that could not be written.
+    static QString storeImage(const QString& directory, const QByteArray& bytes,
+                              const QString& suffix);
+
+    // Copies the images of `turns` kept outside images/ (an imported transcript's, read
+    // with toTurns(messages, its folder)) into images/ under their names, which save()
+    // then refers to. Throws std::runtime_error naming a file that could not be copied.
+    void importImages(const std::vector<ChatTurn>& turns) const;
 
     QString pathFor(const QString& id) const;
 

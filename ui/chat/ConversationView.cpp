@@ -4,6 +4,7 @@
 #include "chat/ConversationModel.h"
 #include "chat/MessageDelegate.h"
 #include "chat/SafeTextDocument.h"
+#include "chat/ThumbnailCache.h"
 
 #include <QAccessible>
 #include <QAction>
@@ -42,6 +43,8 @@ ConversationView::ConversationView(QWidget* parent)
     });
     connect(m_delegate, &MessageDelegate::copyCodeRequested, this,
             &ConversationView::copyCodeBlock);
+    connect(m_delegate->thumbnails(), &ThumbnailCache::loaded, viewport(),
+            qOverload<>(&QWidget::update));
     // Follow a streaming answer while the user is at the bottom; keep their place otherwise.
     connect(m_messages, &QAbstractItemModel::dataChanged, this, [this] {
         QScrollBar* bar = verticalScrollBar();

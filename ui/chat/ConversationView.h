@@ -17,6 +17,7 @@ public:
     explicit ConversationView(QWidget* parent = nullptr);
 
     ConversationModel* conversation() const { return m_messages; }
+    MessageDelegate* messageDelegate() const { return m_delegate; }
     int messageCount() const;
     QString placeholderText() const;
     void setPlaceholderText(const QString& text);

@@ -1,22 +1,31 @@
 #include "chat/MessageComposer.h"
 
+#include "chat/ComposerTextEdit.h"
+
 #include <QCheckBox>
 #include <QComboBox>
+#include <QFileDialog>
+#include <QFrame>
 #include <QHBoxLayout>
+#include <QIcon>
 #include <QKeyEvent>
 #include <QLabel>
+#include <QPixmap>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QTextCursor>
+#include <QToolButton>
 #include <QVBoxLayout>
 
 #include <cmath>
 
 MessageComposer::MessageComposer(QWidget* parent)
-    : QWidget(parent), m_editor(new QPlainTextEdit(this)),
+    : QWidget(parent), m_editor(new ComposerTextEdit(this)),
       m_sendButton(new QPushButton(tr("Send"), this)), m_think(new QCheckBox(tr("Think"), this)),
       m_effort(new QComboBox(this)), m_editingLabel(new QLabel(this)),
-      m_thinkCost(new QLabel(this)) {
+      m_thinkCost(new QLabel(this)), m_textEdit(static_cast<ComposerTextEdit*>(m_editor)),
+      m_attachButton(new QToolButton(this)), m_attachmentStrip(new QWidget(this)),
+      m_attachmentLayout(new QHBoxLayout(m_attachmentStrip)), m_attachError(new QLabel(this)) {
     m_editor->setObjectName(QStringLiteral("composerEditor"));
     m_sendButton->setObjectName(QStringLiteral("sendButton"));
     m_think->setObjectName(QStringLiteral("thinkCheck"));
@@ -44,6 +53,20 @@ MessageComposer::MessageComposer(QWidget* parent)
     m_editingLabel->hide();
     m_thinkCost->setObjectName(QStringLiteral("thinkCost"));
     m_thinkCost->hide();
+    m_attachButton->setObjectName(QStringLiteral("attachButton"));
+    m_attachButton->setText(tr("Attach image…"));
+    m_attachButton->setIcon(QIcon::fromTheme(QStringLiteral("mail-attachment")));
+    m_attachButton->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+    m_attachButton->setAccessibleName(tr("Attach image"));
+    m_attachmentStrip->setObjectName(QStringLiteral("attachmentStrip"));
+    m_attachmentLayout->setContentsMargins(0, 0, 0, 0);
+    m_attachmentLayout->addStretch(1);
+    m_attachmentStrip->hide();
+    m_attachError->setObjectName(QStringLiteral("attachError"));
+    m_attachError->setWordWrap(true);
+    m_attachError->setTextFormat(Qt::PlainText); // file names and engine text, never markup
+    m_attachError->hide();
+    setImagesAvailable(false, tr("Load a model first (Model menu)"));
 
     auto* options = new QHBoxLayout;
     options->addWidget(m_think);
@@ -51,6 +74,7 @@ MessageComposer::MessageComposer(QWidget* parent)
     options->addWidget(m_effort);
     options->addWidget(m_thinkCost);
     options->addStretch(1);
+    options->addWidget(m_attachButton);
     auto* input = new QHBoxLayout;
     input->addWidget(m_editor, 1);
     input->addWidget(m_sendButton, 0, Qt::AlignBottom);
@@ -58,6 +82,8 @@ MessageComposer::MessageComposer(QWidget* parent)
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addLayout(options);
     layout->addWidget(m_editingLabel);
+    layout->addWidget(m_attachmentStrip);
+    layout->addWidget(m_attachError);
     layout->addLayout(input);
 
     connect(m_sendButton, &QPushButton::clicked, this, [this] {
@@ -67,6 +93,12 @@ MessageComposer::MessageComposer(QWidget* parent)
             trySend();
     });
     connect(m_editor, &QPlainTextEdit::textChanged, this, &MessageComposer::updateSendButton);
+    connect(m_attachButton, &QToolButton::clicked, this, &MessageComposer::openImageDialog);
+    connect(m_textEdit, &ComposerTextEdit::filesGiven, this, &MessageComposer::chooseImageFiles);
+    connect(m_textEdit, &ComposerTextEdit::imagePasted, this, [this](const QImage& image) {
+        m_attachError->hide();
+        emit imagePasted(image);
+    });
     connect(m_think, &QCheckBox::toggled, m_effort, &QWidget::setEnabled);
     connect(m_think, &QCheckBox::clicked, this, &MessageComposer::thinkingChosen);
     connect(m_effort, &QComboBox::currentTextChanged, this,
@@ -151,6 +183,93 @@ QString MessageComposer::thinkingCostText() const {
     return m_thinkCost->isHidden() ? QString() : m_thinkCost->text();
 }
 
+void MessageComposer::setImagesAvailable(bool available, const QString& whyNot) {
+    m_imagesAvailable = available;
+    m_textEdit->setAcceptsImages(available);
+    m_attachButton->setEnabled(available);
+    m_attachButton->setToolTip(
+        available ? tr("Attach an image (PNG, JPEG or WebP); you can also paste or drop one")
+                  : whyNot);
+}
+
+void MessageComposer::openImageDialog() {
+    const QStringList files =
+        QFileDialog::getOpenFileNames(this, tr("Attach images"), QString(),
+                                      tr("Images (*.png *.jpg *.jpeg *.webp);;All files (*)"));
+    if (!files.isEmpty()) chooseImageFiles(files);
+}
+
+void MessageComposer::chooseImageFiles(const QStringList& paths) {
+    if (!m_imagesAvailable || paths.isEmpty()) return;
+    m_attachError->hide();
+    emit imageFilesChosen(paths);
+}
+
+void MessageComposer::addAttachment(const ImageAttachment& attachment) {
+    m_attachments.push_back(attachment);
+    m_attachError->hide();
+    showAttachments();
+}
+
+void MessageComposer::removeAttachment(int index) {
+    if (index < 0 || index >= m_attachments.size()) return;
+    m_attachments.removeAt(index);
+    showAttachments();
+}
+
+void MessageComposer::clearAttachments() {
+    m_attachments.clear();
+    showAttachments();
+}
+
+void MessageComposer::showAttachError(const QString& message) {
+    m_attachError->setText(tr("Not attached: %1").arg(message));
+    m_attachError->show();
+}
+
+QString MessageComposer::attachErrorText() const {
+    return m_attachError->isHidden() ? QString() : m_attachError->text();
+}
+
+void MessageComposer::showAttachments() {
+    // Rebuilt whole: a handful of thumbnails at most.
+    while (m_attachmentLayout->count() > 1) {
+        QLayoutItem* item = m_attachmentLayout->takeAt(0);
+        // Later: a thumbnail's own remove button may be what is being clicked.
+        item->widget()->hide();
+        item->widget()->setParent(nullptr);
+        item->widget()->deleteLater();
+        delete item;
+    }
+    for (int i = 0; i < m_attachments.size(); ++i) {
+        const ImageAttachment& a = m_attachments[i];
+        auto* frame = new QFrame(m_attachmentStrip);
+        frame->setObjectName(QStringLiteral("attachment"));
+        frame->setFrameShape(QFrame::StyledPanel);
+        auto* thumbnail = new QLabel(frame);
+        thumbnail->setPixmap(QPixmap::fromImage(a.thumbnail));
+        const QString about = tr("%1, %2×%3: %n prompt position(s)", nullptr, a.positions)
+                                  .arg(a.name)
+                                  .arg(a.size.width())
+                                  .arg(a.size.height());
+        thumbnail->setToolTip(about);
+        thumbnail->setAccessibleName(about);
+        auto* remove = new QToolButton(frame);
+        remove->setObjectName(QStringLiteral("removeAttachment"));
+        remove->setText(QStringLiteral("✕"));
+        remove->setToolTip(tr("Remove %1").arg(a.name));
+        remove->setAccessibleName(tr("Remove %1").arg(a.name));
+        connect(remove, &QToolButton::clicked, this, [this, i] { removeAttachment(i); });
+        auto* box = new QHBoxLayout(frame);
+        box->setContentsMargins(2, 2, 2, 2);
+        box->addWidget(thumbnail);
+        box->addWidget(remove, 0, Qt::AlignTop);
+        m_attachmentLayout->insertWidget(i, frame);
+    }
+    m_attachmentStrip->setVisible(!m_attachments.isEmpty());
+    updateSendButton();
+}
+
 bool MessageComposer::eventFilter(QObject* watched, QEvent* event) {
     if (watched == m_editor && event->type() == QEvent::KeyPress) {
         auto* key = static_cast<QKeyEvent*>(event);
@@ -170,7 +289,8 @@ bool MessageComposer::eventFilter(QObject* watched, QEvent* event) {
 
 void MessageComposer::trySend() {
     const QString message = text().trimmed();
-    if (!m_ready || m_generating || message.isEmpty()) return;
+    if (!m_ready || m_generating || (message.isEmpty() && m_attachments.isEmpty())) return;
+    m_attachError->hide();
     emit sendRequested(message);
     clear();
 }
@@ -181,6 +301,6 @@ void MessageComposer::updateSendButton() {
         m_sendButton->setToolTip(tr("Stop the answer (Esc)"));
         return;
     }
-    m_sendButton->setEnabled(m_ready && !text().trimmed().isEmpty());
+    m_sendButton->setEnabled(m_ready && (!text().trimmed().isEmpty() || !m_attachments.isEmpty()));
     m_sendButton->setToolTip(m_ready ? QString() : tr("Load a model first (Model menu)"));
 }

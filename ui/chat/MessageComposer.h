@@ -1,12 +1,18 @@
 #pragma once
 
+#include <QVector>
 #include <QWidget>
 
+#include "chat/ImageAttachment.h"
+
+class ComposerTextEdit;
 class QCheckBox;
 class QComboBox;
+class QHBoxLayout;
 class QLabel;
 class QPlainTextEdit;
 class QPushButton;
+class QToolButton;
 
 // The input box under the conversation: Enter sends, Shift+Enter adds a new line.
 // While an answer streams the Send button becomes Stop. Sending stays disabled until
@@ -42,6 +48,21 @@ public:
     void setThinkingCost(int positions, double seconds);
     QString thinkingCostText() const;
 
+    // Images: offered only for a model that reads them (a vision tower, or a server);
+    // otherwise the attach button is disabled and its tooltip says `whyNot`.
+    void setImagesAvailable(bool available, const QString& whyNot = {});
+    bool imagesAvailable() const { return m_imagesAvailable; }
+    // What the attach button's file dialog does: asks for these files to be attached.
+    void chooseImageFiles(const QStringList& paths);
+    // An image read and kept (ImageAttacher): shown as a removable thumbnail until sent.
+    void addAttachment(const ImageAttachment& attachment);
+    void removeAttachment(int index);
+    const QVector<ImageAttachment>& attachments() const { return m_attachments; }
+    void clearAttachments();
+    // Why an image was not attached, shown until the next attachment or message.
+    void showAttachError(const QString& message);
+    QString attachErrorText() const;
+
 signals:
     void sendRequested(const QString& text);
     void stopRequested();
@@ -50,6 +71,9 @@ signals:
     // The user ticked or unticked Think (not emitted for setThinking()).
     void thinkingChosen(bool on);
     void thinkingEffortChanged(const QString& effort);
+    // Files chosen, dropped or pasted, and pasted pixels: to be read (ImageAttacher).
+    void imageFilesChosen(const QStringList& paths);
+    void imagePasted(const QImage& image);
 
 protected:
     bool eventFilter(QObject* watched, QEvent* event) override;
@@ -57,6 +81,8 @@ protected:
 private:
     void trySend();
     void updateSendButton();
+    void openImageDialog();
+    void showAttachments();
 
     QPlainTextEdit* m_editor;
     QPushButton* m_sendButton;
@@ -64,6 +90,13 @@ private:
     QComboBox* m_effort;
     QLabel* m_editingLabel;
     QLabel* m_thinkCost;
+    ComposerTextEdit* m_textEdit; // m_editor, for its image signals
+    QToolButton* m_attachButton;
+    QWidget* m_attachmentStrip;
+    QHBoxLayout* m_attachmentLayout;
+    QLabel* m_attachError;
+    QVector<ImageAttachment> m_attachments;
+    bool m_imagesAvailable = false;
     bool m_editing = false;
     bool m_ready = false;
     bool m_generating = false;

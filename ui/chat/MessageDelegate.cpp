@@ -5,6 +5,7 @@
 #include "chat/MarkdownDocumentWriter.h"
 #include "chat/MessageTextEditor.h"
 #include "chat/SafeTextDocument.h"
+#include "chat/ThumbnailCache.h"
 
 #include <QAbstractScrollArea>
 #include <QAbstractTextDocumentLayout>
@@ -67,7 +68,33 @@ void paintQuoteBars(QPainter* painter, const QTextDocument& doc, QTextFrame* par
 
 } // namespace
 
-MessageDelegate::MessageDelegate(QObject* parent) : QStyledItemDelegate(parent) {}
+MessageDelegate::MessageDelegate(QObject* parent)
+    : QStyledItemDelegate(parent), m_thumbnails(new ThumbnailCache(this)) {}
+
+void MessageDelegate::paintImages(QPainter* painter, const QStyleOptionViewItem& option,
+                                  const QModelIndex& index, const QRect& images) const {
+    const QStringList files = index.data(ConversationModel::ImagesRole).toStringList();
+    const QPalette& pal = option.palette;
+    for (int i = 0; i < files.size(); ++i) {
+        const QRect box(images.left() + i * (kThumbnailSide + kGap), images.top(), kThumbnailSide,
+                        kThumbnailSide);
+        if (box.left() > images.right()) break; // more than the width shows
+        const QImage thumbnail = m_thumbnails->thumbnail(files[i]);
+        if (!thumbnail.isNull()) {
+            const QSize size = thumbnail.size().scaled(box.size(), Qt::KeepAspectRatio);
+            painter->drawImage(QRect(QPoint(box.left(), box.top()), size), thumbnail);
+            continue;
+        }
+        // Being read, or gone: the place stays, and says why when the file is missing.
+        painter->setPen(pal.color(QPalette::Mid));
+        painter->drawRect(box.adjusted(0, 0, -1, -1));
+        const QString problem = m_thumbnails->problem(files[i]);
+        if (problem.isEmpty()) continue;
+        painter->setPen(pal.color(QPalette::PlaceholderText));
+        painter->drawText(box.adjusted(4, 4, -4, -4), Qt::AlignCenter | Qt::TextWordWrap,
+                          tr("image %1").arg(problem));
+    }
+}
 
 QColor MessageDelegate::quoteBarColour(const QPalette& palette) {
     // Halfway between the text and its background, opaque: visible on the quote's tint.
@@ -244,6 +271,10 @@ MessageDelegate::Layout MessageDelegate::layout(const QStyleOptionViewItem& opti
             QRect(option.rect.left() + kMargin, y, std::min(width, 360), fm.height() / 2 + 4);
         y += l.readingBar.height() + kGap;
     }
+    if (!index.data(ConversationModel::ImagesRole).toStringList().isEmpty()) {
+        l.images = QRect(option.rect.left() + kMargin, y, width, kThumbnailSide);
+        y += kThumbnailSide + kGap;
+    }
     const QString content = index.data(ConversationModel::ContentRole).toString();
     const int bodyHeight =
         content.isEmpty() ? 0 : documentHeight(content, true, option.font, width, option.palette);
@@ -373,6 +404,7 @@ void MessageDelegate::paint(QPainter* painter, const QStyleOptionViewItem& optio
     paintHeader(painter, option, index, l);
     painter->setFont(option.font);
     paintThinkingAndReading(painter, option, index, l);
+    if (!l.images.isNull()) paintImages(painter, option, index, l.images);
     if (!index.data(ConversationModel::ContentRole).toString().isEmpty())
         paintBody(painter, option, index, l.body);
     const QString stats = index.data(ConversationModel::StatsRole).toString();

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 class QTextDocument;
+class ThumbnailCache;
 
 // Draws one chat message: who spoke, the collapsible thinking line, the answer as
 // Markdown (raw HTML off: model output is text, never markup) with highlighted code
@@ -18,6 +19,10 @@ class MessageDelegate : public QStyledItemDelegate {
     Q_OBJECT
 public:
     explicit MessageDelegate(QObject* parent = nullptr);
+
+    // A user message's images, drawn as thumbnails above its text (read off the GUI thread).
+    ThumbnailCache* thumbnails() const { return m_thumbnails; }
+    static constexpr int kThumbnailSide = 96;
 
     void paint(QPainter* painter, const QStyleOptionViewItem& option,
                const QModelIndex& index) const override;
@@ -118,7 +123,7 @@ signals:
 private:
     struct Layout {
         QRect role, previousVersion, version, nextVersion, thinking, reasoning, reading, readingBar,
-            body, stats;
+            images, body, stats;
     };
     Layout layout(const QStyleOptionViewItem& option, const QModelIndex& index) const;
     static QVector<CodeArea> codeAreasIn(const QTextDocument& doc, const QString& markdown,
@@ -129,6 +134,8 @@ private:
                                  const QModelIndex& index, const Layout& l) const;
     void paintBody(QPainter* painter, const QStyleOptionViewItem& option, const QModelIndex& index,
                    const QRect& body) const;
+    void paintImages(QPainter* painter, const QStyleOptionViewItem& option,
+                     const QModelIndex& index, const QRect& images) const;
     void paintCodeArea(QPainter* painter, const QTextDocument& doc,
                        const QAbstractTextDocumentLayout::PaintContext& ctx, const QRect& body,
                        const CodeArea& area, int offset, const QBrush& background) const;
@@ -138,6 +145,7 @@ private:
                                                           const QPalette& palette, int row) const;
 
     QHash<QPair<int, int>, int> m_codeOffsets; // (row, code block) -> pixels scrolled
+    ThumbnailCache* m_thumbnails;
 
     QString m_findQuery;
     int m_matchRow = -1;

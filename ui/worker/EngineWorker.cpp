@@ -14,6 +14,8 @@
 #include <k3/chat.hpp>
 #include <k3/launch.hpp>
 #include <k3/memory_plan.hpp>
+#include <k3/read_file.hpp>
+#include <k3/vision.hpp>
 
 namespace {
 
@@ -239,6 +241,17 @@ void EngineWorker::openLocal(const k3::LaunchConfig& config, bool announce) {
     info.layers = b.layers;
     info.vocabSize = b.vocabSize;
     info.weightBytes = b.weightBytes;
+    // Said by config.json's vision_config; the tower itself loads on the first image.
+    try {
+        const std::filesystem::path configPath = config.modelDir / "config.json";
+        info.vision =
+            k3::parseVisionConfig(k3::readRegularFile(configPath, k3::kMaxConfigBytes, "config"),
+                                  configPath.string())
+                .has_value();
+    } catch (const std::exception&) {
+        info.vision = false; // a tower the engine cannot read is no tower to offer
+    }
+    m_preparedImages.clear();
     m_modelName = info.modelName;
     // The plan first: when the window says the model is ready, its panels already
     // show the plan (queued signals arrive in this order).
@@ -276,6 +289,7 @@ void EngineWorker::connectRemote(const QString& url, const QString& model, const
         info.directory = QString::fromStdString(b.location);
         info.modelName = QString::fromStdString(b.modelName);
         info.summary = QString::fromStdString(b.summary);
+        info.vision = true;
         m_backend = std::move(remote);
         m_localConfig.reset();
         m_secondsPerPosition = -1;
@@ -297,12 +311,12 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
         return;
     }
     std::vector<k3::ChatMessage> messages;
-    for (const ChatTurn& turn : history) {
-        messages.push_back({roleFromName(turn.role), turn.content.toStdString(),
-                            turn.reasoning.toStdString(), turn.name.toStdString(),
-                            turn.invalid.toStdString(), turn.model.toStdString()});
-        messages.back().toolCalls = turn.toolCalls;
-        messages.back().toolCallId = turn.toolCallId.toStdString();
+    try {
+        messages = engineMessages(history);
+    } catch (const std::exception& e) {
+        emit generationFailed(tr("An image of this conversation cannot be read: %1")
+                                  .arg(QString::fromUtf8(e.what())));
+        return;
     }
     k3::GenerateOptions options;
     options.render.thinking = settings.thinking;
@@ -374,6 +388,40 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
         settle();
         emit generationFailed(QString::fromUtf8(e.what()));
     }
+}
+
+std::vector<k3::ChatMessage> EngineWorker::engineMessages(const QVector<ChatTurn>& history) {
+    std::vector<k3::ChatMessage> messages;
+    // Only this conversation's images stay prepared (a 1080p image is about 30 MB).
+    QHash<QString, std::shared_ptr<const k3::PreparedImage>> used;
+    for (const ChatTurn& turn : history) {
+        messages.push_back({roleFromName(turn.role), turn.content.toStdString(),
+                            turn.reasoning.toStdString(), turn.name.toStdString(),
+                            turn.invalid.toStdString(), turn.model.toStdString()});
+        k3::ChatMessage& m = messages.back();
+        m.toolCalls = turn.toolCalls;
+        m.toolCallId = turn.toolCallId.toStdString();
+        if (turn.images.isEmpty() || m.role != k3::ChatRole::User) continue;
+        // The images come first, as `k3 --image` puts them: each placeholder is the
+        // next image's prompt (its markers from the template, never from the text).
+        std::string places;
+        for (const QString& file : turn.images) {
+            places += k3::kImagePlaceholder;
+            k3::ChatImage image{nullptr, file.toStdString()};
+            if (m_localConfig) { // a server reads the file itself (RemoteClient)
+                std::shared_ptr<const k3::PreparedImage>& prepared = used[file];
+                if (!prepared) prepared = m_preparedImages.value(file);
+                if (!prepared)
+                    prepared = std::make_shared<const k3::PreparedImage>(
+                        k3::prepareImage(k3::readImageFile(image.file), k3::kOfficialPatchLimit));
+                image.image = prepared;
+            }
+            m.images.push_back(std::move(image));
+        }
+        m.content = places + m.content;
+    }
+    m_preparedImages = std::move(used);
+    return messages;
 }
 
 void EngineWorker::forgetConversation(const QString& transcript) {

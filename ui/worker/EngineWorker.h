@@ -1,7 +1,9 @@
 #pragma once
 
+#include <QHash>
 #include <QObject>
 #include <QString>
+#include <QStringList>
 #include <QVector>
 
 #include <atomic>
@@ -30,6 +32,9 @@ struct ChatTurn {
     // it; this one is version versionIndex (from 0). Never sent to the engine.
     std::vector<std::vector<ChatTurn>> otherVersions{};
     int versionIndex{};
+    // user: the images of the message (absolute paths of the copies the conversation
+    // keeps, ConversationStore::storeImage), shown before the text and read before it.
+    QStringList images{};
 };
 
 struct GenerationSettings {
@@ -75,6 +80,9 @@ struct ModelInfo {
     int vocabSize = 0;
     quint64 weightBytes = 0;
     k3::LaunchConfig launch; // how a local model was opened
+    // Images can be sent: a local checkpoint with a vision tower, or a server (which
+    // refuses them itself when its model has none).
+    bool vision = false;
 };
 
 // The engine's memory figures as the panels show them (from k3::MemoryReport).
@@ -202,7 +210,14 @@ private:
     // Opens `config` in place of the current backend; announce: emit modelLoaded.
     void openLocal(const k3::LaunchConfig& config, bool announce = true);
 
+    // The history as the engine reads it; a local model's images decoded and prepared
+    // (from the saved copies, here on the engine thread). Throws ImageError naming a file.
+    std::vector<k3::ChatMessage> engineMessages(const QVector<ChatTurn>& history);
+
     std::unique_ptr<k3::ChatBackend> m_backend;
+    // The last conversation's images by file, prepared: the copies are never rewritten
+    // (named by their content).
+    QHash<QString, std::shared_ptr<const k3::PreparedImage>> m_preparedImages;
     std::optional<k3::LaunchConfig> m_localConfig; // the local model open now, if any
     QString m_modelName;                           // recorded with each answer
     std::atomic<bool> m_cancel{false};

@@ -82,6 +82,13 @@ struct ChatToolCall {
 // are copied whole. Equal when the pixels the model reads are equal.
 struct ChatImage {
     std::shared_ptr<const PreparedImage> image;
+    // Where the image's bytes are kept: a transcript's "images" entry (relative to the
+    // transcript's folder as read and written), or a path a front end gives. A remote
+    // backend sends this file; empty for an image that came without one (a data URL).
+    // An image read from a transcript has a file and no pixels until a front end
+    // prepares it (rendering refuses an image without pixels).
+    std::string file = {};
+    // Pixels equal, or (without pixels on either side) the same file.
     bool operator==(const ChatImage& other) const;
 };
 // Where a user message's image goes in its content, as in the official template: each
@@ -130,7 +137,8 @@ struct ChatMessage {
     std::vector<std::vector<ChatMessage>> otherVersions = {};
     int versionIndex = 0;
     // User only: the images of the message, one per kImagePlaceholder in `content`, in
-    // order (rendered as each image's prompt). Not yet saved in transcripts.
+    // order (rendered as each image's prompt). Saved as "images": [{"file": F}, ...], the
+    // files kept beside the transcript; read back without pixels (ChatImage::file).
     std::vector<ChatImage> images = {};
 
     bool operator==(const ChatMessage&) const = default;
@@ -303,7 +311,10 @@ std::vector<ChatToolCall> parseToolCalls(std::string_view otherChannels,
 // "function", function.name and function.arguments: an object for the argument-tag form,
 // a string for the json-block form). Any line may hold "versions": {"index": k, "others":
 // [[message, ...], ...]}, the other versions of that message with what followed each (the
-// lines are the shown branch). Transcripts without the newer fields read as they always
+// lines are the shown branch). A user line may hold "images": [{"file": F}, ...], one per
+// <|kimi_image_placeholder|> of its content, each F a file relative to the transcript's
+// folder (no absolute path, no ".."), read back as ChatImage::file without pixels.
+// Transcripts without the newer fields read as they always
 // did. Blank lines are skipped. Unknown roles and fields are refused, with the source,
 // line number and field in the message.
 std::vector<ChatMessage> parseTranscript(std::string_view text,
@@ -312,6 +323,8 @@ std::vector<ChatMessage> parseTranscript(std::string_view text,
 // is never read) and a file over kMaxTranscriptBytes.
 std::vector<ChatMessage> readTranscript(const std::filesystem::path& path);
 inline constexpr std::uint64_t kMaxTranscriptBytes = 256ull << 20;
+// A user line's "images" at most (each one a file the transcript reader checks).
+inline constexpr std::size_t kMaxImagesPerMessage = 64;
 // One line per message, keys in the order role, name, tool_call_id, content,
 // reasoning_content, tool_calls, invalid, model, stopped, figures (reasoning_content on
 // assistant lines only, the others only when set). A call's argument-form text is stored

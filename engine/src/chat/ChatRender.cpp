@@ -380,7 +380,7 @@ std::vector<ChatSegment> renderChatSegments(const std::vector<ChatMessage>& mess
 }
 
 bool ChatImage::operator==(const ChatImage& other) const {
-    if (!image || !other.image) return image == other.image;
+    if (!image || !other.image) return image == other.image && file == other.file;
     return image->plan.width == other.image->plan.width &&
            image->plan.height == other.image->plan.height && image->patches == other.image->patches;
 }

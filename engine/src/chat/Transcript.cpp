@@ -161,6 +161,59 @@ Json toolCallsJson(const std::vector<ChatToolCall>& calls) {
 
 ChatMessage parseMessage(const Json& obj, const std::string& source, std::size_t line);
 
+// The placeholders of a user message's content: each is the next image's place.
+std::size_t placeholderCount(std::string_view content) {
+    std::size_t n = 0;
+    for (std::size_t at = content.find(kImagePlaceholder); at != std::string_view::npos;
+         at = content.find(kImagePlaceholder, at + kImagePlaceholder.size()))
+        ++n;
+    return n;
+}
+
+// "images": [{"file": "images/NAME"}, ...] on a user line: the copies kept beside the
+// transcript, relative to its folder and never outside it, one per placeholder.
+void readImages(const Json& obj, ChatMessage& m, const std::string& source, std::size_t line) {
+    const auto it = obj.find("images");
+    if (it == obj.end() || it->is_null()) return;
+    if (m.role != ChatRole::User)
+        throw ChatError(
+            lineError(source, line, "field \"images\" is only allowed on user messages"));
+    if (!it->is_array())
+        throw ChatError(
+            lineError(source, line,
+                      std::string("field \"images\" must be an array, not ") + it->type_name()));
+    if (it->size() > kMaxImagesPerMessage)
+        throw ChatError(lineError(source, line,
+                                  "field \"images\" holds " + std::to_string(it->size()) +
+                                      " images, over the " + std::to_string(kMaxImagesPerMessage) +
+                                      " a message may have"));
+    for (std::size_t i = 0; i < it->size(); ++i) {
+        const Json& entry = (*it)[i];
+        const std::string field = "images[" + std::to_string(i) + "].file";
+        const auto file = entry.is_object() ? entry.find("file") : entry.end();
+        if (!entry.is_object() || file == entry.end() || !file->is_string() ||
+            file->get<std::string>().empty())
+            throw ChatError(
+                lineError(source, line, "field \"" + field + "\" is required, a non-empty string"));
+        const std::filesystem::path path(file->get<std::string>());
+        bool outside = path.is_absolute() || path.has_root_name();
+        for (const auto& part : path) outside = outside || part == "..";
+        if (outside)
+            throw ChatError(lineError(source, line,
+                                      "field \"" + field +
+                                          "\" must name a file inside the "
+                                          "transcript's folder, not \"" +
+                                          file->get<std::string>() + "\""));
+        m.images.push_back(ChatImage{nullptr, file->get<std::string>()});
+    }
+    if (placeholderCount(m.content) != m.images.size())
+        throw ChatError(lineError(source, line,
+                                  "field \"images\" names " + std::to_string(m.images.size()) +
+                                      " image(s) for " +
+                                      std::to_string(placeholderCount(m.content)) + " " +
+                                      std::string(kImagePlaceholder) + " in the content"));
+}
+
 // "versions": {"index": k, "others": [[message, ...], ...]}, optional on any message.
 void readVersions(const Json& obj, ChatMessage& m, const std::string& source, std::size_t line) {
     const auto it = obj.find("versions");
@@ -200,7 +253,7 @@ ChatMessage parseMessage(const Json& obj, const std::string& source, std::size_t
         const std::string& key = item.key();
         if (key == "role" || key == "content" || key == "reasoning_content" || key == "name" ||
             key == "invalid" || key == "model" || key == "stopped" || key == "figures" ||
-            key == "versions" || key == "tool_calls" || key == "tool_call_id")
+            key == "versions" || key == "tool_calls" || key == "tool_call_id" || key == "images")
             continue;
         if (key == "tools")
             throw ChatError(lineError(source, line,
@@ -249,6 +302,7 @@ ChatMessage parseMessage(const Json& obj, const std::string& source, std::size_t
     readAnswerState(obj, m, source, line);
     readToolFields(obj, m, source, line);
     readVersions(obj, m, source, line);
+    readImages(obj, m, source, line);
     // The renderer finds the tool's name from the call a tool_call_id names.
     if (m.role == ChatRole::Tool && m.name.empty() && m.toolCallId.empty())
         throw ChatError(lineError(source, line,
@@ -367,6 +421,16 @@ nlohmann::ordered_json messageJson(const ChatMessage& m) {
     if (m.role == ChatRole::Assistant) obj["reasoning_content"] = m.reasoningContent;
     if (!m.toolCalls.empty() && m.role == ChatRole::Assistant)
         obj["tool_calls"] = toolCallsJson(m.toolCalls);
+    if (!m.images.empty() && m.role == ChatRole::User) {
+        nlohmann::ordered_json images = nlohmann::ordered_json::array();
+        for (const ChatImage& image : m.images) {
+            // A transcript keeps the image itself (a copy beside it), never only pixels.
+            if (image.file.empty())
+                throw ChatError("transcript: an image of a user message has no saved file");
+            images.push_back({{"file", image.file}});
+        }
+        obj["images"] = std::move(images);
+    }
     if (!m.invalid.empty()) obj["invalid"] = m.invalid;
     if (!m.model.empty() && m.role == ChatRole::Assistant) obj["model"] = m.model;
     if (m.stopped && m.role == ChatRole::Assistant) obj["stopped"] = true;

@@ -3,7 +3,10 @@
 
 #include "k3/hub.hpp"
 #include "k3/json_limits.hpp"
+#include "k3/read_file.hpp"
 #include "k3/remote.hpp"
+#include "k3/vision.hpp"
+#include "tokenizer/Base64.hpp"
 
 #include <curl/curl.h>
 #include <nlohmann/json.hpp>
@@ -26,6 +29,58 @@ nlohmann::json parseJsonWithinLimit(std::string_view text) {
 }
 
 using Clock = std::chrono::steady_clock;
+
+// The media type of an image file's bytes, from its signature (what `k3 serve` decodes).
+const char* imageMediaType(std::string_view bytes) {
+    if (bytes.starts_with("\x89PNG\r\n\x1a\n")) return "image/png";
+    if (bytes.starts_with("\xff\xd8\xff")) return "image/jpeg";
+    if (bytes.size() >= 12 && bytes.starts_with("RIFF") && bytes.substr(8, 4) == "WEBP")
+        return "image/webp";
+    return nullptr;
+}
+
+// A user message with images as OpenAI's content parts: the text between placeholders
+// as text parts, each placeholder as the next image's file in a data URL (the server
+// preprocesses the original, as it would a client's upload).
+nlohmann::ordered_json contentParts(const ChatMessage& m) {
+    nlohmann::ordered_json parts = nlohmann::ordered_json::array();
+    const auto addText = [&parts](std::string_view text) {
+        if (!text.empty()) parts.push_back({{"type", "text"}, {"text", std::string(text)}});
+    };
+    std::size_t at = 0, used = 0;
+    for (std::size_t next = m.content.find(kImagePlaceholder); next != std::string::npos;
+         next = m.content.find(kImagePlaceholder, at)) {
+        addText(std::string_view(m.content).substr(at, next - at));
+        if (used == m.images.size())
+            throw RemoteError(RemoteErrorKind::Usage,
+                              "a user message holds more image places than images");
+        const ChatImage& image = m.images[used++];
+        if (image.file.empty())
+            throw RemoteError(RemoteErrorKind::Usage,
+                              "an image without its file cannot be sent to a server");
+        std::string bytes;
+        try {
+            bytes = readRegularFile(image.file, kMaxImageFileBytes, "image");
+        } catch (const FileReadError& e) {
+            throw RemoteError(RemoteErrorKind::Usage, e.what());
+        }
+        const char* type = imageMediaType(bytes);
+        if (!type)
+            throw RemoteError(RemoteErrorKind::Usage,
+                              image.file + " is not a PNG, JPEG or WebP image");
+        parts.push_back(
+            {{"type", "image_url"},
+             {"image_url",
+              {{"url", std::string("data:") + type + ";base64," + detail::encodeBase64(bytes)}}}});
+        at = next + kImagePlaceholder.size();
+    }
+    addText(std::string_view(m.content).substr(at));
+    if (used != m.images.size())
+        throw RemoteError(RemoteErrorKind::Usage,
+                          "a user message holds " + std::to_string(m.images.size()) +
+                              " images for " + std::to_string(used) + " image places");
+    return parts;
+}
 
 void ensureCurl() {
     static std::once_flag once;
@@ -333,7 +388,10 @@ std::string RemoteClient::requestBody(const RemoteRequest& request) const {
     for (const ChatMessage& m : request.messages) {
         nlohmann::ordered_json msg;
         msg["role"] = std::string(chatRoleName(m.role));
-        msg["content"] = m.content;
+        if (m.role == ChatRole::User && !m.images.empty())
+            msg["content"] = contentParts(m);
+        else
+            msg["content"] = m.content;
         // Earlier thinking goes back to the server, which renders it as the template says.
         if (m.role == ChatRole::Assistant && !m.reasoningContent.empty())
             msg["reasoning_content"] = m.reasoningContent;

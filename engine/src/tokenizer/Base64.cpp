@@ -1,5 +1,6 @@
 #include "tokenizer/Base64.hpp"
 
+#include <algorithm>
 #include <array>
 
 namespace k3::detail {
@@ -46,6 +47,22 @@ std::optional<std::string> decodeBase64(std::string_view text) {
         out.push_back(static_cast<char>((v >> 16) & 0xFF));
         if (dataChars > 2) out.push_back(static_cast<char>((v >> 8) & 0xFF));
         if (dataChars > 3) out.push_back(static_cast<char>(v & 0xFF));
+    }
+    return out;
+}
+
+std::string encodeBase64(std::string_view bytes) {
+    constexpr std::string_view alphabet =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string out;
+    out.reserve((bytes.size() + 2) / 3 * 4);
+    for (std::size_t i = 0; i < bytes.size(); i += 3) {
+        const std::size_t n = std::min<std::size_t>(3, bytes.size() - i);
+        unsigned v = 0;
+        for (std::size_t k = 0; k < 3; ++k)
+            v = (v << 8) | (k < n ? static_cast<unsigned char>(bytes[i + k]) : 0u);
+        for (std::size_t k = 0; k < 4; ++k)
+            out.push_back(k <= n ? alphabet[(v >> (18 - 6 * k)) & 0x3F] : '=');
     }
     return out;
 }

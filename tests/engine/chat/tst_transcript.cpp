@@ -85,6 +85,7 @@ private slots:
     void toolConversationsRenderAsTheTemplate();
     void transcriptsWithoutToolFieldsAreUnchanged();
     void versionsAreKeptBesideTheShownBranch();
+    void imagesAreSavedAsFilesBesideTheTranscript();
 };
 
 void TestTranscript::formatIsThePublicEngines() {
@@ -813,6 +814,50 @@ void TestTranscript::versionsAreKeptBesideTheShownBranch() {
         errorOf(
             R"({"role":"user","content":"x","versions":{"index":0,"others":[[{"role":"user"}]]}})"),
         std::string(R"(h.jsonl:1: missing field "content")"));
+}
+
+// A user message's images are written as the files kept beside the transcript and read
+// back as those files, without pixels; what is not a safe reference is refused by line.
+void TestTranscript::imagesAreSavedAsFilesBesideTheTranscript() {
+    const std::string content = std::string(k3::kImagePlaceholder) + "What is this?";
+    ChatMessage question{ChatRole::User, content, {}, {}};
+    question.images = {k3::ChatImage{nullptr, "images/ab12.png"}};
+    const std::vector<ChatMessage> messages = {question, {ChatRole::Assistant, "A cat.", "", {}}};
+    const std::string text = k3::formatTranscript(messages);
+    QCOMPARE(text, std::string("{\"role\":\"user\",\"content\":\"<|kimi_image_placeholder|>What is "
+                               "this?\",\"images\":[{\"file\":\"images/ab12.png\"}]}\n"
+                               "{\"role\":\"assistant\",\"content\":\"A cat.\","
+                               "\"reasoning_content\":\"\"}\n"));
+    const auto back = k3::parseTranscript(text, "h.jsonl");
+    QVERIFY(back == messages);
+    QCOMPARE(back[0].images.size(), std::size_t(1));
+    QCOMPARE(back[0].images[0].file, std::string("images/ab12.png"));
+    QVERIFY(back[0].images[0].image == nullptr);
+    // Rendering needs the pixels: a front end prepares the file first.
+    QVERIFY_THROWS_EXCEPTION(k3::ChatError, k3::renderChat(back));
+    // Pixels alone are not a transcript's image.
+    ChatMessage unsaved = question;
+    unsaved.images[0].file.clear();
+    QVERIFY_THROWS_EXCEPTION(k3::ChatError, k3::formatTranscript({unsaved}));
+
+    const auto line = [](const std::string& images) {
+        return R"({"role":"user","content":"<|kimi_image_placeholder|>x","images":)" + images + "}";
+    };
+    QCOMPARE(errorOf(line(R"([{"file":"../secret.png"}])")),
+             std::string(R"(h.jsonl:1: field "images[0].file" must name a file inside the )"
+                         R"(transcript's folder, not "../secret.png")"));
+    QCOMPARE(errorOf(line(R"([{"file":"/etc/passwd"}])")),
+             std::string(R"(h.jsonl:1: field "images[0].file" must name a file inside the )"
+                         R"(transcript's folder, not "/etc/passwd")"));
+    QCOMPARE(errorOf(line(R"([{"file":""}])")),
+             std::string(R"(h.jsonl:1: field "images[0].file" is required, a non-empty string)"));
+    QCOMPARE(errorOf(line(R"({"file":"a.png"})")),
+             std::string(R"(h.jsonl:1: field "images" must be an array, not object)"));
+    QCOMPARE(errorOf(line(R"([{"file":"a.png"},{"file":"b.png"}])")),
+             std::string(R"(h.jsonl:1: field "images" names 2 image(s) for 1 )"
+                         R"(<|kimi_image_placeholder|> in the content)"));
+    QCOMPARE(errorOf(R"({"role":"assistant","content":"x","images":[]})"),
+             std::string(R"(h.jsonl:1: field "images" is only allowed on user messages)"));
 }
 
 QTEST_GUILESS_MAIN(TestTranscript)

@@ -8,7 +8,10 @@
 #include "k3/chat.hpp"
 #include "k3/remote.hpp"
 
+#include <QTemporaryDir>
 #include <QTest>
+
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -202,6 +205,48 @@ private slots:
 
     // A server's streamed calls, assembled by index, are the answer's tool calls (saved
     // with it), and finish_reason "tool_calls" ends the turn without a problem.
+    // A user message's images go to the server as OpenAI content parts: the text around
+    // each placeholder as text parts, each image's file as a data URL of its own bytes.
+    void imagesAreSentAsDataUrlParts() {
+        QTemporaryDir dir;
+        const std::string png = std::string("\x89PNG\r\n\x1a\n", 8) + "rest";
+        const std::string jpeg = "\xff\xd8\xff\xe0jfif";
+        const std::string text = "plain text";
+        const auto write = [&dir](const char* name, const std::string& bytes) {
+            const std::string path = dir.filePath(QString::fromLatin1(name)).toStdString();
+            std::ofstream(path, std::ios::binary) << bytes;
+            return path;
+        };
+        k3::ChatMessage question{k3::ChatRole::User, "", {}, {}};
+        question.content =
+            std::string(k3::kImagePlaceholder) + "Compare" + std::string(k3::kImagePlaceholder);
+        question.images = {k3::ChatImage{nullptr, write("a.png", png)},
+                           k3::ChatImage{nullptr, write("b.jpg", jpeg)}};
+        k3::RemoteRequest r;
+        r.messages = {{k3::ChatRole::System, "be brief", {}, {}}, question};
+        const auto body =
+            nlohmann::ordered_json::parse(client("http://127.0.0.1:9", "m").requestBody(r));
+        QCOMPARE(body["messages"][0]["content"].dump(), std::string("\"be brief\""));
+        QCOMPARE(body["messages"][1]["content"].dump(),
+                 std::string(R"([{"type":"image_url","image_url":{"url":"data:image/png;base64,)"
+                             R"(iVBORw0KGgpyZXN0"}},{"type":"text","text":"Compare"},)"
+                             R"({"type":"image_url","image_url":{"url":"data:image/jpeg;base64,)"
+                             R"(/9j/4GpmaWY="}}])"));
+        // A file that is not an image, or is gone, is said before anything is sent.
+        question.images[1].file = write("c.txt", text);
+        r.messages = {question};
+        try {
+            (void)client("http://127.0.0.1:9", "m").requestBody(r);
+            QFAIL("a text file was sent as an image");
+        } catch (const k3::RemoteError& e) {
+            QCOMPARE(e.what(), question.images[1].file + " is not a PNG, JPEG or WebP image");
+        }
+        question.images[1].file = dir.filePath(QStringLiteral("gone.png")).toStdString();
+        r.messages = {question};
+        QVERIFY_THROWS_EXCEPTION(k3::RemoteError,
+                                 (void)client("http://127.0.0.1:9", "m").requestBody(r));
+    }
+
     void streamedToolCallsAreTheAnswers() {
         FakeOpenAiServer server;
         k3::RemoteOptions o;
