@@ -1,6 +1,9 @@
 #include "worker/EngineWorker.h"
 
 #include <QElapsedTimer>
+#include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QStringList>
 #include <QThread>
 
@@ -238,11 +241,29 @@ void EngineWorker::openLocal(const k3::LaunchConfig& config, bool announce) {
     info.layers = b.layers;
     info.vocabSize = b.vocabSize;
     info.weightBytes = b.weightBytes;
+    info.thinks = modelThinks(info.directory);
     m_modelName = info.modelName;
     // The plan first: when the window says the model is ready, its panels already
     // show the plan (queued signals arrive in this order).
     emit memoryUpdated(MemoryFigures::from(*m_backend->memoryReport()));
     if (announce) emit modelLoaded(info);
+}
+
+bool EngineWorker::modelThinks(const QString& directory) {
+    // Bounded reads: a tokenizer_config.json is tens of kB, a template a few.
+    constexpr qint64 kLimit = 8 << 20;
+    QFile config(directory + QStringLiteral("/tokenizer_config.json"));
+    QJsonObject tokenizer;
+    if (config.open(QIODevice::ReadOnly))
+        tokenizer = QJsonDocument::fromJson(config.read(kLimit)).object();
+    const QJsonValue thinking = tokenizer.value(QStringLiteral("chat_template_kwargs"))
+                                    .toObject()
+                                    .value(QStringLiteral("thinking"));
+    if (thinking.isBool()) return thinking.toBool();
+    QString chatTemplate = tokenizer.value(QStringLiteral("chat_template")).toString();
+    QFile jinja(directory + QStringLiteral("/chat_template.jinja"));
+    if (jinja.open(QIODevice::ReadOnly)) chatTemplate = QString::fromUtf8(jinja.read(kLimit));
+    return chatTemplate.isEmpty() || chatTemplate.contains(QLatin1String("thinking"));
 }
 
 void EngineWorker::connectRemote(const QString& url, const QString& model, const QString& apiKey) {

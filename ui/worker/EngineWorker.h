@@ -75,6 +75,8 @@ struct ModelInfo {
     int vocabSize = 0;
     quint64 weightBytes = 0;
     k3::LaunchConfig launch; // how a local model was opened
+    // The model writes a think channel (EngineWorker::modelThinks); a server's: true.
+    bool thinks = true;
 };
 
 // The engine's memory figures as the panels show them (from k3::MemoryReport).
@@ -161,6 +163,14 @@ public:
     void forgetConversation(const QString& transcript);
     // What Think adds to a new conversation's prompt at `effort`: emits thinkingCost.
     void measureThinkingCost(const QString& effort);
+
+    // Whether the checkpoint in `directory` thinks, from its own files (never its path, so
+    // a copy decides as the original): tokenizer_config.json's "chat_template_kwargs"
+    // {"thinking": false} (the defaults a template is rendered with, as servers take them)
+    // says no; a chat template (chat_template.jinja, or tokenizer_config.json's
+    // "chat_template") that never reads `thinking` says no; otherwise yes, as Kimi K3's
+    // template does. Reads files: call it on the engine thread.
+    static bool modelThinks(const QString& directory);
 
 signals:
     void modelLoaded(const ModelInfo& info);
