@@ -135,6 +135,8 @@ QWidget* MainWindow::buildCenter() {
     connect(m_conversation, &ConversationView::findRequested, this, &MainWindow::showFindBar);
     connect(m_conversation, &ConversationView::editLastMessageRequested, m_chat,
             &ChatController::editLastMessage);
+    connect(m_conversation, &ConversationView::editMessageRequested, m_chat,
+            &ChatController::editMessage);
     connect(m_conversation, &ConversationView::copied, this, [this](const QString& what) {
         statusBar()->showMessage(tr("Copied %1").arg(what), 3000);
     });

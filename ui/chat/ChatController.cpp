@@ -137,10 +137,21 @@ void ChatController::editLastMessage() {
            m_conversation->index(row).data(ConversationModel::RoleNameRole).toString() !=
                QLatin1String("user"))
         --row;
-    if (m_engine->isBusy() || row < 0) return;
+    editMessage(row);
+}
+
+void ChatController::editMessage(int row) {
+    const QModelIndex index = m_conversation->index(row);
+    if (m_engine->isBusy() || !index.isValid() ||
+        index.data(ConversationModel::RoleNameRole).toString() != QLatin1String("user"))
+        return;
     m_editRow = row;
-    m_composer->setText(m_conversation->index(row).data(ConversationModel::ContentRole).toString());
-    m_composer->setEditing(true);
+    m_composer->setText(index.data(ConversationModel::ContentRole).toString());
+    bool earlier = false; // another question follows it: a new branch, not a replacement
+    for (int r = row + 1; r < m_conversation->rowCount() && !earlier; ++r)
+        earlier = m_conversation->index(r).data(ConversationModel::RoleNameRole).toString() ==
+                  QLatin1String("user");
+    m_composer->setEditing(true, earlier);
     m_composer->setFocus();
 }
 

@@ -57,6 +57,9 @@ public slots:
     // Puts the last user message back in the composer; sending it then replaces that
     // message and everything after it.
     void editLastMessage();
+    // Puts user message `row` back in the composer; sending it then makes a new version
+    // of it (a new branch from there; what followed is kept as the other version).
+    void editMessage(int row);
     void cancelEdit();
     // Asks the engine to stop; the answer so far is kept, marked stopped, when it ends.
     void stop();

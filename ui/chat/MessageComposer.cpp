@@ -87,8 +87,13 @@ void MessageComposer::clear() {
     m_editor->clear();
 }
 
-void MessageComposer::setEditing(bool editing) {
+void MessageComposer::setEditing(bool editing, bool earlier) {
     m_editing = editing;
+    m_editingLabel->setText(
+        earlier ? tr("Editing an earlier message: Enter resends it and answers from there (what "
+                     "followed stays as the other version), Esc cancels.")
+                : tr("Editing your last message: Enter resends it and replaces the answer, "
+                     "Esc cancels."));
     m_editingLabel->setVisible(editing);
     m_sendButton->setText(m_generating ? tr("Stop") : editing ? tr("Resend") : tr("Send"));
     m_sendButton->setAccessibleName(m_sendButton->text());

@@ -20,7 +20,8 @@ public:
     void setText(const QString& text);
     void clear();
     // Editing mode: the box holds an earlier message; sending replaces it (MainWindow).
-    void setEditing(bool editing);
+    // earlier: the message edited is not the last one (sending starts a new branch there).
+    void setEditing(bool editing, bool earlier = false);
     bool isEditing() const { return m_editing; }
     void setReady(bool ready);
     bool isReady() const { return m_ready; }
