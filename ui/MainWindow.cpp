@@ -75,9 +75,10 @@ MainWindow::MainWindow(QWidget* parent)
     connect(worker, &EngineWorker::tokenTiming, m_timing, &TokenTimingPanel::addToken);
     connect(worker, &EngineWorker::deltaTiming, m_timing, &TokenTimingPanel::addDelta);
     connect(worker, &EngineWorker::prefillProgress, this,
-            [this](int done, int total, double seconds, int restored, int held, double fraction) {
+            [this](int done, int total, double seconds, int restored, int held, double fraction,
+                   double secondsLeft) {
                 m_conversation->conversation()->setReading(done, total, seconds, restored, held,
-                                                           fraction);
+                                                           fraction, secondsLeft);
                 statusBar()->showMessage(tr("%1 · reading the prompt %2/%3")
                                              .arg(m_loader->modelName())
                                              .arg(done)

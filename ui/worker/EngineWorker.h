@@ -119,6 +119,8 @@ struct MemoryFigures {
     quint64 prefillBytesRead = 0;
     // The share of the reading done with the current chunk's layers (-1: not known).
     double prefillFraction = -1;
+    // The seconds left, as EngineWorker::readingSecondsLeft says (-1: not known yet).
+    double prefillSecondsLeft = -1;
 
     // The plan as the engine computed it (the components above are drawn from it).
     k3::MemoryPlan enginePlan;
@@ -172,6 +174,18 @@ public:
     // template does. Reads files: call it on the engine thread.
     static bool modelThinks(const QString& directory);
 
+    // The seconds the prompt `p` still takes to read (-1: not known). Until its first chunk
+    // is done the share read says little (the pinned layers come first and cost no reads),
+    // so the estimate is `secondsPerPosition` (the last message's rate at this budget) or
+    // else the plan's: `chunkSeconds` (one chunk's streamed trunk bytes at the disk rate
+    // measured by this session) per chunk of `chunkPositions`. From then on, the rate
+    // measured in this prompt.
+    static double readingSecondsLeft(const k3::SessionProgress& p, double secondsPerPosition,
+                                     double chunkSeconds, int chunkPositions);
+    // One chunk's streamed trunk reads at the disk rate this session measured (-1: nothing
+    // streams, or no read measured yet).
+    static double planChunkSeconds(const k3::MemoryReport& report);
+
 signals:
     void modelLoaded(const ModelInfo& info);
     // previousModelKept: what was loaded before (a model or a server) still answers.
@@ -181,8 +195,9 @@ signals:
     // held: positions the state held before (in memory or restored; 0: read from the start).
     // fraction: the share of the reading done, the current chunk's layers counted
     // (k3::SessionProgress::fraction).
+    // secondsLeft: readingSecondsLeft's estimate (-1: none yet).
     void prefillProgress(int done, int total, double seconds, int restored = 0, int held = 0,
-                         double fraction = -1);
+                         double fraction = -1, double secondsLeft = -1);
     void tokenGenerated(int index, const QString& thinkingDelta, const QString& responseDelta,
                         double seconds);
     // Where the token's time went (the I/O parts are 0 while every weight is resident).
