@@ -52,8 +52,10 @@ bool ChatController::rememberedThinking(const QString& modelKey, bool fallback) 
 }
 
 void ChatController::applyThinkingPreference() {
-    // setThinking() leaves Think unticked for a model without a think channel.
-    m_composer->setThinking(rememberedThinking(m_modelKey, AppSettings::load().thinking));
+    // setThinking() leaves Think unticked for a model without a think channel. The open
+    // conversation's own choice comes first (a model loading after it reopened).
+    m_composer->setThinking(
+        m_settings.thinking.value_or(rememberedThinking(m_modelKey, AppSettings::load().thinking)));
 }
 
 void ChatController::rememberThinking(bool on) {
@@ -66,8 +68,10 @@ void ChatController::rememberThinking(bool on) {
 
 void ChatController::send(const QString& text) {
     if (m_engine->isBusy()) return;
-    if (!m_conversation->systemPromptChosen())
+    if (!m_conversation->systemPromptChosen()) {
         m_conversation->setSystemPrompt(AppSettings::load().systemPrompt);
+        emit systemPromptChanged(); // the chat's own now, no longer the default
+    }
     if (m_editRow >= 0) {
         // The edited question is a new version of the old one, which is kept with
         // everything that followed it.
@@ -102,6 +106,31 @@ bool ChatController::showVersion(int row, int index) {
 void ChatController::setSystemPrompt(const QString& prompt) {
     m_conversation->setSystemPrompt(prompt);
     if (m_conversation->rowCount() > 0 && !m_answering) save();
+    emit systemPromptChanged();
+}
+
+void ChatController::setConversationSettings(const ConversationSettings& settings) {
+    showConversationSettings(settings);
+    if (m_conversationId.isEmpty()) return; // written with the conversation's first save
+    try {
+        m_store->saveSettings(m_conversationId, m_settings);
+    } catch (const std::exception& e) {
+        emit saveFailed(QString::fromUtf8(e.what()));
+    }
+}
+
+void ChatController::showConversationSettings(const ConversationSettings& settings) {
+    m_settings = settings;
+    if (m_settings.thinking) m_composer->setThinking(*m_settings.thinking);
+    emit systemPromptChanged();
+}
+
+GenerationSettings ChatController::nextGenerationSettings(quint64 seed) const {
+    GenerationSettings settings = AppSettings::load().generationSettings(seed);
+    m_settings.applyTo(settings);
+    settings.thinking = m_composer->thinking();
+    settings.thinkingEffort = m_composer->thinkingEffort();
+    return settings;
 }
 
 QString ChatController::systemPrompt() const {
@@ -122,11 +151,15 @@ void ChatController::startAnswer(int versionOfRow) {
     m_firstTokenSeconds = 0;
     m_answerClock.start();
     m_sinceSave.start();
-    // Read again for every message: a change in Settings applies to the next one.
-    GenerationSettings settings =
-        AppSettings::load().generationSettings(QRandomGenerator::global()->generate64());
-    settings.thinking = m_composer->thinking();
-    settings.thinkingEffort = m_composer->thinkingEffort();
+    // Read again for every message: a change in Settings applies to the next one, except
+    // where this conversation has its own.
+    const GenerationSettings settings =
+        nextGenerationSettings(QRandomGenerator::global()->generate64());
+    // Think as this conversation last used it, restored when it is reopened.
+    if (m_composer->isThinkingAvailable() && m_settings.thinking != settings.thinking) {
+        m_settings.thinking = settings.thinking;
+        if (!m_conversationId.isEmpty()) setConversationSettings(m_settings);
+    }
     m_composer->setGenerating(true);
     m_engine->generate(history, settings);
 }
@@ -204,7 +237,9 @@ void ChatController::save() {
     const QVector<ChatTurn> turns = m_conversation->turnsWithPartialAnswer(figuresSoFar());
     if (turns.isEmpty()) return;
     try {
+        const bool first = m_conversationId.isEmpty();
         m_conversationId = m_store->save(m_conversationId, turns);
+        if (first && !m_settings.isEmpty()) m_store->saveSettings(m_conversationId, m_settings);
         emit conversationSaved(m_conversationId);
     } catch (const std::exception& e) {
         emit saveFailed(QString::fromUtf8(e.what()));
