@@ -121,6 +121,7 @@ void MessageComposer::setThinkingAvailable(bool available) {
     m_thinkingAvailable = available;
     m_think->setEnabled(available);
     if (!available) m_think->setChecked(false);
+    if (!available) m_thinkCost->hide(); // nothing to cost: Think cannot be ticked
     m_think->setToolTip(available ? tr("Let the model reason before it answers (shown collapsed)")
                                   : tr("This model answers without thinking"));
 }
@@ -133,7 +134,9 @@ void MessageComposer::setThinkingEffort(const QString& effort) {
 }
 
 void MessageComposer::setThinkingCost(int positions, double seconds) {
-    m_thinkCost->setVisible(positions > 0);
+    // A model without a think channel (the demo) showed "+169 prompt positions" beside a
+    // Think it cannot tick.
+    m_thinkCost->setVisible(positions > 0 && m_thinkingAvailable);
     if (positions <= 0) {
         m_thinkCost->clear();
         return;
