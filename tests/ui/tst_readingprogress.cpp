@@ -6,6 +6,7 @@
 
 #include "chat/ConversationModel.h"
 #include "chat/ConversationView.h"
+#include "chat/MessageComposer.h"
 #include "chat/MessageDelegate.h"
 #include "worker/EngineWorker.h"
 
@@ -18,6 +19,7 @@ private slots:
     void rereadingAConversationIsSaid();
     void bubbleGrowsForTheBarAndPaints();
     void estimateFromTheFirstSecond();
+    void costSaidBeforeSending();
 };
 
 void TestReadingProgress::labelCountsTokensAndEstimatesTheRest() {
@@ -173,6 +175,25 @@ void TestReadingProgress::estimateFromTheFirstSecond() {
     f.prefillSecondsLeft = 83.24;
     QCOMPARE(f.prefillText(), QStringLiteral("reading the prompt 0 of 87 · 0.0 MB read · about 84 "
                                              "s left"));
+}
+
+// Issue 37 item 1: the cost of a prompt was hidden until paid. Before Send, the composer
+// says what one pass over the streamed layers costs at this budget (the worker's
+// readingCost: the last message's seconds per chunk, else planChunkSeconds), when it is
+// more than a few seconds.
+void TestReadingProgress::costSaidBeforeSending() {
+    MessageComposer composer;
+    composer.show();
+    composer.setReadingCost(84.24);
+    QCOMPARE(composer.readingCostText(),
+             QStringLiteral("a message: about 85 s before its answer starts"));
+    composer.setReadingCost(300);
+    QCOMPARE(composer.readingCostText(),
+             QStringLiteral("a message: about 5 min before its answer starts"));
+    composer.setReadingCost(3.0); // the demo, a resident trunk: nothing worth a word
+    QCOMPARE(composer.readingCostText(), QString());
+    composer.setReadingCost(-1);
+    QCOMPARE(composer.readingCostText(), QString());
 }
 
 QTEST_MAIN(TestReadingProgress)

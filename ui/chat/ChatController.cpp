@@ -39,6 +39,7 @@ ChatController::ChatController(EngineController* engine, ConversationModel* conv
     connect(worker, &EngineWorker::generationFinished, this, askThinkingCost);
     connect(m_composer, &MessageComposer::thinkingEffortChanged, this, askThinkingCost);
     connect(worker, &EngineWorker::thinkingCost, m_composer, &MessageComposer::setThinkingCost);
+    connect(worker, &EngineWorker::readingCost, m_composer, &MessageComposer::setReadingCost);
 }
 
 void ChatController::setModel(const QString& key, bool hasThinkChannel) {

@@ -16,7 +16,7 @@ MessageComposer::MessageComposer(QWidget* parent)
     : QWidget(parent), m_editor(new QPlainTextEdit(this)),
       m_sendButton(new QPushButton(tr("Send"), this)), m_think(new QCheckBox(tr("Think"), this)),
       m_effort(new QComboBox(this)), m_editingLabel(new QLabel(this)),
-      m_thinkCost(new QLabel(this)) {
+      m_thinkCost(new QLabel(this)), m_readingCost(new QLabel(this)) {
     m_editor->setObjectName(QStringLiteral("composerEditor"));
     m_sendButton->setObjectName(QStringLiteral("sendButton"));
     m_think->setObjectName(QStringLiteral("thinkCheck"));
@@ -44,6 +44,9 @@ MessageComposer::MessageComposer(QWidget* parent)
     m_editingLabel->hide();
     m_thinkCost->setObjectName(QStringLiteral("thinkCost"));
     m_thinkCost->hide();
+    m_readingCost->setObjectName(QStringLiteral("readingCost"));
+    m_readingCost->setForegroundRole(QPalette::PlaceholderText);
+    m_readingCost->hide();
 
     auto* options = new QHBoxLayout;
     options->addWidget(m_think);
@@ -51,6 +54,7 @@ MessageComposer::MessageComposer(QWidget* parent)
     options->addWidget(m_effort);
     options->addWidget(m_thinkCost);
     options->addStretch(1);
+    options->addWidget(m_readingCost);
     auto* input = new QHBoxLayout;
     input->addWidget(m_editor, 1);
     input->addWidget(m_sendButton, 0, Qt::AlignBottom);
@@ -153,6 +157,28 @@ void MessageComposer::setThinkingCost(int positions, double seconds) {
         tr("Think adds the thinking-effort message and the think channel to the prompt of "
            "every new conversation: this many positions to read before the first token%1.")
             .arg(total >= 1 ? tr(", at the rate this computer read the last message") : QString()));
+}
+
+void MessageComposer::setReadingCost(double seconds) {
+    // A second or two is not worth a word; a streamed trunk's pass (a minute or more on
+    // the real model) is paid before every first token, and was said only afterwards.
+    m_readingCost->setVisible(seconds >= 5);
+    if (seconds < 5) {
+        m_readingCost->clear();
+        return;
+    }
+    const int s = int(std::ceil(seconds));
+    m_readingCost->setText(
+        s >= 120 ? tr("a message: about %1 min before its answer starts").arg((s + 30) / 60)
+                 : tr("a message: about %1 s before its answer starts").arg(s));
+    m_readingCost->setToolTip(
+        tr("Each message is read through every layer not held in memory before the first "
+           "token (a long conversation read again takes one such pass per chunk). Measured "
+           "on the last message, else from the memory plan and this disk's speed."));
+}
+
+QString MessageComposer::readingCostText() const {
+    return m_readingCost->isHidden() ? QString() : m_readingCost->text();
 }
 
 QString MessageComposer::thinkingCostText() const {

@@ -42,6 +42,11 @@ public:
     // hides it (a server, no tokenizer).
     void setThinkingCost(int positions, double seconds);
     QString thinkingCostText() const;
+    // What reading any message costs before its first token at this budget (one pass over
+    // the streamed layers; -1: not known). Said at the right of the options row when it
+    // is more than a few seconds, so the cost is known before Send.
+    void setReadingCost(double seconds);
+    QString readingCostText() const;
 
 signals:
     void sendRequested(const QString& text);
@@ -65,6 +70,7 @@ private:
     QComboBox* m_effort;
     QLabel* m_editingLabel;
     QLabel* m_thinkCost;
+    QLabel* m_readingCost;
     bool m_editing = false;
     bool m_ready = false;
     bool m_generating = false;

@@ -239,6 +239,7 @@ void EngineWorker::openLocal(const k3::LaunchConfig& config, bool announce) {
     m_backend.reset();
     m_localConfig.reset();
     m_secondsPerPosition = -1; // another budget reads at another rate
+    m_secondsPerChunk = -1;
     try {
         // The memory dial chosen in the wizard: the same tokens, memory only buys speed.
         m_backend = k3::openLocalBackend(k3::toSessionOptions(config));
@@ -340,6 +341,7 @@ void EngineWorker::connectRemote(const QString& url, const QString& model, const
         m_backend = std::move(remote);
         m_localConfig.reset();
         m_secondsPerPosition = -1;
+        m_secondsPerChunk = -1;
         m_modelName = info.modelName;
         MemoryFigures figures;
         figures.remoteUrl = info.directory;
@@ -426,6 +428,7 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
         s.prefillSeconds = r.prefillSeconds;
         if (r.prefillPositions > 0)
             m_secondsPerPosition = r.prefillSeconds / double(r.prefillPositions);
+        if (r.prefillChunks > 0) m_secondsPerChunk = r.prefillSeconds / double(r.prefillChunks);
         s.decodeSeconds = r.decodeSeconds;
         for (const std::string& p : r.problems) s.problems << QString::fromStdString(p);
         settle();
@@ -457,6 +460,11 @@ void EngineWorker::forgetConversation(const QString& transcript) {
 
 void EngineWorker::measureThinkingCost(const QString& effort) {
     if (!m_backend) return;
+    double chunkSeconds = m_secondsPerChunk;
+    if (chunkSeconds < 0)
+        if (const std::optional<k3::MemoryReport> report = m_backend->memoryReport())
+            chunkSeconds = planChunkSeconds(*report);
+    emit readingCost(chunkSeconds);
     // A first message's prompt with Think on and off: the difference is the effort
     // message and the think channel (the system prompt and the question cancel out).
     std::vector<k3::ChatMessage> hello(1);

@@ -220,6 +220,9 @@ signals:
     // Prompt positions Think adds (-1: not known here, e.g. a server) and the seconds one
     // position took in the last message read (-1: none read yet with this model).
     void thinkingCost(int positions, double secondsPerPosition);
+    // What one pass over the prompt costs before the first token at this budget: the last
+    // message's seconds per chunk, else planChunkSeconds (-1: not known, or a server).
+    void readingCost(double secondsPerChunk);
 
 private:
     // Opens `config` in place of the current backend; announce: emit modelLoaded.
@@ -230,5 +233,6 @@ private:
     QString m_modelName;                           // recorded with each answer
     std::atomic<bool> m_cancel{false};
     double m_secondsPerPosition = -1; // the last prompt's reading rate at this budget
+    double m_secondsPerChunk = -1;    // and its seconds per chunk
     int m_defaultThreads = 0;         // the engine thread's OpenMP default, read on first use
 };
