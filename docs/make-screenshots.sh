@@ -27,6 +27,10 @@ run --model resources/demo --conversation resources/screenshots/multiline-and-lo
 # An answer with a table, a quote and maths (issue 37 point 6), drawn offscreen by its test.
 K3_SCREENSHOT_DIR=docs QT_QPA_PLATFORM=offscreen \
   "${1:-build/dev}/tests/ui/tst_answerrendering" screenshotOfATableWithMaths
+# The memory page of the wizard, a reopened conversation read again, and the timing chart
+# in the Light and Dark themes (issue 37), each a real X11 window made by its test.
+K3_SCREENSHOT_DIR=docs QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1400x900x24" \
+  "${1:-build/dev}/tests/ui/tst_docscreenshots"
 # The conversation list with dates: four saved chats, modified minutes, hours, a day
 # and ten days ago.
 conversations="$home/data/k3chat/k3chat/conversations"
@@ -66,3 +70,4 @@ CONF
   echo "wrote docs/screenshot-streaming.png"
 fi
 echo "wrote docs/screenshot-wizard.png docs/screenshot-main.png docs/screenshot-conversation.png docs/screenshot-conversations.png"
+echo "wrote docs/screenshot-memory-page.png docs/screenshot-reading-again.png docs/screenshot-timing-light.png docs/screenshot-timing-dark.png"

@@ -49,8 +49,11 @@ void MainMenus::createEditMenu() {
                                             QStringLiteral("\t") + MainWindow::tr("Up"),
                                         m_window, &MainWindow::editLastMessage);
     editLast->setObjectName(QStringLiteral("editLastAction"));
-    edit->addAction(MainWindow::tr("S&ystem prompt…"), m_window, &MainWindow::showSystemPrompt)
-        ->setObjectName(QStringLiteral("systemPromptAction"));
+    // The system prompt and the conversation's own sampling and longest answer.
+    QAction* conversation = edit->addAction(MainWindow::tr("S&ystem prompt and sampling…"),
+                                            m_window, &MainWindow::showSystemPrompt);
+    conversation->setObjectName(QStringLiteral("systemPromptAction"));
+    conversation->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_Y));
     edit->addSeparator();
     edit->addAction(m_window->conversationView()->copyMessageAction());
     edit->addSeparator();

@@ -15,6 +15,7 @@
 #include "chat/ConversationView.h"
 #include "chat/FindBar.h"
 #include "chat/MessageComposer.h"
+#include "chat/SystemPromptBanner.h"
 #include "chat/SystemPromptDialog.h"
 #include "panels/PanelDocks.h"
 #include "panels/TokenTimingPanel.h"
@@ -45,7 +46,7 @@
 MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent), m_splitter(new QSplitter(Qt::Horizontal, this)),
       m_conversation(new ConversationView), m_composer(new MessageComposer), m_findBar(new FindBar),
-      m_engine(new EngineController(this)),
+      m_promptBanner(new SystemPromptBanner), m_engine(new EngineController(this)),
       m_store(std::make_unique<ConversationStore>(AppSettings::conversationsDirectory())),
       m_timing(new TokenTimingPanel), m_loader(new ModelLoader(m_engine, this)),
       m_chat(new ChatController(m_engine, m_conversation->conversation(), m_composer, m_store.get(),
@@ -75,9 +76,10 @@ MainWindow::MainWindow(QWidget* parent)
     connect(worker, &EngineWorker::tokenTiming, m_timing, &TokenTimingPanel::addToken);
     connect(worker, &EngineWorker::deltaTiming, m_timing, &TokenTimingPanel::addDelta);
     connect(worker, &EngineWorker::prefillProgress, this,
-            [this](int done, int total, double seconds, int restored, int held, double fraction) {
+            [this](int done, int total, double seconds, int restored, int held, double fraction,
+                   double secondsLeft) {
                 m_conversation->conversation()->setReading(done, total, seconds, restored, held,
-                                                           fraction);
+                                                           fraction, secondsLeft);
                 statusBar()->showMessage(tr("%1 · reading the prompt %2/%3")
                                              .arg(m_loader->modelName())
                                              .arg(done)
@@ -120,7 +122,10 @@ QWidget* MainWindow::buildSidebar() {
 QWidget* MainWindow::buildCenter() {
     auto* center = new QWidget;
     auto* centerLayout = new QVBoxLayout(center);
+    centerLayout->addWidget(m_promptBanner);
     centerLayout->addWidget(m_conversation, 1);
+    connect(m_promptBanner, &SystemPromptBanner::changeRequested, this,
+            &MainWindow::showSystemPrompt);
     centerLayout->addWidget(m_findBar);
     centerLayout->addWidget(m_composer);
     connect(m_findBar, &FindBar::queryChanged, m_conversation, &ConversationView::find);
@@ -135,6 +140,8 @@ QWidget* MainWindow::buildCenter() {
     connect(m_conversation, &ConversationView::findRequested, this, &MainWindow::showFindBar);
     connect(m_conversation, &ConversationView::editLastMessageRequested, m_chat,
             &ChatController::editLastMessage);
+    connect(m_conversation, &ConversationView::editMessageRequested, m_chat,
+            &ChatController::editMessage);
     connect(m_conversation, &ConversationView::copied, this, [this](const QString& what) {
         statusBar()->showMessage(tr("Copied %1").arg(what), 3000);
     });
@@ -173,6 +180,7 @@ void MainWindow::connectChat() {
     connect(m_chat, &ChatController::conversationSaved, m_conversationPanel,
             &ConversationListPanel::conversationSaved);
     connect(m_chat, &ChatController::answerFailed, this, &MainWindow::showAnswerFailed);
+    connect(m_chat, &ChatController::systemPromptChanged, this, &MainWindow::updatePromptBanner);
     // A server's usage arrives with its last chunk: only then are batched deltas split.
     // Done in the same slot, before answerFinished, so whoever waits on that signal sees
     // the final bars (a second queued connection could run after it).
@@ -218,7 +226,13 @@ void MainWindow::newChat() {
     m_conversationPanel->setCurrentConversation({});
     m_timing->clear();
     m_composer->clear();
+    m_chat->showConversationSettings({}); // Settings' values; Think stays as it is
     m_composer->setFocus();
+}
+
+void MainWindow::updatePromptBanner() {
+    const ConversationModel* conversation = m_conversation->conversation();
+    m_promptBanner->setPrompt(m_chat->systemPrompt(), !conversation->systemPromptChosen());
 }
 
 QString MainWindow::demoModelDirectory() {
@@ -271,6 +285,8 @@ void MainWindow::showConversation(const QString& id, const QVector<ChatTurn>& tu
     m_conversation->conversation()->setTurns(turns);
     m_conversation->scrollToBottom(); // a reopened chat goes on at its end
     m_chat->setConversationId(id);
+    // How it answered (sampling, Think, longest answer), and the banner's prompt.
+    m_chat->showConversationSettings(m_store->loadSettings(id));
     m_conversationPanel->setCurrentConversation(id);
     m_timing->clear(); // the chart was another conversation's answer
     const QString title = m_store->storedTitle(id);
@@ -507,6 +523,7 @@ void MainWindow::showSettings() {
         if (after.theme != before.theme || after.thinking != before.thinking ||
             after.thinkingEffort != before.thinkingEffort)
             applySettings();
+        updatePromptBanner(); // a new chat starts with the default shown
         // Threads apply to the next message (the engine thread sets them per message);
         // anything else of the launch reopens the model with it. The model loaded now
         // stays until the new one has opened, and stays if it fails (onLoadFailed).
@@ -529,6 +546,7 @@ void MainWindow::applySettings() {
     AppSettings::applyTheme(settings.theme);
     m_composer->setThinking(settings.thinking);
     m_composer->setThinkingEffort(settings.thinkingEffort);
+    updatePromptBanner(); // a new chat's default may have changed
 }
 
 void MainWindow::showAbout() {

@@ -21,6 +21,7 @@ class MessageComposer;
 class QMessageBox;
 class SetupWizard;
 class FindBar;
+class SystemPromptBanner;
 class QAction;
 class QListWidget;
 class QSplitter;
@@ -124,12 +125,15 @@ private:
     void showConversation(const QString& id, const QVector<ChatTurn>& turns);
     // Theme and the composer's thinking defaults from the stored settings.
     void applySettings();
+    // The banner says the open conversation's system prompt (a new chat: the default).
+    void updatePromptBanner();
 
     QSplitter* m_splitter;
     ConversationListPanel* m_conversationPanel = nullptr;
     ConversationView* m_conversation;
     MessageComposer* m_composer;
     FindBar* m_findBar;
+    SystemPromptBanner* m_promptBanner;
     EngineController* m_engine;
     std::unique_ptr<ConversationStore> m_store;
     TokenTimingPanel* m_timing;

@@ -126,10 +126,9 @@ void ModelLoader::onModelLoaded(const ModelInfo& info) {
                         .arg(m_modelName, budget)
                         .arg(info.layers)
                         .arg(double(info.weightBytes) / 1e6, 0, 'f', 1);
-    // The demo was trained to answer directly, without a think channel.
-    const QString canonical = QFileInfo(info.directory).canonicalFilePath();
-    const QString demo = demoModelDirectory();
-    emit ready(canonical, demo.isEmpty() || canonical != QFileInfo(demo).canonicalFilePath(),
+    // Decided from the model's files (the demo's say it answers without a think channel),
+    // so a copy of a model in another folder gets the same Think.
+    emit ready(QFileInfo(info.directory).canonicalFilePath(), info.thinks,
                tr("Model ready. Type a message below."));
 }
 

@@ -19,6 +19,7 @@ usage: train_demo.py [--expected-only] [OUT_DIR]   (default: resources/demo)
 """
 
 import glob
+import json
 import math
 import os
 import random
@@ -159,6 +160,15 @@ def export(out_dir, cfg_json, tok, weights):
         if os.path.basename(stale) != "README.md":   # hand-written, kept
             os.remove(stale)
     ck.write_checkpoint(out_dir, cfg_json, runs, plan, tok)
+    # Trained with thinking off: the template's defaults say so, and k3chat unticks Think
+    # from this file (not from the folder's path, so a copy of the demo does the same).
+    tok_cfg_path = os.path.join(out_dir, "tokenizer_config.json")
+    with open(tok_cfg_path) as f:
+        tok_cfg = json.load(f)
+    tok_cfg["chat_template_kwargs"] = {"thinking": False}
+    with open(tok_cfg_path, "w") as f:
+        json.dump(tok_cfg, f, indent=1)
+        f.write("\n")
     ck.verify_layout(out_dir)
     ck.verify_roundtrip(out_dir, runs, tok)
 

@@ -1,5 +1,6 @@
 #include <QCoreApplication>
 #include <QDir>
+#include <QLabel>
 #include <QPlainTextEdit>
 #include <QSettings>
 #include <QSignalSpy>
@@ -20,6 +21,7 @@ class TestChatEditing : public QObject {
 private slots:
     void initTestCase();
     void editAndResendReplacesTheLastExchange();
+    void editingAnEarlierQuestionStartsABranch();
 };
 
 void TestChatEditing::initTestCase() {
@@ -101,6 +103,73 @@ void TestChatEditing::editAndResendReplacesTheLastExchange() {
     }
     QCOMPARE(int(window.store()->list().size()),
              savedChats); // replaced in place, not saved as a new chat
+    window.store()->remove(id);
+}
+
+// Any earlier question can be edited (Ctrl+E on it in the conversation, or its context
+// menu): sending it answers from there, and what followed is kept as the other version
+// (issue 37 point 9).
+void TestChatEditing::editingAnEarlierQuestionStartsABranch() {
+    MainWindow window;
+    window.show();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    QSignalSpy ready(&window, &MainWindow::modelReady);
+    window.loadModelFolder(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
+    QVERIFY(ready.wait(30000));
+    window.composer()->setThinking(false);
+    const QString id = window.store()->save(
+        {}, {{QStringLiteral("user"), QStringLiteral("First question"), {}},
+             {QStringLiteral("assistant"), QStringLiteral("First answer"), {}},
+             {QStringLiteral("user"), QStringLiteral("Second question"), {}},
+             {QStringLiteral("assistant"), QStringLiteral("Second answer"), {}}});
+    window.openConversation(id);
+    ConversationView* view = window.conversationView();
+    ConversationModel* conversation = view->conversation();
+    QCOMPARE(conversation->rowCount(), 4);
+
+    // Ctrl+E on an answer does nothing; on the first question it opens it for editing.
+    view->setFocus();
+    view->setCurrentIndex(conversation->index(1));
+    QTest::keyClick(view, Qt::Key_E, Qt::ControlModifier);
+    QVERIFY(!window.composer()->isEditing());
+    view->setCurrentIndex(conversation->index(0));
+    QTest::keyClick(view, Qt::Key_E, Qt::ControlModifier);
+    QVERIFY(window.composer()->isEditing());
+    QCOMPARE(window.composer()->text(), QStringLiteral("First question"));
+    const auto* label = window.composer()->findChild<QLabel*>(QStringLiteral("editingLabel"));
+    QVERIFY(label);
+    QCOMPARE(label->text(),
+             QStringLiteral("Editing an earlier message: Enter resends it and answers from there "
+                            "(what followed stays as the other version), Esc cancels."));
+
+    auto* editor = window.findChild<QPlainTextEdit*>(QStringLiteral("composerEditor"));
+    QVERIFY(editor->hasFocus());
+    editor->selectAll();
+    QTest::keyClicks(editor, QStringLiteral("Edited first question"));
+    QSignalSpy finished(&window, &MainWindow::answerFinished);
+    QTest::keyClick(editor, Qt::Key_Return);
+    QVERIFY(finished.wait(60000));
+    QCOMPARE(conversation->rowCount(), 2);
+    QCOMPARE(conversation->index(0).data(ConversationModel::ContentRole).toString(),
+             QStringLiteral("Edited first question"));
+    QCOMPARE(conversation->index(0).data(ConversationModel::VersionRole).toPoint(), QPoint(2, 2));
+    QCOMPARE(conversation->index(1).data(ConversationModel::RoleNameRole).toString(),
+             QStringLiteral("assistant"));
+    // The old branch is a version away, whole, and the transcript on disk holds both.
+    const QVector<ChatTurn> onDisk = window.store()->load(id);
+    QCOMPARE(onDisk.size(), 2);
+    QCOMPARE(onDisk.at(0).content, QStringLiteral("Edited first question"));
+    QCOMPARE(int(onDisk.at(0).otherVersions.size()), 1);
+    QCOMPARE(int(onDisk.at(0).otherVersions.at(0).size()), 4);
+    QCOMPARE(onDisk.at(0).otherVersions.at(0).at(2).content, QStringLiteral("Second question"));
+    view->setFocus();
+    view->setCurrentIndex(conversation->index(0));
+    QTest::keyClick(view, Qt::Key_Left, Qt::AltModifier);
+    QCOMPARE(conversation->rowCount(), 4);
+    QCOMPARE(conversation->index(2).data(ConversationModel::ContentRole).toString(),
+             QStringLiteral("Second question"));
+    QCOMPARE(conversation->index(3).data(ConversationModel::ContentRole).toString(),
+             QStringLiteral("Second answer"));
     window.store()->remove(id);
 }
 

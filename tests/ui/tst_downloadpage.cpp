@@ -113,6 +113,7 @@ private slots:
     void officialSizeWhenTheHubDoesNotAnswer();
     void missingTokenSaysWhatToDo();
     void tokenFromTheFieldReachesTheHubAndStaysOutOfSettings();
+    void fieldsInPlainWords();
 };
 
 void TestDownloadPage::initTestCase() {
@@ -346,7 +347,10 @@ void TestDownloadPage::sizeIsCheckedBeforeStart() {
     QSignalSpy done(&page, &ModelSourcePage::downloadFinished);
     page.startDownload();
     QVERIFY(!page.isDownloading());
-    QCOMPARE(page.downloadStatusText(), tooBig);
+    // Said once, in the size line (red), not again in the status below it (issue 37).
+    QCOMPARE(page.sizeCheckText(), tooBig);
+    QCOMPARE(page.downloadStatusText(),
+             QStringLiteral("Not started: there is not enough free space (see above)."));
     // Refused before a download was started (isDownloading() is false): no
     // downloadFinished can follow, there is nothing to wait for.
     QCOMPARE(done.count(), 0);
@@ -401,7 +405,15 @@ void TestDownloadPage::missingTokenSaysWhatToDo() {
     QCOMPARE(page.downloadStatusText(),
              QStringLiteral("Download failed: 127.0.0.1 needs a valid access token (401): paste "
                             "a token with read access (127.0.0.1/settings/tokens) into Token, "
-                            "then Retry."));
+                            "then Start."));
+    // The text names the button as it reads: nothing was fetched, so it says Start.
+    QCOMPARE(page.startButton()->text(), QStringLiteral("Start"));
+    // The hub answered (401): the size line says so, not "the hub did not answer".
+    QTRY_COMPARE_WITH_TIMEOUT(
+        page.sizeCheckText(),
+        QStringLiteral("The checkpoint's size is not known: the hub asks for a valid access "
+                       "token (401). Start checks the space once the token is accepted."),
+        20000);
     QCOMPARE(page.verificationText(), QString());
     QVERIFY(!QFileInfo::exists(dest));
     QVERIFY(!PendingDownload::load());
@@ -450,3 +462,22 @@ int main(int argc, char** argv) {
 }
 
 #include "tst_downloadpage.moc"
+
+// Placeholders in plain words (no $HF_ENDPOINT), the pinned revision as a branch with a
+// short hash that still asks for the full commit (issue 37 point 11).
+void TestDownloadPage::fieldsInPlainWords() {
+    ModelSourcePage page;
+    for (QLineEdit* field : page.findChildren<QLineEdit*>())
+        QVERIFY2(!field->placeholderText().contains(QLatin1Char('$')),
+                 qPrintable(field->placeholderText()));
+    QCOMPARE(page.tokenField()->placeholderText(),
+             QStringLiteral("only for a private or gated repository; empty: the token this "
+                            "computer has"));
+    auto* revision = page.findChild<QLineEdit*>(QStringLiteral("hubRevision"));
+    QVERIFY(revision);
+    QCOMPARE(revision->text(), QStringLiteral("main (f831ab6)"));
+    QCOMPARE(page.revision(), QStringLiteral("f831ab66814297da540d832a5235f8e904f29d06"));
+    page.setRepository(QStringLiteral("k3/tiny"), kRevision);
+    QCOMPARE(revision->text(), kRevision);
+    QCOMPARE(page.revision(), kRevision);
+}

@@ -232,8 +232,11 @@ void TestFollowUp::prefillProgressReachesThePanels() {
         QVERIFY2(!seen.contains(QStringLiteral("reading the prompt")), qPrintable(seen));
     static const QRegularExpression line(QStringLiteral(
         "^reading the prompt (\\d+) of (\\d+)(?: \\((\\d+)%\\))? · (\\d+\\.\\d) MB read"));
-    QCOMPARE(diskSeen.first(),
-             QStringLiteral("reading the prompt 0 of %1 · 0.0 MB read").arg(total));
+    // Said before the first layer, with the plan's estimate (streamed bytes per chunk at
+    // the disk rate the load measured; issue 37 point 1): here under a second.
+    QCOMPARE(
+        diskSeen.first(),
+        QStringLiteral("reading the prompt 0 of %1 · 0.0 MB read · about 1 s left").arg(total));
     int lastDone = -1;
     double lastShare = -1;
     for (const QString& seen : diskSeen) {

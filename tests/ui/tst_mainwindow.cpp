@@ -34,6 +34,7 @@
 #include "panels/MemoryPlanPanel.h"
 #include "panels/TokenTimingPanel.h"
 #include "wizard/SetupWizard.h"
+#include "worker/EngineWorker.h"
 
 #include <k3/chat.hpp>
 
@@ -63,6 +64,7 @@ private slots:
     void typingAfterUpGoesIntoTheComposer();
     void fitsIn800x600();
     void everyPanelIsATabStop();
+    void thinkIsDecidedByTheModelNotItsFolder();
 };
 
 namespace {
@@ -578,6 +580,43 @@ void TestMainWindow::everyPanelIsATabStop() {
         if (focus == start) break;
     }
     QCOMPARE(reached.size(), 4);
+}
+
+// Think is decided from the model's files, never its folder: a copy of the demo elsewhere
+// gets Think unticked and disabled as the original does (issue 37 point 10); a model
+// whose template reads `thinking` (or that has none, as k3_tiny_a) gets it.
+void TestMainWindow::thinkIsDecidedByTheModelNotItsFolder() {
+    QTemporaryDir tmp;
+    QVERIFY(tmp.isValid());
+    const QString copy = tmp.path() + QStringLiteral("/my-demo-copy");
+    QVERIFY(QDir().mkpath(copy));
+    const QDir demo(QStringLiteral(K3_SOURCE_DIR "/resources/demo"));
+    for (const QString& name : demo.entryList(QDir::Files))
+        QVERIFY(QFile::copy(demo.filePath(name), copy + QLatin1Char('/') + name));
+    QCOMPARE(EngineWorker::modelThinks(copy), false);
+    QCOMPARE(
+        EngineWorker::modelThinks(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a")),
+        true);
+    // A template that never reads `thinking` has no think channel; one that does has.
+    const QString templated = tmp.path() + QStringLiteral("/templated");
+    QVERIFY(QDir().mkpath(templated));
+    writeFile(templated + QStringLiteral("/chat_template.jinja"), "{{ messages }}");
+    QCOMPARE(EngineWorker::modelThinks(templated), false);
+    writeFile(templated + QStringLiteral("/chat_template.jinja"),
+              "{%- if thinking -%}<think>{%- endif -%}");
+    QCOMPARE(EngineWorker::modelThinks(templated), true);
+
+    QSettings().remove(QStringLiteral("thinking/perModel"));
+    MainWindow window;
+    window.show();
+    QSignalSpy ready(&window, &MainWindow::modelReady);
+    window.loadModelFolder(copy);
+    QVERIFY(ready.wait(30000));
+    QCOMPARE(window.composer()->isThinkingAvailable(), false);
+    QCOMPARE(window.composer()->thinking(), false);
+    window.loadModelFolder(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
+    QVERIFY(ready.wait(30000));
+    QCOMPARE(window.composer()->isThinkingAvailable(), true);
 }
 
 QTEST_MAIN(TestMainWindow)

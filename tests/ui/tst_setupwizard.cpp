@@ -222,7 +222,9 @@ void TestSetupWizard::downloadFromUnreachableHubShowsErrorAndStaysUsable() {
     // What to do, not curl's words; no "0/0 sha256" for files never listed.
     QCOMPARE(page.downloadStatusText(),
              QStringLiteral("Download failed: Could not reach 127.0.0.1: check the network (and "
-                            "a proxy, if you use one), then Retry."));
+                            "a proxy, if you use one), then Start."));
+    // The text names the button as it reads (issue 37 point 11: it said Retry beside Start).
+    QCOMPARE(page.startButton()->text(), QStringLiteral("Start"));
     QCOMPARE(page.verificationText(), QString());
     QVERIFY(!page.isComplete());
     QCOMPARE(page.fileList()->topLevelItemCount(), 0);

@@ -53,6 +53,7 @@ ChatController::ChatController(EngineController* engine, ConversationModel* conv
     connect(worker, &EngineWorker::generationFinished, this, askThinkingCost);
     connect(m_composer, &MessageComposer::thinkingEffortChanged, this, askThinkingCost);
     connect(worker, &EngineWorker::thinkingCost, m_composer, &MessageComposer::setThinkingCost);
+    connect(worker, &EngineWorker::readingCost, m_composer, &MessageComposer::setReadingCost);
 }
 
 void ChatController::setModel(const QString& key, bool hasThinkChannel) {
@@ -66,8 +67,10 @@ bool ChatController::rememberedThinking(const QString& modelKey, bool fallback) 
 }
 
 void ChatController::applyThinkingPreference() {
-    // setThinking() leaves Think unticked for a model without a think channel.
-    m_composer->setThinking(rememberedThinking(m_modelKey, AppSettings::load().thinking));
+    // setThinking() leaves Think unticked for a model without a think channel. The open
+    // conversation's own choice comes first (a model loading after it reopened).
+    m_composer->setThinking(
+        m_settings.thinking.value_or(rememberedThinking(m_modelKey, AppSettings::load().thinking)));
 }
 
 void ChatController::rememberThinking(bool on) {
@@ -80,8 +83,10 @@ void ChatController::rememberThinking(bool on) {
 
 void ChatController::send(const QString& text) {
     if (m_engine->isBusy()) return;
-    if (!m_conversation->systemPromptChosen())
+    if (!m_conversation->systemPromptChosen()) {
         m_conversation->setSystemPrompt(AppSettings::load().systemPrompt);
+        emit systemPromptChanged(); // the chat's own now, no longer the default
+    }
     QStringList images; // the copies kept when they were attached
     for (const ImageAttachment& a : m_composer->attachments()) images << a.file;
     m_composer->clearAttachments();
@@ -122,6 +127,31 @@ bool ChatController::showVersion(int row, int index) {
 void ChatController::setSystemPrompt(const QString& prompt) {
     m_conversation->setSystemPrompt(prompt);
     if (m_conversation->rowCount() > 0 && !m_answering) save();
+    emit systemPromptChanged();
+}
+
+void ChatController::setConversationSettings(const ConversationSettings& settings) {
+    showConversationSettings(settings);
+    if (m_conversationId.isEmpty()) return; // written with the conversation's first save
+    try {
+        m_store->saveSettings(m_conversationId, m_settings);
+    } catch (const std::exception& e) {
+        emit saveFailed(QString::fromUtf8(e.what()));
+    }
+}
+
+void ChatController::showConversationSettings(const ConversationSettings& settings) {
+    m_settings = settings;
+    if (m_settings.thinking) m_composer->setThinking(*m_settings.thinking);
+    emit systemPromptChanged();
+}
+
+GenerationSettings ChatController::nextGenerationSettings(quint64 seed) const {
+    GenerationSettings settings = AppSettings::load().generationSettings(seed);
+    m_settings.applyTo(settings);
+    settings.thinking = m_composer->thinking();
+    settings.thinkingEffort = m_composer->thinkingEffort();
+    return settings;
 }
 
 QString ChatController::systemPrompt() const {
@@ -142,11 +172,15 @@ void ChatController::startAnswer(int versionOfRow) {
     m_firstTokenSeconds = 0;
     m_answerClock.start();
     m_sinceSave.start();
-    // Read again for every message: a change in Settings applies to the next one.
-    GenerationSettings settings =
-        AppSettings::load().generationSettings(QRandomGenerator::global()->generate64());
-    settings.thinking = m_composer->thinking();
-    settings.thinkingEffort = m_composer->thinkingEffort();
+    // Read again for every message: a change in Settings applies to the next one, except
+    // where this conversation has its own.
+    const GenerationSettings settings =
+        nextGenerationSettings(QRandomGenerator::global()->generate64());
+    // Think as this conversation last used it, restored when it is reopened.
+    if (m_composer->isThinkingAvailable() && m_settings.thinking != settings.thinking) {
+        m_settings.thinking = settings.thinking;
+        if (!m_conversationId.isEmpty()) setConversationSettings(m_settings);
+    }
     m_composer->setGenerating(true);
     m_engine->generate(history, settings);
 }
@@ -157,10 +191,21 @@ void ChatController::editLastMessage() {
            m_conversation->index(row).data(ConversationModel::RoleNameRole).toString() !=
                QLatin1String("user"))
         --row;
-    if (m_engine->isBusy() || row < 0) return;
+    editMessage(row);
+}
+
+void ChatController::editMessage(int row) {
+    const QModelIndex index = m_conversation->index(row);
+    if (m_engine->isBusy() || !index.isValid() ||
+        index.data(ConversationModel::RoleNameRole).toString() != QLatin1String("user"))
+        return;
     m_editRow = row;
-    m_composer->setText(m_conversation->index(row).data(ConversationModel::ContentRole).toString());
-    m_composer->setEditing(true);
+    m_composer->setText(index.data(ConversationModel::ContentRole).toString());
+    bool earlier = false; // another question follows it: a new branch, not a replacement
+    for (int r = row + 1; r < m_conversation->rowCount() && !earlier; ++r)
+        earlier = m_conversation->index(r).data(ConversationModel::RoleNameRole).toString() ==
+                  QLatin1String("user");
+    m_composer->setEditing(true, earlier);
     m_composer->setFocus();
 }
 
@@ -213,7 +258,9 @@ void ChatController::save() {
     const QVector<ChatTurn> turns = m_conversation->turnsWithPartialAnswer(figuresSoFar());
     if (turns.isEmpty()) return;
     try {
+        const bool first = m_conversationId.isEmpty();
         m_conversationId = m_store->save(m_conversationId, turns);
+        if (first && !m_settings.isEmpty()) m_store->saveSettings(m_conversationId, m_settings);
         emit conversationSaved(m_conversationId);
     } catch (const std::exception& e) {
         emit saveFailed(QString::fromUtf8(e.what()));

@@ -7,6 +7,7 @@
 
 #include <k3/chat.hpp>
 
+#include "chat/ConversationSettings.h"
 #include "worker/EngineWorker.h"
 
 struct ChatTurn;
@@ -40,12 +41,18 @@ public:
     // The model now answering. `key` names it in the settings (its folder, or the server
     // and model); without a think channel, Think is unticked and disabled for it.
     void setModel(const QString& key, bool hasThinkChannel);
-    // Think as chosen last for this model, else the Settings default ("thinking/enabled").
+    // Think as the open conversation used it, else as chosen last for this model, else the
+    // Settings default ("thinking/enabled").
     void applyThinkingPreference();
     static bool rememberedThinking(const QString& modelKey, bool fallback);
 
     // The conversation's system prompt; for a new one not started yet, the Settings default.
     QString systemPrompt() const;
+    // The open conversation's own sampling, Think and longest answer (saved beside it).
+    const ConversationSettings& conversationSettings() const { return m_settings; }
+    // What the next answer is generated with: Settings, this conversation's own values on
+    // top, Think and its effort as the composer shows them.
+    GenerationSettings nextGenerationSettings(quint64 seed) const;
 
     ImageAttacher* imageAttacher() const { return m_attacher; }
 
@@ -60,6 +67,9 @@ public slots:
     // Puts the last user message back in the composer; sending it then replaces that
     // message and everything after it.
     void editLastMessage();
+    // Puts user message `row` back in the composer; sending it then makes a new version
+    // of it (a new branch from there; what followed is kept as the other version).
+    void editMessage(int row);
     void cancelEdit();
     // Asks the engine to stop; the answer so far is kept, marked stopped, when it ends.
     void stop();
@@ -73,6 +83,11 @@ public slots:
     bool showVersion(int row, int index);
     // Used from the next answer on, and saved with the conversation.
     void setSystemPrompt(const QString& prompt);
+    // Used from the next answer on and saved beside the conversation (a new one: at its
+    // first save). Think, when set, is shown in the composer.
+    void setConversationSettings(const ConversationSettings& settings);
+    // A conversation opened (or a new one): its settings as saved, nothing written.
+    void showConversationSettings(const ConversationSettings& settings);
 
 signals:
     // The answer is in the conversation and saved; `summary` is the worker's, so the
@@ -82,6 +97,9 @@ signals:
     void conversationSaved(const QString& id);
     // What the chat is doing ("generating 12 · 85.1 tok/s", "ready", why it stopped).
     void status(const QString& text);
+    // The system prompt of the open conversation (or the default a new one starts with)
+    // may read otherwise now.
+    void systemPromptChanged();
     void saveFailed(const QString& message);
     // The engine failed mid-answer; what had arrived is kept (marked stopped).
     void answerFailed(const QString& message);
@@ -103,6 +121,7 @@ private:
     ConversationStore* m_store;
     ImageAttacher* m_attacher; // attached images, read and copied beside the conversations
     QString m_conversationId;
+    ConversationSettings m_settings;
     QString m_modelKey;
     QString m_answeringModel; // the loaded model's name, saved with each answer
     bool m_answering = false; // false again once kept: late results are then ignored

@@ -90,7 +90,7 @@ int ConversationModel::beginAssistantMessage(const QString& model) {
 }
 
 void ConversationModel::setReading(int done, int total, double seconds, int restored, int held,
-                                   double fraction) {
+                                   double fraction, double secondsLeft) {
     if (m_entries.isEmpty() || !m_entries.last().streaming) return;
     Entry& e = m_entries.last();
     e.readRestored = restored;
@@ -103,7 +103,9 @@ void ConversationModel::setReading(int done, int total, double seconds, int rest
     // The rest at the rate measured so far (chunks and layers cost about the same per
     // position); the layers of a chunk count, so a one-chunk prompt has an estimate early.
     const double share = total > 0 ? std::max(double(done) / total, fraction) : 0;
-    e.readSecondsLeft = share > 0 && share < 1 && seconds > 0 ? seconds * (1 - share) / share : -1;
+    e.readSecondsLeft = secondsLeft >= 0                        ? secondsLeft
+                        : share > 0 && share < 1 && seconds > 0 ? seconds * (1 - share) / share
+                                                                : -1;
     changed(int(m_entries.size()) - 1);
 }
 

@@ -49,8 +49,10 @@ public:
     // `held`: positions the engine held before (0 with earlier answers: the whole
     // conversation is read again, and the bubble says so).
     // fraction: the share read with the current chunk's layers (-1: done / total).
+    // secondsLeft: the worker's estimate (EngineWorker::readingSecondsLeft); -1: from
+    // the share read so far.
     void setReading(int done, int total, double seconds, int restored = 0, int held = -1,
-                    double fraction = -1);
+                    double fraction = -1, double secondsLeft = -1);
     // invalidReason: not empty when the answer is not the model's (an expert failed to
     // load, a NaN appeared); it is kept with the message and saved with it.
     // model: who answered (a folder's or a server's model name), saved with the answer.

@@ -106,8 +106,9 @@ void ConversationStore::purgeLeftoverTrash() {
     // during those seconds would otherwise keep the conversation's text for good.
     QDir trash(trashDirectory());
     if (!trash.exists()) return;
-    const QFileInfoList files = trash.entryInfoList(
-        {QStringLiteral("*.jsonl"), QStringLiteral("*.title")}, QDir::Files | QDir::Hidden);
+    QStringList patterns{QStringLiteral("*.jsonl")};
+    for (const QString& suffix : sidecarSuffixes()) patterns << QLatin1Char('*') + suffix;
+    const QFileInfoList files = trash.entryInfoList(patterns, QDir::Files | QDir::Hidden);
     for (const QFileInfo& f : files) QFile::remove(f.filePath());
 }
 
@@ -139,6 +140,28 @@ QString ConversationStore::titleFor(const QVector<ChatTurn>& turns) {
             return title;
         }
     return QObject::tr("New chat");
+}
+
+const QStringList& ConversationStore::sidecarSuffixes() {
+    static const QStringList suffixes{QStringLiteral(".title"), QStringLiteral(".settings")};
+    return suffixes;
+}
+
+void ConversationStore::saveSettings(const QString& id, const ConversationSettings& settings) {
+    const QString path = m_directory + QLatin1Char('/') + id + QStringLiteral(".settings");
+    if (settings.isEmpty()) {
+        if (QFileInfo::exists(path) && !QFile::remove(path))
+            fail(QObject::tr("%1: could not be removed").arg(path));
+        return;
+    }
+    makePrivateFolder(m_directory);
+    k3::writeFileAtomically(path.toStdString(), settings.toJson().toStdString());
+}
+
+ConversationSettings ConversationStore::loadSettings(const QString& id) const {
+    QFile file(m_directory + QLatin1Char('/') + id + QStringLiteral(".settings"));
+    if (!file.open(QIODevice::ReadOnly)) return {};
+    return ConversationSettings::fromJson(file.read(65536)); // a few fields, not a document
 }
 
 QString ConversationStore::titlePath(const QString& directory, const QString& id) {
@@ -246,6 +269,7 @@ QString ConversationStore::duplicate(const QString& id) {
     makePrivateFolder(m_directory);
     k3::writeTranscript(pathFor(copy).toStdString(), toMessages(turns, QDir(m_directory)));
     setTitle(copy, QObject::tr("%1 (copy)").arg(title));
+    saveSettings(copy, loadSettings(id)); // the copy answers as the original does
     return copy;
 }
 
@@ -283,7 +307,8 @@ void ConversationStore::importImages(const std::vector<ChatTurn>& turns) const {
 
 bool ConversationStore::remove(const QString& id) {
     if (id == m_claimedId) release();
-    QFile::remove(titlePathFor(id));
+    for (const QString& suffix : sidecarSuffixes())
+        QFile::remove(m_directory + QLatin1Char('/') + id + suffix);
     return QFile::remove(pathFor(id));
 }
 
@@ -311,13 +336,19 @@ void ConversationStore::trash(const QString& id) {
         makePrivateFolder(trashDirectory());
         // A copy of the same conversation left by a crash during an earlier undo period.
         QFile::remove(trashedPath + QStringLiteral(".jsonl"));
-        QFile::remove(trashedPath + QStringLiteral(".title"));
-        const bool titled = QFileInfo::exists(titlePathFor(id));
-        if (titled) moveFile(titlePathFor(id), trashedPath + QStringLiteral(".title"));
+        for (const QString& suffix : sidecarSuffixes()) QFile::remove(trashedPath + suffix);
+        QStringList moved; // the files beside it, put back if the transcript cannot move
+        for (const QString& suffix : sidecarSuffixes()) {
+            const QString beside = m_directory + QLatin1Char('/') + id + suffix;
+            if (!QFileInfo::exists(beside)) continue;
+            moveFile(beside, trashedPath + suffix);
+            moved << suffix;
+        }
         try {
             moveFile(pathFor(id), trashedPath + QStringLiteral(".jsonl"));
         } catch (const std::exception&) {
-            if (titled) QFile::rename(trashedPath + QStringLiteral(".title"), titlePathFor(id));
+            for (const QString& suffix : moved)
+                QFile::rename(trashedPath + suffix, m_directory + QLatin1Char('/') + id + suffix);
             throw;
         }
     } catch (const std::exception&) {
@@ -337,12 +368,13 @@ void ConversationStore::restore(const QString& id) {
     if (!QFileInfo::exists(transcript))
         fail(QObject::tr("%1: not in the trash (deleted for good already)").arg(transcript));
     moveFile(transcript, pathFor(id));
-    if (QFileInfo::exists(trashedPath + QStringLiteral(".title")))
-        moveFile(trashedPath + QStringLiteral(".title"), titlePathFor(id));
+    for (const QString& suffix : sidecarSuffixes())
+        if (QFileInfo::exists(trashedPath + suffix))
+            moveFile(trashedPath + suffix, m_directory + QLatin1Char('/') + id + suffix);
 }
 
 void ConversationStore::purge(const QString& id) {
     const QString trashedPath = trashDirectory() + QLatin1Char('/') + id;
     QFile::remove(trashedPath + QStringLiteral(".jsonl"));
-    QFile::remove(trashedPath + QStringLiteral(".title"));
+    for (const QString& suffix : sidecarSuffixes()) QFile::remove(trashedPath + suffix);
 }

@@ -3,11 +3,13 @@
 #include <QByteArray>
 #include <QDateTime>
 #include <QString>
+#include <QStringList>
 #include <QVector>
 
 #include <memory>
 #include <vector>
 
+#include "chat/ConversationSettings.h"
 #include "worker/EngineWorker.h"
 
 namespace k3 {
@@ -66,6 +68,13 @@ public:
     // The stored title; empty when the user never gave one.
     QString storedTitle(const QString& id) const { return readTitle(m_directory, id); }
 
+    // How conversation `id` answers where it differs from Settings (ID.settings, beside
+    // the transcript; the system prompt stays the transcript's first turn). Empty
+    // settings remove the file. Throws std::runtime_error naming the file when it cannot
+    // be written.
+    void saveSettings(const QString& id, const ConversationSettings& settings);
+    ConversationSettings loadSettings(const QString& id) const;
+
     // Moves the transcript and its title into trashDirectory(), unchanged (date
     // included). Throws std::runtime_error naming the file when another session holds
     // the conversation or the move fails; nothing is moved then.
@@ -117,6 +126,8 @@ public:
 
 private:
     static QString titlePath(const QString& directory, const QString& id);
+    // The files kept beside a transcript, moved, copied and deleted with it.
+    static const QStringList& sidecarSuffixes();
     static QString readTitle(const QString& directory, const QString& id);
 
     QString m_directory;

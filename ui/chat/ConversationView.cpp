@@ -235,9 +235,11 @@ void ConversationView::contextMenuEvent(QContextMenuEvent* event) {
         next->setEnabled(version.x() < version.y());
         menu.addSeparator();
     }
-    if (index.row() == lastUserRow()) {
-        QAction* edit = menu.addAction(tr("&Edit and resend") + QStringLiteral("\t") + tr("Up"),
-                                       this, &ConversationView::editLastMessageRequested);
+    // Any question of the user's: an earlier one starts a new branch from there.
+    if (index.data(ConversationModel::RoleNameRole).toString() == QLatin1String("user")) {
+        QAction* edit =
+            menu.addAction(tr("&Edit and resend") + QStringLiteral("\t") + tr("Ctrl+E"), this,
+                           [this, row = index.row()] { emit editMessageRequested(row); });
         edit->setObjectName(QStringLiteral("editMessageContextAction"));
     }
     menu.addSeparator();
@@ -436,6 +438,12 @@ void ConversationView::keyPressEvent(QKeyEvent* event) {
                 viewport()->update(visualRect(index));
             return;
         }
+    }
+    // Ctrl+E on one of the user's messages: edit and resend it (any of them).
+    if (index.isValid() && event->modifiers() == Qt::ControlModifier && key == Qt::Key_E &&
+        index.data(ConversationModel::RoleNameRole).toString() == QLatin1String("user")) {
+        emit editMessageRequested(index.row());
+        return;
     }
     // Alt+Left and Alt+Right: the keyboard's way to the "< 2/3 >" switcher.
     if (index.isValid() && event->modifiers() == Qt::AltModifier &&

@@ -64,6 +64,8 @@ public slots:
 
 signals:
     void editLastMessageRequested();
+    // Edit and resend user message `row` (any of them: a new branch from there).
+    void editMessageRequested(int row);
     void findRequested();
     // The clipboard now holds `what` (for the status bar).
     void copied(const QString& what);

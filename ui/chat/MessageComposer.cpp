@@ -23,9 +23,10 @@ MessageComposer::MessageComposer(QWidget* parent)
     : QWidget(parent), m_editor(new ComposerTextEdit(this)),
       m_sendButton(new QPushButton(tr("Send"), this)), m_think(new QCheckBox(tr("Think"), this)),
       m_effort(new QComboBox(this)), m_editingLabel(new QLabel(this)),
-      m_thinkCost(new QLabel(this)), m_textEdit(static_cast<ComposerTextEdit*>(m_editor)),
-      m_attachButton(new QToolButton(this)), m_attachmentStrip(new QWidget(this)),
-      m_attachmentLayout(new QHBoxLayout(m_attachmentStrip)), m_attachError(new QLabel(this)) {
+      m_thinkCost(new QLabel(this)), m_readingCost(new QLabel(this)),
+      m_textEdit(static_cast<ComposerTextEdit*>(m_editor)), m_attachButton(new QToolButton(this)),
+      m_attachmentStrip(new QWidget(this)), m_attachmentLayout(new QHBoxLayout(m_attachmentStrip)),
+      m_attachError(new QLabel(this)) {
     m_editor->setObjectName(QStringLiteral("composerEditor"));
     m_sendButton->setObjectName(QStringLiteral("sendButton"));
     m_think->setObjectName(QStringLiteral("thinkCheck"));
@@ -67,6 +68,9 @@ MessageComposer::MessageComposer(QWidget* parent)
     m_attachError->setTextFormat(Qt::PlainText); // file names and engine text, never markup
     m_attachError->hide();
     setImagesAvailable(false, tr("Load a model first (Model menu)"));
+    m_readingCost->setObjectName(QStringLiteral("readingCost"));
+    m_readingCost->setForegroundRole(QPalette::PlaceholderText);
+    m_readingCost->hide();
 
     auto* options = new QHBoxLayout;
     options->addWidget(m_think);
@@ -75,6 +79,7 @@ MessageComposer::MessageComposer(QWidget* parent)
     options->addWidget(m_thinkCost);
     options->addStretch(1);
     options->addWidget(m_attachButton);
+    options->addWidget(m_readingCost);
     auto* input = new QHBoxLayout;
     input->addWidget(m_editor, 1);
     input->addWidget(m_sendButton, 0, Qt::AlignBottom);
@@ -119,8 +124,13 @@ void MessageComposer::clear() {
     m_editor->clear();
 }
 
-void MessageComposer::setEditing(bool editing) {
+void MessageComposer::setEditing(bool editing, bool earlier) {
     m_editing = editing;
+    m_editingLabel->setText(
+        earlier ? tr("Editing an earlier message: Enter resends it and answers from there (what "
+                     "followed stays as the other version), Esc cancels.")
+                : tr("Editing your last message: Enter resends it and replaces the answer, "
+                     "Esc cancels."));
     m_editingLabel->setVisible(editing);
     m_sendButton->setText(m_generating ? tr("Stop") : editing ? tr("Resend") : tr("Send"));
     m_sendButton->setAccessibleName(m_sendButton->text());
@@ -148,6 +158,7 @@ void MessageComposer::setThinkingAvailable(bool available) {
     m_thinkingAvailable = available;
     m_think->setEnabled(available);
     if (!available) m_think->setChecked(false);
+    if (!available) m_thinkCost->hide(); // nothing to cost: Think cannot be ticked
     m_think->setToolTip(available ? tr("Let the model reason before it answers (shown collapsed)")
                                   : tr("This model answers without thinking"));
 }
@@ -160,7 +171,9 @@ void MessageComposer::setThinkingEffort(const QString& effort) {
 }
 
 void MessageComposer::setThinkingCost(int positions, double seconds) {
-    m_thinkCost->setVisible(positions > 0);
+    // A model without a think channel (the demo) showed "+169 prompt positions" beside a
+    // Think it cannot tick.
+    m_thinkCost->setVisible(positions > 0 && m_thinkingAvailable);
     if (positions <= 0) {
         m_thinkCost->clear();
         return;
@@ -177,6 +190,28 @@ void MessageComposer::setThinkingCost(int positions, double seconds) {
         tr("Think adds the thinking-effort message and the think channel to the prompt of "
            "every new conversation: this many positions to read before the first token%1.")
             .arg(total >= 1 ? tr(", at the rate this computer read the last message") : QString()));
+}
+
+void MessageComposer::setReadingCost(double seconds) {
+    // A second or two is not worth a word; a streamed trunk's pass (a minute or more on
+    // the real model) is paid before every first token, and was said only afterwards.
+    m_readingCost->setVisible(seconds >= 5);
+    if (seconds < 5) {
+        m_readingCost->clear();
+        return;
+    }
+    const int s = int(std::ceil(seconds));
+    m_readingCost->setText(
+        s >= 120 ? tr("a message: about %1 min before its answer starts").arg((s + 30) / 60)
+                 : tr("a message: about %1 s before its answer starts").arg(s));
+    m_readingCost->setToolTip(
+        tr("Each message is read through every layer not held in memory before the first "
+           "token (a long conversation read again takes one such pass per chunk). Measured "
+           "on the last message, else from the memory plan and this disk's speed."));
+}
+
+QString MessageComposer::readingCostText() const {
+    return m_readingCost->isHidden() ? QString() : m_readingCost->text();
 }
 
 QString MessageComposer::thinkingCostText() const {

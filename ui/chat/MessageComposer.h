@@ -26,7 +26,8 @@ public:
     void setText(const QString& text);
     void clear();
     // Editing mode: the box holds an earlier message; sending replaces it (MainWindow).
-    void setEditing(bool editing);
+    // earlier: the message edited is not the last one (sending starts a new branch there).
+    void setEditing(bool editing, bool earlier = false);
     bool isEditing() const { return m_editing; }
     void setReady(bool ready);
     bool isReady() const { return m_ready; }
@@ -47,6 +48,11 @@ public:
     // hides it (a server, no tokenizer).
     void setThinkingCost(int positions, double seconds);
     QString thinkingCostText() const;
+    // What reading any message costs before its first token at this budget (one pass over
+    // the streamed layers; -1: not known). Said at the right of the options row when it
+    // is more than a few seconds, so the cost is known before Send.
+    void setReadingCost(double seconds);
+    QString readingCostText() const;
 
     // Images: offered only for a model that reads them (a vision tower, or a server);
     // otherwise the attach button is disabled and its tooltip says `whyNot`.
@@ -90,6 +96,7 @@ private:
     QComboBox* m_effort;
     QLabel* m_editingLabel;
     QLabel* m_thinkCost;
+    QLabel* m_readingCost;
     ComposerTextEdit* m_textEdit; // m_editor, for its image signals
     QToolButton* m_attachButton;
     QWidget* m_attachmentStrip;

@@ -48,11 +48,16 @@ CheckpointSize::Answer CheckpointSize::compute(const k3::DownloadOptions& option
             *a.needed += file.size - have;
         }
         return a;
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
         // No answer (offline, a token missing): the official checkpoint's size is still known.
+        Answer a;
+        if (const auto* hub = dynamic_cast<const k3::HubError*>(&e)) {
+            if (hub->hubKind() == k3::HubErrorKind::Unauthorized) a.refusedWith = 401;
+            if (hub->hubKind() == k3::HubErrorKind::Forbidden) a.refusedWith = 403;
+        }
         if (options.repo == k3::kDefaultHubRepo && options.revision == k3::kDefaultHubRevision)
-            return {kOfficialBytes, kOfficialBytes, false};
-        return {};
+            a.total = a.needed = kOfficialBytes;
+        return a;
     }
 }
 

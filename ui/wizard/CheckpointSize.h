@@ -27,6 +27,9 @@ public:
     std::optional<quint64> neededBytes() const { return m_answer.needed; }
     // False: the size is the official checkpoint's, the hub did not answer.
     bool fromListing() const { return m_answer.fromListing; }
+    // 401 or 403: the hub answered, refusing the listing (a token is missing or lacks
+    // access); 0 otherwise.
+    int refusedWith() const { return m_answer.refusedWith; }
 
     // "1.56 TB", "412.00 MB": the units the downloader's own messages use.
     static QString sizeText(quint64 bytes);
@@ -38,6 +41,7 @@ private:
     struct Answer {
         std::optional<quint64> total, needed;
         bool fromListing = false;
+        int refusedWith = 0;
     };
     static Answer compute(const k3::DownloadOptions& options);
 

@@ -65,13 +65,18 @@ QString DownloadSpaceCheck::doesNotFitText() const {
     const std::optional<quint64> free = freeBytes();
     if (!needed || !free || *needed <= *free) return {};
     const auto size = &CheckpointSize::sizeText;
-    return tr("Not enough free space: the checkpoint needs %1 %2 and the disk at %3 has %4 "
+    return tr("Not enough free space: the checkpoint needs %1 (%2) and the disk at %3 has %4 "
               "free (short by %5). Free some space or choose another folder.")
-        .arg(size(*needed),
-             m_size->fromListing() ? tr("(from the hub's file list)")
-                                   : tr("(the official checkpoint's size; the hub did not "
-                                        "answer)"),
-             target(), size(*free), size(*needed - *free));
+        .arg(size(*needed), sourceText(), target(), size(*free), size(*needed - *free));
+}
+
+QString DownloadSpaceCheck::sourceText() const {
+    if (m_size->fromListing()) return tr("from the hub's file list");
+    // A 401/403 is an answer: the hub refused, it did not fail to answer.
+    if (m_size->refusedWith() != 0)
+        return tr("the official checkpoint's size; the hub refused the file list (%1)")
+            .arg(m_size->refusedWith());
+    return tr("the official checkpoint's size; the hub did not answer");
 }
 
 void DownloadSpaceCheck::updateSizeCheck() {
@@ -83,9 +88,7 @@ void DownloadSpaceCheck::updateSizeCheck() {
     } else if (m_size->isPending()) {
         m_sizeCheck->setText(tr("Asking the hub for the checkpoint's size…"));
     } else if (const std::optional<quint64> needed = m_size->neededBytes(); needed) {
-        const QString source = m_size->fromListing()
-                                   ? tr("from the hub's file list")
-                                   : tr("the official checkpoint's size; the hub did not answer");
+        const QString source = sourceText();
         const quint64 total = *m_size->totalBytes();
         m_sizeCheck->setText(
             *needed == total
@@ -94,9 +97,16 @@ void DownloadSpaceCheck::updateSizeCheck() {
                      "it fits.")
                       .arg(size(*needed), size(total), source));
     } else {
-        m_sizeCheck->setText(m_page.downloadChosen()
-                                 ? tr("The checkpoint's size is not known (the hub did not "
-                                      "answer); Start checks the space once it does.")
-                                 : QString());
+        const int refused = m_size->refusedWith();
+        m_sizeCheck->setText(
+            !m_page.downloadChosen() ? QString()
+            : refused == 401
+                ? tr("The checkpoint's size is not known: the hub asks for a valid access token "
+                     "(401). Start checks the space once the token is accepted.")
+            : refused == 403
+                ? tr("The checkpoint's size is not known: the hub refused access to this "
+                     "repository (403). Start checks the space once access is granted.")
+                : tr("The checkpoint's size is not known (the hub did not answer); Start checks "
+                     "the space once it does."));
     }
 }

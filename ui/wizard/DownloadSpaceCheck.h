@@ -49,6 +49,8 @@ public:
     void scheduleSizeRequest();
 
 private:
+    // Where the needed size comes from ("from the hub's file list", the official size).
+    QString sourceText() const;
     void requestSize();
     QString target() const;
 

@@ -50,27 +50,29 @@ bool fetchedNothing(const k3::DownloadResult& result) {
 
 // What a user can act on, instead of curl's words: the host that could not be reached,
 // the token or the licence for 401/403, the sizes for a full disk.
+// `again`: what the Start button says now ("Start", "Retry"), so the text and the button
+// agree.
 QString friendlyError(const k3::DownloadResult& result, const QString& endpoint,
-                      const QString& repo) {
+                      const QString& repo, const QString& again) {
     const QString host = QUrl(endpoint).host().isEmpty() ? endpoint : QUrl(endpoint).host();
     const QString detail = QString::fromStdString(result.error);
     switch (result.errorKind) {
     case k3::HubErrorKind::Network:
         if (fetchedNothing(result))
             return QObject::tr("Could not reach %1: check the network (and a proxy, if you "
-                               "use one), then Retry.")
-                .arg(host);
-        return QObject::tr("The connection to %1 broke: Retry continues from the bytes on "
-                           "disk. (%2)")
-            .arg(host, detail);
+                               "use one), then %2.")
+                .arg(host, again);
+        return QObject::tr("The connection to %1 broke: %2 continues from the bytes on "
+                           "disk. (%3)")
+            .arg(host, again, detail);
     case k3::HubErrorKind::Unauthorized:
         return QObject::tr("%1 needs a valid access token (401): paste a token with read "
-                           "access (%1/settings/tokens) into Token, then Retry.")
-            .arg(host);
+                           "access (%1/settings/tokens) into Token, then %2.")
+            .arg(host, again);
     case k3::HubErrorKind::Forbidden:
         return QObject::tr("%1 refused access to %2 (403): open %3/%2 while signed in, accept "
-                           "the licence, and use a token of that account, then Retry.")
-            .arg(host, repo, endpoint);
+                           "the licence, and use a token of that account, then %4.")
+            .arg(host, repo, endpoint, again);
     case k3::HubErrorKind::NotFound:
         return QObject::tr("%1 has no %2 at that revision (404): check the repository and the "
                            "revision.")
@@ -86,7 +88,7 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
       m_downloadMode(new QRadioButton(tr("Download"))), m_haveItBox(new QWidget),
       m_downloadBox(new QWidget), m_folder(new QLineEdit), m_verdict(new QLabel),
       m_endpoint(new QLineEdit), m_repo(new QLineEdit(QString::fromUtf8(k3::kDefaultHubRepo))),
-      m_revision(new QLineEdit(QString::fromUtf8(k3::kDefaultHubRevision))),
+      m_revision(new QLineEdit(revisionDisplay(QString::fromUtf8(k3::kDefaultHubRevision)))),
       m_target(new QLineEdit(QDir::homePath() + QStringLiteral("/k3model"))),
       m_token(new QLineEdit), m_start(new QPushButton(tr("Start"))),
       m_pause(new QPushButton(tr("Pause"))), m_files(new QTreeWidget), m_overall(new QProgressBar),
@@ -131,16 +133,23 @@ void ModelSourcePage::setUpFields() {
     m_verdict->setTextInteractionFlags(Qt::TextSelectableByMouse);
     // Room for the verdict and the config summary: the download box takes the stretch.
     m_verdict->setMinimumHeight(3 * m_verdict->fontMetrics().lineSpacing());
-    m_endpoint->setPlaceholderText(
-        tr("default: $HF_ENDPOINT, else %1").arg(QString::fromUtf8(k3::kDefaultHubEndpoint)));
+    // Plain words: what an empty field means, not the variables behind it (issue 37).
+    m_endpoint->setPlaceholderText(tr("empty: the Hugging Face hub (%1), or the mirror this "
+                                      "computer is set up to use")
+                                       .arg(QString::fromUtf8(k3::kDefaultHubEndpoint)));
     m_endpoint->setAccessibleName(tr("Hub endpoint"));
     m_repo->setAccessibleName(tr("Repository"));
     m_revision->setAccessibleName(tr("Revision"));
+    m_revision->setObjectName(QStringLiteral("hubRevision"));
+    m_revision->setToolTip(tr("A branch, a tag or a commit. \"%1\" is the commit this version "
+                              "of k3chat was checked against.")
+                               .arg(revisionDisplay(QString::fromUtf8(k3::kDefaultHubRevision))));
     m_target->setAccessibleName(tr("Download target folder"));
     m_token->setObjectName(QStringLiteral("hubToken"));
     m_token->setEchoMode(QLineEdit::Password);
     m_token->setAccessibleName(tr("Hub access token"));
-    m_token->setPlaceholderText(tr("optional; default: $HF_TOKEN"));
+    m_token->setPlaceholderText(
+        tr("only for a private or gated repository; empty: the token this computer has"));
     m_start->setObjectName(QStringLiteral("startDownloadButton"));
     m_pause->setObjectName(QStringLiteral("pauseDownloadButton"));
     m_pause->setEnabled(false);
@@ -184,7 +193,8 @@ QPushButton* ModelSourcePage::buildResumeBox() {
         m_resumeLabel->setText(
             tr("An unfinished download of %1 (revision %2) into %3 can be resumed; the bytes "
                "already on disk are kept.")
-                .arg(m_pending->repo, m_pending->revision.left(12), m_pending->destination));
+                .arg(m_pending->repo, revisionDisplay(m_pending->revision),
+                     m_pending->destination));
     m_resumeBox->setVisible(m_pending.has_value());
 
     return forget;
@@ -351,7 +361,21 @@ void ModelSourcePage::setEndpoint(const QString& endpoint) {
 
 void ModelSourcePage::setRepository(const QString& repo, const QString& revision) {
     m_repo->setText(repo);
-    m_revision->setText(revision);
+    m_revision->setText(revisionDisplay(revision));
+}
+
+QString ModelSourcePage::revisionDisplay(const QString& revision) {
+    if (revision == QLatin1String(k3::kDefaultHubRevision))
+        return tr("main (%1)").arg(revision.left(7));
+    return revision;
+}
+
+QString ModelSourcePage::revision() const {
+    const QString typed = m_revision->text().trimmed();
+    // The pinned commit as shown ("main (f831ab6)") is that commit, in full.
+    return typed == revisionDisplay(QString::fromUtf8(k3::kDefaultHubRevision))
+               ? QString::fromUtf8(k3::kDefaultHubRevision)
+               : typed;
 }
 
 QString ModelSourcePage::speedText() const {
@@ -396,7 +420,7 @@ k3::DownloadOptions ModelSourcePage::downloadOptions() const {
     k3::DownloadOptions options;
     options.endpoint = m_endpoint->text().trimmed().toStdString();
     options.repo = m_repo->text().trimmed().toStdString();
-    options.revision = m_revision->text().trimmed().toStdString();
+    options.revision = revision().toStdString();
     options.token = m_token->text().toStdString();
     options.destination = m_target->text().toStdString();
     return options;
@@ -422,8 +446,9 @@ void ModelSourcePage::startDownload() {
     if (m_downloading) return;
     m_space->updateFreeSpace();
     // Refused before anything is created or fetched: the size was known before Start.
+    // The size line above already says by how much (and stays red): said once, not twice.
     if (const QString tooBig = m_space->doesNotFitText(); !tooBig.isEmpty()) {
-        m_downloadStatus->setText(tooBig);
+        m_downloadStatus->setText(tr("Not started: there is not enough free space (see above)."));
         m_downloadStatus->setStyleSheet(QStringLiteral("color: #c0392b;"));
         return;
     }
@@ -435,8 +460,8 @@ void ModelSourcePage::startDownload() {
     // Entered once: kept in the keychain (or this run's memory), never in QSettings.
     if (m_token->text() != m_tokenStore->token()) m_tokenStore->store(m_token->text());
     // Remembered before the first byte so quitting at any point can be resumed.
-    PendingDownload{m_endpoint->text().trimmed(), m_repo->text().trimmed(),
-                    m_revision->text().trimmed(), QDir(m_target->text()).absolutePath()}
+    PendingDownload{m_endpoint->text().trimmed(), m_repo->text().trimmed(), revision(),
+                    QDir(m_target->text()).absolutePath()}
         .save();
     m_verifying.clear();
     m_verification->clear();
@@ -480,7 +505,7 @@ void ModelSourcePage::downloadDone(const k3::DownloadResult& result) {
                        : tr("Paused. Start again to resume. %1").arg(text);
     else if (!result.ok)
         text = tr("Download failed: %1")
-                   .arg(friendlyError(result, endpoint, m_repo->text().trimmed()));
+                   .arg(friendlyError(result, endpoint, m_repo->text().trimmed(), m_start->text()));
     m_downloadStatus->setText(text);
     m_downloadStatus->setStyleSheet(result.ok || result.errorKind == k3::HubErrorKind::Cancelled
                                         ? QString()

@@ -57,6 +57,11 @@ public:
     // Download controls, public for tests (which serve a fake hub from a local nginx).
     void setEndpoint(const QString& endpoint);
     void setRepository(const QString& repo, const QString& revision);
+    // The revision asked for: the field's text, with the pinned commit as shown there
+    // ("main (f831ab6)") given in full.
+    QString revision() const;
+    // How a revision is shown: the pinned commit as "main (f831ab6)", others as given.
+    static QString revisionDisplay(const QString& revision);
     void setDownloadTarget(const QString& dir);
     // Tests: the free space the download plans against instead of the disk's.
     void setFreeBytesForTests(quint64 bytes);

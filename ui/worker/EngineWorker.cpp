@@ -1,6 +1,9 @@
 #include "worker/EngineWorker.h"
 
 #include <QElapsedTimer>
+#include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QStringList>
 #include <QThread>
 
@@ -26,11 +29,17 @@ k3::ChatRole roleFromName(const QString& role) {
 // Forwards engine callbacks (on this worker thread) as queued signals.
 class SignalObserver : public k3::SessionObserver {
 public:
-    SignalObserver(EngineWorker* worker, const k3::ChatBackend* backend, bool remote)
-        : m_worker(worker), m_backend(backend), m_remote(remote) {}
+    // secondsPerPosition, chunkSeconds, chunkPositions: EngineWorker::readingSecondsLeft's.
+    SignalObserver(EngineWorker* worker, const k3::ChatBackend* backend, bool remote,
+                   double secondsPerPosition = -1, double chunkSeconds = -1, int chunkPositions = 0)
+        : m_worker(worker), m_backend(backend), m_remote(remote),
+          m_secondsPerPosition(secondsPerPosition), m_chunkSeconds(chunkSeconds),
+          m_chunkPositions(chunkPositions) {}
     void onProgress(const k3::SessionProgress& p) override {
+        const double left = EngineWorker::readingSecondsLeft(p, m_secondsPerPosition,
+                                                             m_chunkSeconds, m_chunkPositions);
         emit m_worker->prefillProgress(int(p.done), int(p.total), p.seconds, int(p.restored),
-                                       int(p.held), p.fraction());
+                                       int(p.held), p.fraction(), left);
         // The panels move while the prompt is read too: on a streamed trunk that is
         // minutes of disk reads before the first token.
         const std::optional<k3::MemoryReport> report = m_backend->memoryReport();
@@ -40,6 +49,7 @@ public:
         f.prefillTotal = int(p.total);
         f.prefillSeconds = p.seconds;
         f.prefillFraction = p.fraction();
+        f.prefillSecondsLeft = left;
         f.prefillBytesRead = p.trunkBytes + p.expertBytes;
         emit m_worker->memoryUpdated(f);
     }
@@ -66,6 +76,9 @@ private:
     EngineWorker* m_worker;
     const k3::ChatBackend* m_backend;
     bool m_remote;
+    double m_secondsPerPosition;
+    double m_chunkSeconds;
+    int m_chunkPositions;
     QElapsedTimer m_lastMemory;
 };
 
@@ -89,9 +102,14 @@ QString MemoryFigures::prefillText() const {
     QString text = QObject::tr("reading the prompt %1 of %2").arg(prefillDone).arg(prefillTotal);
     if (share > byPositions && share < 1) text += QObject::tr(" (%1%)").arg(int(100 * share));
     text += QObject::tr(" · %1 read").arg(read);
-    if (share > 0 && share < 1 && prefillSeconds > 0) {
-        // The rate so far: layers and chunks cost about the same, the disk reads dominate.
-        const int left = int(std::ceil(prefillSeconds * (1 - share) / share));
+    const double estimate = prefillSecondsLeft >= 0 ? prefillSecondsLeft
+                            : share > 0 && share < 1 && prefillSeconds > 0
+                                ? prefillSeconds * (1 - share) / share
+                                : -1;
+    if (estimate >= 0 && share < 1) {
+        // The worker's estimate: the plan's or the last message's rate in the first chunk,
+        // then the rate measured so far.
+        const int left = int(std::ceil(estimate));
         text += left >= 120 ? QObject::tr(" · about %1 min left").arg((left + 30) / 60)
                             : QObject::tr(" · about %1 s left").arg(std::max(1, left));
     }
@@ -224,6 +242,7 @@ void EngineWorker::openLocal(const k3::LaunchConfig& config, bool announce) {
     m_backend.reset();
     m_localConfig.reset();
     m_secondsPerPosition = -1; // another budget reads at another rate
+    m_secondsPerChunk = -1;
     try {
         // The memory dial chosen in the wizard: the same tokens, memory only buys speed.
         m_backend = k3::openLocalBackend(config);
@@ -252,11 +271,55 @@ void EngineWorker::openLocal(const k3::LaunchConfig& config, bool announce) {
         info.vision = false; // a tower the engine cannot read is no tower to offer
     }
     m_preparedImages.clear();
+    info.thinks = modelThinks(info.directory);
     m_modelName = info.modelName;
     // The plan first: when the window says the model is ready, its panels already
     // show the plan (queued signals arrive in this order).
     emit memoryUpdated(MemoryFigures::from(*m_backend->memoryReport()));
     if (announce) emit modelLoaded(info);
+}
+
+double EngineWorker::planChunkSeconds(const k3::MemoryReport& report) {
+    const k3::MemoryPlan& plan = report.plan;
+    const int streamed = plan.totalLayers - plan.pinnedLayers;
+    if (!report.trunkStreamed || streamed <= 0 || report.trunk.ioSeconds <= 0 ||
+        report.trunk.bytesRead == 0)
+        return -1;
+    // The ring slot holds the largest streamed layer: an upper bound of each layer's read.
+    const double bytesPerChunk = double(streamed) * double(plan.ringSlotBytes);
+    return bytesPerChunk * report.trunk.ioSeconds / double(report.trunk.bytesRead);
+}
+
+double EngineWorker::readingSecondsLeft(const k3::SessionProgress& p, double secondsPerPosition,
+                                        double chunkSeconds, int chunkPositions) {
+    const double share = p.fraction();
+    if (p.total <= 0 || share >= 1) return -1;
+    const double positionsLeft = double(p.total) * (1 - share);
+    if (p.chunks == 0) {
+        if (secondsPerPosition > 0) return positionsLeft * secondsPerPosition;
+        if (chunkSeconds > 0 && chunkPositions > 0) {
+            const double chunks = std::ceil(double(p.total) / double(chunkPositions));
+            return std::max(1.0, chunks * chunkSeconds - p.seconds);
+        }
+    }
+    return share > 0 && p.seconds > 0 ? p.seconds * (1 - share) / share : -1;
+}
+
+bool EngineWorker::modelThinks(const QString& directory) {
+    // Bounded reads: a tokenizer_config.json is tens of kB, a template a few.
+    constexpr qint64 kLimit = 8 << 20;
+    QFile config(directory + QStringLiteral("/tokenizer_config.json"));
+    QJsonObject tokenizer;
+    if (config.open(QIODevice::ReadOnly))
+        tokenizer = QJsonDocument::fromJson(config.read(kLimit)).object();
+    const QJsonValue thinking = tokenizer.value(QStringLiteral("chat_template_kwargs"))
+                                    .toObject()
+                                    .value(QStringLiteral("thinking"));
+    if (thinking.isBool()) return thinking.toBool();
+    QString chatTemplate = tokenizer.value(QStringLiteral("chat_template")).toString();
+    QFile jinja(directory + QStringLiteral("/chat_template.jinja"));
+    if (jinja.open(QIODevice::ReadOnly)) chatTemplate = QString::fromUtf8(jinja.read(kLimit));
+    return chatTemplate.isEmpty() || chatTemplate.contains(QLatin1String("thinking"));
 }
 
 void EngineWorker::connectRemote(const QString& url, const QString& model, const QString& apiKey) {
@@ -293,6 +356,7 @@ void EngineWorker::connectRemote(const QString& url, const QString& model, const
         m_backend = std::move(remote);
         m_localConfig.reset();
         m_secondsPerPosition = -1;
+        m_secondsPerChunk = -1;
         m_modelName = info.modelName;
         MemoryFigures figures;
         figures.remoteUrl = info.directory;
@@ -343,7 +407,14 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
             emit memoryUpdated(MemoryFigures::from(*report));
     };
     try {
-        SignalObserver observer(this, m_backend.get(), !m_localConfig);
+        double chunkSeconds = -1;
+        int chunkPositions = 0;
+        if (const std::optional<k3::MemoryReport> report = m_backend->memoryReport()) {
+            chunkSeconds = planChunkSeconds(*report);
+            chunkPositions = report->plan.chunkPositions;
+        }
+        SignalObserver observer(this, m_backend.get(), !m_localConfig, m_secondsPerPosition,
+                                chunkSeconds, chunkPositions);
         const k3::GenerateResult r = m_backend->chat(messages, options, &observer, &m_cancel);
         GenerationSummary s;
         s.content = QString::fromStdString(r.reply.content);
@@ -372,6 +443,7 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
         s.prefillSeconds = r.prefillSeconds;
         if (r.prefillPositions > 0)
             m_secondsPerPosition = r.prefillSeconds / double(r.prefillPositions);
+        if (r.prefillChunks > 0) m_secondsPerChunk = r.prefillSeconds / double(r.prefillChunks);
         s.decodeSeconds = r.decodeSeconds;
         for (const std::string& p : r.problems) s.problems << QString::fromStdString(p);
         settle();
@@ -437,6 +509,11 @@ void EngineWorker::forgetConversation(const QString& transcript) {
 
 void EngineWorker::measureThinkingCost(const QString& effort) {
     if (!m_backend) return;
+    double chunkSeconds = m_secondsPerChunk;
+    if (chunkSeconds < 0)
+        if (const std::optional<k3::MemoryReport> report = m_backend->memoryReport())
+            chunkSeconds = planChunkSeconds(*report);
+    emit readingCost(chunkSeconds);
     // A first message's prompt with Think on and off: the difference is the effort
     // message and the think channel (the system prompt and the question cancel out).
     std::vector<k3::ChatMessage> hello(1);

@@ -83,6 +83,8 @@ struct ModelInfo {
     // Images can be sent: a local checkpoint with a vision tower, or a server (which
     // refuses them itself when its model has none).
     bool vision = false;
+    // The model writes a think channel (EngineWorker::modelThinks); a server's: true.
+    bool thinks = true;
 };
 
 // The engine's memory figures as the panels show them (from k3::MemoryReport).
@@ -127,6 +129,8 @@ struct MemoryFigures {
     quint64 prefillBytesRead = 0;
     // The share of the reading done with the current chunk's layers (-1: not known).
     double prefillFraction = -1;
+    // The seconds left, as EngineWorker::readingSecondsLeft says (-1: not known yet).
+    double prefillSecondsLeft = -1;
 
     // The plan as the engine computed it (the components above are drawn from it).
     k3::MemoryPlan enginePlan;
@@ -172,6 +176,26 @@ public:
     // What Think adds to a new conversation's prompt at `effort`: emits thinkingCost.
     void measureThinkingCost(const QString& effort);
 
+    // Whether the checkpoint in `directory` thinks, from its own files (never its path, so
+    // a copy decides as the original): tokenizer_config.json's "chat_template_kwargs"
+    // {"thinking": false} (the defaults a template is rendered with, as servers take them)
+    // says no; a chat template (chat_template.jinja, or tokenizer_config.json's
+    // "chat_template") that never reads `thinking` says no; otherwise yes, as Kimi K3's
+    // template does. Reads files: call it on the engine thread.
+    static bool modelThinks(const QString& directory);
+
+    // The seconds the prompt `p` still takes to read (-1: not known). Until its first chunk
+    // is done the share read says little (the pinned layers come first and cost no reads),
+    // so the estimate is `secondsPerPosition` (the last message's rate at this budget) or
+    // else the plan's: `chunkSeconds` (one chunk's streamed trunk bytes at the disk rate
+    // measured by this session) per chunk of `chunkPositions`. From then on, the rate
+    // measured in this prompt.
+    static double readingSecondsLeft(const k3::SessionProgress& p, double secondsPerPosition,
+                                     double chunkSeconds, int chunkPositions);
+    // One chunk's streamed trunk reads at the disk rate this session measured (-1: nothing
+    // streams, or no read measured yet).
+    static double planChunkSeconds(const k3::MemoryReport& report);
+
 signals:
     void modelLoaded(const ModelInfo& info);
     // previousModelKept: what was loaded before (a model or a server) still answers.
@@ -181,8 +205,9 @@ signals:
     // held: positions the state held before (in memory or restored; 0: read from the start).
     // fraction: the share of the reading done, the current chunk's layers counted
     // (k3::SessionProgress::fraction).
+    // secondsLeft: readingSecondsLeft's estimate (-1: none yet).
     void prefillProgress(int done, int total, double seconds, int restored = 0, int held = 0,
-                         double fraction = -1);
+                         double fraction = -1, double secondsLeft = -1);
     void tokenGenerated(int index, const QString& thinkingDelta, const QString& responseDelta,
                         double seconds);
     // Where the token's time went (the I/O parts are 0 while every weight is resident).
@@ -205,6 +230,9 @@ signals:
     // Prompt positions Think adds (-1: not known here, e.g. a server) and the seconds one
     // position took in the last message read (-1: none read yet with this model).
     void thinkingCost(int positions, double secondsPerPosition);
+    // What one pass over the prompt costs before the first token at this budget: the last
+    // message's seconds per chunk, else planChunkSeconds (-1: not known, or a server).
+    void readingCost(double secondsPerChunk);
 
 private:
     // Opens `config` in place of the current backend; announce: emit modelLoaded.
@@ -222,5 +250,6 @@ private:
     QString m_modelName;                           // recorded with each answer
     std::atomic<bool> m_cancel{false};
     double m_secondsPerPosition = -1; // the last prompt's reading rate at this budget
+    double m_secondsPerChunk = -1;    // and its seconds per chunk
     int m_defaultThreads = 0;         // the engine thread's OpenMP default, read on first use
 };
