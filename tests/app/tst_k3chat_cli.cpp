@@ -70,6 +70,16 @@ bool waitFor(QProcess& p, QByteArray& buffer, QProcess::ProcessChannel channel,
     return done();
 }
 
+// The positions a restart renders the transcript `saved` to with --no-think: no
+// generation prompt, as the resumed conversation is read before the next message.
+int resumedPositions(const QString& dir, const std::vector<k3::ChatMessage>& saved) {
+    const k3::Tokenizer tok = k3::Tokenizer::fromDirectory(dir.toStdString());
+    k3::ChatRenderOptions render;
+    render.thinking = false;
+    render.addGenerationPrompt = false;
+    return int(k3::encodeChatSegments(tok, k3::renderChatSegments(saved, render)).size());
+}
+
 } // namespace
 
 class TestK3ChatCli : public QObject {
@@ -132,12 +142,7 @@ void TestK3ChatCli::historyRoundTripsAndIsRePrefilled() {
     QCOMPARE(saved[4].role, k3::ChatRole::Assistant);
 
     // The restart re-renders the transcript (no generation prompt) and prefills exactly it.
-    const k3::Tokenizer tok = k3::Tokenizer::fromDirectory(dir.toStdString());
-    k3::ChatRenderOptions render;
-    render.thinking = false;
-    render.addGenerationPrompt = false;
-    const int positions =
-        int(k3::encodeChatSegments(tok, k3::renderChatSegments(saved, render)).size());
+    const int positions = resumedPositions(dir, saved);
     const K3Run second = runK3(args, "third\n");
     QVERIFY2(second.exitCode == 0, qPrintable(second.err));
     QVERIFY2(
@@ -170,12 +175,7 @@ void TestK3ChatCli::historyStateIsRestoredNotReadAgain() {
 
     const std::vector<k3::ChatMessage> saved = k3::readTranscript(history.toStdString());
     QCOMPARE(saved.size(), std::size_t(4));
-    const k3::Tokenizer tok = k3::Tokenizer::fromDirectory(dir.toStdString());
-    k3::ChatRenderOptions render;
-    render.thinking = false;
-    render.addGenerationPrompt = false;
-    const int positions =
-        int(k3::encodeChatSegments(tok, k3::renderChatSegments(saved, render)).size());
+    const int positions = resumedPositions(dir, saved);
     const K3Run second = runK3(args, "third\n");
     QVERIFY2(second.exitCode == 0, qPrintable(second.err));
     QVERIFY2(second.err.contains(QString("[resumed 4 messages from %1: %2 positions, %3 restored "
