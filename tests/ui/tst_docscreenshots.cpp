@@ -15,6 +15,7 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "QueuedSpy.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
 #include "chat/ConversationView.h"
@@ -99,7 +100,7 @@ void TestDocScreenshots::conversationReadAgain() {
     window.show();
     QVERIFY(QTest::qWaitForWindowExposed(&window));
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    QSignalSpy cost(window.findChild<EngineController*>()->worker(), &EngineWorker::thinkingCost);
+    QueuedSpy cost(window.findChild<EngineController*>()->worker(), &EngineWorker::thinkingCost);
     window.loadModelFolder(QStringLiteral(K3_SOURCE_DIR "/resources/demo"));
     QVERIFY(ready.wait(30000));
     QVERIFY(cost.count() > 0 || cost.wait(30000));

@@ -11,6 +11,7 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "QueuedSpy.h"
 #include "chat/ChatController.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
@@ -100,8 +101,10 @@ bool waitForText(const MainWindow& window, int chars) {
         30000);
 }
 
-GenerationSummary lastSummary(const QSignalSpy& spy) {
-    return spy.last().at(0).value<GenerationSummary>();
+// The n-th answer's summary: the worker's queued call can land just after the window's.
+template <typename Spy> GenerationSummary nthSummary(Spy& spy, int n) {
+    if (!QTest::qWaitFor([&] { return spy.count() >= n; }, 10000)) return {};
+    return spy.at(n - 1).at(0).template value<GenerationSummary>();
 }
 
 } // namespace
@@ -143,14 +146,14 @@ void TestFollowUp::followUpAfterStopReadsOnlyNewPositions() {
     QVERIFY(loadInto(window, config));
     window.composer()->setThinking(thinking);
     EngineWorker* worker = window.findChild<EngineController*>()->worker();
-    QSignalSpy summaries(worker, &EngineWorker::generationFinished);
+    QueuedSpy summaries(worker, &EngineWorker::generationFinished);
     QSignalSpy finished(&window, &MainWindow::answerFinished);
 
     window.sendMessage(QStringLiteral("Tell me about KDA."));
     QVERIFY(waitForText(window, 3));
     window.stopGeneration();
     QVERIFY(finished.wait(10000));
-    const GenerationSummary first = lastSummary(summaries);
+    const GenerationSummary first = nthSummary(summaries, 1);
     QVERIFY(first.cancelled);
     QCOMPARE(first.reusedPositions, 0);
     QCOMPARE(first.prefillPositions, first.promptTokens);
@@ -166,7 +169,7 @@ void TestFollowUp::followUpAfterStopReadsOnlyNewPositions() {
     QVERIFY(waitForText(window, 1));
     window.stopGeneration();
     QVERIFY(finished.wait(10000));
-    const GenerationSummary second = lastSummary(summaries);
+    const GenerationSummary second = nthSummary(summaries, 2);
     // Every position of the first prompt and of the stopped answer is reused.
     const int heldAfterStop = first.promptTokens + first.generatedTokens;
     QCOMPARE(second.reusedPositions, heldAfterStop);
@@ -185,7 +188,7 @@ void TestFollowUp::followUpAfterStopReadsOnlyNewPositions() {
     QVERIFY(waitForText(window, 1));
     window.stopGeneration();
     QVERIFY(finished.wait(10000));
-    const GenerationSummary third = lastSummary(summaries);
+    const GenerationSummary third = nthSummary(summaries, 3);
     QCOMPARE(third.promptTokens, second.promptTokens);
     QCOMPARE(third.prefillPositions, headerTokens(m_tiny, thinking));
     QCOMPARE(third.reusedPositions, second.promptTokens - third.prefillPositions);
@@ -218,11 +221,11 @@ void TestFollowUp::prefillProgressReachesThePanels() {
         diskSeen << disk->text().section(QLatin1Char('\n'), 0, 0);
         cacheSeen << cache->text();
     });
-    QSignalSpy summaries(worker, &EngineWorker::generationFinished);
+    QueuedSpy summaries(worker, &EngineWorker::generationFinished);
     QSignalSpy finished(&window, &MainWindow::answerFinished);
     window.sendMessage(QStringLiteral("Tell me about KDA, MLA and the expert cache, please."));
     QVERIFY(finished.wait(60000));
-    const GenerationSummary s = lastSummary(summaries);
+    const GenerationSummary s = nthSummary(summaries, 1);
     const int total = s.prefillPositions;
     QCOMPARE(total, s.promptTokens); // a first message: every position is computed
     QVERIFY(total > 8);

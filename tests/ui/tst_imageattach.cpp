@@ -20,6 +20,7 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "QueuedSpy.h"
 #include "chat/ChatController.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
@@ -62,8 +63,10 @@ QString copyPath(const MainWindow& window, const QByteArray& bytes, const QStrin
            QLatin1Char('.') + suffix;
 }
 
-GenerationSummary lastSummary(const QSignalSpy& spy) {
-    return spy.last().at(0).value<GenerationSummary>();
+// The n-th answer's summary: the worker's queued call can land just after the window's.
+template <typename Spy> GenerationSummary nthSummary(Spy& spy, int n) {
+    if (!QTest::qWaitFor([&] { return spy.count() >= n; }, 10000)) return {};
+    return spy.at(n - 1).at(0).template value<GenerationSummary>();
 }
 
 QPlainTextEdit* editorOf(const MainWindow& window) {
@@ -117,12 +120,12 @@ private slots:
             QCOMPARE(a.thumbnail.size(), QSize(83, 67).scaled(96, 96, Qt::KeepAspectRatio));
             QCOMPARE(composer->findChildren<QWidget*>(QStringLiteral("attachment")).size(), 1);
 
-            QSignalSpy summaries(window.engine()->worker(), &EngineWorker::generationFinished);
+            QueuedSpy summaries(window.engine()->worker(), &EngineWorker::generationFinished);
             QSignalSpy finished(&window, &MainWindow::answerFinished);
             window.sendMessage(kQuestion);
             QVERIFY(composer->attachments().isEmpty());
             QVERIFY(finished.wait(60000));
-            const GenerationSummary s = lastSummary(summaries);
+            const GenerationSummary s = nthSummary(summaries, 1);
             QCOMPARE(s.promptTokens, 54);
             QCOMPARE(s.prefillPositions, 54);
             QCOMPARE(s.reusedPositions, 0); // a prompt with an image is read whole
@@ -156,12 +159,12 @@ private slots:
                  QSize(83, 67).scaled(96, 96, Qt::KeepAspectRatio));
         QCOMPARE(thumbnails->problem(copy), QString());
         // The answer again, from the saved copy: the same 54 positions, the same answer.
-        QSignalSpy summaries(window.engine()->worker(), &EngineWorker::generationFinished);
+        QueuedSpy summaries(window.engine()->worker(), &EngineWorker::generationFinished);
         QSignalSpy finished(&window, &MainWindow::answerFinished);
         window.composer()->setThinking(false);
         window.chat()->regenerate();
         QVERIFY(finished.wait(60000));
-        const GenerationSummary s = lastSummary(summaries);
+        const GenerationSummary s = nthSummary(summaries, 1);
         QCOMPARE(s.promptTokens, 54);
         QCOMPARE(s.reusedPositions, 0);
         QCOMPARE(m->index(1).data(ConversationModel::ContentRole).toString(), firstAnswer);

@@ -21,6 +21,7 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "QueuedSpy.h"
 #include "RemoteServerDialog.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
@@ -147,8 +148,8 @@ private slots:
         const ServerUnderTest server = startFakeServer();
         EngineController engine;
         EngineWorker* worker = engine.worker();
-        QSignalSpy loaded(worker, &EngineWorker::modelLoaded);
-        QSignalSpy figures(worker, &EngineWorker::memoryUpdated);
+        QueuedSpy loaded(worker, &EngineWorker::modelLoaded);
+        QueuedSpy figures(worker, &EngineWorker::memoryUpdated);
         engine.connectRemote(server.url, server.thinkModel, QString());
         QVERIFY(loaded.wait(10000));
         const auto info = loaded.at(0).at(0).value<ModelInfo>();
@@ -163,8 +164,8 @@ private slots:
         connect(
             worker, &EngineWorker::tokenGenerated, this,
             [&] { emittedOn << QThread::currentThread(); }, Qt::DirectConnection);
-        QSignalSpy tokens(worker, &EngineWorker::tokenGenerated);
-        QSignalSpy finished(worker, &EngineWorker::generationFinished);
+        QueuedSpy tokens(worker, &EngineWorker::tokenGenerated);
+        QueuedSpy finished(worker, &EngineWorker::generationFinished);
         engine.generate({{QStringLiteral("user"), QStringLiteral("Hi"), {}, {}, {}, {}}},
                         GenerationSettings{});
         QVERIFY(finished.wait(10000));

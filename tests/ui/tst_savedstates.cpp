@@ -12,6 +12,7 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "QueuedSpy.h"
 #include "chat/ChatController.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
@@ -37,10 +38,12 @@ bool loadDemo(MainWindow& window) {
 // Sends `text` and waits for the answer's summary.
 GenerationSummary ask(MainWindow& window, const QString& text) {
     EngineWorker* worker = window.findChild<EngineController*>()->worker();
-    QSignalSpy summaries(worker, &EngineWorker::generationFinished);
+    QueuedSpy summaries(worker, &EngineWorker::generationFinished);
     QSignalSpy finished(&window, &MainWindow::answerFinished);
     window.sendMessage(text);
-    if (!finished.wait(60000) || summaries.isEmpty()) return {};
+    if (!finished.wait(60000)) return {};
+    // The worker's queued call can land just after the window's.
+    if (!QTest::qWaitFor([&] { return !summaries.isEmpty(); }, 10000)) return {};
     return summaries.last().at(0).value<GenerationSummary>();
 }
 
@@ -131,7 +134,7 @@ private slots:
 
         // Deleting A deletes what was kept of it: B's state and the preamble stay.
         EngineWorker* worker = window.findChild<EngineController*>()->worker();
-        QSignalSpy forgotten(worker, &EngineWorker::statesForgotten);
+        QueuedSpy forgotten(worker, &EngineWorker::statesForgotten);
         QCOMPARE(stateFiles(), 3);
         auto* remove = window.findChild<QAction*>(QStringLiteral("deleteConversationAction"));
         QVERIFY(remove);
