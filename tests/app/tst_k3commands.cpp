@@ -1,5 +1,6 @@
 // The commands the README and the user guide show, run through the real `k3` binary
 // (docs/user-guide.md "Which test runs each command" points here).
+#include "JsonFile.hpp"
 #include "K3Process.hpp"
 #include "NginxServer.hpp"
 
@@ -16,8 +17,6 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
-#include <nlohmann/json.hpp>
-
 #include <csignal>
 #include <fstream>
 
@@ -25,11 +24,6 @@ namespace {
 
 const QString kTiny = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a");
 const QString kDemo = QStringLiteral(K3_SOURCE_DIR "/resources/demo");
-
-nlohmann::json readJson(const QString& path) {
-    std::ifstream in(path.toStdString());
-    return nlohmann::json::parse(in);
-}
 
 QString joinIds(const std::vector<k3::TokenId>& ids) {
     QStringList parts;
@@ -72,7 +66,7 @@ private:
 
 void TestK3Commands::initTestCase() {
     QVERIFY(tmp_.isValid());
-    const nlohmann::json expected = readJson(kTiny + "/expected.json");
+    const nlohmann::json expected = readJsonFile(kTiny + "/expected.json");
     prompt_ = expected.at("prompt_ids").get<std::vector<k3::TokenId>>();
     greedy_ = expected.at("greedy").at("incremental").get<std::vector<k3::TokenId>>();
     greedy_.resize(6);
@@ -161,7 +155,7 @@ void TestK3Commands::downloadFromAHubThenRunTheDownloadedModel() {
     const QString out = tmp_.path() + "/downloaded-run.json";
     const K3Run r = runK3({dest, "--ids", joinIds(prompt_), "--gen", "6", "--out", out});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err + r.out));
-    QCOMPARE(idsOf(readJson(out)), greedy_);
+    QCOMPARE(idsOf(readJsonFile(out)), greedy_);
 }
 
 // Issue 35 item 21: a password in the endpoint's userinfo used to be printed three times
@@ -189,7 +183,7 @@ void TestK3Commands::packThenRunWithPresetLaptop() {
     const K3Run r = runK3({kTiny, "--trunk", trunk, "--preset", "laptop", "--ids", joinIds(prompt_),
                            "--gen", "6", "--out", out});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err + r.out));
-    const nlohmann::json run = readJson(out);
+    const nlohmann::json run = readJsonFile(out);
     QCOMPARE(idsOf(run), greedy_);
     QVERIFY2(r.out.contains("PEAK RSS"), qPrintable(r.out));
     QCOMPARE(QString::fromStdString(run.at("plan").at("preset").get<std::string>()),
@@ -231,7 +225,7 @@ void TestK3Commands::presetAutoRunsTheReferenceIds() {
     const K3Run r =
         runK3({kTiny, "--preset", "auto", "--ids", joinIds(prompt_), "--gen", "6", "--out", out});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err + r.out));
-    const nlohmann::json run = readJson(out);
+    const nlohmann::json run = readJsonFile(out);
     QCOMPARE(idsOf(run), greedy_);
     // auto resolves to a named preset from the RAM it finds.
     QCOMPARE(run.at("plan").at("preset").get<std::string>(), std::string("auto"));
@@ -259,7 +253,7 @@ void TestK3Commands::samplingFlagsReachTheEngine() {
     const K3Run r = runK3({kTiny, "--ids", joinIds(prompt_), "--gen", "6", "--temperature", "0.8",
                            "--top-p", "0.9", "--seed", "7", "--out", out});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err + r.out));
-    const nlohmann::json run = readJson(out);
+    const nlohmann::json run = readJsonFile(out);
     QCOMPARE(idsOf(run), expected);
     QCOMPARE(run.at("options").at("sampling").at("seed").get<int>(), 7);
 
@@ -267,7 +261,7 @@ void TestK3Commands::samplingFlagsReachTheEngine() {
     const K3Run gr = runK3({kTiny, "--ids", joinIds(prompt_), "--gen", "6", "--temperature", "0.8",
                             "--seed", "7", "--greedy", "--out", greedyOut});
     QVERIFY2(gr.exitCode == 0, qPrintable(gr.err + gr.out));
-    QCOMPARE(idsOf(readJson(greedyOut)), greedy_);
+    QCOMPARE(idsOf(readJsonFile(greedyOut)), greedy_);
 }
 
 void TestK3Commands::thinkingEffortIsAcceptedAndCheckedByName() {
@@ -281,7 +275,7 @@ void TestK3Commands::thinkingEffortIsAcceptedAndCheckedByName() {
 
 // `k3 resources/demo --chat --no-think`, exactly as the README shows it.
 void TestK3Commands::demoChatInATerminalAnswers() {
-    const nlohmann::json expected = readJson(kDemo + "/expected.json");
+    const nlohmann::json expected = readJsonFile(kDemo + "/expected.json");
     const auto& first = expected.at("prompts").at(0);
     const QString question = QString::fromStdString(first.at("question").get<std::string>());
     const QString answer = QString::fromStdString(first.at("answer_text").get<std::string>());
@@ -313,7 +307,7 @@ void TestK3Commands::ctrlCStopsABatchRunWithExit130() {
     seen += p.readAllStandardOutput();
     QCOMPARE(p.exitStatus(), QProcess::NormalExit);
     QCOMPARE(p.exitCode(), 130);
-    const nlohmann::json run = readJson(out);
+    const nlohmann::json run = readJsonFile(out);
     QCOMPARE(run.at("cancelled").get<bool>(), true);
     QVERIFY(idsOf(run).size() < 4096);
     QVERIFY2(seen.contains("PEAK RSS"), seen.constData());

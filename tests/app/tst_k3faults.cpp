@@ -2,14 +2,13 @@
 // hook) and --dump-cache-trace. Exit codes as DESIGN.md gives them: an expert that
 // cannot be read makes the run invalid (exit 4, after the full report); a trunk read
 // error or a full disk while packing is a failure naming what broke (exit 1).
+#include "JsonFile.hpp"
 #include "K3Process.hpp"
 
 #include <QDir>
 #include <QFile>
 #include <QTemporaryDir>
 #include <QTest>
-
-#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <set>
@@ -24,11 +23,6 @@ QProcessEnvironment faultEnv(const QString& spec) {
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.insert(QStringLiteral("K3_FAULT_INJECT"), spec);
     return env;
-}
-
-nlohmann::json readJson(const QString& path) {
-    std::ifstream in(path.toStdString());
-    return nlohmann::json::parse(in, nullptr, false);
 }
 
 QByteArray readAll(const QString& path) {
@@ -83,7 +77,7 @@ void TestK3Faults::expertReadFaultGivesExitFourAfterTheReport() {
     QVERIFY2(r.err.contains("RUN INVALID: ") &&
                  r.err.contains("routed expert(s) could not be loaded"),
              qPrintable(r.err));
-    const nlohmann::json report = readJson(out);
+    const nlohmann::json report = readJsonFile(out);
     QVERIFY(report.is_object());
     QCOMPARE(report["valid"].get<bool>(), false);
     QVERIFY(report["dropped_experts"].get<int>() > 0);
@@ -177,7 +171,7 @@ void TestK3Faults::dumpCacheTraceWritesOneRecordPerRequest() {
     const K3Run r = runK3({kModels + "k3_tiny_b", "--ids", "5,6,7", "--gen", "3", "--cache-gb",
                            "0.0001", "--dump-cache-trace", traceDir, "--out", out});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
-    const nlohmann::json report = readJson(out);
+    const nlohmann::json report = readJsonFile(out);
     const auto requests = report["cache"]["requests"].get<std::uint64_t>();
     QVERIFY(requests > 0);
     QCOMPARE(report["cache_trace"]["records"].get<std::uint64_t>(), requests);
@@ -208,7 +202,8 @@ void TestK3Faults::dumpCacheTraceWritesOneRecordPerRequest() {
     QCOMPARE(kinds[QByteArray("miss")], report["cache"]["misses"].get<std::uint64_t>());
     QCOMPARE(kinds.count(QByteArray("failed")), std::size_t(0));
     QCOMPARE(std::uint64_t(QFileInfo(traceDir + "/expert_trace.bin").size()), 8 * requests);
-    QCOMPARE(readJson(traceDir + "/expert_hist.json")["requests"].get<std::uint64_t>(), requests);
+    QCOMPARE(readJsonFile(traceDir + "/expert_hist.json")["requests"].get<std::uint64_t>(),
+             requests);
 }
 
 void TestK3Faults::dumpCacheTraceWithoutACacheIsAUsageError() {

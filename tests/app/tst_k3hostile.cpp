@@ -2,6 +2,7 @@
 // 0xFF (NaN) in routed experts. Through the expert cache the experts are dropped: the
 // full report, then exit 4 with "valid": false. Resident, the load refuses the tensor
 // by name: exit 1, no report.
+#include "JsonFile.hpp"
 #include "K3Process.hpp"
 
 #include <QDir>
@@ -11,8 +12,6 @@
 #include <QTemporaryDir>
 #include <QTest>
 
-#include <nlohmann/json.hpp>
-
 #include <fstream>
 
 #include <k3/config.hpp>
@@ -21,11 +20,6 @@
 namespace {
 
 const QString kTinyA = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a");
-
-nlohmann::json readJson(const QString& path) {
-    std::ifstream in(path.toStdString());
-    return nlohmann::json::parse(in, nullptr, false);
-}
 
 // A copy of k3_tiny_a in `dir`, to damage.
 bool copyOfTinyA(const QString& dir) {
@@ -79,7 +73,7 @@ void TestK3Hostile::nanScalesDropExpertsAndExitFour() {
     QVERIFY2(r.out.contains("3 tokens in ") && r.out.contains("run report: " + out),
              qPrintable(r.out));
     QVERIFY2(r.err.contains("RUN INVALID: "), qPrintable(r.err));
-    const nlohmann::json report = readJson(out);
+    const nlohmann::json report = readJsonFile(out);
     QVERIFY(report.is_object());
     QCOMPARE(report["valid"].get<bool>(), false);
     // Every token (3 prompt positions + 3 generated, the last not run) drops its top-k in
@@ -164,7 +158,7 @@ void TestK3Hostile::infiniteRouterScoreMakesTheRunInvalid() {
     const K3Run r = runK3({dir, "--ids", "5,6,7", "--gen", "3", "--out", out});
     QVERIFY2(r.exitCode == 4, qPrintable(QString::number(r.exitCode) + " " + r.err));
     QVERIFY2(r.err.contains("RUN INVALID: "), qPrintable(r.err));
-    const nlohmann::json report = readJson(out);
+    const nlohmann::json report = readJsonFile(out);
     QVERIFY(report.is_object());
     QCOMPARE(report["valid"].get<bool>(), false);
     QCOMPARE(report["non_finite"].get<bool>(), true);

@@ -1,13 +1,12 @@
 // `k3 MODEL_DIR --image FILE ...`: images through the executable, against the PyTorch
 // reference on the tiny vision checkpoint (tests/fixtures/vision/k3_tiny_vl).
+#include "JsonFile.hpp"
 #include "K3Process.hpp"
 #include "ServeTestSupport.hpp"
 
 #include <QFile>
 #include <QTemporaryDir>
 #include <QTest>
-
-#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <fstream>
@@ -20,13 +19,8 @@ namespace {
 const QString kVision = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/vision/");
 const QString kModel = kVision + QStringLiteral("k3_tiny_vl");
 
-nlohmann::json readJson(const QString& path) {
-    std::ifstream in(path.toStdString());
-    return nlohmann::json::parse(in, nullptr, false);
-}
-
 nlohmann::json testCase(const char* name) {
-    const nlohmann::json expected = readJson(kModel + "/vision_expected.json");
+    const nlohmann::json expected = readJsonFile(kModel + "/vision_expected.json");
     for (const nlohmann::json& c : expected.at("cases"))
         if (c.at("name") == name) return c;
     return {};
@@ -62,7 +56,7 @@ void TestK3Image::idsWithAnImageGiveReferenceIdsAndLogits() {
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
     QVERIFY2(r.out.contains(QStringLiteral("83x67 read at 83x67: 9 prompt positions")),
              qPrintable(r.out));
-    const nlohmann::json report = readJson(tmp.filePath("run.json"));
+    const nlohmann::json report = readJsonFile(tmp.filePath("run.json"));
     QCOMPARE(report.at("ids").get<std::vector<int>>(), c.at("greedy").get<std::vector<int>>());
     QCOMPARE(report.at("prompt").at("positions").get<int>(), c.at("expanded_length").get<int>());
     QCOMPARE(report.at("prompt").at("images")[0].at("positions").get<int>(), 9);
@@ -100,7 +94,7 @@ void TestK3Image::promptTextFollowsTheImagePrompts() {
          << "--out" << tmp.filePath("run.json");
     const K3Run r = runK3(args);
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
-    const nlohmann::json report = readJson(tmp.filePath("run.json"));
+    const nlohmann::json report = readJsonFile(tmp.filePath("run.json"));
     // The image prompts with their markers, then the text as text: a typed
     // "<|media_pad|>" is not a pad.
     const k3::Tokenizer tok = k3::Tokenizer::fromDirectory(kModel.toStdString());

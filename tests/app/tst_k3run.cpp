@@ -1,4 +1,5 @@
 // `k3 MODEL_DIR ...` batch runs and `k3 download` usage, on the committed tiny checkpoints.
+#include "JsonFile.hpp"
 #include "K3Process.hpp"
 
 #include <QDir>
@@ -6,8 +7,6 @@
 #include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QTest>
-
-#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <filesystem>
@@ -23,11 +22,6 @@ namespace fs = std::filesystem;
 namespace {
 
 const QString kModels = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/");
-
-nlohmann::json readJson(const QString& path) {
-    std::ifstream in(path.toStdString());
-    return nlohmann::json::parse(in, nullptr, false);
-}
 
 QString idList(const std::vector<int>& ids) {
     QStringList parts;
@@ -87,7 +81,7 @@ void TestK3Run::packThenRunFromTheTrunk_data() {
 void TestK3Run::packThenRunFromTheTrunk() {
     QFETCH(bool, compress);
     const QString dir = kModels + QStringLiteral("k3_tiny_b");
-    const nlohmann::json expected = readJson(dir + "/expected.json");
+    const nlohmann::json expected = readJsonFile(dir + "/expected.json");
     QTemporaryDir tmp;
     const QString trunk = tmp.filePath("trunk");
     const K3Run packed =
@@ -99,16 +93,17 @@ void TestK3Run::packThenRunFromTheTrunk() {
                  QStringLiteral("compressed: the layers take [0-9.]+ MB of [0-9.]+ MB raw "
                                 "\\(0\\.[0-8][0-9]{3} of the size\\)"))),
              compress);
-    QCOMPARE(readJson(trunk + "/trunk.json").at("version").get<int>(), compress ? 3 : 2);
+    QCOMPARE(readJsonFile(trunk + "/trunk.json").at("version").get<int>(), compress ? 3 : 2);
     QVERIFY(QFile::exists(trunk + "/trunk.json"));
     const QString out = tmp.filePath("run.json");
     const K3Run r = runK3({dir, "--trunk", trunk, "--trunk-gb", "0.1", "--cache-gb", "0.1", "--ids",
                            idList(expected.at("prompt_ids").get<std::vector<int>>()), "--gen", "20",
                            "--out", out});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
-    QCOMPARE(readJson(out).at("ids").get<std::vector<int>>(),
+    QCOMPARE(readJsonFile(out).at("ids").get<std::vector<int>>(),
              expected.at("greedy").at("incremental").get<std::vector<int>>());
-    QCOMPARE(readJson(out).at("plan").at("pin_mode").get<std::string>(), std::string("measured"));
+    QCOMPARE(readJsonFile(out).at("plan").at("pin_mode").get<std::string>(),
+             std::string("measured"));
     // --pin-mode reaches the plan: "compressed" keeps a compressed trunk's pinned layers
     // compressed (the plan says it was asked); the ids are the same either way.
     for (const char* mode : {"raw", "compressed"}) {
@@ -117,7 +112,7 @@ void TestK3Run::packThenRunFromTheTrunk() {
                    idList(expected.at("prompt_ids").get<std::vector<int>>()), "--gen", "20",
                    "--out", out});
         QVERIFY2(pinned.exitCode == 0, qPrintable(pinned.err));
-        const nlohmann::json report = readJson(out);
+        const nlohmann::json report = readJsonFile(out);
         QCOMPARE(report.at("ids").get<std::vector<int>>(),
                  expected.at("greedy").at("incremental").get<std::vector<int>>());
         QCOMPARE(report.at("plan").at("pin_mode").get<std::string>(), std::string(mode));
@@ -143,7 +138,7 @@ void TestK3Run::packRefusesAFolderWithoutCheckpoint() {
 void TestK3Run::idsRunGivesReferenceGreedyIds() {
     QFETCH(QString, model);
     const QString dir = kModels + model;
-    const nlohmann::json expected = readJson(dir + "/expected.json");
+    const nlohmann::json expected = readJsonFile(dir + "/expected.json");
     const auto prompt = expected.at("prompt_ids").get<std::vector<int>>();
     const auto greedy = expected.at("greedy").at("incremental").get<std::vector<int>>();
     QCOMPARE(greedy.size(), std::size_t(20));
@@ -155,7 +150,7 @@ void TestK3Run::idsRunGivesReferenceGreedyIds() {
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
     QVERIFY2(r.out.contains("PEAK RSS for the whole run"), qPrintable(r.out));
 
-    const nlohmann::json report = readJson(out);
+    const nlohmann::json report = readJsonFile(out);
     QVERIFY(report.is_object());
     QCOMPARE(report.at("ids").get<std::vector<int>>(), greedy);
     QCOMPARE(report.at("prompt").at("ids").get<std::vector<int>>(), prompt);
@@ -197,7 +192,7 @@ void TestK3Run::idsRunGivesReferenceGreedyIds() {
 
 void TestK3Run::dumpLogitsMatchesReference() {
     const QString dir = kModels + "k3_tiny_a";
-    const nlohmann::json expected = readJson(dir + "/expected.json");
+    const nlohmann::json expected = readJsonFile(dir + "/expected.json");
     const auto prompt = expected.at("prompt_ids").get<std::vector<int>>();
     QTemporaryDir tmp;
     const QString logits = tmp.filePath("logits.f32");
@@ -242,14 +237,14 @@ void TestK3Run::promptTextIsTokenizedAsIs() {
         runK3({dir, "--prompt-file", file.fileName(), "--tok", dir, "--gen", "2", "--out", out2});
     QVERIFY2(b.exitCode == 0, qPrintable(b.err));
     for (const QString& out : {out1, out2}) {
-        const nlohmann::json report = readJson(out);
+        const nlohmann::json report = readJsonFile(out);
         QCOMPARE(report.at("prompt").at("ids").get<std::vector<k3::TokenId>>(), want);
         QCOMPARE(report.at("prompt").at("text").get<std::string>(), text);
         QCOMPARE(report.at("ids").size(), std::size_t(2));
     }
-    QCOMPARE(readJson(out1).at("options").at("prompt_source").get<std::string>(),
+    QCOMPARE(readJsonFile(out1).at("options").at("prompt_source").get<std::string>(),
              std::string("prompt"));
-    QCOMPARE(readJson(out2).at("options").at("prompt_source").get<std::string>(),
+    QCOMPARE(readJsonFile(out2).at("options").at("prompt_source").get<std::string>(),
              std::string("prompt-file"));
     QVERIFY2(a.out.contains("--- generated text ---"), qPrintable(a.out));
 }
@@ -330,7 +325,7 @@ void TestK3Run::missingTensorExitsOne() {
     const QString dir = copyModel(tmp, "k3_tiny_a");
     // Drop one tensor from the index: the binder must name it, not guess.
     const std::string indexPath = (dir + "/model.safetensors.index.json").toStdString();
-    nlohmann::json index = readJson(QString::fromStdString(indexPath));
+    nlohmann::json index = readJsonFile(QString::fromStdString(indexPath));
     const std::string name = "language_model.model.norm.weight";
     QVERIFY(index.at("weight_map").contains(name));
     index["weight_map"].erase(name);
@@ -353,7 +348,7 @@ void TestK3Run::laterMemoryFlagWins() {
     r = runK3({dir, "--ids", "1,2", "--gen", "1", "--cache-gb", "40", "--preset", "desktop",
                "--out", out2});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
-    const nlohmann::json a = readJson(out1).at("plan"), b = readJson(out2).at("plan");
+    const nlohmann::json a = readJsonFile(out1).at("plan"), b = readJsonFile(out2).at("plan");
     QCOMPARE(a.at("preset").get<std::string>(), std::string("desktop"));
     QCOMPARE(a.at("trunk_gb").get<double>(), 16.0);
     QCOMPARE(a.at("cache_gb").get<double>(), 40.0);
@@ -464,7 +459,7 @@ void TestK3Run::outThroughASymlinkReplacesTheTargetAndKeepsItsMode() {
     QVERIFY(S_ISLNK(st.st_mode)); // still the link
     QCOMPARE(::stat(QFile::encodeName(target).constData(), &st), 0);
     QCOMPARE(int(st.st_mode & 07777), 0644); // the target's mode kept
-    const nlohmann::json report = readJson(target);
+    const nlohmann::json report = readJsonFile(target);
     QVERIFY(report.is_object());
     QCOMPARE(report["ids"].size(), std::size_t(2));
     QCOMPARE(QDir(tmp.filePath("reports")).entryList(QDir::Files | QDir::Hidden),
@@ -575,7 +570,7 @@ void TestK3Run::aTrunkOfOtherWeightsIsRefused() {
     const QStringList ids{"--ids", "954,261,268,269", "--gen", "8", "--trunk-gb", "0"};
     const auto run = [&](const QStringList& model, const QString& out) {
         const K3Run r = runK3(model + ids + QStringList{"--out", out});
-        const nlohmann::json report = readJson(out);
+        const nlohmann::json report = readJsonFile(out);
         return std::make_pair(r, report.is_object() ? report.at("ids").get<std::vector<int>>()
                                                     : std::vector<int>{});
     };
