@@ -14,25 +14,11 @@ if(SELF_TEST)
         "#include <vector>\n  #  include <sys/mman.h>\nint x;\n")
     file(WRITE ${tree}/engine/private/k3/planted_proc.hpp
         "const char* p = \"/proc/self/status\";\n")
-    execute_process(COMMAND ${CMAKE_COMMAND} -DSOURCE_DIR=${tree} -P ${CMAKE_CURRENT_LIST_FILE}
-        RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-    file(REMOVE_RECURSE ${tree})
-    set(all "${out}${err}")
-    if(rc EQUAL 0)
-        message(FATAL_ERROR "the platform seam check passed a tree with planted violations:\n${all}")
-    endif()
-    foreach(expected "engine/src/memory/Planted.cpp: +#  include <sys/mman.h>"
-            "engine/private/k3/planted_proc.hpp: const char")
-        if(NOT all MATCHES "${expected}")
-            message(FATAL_ERROR "the platform seam check did not name \"${expected}\":\n${all}")
-        endif()
-    endforeach()
-    foreach(unexpected "Allowed.cpp" "Clean.cpp")
-        if(all MATCHES "${unexpected}")
-            message(FATAL_ERROR "the platform seam check flagged ${unexpected}:\n${all}")
-        endif()
-    endforeach()
-    message(STATUS "the platform seam check names both planted violations and nothing else")
+    include(${CMAKE_CURRENT_LIST_DIR}/SourceCheckSelfTest.cmake)
+    k3_run_planted_check(${tree} "platform seam"
+        EXPECTED "engine/src/memory/Planted.cpp:" "#  include <sys/mman.h>"
+            "engine/private/k3/planted_proc.hpp: const char"
+        UNEXPECTED "Allowed.cpp" "Clean.cpp")
     return()
 endif()
 

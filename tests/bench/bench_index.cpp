@@ -6,6 +6,7 @@
 // on a shared machine the wall time mostly measures the other jobs.
 // Usage: bench_index [DIR [N]] (DIR keeps the synthetic checkpoint; default: a temp dir).
 #include "SyntheticIndex.hpp"
+#include "k3/name_map.hpp"
 #include "k3/safetensors.hpp"
 
 #include <algorithm>

@@ -3,6 +3,7 @@
 #include "FuzzSupport.hpp"
 
 #include <k3/hub.hpp>
+#include <k3/name_map.hpp>
 #include <k3/safetensors.hpp>
 
 #include <string>

@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,8 +19,6 @@
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <tsl/ordered_map.h>
 
 namespace k3 {
 
@@ -77,31 +74,6 @@ ShardHeader parseShardHeader(std::string_view headerJson, std::uint64_t fileSize
 // Read and validate the header of one .safetensors file (reads only the header).
 ShardHeader readShardHeader(const std::filesystem::path& path);
 
-// Heterogeneous lookup, so find(string_view) allocates nothing.
-struct TensorNameHash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept {
-        return std::hash<std::string_view>{}(s);
-    }
-};
-// Name -> value for half a million tensors: entries sit in one vector in insertion
-// order (index or header order), behind 8-byte buckets, so building, probing and
-// freeing cost a fraction of one heap node per entry. Iterate as pairs; modify a
-// value through it.value() (it->second is const).
-template <typename T>
-using NameMap = tsl::ordered_map<std::string, T, TensorNameHash, std::equal_to<>,
-                                 std::allocator<std::pair<std::string, T>>,
-                                 std::vector<std::pair<std::string, T>>, std::uint32_t>;
-using TensorMap = NameMap<TensorInfo>;
-
-// Parse a model.safetensors.index.json text: tensor name -> shard file name, with the
-// shard names validated (plain file names: no separators, no "..").
-struct ShardIndex {
-    std::vector<std::string> shardFiles; // distinct, sorted by name
-    NameMap<std::uint32_t> tensorShard;
-};
-ShardIndex parseShardIndex(std::string_view json, const std::string& path);
-
 class Checkpoint {
 public:
     // `location` is a directory holding model.safetensors.index.json, or
@@ -117,8 +89,9 @@ public:
 
     const TensorInfo* find(std::string_view name) const;
     const TensorInfo& at(std::string_view name) const; // FormatError naming the tensor
-    std::size_t tensorCount() const { return tensors_.size(); }
-    const TensorMap& tensors() const { return tensors_; }
+    std::size_t tensorCount() const;
+    // Every tensor as (name, info), in the index's order (else the shards' header order).
+    std::span<const std::pair<std::string, TensorInfo>> tensors() const;
     const std::vector<std::filesystem::path>& shardPaths() const { return shards_; }
     std::uint64_t totalTensorBytes() const;
 
@@ -132,8 +105,9 @@ private:
                                   const std::filesystem::path& indexPath);
     AlignedFile& file(std::uint32_t shard) const;
 
+    struct Tensors; // the name table (k3/name_map.hpp), private to the engine
     std::vector<std::filesystem::path> shards_;
-    TensorMap tensors_;
+    std::unique_ptr<Tensors> tensors_;
     std::string description_; // the checkpoint's location, for messages
     mutable std::unique_ptr<std::mutex> filesMutex_;
     mutable std::vector<std::unique_ptr<AlignedFile>> files_;

@@ -1,4 +1,5 @@
 #include "k3/aligned_io.hpp"
+#include "k3/name_map.hpp"
 #include "k3/safetensors.hpp"
 
 #include "format/SafetensorsJson.hpp"
@@ -112,7 +113,12 @@ ShardIndex parseShardIndex(std::string_view text, const std::string& path) {
     return index;
 }
 
-Checkpoint::Checkpoint() : filesMutex_(std::make_unique<std::mutex>()) {}
+struct Checkpoint::Tensors {
+    TensorMap map;
+};
+
+Checkpoint::Checkpoint()
+    : tensors_(std::make_unique<Tensors>()), filesMutex_(std::make_unique<std::mutex>()) {}
 Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
 Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
 Checkpoint::~Checkpoint() = default;
@@ -127,7 +133,7 @@ Checkpoint Checkpoint::fromShards(const std::vector<fs::path>& shardFiles) {
         format::checkDuplicates(header, name);
         format::checkOverlaps(header, 8 + text.json.size(), name);
         c.shards_.push_back(path);
-        addShard(c.tensors_, c.shards_, header, name);
+        addShard(c.tensors_->map, c.shards_, header, name);
     }
     c.description_ =
         shardFiles.size() == 1 ? shardFiles[0].string() : shardFiles[0].parent_path().string();
@@ -144,12 +150,12 @@ Checkpoint Checkpoint::openIndexed(const fs::path& location, const fs::path& ind
         std::vector<format::IndexEntry> entries; // views into the scanner: used up here
         scanner.index(format::readPaddedFile(indexPath), indexName, shardFiles, entries);
         sortShards(shardFiles, entries);
-        c.tensors_.reserve(entries.size());
+        c.tensors_->map.reserve(entries.size());
         TensorInfo pending;
         pending.rank = kNotYetInHeader;
         for (const auto& e : entries) {
             pending.shard = e.shard;
-            if (!c.tensors_.try_emplace(std::string(e.tensor), pending).second)
+            if (!c.tensors_->map.try_emplace(std::string(e.tensor), pending).second)
                 throw FormatError(indexName + ": weight_map lists tensor \"" +
                                   std::string(e.tensor) + "\" twice");
         }
@@ -161,13 +167,13 @@ Checkpoint Checkpoint::openIndexed(const fs::path& location, const fs::path& ind
         const format::HeaderText text = format::readHeaderText(path);
         const auto& header = scanner.header(text.json, text.fileSize, name);
         const auto shard = static_cast<std::uint32_t>(c.shards_.size());
-        fillFromHeader(c.tensors_, shardFiles, shard, header, name);
+        fillFromHeader(c.tensors_->map, shardFiles, shard, header, name);
         format::checkOverlaps(header, 8 + text.json.size(), name);
         c.shards_.push_back(path);
         filled += header.size();
     }
-    if (filled != c.tensors_.size()) {
-        for (const auto& [name, t] : c.tensors_)
+    if (filled != c.tensors_->map.size()) {
+        for (const auto& [name, t] : c.tensors_->map)
             if (t.rank == kNotYetInHeader)
                 throw FormatError(indexName + ": tensor \"" + name + "\" is mapped to " +
                                   shardFiles[t.shard] +
@@ -197,8 +203,8 @@ Checkpoint Checkpoint::open(const fs::path& location) {
 }
 
 const TensorInfo* Checkpoint::find(std::string_view name) const {
-    auto it = tensors_.find(name);
-    return it == tensors_.end() ? nullptr : &it->second;
+    auto it = tensors_->map.find(name);
+    return it == tensors_->map.end() ? nullptr : &it->second;
 }
 
 const TensorInfo& Checkpoint::at(std::string_view name) const {
@@ -206,9 +212,17 @@ const TensorInfo& Checkpoint::at(std::string_view name) const {
     throw FormatError(description_ + ": no tensor named \"" + std::string(name) + "\"");
 }
 
+std::size_t Checkpoint::tensorCount() const {
+    return tensors_->map.size();
+}
+
+std::span<const std::pair<std::string, TensorInfo>> Checkpoint::tensors() const {
+    return tensors_->map.values_container();
+}
+
 std::uint64_t Checkpoint::totalTensorBytes() const {
     std::uint64_t total = 0;
-    for (const auto& [name, t] : tensors_) total += t.nbytes;
+    for (const auto& [name, t] : tensors_->map) total += t.nbytes;
     return total;
 }
 

@@ -1,6 +1,7 @@
 // The simdjson scan of headers and index (engine/src/format/SafetensorsJson.cpp): what it
 // refuses beyond tst_safetensors' cases, where it says the text breaks, and the order
 // tensors() gives back.
+#include "k3/name_map.hpp"
 #include "k3/safetensors.hpp"
 
 #include <QTemporaryDir>

@@ -1,0 +1,26 @@
+# k3_run_planted_check(TREE WHAT EXPECTED <strings...> UNEXPECTED <strings...>): runs the
+# including check script on TREE (a scratch tree with planted violations), removes TREE,
+# and fails unless the check failed naming every EXPECTED string and no UNEXPECTED one.
+function(k3_run_planted_check tree what)
+    cmake_parse_arguments(arg "" "" "EXPECTED;UNEXPECTED" ${ARGN})
+    execute_process(COMMAND ${CMAKE_COMMAND} -DSOURCE_DIR=${tree} -P ${CMAKE_CURRENT_LIST_FILE}
+        RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    file(REMOVE_RECURSE ${tree})
+    set(all "${out}${err}")
+    if(rc EQUAL 0)
+        message(FATAL_ERROR "the ${what} check passed a tree with planted violations:\n${all}")
+    endif()
+    foreach(expected IN LISTS arg_EXPECTED)
+        string(FIND "${all}" "${expected}" at)
+        if(at EQUAL -1)
+            message(FATAL_ERROR "the ${what} check did not name \"${expected}\":\n${all}")
+        endif()
+    endforeach()
+    foreach(unexpected IN LISTS arg_UNEXPECTED)
+        string(FIND "${all}" "${unexpected}" at)
+        if(NOT at EQUAL -1)
+            message(FATAL_ERROR "the ${what} check flagged ${unexpected}:\n${all}")
+        endif()
+    endforeach()
+    message(STATUS "the ${what} check names every planted violation and nothing else")
+endfunction()
