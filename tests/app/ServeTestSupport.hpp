@@ -87,10 +87,11 @@ struct Answer {
 };
 
 // One request with Connection: close; the whole answer (chunked bodies decoded).
+// `headers`: more header lines, each ending in CRLF.
 inline Answer exchange(int port, const QByteArray& method, const QByteArray& path,
-                       const QByteArray& body = {}) {
+                       const QByteArray& body = {}, const QByteArray& headers = {}) {
     QByteArray request =
-        method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+        method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + headers;
     if (method == "POST")
         request +=
             "Content-Type: application/json\r\nContent-Length: " + QByteArray::number(body.size()) +
