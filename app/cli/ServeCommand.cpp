@@ -176,6 +176,7 @@ void ReplyObserver::onToken(const k3::TokenEvent& ev) {
     if (failed_ || stop_.stopped()) return;
     if (ev.logprobs) logprobs_.emplace_back(ev.id, *ev.logprobs);
     raw_ += ev.responseDelta;
+    thinkingTokens_ += !ev.thinkingDelta.empty();
     const std::string content = stop_.feed(ev.responseDelta);
     content_ += content;
     if (!sink_(&ev, ev.thinkingDelta, content)) failed_ = true;

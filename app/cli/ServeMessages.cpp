@@ -357,8 +357,9 @@ void Server::messages(const httplib::Request& req, httplib::Response& res) {
     };
     g.delta = [st, block](const k3::TokenEvent*, const std::string& reasoning,
                           const std::string& content) {
-        return block("thinking", api::takeCompleteUtf8(st->heldThinking, reasoning)) +
-               block("text", api::takeCompleteUtf8(st->heldText, content));
+        // Two statements: the thinking's events first (operands of + are unordered).
+        std::string out = block("thinking", api::takeCompleteUtf8(st->heldThinking, reasoning));
+        return out + block("text", api::takeCompleteUtf8(st->heldText, content));
     };
     g.finish = [st, block, event, stopReason, stopSequence, usage,
                 toolUse](const k3::GenerateResult& r, const ReplyObserver& o) {

@@ -168,6 +168,9 @@ void Server::moreRoutes() {
     });
     http_.Post("/v1/messages",
                [this](const httplib::Request& req, httplib::Response& res) { messages(req, res); });
+    http_.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
+        responses(req, res);
+    });
 }
 
 } // namespace k3cli::serve

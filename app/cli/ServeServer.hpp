@@ -83,6 +83,8 @@ public:
     bool clientLeft() const { return failed_; }
     bool stoppedByString() const { return stop_.stopped(); }
     const std::string& content() const { return content_; }
+    // Tokens whose text went to the think channel (usage's reasoning_tokens).
+    int thinkingTokens() const { return thinkingTokens_; }
     // The stop string that ended the answer ("" when none did).
     std::string matchedStop() const;
     // Each token's log-probabilities, in order, when they were asked for.
@@ -98,6 +100,7 @@ private:
     std::string content_; // the answer as sent (cut at a stop string)
     std::string raw_;     // the answer as generated (the stop string and after included)
     std::vector<std::string> stops_;
+    int thinkingTokens_ = 0;
     std::vector<std::pair<k3::TokenId, k3::TokenLogprobs>> logprobs_;
 };
 
@@ -135,7 +138,7 @@ struct Metrics {
 // What a 404 lists.
 inline constexpr const char* kRouteList =
     "GET /v1/models, GET /v1/models/{id}, POST /v1/chat/completions, POST /v1/completions, "
-    "POST /v1/messages, POST /tokenize, POST /detokenize, GET /metrics, "
+    "POST /v1/messages, POST /v1/responses, POST /tokenize, POST /detokenize, GET /metrics, "
     "GET /health";
 
 class Server {
@@ -163,7 +166,8 @@ private:
     // means (its fields named as the Messages API names them), and the route.
     std::string messagesToChat(const std::string& body, bool& stream);
     void messages(const httplib::Request& req, httplib::Response& res);
-    // The OpenAI Responses API (ServeResponses.cpp).
+    // The OpenAI Responses API (ServeResponses.cpp), read the same way.
+    std::string responsesToChat(const std::string& body, bool& stream);
     void responses(const httplib::Request& req, httplib::Response& res);
     void metrics(httplib::Response& res);
     void countRequest(const httplib::Request& req, int status);

@@ -438,7 +438,8 @@ void TestK3Serve::refusals() {
     QCOMPARE(missing["body"]["error"]["message"].toString(),
              QString("no route POST /v1/embeddings (GET /v1/models, GET /v1/models/{id}, POST "
                      "/v1/chat/completions, POST /v1/completions, POST /v1/messages, POST "
-                     "/tokenize, POST /detokenize, GET /metrics, GET /health)"));
+                     "/v1/responses, POST /tokenize, POST /detokenize, GET /metrics, GET "
+                     "/health)"));
 
     // Through the official client: a field of the wrong type, an unknown role.
     const QJsonArray r = chat(
