@@ -66,6 +66,7 @@ void readMessage(const Json& m, const std::string& field, Json& out) {
     if (!content.is_array()) throw bad(field + ".content", "expected a string or an array");
     std::string body, thinking;
     Json calls = Json::array();
+    bool hasResults = false;
     for (std::size_t i = 0; i < content.size(); ++i) {
         const std::string at = field + ".content[" + std::to_string(i) + "]";
         const Json& b = content[i];
@@ -90,6 +91,7 @@ void readMessage(const Json& m, const std::string& field, Json& out) {
             std::string result =
                 b.contains("content") ? blocksText(b["content"], at + ".content") : "";
             if (b.contains("is_error") && b["is_error"] == true) result = "Error: " + result;
+            hasResults = true;
             out.push_back({{"role", "tool"}, {"tool_call_id", id}, {"content", result}});
         } else {
             throw bad(at + ".type", "\"" + type + "\" is not supported in a " + role +
@@ -97,7 +99,8 @@ void readMessage(const Json& m, const std::string& field, Json& out) {
         }
     }
     if (role == "user") {
-        if (!body.empty() || calls.empty()) out.push_back({{"role", "user"}, {"content", body}});
+        // A turn of tool results only is no user message (an empty one would be rendered).
+        if (!body.empty() || !hasResults) out.push_back({{"role", "user"}, {"content", body}});
         return;
     }
     Json a = {{"role", "assistant"}, {"content", body}};

@@ -213,6 +213,37 @@ void TestK3Messages::toolUseRoundTrip() {
     QCOMPARE(r.json()["stop_reason"].toString(), QString("end_turn"));
     QCOMPARE(r.json()["content"][0][u"type"].toString(), QString("text"));
     QVERIFY(!r.json()["content"][0][u"text"].toString().isEmpty());
+    // The same conversation through the chat route (tool_calls, a tool message, no user
+    // message after it): the same prompt and answer.
+    const QJsonObject chatTool{
+        {"type", "function"},
+        {"function", QJsonObject{{"name", "get_weather"},
+                                 {"description", "The weather in a city"},
+                                 {"parameters", kWeatherTool[0][u"input_schema"]}}}};
+    const QJsonObject chatCall{
+        {"id", use["id"]},
+        {"type", "function"},
+        {"function", QJsonObject{{"name", "get_weather"},
+                                 {"arguments", QString::fromUtf8(QJsonDocument(input).toJson(
+                                                   QJsonDocument::Compact))}}}};
+    const Answer c =
+        exchange(s_.port, "POST", "/v1/chat/completions",
+                 compact({{"max_tokens", 60},
+                          {"thinking", QJsonObject{{"type", "disabled"}}},
+                          {"tools", QJsonArray{chatTool}},
+                          {"messages", QJsonArray{userSays("Weather in Paris?"),
+                                                  QJsonObject{{"role", "assistant"},
+                                                              {"content", ""},
+                                                              {"tool_calls", QJsonArray{chatCall}}},
+                                                  QJsonObject{{"role", "tool"},
+                                                              {"tool_call_id", use["id"]},
+                                                              {"content", "Sunny, 21 C"}}}}}));
+    QCOMPARE(c.status, 200);
+    QCOMPARE(r.json()["content"][0][u"text"].toString(),
+             c.json()["choices"][0][u"message"][u"content"].toString());
+    QCOMPARE(r.json()["usage"][u"input_tokens"].toInt() +
+                 r.json()["usage"][u"cache_read_input_tokens"].toInt(),
+             c.json()["usage"][u"prompt_tokens"].toInt());
 
     // A tool_result for no earlier tool_use is refused.
     QJsonObject stray = next;
