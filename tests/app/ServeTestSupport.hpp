@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 
 namespace servetest {
@@ -51,6 +52,17 @@ inline Server startServe(const QStringList& extra = {}, const QString& model = k
     return s;
 }
 
+// Copies scripts/NAME into the scratch folder (ESM resolves `openai` from the script's
+// folder) under a name of its own, then renames it over NAME: tests running side by side
+// never see the file missing or half written.
+inline bool installScript(const QString& scratch, const QString& scripts, const QString& name) {
+    const QString temp = scratch + "/" + name + "." + QString::number(getpid());
+    QFile::remove(temp);
+    return QFile::copy(scripts + "/" + name, temp) &&
+           std::rename(temp.toLocal8Bit().constData(),
+                       (scratch + "/" + name).toLocal8Bit().constData()) == 0;
+}
+
 // The official openai npm client in `scratch` (installed once) and the test's chat.mjs from
 // `scripts`; empty when ready, else the reason the test is skipped.
 inline QString prepareOpenAiClient(const QString& scratch, const QString& scripts) {
@@ -63,8 +75,7 @@ inline QString prepareOpenAiClient(const QString& scratch, const QString& script
             return "npm install openai@4 failed (the npm registry is needed): " +
                    QString::fromUtf8(npm.readAllStandardError());
     }
-    QFile::remove(scratch + "/chat.mjs");
-    if (!QFile::copy(scripts + "/chat.mjs", scratch + "/chat.mjs"))
+    if (!installScript(scratch, scripts, "chat.mjs"))
         return QStringLiteral("cannot copy chat.mjs into ") + scratch;
     return {};
 }

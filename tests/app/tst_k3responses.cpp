@@ -102,8 +102,7 @@ void TestK3Responses::initTestCase() {
         QSKIP("needs node and npm (the official openai client is installed with npm)");
     if (const QString why = prepareOpenAiClient(kScratch, kScripts); !why.isEmpty())
         QSKIP(qPrintable(why));
-    QFile::remove(kScratch + "/responses.mjs");
-    QVERIFY(QFile::copy(kScripts + "/responses.mjs", kScratch + "/responses.mjs"));
+    QVERIFY(installScript(kScratch, kScripts, "responses.mjs"));
     s_ = startServe();
     QVERIFY2(s_.port > 0, qPrintable(s_.log));
 }
