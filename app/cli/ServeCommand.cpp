@@ -175,6 +175,8 @@ void TurnQueue::leave(std::uint64_t id) {
 void ReplyObserver::onToken(const k3::TokenEvent& ev) {
     if (failed_ || stop_.stopped()) return;
     if (ev.logprobs) logprobs_.emplace_back(ev.id, *ev.logprobs);
+    raw_ += ev.responseDelta;
+    thinkingTokens_ += !ev.thinkingDelta.empty();
     const std::string content = stop_.feed(ev.responseDelta);
     content_ += content;
     if (!sink_(&ev, ev.thinkingDelta, content)) failed_ = true;
@@ -186,6 +188,14 @@ void ReplyObserver::finish() {
     const std::string rest = stop_.flush();
     content_ += rest;
     if (!rest.empty() && !sink_(nullptr, {}, rest)) failed_ = true;
+}
+
+std::string ReplyObserver::matchedStop() const {
+    if (!stop_.stopped()) return {};
+    // The answer sent stops where the string began; the earliest listed one that is there.
+    for (const std::string& s : stops_)
+        if (raw_.compare(content_.size(), s.size(), s) == 0) return s;
+    return {};
 }
 
 std::string invalidReason(const k3::GenerateResult& r) {
@@ -535,7 +545,8 @@ bool Server::refusedByPolicy(const httplib::Request& req, httplib::Response& res
     if (req.method != "OPTIONS") return false;
     // The browser's preflight carries no key: it asks what the real request may send.
     res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+    res.set_header("Access-Control-Allow-Headers",
+                   "Authorization, Content-Type, x-api-key, anthropic-version");
     res.set_header("Access-Control-Max-Age", "600");
     res.status = 204;
     return true;
@@ -559,6 +570,9 @@ void Server::routes() {
         // Everything but /health needs the key (the token counts in /metrics are private).
         if (key_.empty() || req.path == "/health")
             return httplib::Server::HandlerResponse::Unhandled;
+        // Anthropic's clients send the key as x-api-key.
+        if (req.has_header("x-api-key") && sameKey(req.get_header_value("x-api-key"), key_))
+            return httplib::Server::HandlerResponse::Unhandled;
         const std::string auth = req.get_header_value("Authorization");
         // RFC 9110: the scheme is case-insensitive ("bearer KEY" is as good as "Bearer KEY").
         const std::string_view bearer = "bearer ";
@@ -569,10 +583,13 @@ void Server::routes() {
             });
         if (isBearer && sameKey(std::string_view(auth).substr(bearer.size()), key_))
             return httplib::Server::HandlerResponse::Unhandled;
-        sendError(res, api::ApiError(401,
-                                     "invalid or missing API key: send the key given to k3 serve "
-                                     "--api-key-file as Authorization: Bearer KEY",
-                                     "authentication_error", {}, "invalid_api_key"));
+        sendError(res,
+                  api::ApiError(401,
+                                "invalid or missing API key: send the key given to k3 serve "
+                                "--api-key-file as Authorization: Bearer KEY (or x-api-key: KEY)",
+                                "authentication_error", {}, "invalid_api_key"),
+                  req.path == "/v1/messages" ? anthropicErrorJson
+                                             : std::function<std::string(const api::ApiError&)>());
         return httplib::Server::HandlerResponse::Handled;
     });
     http_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {

@@ -33,9 +33,9 @@ Json objectBody(const std::string& body) {
 
 // The routes metrics count by name; anything else is "other" (paths are the client's).
 std::string routeName(const std::string& path) {
-    static const char* known[] = {
-        "/v1/chat/completions", "/v1/completions", "/v1/models", "/tokenize",
-        "/detokenize",          "/metrics",        "/health"};
+    static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/messages",
+                                  "/v1/responses",        "/v1/models",      "/tokenize",
+                                  "/detokenize",          "/metrics",        "/health"};
     for (const char* k : known)
         if (path == k) return k;
     if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
@@ -165,6 +165,11 @@ void Server::moreRoutes() {
     });
     http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
         completions(req, res);
+    });
+    http_.Post("/v1/messages",
+               [this](const httplib::Request& req, httplib::Response& res) { messages(req, res); });
+    http_.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
+        responses(req, res);
     });
 }
 

@@ -75,7 +75,7 @@ public:
     using Sink = std::function<bool(const k3::TokenEvent*, const std::string& reasoning,
                                     const std::string& content)>;
     ReplyObserver(std::vector<std::string> stops, std::atomic<bool>& cancel, Sink sink)
-        : stop_(std::move(stops)), cancel_(cancel), sink_(std::move(sink)) {}
+        : stop_(stops), cancel_(cancel), sink_(std::move(sink)), stops_(std::move(stops)) {}
 
     void onToken(const k3::TokenEvent& ev) override;
     // The end: text held back for a stop string that never came.
@@ -83,6 +83,10 @@ public:
     bool clientLeft() const { return failed_; }
     bool stoppedByString() const { return stop_.stopped(); }
     const std::string& content() const { return content_; }
+    // Tokens whose text went to the think channel (usage's reasoning_tokens).
+    int thinkingTokens() const { return thinkingTokens_; }
+    // The stop string that ended the answer ("" when none did).
+    std::string matchedStop() const;
     // Each token's log-probabilities, in order, when they were asked for.
     const std::vector<std::pair<k3::TokenId, k3::TokenLogprobs>>& logprobs() const {
         return logprobs_;
@@ -94,6 +98,9 @@ private:
     Sink sink_;
     bool failed_ = false;
     std::string content_; // the answer as sent (cut at a stop string)
+    std::string raw_;     // the answer as generated (the stop string and after included)
+    std::vector<std::string> stops_;
+    int thinkingTokens_ = 0;
     std::vector<std::pair<k3::TokenId, k3::TokenLogprobs>> logprobs_;
 };
 
@@ -131,7 +138,8 @@ struct Metrics {
 // What a 404 lists.
 inline constexpr const char* kRouteList =
     "GET /v1/models, GET /v1/models/{id}, POST /v1/chat/completions, POST /v1/completions, "
-    "POST /tokenize, POST /detokenize, GET /metrics, GET /health";
+    "POST /v1/messages, POST /v1/responses, POST /tokenize, POST /detokenize, GET /metrics, "
+    "GET /health";
 
 class Server {
 public:
@@ -154,6 +162,13 @@ private:
     void moreRoutes(); // ServeRoutes.cpp
     void chatCompletions(const httplib::Request& req, httplib::Response& res);
     void completions(const httplib::Request& req, httplib::Response& res); // ServeCompletions
+    // The Anthropic Messages API (ServeMessages.cpp): the body read as the chat request it
+    // means (its fields named as the Messages API names them), and the route.
+    std::string messagesToChat(const std::string& body, bool& stream);
+    void messages(const httplib::Request& req, httplib::Response& res);
+    // The OpenAI Responses API (ServeResponses.cpp), read the same way.
+    std::string responsesToChat(const std::string& body, bool& stream);
+    void responses(const httplib::Request& req, httplib::Response& res);
     void metrics(httplib::Response& res);
     void countRequest(const httplib::Request& req, int status);
 
@@ -206,5 +221,7 @@ std::string invalidReason(const k3::GenerateResult& r);
 // An invalid run is a server failure, never an answer: a 500 naming the reason.
 k3::api::ApiError invalidRun(const k3::GenerateResult& r);
 k3::api::ApiError shuttingDown();
+// {"type":"error","error":{"type","message"}}: the Messages API's error body.
+std::string anthropicErrorJson(const k3::api::ApiError& e);
 
 } // namespace k3cli::serve

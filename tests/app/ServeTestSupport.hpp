@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 
 namespace servetest {
@@ -51,6 +52,17 @@ inline Server startServe(const QStringList& extra = {}, const QString& model = k
     return s;
 }
 
+// Copies scripts/NAME into the scratch folder (ESM resolves `openai` from the script's
+// folder) under a name of its own, then renames it over NAME: tests running side by side
+// never see the file missing or half written.
+inline bool installScript(const QString& scratch, const QString& scripts, const QString& name) {
+    const QString temp = scratch + "/" + name + "." + QString::number(getpid());
+    QFile::remove(temp);
+    return QFile::copy(scripts + "/" + name, temp) &&
+           std::rename(temp.toLocal8Bit().constData(),
+                       (scratch + "/" + name).toLocal8Bit().constData()) == 0;
+}
+
 // The official openai npm client in `scratch` (installed once) and the test's chat.mjs from
 // `scripts`; empty when ready, else the reason the test is skipped.
 inline QString prepareOpenAiClient(const QString& scratch, const QString& scripts) {
@@ -63,8 +75,7 @@ inline QString prepareOpenAiClient(const QString& scratch, const QString& script
             return "npm install openai@4 failed (the npm registry is needed): " +
                    QString::fromUtf8(npm.readAllStandardError());
     }
-    QFile::remove(scratch + "/chat.mjs");
-    if (!QFile::copy(scripts + "/chat.mjs", scratch + "/chat.mjs"))
+    if (!installScript(scratch, scripts, "chat.mjs"))
         return QStringLiteral("cannot copy chat.mjs into ") + scratch;
     return {};
 }
@@ -87,10 +98,11 @@ struct Answer {
 };
 
 // One request with Connection: close; the whole answer (chunked bodies decoded).
+// `headers`: more header lines, each ending in CRLF.
 inline Answer exchange(int port, const QByteArray& method, const QByteArray& path,
-                       const QByteArray& body = {}) {
+                       const QByteArray& body = {}, const QByteArray& headers = {}) {
     QByteArray request =
-        method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+        method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + headers;
     if (method == "POST")
         request +=
             "Content-Type: application/json\r\nContent-Length: " + QByteArray::number(body.size()) +

@@ -623,7 +623,8 @@ void TestK3Limits::foreignHostsAndOriginsAreRefused() {
     QCOMPARE(preflight.status, 204);
     QVERIFY2(preflight.head.contains("Access-Control-Allow-Origin: http://localhost:3000\r\n") &&
                  preflight.head.contains(
-                     "Access-Control-Allow-Headers: Authorization, Content-Type\r\n") &&
+                     "Access-Control-Allow-Headers: Authorization, Content-Type, x-api-key, "
+                     "anthropic-version\r\n") &&
                  preflight.head.contains("Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"),
              preflight.head.constData());
     const Answer answered = exchange(s.port, request("POST", fromPage, chat));

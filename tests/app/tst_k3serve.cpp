@@ -437,8 +437,9 @@ void TestK3Serve::refusals() {
     QCOMPARE(missing["status"].toInt(), 404);
     QCOMPARE(missing["body"]["error"]["message"].toString(),
              QString("no route POST /v1/embeddings (GET /v1/models, GET /v1/models/{id}, POST "
-                     "/v1/chat/completions, POST /v1/completions, POST /tokenize, POST "
-                     "/detokenize, GET /metrics, GET /health)"));
+                     "/v1/chat/completions, POST /v1/completions, POST /v1/messages, POST "
+                     "/v1/responses, POST /tokenize, POST /detokenize, GET /metrics, GET "
+                     "/health)"));
 
     // Through the official client: a field of the wrong type, an unknown role.
     const QJsonArray r = chat(
@@ -505,7 +506,7 @@ void TestK3Serve::apiKeyAndBinding() {
     QCOMPARE(bad[0]["error"]["status"].toInt(), 401);
     QCOMPARE(bad[0]["error"]["message"].toString(),
              QString("invalid or missing API key: send the key given to k3 serve --api-key-file "
-                     "as Authorization: Bearer KEY"));
+                     "as Authorization: Bearer KEY (or x-api-key: KEY)"));
     // The scheme is case-insensitive (issue 31 item 7).
     const QJsonObject lower =
         raw({{"url", QStringLiteral("http://127.0.0.1:%1/v1/models").arg(s.port)},

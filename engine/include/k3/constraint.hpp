@@ -81,7 +81,8 @@ struct ToolCallTarget {
 };
 
 // What the assistant's turn must be, bound to a tokenizer (it holds the vocabulary's
-// byte trie). Built once per request; shared read-only by the generation that uses it.
+// byte trie, built once per tokenizer and shared by later constraints). Built once per
+// request; shared read-only by the generation that uses it.
 class OutputConstraint {
 public:
     // The answer (response channel) is one JSON value of `answer`, nothing else: then the

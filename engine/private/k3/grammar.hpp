@@ -134,14 +134,13 @@ private:
 
 namespace k3 {
 
-struct OutputConstraint::Impl {
-    grammar::Grammar grammar;
-    std::vector<std::shared_ptr<const grammar::Grammar>> parts; // the JSON grammars used
-    const grammar::Node* thinkFirstRoot = nullptr;
-    const grammar::Node* answerFirstRoot = nullptr;
+namespace grammar {
+// What a constraint needs of the tokenizer's vocabulary, the same for every request:
+// built once per vocabulary (vocabularyOf) and shared read-only.
+struct Vocabulary {
     // Each id's symbols: an ordinary token's bytes, a marker's one symbol, nothing for
     // the other added tokens (never allowed).
-    std::vector<std::vector<grammar::Symbol>> symbols;
+    std::vector<std::vector<Symbol>> symbols;
     // The byte trie of the ordinary tokens: node 0 is the root; a node's children are
     // [firstChild, firstChild + childCount), sorted by byte.
     struct TrieNode {
@@ -160,12 +159,28 @@ struct OutputConstraint::Impl {
     std::vector<TokenId> plainIds;
     std::vector<TrieNode> otherTrie;
     std::vector<TokenId> markerIds; // ids whose symbols are a marker
-    bool toolCall = false;          // made by OutputConstraint::toolCall
+};
+
+// The tables of `tokenizer`'s vocabulary: built at the first request and reused while a
+// tokenizer with the same tokens is asked for (a few vocabularies are kept). Throws
+// ChatError when it lacks a marker.
+std::shared_ptr<const Vocabulary> vocabularyOf(const Tokenizer& tokenizer);
+// How many times vocabularyOf built the tables (tests: a second request builds nothing).
+std::uint64_t vocabularyBuilds();
+} // namespace grammar
+
+struct OutputConstraint::Impl {
+    grammar::Grammar grammar;
+    std::vector<std::shared_ptr<const grammar::Grammar>> parts; // the JSON grammars used
+    const grammar::Node* thinkFirstRoot = nullptr;
+    const grammar::Node* answerFirstRoot = nullptr;
+    std::shared_ptr<const grammar::Vocabulary> vocab;
+    bool toolCall = false; // made by OutputConstraint::toolCall
 };
 
 namespace grammar {
-// Fills `c.symbols`, `c.trie` and `c.markerIds` from the tokenizer (throws ChatError when
-// it lacks a marker) and the grammar's minSymbols.
+// Binds the vocabulary's tables (vocabularyOf) and the grammar's literal token counts
+// and minSymbols.
 void bindVocabulary(OutputConstraint::Impl& c, const Tokenizer& tokenizer);
 } // namespace grammar
 

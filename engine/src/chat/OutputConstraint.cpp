@@ -9,7 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <list>
 #include <map>
+#include <mutex>
 
 namespace k3 {
 
@@ -74,7 +77,7 @@ namespace grammar {
 namespace {
 
 // Node::tokensFrom of a literal, by dynamic programming from its end over the trie.
-void countLiteralTokens(const OutputConstraint::Impl& c, Node& n) {
+void countLiteralTokens(const Vocabulary& c, Node& n) {
     const std::vector<Symbol>& s = n.literal;
     n.tokensFrom.assign(s.size() + 1, kUnbounded);
     n.tokensFrom[s.size()] = 0;
@@ -138,8 +141,7 @@ int plainChars(std::string_view bytes) {
 
 // The byte trie of `ids`: built with maps, then laid out breadth first (a node's
 // children adjacent).
-std::vector<OutputConstraint::Impl::TrieNode> buildTrie(const OutputConstraint::Impl& c,
-                                                        const std::vector<TokenId>& ids) {
+std::vector<Vocabulary::TrieNode> buildTrie(const Vocabulary& c, const std::vector<TokenId>& ids) {
     struct Building {
         std::map<std::uint8_t, std::uint32_t> children;
         TokenId token = -1;
@@ -158,7 +160,7 @@ std::vector<OutputConstraint::Impl::TrieNode> buildTrie(const OutputConstraint::
         }
         nodes[at].token = id;
     }
-    std::vector<OutputConstraint::Impl::TrieNode> trie(1);
+    std::vector<Vocabulary::TrieNode> trie(1);
     std::vector<std::uint32_t> order{0}; // building index of each laid-out node
     for (std::size_t i = 0; i < order.size(); ++i) {
         const Building& b = nodes[order[i]];
@@ -174,21 +176,16 @@ std::vector<OutputConstraint::Impl::TrieNode> buildTrie(const OutputConstraint::
     return trie;
 }
 
-} // namespace
-
-void bindVocabulary(OutputConstraint::Impl& c, const Tokenizer& tok) {
+std::shared_ptr<const Vocabulary> buildVocabulary(const Tokenizer& tok,
+                                                  const std::vector<TokenId>& markerIds) {
+    auto v = std::make_shared<Vocabulary>();
+    Vocabulary& c = *v;
     c.symbols.assign(tok.vocabSize(), {});
-    const std::pair<std::string_view, Symbol> markers[] = {
-        {chatmarker::openMark, grammar::kOpen},
-        {chatmarker::closeMark, grammar::kClose},
-        {chatmarker::sepMark, grammar::kSep},
-        {chatmarker::endOfMessage, grammar::kEndOfMessage},
-        {chatmarker::eos, grammar::kEos}};
-    for (const auto& [spelling, symbol] : markers) {
-        const auto id = tok.tokenId(spelling);
-        if (!id) throw ChatError("the tokenizer has no " + std::string(spelling) + " marker");
-        c.symbols[std::size_t(*id)] = {symbol};
-        c.markerIds.push_back(*id);
+    const Symbol markerSymbols[] = {grammar::kOpen, grammar::kClose, grammar::kSep,
+                                    grammar::kEndOfMessage, grammar::kEos};
+    for (std::size_t i = 0; i < markerIds.size(); ++i) {
+        c.symbols[std::size_t(markerIds[i])] = {markerSymbols[i]};
+        c.markerIds.push_back(markerIds[i]);
     }
     std::vector<TokenId> all, others;
     c.plainChars.assign(tok.vocabSize(), -1);
@@ -203,8 +200,58 @@ void bindVocabulary(OutputConstraint::Impl& c, const Tokenizer& tok) {
     }
     c.trie = buildTrie(c, all);
     c.otherTrie = buildTrie(c, others);
+    return v;
+}
+
+std::atomic<std::uint64_t> gVocabularyBuilds{0};
+
+} // namespace
+
+std::uint64_t vocabularyBuilds() {
+    return gVocabularyBuilds.load();
+}
+
+std::shared_ptr<const Vocabulary> vocabularyOf(const Tokenizer& tok) {
+    const std::string_view spellings[] = {chatmarker::openMark, chatmarker::closeMark,
+                                          chatmarker::sepMark, chatmarker::endOfMessage,
+                                          chatmarker::eos};
+    std::vector<TokenId> markerIds;
+    for (const std::string_view spelling : spellings) {
+        const auto id = tok.tokenId(spelling);
+        if (!id) throw ChatError("the tokenizer has no " + std::string(spelling) + " marker");
+        markerIds.push_back(*id);
+    }
+    // The key is everything the tables are made of (every token's bytes and the markers'
+    // ids), so two tokenizers share tables only when they would build the same ones.
+    // FNV-1a over ~1 MB: a millisecond or two, against the build's second.
+    std::uint64_t key = 1469598103934665603ull;
+    auto mix = [&key](std::string_view bytes) {
+        for (const char ch : bytes) key = (key ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+        key = (key ^ 0x100u) * 1099511628211ull; // a token boundary
+    };
+    mix(std::to_string(tok.vocabSize()) + "/" + std::to_string(tok.numRanks()));
+    for (const TokenId id : markerIds) mix(std::to_string(id));
+    for (std::size_t id = 0; id < tok.numRanks(); ++id) mix(tok.tokenBytes(TokenId(id)));
+
+    static std::mutex m;
+    static std::list<std::pair<std::uint64_t, std::shared_ptr<const Vocabulary>>> cache;
+    std::lock_guard lock(m); // one build at a time; the others wait and share it
+    for (auto it = cache.begin(); it != cache.end(); ++it)
+        if (it->first == key) {
+            cache.splice(cache.begin(), cache, it);
+            return cache.front().second;
+        }
+    auto built = buildVocabulary(tok, markerIds);
+    ++gVocabularyBuilds;
+    cache.emplace_front(key, built);
+    if (cache.size() > 2) cache.pop_back(); // a server has one tokenizer; tests a few
+    return built;
+}
+
+void bindVocabulary(OutputConstraint::Impl& c, const Tokenizer& tok) {
+    c.vocab = vocabularyOf(tok);
     for (Node& n : c.grammar.nodes)
-        if (n.kind == Node::Kind::Literal) countLiteralTokens(c, n);
+        if (n.kind == Node::Kind::Literal) countLiteralTokens(*c.vocab, n);
     computeMinSymbols(c.grammar);
 }
 
@@ -280,9 +327,9 @@ bool ConstraintState::take(std::span<const Symbol> symbols, std::vector<Thread>&
 }
 
 bool ConstraintState::allows(TokenId id, int tokensLeftAfter) const {
-    if (id < 0 || std::size_t(id) >= c_.symbols.size()) return false;
+    if (id < 0 || std::size_t(id) >= c_.vocab->symbols.size()) return false;
     std::vector<Thread> threads = threads_;
-    return take(c_.symbols[std::size_t(id)], threads) &&
+    return take(c_.vocab->symbols[std::size_t(id)], threads) &&
            grammar::minRemaining(threads) <= tokensLeftAfter;
 }
 
@@ -306,8 +353,8 @@ bool ConstraintState::allowedPlain(int tokensLeftAfter, std::vector<TokenId>& ou
         rooms.push_back({std::int64_t(top.node->maxLength) - top.count, fewest,
                          std::int64_t(grammar::minRemaining(one)) - fewest});
     }
-    for (const TokenId id : c_.plainIds) {
-        const int chars = c_.plainChars[std::size_t(id)];
+    for (const TokenId id : c_.vocab->plainIds) {
+        const int chars = c_.vocab->plainChars[std::size_t(id)];
         for (const Room& r : rooms)
             if (chars <= r.most &&
                 r.restAfterString + std::max<std::int64_t>(0, r.fewest - chars) <=
@@ -323,10 +370,10 @@ std::vector<TokenId> ConstraintState::allowed(int tokensLeftAfter) const {
     std::vector<TokenId> out;
     // In string text or free text, plain tokens by arithmetic; only the others walked.
     const bool plainJudged = allowedPlain(tokensLeftAfter, out);
-    const auto& trie = plainJudged ? c_.otherTrie : c_.trie;
+    const auto& trie = plainJudged ? c_.vocab->otherTrie : c_.vocab->trie;
     // Depth first down the trie: a prefix the automaton refuses cuts its whole subtree.
     struct Walk {
-        const std::vector<OutputConstraint::Impl::TrieNode>& trie;
+        const std::vector<Vocabulary::TrieNode>& trie;
         int left;
         std::vector<TokenId>& out;
         void from(std::uint32_t node, const std::vector<Thread>& threads) const {
@@ -342,15 +389,15 @@ std::vector<TokenId> ConstraintState::allowed(int tokensLeftAfter) const {
         }
     };
     Walk{trie, tokensLeftAfter, out}.from(0, threads_);
-    for (const TokenId id : c_.markerIds)
+    for (const TokenId id : c_.vocab->markerIds)
         if (allows(id, tokensLeftAfter)) out.push_back(id);
     std::sort(out.begin(), out.end());
     return out;
 }
 
 void ConstraintState::advance(TokenId id) {
-    if (id < 0 || std::size_t(id) >= c_.symbols.size() ||
-        !take(c_.symbols[std::size_t(id)], threads_))
+    if (id < 0 || std::size_t(id) >= c_.vocab->symbols.size() ||
+        !take(c_.vocab->symbols[std::size_t(id)], threads_))
         threads_.clear();
 }
 

@@ -82,6 +82,7 @@ private slots:
     void admittingThePlainAnswerChangesNoId();
     void jsonAnswerParsesAndValidates();
     void toolCallIsTheNamedFunction();
+    void vocabularyIsBuiltOncePerTokenizer();
 };
 
 void TestConstraint::refusalsNameTheKeyword_data() {
@@ -340,6 +341,25 @@ void TestConstraint::toolCallIsTheNamedFunction() {
         QCOMPARE(args.size(), std::size_t(1));
         QVERIFY(args.at("city").is_string());
     }
+}
+
+// The vocabulary's tables (the byte tries, ~1.2 s at 160k tokens) are built once: a second
+// constraint, even over another Tokenizer object loaded from the same files, shares them;
+// its masks are the first one's.
+void TestConstraint::vocabularyIsBuiltOncePerTokenizer() {
+    const auto first = k3::OutputConstraint::jsonAnswer(JsonGrammar::anyObject(), demoTokenizer());
+    const std::uint64_t builds = k3::grammar::vocabularyBuilds();
+    QVERIFY(builds >= 1);
+    const k3::Tokenizer again = k3::Tokenizer::fromDirectory(kDemo);
+    const auto second = k3::OutputConstraint::jsonAnswer(JsonGrammar::anyObject(), again);
+    const auto call = k3::OutputConstraint::toolCall({{"get_weather"}}, again);
+    QCOMPARE(k3::grammar::vocabularyBuilds(), builds);
+    QCOMPARE(second->impl().vocab.get(), first->impl().vocab.get());
+    QCOMPARE(call->impl().vocab.get(), first->impl().vocab.get());
+    ConstraintState a(*first, false), b(*second, false);
+    const auto masks = a.allowed(100);
+    QVERIFY(!masks.empty());
+    QCOMPARE(b.allowed(100), masks);
 }
 
 QTEST_GUILESS_MAIN(TestConstraint)
