@@ -44,6 +44,12 @@ void MainMenus::createEditMenu() {
                                    &MainWindow::regenerate);
     m_regenerate->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
     m_regenerate->setObjectName(QStringLiteral("regenerateAction"));
+    // An answer cut by Stop, quitting or a crash goes on from where it stopped.
+    m_continue = edit->addAction(MainWindow::tr("&Continue the cut answer"), m_window,
+                                 &MainWindow::continueAnswer);
+    m_continue->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_R));
+    m_continue->setObjectName(QStringLiteral("continueAnswerAction"));
+    m_continue->setEnabled(false);
     // Up only works in the empty composer, so it is shown here but not bound globally.
     QAction* editLast = edit->addAction(MainWindow::tr("&Edit the last message") +
                                             QStringLiteral("\t") + MainWindow::tr("Up"),

@@ -14,6 +14,7 @@ public:
     MainMenus(MainWindow* window, const QList<QDockWidget*>& docks);
 
     QAction* regenerateAction() const { return m_regenerate; }
+    QAction* continueAction() const { return m_continue; }
 
 private:
     void createFileMenu();
@@ -24,4 +25,5 @@ private:
 
     MainWindow* m_window;
     QAction* m_regenerate = nullptr;
+    QAction* m_continue = nullptr; // enabled while the last answer is a cut one
 };

@@ -85,6 +85,17 @@ MainWindow::MainWindow(QWidget* parent)
                                              .arg(done)
                                              .arg(total));
             });
+    // Each conversation's saved state in the list (issue 28), measured on the engine
+    // thread when the model, an answer or a deletion may have changed it.
+    connect(worker, &EngineWorker::modelLoaded, this, &MainWindow::measureSavedStates);
+    connect(worker, &EngineWorker::generationFinished, this, &MainWindow::measureSavedStates);
+    connect(worker, &EngineWorker::statesForgotten, this, &MainWindow::measureSavedStates);
+    connect(worker, &EngineWorker::savedStateMeasured, m_conversationPanel,
+            [this](const QString& id, int, quint64 bytes) {
+                m_conversationPanel->setSavedState(id, bytes);
+            });
+    connect(m_conversationPanel, &ConversationListPanel::savedStateDeleteRequested, this,
+            [this](const QString& id) { m_engine->forgetConversation(m_store->pathFor(id)); });
     resize(1100, 720);
     restoreWindowSettings();
     applySettings();
@@ -110,6 +121,10 @@ QWidget* MainWindow::buildSidebar() {
             });
     connect(m_conversationPanel, &ConversationListPanel::conversationDeleted, this,
             [this](const QString& id) {
+                // Deleted mid-answer: the engine stops first (the forget below runs after
+                // the answer's end, and its last state), and the transcript in the trash
+                // is not written back by the stopped answer's save.
+                if (id == currentConversationId()) m_chat->abandonAnswer();
                 // What the engine kept of it goes too (read from the trash on its thread).
                 m_engine->forgetConversation(m_store->trashDirectory() + QLatin1Char('/') + id +
                                              QStringLiteral(".jsonl"));
@@ -195,6 +210,9 @@ void MainWindow::connectChat() {
             &MainWindow::updateRegenerateAction);
     connect(conversation, &QAbstractItemModel::modelReset, this,
             &MainWindow::updateRegenerateAction);
+    // An answer ending (stopped or not) changes its row, not the rows.
+    connect(conversation, &QAbstractItemModel::dataChanged, this,
+            &MainWindow::updateRegenerateAction);
 }
 
 const QString& MainWindow::currentConversationId() const {
@@ -215,6 +233,7 @@ void MainWindow::updateRegenerateAction() {
         conversation->index(rows - 1).data(ConversationModel::RoleNameRole).toString() ==
             QLatin1String("user");
     action->setText(question ? tr("&Answer the last question") : tr("&Regenerate the last answer"));
+    m_menus->continueAction()->setEnabled(m_chat->canContinue());
 }
 
 void MainWindow::newChat() {
@@ -409,6 +428,17 @@ void MainWindow::connectLoader() {
 
 void MainWindow::regenerate() {
     m_chat->regenerate();
+}
+
+void MainWindow::measureSavedStates() {
+    const QStringList ids = m_conversationPanel->listedIds();
+    QStringList transcripts;
+    for (const QString& id : ids) transcripts << m_store->pathFor(id);
+    if (!ids.isEmpty()) m_engine->measureSavedStates(ids, transcripts);
+}
+
+void MainWindow::continueAnswer() {
+    m_chat->continueAnswer();
 }
 
 void MainWindow::editLastMessage() {

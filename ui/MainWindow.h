@@ -61,6 +61,8 @@ public slots:
     void newChat();
     // Writes the last answer again; a conversation ending with a question gets its answer.
     void regenerate();
+    // Continues the last answer where it was cut (Edit > Continue the cut answer).
+    void continueAnswer();
     // Puts the last user message back in the composer; sending it then replaces that
     // message and everything after it, and the answer is generated again.
     void editLastMessage();
@@ -114,6 +116,8 @@ private:
     QWidget* buildCenter();
     // The chat and the status bar follow what ModelLoader reports.
     void connectLoader();
+    // Asks the engine what it keeps on disk of each listed conversation (the list shows it).
+    void measureSavedStates();
     void connectChat();
     void showAnswerFailed(const QString& message);
     void askToQuitMidAnswer();

@@ -54,6 +54,44 @@ ChatController::ChatController(EngineController* engine, ConversationModel* conv
     connect(m_composer, &MessageComposer::thinkingEffortChanged, this, askThinkingCost);
     connect(worker, &EngineWorker::thinkingCost, m_composer, &MessageComposer::setThinkingCost);
     connect(worker, &EngineWorker::readingCost, m_composer, &MessageComposer::setReadingCost);
+    // What the next message reads: asked when the text, the conversation, the model, Think
+    // or its effort change, and after each answer (the state and the rate changed).
+    m_readingDelay.setSingleShot(true);
+    m_readingDelay.setInterval(300);
+    connect(&m_readingDelay, &QTimer::timeout, this, &ChatController::askReadingPositions);
+    connect(m_composer, &MessageComposer::textChanged, this, &ChatController::measureNextMessage);
+    connect(m_composer, &MessageComposer::thinkingEffortChanged, this,
+            &ChatController::measureNextMessage);
+    connect(m_composer, &MessageComposer::thinkingChosen, this,
+            &ChatController::measureNextMessage);
+    connect(worker, &EngineWorker::modelLoaded, this, &ChatController::measureNextMessage);
+    connect(worker, &EngineWorker::generationFinished, this, &ChatController::measureNextMessage);
+    connect(m_conversation, &QAbstractItemModel::modelReset, this,
+            &ChatController::measureNextMessage);
+    connect(worker, &EngineWorker::readingPositions, m_composer,
+            &MessageComposer::setReadingPositions);
+}
+
+void ChatController::measureNextMessage() {
+    m_readingDelay.start();
+}
+
+void ChatController::askReadingPositions() {
+    // While answering the engine is busy and the state changes: asked again at the end.
+    if (m_answering || m_engine->isBusy() || !m_composer->isReady() || m_editRow >= 0) return;
+    QVector<ChatTurn> history = m_conversation->turns();
+    if (!m_conversation->systemPromptChosen() && !AppSettings::load().systemPrompt.isEmpty()) {
+        ChatTurn system; // what send() gives a new conversation
+        system.role = QStringLiteral("system");
+        system.content = AppSettings::load().systemPrompt;
+        history.prepend(system);
+    }
+    ChatTurn message;
+    message.role = QStringLiteral("user");
+    message.content = m_composer->text();
+    for (const ImageAttachment& a : m_composer->attachments()) message.images << a.file;
+    history.push_back(message);
+    m_engine->measureReading(history, nextGenerationSettings(0));
 }
 
 void ChatController::setModel(const QString& key, bool hasThinkChannel) {
@@ -159,13 +197,31 @@ QString ChatController::systemPrompt() const {
                                                 : AppSettings::load().systemPrompt;
 }
 
-void ChatController::startAnswer(int versionOfRow) {
-    if (versionOfRow >= 0)
+bool ChatController::canContinue() const {
+    const int rows = m_conversation->rowCount();
+    if (rows == 0 || m_answering) return false;
+    const QModelIndex last = m_conversation->index(rows - 1);
+    return last.data(ConversationModel::RoleNameRole).toString() == QLatin1String("assistant") &&
+           last.data(ConversationModel::StoppedRole).toBool();
+}
+
+void ChatController::continueAnswer() {
+    if (m_engine->isBusy() || !m_composer->isReady() || !canContinue()) return;
+    cancelEdit();
+    startAnswer(-1, true);
+}
+
+void ChatController::startAnswer(int versionOfRow, bool continuing) {
+    // The answer so far is the history's last message, taken before it streams again.
+    const QVector<ChatTurn> continued = continuing ? m_conversation->turns() : QVector<ChatTurn>();
+    if (continuing)
+        m_conversation->resumeLast();
+    else if (versionOfRow >= 0)
         m_conversation->beginAssistantVersion(versionOfRow, m_answeringModel);
     else
         m_conversation->beginAssistantMessage(m_answeringModel);
     // The streaming message (and the versions it keeps aside) are not part of it.
-    const QVector<ChatTurn> history = m_conversation->turns();
+    const QVector<ChatTurn> history = continuing ? continued : m_conversation->turns();
     m_answering = true;
     m_tokens = 0;
     m_tokenSeconds = 0;
@@ -174,8 +230,8 @@ void ChatController::startAnswer(int versionOfRow) {
     m_sinceSave.start();
     // Read again for every message: a change in Settings applies to the next one, except
     // where this conversation has its own.
-    const GenerationSettings settings =
-        nextGenerationSettings(QRandomGenerator::global()->generate64());
+    GenerationSettings settings = nextGenerationSettings(QRandomGenerator::global()->generate64());
+    settings.continueAnswer = continuing;
     // Think as this conversation last used it, restored when it is reopened.
     if (m_composer->isThinkingAvailable() && m_settings.thinking != settings.thinking) {
         m_settings.thinking = settings.thinking;
@@ -228,6 +284,13 @@ void ChatController::stopAndKeep() {
     save();
     // The composer stays in its Stop state until the engine reports the end (within a
     // token), so no new question is queued behind the old answer.
+}
+
+void ChatController::abandonAnswer() {
+    cancelEdit();
+    if (!m_answering) return;
+    m_engine->stop();
+    m_answering = false; // late tokens and the end are then ignored, nothing is saved
 }
 
 k3::AnswerFigures ChatController::figuresSoFar() const {

@@ -3,6 +3,7 @@
 #include <QElapsedTimer>
 #include <QObject>
 #include <QString>
+#include <QTimer>
 #include <QVector>
 
 #include <k3/chat.hpp>
@@ -71,11 +72,20 @@ public slots:
     // of it (a new branch from there; what followed is kept as the other version).
     void editMessage(int row);
     void cancelEdit();
+    // Continues the last answer where it was cut (Stop, quitting, a crash): the prompt
+    // ends with the answer so far and no new turn; from the state the engine holds, or
+    // the one on disk, nothing is read again. Refused while answering.
+    void continueAnswer();
+    // The last message is an answer cut short that Continue can carry on.
+    bool canContinue() const;
     // Asks the engine to stop; the answer so far is kept, marked stopped, when it ends.
     void stop();
     // Stops and keeps the answer so far now (marked stopped, saved): for quitting and for
     // leaving the conversation. Late tokens of that answer are then ignored.
     void stopAndKeep();
+    // The open conversation was deleted: its answer stops and nothing of it is written
+    // again (a save now would bring the deleted transcript back).
+    void abandonAnswer();
     // Writes the conversation (with the streaming answer so far, marked stopped).
     void save();
     // Shows version `index` (from 0) of message `row` (a regenerated answer, an edited
@@ -88,6 +98,10 @@ public slots:
     void setConversationSettings(const ConversationSettings& settings);
     // A conversation opened (or a new one): its settings as saved, nothing written.
     void showConversationSettings(const ConversationSettings& settings);
+    // Asks the engine (off the GUI thread) what the message in the composer would read
+    // before its first token, shortly after the last change: the composer says it when it
+    // is more than a few seconds (issue 37 point 1).
+    void measureNextMessage();
 
 signals:
     // The answer is in the conversation and saved; `summary` is the worker's, so the
@@ -106,7 +120,8 @@ signals:
 
 private:
     // Answers the conversation; versionOfRow >= 0: as a new version of that answer.
-    void startAnswer(int versionOfRow);
+    // continuing: the last answer goes on (resumed in the model) instead of a new one.
+    void startAnswer(int versionOfRow, bool continuing = false);
     void onToken(int index, const QString& thinking, const QString& response, double seconds);
     void onFinished(const GenerationSummary& summary);
     void onFailed(const QString& message);
@@ -114,6 +129,7 @@ private:
     void keepPartialAnswer(const QString& why);
     k3::AnswerFigures figuresSoFar() const;
     void rememberThinking(bool on);
+    void askReadingPositions();
 
     EngineController* m_engine;
     ConversationModel* m_conversation;
@@ -132,4 +148,5 @@ private:
     double m_firstTokenSeconds = 0; // from the request to the first token
     QElapsedTimer m_answerClock;
     QElapsedTimer m_sinceSave;
+    QTimer m_readingDelay; // typing asks once it pauses, not at every key
 };

@@ -14,6 +14,7 @@ public:
         ModifiedRole,          // the transcript's last write (QDateTime)
         DateTextRole,          // the relative time shown ("2 h ago", "pinned · 2 h ago")
         PinnedRole,            // pinned to the top of the list (bool)
+        StateBytesRole,        // the engine's saved states of it on disk (quint64; 0: none)
     };
 
     explicit ConversationListDelegate(QObject* parent = nullptr);

@@ -190,12 +190,48 @@ void ConversationListPanel::fillItem(QListWidgetItem* item, const Summary& summa
     item->setData(Roles::ModifiedRole, summary.modified);
     item->setData(Roles::PinnedRole, pinned);
     item->setFlags(item->flags() | Qt::ItemIsEditable);
-    item->setToolTip(
-        tr("%1\nLast changed %2")
-            .arg(summary.title, QLocale().toString(summary.modified, QLocale::LongFormat)));
-    const QString date = dateText(summary.modified, pinned, QDateTime::currentDateTime());
-    item->setData(Roles::DateTextRole, date);
-    item->setData(Qt::AccessibleTextRole, QString(summary.title + QStringLiteral(", ") + date));
+    item->setData(Roles::StateBytesRole, m_stateBytes.value(summary.id));
+    showSecondLine(item, QDateTime::currentDateTime());
+}
+
+QString ConversationListPanel::savedStateText(quint64 bytes) {
+    return tr("saved state %1")
+        .arg(QLocale().formattedDataSize(qint64(bytes), 1, QLocale::DataSizeSIFormat));
+}
+
+void ConversationListPanel::showSecondLine(QListWidgetItem* item, const QDateTime& now) {
+    const QDateTime modified = item->data(Roles::ModifiedRole).toDateTime();
+    QString line = dateText(modified, item->data(Roles::PinnedRole).toBool(), now);
+    const quint64 bytes = item->data(Roles::StateBytesRole).toULongLong();
+    if (bytes > 0) line += QStringLiteral(" · ") + savedStateText(bytes);
+    item->setData(Roles::DateTextRole, line);
+    item->setData(Qt::AccessibleTextRole, QString(item->text() + QStringLiteral(", ") + line));
+    QString tip = tr("%1\nLast changed %2")
+                      .arg(item->text(), QLocale().toString(modified, QLocale::LongFormat));
+    // What reopening it saves: its state comes back from disk instead of being read.
+    if (bytes > 0)
+        tip += QLatin1Char('\n') +
+               tr("%1: a follow-up reads only the new message").arg(savedStateText(bytes));
+    item->setToolTip(tip);
+}
+
+QStringList ConversationListPanel::listedIds() const {
+    QStringList ids;
+    for (int row = 0; row < m_list->count(); ++row)
+        ids << m_list->item(row)->data(Roles::IdRole).toString();
+    return ids;
+}
+
+void ConversationListPanel::setSavedState(const QString& id, quint64 bytes) {
+    m_stateBytes.insert(id, bytes);
+    if (QListWidgetItem* item = itemFor(id)) {
+        item->setData(Roles::StateBytesRole, bytes);
+        showSecondLine(item, QDateTime::currentDateTime());
+    }
+}
+
+void ConversationListPanel::deleteSavedState(const QString& id) {
+    if (!id.isEmpty()) emit savedStateDeleteRequested(id);
 }
 
 QString ConversationListPanel::dateText(const QDateTime& modified, bool pinned,
@@ -225,11 +261,7 @@ void ConversationListPanel::duplicateConversation(const QString& id) {
 void ConversationListPanel::updateDates() {
     const QDateTime now = QDateTime::currentDateTime();
     for (int row = 0; row < m_list->count(); ++row) {
-        QListWidgetItem* item = m_list->item(row);
-        const QString date = dateText(item->data(Roles::ModifiedRole).toDateTime(),
-                                      item->data(Roles::PinnedRole).toBool(), now);
-        item->setData(Roles::DateTextRole, date);
-        item->setData(Qt::AccessibleTextRole, QString(item->text() + QStringLiteral(", ") + date));
+        showSecondLine(m_list->item(row), now);
     }
 }
 
@@ -372,6 +404,11 @@ void ConversationListPanel::showContextMenu(const QPoint& position) {
         ->setObjectName(QStringLiteral("pinConversationAction"));
     menu->addAction(tr("Duplicate"), this, [this, id] { duplicateConversation(id); })
         ->setObjectName(QStringLiteral("duplicateConversationAction"));
+    // The transcript stays; a follow-up then reads the conversation again.
+    QAction* forget =
+        menu->addAction(tr("Delete saved state"), this, [this, id] { deleteSavedState(id); });
+    forget->setObjectName(QStringLiteral("deleteSavedStateAction"));
+    forget->setEnabled(item->data(Roles::StateBytesRole).toULongLong() > 0);
     menu->addAction(tr("Delete") + QStringLiteral("\tDel"), this,
                     [this, id] { deleteConversation(id); });
     menu->popup(m_list->viewport()->mapToGlobal(position)); // not exec(): nothing waits on it

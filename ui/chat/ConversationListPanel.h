@@ -1,5 +1,6 @@
 #pragma once
 
+#include <QHash>
 #include <QTimer>
 #include <QVector>
 #include <QWidget>
@@ -34,6 +35,10 @@ public:
     QString noResultsText() const;
     // The deleted conversations Undo can still bring back, the latest last.
     QStringList pendingDeletions() const;
+    // The conversations listed now, in order (their saved states are measured for them).
+    QStringList listedIds() const;
+    // "saved state 12.3 MB" (bytes > 0): shown under the title and in the tooltip.
+    static QString savedStateText(quint64 bytes);
     // How long Undo is offered after a deletion (10 s unless a test shortens it).
     void setUndoPeriod(int milliseconds) { m_undoTimer.setInterval(milliseconds); }
 
@@ -52,6 +57,11 @@ public slots:
     void setPinned(const QString& id, bool pinned);
     // A copy under a new id, "TITLE (copy)", listed and announced.
     void duplicateConversation(const QString& id);
+    // What the engine keeps of `id` on disk (EngineWorker::savedStateMeasured).
+    void setSavedState(const QString& id, quint64 bytes);
+    // Asks for `id`'s saved states to be deleted, its transcript kept (the menu's
+    // "Delete saved state").
+    void deleteSavedState(const QString& id);
     // Brings back the latest deletion.
     void undoDelete();
     // Deletes every pending deletion for good.
@@ -66,6 +76,8 @@ signals:
     void conversationRenamed(const QString& id, const QString& title);
     // A copy of a conversation was made (duplicateConversation).
     void conversationDuplicated(const QString& copyId);
+    // The user asked for `id`'s saved states to go (the transcript stays).
+    void savedStateDeleteRequested(const QString& id);
     // A search's results are on screen.
     void searchFinished();
 
@@ -83,6 +95,8 @@ private:
     void showSummaries(const QVector<ConversationStore::Summary>& summaries, const QString& query);
     void fillItem(QListWidgetItem* item, const ConversationStore::Summary& summary, bool pinned);
     static QString dateText(const QDateTime& modified, bool pinned, const QDateTime& now);
+    // The line under the title: the date, and the saved state's size when there is one.
+    void showSecondLine(QListWidgetItem* item, const QDateTime& now);
     void updateDates();
     void updateUndoBar();
     void onSelectionChanged();
@@ -103,9 +117,10 @@ private:
     QTimer m_undoTimer;
     QTimer m_dateTimer;
     QString m_currentId;
-    QVector<Deletion> m_deletions; // pending, oldest first
-    int m_searchGeneration = 0;    // a result of an older search or listing is dropped
-    bool m_filling = false;        // selection changes now are the panel's, not the user's
-    bool m_editing = false;        // a title is being typed
+    QVector<Deletion> m_deletions;        // pending, oldest first
+    QHash<QString, quint64> m_stateBytes; // measured saved states by id (kept across refills)
+    int m_searchGeneration = 0;           // a result of an older search or listing is dropped
+    bool m_filling = false;               // selection changes now are the panel's, not the user's
+    bool m_editing = false;               // a title is being typed
     bool m_refreshAfterEdit = false;
 };

@@ -146,6 +146,18 @@ void ConversationModel::finishLast(const QString& stats, const QString& invalidR
     changed(int(m_entries.size()) - 1);
 }
 
+bool ConversationModel::resumeLast() {
+    if (m_entries.isEmpty()) return false;
+    Entry& e = m_entries.last();
+    if (e.role != QLatin1String("assistant") || !e.stopped || e.streaming || !e.toolCalls.empty())
+        return false;
+    e.stopped = false;
+    e.streaming = true;
+    e.stats.clear();
+    changed(int(m_entries.size()) - 1);
+    return true;
+}
+
 bool ConversationModel::lastIsStreaming() const {
     return !m_entries.isEmpty() && m_entries.last().streaming;
 }

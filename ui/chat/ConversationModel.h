@@ -62,6 +62,9 @@ public:
                     const QString& model = {}, bool stopped = false,
                     const k3::AnswerFigures& figures = {},
                     const std::vector<k3::ChatToolCall>& toolCalls = {});
+    // Opens the last message, an assistant's answer cut short, for tokens to stream into
+    // again (Continue): it is no longer marked stopped. False when the last is not one.
+    bool resumeLast();
     // The message tokens stream into is still open.
     bool lastIsStreaming() const;
     // Drops the last message; when it has other versions, the latest of them is shown.

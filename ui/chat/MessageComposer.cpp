@@ -98,6 +98,7 @@ MessageComposer::MessageComposer(QWidget* parent)
             trySend();
     });
     connect(m_editor, &QPlainTextEdit::textChanged, this, &MessageComposer::updateSendButton);
+    connect(m_editor, &QPlainTextEdit::textChanged, this, &MessageComposer::textChanged);
     connect(m_attachButton, &QToolButton::clicked, this, &MessageComposer::openImageDialog);
     connect(m_textEdit, &ComposerTextEdit::filesGiven, this, &MessageComposer::chooseImageFiles);
     connect(m_textEdit, &ComposerTextEdit::imagePasted, this, [this](const QImage& image) {
@@ -195,19 +196,44 @@ void MessageComposer::setThinkingCost(int positions, double seconds) {
 void MessageComposer::setReadingCost(double seconds) {
     // A second or two is not worth a word; a streamed trunk's pass (a minute or more on
     // the real model) is paid before every first token, and was said only afterwards.
-    m_readingCost->setVisible(seconds >= 5);
-    if (seconds < 5) {
-        m_readingCost->clear();
-        return;
+    m_generalCost.clear();
+    if (seconds >= kCostShownSeconds) {
+        const int s = int(std::ceil(seconds));
+        m_generalCost =
+            s >= 120 ? tr("a message: about %1 min before its answer starts").arg((s + 30) / 60)
+                     : tr("a message: about %1 s before its answer starts").arg(s);
     }
+    showReadingCost();
+}
+
+QString MessageComposer::readingPositionsText(int positions, double seconds) {
     const int s = int(std::ceil(seconds));
-    m_readingCost->setText(
-        s >= 120 ? tr("a message: about %1 min before its answer starts").arg((s + 30) / 60)
-                 : tr("a message: about %1 s before its answer starts").arg(s));
+    const QString time = s >= 120 ? tr("about %1 min at your budget").arg((s + 30) / 60)
+                                  : tr("about %1 s at your budget").arg(std::max(1, s));
+    return positions == 1 ? tr("this message will read 1 position (%1)").arg(time)
+                          : tr("this message will read %1 positions (%2)").arg(positions).arg(time);
+}
+
+void MessageComposer::setReadingPositions(int positions, double seconds) {
+    m_messageCost = positions > 0 && seconds >= kCostShownSeconds
+                        ? readingPositionsText(positions, seconds)
+                        : QString();
+    showReadingCost();
+}
+
+void MessageComposer::showReadingCost() {
+    const QString text = m_messageCost.isEmpty() ? m_generalCost : m_messageCost;
+    m_readingCost->setText(text);
+    m_readingCost->setVisible(!text.isEmpty());
     m_readingCost->setToolTip(
-        tr("Each message is read through every layer not held in memory before the first "
-           "token (a long conversation read again takes one such pass per chunk). Measured "
-           "on the last message, else from the memory plan and this disk's speed."));
+        m_messageCost.isEmpty()
+            ? tr("Each message is read through every layer not held in memory before the "
+                 "first token (a long conversation read again takes one such pass per chunk). "
+                 "Measured on the last message, else from the memory plan and this disk's "
+                 "speed.")
+            : tr("The prompt positions of this conversation and message that neither memory "
+                 "nor a saved state holds: they are read before the first token (a "
+                 "conversation whose saved state is gone is read again whole)."));
 }
 
 QString MessageComposer::readingCostText() const {

@@ -53,6 +53,14 @@ public:
     // is more than a few seconds, so the cost is known before Send.
     void setReadingCost(double seconds);
     QString readingCostText() const;
+    // What the message being typed will read before its first token, said in place of the
+    // above when it takes more than a few seconds (a conversation whose saved state is
+    // gone, a long paste): "this message will read 260 positions (about 2 min at your
+    // budget)". positions < 0 or seconds < 0: not known, the general cost is said.
+    void setReadingPositions(int positions, double seconds);
+    static QString readingPositionsText(int positions, double seconds);
+    // Shorter than this, a cost is not worth a word.
+    static constexpr double kCostShownSeconds = 5;
 
     // Images: offered only for a model that reads them (a vision tower, or a server);
     // otherwise the attach button is disabled and its tooltip says `whyNot`.
@@ -74,6 +82,8 @@ signals:
     void stopRequested();
     // Up in an empty box: the user wants to edit their last message.
     void editLastRequested();
+    // The text of the message being typed changed (typed, pasted, cleared).
+    void textChanged();
     // The user ticked or unticked Think (not emitted for setThinking()).
     void thinkingChosen(bool on);
     void thinkingEffortChanged(const QString& effort);
@@ -89,6 +99,7 @@ private:
     void updateSendButton();
     void openImageDialog();
     void showAttachments();
+    void showReadingCost();
 
     QPlainTextEdit* m_editor;
     QPushButton* m_sendButton;
@@ -97,6 +108,8 @@ private:
     QLabel* m_editingLabel;
     QLabel* m_thinkCost;
     QLabel* m_readingCost;
+    QString m_generalCost;        // setReadingCost's text; empty when not worth a word
+    QString m_messageCost;        // setReadingPositions's; said first when set
     ComposerTextEdit* m_textEdit; // m_editor, for its image signals
     QToolButton* m_attachButton;
     QWidget* m_attachmentStrip;

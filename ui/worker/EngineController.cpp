@@ -60,8 +60,17 @@ void EngineController::forgetConversation(const QString& transcript) {
     post([transcript](EngineWorker& worker) { worker.forgetConversation(transcript); });
 }
 
+void EngineController::measureSavedStates(const QStringList& ids, const QStringList& transcripts) {
+    post([ids, transcripts](EngineWorker& worker) { worker.measureSavedStates(ids, transcripts); });
+}
+
 void EngineController::measureThinkingCost(const QString& effort) {
     post([effort](EngineWorker& worker) { worker.measureThinkingCost(effort); });
+}
+
+void EngineController::measureReading(const QVector<ChatTurn>& history,
+                                      const GenerationSettings& settings) {
+    post([history, settings](EngineWorker& worker) { worker.measureReading(history, settings); });
 }
 
 void EngineController::post(Command command) {

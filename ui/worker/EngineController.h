@@ -28,7 +28,9 @@ public:
     void stop();
     void resetConversation();
     void forgetConversation(const QString& transcript);
+    void measureSavedStates(const QStringList& ids, const QStringList& transcripts);
     void measureThinkingCost(const QString& effort);
+    void measureReading(const QVector<ChatTurn>& history, const GenerationSettings& settings);
 
 signals:
     void busyChanged(bool busy);

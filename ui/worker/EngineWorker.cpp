@@ -385,6 +385,10 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
     k3::GenerateOptions options;
     options.render.thinking = settings.thinking;
     options.render.thinkingEffort = settings.thinkingEffort.toStdString();
+    // Still thinking when it stopped (no answer text yet): the think channel goes on.
+    if (settings.continueAnswer && !history.isEmpty())
+        options.render.continueChannel =
+            settings.thinking && history.last().content.isEmpty() ? "think" : "response";
     options.sampling.temperature = settings.temperature;
     options.sampling.topP = settings.topP;
     options.sampling.seed = settings.seed;
@@ -507,6 +511,19 @@ void EngineWorker::forgetConversation(const QString& transcript) {
     emit statesForgotten(removed);
 }
 
+void EngineWorker::measureSavedStates(const QStringList& ids, const QStringList& transcripts) {
+    if (!m_backend) return;
+    for (qsizetype i = 0; i < ids.size() && i < transcripts.size(); ++i) {
+        k3::StateCacheUsage usage;
+        try {
+            usage = m_backend->savedStateUsage(k3::readTranscript(transcripts[i].toStdString()));
+        } catch (const std::exception&) {
+            // unreadable (being written, removed): none is said
+        }
+        emit savedStateMeasured(ids[i], usage.files, quint64(usage.bytes));
+    }
+}
+
 void EngineWorker::measureThinkingCost(const QString& effort) {
     if (!m_backend) return;
     double chunkSeconds = m_secondsPerChunk;
@@ -530,6 +547,50 @@ void EngineWorker::measureThinkingCost(const QString& effort) {
         // An effort the template does not know: nothing to say beside the switch.
     }
     emit thinkingCost(-1, -1);
+}
+
+double EngineWorker::readingSeconds(int positions, double secondsPerPosition, double chunkSeconds,
+                                    int chunkPositions) {
+    if (positions <= 0) return 0;
+    if (secondsPerPosition > 0) return positions * secondsPerPosition;
+    if (chunkSeconds > 0 && chunkPositions > 0)
+        return std::ceil(double(positions) / double(chunkPositions)) * chunkSeconds;
+    return -1;
+}
+
+void EngineWorker::measureReading(const QVector<ChatTurn>& history,
+                                  const GenerationSettings& settings) {
+    if (!m_backend) return;
+    k3::ChatRenderOptions render;
+    render.thinking = settings.thinking;
+    render.thinkingEffort = settings.thinkingEffort.toStdString();
+    std::vector<k3::ChatMessage> messages;
+    for (const ChatTurn& turn : history) { // an image counts as its placeholder only
+        QString content = turn.content;
+        for (qsizetype i = 0; i < turn.images.size(); ++i)
+            content.prepend(QString::fromUtf8(k3::kImagePlaceholder.data(),
+                                              qsizetype(k3::kImagePlaceholder.size())));
+        messages.push_back({roleFromName(turn.role), content.toStdString(),
+                            turn.reasoning.toStdString(), turn.name.toStdString(),
+                            turn.invalid.toStdString(), turn.model.toStdString()});
+        messages.back().toolCalls = turn.toolCalls;
+        messages.back().toolCallId = turn.toolCallId.toStdString();
+    }
+    std::optional<int> positions;
+    try {
+        positions = m_backend->positionsToRead(messages, render);
+    } catch (const std::exception&) {
+        // not renderable: the send says why
+    }
+    if (!positions) return emit readingPositions(-1, -1);
+    double chunkSeconds = m_secondsPerChunk;
+    int chunkPositions = 0;
+    if (const std::optional<k3::MemoryReport> report = m_backend->memoryReport()) {
+        if (chunkSeconds < 0) chunkSeconds = planChunkSeconds(*report);
+        chunkPositions = report->plan.chunkPositions;
+    }
+    emit readingPositions(
+        *positions, readingSeconds(*positions, m_secondsPerPosition, chunkSeconds, chunkPositions));
 }
 
 void EngineWorker::resetConversation() {

@@ -46,6 +46,8 @@ struct GenerationSettings {
     int maxTokens = 512;
     int threads = 0;         // OpenMP threads for this message; 0: the default (every core)
     bool speculation = true; // greedy answers verify prompt-lookup guesses (same tokens)
+    // The history ends with a stopped answer, continued where it stopped (no new turn).
+    bool continueAnswer = false;
 };
 
 struct GenerationSummary {
@@ -173,8 +175,14 @@ public:
     void resetConversation();
     // The conversation in `transcript` (a deleted one, in the trash) leaves no saved state.
     void forgetConversation(const QString& transcript);
+    // The saved states of each conversation (ids[i], its transcript transcripts[i]):
+    // emits savedStateMeasured for each.
+    void measureSavedStates(const QStringList& ids, const QStringList& transcripts);
     // What Think adds to a new conversation's prompt at `effort`: emits thinkingCost.
     void measureThinkingCost(const QString& effort);
+    // What sending `history` (the new message last) with `settings` would read before its
+    // first token: emits readingPositions.
+    void measureReading(const QVector<ChatTurn>& history, const GenerationSettings& settings);
 
     // Whether the checkpoint in `directory` thinks, from its own files (never its path, so
     // a copy decides as the original): tokenizer_config.json's "chat_template_kwargs"
@@ -195,6 +203,10 @@ public:
     // One chunk's streamed trunk reads at the disk rate this session measured (-1: nothing
     // streams, or no read measured yet).
     static double planChunkSeconds(const k3::MemoryReport& report);
+    // The seconds reading `positions` takes at this budget: the last message's rate, else
+    // the plan's chunks at the measured disk rate (-1: not known).
+    static double readingSeconds(int positions, double secondsPerPosition, double chunkSeconds,
+                                 int chunkPositions);
 
 signals:
     void modelLoaded(const ModelInfo& info);
@@ -225,6 +237,8 @@ signals:
     // After the model loads and after every token: the plan and what it did.
     void memoryUpdated(const MemoryFigures& figures);
     void generationFailed(const QString& message);
+    // What the prefix cache keeps of conversation `id`: `files` states, `bytes` on disk.
+    void savedStateMeasured(const QString& id, int files, quint64 bytes);
     // forgetConversation removed `files` saved states.
     void statesForgotten(int files);
     // Prompt positions Think adds (-1: not known here, e.g. a server) and the seconds one
@@ -233,6 +247,9 @@ signals:
     // What one pass over the prompt costs before the first token at this budget: the last
     // message's seconds per chunk, else planChunkSeconds (-1: not known, or a server).
     void readingCost(double secondsPerChunk);
+    // measureReading's answer: the prompt positions not held in memory nor on disk (-1:
+    // not known here, e.g. a server) and readingSeconds for them.
+    void readingPositions(int positions, double seconds);
 
 private:
     // Opens `config` in place of the current backend; announce: emit modelLoaded.

@@ -40,12 +40,19 @@ public:
     virtual void reset() = 0;
     // Session::forgetSavedStates; a server keeps its own states (0).
     virtual int forgetSavedStates(const std::vector<ChatMessage>&) { return 0; }
+    // Session::savedStateUsage; nothing kept here for a server.
+    virtual StateCacheUsage savedStateUsage(const std::vector<ChatMessage>&) const { return {}; }
     // The memory figures of a local session; nothing for a server (it plans its own).
     virtual std::optional<MemoryReport> memoryReport() const = 0;
     // The prompt positions `history` renders to with `render`, generation prompt
     // included: what reading it costs when nothing of it is held. Nothing for a server
     // (its tokenizer is not here), nor without a tokenizer. Throws ChatError as rendering.
     virtual std::optional<int> promptPositions(const std::vector<ChatMessage>&,
+                                               const ChatRenderOptions&) const {
+        return std::nullopt;
+    }
+    // Session::positionsToRead; nothing for a server (its cache is its own).
+    virtual std::optional<int> positionsToRead(const std::vector<ChatMessage>&,
                                                const ChatRenderOptions&) const {
         return std::nullopt;
     }

@@ -8,6 +8,7 @@
 #include "k3/constraint.hpp"
 #include "k3/launch.hpp"
 #include "k3/model.hpp"
+#include "k3/state_cache.hpp"
 #include "k3/tokenizer.hpp"
 #include "k3/vision.hpp"
 
@@ -261,9 +262,18 @@ public:
     // any thinking setting renders it): a deleted conversation leaves no state behind.
     // The preambles stay (they hold no message). Returns the files removed.
     int forgetSavedStates(const std::vector<ChatMessage>& history) const;
+    // The prefix cache's conversation states forgetSavedStates would delete: their count
+    // and bytes on disk (what the conversation list shows beside it).
+    StateCacheUsage savedStateUsage(const std::vector<ChatMessage>& history) const;
     // Whose conversations the prefix cache holds from now on (a server's client): states
     // saved for one owner are never restored for another. Empty: the session's own.
     void setStateOwner(const std::string& owner);
+    // The prompt positions chat(history, render) would read now: the prompt less the
+    // longest prefix held in memory or kept by the prefix cache (by the files' names, none
+    // opened). A front end says it before sending (a conversation whose state is gone is
+    // read again whole). Throws ChatError as rendering.
+    int positionsToRead(const std::vector<ChatMessage>& history,
+                        const ChatRenderOptions& render) const;
 
     MemoryReport memoryReport() const;
 

@@ -55,6 +55,11 @@ resumeAfterStoppedAnswer(const Tokenizer& tokenizer, const std::vector<ChatMessa
                                            point.segments.end());
     const std::vector<TokenId> closingIds = encodeChatSegments(tokenizer, closing);
     point.ids.insert(point.ids.end(), closingIds.begin(), closingIds.end());
+    ChatRenderOptions open = options;
+    open.continueChannel = std::string(channel);
+    point.openSegments = renderChatSegments(withReply, open);
+    point.openIds.assign(fed.begin(), fed.end());
+    point.promptSize = prompt.size();
     return point;
 }
 
@@ -63,6 +68,9 @@ std::vector<TokenId> encodeResuming(const Tokenizer& tokenizer,
                                     const ChatRenderOptions& options,
                                     std::span<const ResumePoint> points) {
     const std::vector<ChatSegment> segments = renderChatSegments(history, options);
+    if (!options.continueChannel.empty())
+        for (const ResumePoint& p : points)
+            if (!p.openIds.empty() && p.openSegments == segments) return p.openIds;
     const ResumePoint* resume = nullptr;
     for (const ResumePoint& p : points)
         if (p.segments.size() <= segments.size() &&

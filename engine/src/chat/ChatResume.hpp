@@ -19,6 +19,12 @@ namespace k3::chat {
 struct ResumePoint {
     std::vector<ChatSegment> segments; // the conversation with the stopped answer, closed
     std::vector<TokenId> ids;          // the prompt and answer ids fed, the closing tags
+    // The same answer continued (ChatRenderOptions::continueChannel, its channel left
+    // open): the render, and the ids fed (the prompt, then the answer's, no closing tags);
+    // the answer's ids start at promptSize.
+    std::vector<ChatSegment> openSegments;
+    std::vector<TokenId> openIds;
+    std::size_t promptSize = 0;
 };
 
 // After an answer stopped mid-way: the resume point, or nothing when the state (`fed`)
@@ -32,7 +38,9 @@ resumeAfterStoppedAnswer(const Tokenizer& tokenizer, const std::vector<ChatMessa
                          std::span<const TokenId> answerIds);
 
 // `history` rendered and encoded, with a resume point's ids standing for its segments
-// when the render begins with them (the longest such point of `points`).
+// when the render begins with them (the longest such point of `points`). A continued
+// answer (options.continueChannel) that is a point's stopped answer, as it stopped, is
+// that point's openIds: the state holds them, so nothing is read again.
 std::vector<TokenId> encodeResuming(const Tokenizer& tokenizer,
                                     const std::vector<ChatMessage>& history,
                                     const ChatRenderOptions& options,

@@ -32,12 +32,21 @@ public:
     int forgetSavedStates(const std::vector<ChatMessage>& history) override {
         return session_.forgetSavedStates(history);
     }
+    StateCacheUsage savedStateUsage(const std::vector<ChatMessage>& history) const override {
+        return session_.savedStateUsage(history);
+    }
     std::optional<MemoryReport> memoryReport() const override { return session_.memoryReport(); }
     std::optional<int> promptPositions(const std::vector<ChatMessage>& history,
                                        const ChatRenderOptions& render) const override {
         if (!session_.hasTokenizer()) return std::nullopt;
         return int(
             encodeChatSegments(session_.tokenizer(), renderChatSegments(history, render)).size());
+    }
+
+    std::optional<int> positionsToRead(const std::vector<ChatMessage>& history,
+                                       const ChatRenderOptions& render) const override {
+        if (!session_.hasTokenizer()) return std::nullopt;
+        return session_.positionsToRead(history, render);
     }
 
 private:

@@ -712,11 +712,11 @@ void Session::setStateOwner(const std::string& owner) {
                          model::ownedBinding(s.stateCacheBinding, owner));
 }
 
-int Session::forgetSavedStates(const std::vector<ChatMessage>& history) const {
-    const Impl& s = *impl_;
-    if (!s.stateCache || !s.tokenizer || history.empty()) return 0;
-    int removed = 0;
-    // The conversation as each setting it may have been answered with renders it.
+namespace {
+// `fn(ids)` for the conversation as each setting it may have been answered with renders it
+// (closed, without the generation prompt).
+template <typename Fn>
+void forEachRendering(const Tokenizer& tok, const std::vector<ChatMessage>& history, Fn&& fn) {
     for (const bool thinking : {false, true})
         for (const char* effort : {"low", "medium", "high", "max"}) {
             ChatRenderOptions closed;
@@ -724,14 +724,60 @@ int Session::forgetSavedStates(const std::vector<ChatMessage>& history) const {
             closed.thinkingEffort = effort;
             closed.addGenerationPrompt = false;
             try {
-                removed += s.stateCache->removeConversationPrefixesOf(
-                    encodeChatSegments(*s.tokenizer, renderChatSegments(history, closed)));
+                fn(encodeChatSegments(tok, renderChatSegments(history, closed)));
             } catch (const ChatError&) {
                 // not renderable this way: nothing was saved this way either
             }
             if (!thinking) break; // the effort is rendered only with thinking on
         }
+}
+} // namespace
+
+int Session::forgetSavedStates(const std::vector<ChatMessage>& history) const {
+    const Impl& s = *impl_;
+    if (!s.stateCache || !s.tokenizer || history.empty()) return 0;
+    int removed = 0;
+    forEachRendering(*s.tokenizer, history, [&](const std::vector<TokenId>& ids) {
+        removed += s.stateCache->removeConversationPrefixesOf(ids);
+    });
     return removed;
+}
+
+StateCacheUsage Session::savedStateUsage(const std::vector<ChatMessage>& history) const {
+    const Impl& s = *impl_;
+    StateCacheUsage usage;
+    if (!s.stateCache || !s.tokenizer || history.empty()) return usage;
+    std::vector<std::filesystem::path> seen; // a file two renderings share counts once
+    forEachRendering(*s.tokenizer, history, [&](const std::vector<TokenId>& ids) {
+        for (const auto& [file, bytes] : s.stateCache->conversationPrefixesOf(ids)) {
+            if (std::find(seen.begin(), seen.end(), file) != seen.end()) continue;
+            seen.push_back(file);
+            ++usage.files;
+            usage.bytes += bytes;
+        }
+    });
+    return usage;
+}
+
+int Session::positionsToRead(const std::vector<ChatMessage>& history,
+                             const ChatRenderOptions& render) const {
+    const Impl& s = *impl_;
+    const std::vector<TokenId> prompt =
+        chat::encodeResuming(tokenizer(), history, render, s.resume);
+    bool images = s.heldMedia;
+    for (const ChatMessage& m : history) images = images || !m.images.empty();
+    if (images) return int(prompt.size()); // read whole (its images' rows not counted)
+    // As prefill decides: what memory holds (short of the last position, whose logits
+    // are needed), else the prefix cache's longest file.
+    const auto reusable = [&](const std::vector<TokenId>& ids) {
+        return !ids.empty() && ids.size() < prompt.size() && isPrefix(ids, prompt);
+    };
+    if (s.logitsRestored && s.fed.size() == prompt.size() && isPrefix(s.fed, prompt)) return 0;
+    std::size_t held = reusable(s.fed) ? s.fed.size() : 0;
+    if (s.promptSnapshot && reusable(s.promptSnapshotIds))
+        held = std::max(held, s.promptSnapshotIds.size());
+    if (s.stateCache) held = std::max(held, s.stateCache->longestPrefixOf(prompt));
+    return int(prompt.size() - held);
 }
 
 // Over 80 lines: render, prefill, the decode callbacks sharing one ReplyReader, and
@@ -743,10 +789,24 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
     const Tokenizer& tok = tokenizer();
     const std::vector<TokenId> prompt =
         chat::encodeResuming(tok, history, options.render, s.resume);
-    // The conversation without the generation prompt: where the snapshot goes.
+    // A stopped answer continued (the last message, its channel left open): `base` is the
+    // conversation before it. When the prompt is the ids the state holds (a resume point's
+    // openIds), so are its last logits (they always belong to the ids fed): nothing is read.
+    const bool continuing = !options.render.continueChannel.empty();
+    std::vector<ChatMessage> base = history;
+    std::optional<chat::ResumePoint> continued;
+    if (continuing) {
+        base.pop_back();
+        for (const chat::ResumePoint& p : s.resume)
+            if (p.openIds == prompt) continued = p;
+        if (continued && s.fed == prompt && !s.heldMedia) s.logitsRestored = true;
+    }
+    // The conversation without the generation prompt (a continued answer's: before it):
+    // where the snapshot goes.
     ChatRenderOptions closed = options.render;
     closed.addGenerationPrompt = false;
-    const std::vector<TokenId> head = chat::encodeResuming(tok, history, closed, s.resume);
+    closed.continueChannel.clear();
+    const std::vector<TokenId> head = chat::encodeResuming(tok, base, closed, s.resume);
     const std::size_t snapshotAt =
         !head.empty() && head.size() < prompt.size() && isPrefix(head, prompt) ? head.size()
                                                                                : prompt.size();
@@ -818,10 +878,32 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
     result.reply = reader.reply(problems);
     if (options.constraint) options.constraint->finishReply(result.reply);
     result.problems = std::move(problems);
-    if (result.cancelled && !result.endOfTurn)
-        if (auto point = chat::resumeAfterStoppedAnswer(tok, history, result.reply, options.render,
-                                                        prompt, s.fed, result.ids))
-            s.resume.push_back(std::move(*point));
+    // The whole answer: a continued one's text so far and what this call added.
+    ChatMessage answer = result.reply;
+    if (continuing) {
+        answer = history.back();
+        answer.reasoningContent += result.reply.reasoningContent;
+        answer.content += result.reply.content;
+        answer.toolCalls = result.reply.toolCalls;
+    }
+    ChatRenderOptions answered = options.render;
+    answered.continueChannel.clear();
+    if (result.cancelled && !result.endOfTurn) {
+        // Stopped again: continued from a point, its prompt and every answer id so far.
+        std::optional<chat::ResumePoint> point;
+        if (!continuing) {
+            point = chat::resumeAfterStoppedAnswer(tok, history, result.reply, answered, prompt,
+                                                   s.fed, result.ids);
+        } else if (continued) {
+            const std::span<const TokenId> open(continued->openIds);
+            std::vector<TokenId> answerIds(open.begin() + std::ptrdiff_t(continued->promptSize),
+                                           open.end());
+            answerIds.insert(answerIds.end(), result.ids.begin(), result.ids.end());
+            point = chat::resumeAfterStoppedAnswer(
+                tok, base, answer, answered, open.first(continued->promptSize), s.fed, answerIds);
+        }
+        if (point) s.resume.push_back(std::move(*point));
+    }
     if (s.resume.size() > 8) s.resume.erase(s.resume.begin()); // older turns are rarely resent
     // Where the conversation stands, so a follow-up (after a restart too) reads only
     // itself: with the answer when the template renders it with the ids the model wrote
@@ -829,8 +911,9 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
     if (s.stateCache) {
         bool answerRendersAsWritten = false;
         if (result.endOfTurn) {
-            std::vector<ChatMessage> after = history;
-            after.push_back(result.reply);
+            std::vector<ChatMessage> after = base;
+            if (!continuing) after = history;
+            after.push_back(answer);
             answerRendersAsWritten =
                 isPrefix(s.fed, chat::encodeResuming(tok, after, closed, s.resume));
         }

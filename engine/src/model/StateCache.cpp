@@ -109,6 +109,15 @@ std::vector<fs::path> StateCache::prefixesOf(std::span<const TokenId> ids,
     return out;
 }
 
+std::size_t StateCache::longestPrefixOf(std::span<const TokenId> ids) const {
+    std::size_t longest = 0;
+    for (const Entry& e : listEntries(directory_))
+        if (e.binding == binding_ && e.positions > longest && e.positions <= ids.size() &&
+            hashOfIds(ids.first(e.positions)) == e.idsHash)
+            longest = e.positions;
+    return longest;
+}
+
 bool StateCache::holds(std::span<const TokenId> ids) const {
     std::error_code ec;
     return fs::exists(pathFor(ids, Kind::Preamble), ec) ||
@@ -140,6 +149,16 @@ int StateCache::removeConversationPrefixesOf(std::span<const TokenId> ids) const
             ++removed;
         }
     return removed;
+}
+
+std::vector<std::pair<fs::path, std::uint64_t>>
+StateCache::conversationPrefixesOf(std::span<const TokenId> ids) const {
+    std::vector<std::pair<fs::path, std::uint64_t>> out;
+    for (const Entry& e : listEntries(directory_))
+        if (e.binding == binding_ && e.kind == 'c' && e.positions <= ids.size() &&
+            hashOfIds(ids.first(e.positions)) == e.idsHash)
+            out.emplace_back(e.file, e.bytes);
+    return out;
 }
 
 void StateCache::afterSave(const fs::path& saved, std::span<const TokenId> ids) const {

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace k3::model {
@@ -36,6 +37,9 @@ public:
     // positions, the longest first.
     std::vector<std::filesystem::path> prefixesOf(std::span<const TokenId> ids,
                                                   std::size_t longerThan) const;
+    // The positions of this binding's longest file whose ids (by their hash) start `ids`,
+    // none opened; 0 when there is none.
+    std::size_t longestPrefixOf(std::span<const TokenId> ids) const;
     bool holds(std::span<const TokenId> ids) const;
     std::filesystem::path pathFor(std::span<const TokenId> ids, Kind kind) const;
     // Marks a file used now (the least recently used go first).
@@ -48,6 +52,9 @@ public:
     // Removes this binding's conversation files whose ids are a prefix of `ids`; returns
     // how many.
     int removeConversationPrefixesOf(std::span<const TokenId> ids) const;
+    // This binding's conversation files whose ids are a prefix of `ids`, with their sizes.
+    std::vector<std::pair<std::filesystem::path, std::uint64_t>>
+    conversationPrefixesOf(std::span<const TokenId> ids) const;
 
 private:
     std::filesystem::path directory_;
