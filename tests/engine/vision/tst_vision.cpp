@@ -91,6 +91,7 @@ private slots:
     void chatWithImagesMatchesReference();
     void badImagesAreRefusedByName();
     void configIsCheckedAndTextOnlyIsSaid();
+    void memoryPlanCountsTheTower();
 };
 
 void TestVision::sizePlanMatchesTheReleaseVectors() {
@@ -484,6 +485,38 @@ void TestVision::badImagesAreRefusedByName() {
     QVERIFY2(e.contains(QStringLiteral("0x10")), qPrintable(e));
     e = imageErrorOf([] { k3::planImage(10, 10, 0); });
     QVERIFY2(e.contains(QStringLiteral("patch limit")), qPrintable(e));
+}
+
+// Issue 33: the memory plan left out the tower's weights (0.85 GiB in the release).
+void TestVision::memoryPlanCountsTheTower() {
+    // BF16 matrices as stored: patch_embed 32x3x14x14 (37,632 B), per block wqkv 144x32,
+    // wo 32x48, fc0 64x32, fc1 32x64 (20,480 B, 2 blocks), projector 128x128 and 32x128
+    // (40,960 B): 119,552 B; widened to F32: the 6x5x32 position grid (3,840 B) and six
+    // 32-wide norms (768 B). 124,160 B in all.
+    const k3::Checkpoint ckpt = k3::Checkpoint::open(kVisionDir + "k3_tiny_vl");
+    QCOMPARE(k3::VisionTower::plannedBytes(ckpt), std::uint64_t(124160));
+    const auto tower = k3::VisionTower::loadFromDirectory(kVisionDir + "k3_tiny_vl");
+    QVERIFY(tower.has_value());
+    QCOMPARE(tower->weightBytes(), std::uint64_t(124160)); // what it holds, loaded
+
+    k3::LaunchConfig o;
+    o.modelDir = kVisionDir + "k3_tiny_vl";
+    const k3::Model vl = k3::Model::load(o);
+    const k3::MemoryPlan& plan = vl.memoryPlan();
+    QCOMPARE(plan.visionBytes, std::uint64_t(124160));
+    QCOMPARE(plan.total(), plan.trunkBytes() + plan.trunkDecodeBytes + plan.modelBytes +
+                               plan.residentExpertBytes + plan.cacheBytes() + plan.stateBytes +
+                               plan.bufferBytes + plan.kvBytes + plan.draftBytes + 124160);
+    const std::string text = plan.format();
+    QVERIFY2(text.find("vision tower") != std::string::npos &&
+                 text.find("tower + projector, loaded on the first image") != std::string::npos,
+             text.c_str());
+
+    // A text-only checkpoint: nothing counted, no line.
+    o.modelDir = K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a";
+    const k3::Model textOnly = k3::Model::load(o);
+    QCOMPARE(textOnly.memoryPlan().visionBytes, std::uint64_t(0));
+    QVERIFY(textOnly.memoryPlan().format().find("vision tower") == std::string::npos);
 }
 
 void TestVision::configIsCheckedAndTextOnlyIsSaid() {
