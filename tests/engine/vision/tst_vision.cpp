@@ -92,6 +92,7 @@ private slots:
     void badImagesAreRefusedByName();
     void configIsCheckedAndTextOnlyIsSaid();
     void memoryPlanCountsTheTower();
+    void heldStateIsReusedOnlyForTheSameImage();
 };
 
 void TestVision::sizePlanMatchesTheReleaseVectors() {
@@ -317,7 +318,7 @@ void TestVision::promptWithImagesMatchesReference() {
     const std::vector<float> sessionLast(session.lastLogits().begin(), session.lastLogits().end());
     g.maxTokens = 8;
     const k3::GenerateResult r = session.generateIds(prompt, g);
-    QCOMPARE(r.reusedPositions, 0); // a prompt with images is read whole
+    QCOMPARE(r.reusedPositions, 0); // the whole prompt was held: not a strict prefix
     QCOMPARE(r.ids, c.expected.at("greedy").get<std::vector<k3::TokenId>>());
 
     // Feeding the expanded prompt through the model in one chunk: the argmax at every
@@ -485,6 +486,62 @@ void TestVision::badImagesAreRefusedByName() {
     QVERIFY2(e.contains(QStringLiteral("0x10")), qPrintable(e));
     e = imageErrorOf([] { k3::planImage(10, 10, 0); });
     QVERIFY2(e.contains(QStringLiteral("patch limit")), qPrintable(e));
+}
+
+// Issue 33: a held state is reused for a prompt with images only where its image rows
+// are the prompt's. Two images of one size give the same ids (the same pads): the other
+// image's state is not continued, the same image's is.
+void TestVision::heldStateIsReusedOnlyForTheSameImage() {
+    const ImageCase c = imageCase(QStringLiteral("one")); // photo_83x67.jpg: 9 positions
+    k3::DecodedImage inverted = k3::readImageFile(
+        kVisionDir + "images/" + c.expected.at("images")[0].at("image").get<std::string>());
+    for (std::uint8_t& v : inverted.pixels) v = std::uint8_t(255 - v);
+    const k3::PreparedImage other = k3::prepareImage(inverted);
+    QCOMPARE(other.plan.tokens(), c.images[0].plan.tokens());
+    QVERIFY(other.patches != c.images[0].patches);
+
+    const auto prompt = c.expected.at("prompt_ids").get<std::vector<k3::TokenId>>();
+    std::vector<k3::TokenId> longer = prompt; // a follow-up: the prompt and three ids more
+    longer.insert(longer.end(), prompt.begin(), prompt.begin() + 3);
+    k3::LaunchConfig o;
+    o.modelDir = kVisionDir + "k3_tiny_vl";
+    k3::GenerateOptions a, b;
+    a.maxTokens = b.maxTokens = 6;
+    a.images = c.images;
+    b.images = {other};
+    const auto fresh = [&](const std::vector<k3::TokenId>& ids, const k3::GenerateOptions& g) {
+        k3::Session alone = k3::Session::open(o);
+        return alone.generateIds(ids, g).ids;
+    };
+    const std::vector<k3::TokenId> wantA = fresh(longer, a), wantB = fresh(longer, b);
+    QVERIFY(wantA != wantB); // the test tells the images apart
+
+    k3::Session session = k3::Session::open(o);
+    const k3::GenerateResult first = session.generateIds(prompt, a);
+    QCOMPARE(first.promptTokens, 54); // 46 ids, the pad expanded to 9
+    QCOMPARE(first.reusedPositions, 0);
+    // The same image: the prompt's snapshot (54 positions) is continued.
+    const k3::GenerateResult same = session.generateIds(longer, a);
+    QCOMPARE(same.promptTokens, 57);
+    QCOMPARE(same.reusedPositions, 54);
+    QCOMPARE(same.prefillPositions, 3);
+    QCOMPARE(same.ids, wantA);
+    // The other image, the same ids: read again, and the other image's answer.
+    const k3::GenerateResult swapped = session.generateIds(longer, b);
+    QCOMPARE(swapped.promptTokens, 57);
+    QCOMPARE(swapped.reusedPositions, 0);
+    QCOMPARE(swapped.prefillPositions, 57);
+    QCOMPARE(swapped.ids, wantB);
+    // And back: the first image's state is gone, so it is read again too.
+    const k3::GenerateResult back = session.generateIds(longer, a);
+    QCOMPARE(back.reusedPositions, 0);
+    QCOMPARE(back.ids, wantA);
+    // The same image once more: its snapshot (the whole 57-position prompt) holds it.
+    std::vector<k3::TokenId> third = longer;
+    third.push_back(prompt[3]);
+    const k3::GenerateResult again = session.generateIds(third, a);
+    QCOMPARE(again.reusedPositions, 57);
+    QCOMPARE(again.ids, fresh(third, a));
 }
 
 // Issue 33: the memory plan left out the tower's weights (0.85 GiB in the release).
