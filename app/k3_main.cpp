@@ -565,6 +565,7 @@ int main(int argc, char** argv) {
                                             " is for a batch run; --chat reads your messages "
                                             "from the terminal");
             chat.model = model;
+            chat.imagePatchLimit = run.imagePatchLimit;
             if (systemOpt->count()) chat.system = systemText;
             if (maxTokensOpt->count() == 0 && genOpt->count()) chat.maxTokens = run.gen;
             if (remoteOpt->count()) {

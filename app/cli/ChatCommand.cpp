@@ -10,6 +10,7 @@
 #include <k3/constraint.hpp>
 #include <k3/read_file.hpp>
 #include <k3/session.hpp>
+#include <k3/vision.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -132,6 +133,31 @@ std::vector<k3::ChatMessage> loadHistory(const ChatArgs& args) {
     return history;
 }
 
+// The transcript's images (files relative to its folder, as the app and `k3 --chat` keep
+// them) decoded and prepared, so its messages render and the session reads their rows;
+// returns them in prompt order. A missing or broken image is a usage error naming it.
+std::vector<k3::PreparedImage> prepareHistoryImages(const ChatArgs& args,
+                                                    std::vector<k3::ChatMessage>& history) {
+    std::vector<k3::PreparedImage> images;
+    const std::filesystem::path folder = std::filesystem::path(args.history).parent_path();
+    for (k3::ChatMessage& m : history) {
+        for (k3::ChatImage& image : m.images) {
+            if (!image.image) {
+                const std::filesystem::path file = folder / image.file;
+                try {
+                    image.image = std::make_shared<const k3::PreparedImage>(
+                        k3::prepareImage(k3::readImageFile(file), args.imagePatchLimit));
+                } catch (const k3::Error& error) {
+                    throw usageError("--history " + args.history + ": image \"" + image.file +
+                                     "\": " + error.what());
+                }
+            }
+            images.push_back(*image.image);
+        }
+    }
+    return images;
+}
+
 std::size_t assistantTurns(const std::vector<k3::ChatMessage>& history) {
     std::size_t n = 0;
     for (const auto& m : history) n += m.role == k3::ChatRole::Assistant;
@@ -214,6 +240,7 @@ int runChat(const ChatArgs& args) {
     std::optional<k3::OutputLock> historyLock;
     lockHistory(args, historyLock);
     std::vector<k3::ChatMessage> history = loadHistory(args);
+    const std::vector<k3::PreparedImage> historyImages = prepareHistoryImages(args, history);
     // The conversation's states go beside its transcript, so resuming it restores what
     // was read instead of reading it again (a prefix cache: a state of another model or
     // another transcript is never used).
@@ -246,6 +273,7 @@ int runChat(const ChatArgs& args) {
                 session.tokenizer(), k3::renderChatSegments(history, render));
             k3::GenerateOptions prefillOnly;
             prefillOnly.maxTokens = 0;
+            prefillOnly.images = historyImages;
             ChatPrinter progress(tty);
             const k3::GenerateResult r =
                 session.generateIds(ids, prefillOnly, &progress, &cancelFlag());

@@ -87,6 +87,8 @@ struct ChatArgs {
     // --json: every answer is a JSON object; --json-schema FILE: JSON of that schema.
     bool json = false;
     std::string jsonSchema;
+    // --image-patch-limit: the cap for the images of a --history transcript.
+    int imagePatchLimit = 65536; // k3::kOfficialPatchLimit
 };
 
 // k3 serve MODEL_DIR: the OpenAI chat-completions protocol over HTTP (ServeCommand.cpp).

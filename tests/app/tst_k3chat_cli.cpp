@@ -22,6 +22,7 @@
 
 #include <k3/chat.hpp>
 #include <k3/tokenizer.hpp>
+#include <k3/vision.hpp>
 
 namespace {
 
@@ -99,6 +100,7 @@ private slots:
     void transcriptValuesAreShownNotObeyed();
     void invalidAnswerIsMarkedInTheHistory();
     void jsonSchemaHoldsEveryAnswer();
+    void historyWithImagesIsResumed();
 };
 
 void TestK3ChatCli::answersResetsAndReusesPositions() {
@@ -445,6 +447,59 @@ void TestK3ChatCli::jsonSchemaHoldsEveryAnswer() {
     const K3Run batch = runK3({demo, "--json", "--prompt", "x"});
     QCOMPARE(batch.exitCode, 2);
     QVERIFY2(batch.err.contains("--json needs --chat"), qPrintable(batch.err));
+}
+
+// Issue 33: a --history transcript with images (the app's: files relative to the
+// transcript, under images/) was refused; its images are read and their rows prefilled.
+void TestK3ChatCli::historyWithImagesIsResumed() {
+    const QString dir = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/vision/k3_tiny_vl");
+    const QString picture =
+        QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/vision/images/rgb_97x61.png");
+    QTemporaryDir tmp;
+    QVERIFY(QDir(tmp.path()).mkdir("images"));
+    QVERIFY(QFile::copy(picture, tmp.filePath("images/cat.png")));
+    const QString history = tmp.filePath("chat.jsonl");
+    std::vector<k3::ChatMessage> saved(2);
+    saved[0].role = k3::ChatRole::User;
+    saved[0].content = std::string(k3::kImagePlaceholder) + "What is this?";
+    saved[0].images.push_back({nullptr, "images/cat.png"});
+    saved[1].role = k3::ChatRole::Assistant;
+    saved[1].content = "A cat.";
+    k3::writeTranscript(history.toStdString(), saved);
+
+    // 97x61 pads to 112x84: 8 x 6 patches, 48, merged 2x2 into 12 prompt positions.
+    const k3::PreparedImage prepared = k3::prepareImage(k3::readImageFile(picture.toStdString()));
+    QCOMPARE(prepared.plan.tokens(), 12);
+    std::vector<k3::ChatMessage> rendered = saved;
+    rendered[0].images[0].image = std::make_shared<const k3::PreparedImage>(prepared);
+    const int positions = resumedPositions(dir, rendered) + 12 - 1; // the pad becomes 12 rows
+    // Run from elsewhere: the image is found beside the transcript, not in the cwd.
+    const K3Run r = runK3({dir, "--chat", "--history", history, "--no-think", "--max-tokens", "3"},
+                          "And now?\n", QProcessEnvironment::systemEnvironment(), QDir::rootPath());
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    QVERIFY2(
+        r.err.contains(QString("[resumed 2 messages from %1: %2 positions, 0 restored from its "
+                               "saved state, %2 read in ")
+                           .arg(history)
+                           .arg(positions)),
+        qPrintable(r.err));
+    // The first message continues the resumed state: the same image, by its rows' hashes.
+    QCOMPARE(turns(r.err).size(), 1);
+    QCOMPARE(turns(r.err).at(0).reused, positions);
+    QVERIFY(turns(r.err).at(0).prompt > positions);
+    const std::vector<k3::ChatMessage> after = k3::readTranscript(history.toStdString());
+    QCOMPARE(after.size(), std::size_t(4));
+    QCOMPARE(after[0].images.size(), std::size_t(1));
+    QCOMPARE(after[0].images[0].file, std::string("images/cat.png")); // still relative
+    QCOMPARE(after[2].content, std::string("And now?"));
+
+    // A missing image is refused naming it, and the transcript is left as it was.
+    QVERIFY(QFile::remove(tmp.filePath("images/cat.png")));
+    const K3Run missing = runK3({dir, "--chat", "--history", history, "--no-think"}, "x\n");
+    QCOMPARE(missing.exitCode, 2);
+    QVERIFY2(missing.err.contains(QString("--history %1: image \"images/cat.png\": ").arg(history)),
+             qPrintable(missing.err));
+    QCOMPARE(k3::readTranscript(history.toStdString()).size(), std::size_t(4));
 }
 
 QTEST_GUILESS_MAIN(TestK3ChatCli)

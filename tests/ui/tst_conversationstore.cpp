@@ -1,6 +1,7 @@
 #include <QDateTime>
 #include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -27,6 +28,8 @@ private slots:
     void searchMatchesMessageText();
     void foldersAreTheUsersOnly();
     void leftoverTrashIsPurgedAtStart();
+    void imagesGoWithTheLastConversationUsingThem();
+    void imageOnlyMessageIsTitledByItsSize();
 };
 
 namespace {
@@ -341,6 +344,96 @@ void TestConversationStore::searchMatchesMessageText() {
     QCOMPARE(ids(QStringLiteral("hangar  lz")), QStringList{zeppelin}); // every word
     QCOMPARE(ids(QStringLiteral("zeppelin rail")), QStringList());
     QCOMPARE(ids(QString()).size(), 2);
+}
+
+namespace {
+const QString kVisionImages = QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/vision/images/");
+
+QByteArray bytesOf(const QString& path) {
+    QFile f(path);
+    return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
+QVector<ChatTurn> askAbout(const QString& image, const QString& text) {
+    ChatTurn turn{QStringLiteral("user"), text, {}};
+    turn.images << image;
+    return {turn};
+}
+} // namespace
+
+// Issue 33: images/ kept every picture ever attached. A conversation deleted for good
+// (the undo period over, or left in the trash by a kill) takes the images no other
+// conversation, saved or still undoable, refers to.
+void TestConversationStore::imagesGoWithTheLastConversationUsingThem() {
+    QTemporaryDir dir;
+    ConversationStore store(dir.filePath(QStringLiteral("conversations")));
+    const QString shared = ConversationStore::storeImage(
+        store.directory(), bytesOf(kVisionImages + QStringLiteral("rgb_97x61.png")),
+        QStringLiteral("png"));
+    const QString own = ConversationStore::storeImage(
+        store.directory(), bytesOf(kVisionImages + QStringLiteral("photo_83x67.jpg")),
+        QStringLiteral("jpg"));
+    const QString pending = ConversationStore::storeImage( // attached, not sent yet
+        store.directory(), bytesOf(kVisionImages + QStringLiteral("grey_35x30.jpg")),
+        QStringLiteral("jpg"));
+    QVector<ChatTurn> firstTurns = askAbout(shared, QStringLiteral("first"));
+    firstTurns.front().images << own;
+    const QString first = store.save({}, firstTurns);
+    const QString second = store.save({}, askAbout(shared, QStringLiteral("second")));
+    const QString third = store.save({}, askAbout(shared, QStringLiteral("third")));
+    QCOMPARE(QDir(store.directory() + QStringLiteral("/images")).entryList(QDir::Files).size(), 3);
+
+    store.trash(first);
+    QVERIFY(QFileInfo::exists(own)); // undoable: kept
+    store.purge(first);
+    QVERIFY(!QFileInfo::exists(own)); // only the first used it
+    QVERIFY(QFileInfo::exists(shared));
+    QVERIFY(QFileInfo::exists(pending)); // never referred to: not the purge's to delete
+
+    store.trash(second);
+    store.trash(third);
+    store.purge(second);
+    QVERIFY(QFileInfo::exists(shared)); // the third, in the trash, may still come back
+    store.restore(third);
+    QVERIFY(store.remove(third));
+    QVERIFY(!QFileInfo::exists(shared));
+    QCOMPARE(QDir(store.directory() + QStringLiteral("/images")).entryList(QDir::Files),
+             QStringList{QFileInfo(pending).fileName()});
+
+    // Left in the trash by a kill: purged at the next start, with its image.
+    const QString again = ConversationStore::storeImage(
+        store.directory(), bytesOf(kVisionImages + QStringLiteral("rgb_97x61.png")),
+        QStringLiteral("png"));
+    QCOMPARE(again, shared);
+    const QString fourth = store.save({}, askAbout(again, QStringLiteral("fourth")));
+    const QString fifth = store.save({}, askAbout(again, QStringLiteral("fifth")));
+    store.trash(fourth);
+    store.release(); // the app is gone
+    ConversationStore next(store.directory());
+    next.purgeLeftoverTrash();
+    QVERIFY(QFileInfo::exists(again)); // the fifth uses it
+    next.trash(fifth);
+    next.purgeLeftoverTrash();
+    QVERIFY(!QFileInfo::exists(again));
+}
+
+// Issue 33: a message with only an image gave the conversation an empty title.
+void TestConversationStore::imageOnlyMessageIsTitledByItsSize() {
+    QCOMPARE(ConversationStore::titleFor(
+                 askAbout(kVisionImages + QStringLiteral("rgb_97x61.png"), QString())),
+             QStringLiteral("Image 97×61"));
+    QCOMPARE(ConversationStore::titleFor(
+                 askAbout(kVisionImages + QStringLiteral("photo_83x67.jpg"), QStringLiteral(" "))),
+             QStringLiteral("Image 83×67"));
+    QVector<ChatTurn> two = askAbout(kVisionImages + QStringLiteral("rgb_97x61.png"), QString());
+    two.front().images << kVisionImages + QStringLiteral("grey_40x90.png");
+    QCOMPARE(ConversationStore::titleFor(two), QStringLiteral("2 images"));
+    QCOMPARE(ConversationStore::titleFor(askAbout(QStringLiteral("/nonexistent/gone.png"), {})),
+             QStringLiteral("Image"));
+    // Text wins over the image.
+    QCOMPARE(ConversationStore::titleFor(askAbout(kVisionImages + QStringLiteral("rgb_97x61.png"),
+                                                  QStringLiteral("What is this?"))),
+             QStringLiteral("What is this?"));
 }
 
 QTEST_GUILESS_MAIN(TestConversationStore)

@@ -5,6 +5,7 @@
 #include <QCryptographicHash>
 #include <QDir>
 #include <QFileInfo>
+#include <QImageReader>
 #include <QUuid>
 
 #include <k3/chat.hpp>
@@ -109,7 +110,59 @@ void ConversationStore::purgeLeftoverTrash() {
     QStringList patterns{QStringLiteral("*.jsonl")};
     for (const QString& suffix : sidecarSuffixes()) patterns << QLatin1Char('*') + suffix;
     const QFileInfoList files = trash.entryInfoList(patterns, QDir::Files | QDir::Hidden);
-    for (const QFileInfo& f : files) QFile::remove(f.filePath());
+    QStringList images;
+    for (const QFileInfo& f : files) {
+        try {
+            if (f.suffix() == QLatin1String("jsonl")) images << imagesOf(f.filePath());
+        } catch (const std::exception&) { // unreadable: its images stay
+        }
+        QFile::remove(f.filePath());
+    }
+    removeUnusedImages(images);
+}
+
+namespace {
+void collectImages(const std::vector<k3::ChatMessage>& messages, const QDir& directory,
+                   QStringList& out) {
+    for (const k3::ChatMessage& m : messages) {
+        for (const k3::ChatImage& image : m.images)
+            out << QDir::cleanPath(directory.absoluteFilePath(QString::fromStdString(image.file)));
+        for (const std::vector<k3::ChatMessage>& branch : m.otherVersions)
+            collectImages(branch, directory, out);
+    }
+}
+} // namespace
+
+QStringList ConversationStore::imagesOf(const QString& path) const {
+    QStringList out;
+    // A trashed transcript is unchanged: its images are relative to the store's folder.
+    collectImages(k3::readTranscript(path.toStdString()), QDir(m_directory), out);
+    return out;
+}
+
+void ConversationStore::removeUnusedImages(const QStringList& candidates) const {
+    const QString images = QDir::cleanPath(m_directory + QStringLiteral("/images"));
+    QStringList unused;
+    for (const QString& file : candidates)
+        if (QFileInfo(file).absolutePath() == images && !unused.contains(file)) unused << file;
+    if (unused.isEmpty()) return;
+    QFileInfoList transcripts =
+        QDir(m_directory).entryInfoList({QStringLiteral("*.jsonl")}, QDir::Files);
+    transcripts += QDir(trashDirectory()).entryInfoList({QStringLiteral("*.jsonl")}, QDir::Files);
+    for (const QFileInfo& f : transcripts) {
+        try {
+            for (const QString& used : imagesOf(f.filePath())) unused.removeAll(used);
+        } catch (const std::exception&) {
+            // Unreadable: keep every image its bytes name, as a reader might need it.
+            QFile file(f.filePath());
+            const QByteArray bytes = file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
+            if (bytes.isEmpty()) return;
+            for (qsizetype i = unused.size() - 1; i >= 0; --i)
+                if (bytes.contains(QFileInfo(unused[i]).fileName().toUtf8())) unused.removeAt(i);
+        }
+        if (unused.isEmpty()) return;
+    }
+    for (const QString& file : unused) QFile::remove(file);
 }
 
 ConversationStore::~ConversationStore() = default;
@@ -131,11 +184,20 @@ QString ConversationStore::pathFor(const QString& id) const {
     return m_directory + QLatin1Char('/') + id + QStringLiteral(".jsonl");
 }
 
+QString ConversationStore::imagesTitle(const QStringList& images) {
+    if (images.size() > 1) return QObject::tr("%n images", nullptr, int(images.size()));
+    // Only the header is read (the list's titles come from a worker thread).
+    const QSize size = QImageReader(images.front()).size();
+    if (!size.isValid()) return QObject::tr("Image");
+    return QObject::tr("Image %1×%2").arg(size.width()).arg(size.height());
+}
+
 QString ConversationStore::titleFor(const QVector<ChatTurn>& turns) {
     for (const ChatTurn& t : turns)
         if (t.role == QLatin1String("user")) {
             // The words a reader sees, not the Markdown that makes them ("**bold**").
-            QString title = MarkdownDocumentWriter::plainText(t.content);
+            QString title = MarkdownDocumentWriter::plainText(t.content).simplified();
+            if (title.isEmpty() && !t.images.isEmpty()) return imagesTitle(t.images);
             if (title.size() > 48) title = title.left(47) + QStringLiteral("…");
             return title;
         }
@@ -309,7 +371,14 @@ bool ConversationStore::remove(const QString& id) {
     if (id == m_claimedId) release();
     for (const QString& suffix : sidecarSuffixes())
         QFile::remove(m_directory + QLatin1Char('/') + id + suffix);
-    return QFile::remove(pathFor(id));
+    QStringList images;
+    try {
+        images = imagesOf(pathFor(id));
+    } catch (const std::exception&) { // unreadable: its images stay
+    }
+    const bool removed = QFile::remove(pathFor(id));
+    if (removed) removeUnusedImages(images);
+    return removed;
 }
 
 void ConversationStore::setTitle(const QString& id, const QString& title) {
@@ -375,6 +444,12 @@ void ConversationStore::restore(const QString& id) {
 
 void ConversationStore::purge(const QString& id) {
     const QString trashedPath = trashDirectory() + QLatin1Char('/') + id;
+    QStringList images;
+    try {
+        images = imagesOf(trashedPath + QStringLiteral(".jsonl"));
+    } catch (const std::exception&) { // missing or unreadable: its images stay
+    }
     QFile::remove(trashedPath + QStringLiteral(".jsonl"));
     for (const QString& suffix : sidecarSuffixes()) QFile::remove(trashedPath + suffix);
+    removeUnusedImages(images);
 }

@@ -82,7 +82,8 @@ public:
     // Brings a trashed conversation back as it was. Throws std::runtime_error naming the
     // file when it is not in the trash or a conversation with its id exists again.
     void restore(const QString& id);
-    // Deletes a trashed conversation for good.
+    // Deletes a trashed conversation for good, and the files in images/ that only it
+    // used (removeUnusedImages).
     void purge(const QString& id);
     // Deletes everything left in the trash: called at start, so a conversation deleted
     // just before a crash or a kill (inside the undo period) does not stay on disk.
@@ -96,7 +97,10 @@ public:
     void release();
     const QString& claimedId() const { return m_claimedId; }
 
+    // The first user message's text; a message with only images is "Image 640×480"
+    // (its size, from the file's header) or "2 images".
     static QString titleFor(const QVector<ChatTurn>& turns);
+    static QString imagesTitle(const QStringList& images);
     // Every field of every message (role, content, reasoning, name, invalid, model,
     // stopped, figures).
     // `directory`: the transcript's folder, which its images' files are relative to.
@@ -129,6 +133,11 @@ private:
     // The files kept beside a transcript, moved, copied and deleted with it.
     static const QStringList& sidecarSuffixes();
     static QString readTitle(const QString& directory, const QString& id);
+    // The image files (absolute) transcript `path` refers to, every version included.
+    QStringList imagesOf(const QString& path) const;
+    // Deletes those of `candidates` that no transcript left (saved or in the trash,
+    // which an undo brings back) refers to: a deleted conversation's pictures do not stay.
+    void removeUnusedImages(const QStringList& candidates) const;
 
     QString m_directory;
     QString m_claimedId;

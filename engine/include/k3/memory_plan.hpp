@@ -88,6 +88,9 @@ struct PlanInputs {
     // A draft model for speculation (LaunchConfig::draftDir), resident: everything its
     // own plan holds (weights, state, KV cache, buffers).
     std::uint64_t draftBytes = 0;
+    // The vision tower and projector (vision_tower.*, mm_projector.*) as VisionTower holds
+    // them, when the checkpoint has one: loaded on the first image, counted from the start.
+    std::uint64_t visionBytes = 0;
 };
 
 struct MemoryPlan {
@@ -126,7 +129,8 @@ struct MemoryPlan {
     int maxSpeculation = 0;        // proposals per verification the state copies are sized for
     std::uint64_t kvBytes = 0;
     int contextLength = 0;
-    std::uint64_t draftBytes = 0; // PlanInputs::draftBytes
+    std::uint64_t draftBytes = 0;  // PlanInputs::draftBytes
+    std::uint64_t visionBytes = 0; // PlanInputs::visionBytes
     std::uint64_t total() const;
     std::uint64_t available = 0;
     std::string availableBoundBy = "MemAvailable"; // or the cgroup limit that bound it

@@ -165,8 +165,9 @@ struct GenerateOptions {
     std::vector<TokenId> stopIds;
     // generateIds only: the prompt's images, in order (k3/vision.hpp). The prompt holds one
     // <|media_pad|> per image (imagePrompt()); each is expanded to the image's
-    // plan.tokens() positions, fed the vision tower's rows instead of embeddings. A prompt
-    // with images is read whole (its ids alone do not say which image) and never saved to
+    // plan.tokens() positions, fed the vision tower's rows instead of embeddings. A held
+    // state is reused only where its image rows are the prompt's (by a hash of each row:
+    // the ids alone do not say which image); a state holding image rows is never saved to
     // the prefix cache. Needs a checkpoint with a vision tower (loaded on first use).
     std::vector<PreparedImage> images;
     // chat only: what the answer must be (k3/constraint.hpp), e.g. JSON of a schema. The

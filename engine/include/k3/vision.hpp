@@ -144,7 +144,11 @@ public:
     VisionTower& operator=(VisionTower&&) noexcept;
 
     const VisionConfig& config() const;
+    // What load() holds: the matrices as stored, the norms and the position grid in F32.
     std::uint64_t weightBytes() const;
+    // The same figure from the checkpoint's vision_tower.* and mm_projector.* tensors,
+    // without loading them (the memory plan's); 0 for a text-only checkpoint.
+    static std::uint64_t plannedBytes(const Checkpoint& checkpoint);
 
     // All images in one batch (block-diagonal attention): [sum tokens][textHidden],
     // image after image, each image's rows row-major over its merged grid.

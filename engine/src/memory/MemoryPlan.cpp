@@ -117,7 +117,7 @@ std::string formatBytes(std::uint64_t bytes) {
 
 std::uint64_t MemoryPlan::total() const {
     return trunkBytes() + trunkDecodeBytes + modelBytes + residentExpertBytes + cacheBytes() +
-           stateBytes + bufferBytes + kvBytes + draftBytes;
+           stateBytes + bufferBytes + kvBytes + draftBytes + visionBytes;
 }
 
 bool pinCompressedPays(std::uint64_t rawPinnedBytes, std::uint64_t storedSavedBytes,
@@ -213,12 +213,13 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
     plan.kvBytes = in.kvBytesPerPosition * std::uint64_t(std::max(0, in.contextLength));
     plan.expertSlotBytes = in.expertSlotBytes;
     plan.draftBytes = in.draftBytes;
+    plan.visionBytes = in.visionBytes;
 
     std::uint64_t trunkBudget = budget.trunkBytes, cacheBudget = budget.cacheBytes;
     if (budget.automatic) {
         const std::uint64_t fixed = plan.trunkDecodeBytes + plan.modelBytes +
                                     plan.residentExpertBytes + plan.stateBytes + plan.bufferBytes +
-                                    plan.kvBytes + plan.draftBytes;
+                                    plan.kvBytes + plan.draftBytes + plan.visionBytes;
         const auto spendable = std::uint64_t(double(available) * 0.9);
         const std::uint64_t rest = spendable > fixed ? spendable - fixed : 0;
         std::uint64_t allLayers = 0, decodeSlot = 0;
@@ -305,6 +306,8 @@ std::string MemoryPlan::format() const {
     std::snprintf(note, sizeof note, "%d positions", contextLength);
     line(out, "KV cache", kvBytes, note);
     if (draftBytes) line(out, "draft (RESIDENT)", draftBytes, "speculation's draft model");
+    if (visionBytes)
+        line(out, "vision tower", visionBytes, "tower + projector, loaded on the first image");
     line(out, "TOTAL", total());
     line(out, "available", available, availableBoundBy);
     return out;

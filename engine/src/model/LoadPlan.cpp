@@ -2,6 +2,7 @@
 
 #include "k3/aligned_io.hpp"
 #include "k3/pack.hpp"
+#include "k3/vision.hpp"
 #include "memory/AlignedBuffer.hpp"
 #include "memory/TrunkCodec.hpp"
 #include "model/StreamedTable.hpp"
@@ -63,6 +64,7 @@ void addWeights(LoadPlan& lp, const LoadOptions& options, bool draft) {
         }
     }
     in.modelTablesStreamed = streamTables;
+    if (!draft) in.visionBytes = VisionTower::plannedBytes(lp.checkpoint);
     if (lp.store) {
         in.expertSlotBytes = lp.store->slotBytes();
         in.expertCount = lp.store->totalExperts();

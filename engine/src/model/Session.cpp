@@ -1,5 +1,6 @@
 #include "k3/session.hpp"
 #include "chat/ChatResume.hpp"
+#include "io/Xxh3.hpp"
 #include "k3/draft.hpp"
 #include "k3/speculation.hpp"
 #include "k3/state_cache.hpp"
@@ -109,7 +110,8 @@ std::uint64_t Session::stateBytesHeld() const {
 
 void Session::reset() {
     impl_->logitsRestored = false;
-    impl_->heldMedia = false;
+    impl_->fedMedia.clear();
+    impl_->promptSnapshotMedia.clear();
     impl_->state.reset();
     impl_->fed.clear();
     impl_->promptSnapshot.reset();
@@ -167,7 +169,10 @@ namespace {
 void saveToCache(Session::Impl& s, model::StateCache::Kind kind, GenerateResult& result,
                  bool snapshot = false) {
     const std::vector<TokenId>& ids = snapshot ? s.promptSnapshotIds : s.fed;
-    if (!s.stateCache || ids.empty() || !result.valid() || s.heldMedia) return;
+    const MediaKeys& media = snapshot ? s.promptSnapshotMedia : s.fedMedia;
+    // A file is found by its ids alone: one holding image rows is never written.
+    const bool holdsRows = !media.empty() && std::size_t(media.front().first) < ids.size();
+    if (!s.stateCache || ids.empty() || !result.valid() || holdsRows) return;
     if (snapshot && !s.promptSnapshot) return;
     if (s.stateCache->holds(ids)) return;
     const std::filesystem::path file = s.stateCache->pathFor(ids, kind);
@@ -188,16 +193,21 @@ void saveToCache(Session::Impl& s, model::StateCache::Kind kind, GenerateResult&
 // `longerThan` positions, loaded into the conversation; its positions, or 0. A file that
 // cannot be loaded (damaged, truncated, removed meanwhile) is removed and the next one
 // tried: the prompt is then read, never continued from a wrong state.
-int restoreFromCache(Session::Impl& s, std::span<const TokenId> prompt, std::size_t longerThan) {
-    if (!s.stateCache) return 0;
-    for (const std::filesystem::path& file : s.stateCache->prefixesOf(prompt, longerThan)) {
+// `prompt` holds image rows from position `rowsFrom` on: a file (which never holds rows)
+// serves only up to there.
+int restoreFromCache(Session::Impl& s, std::span<const TokenId> prompt, std::size_t longerThan,
+                     std::size_t rowsFrom) {
+    if (!s.stateCache || longerThan >= rowsFrom) return 0;
+    for (const std::filesystem::path& file :
+         s.stateCache->prefixesOf(prompt.first(std::min(prompt.size(), rowsFrom)), longerThan)) {
         try {
             s.loadState(file);
         } catch (const StateError&) {
             s.stateCache->remove(file);
             continue;
         }
-        if (s.fed.size() > longerThan && isPrefix(s.fed, prompt)) {
+        if (s.fed.size() > longerThan && isPrefix(s.fed, prompt) && s.fed.size() <= rowsFrom) {
+            s.fedMedia.clear();
             s.stateCache->touch(file);
             return int(s.fed.size());
         }
@@ -241,39 +251,62 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
         throw ContextFull(int(prompt.size()), context);
     // The logits of the last prompt position are needed, so at least one position is
     // always recomputed (unless a loaded state brought them).
-    const auto reusable = [&](const std::vector<TokenId>& ids) {
-        return !ids.empty() && ids.size() < prompt.size() && isPrefix(ids, prompt);
+    // The prompt's image rows by content: a held state with the same ids but another
+    // image (the same size, so the same pads) is not this prompt's.
+    MediaKeys promptMedia;
+    if (media) {
+        const std::size_t width =
+            media->positions.empty() ? 0 : media->rows.size() / media->positions.size();
+        for (std::size_t k = 0; k < media->positions.size(); ++k)
+            promptMedia.emplace_back(
+                media->positions[k],
+                XXH3_64bits(media->rows.data() + k * width, width * sizeof(float)));
+    }
+    const std::size_t rowsFrom =
+        promptMedia.empty() ? prompt.size() : std::size_t(promptMedia.front().first);
+    // The held keys before position n equal the prompt's.
+    const auto sameMedia = [&](const MediaKeys& held, std::size_t n) {
+        auto a = held.begin();
+        auto b = promptMedia.cbegin();
+        for (;; ++a, ++b) {
+            const bool aIn = a != held.end() && std::size_t(a->first) < n;
+            const bool bIn = b != promptMedia.end() && std::size_t(b->first) < n;
+            if (!aIn || !bIn) return aIn == bIn;
+            if (*a != *b) return false;
+        }
     };
-    const bool wholePromptHeld =
-        s.logitsRestored && s.fed.size() == prompt.size() && isPrefix(s.fed, prompt);
+    const auto reusable = [&](const std::vector<TokenId>& ids, const MediaKeys& keys) {
+        return !ids.empty() && ids.size() < prompt.size() && isPrefix(ids, prompt) &&
+               sameMedia(keys, ids.size());
+    };
+    const bool wholePromptHeld = s.logitsRestored && s.fed.size() == prompt.size() &&
+                                 isPrefix(s.fed, prompt) && sameMedia(s.fedMedia, prompt.size());
     std::size_t inMemory = wholePromptHeld ? prompt.size() : 0;
-    if (!wholePromptHeld && reusable(s.fed)) inMemory = s.fed.size();
-    if (!wholePromptHeld && s.promptSnapshot && reusable(s.promptSnapshotIds))
+    if (!wholePromptHeld && reusable(s.fed, s.fedMedia)) inMemory = s.fed.size();
+    if (!wholePromptHeld && s.promptSnapshot &&
+        reusable(s.promptSnapshotIds, s.promptSnapshotMedia))
         inMemory = std::max(inMemory, s.promptSnapshotIds.size());
-    if (media || s.heldMedia) {
-        // Image rows on either side: the ids alone cannot show the state is this prompt's.
-        s.state.reset();
-        s.fed.clear();
-        s.promptSnapshot.reset();
-        s.promptSnapshotIds.clear();
-        s.logitsRestored = false;
-        s.heldMedia = media != nullptr;
-    } else if (wholePromptHeld) {
+    if (wholePromptHeld) {
         // A loaded state holds the whole prompt and its last logits: nothing to read.
-    } else if (const int restored = restoreFromCache(s, prompt, inMemory); restored > 0) {
+    } else if (const int restored = restoreFromCache(s, prompt, inMemory, rowsFrom); restored > 0) {
         result.restoredPositions = restored;
-    } else if (reusable(s.fed) && s.fed.size() == inMemory) {
+    } else if (reusable(s.fed, s.fedMedia) && s.fed.size() == inMemory) {
         // keep the live state
-    } else if (s.promptSnapshot && reusable(s.promptSnapshotIds)) {
+    } else if (s.promptSnapshot && reusable(s.promptSnapshotIds, s.promptSnapshotMedia)) {
         // The live state goes first, then the snapshot is copied back: two copies at most.
         s.state = std::move(*s.promptSnapshot);
         s.promptSnapshot = s.state.clone();
         s.fed = s.promptSnapshotIds;
+        s.fedMedia = s.promptSnapshotMedia;
         s.logits = s.promptSnapshotLogits;
     } else {
         s.state.reset();
         s.fed.clear();
+        s.logitsRestored = false;
     }
+    // From here on the held keys are the prompt's up to what the state holds.
+    std::erase_if(s.fedMedia,
+                  [&](const auto& key) { return std::size_t(key.first) >= s.fed.size(); });
     const int reused = int(s.fed.size());
     SessionProgress progress;
     progress.stage = "prefill";
@@ -321,7 +354,13 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
         const bool fed = feed(s, prompt.subspan(i, n), result, chunkRows(media, i, n, rowPositions),
                               beforeLayer);
         progress.chunkPositions = progress.chunkLayersDone = 0;
-        if (!fed) break;
+        if (!fed) {
+            if (s.fed.empty()) s.fedMedia.clear();
+            break;
+        }
+        for (const auto& key : promptMedia)
+            if (std::size_t(key.first) >= i && std::size_t(key.first) < i + n)
+                s.fedMedia.push_back(key);
         i += n;
         if (savePreamble && i == preambleAt)
             saveToCache(s, model::StateCache::Kind::Preamble, result);
@@ -329,6 +368,7 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
             s.promptSnapshot.reset(); // the old one goes before the new one is made
             s.promptSnapshot = s.state.clone();
             s.promptSnapshotIds = s.fed;
+            s.promptSnapshotMedia = s.fedMedia;
             s.promptSnapshotLogits = s.logits;
         }
         const MemoryStats now = s.model.memoryStats();

@@ -14,6 +14,11 @@
 
 namespace k3 {
 
+// The image rows a state holds: (position, XXH3-64 of the row's floats), positions
+// increasing. Ids alone do not say which image a <|media_pad|> run was: a state is reused
+// for a prompt only where these match too.
+using MediaKeys = std::vector<std::pair<int, std::uint64_t>>;
+
 struct Session::Impl {
     Model model;
     std::optional<Tokenizer> tokenizer;
@@ -24,6 +29,9 @@ struct Session::Impl {
     std::optional<InferenceState> promptSnapshot;
     std::vector<TokenId> promptSnapshotIds;
     std::vector<float> promptSnapshotLogits; // of its last position (a state file holds them)
+    // The image rows `fed` and the snapshot hold (entries past their length are stale).
+    MediaKeys fedMedia;
+    MediaKeys promptSnapshotMedia;
     // Stopped answers' places in later prompts (chat/ChatResume.hpp), the latest last:
     // Regenerate and edits go back to conversations before the latest one.
     std::vector<chat::ResumePoint> resume;
@@ -45,10 +53,8 @@ struct Session::Impl {
     std::vector<float> draftLogits;
     std::uint64_t draftFileBytes = 0;
 
-    // Image input: the tower, loaded on the first image; heldMedia: the state holds image
-    // rows, so it is never reused by ids alone (they do not say which image) nor cached.
+    // Image input: the tower, loaded on the first image.
     std::optional<VisionTower> vision;
-    bool heldMedia = false;
 
     // The prefix cache on disk (LaunchConfig::stateCacheDir), when one is used.
     std::optional<model::StateCache> stateCache;

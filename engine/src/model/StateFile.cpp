@@ -229,6 +229,7 @@ void Session::Impl::loadState(const fs::path& path) {
     // snapshot goes first, so two states at most are held, as the plan counts.
     s.promptSnapshot.reset();
     s.promptSnapshotIds.clear();
+    s.promptSnapshotMedia.clear();
     InferenceState loaded = s.model.newState();
     LoadedArrays arrays{{}, std::vector<float>(s.logits.size()), loaded.d_->layers};
     try {
@@ -239,6 +240,7 @@ void Session::Impl::loadState(const fs::path& path) {
     loaded.d_->length = int(arrays.ids.size());
     s.state = std::move(loaded);
     s.fed = std::move(arrays.ids);
+    s.fedMedia.clear(); // a file holds no image rows
     s.logits = std::move(arrays.logits);
     s.logitsRestored = true;
     s.resume.clear();

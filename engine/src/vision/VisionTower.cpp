@@ -182,6 +182,7 @@ std::vector<float> bindVector(const Checkpoint& ckpt, const std::string& name,
     const Matrix m = bindMatrix(ckpt, name, shape, bytes);
     std::vector<float> out(std::size_t(m.rows) * std::size_t(m.cols));
     widenToFloat(m.dtype, m.raw, out);
+    bytes += out.size() * sizeof(float) - m.raw.size(); // held widened, the raw copy goes
     return out;
 }
 
@@ -240,6 +241,17 @@ const VisionConfig& VisionTower::config() const {
 }
 std::uint64_t VisionTower::weightBytes() const {
     return impl_->bytes;
+}
+
+std::uint64_t VisionTower::plannedBytes(const Checkpoint& checkpoint) {
+    std::uint64_t bytes = 0;
+    for (const auto& [name, t] : checkpoint.tensors()) {
+        if (name.rfind(kTower, 0) != 0 && name.rfind(kProjector, 0) != 0) continue;
+        // As load() binds them: vectors and the position grid widened (bindVector).
+        const bool widened = t.rank == 1 || name == kTower + "patch_embed.pos_emb.weight";
+        bytes += widened ? t.numel() * sizeof(float) : t.nbytes;
+    }
+    return bytes;
 }
 
 void VisionTower::Impl::addPositions(float* x, int h, int w) const {

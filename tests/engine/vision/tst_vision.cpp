@@ -91,6 +91,8 @@ private slots:
     void chatWithImagesMatchesReference();
     void badImagesAreRefusedByName();
     void configIsCheckedAndTextOnlyIsSaid();
+    void memoryPlanCountsTheTower();
+    void heldStateIsReusedOnlyForTheSameImage();
 };
 
 void TestVision::sizePlanMatchesTheReleaseVectors() {
@@ -316,7 +318,7 @@ void TestVision::promptWithImagesMatchesReference() {
     const std::vector<float> sessionLast(session.lastLogits().begin(), session.lastLogits().end());
     g.maxTokens = 8;
     const k3::GenerateResult r = session.generateIds(prompt, g);
-    QCOMPARE(r.reusedPositions, 0); // a prompt with images is read whole
+    QCOMPARE(r.reusedPositions, 0); // the whole prompt was held: not a strict prefix
     QCOMPARE(r.ids, c.expected.at("greedy").get<std::vector<k3::TokenId>>());
 
     // Feeding the expanded prompt through the model in one chunk: the argmax at every
@@ -484,6 +486,94 @@ void TestVision::badImagesAreRefusedByName() {
     QVERIFY2(e.contains(QStringLiteral("0x10")), qPrintable(e));
     e = imageErrorOf([] { k3::planImage(10, 10, 0); });
     QVERIFY2(e.contains(QStringLiteral("patch limit")), qPrintable(e));
+}
+
+// Issue 33: a held state is reused for a prompt with images only where its image rows
+// are the prompt's. Two images of one size give the same ids (the same pads): the other
+// image's state is not continued, the same image's is.
+void TestVision::heldStateIsReusedOnlyForTheSameImage() {
+    const ImageCase c = imageCase(QStringLiteral("one")); // photo_83x67.jpg: 9 positions
+    k3::DecodedImage inverted = k3::readImageFile(
+        kVisionDir + "images/" + c.expected.at("images")[0].at("image").get<std::string>());
+    for (std::uint8_t& v : inverted.pixels) v = std::uint8_t(255 - v);
+    const k3::PreparedImage other = k3::prepareImage(inverted);
+    QCOMPARE(other.plan.tokens(), c.images[0].plan.tokens());
+    QVERIFY(other.patches != c.images[0].patches);
+
+    const auto prompt = c.expected.at("prompt_ids").get<std::vector<k3::TokenId>>();
+    std::vector<k3::TokenId> longer = prompt; // a follow-up: the prompt and three ids more
+    longer.insert(longer.end(), prompt.begin(), prompt.begin() + 3);
+    k3::LaunchConfig o;
+    o.modelDir = kVisionDir + "k3_tiny_vl";
+    k3::GenerateOptions a, b;
+    a.maxTokens = b.maxTokens = 6;
+    a.images = c.images;
+    b.images = {other};
+    const auto fresh = [&](const std::vector<k3::TokenId>& ids, const k3::GenerateOptions& g) {
+        k3::Session alone = k3::Session::open(o);
+        return alone.generateIds(ids, g).ids;
+    };
+    const std::vector<k3::TokenId> wantA = fresh(longer, a), wantB = fresh(longer, b);
+    QVERIFY(wantA != wantB); // the test tells the images apart
+
+    k3::Session session = k3::Session::open(o);
+    const k3::GenerateResult first = session.generateIds(prompt, a);
+    QCOMPARE(first.promptTokens, 54); // 46 ids, the pad expanded to 9
+    QCOMPARE(first.reusedPositions, 0);
+    // The same image: the prompt's snapshot (54 positions) is continued.
+    const k3::GenerateResult same = session.generateIds(longer, a);
+    QCOMPARE(same.promptTokens, 57);
+    QCOMPARE(same.reusedPositions, 54);
+    QCOMPARE(same.prefillPositions, 3);
+    QCOMPARE(same.ids, wantA);
+    // The other image, the same ids: read again, and the other image's answer.
+    const k3::GenerateResult swapped = session.generateIds(longer, b);
+    QCOMPARE(swapped.promptTokens, 57);
+    QCOMPARE(swapped.reusedPositions, 0);
+    QCOMPARE(swapped.prefillPositions, 57);
+    QCOMPARE(swapped.ids, wantB);
+    // And back: the first image's state is gone, so it is read again too.
+    const k3::GenerateResult back = session.generateIds(longer, a);
+    QCOMPARE(back.reusedPositions, 0);
+    QCOMPARE(back.ids, wantA);
+    // The same image once more: its snapshot (the whole 57-position prompt) holds it.
+    std::vector<k3::TokenId> third = longer;
+    third.push_back(prompt[3]);
+    const k3::GenerateResult again = session.generateIds(third, a);
+    QCOMPARE(again.reusedPositions, 57);
+    QCOMPARE(again.ids, fresh(third, a));
+}
+
+// Issue 33: the memory plan left out the tower's weights (0.85 GiB in the release).
+void TestVision::memoryPlanCountsTheTower() {
+    // BF16 matrices as stored: patch_embed 32x3x14x14 (37,632 B), per block wqkv 144x32,
+    // wo 32x48, fc0 64x32, fc1 32x64 (20,480 B, 2 blocks), projector 128x128 and 32x128
+    // (40,960 B): 119,552 B; widened to F32: the 6x5x32 position grid (3,840 B) and six
+    // 32-wide norms (768 B). 124,160 B in all.
+    const k3::Checkpoint ckpt = k3::Checkpoint::open(kVisionDir + "k3_tiny_vl");
+    QCOMPARE(k3::VisionTower::plannedBytes(ckpt), std::uint64_t(124160));
+    const auto tower = k3::VisionTower::loadFromDirectory(kVisionDir + "k3_tiny_vl");
+    QVERIFY(tower.has_value());
+    QCOMPARE(tower->weightBytes(), std::uint64_t(124160)); // what it holds, loaded
+
+    k3::LaunchConfig o;
+    o.modelDir = kVisionDir + "k3_tiny_vl";
+    const k3::Model vl = k3::Model::load(o);
+    const k3::MemoryPlan& plan = vl.memoryPlan();
+    QCOMPARE(plan.visionBytes, std::uint64_t(124160));
+    QCOMPARE(plan.total(), plan.trunkBytes() + plan.trunkDecodeBytes + plan.modelBytes +
+                               plan.residentExpertBytes + plan.cacheBytes() + plan.stateBytes +
+                               plan.bufferBytes + plan.kvBytes + plan.draftBytes + 124160);
+    const std::string text = plan.format();
+    QVERIFY2(text.find("vision tower") != std::string::npos &&
+                 text.find("tower + projector, loaded on the first image") != std::string::npos,
+             text.c_str());
+
+    // A text-only checkpoint: nothing counted, no line.
+    o.modelDir = K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a";
+    const k3::Model textOnly = k3::Model::load(o);
+    QCOMPARE(textOnly.memoryPlan().visionBytes, std::uint64_t(0));
+    QVERIFY(textOnly.memoryPlan().format().find("vision tower") == std::string::npos);
 }
 
 void TestVision::configIsCheckedAndTextOnlyIsSaid() {
