@@ -48,6 +48,7 @@ std::optional<std::uint64_t> bytesValue(const QSettings& s, const QString& key) 
 }
 const QString kSpeculation = QStringLiteral("engine/speculation");
 const QString kMaxTokens = QStringLiteral("generation/maxTokens");
+const QString kImagePatchLimit = QStringLiteral("images/patchLimit");
 const QString kSystemPrompt = QStringLiteral("generation/systemPrompt");
 const QString kWindowGeometry = QStringLiteral("mainWindow/geometry");
 const QString kWindowSplitter = QStringLiteral("mainWindow/splitter");
@@ -105,6 +106,8 @@ AppSettings AppSettings::load() {
     a.launch = loadLaunch();
     a.speculation = s.value(kSpeculation, a.speculation).toBool();
     a.maxTokens = std::clamp(s.value(kMaxTokens, a.maxTokens).toInt(), 1, 32768);
+    a.imagePatchLimit =
+        std::clamp(s.value(kImagePatchLimit, a.imagePatchLimit).toInt(), 4, kMaxImagePatchLimit);
     a.systemPrompt = s.value(kSystemPrompt).toString();
     return a;
 }
@@ -122,6 +125,7 @@ void AppSettings::save() const {
     saveLaunch(launch);
     s.setValue(kSpeculation, speculation);
     s.setValue(kMaxTokens, maxTokens);
+    s.setValue(kImagePatchLimit, imagePatchLimit);
     s.setValue(kSystemPrompt, systemPrompt);
 }
 
@@ -235,6 +239,7 @@ GenerationSettings AppSettings::generationSettings(quint64 randomSeed) const {
     g.threads = launch.threads;
     g.speculation = speculation;
     g.maxTokens = maxTokens;
+    g.imagePatchLimit = imagePatchLimit;
     return g;
 }
 

@@ -7,6 +7,7 @@
 #include "worker/EngineWorker.h"
 
 #include <k3/launch.hpp>
+#include <k3/vision.hpp>
 
 // The preferences the Settings dialog edits, stored in QSettings. MainWindow reads them
 // again for every message, so a change applies to the next one. Values read back are
@@ -26,6 +27,12 @@ public:
     k3::LaunchConfig launch = defaultLaunch();
     bool speculation = true; // verify guesses of repeated text in one pass (same answers)
     int maxTokens = 512;     // the longest answer, in tokens
+    // Largest image in 14-px patches, a quarter of them prompt positions. 4,096 (1,024
+    // positions, about 900x900 read as is) keeps a photo's reading to minutes on a laptop
+    // streaming the trunk; the release's 65,536 (16,384 positions) is the most.
+    static constexpr int kDefaultImagePatchLimit = GenerationSettings::kDefaultImagePatchLimit;
+    static constexpr int kMaxImagePatchLimit = k3::kOfficialPatchLimit;
+    int imagePatchLimit = kDefaultImagePatchLimit;
     // The system prompt a new conversation starts with (empty: none); each conversation
     // keeps its own in its transcript.
     QString systemPrompt;

@@ -554,6 +554,7 @@ void MainWindow::showSettings() {
             after.thinkingEffort != before.thinkingEffort)
             applySettings();
         updatePromptBanner(); // a new chat starts with the default shown
+        m_chat->setImagePatchLimit(after.imagePatchLimit); // attached images' cost
         // Threads apply to the next message (the engine thread sets them per message);
         // anything else of the launch reopens the model with it. The model loaded now
         // stays until the new one has opened, and stays if it fails (onLoadFailed).

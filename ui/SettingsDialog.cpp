@@ -133,6 +133,17 @@ QGroupBox* SettingsDialog::createThinkingGroup() {
     m_maxTokens = named(new QSpinBox, "maxTokens", tr("Longest answer in tokens"));
     m_maxTokens->setRange(1, 32768);
     m_maxTokens->setSuffix(tr(" tokens"));
+    m_imagePatchLimit =
+        named(new QSpinBox, "imagePatchLimit", tr("Largest image in 14-pixel patches"));
+    m_imagePatchLimit->setRange(4, AppSettings::kMaxImagePatchLimit);
+    m_imagePatchLimit->setSingleStep(1024);
+    m_imagePatchLimit->setSuffix(tr(" patches"));
+    m_imagePatchLimit->setToolTip(
+        tr("A larger image is scaled down to this many 14x14-pixel patches; every four cost "
+           "one prompt position (%1: %2 positions). The release allows %3.")
+            .arg(AppSettings::kDefaultImagePatchLimit)
+            .arg(AppSettings::kDefaultImagePatchLimit / 4)
+            .arg(AppSettings::kMaxImagePatchLimit));
     m_systemPrompt = named(new QPlainTextEdit, "systemPromptDefault",
                            tr("Default system prompt for new conversations"));
     m_systemPrompt->setPlaceholderText(tr("none"));
@@ -145,6 +156,7 @@ QGroupBox* SettingsDialog::createThinkingGroup() {
     form->addRow(m_thinking);
     form->addRow(tr("Effort:"), m_effort);
     form->addRow(tr("Longest answer:"), m_maxTokens);
+    form->addRow(tr("Largest image:"), m_imagePatchLimit);
     form->addRow(tr("System prompt:"), m_systemPrompt);
     return group;
 }
@@ -351,6 +363,7 @@ AppSettings SettingsDialog::values() const {
         a.launch.stateCacheBytes = 0;
     a.speculation = m_speculation->isChecked();
     a.maxTokens = m_maxTokens->value();
+    a.imagePatchLimit = m_imagePatchLimit->value();
     a.systemPrompt = m_systemPrompt->toPlainText();
     return a;
 }
@@ -386,6 +399,7 @@ void SettingsDialog::setValues(const AppSettings& a) {
     if (l.budget.cacheBytes) m_cacheGB->setValue(double(*l.budget.cacheBytes) / kGB);
     m_speculation->setChecked(a.speculation);
     m_maxTokens->setValue(a.maxTokens);
+    m_imagePatchLimit->setValue(a.imagePatchLimit);
     m_systemPrompt->setPlainText(a.systemPrompt);
     updateEnabled();
 }

@@ -55,6 +55,7 @@ private:
     QCheckBox* m_thinking = nullptr;
     QComboBox* m_effort = nullptr;
     QSpinBox* m_maxTokens = nullptr;
+    QSpinBox* m_imagePatchLimit = nullptr;
     QPlainTextEdit* m_systemPrompt = nullptr;
     QLineEdit* m_modelDir = nullptr;
     QLineEdit* m_trunkDir = nullptr;

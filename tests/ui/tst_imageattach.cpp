@@ -33,6 +33,8 @@
 
 #include "FakeOpenAiServer.hpp"
 
+#include <k3/vision.hpp>
+
 #include <nlohmann/json.hpp>
 
 namespace {
@@ -171,6 +173,54 @@ private slots:
         QVERIFY(window.store()->remove(id));
     }
 
+    // The Settings' cap (images/patchLimit) is the one the attachment is counted at and
+    // the engine thread prepares the image at. At 4 patches 83x67 (5x4 whole patches) is
+    // scaled by sqrt(4/20) to 37x29 and padded to 56x56: 4 rows instead of 9, so the
+    // prompt the worker reads is 49 positions, not the 54 of the default cap.
+    void patchLimitReachesThePrompt() {
+        QCOMPARE(k3::planImage(83, 67, 4).tokens(), 4);
+        QCOMPARE(k3::planImage(83, 67, AppSettings::kDefaultImagePatchLimit).tokens(), 9);
+        AppSettings settings = AppSettings::load();
+        settings.imagePatchLimit = 4;
+        settings.save();
+        MainWindow window;
+        QVERIFY(loadInto(window, kModel));
+        MessageComposer* composer = window.composer();
+        QTRY_VERIFY(composer->imagesAvailable());
+        composer->setThinking(false);
+        composer->chooseImageFiles({kPhoto});
+        QTRY_COMPARE(composer->attachments().size(), 1);
+        QCOMPARE(composer->attachments()[0].positions, 4);
+        QCOMPARE(composer->imageCostShown(),
+                 QStringLiteral("this image will cost 4 prompt positions"));
+
+        QueuedSpy applied(window.engine()->worker(), &EngineWorker::settingsApplied);
+        QueuedSpy summaries(window.engine()->worker(), &EngineWorker::generationFinished);
+        QSignalSpy finished(&window, &MainWindow::answerFinished);
+        window.sendMessage(kQuestion);
+        QVERIFY(finished.wait(60000));
+        QTRY_COMPARE(applied.count(), 1);
+        QCOMPARE(applied.at(0).at(0).value<GenerationSettings>().imagePatchLimit, 4);
+        const GenerationSummary s = nthSummary(summaries, 1);
+        QCOMPARE(s.promptTokens, 49);
+        QCOMPARE(s.prefillPositions, 49);
+
+        // The cap raised again before the next Send: an image attached now, and one
+        // attached before the change, are counted at it (9 rows each).
+        settings.imagePatchLimit = AppSettings::kDefaultImagePatchLimit;
+        settings.save();
+        composer->chooseImageFiles({kPhoto});
+        QTRY_COMPARE(composer->attachments().size(), 1);
+        QCOMPARE(composer->attachments()[0].positions, 9);
+        settings.imagePatchLimit = 4;
+        settings.save();
+        window.chat()->setImagePatchLimit(4); // what MainWindow does when Settings close
+        QCOMPARE(composer->attachments()[0].positions, 4);
+        QVERIFY(composer->imageCostShown().startsWith(
+            QStringLiteral("this image will cost 4 prompt positions")));
+        QVERIFY(window.store()->remove(window.currentConversationId()));
+    }
+
     // Ctrl+V of an image and a drop of a file attach them; a file that is not an image is
     // refused with the engine's reason; a thumbnail's button removes it.
     void pasteDropAndRefusal() {
@@ -247,6 +297,7 @@ private slots:
         QTRY_VERIFY(composer->isReady() && composer->imagesAvailable());
         composer->chooseImageFiles({kPhoto});
         QTRY_COMPARE(composer->attachments().size(), 1);
+        QCOMPARE(composer->imageCostShown(), QString()); // the server's cap, not ours
         QSignalSpy finished(&window, &MainWindow::answerFinished);
         window.sendMessage(kQuestion);
         QVERIFY(finished.wait(10000));

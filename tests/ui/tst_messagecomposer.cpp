@@ -7,6 +7,8 @@
 
 #include "chat/MessageComposer.h"
 
+#include <k3/vision.hpp>
+
 class TestMessageComposer : public QObject {
     Q_OBJECT
 private slots:
@@ -16,6 +18,7 @@ private slots:
     void notReadyKeepsText();
     void blankMessageIsNotSent();
     void focusOnTheComposerTypesIntoTheBox();
+    void imageCostIsStated();
 };
 
 static QPlainTextEdit* editorOf(MessageComposer& c) {
@@ -99,6 +102,73 @@ void TestMessageComposer::focusOnTheComposerTypesIntoTheBox() {
     QTest::keyClicks(QApplication::focusWidget(), QStringLiteral(" again"));
     QCOMPARE(composer->text(), QStringLiteral("edit me again"));
     QCOMPARE(other->toPlainText(), QString());
+}
+
+// Issue 33: an attached image's prompt positions (and their time at the last message's
+// rate) are said before Send.
+void TestMessageComposer::imageCostIsStated() {
+    // 640x480 is under both caps: padded to 644x504, 46x36 = 1,656 patches, 414 positions.
+    QCOMPARE(k3::planImage(640, 480, 4096).tokens(), 414);
+    // 1920x1080 at the laptop cap: scaled to 1194x671, padded to 1204x672: 86x48 = 4,128
+    // patches (the padding may pass the cap), 1,032 positions; 2,691 at the release's.
+    QCOMPARE(k3::planImage(1920, 1080, 4096).tokens(), 1032);
+    QCOMPARE(k3::planImage(1920, 1080, 65536).tokens(), 2691);
+    QCOMPARE(MessageComposer::imageCostText(1, 414, -1),
+             QStringLiteral("this image will cost 414 prompt positions"));
+    QCOMPARE(
+        MessageComposer::imageCostText(1, 414, 0.05), // 20.7 s
+        QStringLiteral("this image will cost 414 prompt positions, about 21 s at your budget"));
+    QCOMPARE(MessageComposer::imageCostText(2, 1446, 0.5), // 723 s
+             QStringLiteral("these 2 images will cost 1446 prompt positions, about 12 min at "
+                            "your budget"));
+    QCOMPARE(MessageComposer::imageCostText(1, 1, -1),
+             QStringLiteral("this image will cost 1 prompt position"));
+    QCOMPARE(MessageComposer::imageCostText(0, 0, 1.0), QString());
+
+    MessageComposer composer;
+    QCOMPARE(composer.imageCostShown(), QString());
+    ImageAttachment a;
+    a.name = QStringLiteral("photo.png");
+    a.size = QSize(640, 480);
+    a.positions = 414;
+    composer.addAttachment(a);
+    QCOMPARE(composer.imageCostShown(),
+             QStringLiteral("this image will cost 414 prompt positions"));
+    composer.setThinkingCost(166, 0.05); // a message was read: its rate is known
+    QCOMPARE(
+        composer.imageCostShown(),
+        QStringLiteral("this image will cost 414 prompt positions, about 21 s at your budget"));
+    composer.removeAttachment(0);
+    QCOMPARE(composer.imageCostShown(), QString());
+
+    // The cap set (Settings): attachments are counted again at it from their sizes, those
+    // there before and those added after.
+    ImageAttachment hd;
+    hd.name = QStringLiteral("hd.png");
+    hd.size = QSize(1920, 1080);
+    hd.positions = 2691; // as counted at the release's cap
+    composer.addAttachment(hd);
+    QCOMPARE(composer.attachments()[0].positions, 2691);
+    composer.setImagePatchLimit(4096);
+    QCOMPARE(composer.imagePatchLimit(), 4096);
+    QCOMPARE(composer.attachments()[0].positions, 1032);
+    QCOMPARE( // 51.6 s
+        composer.imageCostShown(),
+        QStringLiteral("this image will cost 1032 prompt positions, about 52 s at your budget"));
+    composer.addAttachment(a); // 640x480: 414 at either cap
+    QCOMPARE(composer.attachments()[1].positions, 414);
+    QCOMPARE(composer.imageCostShown(), // 72.3 s
+             QStringLiteral("these 2 images will cost 1446 prompt positions, about 73 s at your "
+                            "budget"));
+    composer.setImagePatchLimit(65536);
+    QCOMPARE(composer.attachments()[0].positions, 2691);
+    QCOMPARE(composer.imageCostShown(), // 155.25 s
+             QStringLiteral("these 2 images will cost 3105 prompt positions, about 3 min at your "
+                            "budget"));
+    composer.setImageCostKnown(false); // a server: its own cap
+    QCOMPARE(composer.imageCostShown(), QString());
+    composer.setImageCostKnown(true);
+    QVERIFY(!composer.imageCostShown().isEmpty());
 }
 
 QTEST_MAIN(TestMessageComposer)

@@ -118,6 +118,10 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     child<QSpinBox>(&dialog, "threads")->setValue(3);
     QCOMPARE(child<QSpinBox>(&dialog, "maxTokens")->value(), 512);
     child<QSpinBox>(&dialog, "maxTokens")->setValue(2000);
+    // Issue 33: the image cap, the laptop default; the release's 65,536 is the top.
+    QCOMPARE(child<QSpinBox>(&dialog, "imagePatchLimit")->value(), 4096);
+    QCOMPARE(child<QSpinBox>(&dialog, "imagePatchLimit")->maximum(), 65536);
+    child<QSpinBox>(&dialog, "imagePatchLimit")->setValue(16384);
     QCOMPARE(child<QSpinBox>(&dialog, "contextLength")->value(), 4096);
     child<QSpinBox>(&dialog, "contextLength")->setValue(8192);
     QCOMPARE(child<QPlainTextEdit>(&dialog, "systemPromptDefault")->toPlainText(), QString());
@@ -156,6 +160,7 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     QCOMPARE(settings.value("engine/threads").toInt(), 3);
     QCOMPARE(settings.value("engine/speculation").toBool(), false);
     QCOMPARE(settings.value("generation/maxTokens").toInt(), 2000);
+    QCOMPARE(settings.value("images/patchLimit").toInt(), 16384);
     QCOMPARE(settings.value("launch/contextLength").toInt(), 8192);
     QCOMPARE(settings.value("launch/prefillChunk").toInt(), 32);
     QCOMPARE(settings.value("launch/maxSpeculation").toInt(), 8);
@@ -181,6 +186,7 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     expected.launch.threads = 3;
     expected.speculation = false;
     expected.maxTokens = 2000;
+    expected.imagePatchLimit = 16384;
     expected.launch.contextLength = 8192;
     expected.launch.prefillChunk = 32;
     expected.launch.maxSpeculation = 8;
@@ -197,6 +203,7 @@ void TestSettingsDialog::valuesRoundTripThroughQSettings() {
     QCOMPARE(g.threads, 3);
     QVERIFY(!g.speculation);
     QCOMPARE(g.maxTokens, 2000);
+    QCOMPARE(g.imagePatchLimit, 16384); // what the engine thread prepares images with
     expected.fixedSeed = false;
     QCOMPARE(expected.generationSettings(99).seed, quint64(99)); // a new seed per message
 
@@ -225,7 +232,9 @@ void TestSettingsDialog::badStoredValuesAreClamped() {
     settings.setValue("launch/pinMode", "sideways");
     settings.setValue("launch/cacheBytes", "18446744073709551615");
     settings.setValue("launch/preset", "");
+    settings.setValue("images/patchLimit", 999999);
     const AppSettings a = AppSettings::load();
+    QCOMPARE(a.imagePatchLimit, 65536); // the release's, the most the engine reads
     QCOMPARE(a.launch.contextLength, 1 << 20);
     QCOMPARE(a.launch.prefillChunk, 0);
     QCOMPARE(a.launch.maxSpeculation, 32);
@@ -261,11 +270,11 @@ void TestSettingsDialog::everyControlHasAnAccessibleName() {
             QVERIFY2(!w->accessibleName().isEmpty(), qPrintable(w->objectName()));
         }
     }
-    // 26 settings (the context length, the default system prompt, the prefill chunk, the
+    // 27 settings (the context length, the default system prompt, the prefill chunk, the
     // speculation width, the draft folder, the pin mode, the preset and two budgets with
-    // their boxes, the saved states' box and size among them), 3 Browse, Free space, OK,
-    // Cancel, Restore Defaults
-    QCOMPARE(controls, 33);
+    // their boxes, the saved states' box and size, the largest image among them), 3
+    // Browse, Free space, OK, Cancel, Restore Defaults
+    QCOMPARE(controls, 34);
 }
 
 void TestSettingsDialog::savedSettingsReachTheWorkerWithTheNextMessage() {

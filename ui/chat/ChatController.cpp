@@ -35,12 +35,20 @@ ChatController::ChatController(EngineController* engine, ConversationModel* conv
         m_composer->setImagesAvailable(
             info.vision,
             tr("%1 reads text only: its checkpoint has no vision tower").arg(info.modelName));
+        m_composer->setImageCostKnown(!info.remote);
     });
+    // Their cost is counted at the cap the engine thread will prepare them at (the
+    // settings' of the next message), read again for each attachment as for each message.
+    setImagePatchLimit(AppSettings::load().imagePatchLimit);
     connect(m_composer, &MessageComposer::imageFilesChosen, m_attacher,
             [this](const QStringList& paths) {
+                setImagePatchLimit(AppSettings::load().imagePatchLimit);
                 for (const QString& path : paths) m_attacher->attachFile(path);
             });
-    connect(m_composer, &MessageComposer::imagePasted, m_attacher, &ImageAttacher::attachImage);
+    connect(m_composer, &MessageComposer::imagePasted, m_attacher, [this](const QImage& image) {
+        setImagePatchLimit(AppSettings::load().imagePatchLimit);
+        m_attacher->attachImage(image);
+    });
     connect(m_attacher, &ImageAttacher::attached, m_composer, &MessageComposer::addAttachment);
     connect(m_attacher, &ImageAttacher::failed, m_composer, &MessageComposer::showAttachError);
     // What Think costs, said beside the switch (issue 37 point 1: "Hello" was 253 prompt
@@ -70,6 +78,11 @@ ChatController::ChatController(EngineController* engine, ConversationModel* conv
             &ChatController::measureNextMessage);
     connect(worker, &EngineWorker::readingPositions, m_composer,
             &MessageComposer::setReadingPositions);
+}
+
+void ChatController::setImagePatchLimit(int patches) {
+    m_attacher->setPatchLimit(patches);
+    m_composer->setImagePatchLimit(patches);
 }
 
 void ChatController::measureNextMessage() {

@@ -56,6 +56,9 @@ public:
     GenerationSettings nextGenerationSettings(quint64 seed) const;
 
     ImageAttacher* imageAttacher() const { return m_attacher; }
+    // The cap in patches the next images are counted at, attached or being read
+    // (AppSettings::imagePatchLimit; MainWindow passes a changed one on).
+    void setImagePatchLimit(int patches);
 
     // The stats line under a finished answer.
     static QString statsLine(const GenerationSummary& summary, const k3::AnswerFigures& figures,

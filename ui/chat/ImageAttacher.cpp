@@ -11,6 +11,7 @@
 #include <k3/read_file.hpp>
 #include <k3/vision.hpp>
 
+#include <algorithm>
 #include <span>
 #include <variant>
 
@@ -72,14 +73,16 @@ ImageAttacher::ImageAttacher(QString conversationsDirectory, QObject* parent)
 }
 
 ImageAttachment ImageAttacher::prepare(const QString& directory, const QString& name,
-                                       const QByteArray& bytes) {
+                                       const QByteArray& bytes, int patchLimit) {
     // The engine's decoder decides: what it refuses, the model could not read.
     const k3::DecodedImage decoded = k3::decodeImage(
         std::as_bytes(std::span(bytes.constData(), std::size_t(bytes.size()))), name.toStdString());
     ImageAttachment a;
     a.name = name;
     a.size = QSize(decoded.width, decoded.height);
-    a.positions = k3::planImage(decoded.width, decoded.height).tokens();
+    a.positions = k3::planImage(decoded.width, decoded.height,
+                                std::clamp(patchLimit, 1, k3::kOfficialPatchLimit))
+                      .tokens();
     a.thumbnail = thumbnailOf(bytes, &decoded);
     const QString suffix = decoded.format == "PNG"    ? QStringLiteral("png")
                            : decoded.format == "JPEG" ? QStringLiteral("jpg")
@@ -90,23 +93,25 @@ ImageAttachment ImageAttacher::prepare(const QString& directory, const QString& 
 
 void ImageAttacher::attachFile(const QString& path) {
     const QString directory = m_directory;
-    run([directory, path] {
+    const int limit = m_patchLimit;
+    run([directory, path, limit] {
         const std::string bytes =
             k3::readRegularFile(path.toStdString(), k3::kMaxImageFileBytes, "image");
         return prepare(directory, QFileInfo(path).fileName(),
-                       QByteArray(bytes.data(), qsizetype(bytes.size())));
+                       QByteArray(bytes.data(), qsizetype(bytes.size())), limit);
     });
 }
 
 void ImageAttacher::attachImage(const QImage& image) {
     const QString directory = m_directory;
-    run([directory, image] {
+    const int limit = m_patchLimit;
+    run([directory, image, limit] {
         QByteArray png;
         QBuffer buffer(&png);
         buffer.open(QIODevice::WriteOnly);
         if (image.isNull() || !image.save(&buffer, "PNG"))
             throw std::runtime_error(tr("the pasted image could not be read").toStdString());
-        return prepare(directory, tr("pasted image"), png);
+        return prepare(directory, tr("pasted image"), png, limit);
     });
 }
 

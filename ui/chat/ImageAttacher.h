@@ -27,11 +27,14 @@ public:
     void attachImage(const QImage& image);
     // Attachments still being read.
     int pending() const { return m_pending; }
+    // The cap the next attachments' positions are counted at (AppSettings::imagePatchLimit).
+    void setPatchLimit(int patches) { m_patchLimit = patches; }
 
     // The work of one attachment, on the calling thread: `bytes` are the file's, `name`
-    // names it in messages. Throws std::exception saying what is wrong with the image.
+    // names it in messages, `patchLimit` is the cap its positions are counted at. Throws
+    // std::exception saying what is wrong with the image.
     static ImageAttachment prepare(const QString& conversationsDirectory, const QString& name,
-                                   const QByteArray& bytes);
+                                   const QByteArray& bytes, int patchLimit);
 
     // A thumbnail of an image file's bytes (QImageReader, else the engine's decoder); a
     // null image when neither reads them.
@@ -47,4 +50,5 @@ private:
 
     QString m_directory;
     int m_pending = 0;
+    int m_patchLimit = 65536; // k3::kOfficialPatchLimit until setPatchLimit
 };

@@ -17,7 +17,10 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <cmath>
+
+#include <k3/vision.hpp>
 
 MessageComposer::MessageComposer(QWidget* parent)
     : QWidget(parent), m_editor(new ComposerTextEdit(this)),
@@ -26,7 +29,7 @@ MessageComposer::MessageComposer(QWidget* parent)
       m_thinkCost(new QLabel(this)), m_readingCost(new QLabel(this)),
       m_textEdit(static_cast<ComposerTextEdit*>(m_editor)), m_attachButton(new QToolButton(this)),
       m_attachmentStrip(new QWidget(this)), m_attachmentLayout(new QHBoxLayout(m_attachmentStrip)),
-      m_attachError(new QLabel(this)) {
+      m_attachError(new QLabel(this)), m_imageCost(new QLabel(this)) {
     m_editor->setObjectName(QStringLiteral("composerEditor"));
     m_sendButton->setObjectName(QStringLiteral("sendButton"));
     m_think->setObjectName(QStringLiteral("thinkCheck"));
@@ -67,6 +70,9 @@ MessageComposer::MessageComposer(QWidget* parent)
     m_attachError->setWordWrap(true);
     m_attachError->setTextFormat(Qt::PlainText); // file names and engine text, never markup
     m_attachError->hide();
+    m_imageCost->setObjectName(QStringLiteral("imageCost"));
+    m_imageCost->setForegroundRole(QPalette::PlaceholderText);
+    m_imageCost->hide();
     setImagesAvailable(false, tr("Load a model first (Model menu)"));
     m_readingCost->setObjectName(QStringLiteral("readingCost"));
     m_readingCost->setForegroundRole(QPalette::PlaceholderText);
@@ -88,6 +94,7 @@ MessageComposer::MessageComposer(QWidget* parent)
     layout->addLayout(options);
     layout->addWidget(m_editingLabel);
     layout->addWidget(m_attachmentStrip);
+    layout->addWidget(m_imageCost);
     layout->addWidget(m_attachError);
     layout->addLayout(input);
 
@@ -172,6 +179,10 @@ void MessageComposer::setThinkingEffort(const QString& effort) {
 }
 
 void MessageComposer::setThinkingCost(int positions, double seconds) {
+    if (m_secondsPerPosition != seconds) {
+        m_secondsPerPosition = seconds;
+        showAttachments(); // the images' cost quotes the same rate
+    }
     // A model without a think channel (the demo) showed "+169 prompt positions" beside a
     // Think it cannot tick.
     m_thinkCost->setVisible(positions > 0 && m_thinkingAvailable);
@@ -268,6 +279,7 @@ void MessageComposer::chooseImageFiles(const QStringList& paths) {
 
 void MessageComposer::addAttachment(const ImageAttachment& attachment) {
     m_attachments.push_back(attachment);
+    countPositions(m_attachments.back());
     m_attachError->hide();
     showAttachments();
 }
@@ -328,7 +340,49 @@ void MessageComposer::showAttachments() {
         m_attachmentLayout->insertWidget(i, frame);
     }
     m_attachmentStrip->setVisible(!m_attachments.isEmpty());
+    int positions = 0;
+    for (const ImageAttachment& a : std::as_const(m_attachments)) positions += a.positions;
+    m_imageCost->setText(imageCostText(int(m_attachments.size()), positions, m_secondsPerPosition));
+    m_imageCost->setVisible(!m_attachments.isEmpty() && m_imageCostKnown);
     updateSendButton();
+}
+
+QString MessageComposer::imageCostText(int images, int positions, double secondsPerPosition) {
+    if (images <= 0) return {};
+    const QString cost =
+        positions == 1 ? tr("1 prompt position") : tr("%1 prompt positions").arg(positions);
+    QString text = images == 1 ? tr("this image will cost %1").arg(cost)
+                               : tr("these %1 images will cost %2").arg(images).arg(cost);
+    const double total = secondsPerPosition >= 0 ? secondsPerPosition * positions : -1;
+    if (total >= 1) {
+        const int s = int(std::ceil(total));
+        text += s >= 120 ? tr(", about %1 min at your budget").arg((s + 30) / 60)
+                         : tr(", about %1 s at your budget").arg(s);
+    }
+    return text;
+}
+
+void MessageComposer::setImagePatchLimit(int patches) {
+    if (patches == m_imagePatchLimit) return;
+    m_imagePatchLimit = patches;
+    for (ImageAttachment& a : m_attachments) countPositions(a);
+    showAttachments();
+}
+
+void MessageComposer::setImageCostKnown(bool known) {
+    m_imageCostKnown = known;
+    showAttachments();
+}
+
+void MessageComposer::countPositions(ImageAttachment& attachment) const {
+    if (m_imagePatchLimit <= 0 || attachment.size.isEmpty()) return;
+    attachment.positions = k3::planImage(attachment.size.width(), attachment.size.height(),
+                                         std::clamp(m_imagePatchLimit, 1, k3::kOfficialPatchLimit))
+                               .tokens();
+}
+
+QString MessageComposer::imageCostShown() const {
+    return m_imageCost->isHidden() ? QString() : m_imageCost->text();
 }
 
 bool MessageComposer::eventFilter(QObject* watched, QEvent* event) {

@@ -61,6 +61,18 @@ public:
     static QString readingPositionsText(int positions, double seconds);
     // Shorter than this, a cost is not worth a word.
     static constexpr double kCostShownSeconds = 5;
+    // What the attached images add to the prompt, under their thumbnails: "this image will
+    // cost 1024 prompt positions, about 40 s at your budget" (secondsPerPosition: the
+    // last message's rate at this budget, -1: not known, and the time is not said).
+    static QString imageCostText(int images, int positions, double secondsPerPosition);
+    QString imageCostShown() const;
+    // The cap images are prepared at (AppSettings::imagePatchLimit): the attachments'
+    // positions are counted again at it from their sizes (k3::planImage, arithmetic only),
+    // so a cap changed after attaching is the one the cost says. 0: as each was counted.
+    void setImagePatchLimit(int patches);
+    int imagePatchLimit() const { return m_imagePatchLimit; }
+    // false for a server: it prepares images at its own cap, so their cost is not said.
+    void setImageCostKnown(bool known);
 
     // Images: offered only for a model that reads them (a vision tower, or a server);
     // otherwise the attach button is disabled and its tooltip says `whyNot`.
@@ -99,6 +111,7 @@ private:
     void updateSendButton();
     void openImageDialog();
     void showAttachments();
+    void countPositions(ImageAttachment& attachment) const;
     void showReadingCost();
 
     QPlainTextEdit* m_editor;
@@ -115,6 +128,10 @@ private:
     QWidget* m_attachmentStrip;
     QHBoxLayout* m_attachmentLayout;
     QLabel* m_attachError;
+    QLabel* m_imageCost;
+    double m_secondsPerPosition = -1; // setThinkingCost's rate
+    int m_imagePatchLimit = 0;
+    bool m_imageCostKnown = true;
     QVector<ImageAttachment> m_attachments;
     bool m_imagesAvailable = false;
     bool m_editing = false;

@@ -376,7 +376,7 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
     }
     std::vector<k3::ChatMessage> messages;
     try {
-        messages = engineMessages(history);
+        messages = engineMessages(history, settings.imagePatchLimit);
     } catch (const std::exception& e) {
         emit generationFailed(tr("An image of this conversation cannot be read: %1")
                                   .arg(QString::fromUtf8(e.what())));
@@ -466,7 +466,8 @@ void EngineWorker::generate(const QVector<ChatTurn>& history, const GenerationSe
     }
 }
 
-std::vector<k3::ChatMessage> EngineWorker::engineMessages(const QVector<ChatTurn>& history) {
+std::vector<k3::ChatMessage> EngineWorker::engineMessages(const QVector<ChatTurn>& history,
+                                                          int imagePatchLimit) {
     std::vector<k3::ChatMessage> messages;
     // Only this conversation's images stay prepared (a 1080p image is about 30 MB).
     QHash<QString, std::shared_ptr<const k3::PreparedImage>> used;
@@ -485,11 +486,14 @@ std::vector<k3::ChatMessage> EngineWorker::engineMessages(const QVector<ChatTurn
             places += k3::kImagePlaceholder;
             k3::ChatImage image{nullptr, file.toStdString()};
             if (m_localConfig) { // a server reads the file itself (RemoteClient)
-                std::shared_ptr<const k3::PreparedImage>& prepared = used[file];
-                if (!prepared) prepared = m_preparedImages.value(file);
+                // Another cap is another expansion: prepared again.
+                const QString key = QString::number(imagePatchLimit) + QLatin1Char(':') + file;
+                std::shared_ptr<const k3::PreparedImage>& prepared = used[key];
+                if (!prepared) prepared = m_preparedImages.value(key);
                 if (!prepared)
                     prepared = std::make_shared<const k3::PreparedImage>(
-                        k3::prepareImage(k3::readImageFile(image.file), k3::kOfficialPatchLimit));
+                        k3::prepareImage(k3::readImageFile(image.file),
+                                         std::clamp(imagePatchLimit, 1, k3::kOfficialPatchLimit)));
                 image.image = prepared;
             }
             m.images.push_back(std::move(image));

@@ -48,6 +48,10 @@ struct GenerationSettings {
     bool speculation = true; // greedy answers verify prompt-lookup guesses (same tokens)
     // The history ends with a stopped answer, continued where it stopped (no new turn).
     bool continueAnswer = false;
+    // Largest image in 14-px patches (k3::prepareImage): the app's laptop default, as
+    // AppSettings's, not the release's 65,536 (k3 --image-patch-limit's default).
+    static constexpr int kDefaultImagePatchLimit = 4096;
+    int imagePatchLimit = kDefaultImagePatchLimit;
 };
 
 struct GenerationSummary {
@@ -257,11 +261,12 @@ private:
 
     // The history as the engine reads it; a local model's images decoded and prepared
     // (from the saved copies, here on the engine thread). Throws ImageError naming a file.
-    std::vector<k3::ChatMessage> engineMessages(const QVector<ChatTurn>& history);
+    std::vector<k3::ChatMessage> engineMessages(const QVector<ChatTurn>& history,
+                                                int imagePatchLimit);
 
     std::unique_ptr<k3::ChatBackend> m_backend;
-    // The last conversation's images by file, prepared: the copies are never rewritten
-    // (named by their content).
+    // The last conversation's images by patch limit and file, prepared: the copies are
+    // never rewritten (named by their content).
     QHash<QString, std::shared_ptr<const k3::PreparedImage>> m_preparedImages;
     std::optional<k3::LaunchConfig> m_localConfig; // the local model open now, if any
     QString m_modelName;                           // recorded with each answer
