@@ -13,13 +13,14 @@ struct K3Run {
     QString err;
 };
 
-inline K3Run runK3(const QStringList& args, const QByteArray& input = {},
-                   const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment(),
-                   const QString& workDir = {}) {
+inline K3Run runProgram(const QString& program, const QStringList& args,
+                        const QByteArray& input = {},
+                        const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment(),
+                        const QString& workDir = {}) {
     QProcess p;
     p.setProcessEnvironment(env);
     if (!workDir.isEmpty()) p.setWorkingDirectory(workDir);
-    p.start(QStringLiteral(K3_CLI_PATH), args);
+    p.start(program, args);
     if (!p.waitForStarted(10000)) return {-2, {}, QStringLiteral("did not start")};
     if (!input.isEmpty()) p.write(input);
     p.closeWriteChannel();
@@ -33,4 +34,10 @@ inline K3Run runK3(const QStringList& args, const QByteArray& input = {},
     return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2,
             QString::fromUtf8(p.readAllStandardOutput()),
             QString::fromUtf8(p.readAllStandardError())};
+}
+
+inline K3Run runK3(const QStringList& args, const QByteArray& input = {},
+                   const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment(),
+                   const QString& workDir = {}) {
+    return runProgram(QStringLiteral(K3_CLI_PATH), args, input, env, workDir);
 }

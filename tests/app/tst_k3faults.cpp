@@ -12,6 +12,7 @@
 
 #include <fstream>
 #include <set>
+#include <utility>
 
 #include <k3/chat.hpp>
 
@@ -41,6 +42,7 @@ private slots:
     void packOutOfSpaceLeavesNoUsableTrunk();
     void transcriptOutOfSpaceKeepsThePreviousTranscript();
     void malformedFaultSpecExitsTwo();
+    void shippedBinaryTakesNoFaultFromTheEnvironment();
     void dumpCacheTraceWritesOneRecordPerRequest();
     void dumpCacheTraceWithoutACacheIsAUsageError();
 };
@@ -130,7 +132,8 @@ void TestK3Faults::packOutOfSpaceLeavesNoUsableTrunk() {
     QVERIFY(!QFile::exists(trunk + "/trunk.bin"));
     const K3Run run = runK3({dir, "--trunk", trunk, "--ids", "5", "--gen", "1"});
     QCOMPARE(run.exitCode, 1);
-    QVERIFY2(run.err.contains("trunk.json does not exist: pack the trunk first"),
+    QVERIFY2(run.err.contains("trunk.json does not exist: pack the trunk first (k3 pack " + dir +
+                              " " + trunk + ")"),
              qPrintable(run.err));
 }
 
@@ -162,6 +165,41 @@ void TestK3Faults::malformedFaultSpecExitsTwo() {
     QCOMPARE(r.exitCode, 2);
     QVERIFY2(r.err.contains("K3_FAULT_INJECT=\"kind:disk,error:eio\": unknown kind \"disk\""),
              qPrintable(r.err));
+}
+
+// The hook's environment variable is read only by the test build (k3_with_test_hooks):
+// the shipped k3 runs as if it were unset, even with a rule that fails every read.
+void TestK3Faults::shippedBinaryTakesNoFaultFromTheEnvironment() {
+    QTemporaryDir tmp;
+    const auto run = [&](const QString& program, const QString& name,
+                         const QProcessEnvironment& env) {
+        const QString out = tmp.filePath(name);
+        const K3Run r = runProgram(program,
+                                   {kModels + "k3_tiny_b", "--ids", "5,6,7", "--gen", "4",
+                                    "--cache-gb", "0.0001", "--out", out},
+                                   {}, env);
+        return std::pair{r, readJsonFile(out)};
+    };
+    const QString shipped = QStringLiteral(K3_SHIPPED_CLI_PATH);
+    const auto [clean, cleanReport] =
+        run(shipped, "clean.json", QProcessEnvironment::systemEnvironment());
+    QVERIFY2(clean.exitCode == 0, qPrintable(clean.err));
+    QCOMPARE(cleanReport["ids"].size(), std::size_t(4));
+    for (const char* spec : {"kind:expert,error:eio", "kind:disk,error:eio"}) {
+        const auto [r, report] = run(shipped, QString(spec).replace(':', '_') + ".json",
+                                     faultEnv(QString::fromLatin1(spec)));
+        QVERIFY2(r.exitCode == 0, qPrintable(QString(spec) + ": " + r.err));
+        QVERIFY2(!r.err.contains("K3_FAULT_INJECT") && !r.err.contains("TEST HOOK"),
+                 qPrintable(r.err));
+        QCOMPARE(QString::fromStdString(report["ids"].dump()),
+                 QString::fromStdString(cleanReport["ids"].dump()));
+        QCOMPARE(report["valid"].get<bool>(), true);
+    }
+    // The same rule in the test build does fail the run (so the check above can fail).
+    const auto [hooked, hookedReport] =
+        run(QStringLiteral(K3_CLI_PATH), "hooked.json", faultEnv("kind:expert,error:eio"));
+    QCOMPARE(hooked.exitCode, 4);
+    QCOMPARE(hookedReport["valid"].get<bool>(), false);
 }
 
 void TestK3Faults::dumpCacheTraceWritesOneRecordPerRequest() {

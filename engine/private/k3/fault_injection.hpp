@@ -2,8 +2,9 @@
 // TEST HOOK: process-wide fault injection in the engine's I/O layer. It is how the
 // tests prove "never silently wrong": an injected EIO, short read or ENOSPC must end in
 // a clear error or an invalid run (exit 4), never in a wrong token or a file that looks
-// complete. Not a feature: production runs leave it unset, and then every I/O site
-// pays one relaxed atomic load (faultsArmed()).
+// complete. Not a feature: nothing in the shipped binaries arms it (only C++ tests and
+// the test build of the CLI can), and unarmed every I/O site pays one relaxed atomic
+// load (faultsArmed()).
 //
 // The sites that consult it, by kind:
 //   expert      reads of routed experts through the expert cache (CheckpointExpertStore)
@@ -18,7 +19,8 @@
 // makes the write fail with ENOSPC ("enospc") or EIO.
 //
 // From C++ (tests):    k3::ScopedFault f({.kind = k3::IoKind::Expert, .after = 3});
-// From the environment (the real k3 / k3chat binaries), read once at start-up:
+// From the environment, only in `k3_with_test_hooks` (the CLI built for the tests with
+// tests/app/FaultFromEnvironment.cpp; the shipped `k3` and `k3chat` never read it):
 //   K3_FAULT_INJECT="kind:expert,error:eio,after:3[,times:N][,path:SUBSTR][,layer:L][,expert:E]"
 // `after` lets that many matching operations succeed first; `times` limits how many
 // fail (default: every one after). A malformed value stops the process with exit 2.

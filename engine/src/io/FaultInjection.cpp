@@ -2,8 +2,6 @@
 #include "k3/fault_injection.hpp"
 
 #include <charconv>
-#include <cstdio>
-#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 
@@ -34,30 +32,11 @@ std::uint64_t parseCount(std::string_view key, std::string_view value) {
     return v;
 }
 
-// K3_FAULT_INJECT, read once when the engine is loaded. A test hook that silently did
-// nothing would let a test pass for the wrong reason, so a bad value stops the process.
-bool armFromEnvironment() {
-    const char* spec = std::getenv("K3_FAULT_INJECT");
-    if (!spec || !*spec) return false;
-    try {
-        FaultRule rule = parseFaultRule(spec);
-        std::fprintf(stderr, "k3: TEST HOOK: fault injection armed (K3_FAULT_INJECT): %s\n",
-                     describeFaultRule(rule).c_str());
-        FaultState& s = state();
-        std::lock_guard lock(s.mutex);
-        s.rule = std::move(rule);
-        return true;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "k3: error: K3_FAULT_INJECT=\"%s\": %s\n", spec, e.what());
-        std::_Exit(2);
-    }
-}
-
 } // namespace
 
 namespace detail {
 
-std::atomic<bool> gFaultArmed{armFromEnvironment()};
+std::atomic<bool> gFaultArmed{false};
 
 std::optional<IoFault> consultFault(IoKind kind, std::string_view path, bool write) {
     FaultState& s = state();
