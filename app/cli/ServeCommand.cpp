@@ -175,6 +175,7 @@ void TurnQueue::leave(std::uint64_t id) {
 void ReplyObserver::onToken(const k3::TokenEvent& ev) {
     if (failed_ || stop_.stopped()) return;
     if (ev.logprobs) logprobs_.emplace_back(ev.id, *ev.logprobs);
+    if (ev.logprobs && !ev.responseDelta.empty()) answerLogprobs_.emplace_back(ev.id, *ev.logprobs);
     raw_ += ev.responseDelta;
     thinkingTokens_ += !ev.thinkingDelta.empty();
     const std::string content = stop_.feed(ev.responseDelta);

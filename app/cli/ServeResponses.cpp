@@ -218,7 +218,9 @@ std::string Server::responsesToChat(const std::string& body, bool& stream) {
                                   "user",
                                   "parallel_tool_calls",
                                   "truncation",
-                                  "seed"};
+                                  "seed",
+                                  "top_logprobs",
+                                  "include"};
     for (const auto& [key, value] : doc.items())
         if (std::find(std::begin(known), std::end(known), key) == std::end(known))
             throw bad(key, key == "previous_response_id"
@@ -251,6 +253,27 @@ std::string Server::responsesToChat(const std::string& body, bool& stream) {
         if (!r.is_object()) throw bad("reasoning", "expected an object");
         // summary is not produced: the whole reasoning is given (reasoning_text parts).
         if (r.contains("effort") && !r["effort"].is_null()) chat["reasoning_effort"] = r["effort"];
+    }
+    // Log-probabilities of the output text: asked for with include
+    // ["message.output_text.logprobs"], or by asking for alternatives (top_logprobs).
+    bool logprobs = doc.contains("top_logprobs") && !doc["top_logprobs"].is_null();
+    if (doc.contains("include") && !doc["include"].is_null()) {
+        const Json& include = doc["include"];
+        if (!include.is_array()) throw bad("include", "expected an array of strings");
+        for (std::size_t i = 0; i < include.size(); ++i) {
+            const std::string at = "include[" + std::to_string(i) + "]";
+            const std::string what = text(include[i], at);
+            if (what != "message.output_text.logprobs")
+                throw bad(at,
+                          "\"" + what + "\" is not supported (message.output_text.logprobs only)");
+            logprobs = true;
+        }
+    }
+    if (logprobs) {
+        chat["logprobs"] = true;
+        chat["top_logprobs"] = doc.contains("top_logprobs") && !doc["top_logprobs"].is_null()
+                                   ? doc["top_logprobs"]
+                                   : Json(0);
     }
     if (doc.contains("stream")) {
         if (!doc["stream"].is_boolean()) throw bad("stream", "expected a boolean");
@@ -305,15 +328,18 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
                  {"tools", Json::array()}};
     {
         const Json doc = Json::parse(req.body, nullptr, false);
-        for (const char* key : {"instructions", "max_output_tokens", "temperature", "top_p",
-                                "tool_choice", "tools", "text", "reasoning", "metadata"})
+        for (const char* key :
+             {"instructions", "max_output_tokens", "temperature", "top_p", "tool_choice", "tools",
+              "text", "reasoning", "metadata", "top_logprobs"})
             if (doc.contains(key)) base[key] = doc[key];
     }
+    const bool withLogprobs = request.topLogprobs >= 0;
     struct Item {
         std::string kind; // "reasoning" or "message"
         std::string text;
+        Json logprobs = Json::array(); // a message's tokens, when asked for
     };
-    auto itemJson = [suffix](const Item& item, std::size_t index, bool done) {
+    auto itemJson = [suffix, withLogprobs](const Item& item, std::size_t index, bool done) {
         const std::string n = std::to_string(index);
         if (item.kind == "reasoning")
             return Json{
@@ -323,14 +349,13 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
                 {"content", done ? Json::array({{{"type", "reasoning_text"}, {"text", item.text}}})
                                  : Json::array()},
                 {"status", done ? "completed" : "in_progress"}};
+        Json part = {{"type", "output_text"}, {"text", item.text}, {"annotations", Json::array()}};
+        if (withLogprobs) part["logprobs"] = item.logprobs;
         return Json{{"id", "msg_" + n + "_" + suffix},
                     {"type", "message"},
                     {"role", "assistant"},
                     {"status", done ? "completed" : "in_progress"},
-                    {"content", done ? Json::array({{{"type", "output_text"},
-                                                     {"text", item.text},
-                                                     {"annotations", Json::array()}}})
-                                     : Json::array()}};
+                    {"content", done ? Json::array({std::move(part)}) : Json::array()}};
     };
     auto callJson = [suffix](const k3::ChatToolCall& call, std::size_t index, bool done) {
         const std::string n = std::to_string(index);
@@ -368,11 +393,18 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
                                                    const std::atomic<bool>* cancel) {
         return s.chat(messages, options, &o, cancel);
     };
-    g.body = [finished](const k3::GenerateResult& r, const ReplyObserver& o) {
+    auto logprobJson = [this](k3::TokenId id, const k3::TokenLogprobs& lp) {
+        return Json::parse(api::tokenLogprobJson(tokenLogprob(id, lp)));
+    };
+    g.body = [finished, logprobJson](const k3::GenerateResult& r, const ReplyObserver& o) {
         std::vector<Item> items;
         if (!r.reply.reasoningContent.empty())
             items.push_back({"reasoning", r.reply.reasoningContent});
-        if (!o.content().empty()) items.push_back({"message", o.content()});
+        if (!o.content().empty()) {
+            items.push_back({"message", o.content()});
+            for (const auto& [id, lp] : o.answerLogprobs())
+                items.back().logprobs.push_back(logprobJson(id, lp));
+        }
         return dump(finished(items, r, o));
     };
     // Streamed: one open item at a time; a change of channel closes it and opens the next.
@@ -381,6 +413,7 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
         bool open = false;
         int sequence = 0;
         std::string heldReasoning, heldText;
+        Json heldLogprobs = Json::array(); // the answer's tokens not yet in a delta
     };
     auto st = std::make_shared<StreamState>();
     auto event = [st](const char* type, Json data) {
@@ -403,6 +436,7 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
         } else {
             Json e = where;
             e["text"] = item.text;
+            if (done["content"][0].contains("logprobs")) e["logprobs"] = item.logprobs;
             out += event("response.output_text.done", e);
             e = where;
             e["part"] = done["content"][0];
@@ -410,8 +444,8 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
         }
         return out + event("response.output_item.done", {{"output_index", index}, {"item", done}});
     };
-    auto piece = [st, event, itemJson, closeItem](const std::string& kind,
-                                                  const std::string& delta) {
+    auto piece = [st, event, itemJson, closeItem, withLogprobs](const std::string& kind,
+                                                                const std::string& delta) {
         std::string out;
         if (delta.empty()) return out;
         if (!st->open || st->items.back().kind != kind) {
@@ -432,19 +466,29 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
         }
         st->items.back().text += delta;
         const std::size_t index = st->items.size() - 1;
+        Json e = {{"item_id", itemJson(st->items.back(), index, false)["id"]},
+                  {"output_index", index},
+                  {"content_index", 0},
+                  {"delta", delta}};
+        if (kind == "message" && withLogprobs) {
+            // The tokens whose text this delta completes (a character split over tokens
+            // waits for its last one).
+            for (Json& lp : st->heldLogprobs) st->items.back().logprobs.push_back(lp);
+            e["logprobs"] = std::exchange(st->heldLogprobs, Json::array());
+        }
         return out + event(kind == "reasoning" ? "response.reasoning_text.delta"
                                                : "response.output_text.delta",
-                           {{"item_id", itemJson(st->items.back(), index, false)["id"]},
-                            {"output_index", index},
-                            {"content_index", 0},
-                            {"delta", delta}});
+                           std::move(e));
     };
     g.start = [event, base] {
         std::string out = event("response.created", {{"response", base}});
         return out + event("response.in_progress", {{"response", base}}); // numbered in order
     };
-    g.delta = [st, piece](const k3::TokenEvent*, const std::string& reasoning,
-                          const std::string& content) {
+    g.delta = [st, piece, logprobJson](const k3::TokenEvent* ev, const std::string& reasoning,
+                                       const std::string& content) {
+        // As ReplyObserver::answerLogprobs counts them: the tokens of the answer's text.
+        if (ev && ev->logprobs && !ev->responseDelta.empty())
+            st->heldLogprobs.push_back(logprobJson(ev->id, *ev->logprobs));
         // Two statements: the reasoning's events first (operands of + are unordered).
         std::string out = piece("reasoning", api::takeCompleteUtf8(st->heldReasoning, reasoning));
         return out + piece("message", api::takeCompleteUtf8(st->heldText, content));
@@ -453,6 +497,10 @@ void Server::responses(const httplib::Request& req, httplib::Response& res) {
                                                                  const ReplyObserver& o) {
         std::string out = piece("reasoning", std::exchange(st->heldReasoning, {}));
         out += piece("message", std::exchange(st->heldText, {}));
+        // Tokens whose text a stop string cut: in the response, as when not streamed.
+        if (st->open && st->items.back().kind == "message")
+            for (Json& lp : std::exchange(st->heldLogprobs, Json::array()))
+                st->items.back().logprobs.push_back(std::move(lp));
         out += closeItem();
         for (std::size_t i = 0; i < r.reply.toolCalls.size(); ++i) {
             const std::size_t index = st->items.size() + i;

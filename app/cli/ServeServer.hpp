@@ -91,6 +91,11 @@ public:
     const std::vector<std::pair<k3::TokenId, k3::TokenLogprobs>>& logprobs() const {
         return logprobs_;
     }
+    // Those of the tokens whose text went to the answer (not the think channel, not a
+    // template tag): what the Responses API gives for an output_text.
+    const std::vector<std::pair<k3::TokenId, k3::TokenLogprobs>>& answerLogprobs() const {
+        return answerLogprobs_;
+    }
 
 private:
     k3::api::StopFilter stop_;
@@ -102,6 +107,7 @@ private:
     std::vector<std::string> stops_;
     int thinkingTokens_ = 0;
     std::vector<std::pair<k3::TokenId, k3::TokenLogprobs>> logprobs_;
+    std::vector<std::pair<k3::TokenId, k3::TokenLogprobs>> answerLogprobs_;
 };
 
 // What a route's generation is: the call on the session, and how its answer is written.

@@ -90,6 +90,7 @@ private slots:
     void reasoningItemsStreamed();
     void functionCallRoundTrip();
     void jsonSchemaAnswersValidate();
+    void outputTextLogprobsAreTheChatRoutes();
     void refusalsNameTheField();
 
 private:
@@ -324,6 +325,59 @@ void TestK3Responses::jsonSchemaAnswersValidate() {
     QCOMPARE(validate(pairs), QStringList(QList<QString>(pairs.size(), QString())));
 }
 
+// include ["message.output_text.logprobs"] with top_logprobs: the output text's tokens
+// with the chat route's log-probabilities for the same greedy answer (the engine's own
+// logits, as tst_k3serveapi checks against the dumped ones); streamed, the text deltas
+// carry them in order and the final response holds them all.
+void TestK3Responses::outputTextLogprobsAreTheChatRoutes() {
+    const Answer chat =
+        exchange(s_.port, "POST", "/v1/chat/completions",
+                 compact({{"messages",
+                           QJsonArray{QJsonObject{{"role", "user"}, {"content", "Name a fruit."}}}},
+                          {"reasoning_effort", "none"},
+                          {"logprobs", true},
+                          {"top_logprobs", 3},
+                          {"max_tokens", 12}}));
+    QCOMPARE(chat.status, 200);
+    const QJsonArray expected = chat.json()[u"choices"][0][u"logprobs"][u"content"].toArray();
+    QCOMPARE(expected.size(), chat.json()[u"usage"][u"completion_tokens"].toInt());
+    QVERIFY(expected.size() > 1);
+    QCOMPARE(expected[0][u"top_logprobs"].toArray().size(), 3);
+
+    const QJsonObject params{{"input", "Name a fruit."},
+                             {"reasoning", QJsonObject{{"effort", "none"}}},
+                             {"include", QJsonArray{"message.output_text.logprobs"}},
+                             {"top_logprobs", 3},
+                             {"max_output_tokens", 12}};
+    QJsonObject streamed = params;
+    streamed["stream"] = true;
+    const QJsonArray r = runCalls(s_, {params, streamed});
+    QCOMPARE(r.size(), 2);
+    const QJsonObject part = r[0][u"response"][u"output"][0][u"content"][0].toObject();
+    QVERIFY2(part.contains("logprobs"), qPrintable(compact(r[0].toObject())));
+    const QJsonArray got = part["logprobs"].toArray();
+    // Every token of the demo's answer here is text (no think tags, no end of turn within
+    // 12 tokens), so the lists are the same, value for value.
+    QCOMPARE(got, expected);
+    QString spelled;
+    for (const auto& t : got) spelled += t[u"token"].toString();
+    QCOMPARE(spelled, part["text"].toString());
+
+    const QJsonObject st = r[1].toObject();
+    QVERIFY2(!st.contains("error"), qPrintable(compact(st)));
+    QVERIFY(st["textDeltas"].toInt() > 1);
+    QCOMPARE(st["deltaLogprobs"].toArray(), expected);
+    QCOMPARE(st[u"response"][u"output"][0][u"content"][0][u"logprobs"].toArray(), expected);
+    QCOMPARE(st[u"response"][u"top_logprobs"].toInt(), 3);
+
+    // Without include or top_logprobs: no logprobs field at all.
+    QJsonObject plain = params;
+    plain.remove("include");
+    plain.remove("top_logprobs");
+    QVERIFY(
+        !one(s_, plain)[u"response"][u"output"][0][u"content"][0].toObject().contains("logprobs"));
+}
+
 void TestK3Responses::refusalsNameTheField() {
     const auto refused = [&](const QJsonObject& params, const QString& param,
                              const QString& message) {
@@ -359,6 +413,11 @@ void TestK3Responses::refusalsNameTheField() {
              {"tool_choice", QJsonObject{{"type", "function"}, {"name", "nope"}}},
              {"tools", QJsonArray{kWeatherTool}}},
             "tool_choice.name", "tool_choice.name: \"nope\" is not among the declared tools");
+    refused({{"input", "x"}, {"include", QJsonArray{"reasoning.encrypted_content"}}}, "include[0]",
+            "include[0]: \"reasoning.encrypted_content\" is not supported "
+            "(message.output_text.logprobs only)");
+    refused({{"input", "x"}, {"top_logprobs", 21}}, "top_logprobs",
+            "top_logprobs: an integer 0..20");
 }
 
 QTEST_GUILESS_MAIN(TestK3Responses)
