@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 
 #include <k3/doctor.hpp>
 
@@ -13,6 +14,7 @@ class TestDoctor : public QObject {
 private slots:
     void measuresDiskWithinBounds();
     void refusesUnalignedBlock();
+    void twoMeasurementsAtOnceEachReadTheirOwnFile();
     void emptyFolderSuggestsDownload();
     void checkpointFolderSuggestsPack();
     void brokenCheckpointFails_data();
@@ -70,6 +72,26 @@ void TestDoctor::measuresDiskWithinBounds() {
     // in each of its passes.
     QVERIFY(bw.bytesRead <= 2 * (64u << 20) + 3 * 17 * (1u << 20));
     // The scratch file is gone afterwards.
+    QCOMPARE(QDir(dir.path()).entryList(QDir::Files | QDir::Hidden).size(), 0);
+}
+
+// The setup wizard's check page shown twice runs two doctors at once in one process: they
+// shared one scratch file, one truncated it under the other, whose reads then divided by
+// zero blocks (SIGFPE). Each now writes and reads its own, and both finish.
+void TestDoctor::twoMeasurementsAtOnceEachReadTheirOwnFile() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const std::string path = dir.path().toStdString();
+    for (int round = 0; round < 3; ++round) {
+        auto a = std::async(std::launch::async,
+                            [&] { return k3::measureDiskBandwidth(path, smallBench()); });
+        auto b = std::async(std::launch::async,
+                            [&] { return k3::measureDiskBandwidth(path, smallBench()); });
+        const k3::DiskBandwidth first = a.get(), second = b.get();
+        QVERIFY(first.fileMeasured != second.fileMeasured);
+        QCOMPARE(first.bytesRead % (1u << 20), std::uint64_t(0));
+        QVERIFY(first.bytesRead > 0 && second.bytesRead > 0);
+    }
     QCOMPARE(QDir(dir.path()).entryList(QDir::Files | QDir::Hidden).size(), 0);
 }
 

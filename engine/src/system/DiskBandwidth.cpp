@@ -4,6 +4,7 @@
 #include "platform/Platform.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -112,7 +113,11 @@ DiskBandwidth measureDiskBandwidth(const std::filesystem::path& dir,
         shard && std::filesystem::file_size(*shard) >= 2 * options.blockBytes) {
         file = *shard;
     } else {
-        file = dir / (".k3-doctor-" + std::to_string(platform::processId()) + ".tmp");
+        // Named per call as well as per process: two checks at once (the wizard's page
+        // shown twice) truncating one file made the other read an empty one.
+        static std::atomic<unsigned> calls{0};
+        file = dir / (".k3-doctor-" + std::to_string(platform::processId()) + "-" +
+                      std::to_string(calls.fetch_add(1)) + ".tmp");
         writeScratchFile(file, std::max(options.fileBytes, 2 * options.blockBytes));
         scratch = true;
     }
@@ -144,6 +149,10 @@ DiskBandwidth measureDiskBandwidth(const std::filesystem::path& dir,
     pass.maxSecondsPerDepth = options.maxSecondsPerDepth / passes;
     pass.maxBytesPerDepth = std::max<std::uint64_t>(options.maxBytesPerDepth / passes, 1);
     const std::uint64_t size = st.size;
+    if (size < options.blockBytes) // a shard that shrank since it was chosen
+        throw std::runtime_error(file.string() + " has " + std::to_string(size) +
+                                 " bytes, less than one " + std::to_string(options.blockBytes) +
+                                 "-byte block to read");
     for (int i = 0; i < passes && !(cancel && cancel->load()); ++i) {
         result.gbPerSecondQd1 =
             std::max(result.gbPerSecondQd1, readAtDepth(in, size, options.blockBytes, 1, pass,
