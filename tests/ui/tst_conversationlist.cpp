@@ -254,7 +254,8 @@ void TestConversationList::deletionIsFinalAfterTheUndoPeriodAndAtClose() {
         QCOMPARE(idAt(list, 1), first);
         QMenu* menu = contextMenuAt(list, 1); // right-click: Delete from the menu
         QVERIFY(menu);
-        QAction* remove = actionStartingWith(menu, QStringLiteral("Delete"));
+        // "Delete\tDel", not "Delete saved state" (disabled: no state saved here).
+        QAction* remove = actionStartingWith(menu, QStringLiteral("Delete\t"));
         QVERIFY(remove);
         remove->trigger();
         QCOMPARE(list->count(), 1);
@@ -343,9 +344,10 @@ void TestConversationList::highlightIsAlwaysTheShownConversation() {
     QVERIFY(menu);
     QStringList texts;
     for (QAction* action : menu->actions()) texts << action->text();
-    QCOMPARE(texts, (QStringList{QStringLiteral("Open"), QStringLiteral("Rename…\tF2"),
-                                 QStringLiteral("Pin to the top"), QStringLiteral("Duplicate"),
-                                 QStringLiteral("Delete\tDel")}));
+    QCOMPARE(texts,
+             (QStringList{QStringLiteral("Open"), QStringLiteral("Rename…\tF2"),
+                          QStringLiteral("Pin to the top"), QStringLiteral("Duplicate"),
+                          QStringLiteral("Delete saved state"), QStringLiteral("Delete\tDel")}));
     QCOMPARE(list->selectedItems(), QList<QListWidgetItem*>{list->item(1)});
     actionStartingWith(menu, QStringLiteral("Open"))->trigger();
     menu->close();
