@@ -2,6 +2,7 @@
 
 #include "k3/launch.hpp"
 #include "k3/memory_plan.hpp"
+#include "k3/pack.hpp"
 #include "k3/process_memory.hpp"
 
 #include <cerrno>
@@ -86,6 +87,13 @@ int interruptCount() {
 }
 
 std::string cliAdvice(const std::exception& error) {
+    if (const auto* pack = dynamic_cast<const k3::PackError*>(&error); pack && pack->remedy()) {
+        const k3::PackRemedy& r = *pack->remedy();
+        return std::string(" (k3 pack") + (r.compress ? " --compress" : "") +
+               (r.draft ? " --draft" : "") + " " +
+               (r.modelDir.empty() ? std::string("MODEL_DIR") : r.modelDir.string()) + " " +
+               r.trunkDir.string() + ")";
+    }
     const auto* refusal = dynamic_cast<const k3::MemoryRefusal*>(&error);
     if (refusal == nullptr) return {};
     switch (refusal->reason()) {

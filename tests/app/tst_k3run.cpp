@@ -586,12 +586,14 @@ void TestK3Run::aTrunkOfOtherWeightsIsRefused() {
     QVERIFY(mixedIds.empty());
     const QString shard = QString::fromStdString(ckpt.shardPaths()[head.shard].filename().string());
     QVERIFY2(mixed.err.contains("cannot load the model in " + b + ": the trunk in " + trunk +
-                                ": this trunk was packed from different weights: re-pack it (k3 "
-                                "pack " +
-                                b + " " + b + "/trunk); shard " + shard +
-                                ", tensor language_model.lm_head.weight (offset " +
+                                ": this trunk was packed from different weights: re-pack it into a "
+                                "new folder; shard " +
+                                shard + ", tensor language_model.lm_head.weight (offset " +
                                 QString::number(head.offset) + ", " + QString::number(head.nbytes) +
                                 " bytes) has XXH3 "),
+             qPrintable(mixed.err));
+    // The CLI's own words for the remedy: the command, into a new folder of b.
+    QVERIFY2(mixed.err.contains(" when packed (k3 pack " + b + " " + b + "/trunk)\n"),
              qPrintable(mixed.err));
 }
 

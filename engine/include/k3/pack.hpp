@@ -41,16 +41,36 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace k3 {
 
+// The pack that would give a usable trunk again, for a front end to offer in its own
+// words (the CLI as a `k3 pack` command line, the app as its setup wizard): the engine's
+// message says what is wrong and "re-pack it", never a command.
+struct PackRemedy {
+    std::filesystem::path modelDir; // empty: not known where the fault was found
+    // Where to pack: the trunk's own folder, or a new one when the trunk there may be
+    // another model's (never packed over).
+    std::filesystem::path trunkDir;
+    bool compress = false; // the format-3 block codec (--compress)
+    bool draft = false;    // a draft trunk (--draft)
+};
+
 class PackError : public Error {
 public:
     explicit PackError(const std::string& message, ErrorKind kind = ErrorKind::Pack)
         : Error(kind, message) {}
+    PackError(const std::string& message, PackRemedy remedy, ErrorKind kind = ErrorKind::Pack)
+        : Error(kind, message), remedy_(std::move(remedy)) {}
+    // The pack that fixes this, when one does.
+    const std::optional<PackRemedy>& remedy() const { return remedy_; }
+
+private:
+    std::optional<PackRemedy> remedy_;
 };
 
 // The trunk exists but was packed from a different checkpoint (or an older format).
@@ -58,6 +78,8 @@ class StaleTrunkError : public PackError {
 public:
     explicit StaleTrunkError(const std::string& message)
         : PackError(message, ErrorKind::StaleTrunk) {}
+    StaleTrunkError(const std::string& message, PackRemedy remedy)
+        : PackError(message, std::move(remedy), ErrorKind::StaleTrunk) {}
 };
 
 inline constexpr std::uint64_t kTrunkAlignment = 4096;

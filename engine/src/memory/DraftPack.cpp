@@ -42,9 +42,8 @@ bool isDraftQuantised(std::string_view name, const TensorInfo& t) {
     // The embeddings are a table (one row read per token), a router decides which experts
     // run: both stay exact. Everything else 2-D and wide enough is a projection.
     return t.rank == 2 && t.shape[0] > 1 && t.shape[1] >= std::uint64_t(kMxfp4Group) &&
-           (t.dtype == DType::BF16 || t.dtype == DType::F32) &&
-           endsWith(name, ".weight") && name.find("embed_tokens") == std::string_view::npos &&
-           !endsWith(name, ".gate.weight");
+           (t.dtype == DType::BF16 || t.dtype == DType::F32) && endsWith(name, ".weight") &&
+           name.find("embed_tokens") == std::string_view::npos && !endsWith(name, ".gate.weight");
 }
 
 namespace {
@@ -208,8 +207,8 @@ DraftPackResult packDraft(const fs::path& modelDir, const fs::path& draftDir,
 void checkDraft(const fs::path& draftDir, const fs::path& modelDir) {
     const fs::path metaPath = draftDir / "draft.json";
     if (!fs::exists(metaPath))
-        throw PackError(draftDir.string() + " is not a draft trunk (no draft.json); make one with "
-                                            "k3 pack --draft");
+        throw PackError(draftDir.string() + " is not a draft trunk (no draft.json): make one",
+                        PackRemedy{modelDir, draftDir, false, true});
     json meta;
     try {
         const std::string text = readRegularFile(metaPath, kMaxDraftJsonBytes, "draft description");
@@ -223,9 +222,10 @@ void checkDraft(const fs::path& draftDir, const fs::path& modelDir) {
         throw PackError(metaPath.string() + ": \"format\" is not \"k3-draft\"");
     if (!meta.contains("version") || meta["version"] != kDraftFormatVersion)
         throw StaleTrunkError(metaPath.string() + ": draft format version " +
-                              (meta.contains("version") ? meta["version"].dump() : "missing") +
-                              ", this k3 reads version " + std::to_string(kDraftFormatVersion) +
-                              "; re-pack it with k3 pack --draft");
+                                  (meta.contains("version") ? meta["version"].dump() : "missing") +
+                                  ", this k3 reads version " + std::to_string(kDraftFormatVersion) +
+                                  "; re-pack it",
+                              PackRemedy{modelDir, draftDir, false, true});
     if (!meta.contains("source")) throw PackError(metaPath.string() + ": no \"source\"");
     const CheckpointIdentity packedFrom = parseCheckpointIdentityJson(meta["source"].dump());
     const std::string diff = checkpointIdentity(modelDir).differenceFrom(packedFrom);

@@ -246,9 +246,10 @@ TrunkIndex parseTrunkIndex(std::string_view jsonText, std::uint64_t binBytes,
         if (version != kTrunkFormatVersion && version != kCompressedFormatVersion)
             throw StaleTrunkError(
                 where + ": trunk format version " + std::to_string(version) +
-                ", this k3 reads versions " + std::to_string(kTrunkFormatVersion) +
-                " (record checksums) and " + std::to_string(kCompressedFormatVersion) +
-                " (compressed); re-pack it (k3 pack MODEL_DIR " + trunkDir.string() + ")");
+                    ", this k3 reads versions " + std::to_string(kTrunkFormatVersion) +
+                    " (record checksums) and " + std::to_string(kCompressedFormatVersion) +
+                    " (compressed); re-pack it",
+                PackRemedy{{}, trunkDir});
         idx.version = version;
         const std::uint64_t stored =
             parseHex64(j.at(kIndexChecksumKey), where + ": \"index_xxh3\"");
@@ -266,8 +267,8 @@ TrunkIndex parseTrunkIndex(std::string_view jsonText, std::uint64_t binBytes,
             const json& codec = j.at("codec");
             if (!codec.is_object() || codec.value("name", "") != kCodecName)
                 throw StaleTrunkError(where + ": block codec " + codec.dump() + ", this k3 reads " +
-                                      kCodecName + "; re-pack it (k3 pack --compress MODEL_DIR " +
-                                      trunkDir.string() + ")");
+                                          kCodecName + "; re-pack it",
+                                      PackRemedy{{}, trunkDir, true});
             idx.blockBytes = integerAt<std::uint64_t>(codec, "block_bytes", where + ": codec");
             if (idx.blockBytes < 64 || idx.blockBytes > codec::kMaxBlockBytes ||
                 idx.blockBytes % 64 != 0)
@@ -314,9 +315,8 @@ TrunkIndex openTrunkIndex(const fs::path& trunkDir, const fs::path& modelDir,
                           const TrunkCheckObserver& checkProgress) {
     const fs::path jsonPath = trunkDir / "trunk.json";
     if (!fs::exists(jsonPath))
-        throw PackError(jsonPath.string() +
-                        " does not exist: pack the trunk first (k3 pack MODEL_DIR " +
-                        trunkDir.string() + ")");
+        throw PackError(jsonPath.string() + " does not exist: pack the trunk first",
+                        PackRemedy{modelDir, trunkDir});
     std::error_code ec;
     const fs::path binPath = trunkDir / "trunk.bin";
     const auto binSize = fs::file_size(binPath, ec);
@@ -328,11 +328,10 @@ TrunkIndex openTrunkIndex(const fs::path& trunkDir, const fs::path& modelDir,
         if (!diff.empty())
             // Never "re-pack it" in place: it may be another model's trunk, still in use.
             throw StaleTrunkError("the trunk in " + trunkDir.string() +
-                                  " was packed from another checkpoint (" + diff +
-                                  "); choose this model's trunk, or pack one into a new "
-                                  "folder (k3 pack " +
-                                  modelDir.string() + " " + freshTrunkFolder(modelDir).string() +
-                                  ")");
+                                      " was packed from another checkpoint (" + diff +
+                                      "); choose this model's trunk, or pack one into a new "
+                                      "folder",
+                                  PackRemedy{modelDir, freshTrunkFolder(modelDir)});
         checkRecordsAgainst(idx, ckpt, modelDir);
         checkTrunkSources(idx, ckpt, trunkDir, modelDir, checkProgress);
     }

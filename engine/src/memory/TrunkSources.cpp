@@ -210,12 +210,13 @@ void checkTrunkSources(const TrunkIndex& idx, const Checkpoint& ckpt, const fs::
             // Into a new folder, never over this one: it may be another model's trunk.
             throw StaleTrunkError(
                 "the trunk in " + trunkDir.string() +
-                ": this trunk was packed from different weights: re-pack it (k3 pack " +
-                modelDir.string() + " " + freshTrunkFolder(modelDir).string() + "); shard " +
-                progress.shard + ", tensor " + tensor + " (offset " +
-                std::to_string(run.lo + t->offset) + ", " + std::to_string(t->info.nbytes) +
-                " bytes) has XXH3 " + hex64(difference->hash) + " now, " + hex64(t->checksum) +
-                " when packed");
+                    ": this trunk was packed from different weights: re-pack it into a new "
+                    "folder; shard " +
+                    progress.shard + ", tensor " + tensor + " (offset " +
+                    std::to_string(run.lo + t->offset) + ", " + std::to_string(t->info.nbytes) +
+                    " bytes) has XXH3 " + hex64(difference->hash) + " now, " + hex64(t->checksum) +
+                    " when packed",
+                PackRemedy{modelDir, freshTrunkFolder(modelDir)});
         }
         // Read while it changed: not remembered, so the next open checks it again.
         if (statShard(path) == before) checked.emplace_back(progress.shard, before);

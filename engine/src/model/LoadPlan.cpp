@@ -272,7 +272,7 @@ LoadPlan planLoad(const std::filesystem::path& dir, const LoadOptions& options,
     const ModelConfig& c = lp.config;
     const int n = c.numHiddenLayers;
     if (options.diagnostics.layerLimit < 0 || options.diagnostics.layerLimit > n)
-        throw ModelError("--layers " + std::to_string(options.diagnostics.layerLimit) +
+        throw ModelError("the layer limit " + std::to_string(options.diagnostics.layerLimit) +
                          " is outside 1.." + std::to_string(n) + " (num_hidden_layers in " +
                          (dir / "config.json").string() + ")");
     lp.layers = options.diagnostics.layerLimit == 0 ? n : options.diagnostics.layerLimit;

@@ -192,11 +192,16 @@ private slots:
         std::ofstream(meta, std::ios::trunc) << v2;
         QCOMPARE(thrown<k3::StaleTrunkError>([&] { k3::checkDraft(draft, demo); }),
                  QString::fromStdString(meta + ": draft format version 2, this k3 reads version "
-                                               "1; re-pack it with k3 pack --draft"));
+                                               "1; re-pack it"));
+        try {
+            k3::checkDraft(draft, demo);
+        } catch (const k3::PackError& e) {
+            QVERIFY(e.remedy() && e.remedy()->draft && !e.remedy()->compress);
+            QCOMPARE(e.remedy()->trunkDir.string(), draft);
+        }
         std::filesystem::remove(meta);
         QCOMPARE(thrown<k3::PackError>([&] { k3::checkDraft(draft, demo); }),
-                 QString::fromStdString(draft + " is not a draft trunk (no draft.json); make one "
-                                                "with k3 pack --draft"));
+                 QString::fromStdString(draft + " is not a draft trunk (no draft.json): make one"));
     }
 
     void sameIdsAsSerial_data() {

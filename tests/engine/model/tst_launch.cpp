@@ -390,11 +390,16 @@ void TestLaunch::checkLaunchRefusesAnotherModelsTrunk() {
     const std::vector<std::string> problems = k3::checkLaunch(c);
     QCOMPARE(problems.size(), std::size_t(1));
     QVERIFY2(mentions(problems, "was packed from another checkpoint"), problems[0].c_str());
+    QVERIFY2(mentions(problems, "pack one into a new folder"), problems[0].c_str());
     // The suggestion is a new folder next to the model, never the other model's trunk.
-    QVERIFY2(mentions(problems, "(k3 pack " + c.modelDir.string() + " " +
-                                    (c.modelDir / "trunk").string() + ")"),
-             problems[0].c_str());
-    QVERIFY2(!mentions(problems, " " + otherTrunk + ")"), problems[0].c_str());
+    try {
+        k3::openTrunkIndex(otherTrunk, c.modelDir);
+        QFAIL("another model's trunk was accepted");
+    } catch (const k3::StaleTrunkError& e) {
+        QVERIFY(e.remedy().has_value());
+        QCOMPARE(e.remedy()->modelDir, c.modelDir);
+        QCOMPARE(e.remedy()->trunkDir, c.modelDir / "trunk");
+    }
     QCOMPARE(k3::freshTrunkFolder(c.modelDir), c.modelDir / "trunk");
     QDir().mkpath(QString::fromStdString((c.modelDir / "trunk").string()));
     QCOMPARE(k3::freshTrunkFolder(c.modelDir), c.modelDir / "trunk-2");

@@ -145,7 +145,15 @@ void TestModelGates::layerLimitIsValidated() {
     const k3::LaunchConfig config{.modelDir = dir};
     const k3::Model two = k3::Model::load(config, {.layerLimit = 2});
     QCOMPARE(two.layersBound(), 2);
-    QVERIFY_THROWS_EXCEPTION(k3::ModelError, k3::Model::load(config, {.layerLimit = 99}));
+    try {
+        k3::Model::load(config, {.layerLimit = 99});
+        QFAIL("a layer limit past num_hidden_layers was accepted");
+    } catch (const k3::ModelError& e) {
+        // The engine's words, not a front end's flag (the CLI says --layers itself).
+        QCOMPARE(QString::fromUtf8(e.what()),
+                 QString("the layer limit 99 is outside 1..14 (num_hidden_layers in %1/config.json)")
+                     .arg(QString::fromStdString(dir)));
+    }
 }
 
 QTEST_GUILESS_MAIN(TestModelGates)
