@@ -17,7 +17,6 @@
 #include <k3/chat.hpp>
 #include <k3/launch.hpp>
 #include <k3/memory_plan.hpp>
-#include <k3/pack.hpp>
 #include <k3/read_file.hpp>
 #include <k3/vision.hpp>
 
@@ -177,9 +176,6 @@ EngineWorker::~EngineWorker() = default;
 namespace {
 // What to do about an engine error, in the app's words (the engine's message has the numbers).
 QString appAdvice(const std::exception& error) {
-    if (const auto* pack = dynamic_cast<const k3::PackError*>(&error); pack && pack->remedy())
-        return EngineWorker::tr("\n\nPack it with Model > Setup wizard… (the pack page) into %1.")
-            .arg(QString::fromStdU16String(pack->remedy()->trunkDir.u16string()));
     const auto* refusal = dynamic_cast<const k3::MemoryRefusal*>(&error);
     if (refusal == nullptr) return {};
     switch (refusal->reason()) {
