@@ -54,7 +54,9 @@ void onInterrupt(int) {
 }
 
 int descriptorOf(Stream stream) {
-    return stream == Stream::In ? STDIN_FILENO : stream == Stream::Out ? STDOUT_FILENO : STDERR_FILENO;
+    return stream == Stream::In    ? STDIN_FILENO
+           : stream == Stream::Out ? STDOUT_FILENO
+                                   : STDERR_FILENO;
 }
 
 } // namespace

@@ -61,8 +61,8 @@ bool endpointOf(const sockaddr_storage& a, socklen_t length, std::string& addres
     else
         return false;
     char host[NI_MAXHOST];
-    if (::getnameinfo(reinterpret_cast<const sockaddr*>(&a), length, host, sizeof host, nullptr,
-                      0, NI_NUMERICHOST) != 0)
+    if (::getnameinfo(reinterpret_cast<const sockaddr*>(&a), length, host, sizeof host, nullptr, 0,
+                      NI_NUMERICHOST) != 0)
         return false;
     address = host;
     return true;
@@ -105,8 +105,7 @@ std::int64_t receive(Socket socket, void* buffer, std::size_t size, bool noWait)
 
 std::int64_t sendSome(Socket socket, const void* bytes, std::size_t size, bool noWait) {
     for (;;) {
-        const ssize_t n =
-            ::send(int(socket), bytes, size, kNoSignal | (noWait ? MSG_DONTWAIT : 0));
+        const ssize_t n = ::send(int(socket), bytes, size, kNoSignal | (noWait ? MSG_DONTWAIT : 0));
         if (n >= 0) return n;
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return kWouldBlock;

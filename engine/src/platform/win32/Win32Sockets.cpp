@@ -59,8 +59,8 @@ bool endpointOf(const sockaddr_storage& a, int length, std::string& address, int
     else
         return false;
     char host[NI_MAXHOST];
-    if (::getnameinfo(reinterpret_cast<const sockaddr*>(&a), length, host, sizeof host, nullptr,
-                      0, NI_NUMERICHOST) != 0)
+    if (::getnameinfo(reinterpret_cast<const sockaddr*>(&a), length, host, sizeof host, nullptr, 0,
+                      NI_NUMERICHOST) != 0)
         return false;
     address = host;
     return true;
