@@ -1,6 +1,8 @@
 // The platform layer's calls, each checked for the value it must give, in a scratch
 // folder with a non-ASCII name (UTF-8 on POSIX, wide paths on Windows). Exit code 0
 // when every check passed; each failure is printed with what was expected.
+#include "k3/console.hpp"
+#include "k3/net.hpp"
 #include "k3/system.hpp"
 #include "platform/Platform.hpp"
 

@@ -2,8 +2,8 @@
 // The engine's one door to the operating system. Every OS call the engine makes (files,
 // uncached reads, aligned memory, memory totals, peak RSS, disk space, durable renames)
 // is defined under engine/src/platform: posix/ (Linux and macOS), linux/, darwin/ and
-// win32/. No other file of the engine, the app or the UI includes an OS header;
-// tests/PlatformSeamCheck.cmake fails the build otherwise.
+// win32/. No other engine file includes an OS header; tests/PlatformSeamCheck.cmake
+// fails the build otherwise.
 //
 // Errors keep the POSIX convention on every OS, so callers read one vocabulary: a call
 // that fails returns -1 (or false, or an invalid File) and leaves an errno value in
@@ -12,14 +12,6 @@
 //
 // Paths are std::filesystem::path: native narrow (UTF-8) on POSIX, wide on Windows,
 // where every call goes through the W functions. pathFromUtf8()/utf8Path() convert.
-//
-// The app's OS calls are platform calls too, declared in public headers because the app
-// makes them: k3/console.hpp (terminal, Ctrl-C, stdin, stdout set aside), k3/process.hpp
-// (stop signals) and k3/net.hpp (the sockets of `k3 serve`), defined in posix/ and win32/.
-
-#include "k3/console.hpp"
-#include "k3/net.hpp"
-#include "k3/process.hpp"
 
 #include <cstddef>
 #include <cstdint>

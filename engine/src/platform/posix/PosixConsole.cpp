@@ -1,8 +1,8 @@
 // The terminal, Ctrl-C and stop signals on Linux and macOS (k3/console.hpp and
-// k3/process.hpp, through platform/Platform.hpp): isatty, a SIGINT handler that also writes
-// to a pipe the stdin wait polls, dup/dup2 for the diverted stdout, and sigwait on a thread
-// of its own for a server.
-#include "platform/Platform.hpp"
+// k3/process.hpp): isatty, a SIGINT handler that also writes to a pipe the stdin wait
+// polls, dup/dup2 for the diverted stdout, and sigwait on a thread of its own for a server.
+#include "k3/console.hpp"
+#include "k3/process.hpp"
 #include "platform/posix/PosixHooks.hpp"
 
 #include <fcntl.h>

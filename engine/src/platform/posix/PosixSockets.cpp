@@ -1,7 +1,6 @@
-// Sockets on Linux and macOS (k3/net.hpp, through platform/Platform.hpp): poll, recv and
-// send without SIGPIPE, shutdown, getpeername/getsockname through getnameinfo, inet_pton,
-// and a pipe as the wake-up.
-#include "platform/Platform.hpp"
+// Sockets on Linux and macOS (k3/net.hpp): poll, recv and send without SIGPIPE, shutdown,
+// getpeername/getsockname through getnameinfo, inet_pton, and a pipe as the wake-up.
+#include "k3/net.hpp"
 #include "platform/posix/PosixHooks.hpp"
 
 #include <arpa/inet.h>

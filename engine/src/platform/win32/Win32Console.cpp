@@ -1,8 +1,9 @@
-// The console, Ctrl-C and stop requests on Windows (k3/console.hpp and k3/process.hpp,
-// through platform/Platform.hpp): _isatty, a console control handler (it runs on a thread
-// the system starts, so no signal-handler limits apply to it), ReadFile of stdin, which a
-// Ctrl-C ends for a console, and _dup/_dup2 for the diverted stdout.
-#include "platform/Platform.hpp"
+// The console, Ctrl-C and stop requests on Windows (k3/console.hpp and k3/process.hpp):
+// _isatty, a console control handler (it runs on a thread the system starts, so no
+// signal-handler limits apply to it), ReadFile of stdin, which a Ctrl-C ends for a
+// console, and _dup/_dup2 for the diverted stdout.
+#include "k3/console.hpp"
+#include "k3/process.hpp"
 
 #ifndef WIN32_LEAN_AND_MEAN
 #define WIN32_LEAN_AND_MEAN

@@ -1,7 +1,7 @@
-// Sockets on Windows (k3/net.hpp, through platform/Platform.hpp): Winsock 2 with WSAPoll,
-// recv/send (no SIGPIPE exists), closesocket, getnameinfo and inet_pton, and a loopback
-// UDP socket sending to itself as the wake-up, since WSAPoll waits on sockets only.
-#include "platform/Platform.hpp"
+// Sockets on Windows (k3/net.hpp): Winsock 2 with WSAPoll, recv/send (no SIGPIPE exists),
+// closesocket, getnameinfo and inet_pton, and a loopback UDP socket sending to itself as
+// the wake-up, since WSAPoll waits on sockets only.
+#include "k3/net.hpp"
 
 #ifndef WIN32_LEAN_AND_MEAN
 #define WIN32_LEAN_AND_MEAN
