@@ -1,40 +1,26 @@
 #include "CliSupport.hpp"
 
+#include "k3/console.hpp"
 #include "k3/launch.hpp"
 #include "k3/memory_plan.hpp"
 #include "k3/pack.hpp"
 #include "k3/process_memory.hpp"
 
-#include <cerrno>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
-#include <fcntl.h>
-#include <poll.h>
 #include <string>
-#include <unistd.h>
 
 namespace k3cli {
 namespace {
 
 std::atomic<bool> gCancel{false};
-std::atomic<int> gInterrupts{0};
-volatile std::sig_atomic_t gHardExitOnSecond = 0;
-int gInterruptPipe[2] = {-1, -1}; // the handler writes a byte; the prompt polls the read end
 
 std::string gPromptBuffer; // bytes read from stdin after the last full line returned
 bool gPromptEnd = false;   // stdin reached its end (or failed)
 
+// In the signal handler (k3::console::watchInterrupts): a lock-free store only.
 void onInterrupt(int) {
-    const int saved = errno;
-    const int n = gInterrupts.fetch_add(1) + 1;
     gCancel.store(true);
-    if (gInterruptPipe[1] >= 0) {
-        const ssize_t wrote = write(gInterruptPipe[1], "!", 1); // full pipe: a wake-up is queued
-        (void)wrote;
-    }
-    errno = saved;
-    if (gHardExitOnSecond && n >= 2) _exit(kExitInterrupted);
 }
 
 } // namespace
@@ -55,25 +41,17 @@ void printNote(const std::string& message) {
 }
 
 bool stdoutIsTty() {
-    return isatty(STDOUT_FILENO) == 1;
+    return k3::console::isTerminal(k3::console::Stream::Out);
 }
 bool stderrIsTty() {
-    return isatty(STDERR_FILENO) == 1;
+    return k3::console::isTerminal(k3::console::Stream::Err);
 }
 bool stdinIsTty() {
-    return isatty(STDIN_FILENO) == 1;
+    return k3::console::isTerminal(k3::console::Stream::In);
 }
 
 void installInterruptHandler(bool hardExitOnSecond) {
-    gHardExitOnSecond = hardExitOnSecond ? 1 : 0;
-    if (gInterruptPipe[0] < 0 && pipe2(gInterruptPipe, O_CLOEXEC | O_NONBLOCK) != 0)
-        gInterruptPipe[0] = gInterruptPipe[1] = -1; // no pipe: the prompt falls back to EINTR
-    struct sigaction action {};
-    action.sa_handler = onInterrupt;
-    sigemptyset(&action.sa_mask);
-    // No SA_RESTART: a blocked read of the chat prompt returns so the REPL can react.
-    action.sa_flags = 0;
-    sigaction(SIGINT, &action, nullptr);
+    k3::console::watchInterrupts(onInterrupt, hardExitOnSecond ? kExitInterrupted : 0);
 }
 
 const std::atomic<bool>& cancelFlag() {
@@ -83,7 +61,7 @@ void clearCancel() {
     gCancel.store(false);
 }
 int interruptCount() {
-    return gInterrupts.load();
+    return k3::console::interruptCount();
 }
 
 std::string cliAdvice(const std::exception& error) {
@@ -127,26 +105,15 @@ PromptInput readPromptLine(std::string& line, int seenInterrupts) {
             gPromptBuffer.clear();
             return PromptInput::Line;
         }
-        // Drain old wake-ups first, then look at the count: a press after this check
-        // leaves a byte in the pipe, so the poll below returns at once.
-        char drain[64];
-        while (gInterruptPipe[0] >= 0 && read(gInterruptPipe[0], drain, sizeof drain) > 0) {
-        }
-        if (interruptCount() != seenInterrupts) return PromptInput::Interrupted;
-        pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {gInterruptPipe[0], POLLIN, 0}};
-        const int ready = poll(fds, gInterruptPipe[0] >= 0 ? 2 : 1, -1);
-        if (ready < 0) {
-            if (errno == EINTR) continue; // the handler ran: the count says so above
+        switch (k3::console::readInput(gPromptBuffer, seenInterrupts)) {
+        case k3::console::Input::Data:
+            break;
+        case k3::console::Input::Interrupted:
+            return PromptInput::Interrupted;
+        case k3::console::Input::End:
             gPromptEnd = true;
-            continue;
+            break;
         }
-        if (fds[0].revents == 0) continue; // only the pipe: the count says so above
-        char chunk[4096];
-        const ssize_t got = read(STDIN_FILENO, chunk, sizeof chunk);
-        if (got > 0)
-            gPromptBuffer.append(chunk, std::size_t(got));
-        else if (got == 0 || (errno != EINTR && errno != EAGAIN))
-            gPromptEnd = true;
     }
 }
 

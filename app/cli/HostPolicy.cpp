@@ -2,7 +2,7 @@
 
 #include "CliSupport.hpp"
 
-#include <arpa/inet.h>
+#include <k3/net.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -23,15 +23,13 @@ bool allDigits(const std::string& s, std::size_t maxLength) {
 }
 
 bool isIpv4(const std::string& s) {
-    in_addr a{};
-    return inet_pton(AF_INET, s.c_str(), &a) == 1;
+    return k3::net::parseIpv4(s).has_value();
 }
 
 // "[...]" holding an IPv6 address.
 bool isBracketedIpv6(const std::string& s) {
     if (s.size() < 3 || s.front() != '[' || s.back() != ']') return false;
-    in6_addr a{};
-    return inet_pton(AF_INET6, s.substr(1, s.size() - 2).c_str(), &a) == 1;
+    return k3::net::isIpv6Literal(s.substr(1, s.size() - 2));
 }
 
 bool isDnsName(const std::string& s) {

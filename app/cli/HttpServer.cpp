@@ -3,17 +3,10 @@
 #include "ChunkedBody.hpp"
 
 #include <k3/api.hpp>
-
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <k3/net.hpp>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -32,6 +25,11 @@ namespace k3cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using k3::net::Socket;
+namespace ready = k3::net::ready;
+
+// The connection whose request this worker thread runs (LimitedHttpServer::serve).
+thread_local Socket tlRequestSocket = k3::net::kNoSocket;
 
 int milliseconds(time_t sec, time_t usec) {
     return int(sec * 1000 + usec / 1000);
@@ -42,36 +40,16 @@ int millisecondsUntil(Clock::time_point t) {
     return int(std::max<std::int64_t>(0, left.count()));
 }
 
-// poll() for `events`, retried on EINTR: true when the socket is ready in time (an error
-// or hang-up counts as ready: the next read or write says what it is).
-bool ready(int fd, short events, int timeoutMs) {
-    pollfd p{fd, events, 0};
-    int n;
-    do n = poll(&p, 1, timeoutMs);
-    while (n < 0 && errno == EINTR);
-    return n > 0;
+// True when the socket has bytes in time (an error or hang-up counts: the next read says
+// what it is).
+bool readable(Socket fd, int timeoutMs) {
+    return k3::net::waitSocket(fd, ready::Read, timeoutMs) != 0;
 }
 
-// As cpp-httplib spells a socket's endpoint: numeric address, port.
-void ipAndPort(const sockaddr_storage& a, socklen_t len, std::string& ip, int& port) {
-    if (a.ss_family == AF_INET)
-        port = ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
-    else if (a.ss_family == AF_INET6)
-        port = ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
-    else
-        return;
-    char host[NI_MAXHOST];
-    if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof host, nullptr, 0,
-                    NI_NUMERICHOST) == 0)
-        ip = host;
-}
-
-std::string peerOf(int fd) {
+std::string peerOf(Socket fd) {
     std::string ip;
     int port = 0;
-    sockaddr_storage a{};
-    socklen_t len = sizeof a;
-    if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) ipAndPort(a, len, ip, port);
+    k3::net::peerEndpoint(fd, ip, port);
     return ip;
 }
 
@@ -240,7 +218,7 @@ std::string canonicalHead(std::string_view head, const Framing& f,
 
 // A JSON error and Connection: close, sent without waiting (the socket's buffer is
 // empty at this point; a client that reads nothing loses nothing else).
-void answerAndClose(int fd, const Refusal& r, const std::string& peer) {
+void answerAndClose(Socket fd, const Refusal& r, const std::string& peer) {
     static const std::map<int, const char*> reasons = {{400, "Bad Request"},
                                                        {408, "Request Timeout"},
                                                        {413, "Payload Too Large"},
@@ -254,10 +232,8 @@ void answerAndClose(int fd, const Refusal& r, const std::string& peer) {
         (reason == reasons.end() ? "Error" : reason->second) +
         "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
         "\r\nConnection: close\r\n\r\n" + body;
-    ssize_t n;
-    do n = send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    while (n < 0 && errno == EINTR);
-    shutdown(fd, SHUT_WR);
+    k3::net::sendSome(fd, bytes.data(), bytes.size(), true);
+    k3::net::shutdownSending(fd);
     std::fprintf(stderr, "k3 serve: request from %s refused: %d %s\n", peer.c_str(), r.status,
                  r.message.c_str());
 }
@@ -272,7 +248,7 @@ struct LimitedHttpServer::Connection {
         Body,     // the head is in; reading a body of at most kPrereadBodyBytes
         Draining, // answered with a refusal: reading and dropping until the client closes
     };
-    int fd = -1;
+    Socket fd = k3::net::kNoSocket;
     std::string peer;
     std::string bytes; // received, from `offset` on not yet used
     std::size_t offset = 0;
@@ -299,12 +275,11 @@ struct LimitedHttpServer::Connection {
 class LimitedHttpServer::Connections {
 public:
     Connections(LimitedHttpServer& server, std::size_t workers)
-        : server_(server), wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), workers_(workers),
-          reader_([this] { readLoop(); }) {}
+        : server_(server), workers_(workers), reader_([this] { readLoop(); }) {}
     ~Connections() { shutdown(); }
 
     // From the accept loop.
-    void accept(int fd) {
+    void accept(Socket fd) {
         auto c = std::make_unique<Connection>();
         c->fd = fd;
         c->peer = peerOf(fd);
@@ -321,7 +296,7 @@ public:
                               " at once)";
                 if (fromPeer == 0) perAddress_.erase(c->peer);
                 answerAndClose(fd, {503, why}, c->peer);
-                ::close(fd);
+                k3::net::closeSocket(fd);
                 return;
             }
             ++fromPeer;
@@ -340,8 +315,7 @@ public:
             }
             incoming_.push_back(std::move(c));
         }
-        const std::uint64_t one = 1;
-        [[maybe_unused]] const ssize_t n = write(wake_, &one, sizeof one);
+        wake_.wake();
     }
 
     void refuse(std::unique_ptr<Connection> c, const Refusal& r) {
@@ -366,17 +340,14 @@ public:
             if (stopping_) return;
             stopping_ = true;
         }
-        const std::uint64_t one = 1;
-        [[maybe_unused]] const ssize_t n = write(wake_, &one, sizeof one);
+        wake_.wake();
         reader_.join();
         workers_.shutdown(); // the running requests finish
-        ::close(wake_);
     }
 
 private:
     void closeCounted(Connection& c) {
-        ::shutdown(c.fd, SHUT_RDWR);
-        ::close(c.fd);
+        k3::net::closeSocket(c.fd);
         if (--perAddress_[c.peer] <= 0) perAddress_.erase(c.peer);
         --total_;
     }
@@ -389,7 +360,7 @@ private:
 
     void readLoop() {
         std::list<std::unique_ptr<Connection>> waiting;
-        std::vector<pollfd> fds;
+        std::vector<k3::net::SocketWait> fds;
         std::vector<std::list<std::unique_ptr<Connection>>::iterator> order; // of fds[1...]
         std::array<char, 16384> buf;
         for (;;) {
@@ -411,28 +382,26 @@ private:
                     advance(waiting, it);
                 it = next;
             }
-            fds.assign(1, pollfd{wake_, POLLIN, 0});
+            fds.assign(1, {wake_.waitable(), ready::Read, 0});
             order.clear();
             auto soonest = Clock::now() + std::chrono::seconds(1);
             for (auto it = waiting.begin(); it != waiting.end(); ++it) {
-                fds.push_back({(*it)->fd, POLLIN, 0});
+                fds.push_back({(*it)->fd, ready::Read, 0});
                 order.push_back(it);
                 soonest = std::min(soonest, (*it)->deadline);
             }
-            const int n = poll(fds.data(), fds.size(), millisecondsUntil(soonest) + 1);
-            if (n < 0 && errno != EINTR) break;
-            if (fds[0].revents) {
-                std::uint64_t count;
-                [[maybe_unused]] const ssize_t r = read(wake_, &count, sizeof count);
-            }
+            const int n =
+                k3::net::waitSockets(fds.data(), fds.size(), millisecondsUntil(soonest) + 1);
+            if (n < 0) break;
+            if (fds[0].ready) wake_.drain();
             // List iterators stay valid while others are erased or appended.
             const auto now = Clock::now();
             for (std::size_t i = 1; i < fds.size(); ++i) {
                 const auto it = order[i - 1];
                 Connection& c = **it;
-                if (fds[i].revents) {
-                    const ssize_t got = recv(c.fd, buf.data(), buf.size(), MSG_DONTWAIT);
-                    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+                if (fds[i].ready) {
+                    const std::int64_t got = k3::net::receive(c.fd, buf.data(), buf.size(), true);
+                    if (got == 0 || got == -1) {
                         std::lock_guard lock(m_);
                         closeCounted(c);
                         waiting.erase(it);
@@ -526,7 +495,7 @@ private:
     }
 
     LimitedHttpServer& server_;
-    int wake_;
+    k3::net::Wakeup wake_; // before reader_, which waits on it
     std::mutex m_;
     bool stopping_ = false;
     std::vector<std::unique_ptr<Connection>> incoming_;
@@ -559,7 +528,7 @@ public:
     bool bodyConsumed() const { return bodyRead_ == framing_.contentLength.value_or(0); }
 
     bool is_readable() const override {
-        return !c_.pending().empty() || ready(c_.fd, POLLIN, readTimeoutMs_);
+        return !c_.pending().empty() || readable(c_.fd, readTimeoutMs_);
     }
     bool is_writable() const override { return writable(writeTimeoutMs_); }
 
@@ -578,12 +547,10 @@ public:
         const std::size_t allowed = std::size_t(std::min<std::uint64_t>(size, left));
         if (c_.pending().empty()) {
             const int wait = std::min(readTimeoutMs_, millisecondsUntil(bodyDeadline_));
-            if (wait <= 0 || !ready(c_.fd, POLLIN, wait)) return -1;
+            if (wait <= 0 || !readable(c_.fd, wait)) return -1;
             std::array<char, 16384> buf;
-            ssize_t n;
-            do n = recv(c_.fd, buf.data(), buf.size(), 0);
-            while (n < 0 && errno == EINTR);
-            if (n <= 0) return n;
+            const std::int64_t n = k3::net::receive(c_.fd, buf.data(), buf.size(), false);
+            if (n <= 0) return n < 0 ? -1 : 0;
             c_.bytes.append(buf.data(), std::size_t(n));
         }
         const std::size_t n = std::min(allowed, c_.pending().size());
@@ -595,35 +562,24 @@ public:
 
     ssize_t write(const char* ptr, std::size_t size) override {
         if (!writable(writeTimeoutMs_)) return -1;
-        ssize_t n;
-        do n = send(c_.fd, ptr, size, MSG_NOSIGNAL);
-        while (n < 0 && errno == EINTR);
-        return n;
+        const std::int64_t n = k3::net::sendSome(c_.fd, ptr, size, false);
+        return n < 0 ? -1 : ssize_t(n);
     }
 
     void get_remote_ip_and_port(std::string& ip, int& port) const override {
-        sockaddr_storage a{};
-        socklen_t len = sizeof a;
-        if (getpeername(c_.fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-            ipAndPort(a, len, ip, port);
+        k3::net::peerEndpoint(c_.fd, ip, port);
     }
     void get_local_ip_and_port(std::string& ip, int& port) const override {
-        sockaddr_storage a{};
-        socklen_t len = sizeof a;
-        if (getsockname(c_.fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-            ipAndPort(a, len, ip, port);
+        k3::net::localEndpoint(c_.fd, ip, port);
     }
-    socket_t socket() const override { return c_.fd; }
+    socket_t socket() const override { return socket_t(c_.fd); }
 
 private:
     // A half-closed client (nc -N) still reads its answer: only an error or a reset means
     // it left.
     bool writable(int timeoutMs) const {
-        pollfd p{c_.fd, POLLOUT, 0};
-        int n;
-        do n = poll(&p, 1, timeoutMs);
-        while (n < 0 && errno == EINTR);
-        return n > 0 && !(p.revents & (POLLERR | POLLHUP));
+        const unsigned r = k3::net::waitSocket(c_.fd, ready::Write, timeoutMs);
+        return (r & ready::Write) && !(r & ready::Failed);
     }
 
     Connection& c_;
@@ -651,10 +607,8 @@ Rewrite rewriteRequest(LimitedHttpServer::Connection& c, std::size_t headBytes, 
     const bool sendContinue = f.expectContinue && c.pending().size() == headBytes;
     if (sendContinue) {
         static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-        ssize_t n;
-        do n = send(c.fd, kContinue.data(), kContinue.size(), MSG_NOSIGNAL);
-        while (n < 0 && errno == EINTR);
-        if (n != ssize_t(kContinue.size())) return Rewrite::Gone;
+        const std::int64_t n = k3::net::sendSome(c.fd, kContinue.data(), kContinue.size(), false);
+        if (n != std::int64_t(kContinue.size())) return Rewrite::Gone;
     }
     ChunkedBodyDecoder decoder(bodyLimit, kMaxHeadBytes);
     const auto deadline = Clock::now() + std::chrono::seconds(kBodyDeadlineSeconds);
@@ -670,15 +624,13 @@ Rewrite rewriteRequest(LimitedHttpServer::Connection& c, std::size_t headBytes, 
         }
         if (status == ChunkedBodyDecoder::Status::Done) break;
         const int wait = std::min(readTimeoutMs, millisecondsUntil(deadline));
-        if (wait <= 0 || !ready(c.fd, POLLIN, wait)) {
+        if (wait <= 0 || !readable(c.fd, wait)) {
             refusal = {408, "the request body did not arrive within " +
                                 std::to_string(kBodyDeadlineSeconds) + " s"};
             return Rewrite::Refused;
         }
         std::array<char, 16384> buf;
-        ssize_t n;
-        do n = recv(c.fd, buf.data(), buf.size(), 0);
-        while (n < 0 && errno == EINTR);
+        const std::int64_t n = k3::net::receive(c.fd, buf.data(), buf.size(), false);
         if (n <= 0) return Rewrite::Gone;
         c.bytes.append(buf.data(), std::size_t(n));
     }
@@ -714,13 +666,17 @@ LimitedHttpServer::LimitedHttpServer() {
 
 LimitedHttpServer::~LimitedHttpServer() = default;
 
+k3::net::Socket LimitedHttpServer::requestSocket() {
+    return tlRequestSocket;
+}
+
 std::string bodyOverLimitMessage(std::size_t limitBytes) {
     return "the request body is over the " + std::to_string(limitBytes >> 20) +
            " MB limit (k3 serve --max-body-mb)";
 }
 
 bool LimitedHttpServer::process_and_close_socket(socket_t sock) {
-    connections_->accept(sock);
+    connections_->accept(Socket(sock));
     return true;
 }
 
@@ -757,7 +713,9 @@ void LimitedHttpServer::serve(std::unique_ptr<Connection> c) {
         }
         stream.startRequest(framing);
         bool closed = false;
+        tlRequestSocket = c->fd;
         const bool ok = process_request(stream, left == 1, closed, {});
+        tlRequestSocket = k3::net::kNoSocket;
         if (!ok || closed || !stream.bodyConsumed()) break;
         if (c->pending().empty()) {
             c->state = Connection::State::Idle;

@@ -17,6 +17,8 @@
 // A chunked body is cut off once it passes the body limit (413), not read to its end.
 // Pipelined requests are answered in order.
 
+#include <k3/net.hpp>
+
 #include <httplib.h>
 
 #include <cstddef>
@@ -47,6 +49,10 @@ public:
 
     // Threads that run complete requests (the handlers); set before listening.
     void setWorkerThreads(std::size_t count) { workerThreads_ = count; }
+
+    // In a handler: the connection its request came on (cpp-httplib 0.11 gives a handler
+    // no view of its socket); kNoSocket elsewhere.
+    static k3::net::Socket requestSocket();
 
     class Connections; // the reader thread and the workers (HttpServer.cpp)
     struct Connection; // one client connection and its received bytes

@@ -3,6 +3,7 @@
 
 #include <k3/draft.hpp>
 #include <k3/pack.hpp>
+#include <k3/process.hpp>
 
 #include <atomic>
 #include <csignal>
@@ -21,8 +22,7 @@ extern "C" void onPackStop(int sig) {
 // new files and keeps the trunk already there. Past `ulimit -f` a write fails (EFBIG)
 // and takes the same path, instead of SIGXFSZ killing k3 with its files half written.
 void handleStopSignals() {
-    for (const int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, onPackStop);
-    std::signal(SIGXFSZ, SIG_IGN);
+    k3::process::catchStopSignals(onPackStop);
 }
 
 // 128 + the signal when one stopped the pack, as a shell reports a process it killed.

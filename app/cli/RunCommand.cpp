@@ -5,6 +5,7 @@
 #include "SessionLoader.hpp"
 
 #include <k3/chat.hpp>
+#include <k3/console.hpp>
 #include <k3/memory_plan.hpp>
 #include <k3/presets.hpp>
 #include <k3/read_file.hpp>
@@ -21,7 +22,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 namespace k3cli {
 
@@ -44,36 +44,23 @@ class ReportOnStdout {
 public:
     explicit ReportOnStdout(bool active) {
         if (!active) return;
-        std::fflush(stdout);
-        reportFd_ = ::dup(STDOUT_FILENO);
-        if (reportFd_ < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
+        report_ = k3::console::divertStdout();
+        if (report_ < 0)
             throw CommandError{kExitFailure, std::string("--out -: cannot set up stdout: ") +
                                                  std::strerror(errno)};
     }
-    ~ReportOnStdout() {
-        if (reportFd_ < 0) return;
-        std::fflush(stdout);
-        ::dup2(reportFd_, STDOUT_FILENO);
-        ::close(reportFd_);
-    }
+    ~ReportOnStdout() { k3::console::restoreStdout(report_); }
     ReportOnStdout(const ReportOnStdout&) = delete;
     ReportOnStdout& operator=(const ReportOnStdout&) = delete;
 
     // The whole report to the real stdout.
     void write(const std::string& text) const {
-        std::size_t done = 0;
-        while (done < text.size()) {
-            const ssize_t n = ::write(reportFd_, text.data() + done, text.size() - done);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0)
-                throw k3::ChatError(std::string("writing to stdout failed: ") +
-                                    std::strerror(errno));
-            done += std::size_t(n);
-        }
+        if (!k3::console::writeDiverted(report_, text))
+            throw k3::ChatError(std::string("writing to stdout failed: ") + std::strerror(errno));
     }
 
 private:
-    int reportFd_ = -1;
+    std::intptr_t report_ = -1;
 };
 
 // An output file is checked before the model loads: a run is not thrown away at the end

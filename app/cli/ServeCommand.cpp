@@ -10,18 +10,12 @@
 #include "SessionLoader.hpp"
 
 #include <k3/api.hpp>
+#include <k3/net.hpp>
+#include <k3/process.hpp>
 #include <k3/read_file.hpp>
 #include <k3/session.hpp>
 
 #include <httplib.h>
-
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <poll.h>
-#include <pthread.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -46,41 +40,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// "ADDRESS:PORT" of a socket address, as cpp-httplib formats a request's endpoints.
-std::string endpoint(const sockaddr_storage& a, socklen_t len) {
-    char host[NI_MAXHOST], port[NI_MAXSERV];
-    if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof host, port,
-                    sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) != 0)
-        return {};
-    return std::string(host) + ":" + port;
-}
-
-// The descriptor of the connection a request came on, or -1. cpp-httplib 0.11 gives a
-// handler no view of its socket, so it is found among this process's descriptors by its
-// two endpoints (both are unique while the connection is open). A non-streamed
-// generation needs it to notice that its client left: it writes nothing until the end.
-int requestSocket(const httplib::Request& req) {
-    const std::string peer = req.remote_addr + ":" + std::to_string(req.remote_port);
-    const std::string local = req.local_addr + ":" + std::to_string(req.local_port);
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-        const std::string name = entry.path().filename().string();
-        if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-        const int fd = std::stoi(name);
-        struct stat st {};
-        if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-        sockaddr_storage a{};
-        socklen_t len = sizeof a;
-        if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || endpoint(a, len) != peer)
-            continue;
-        len = sizeof a;
-        if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 &&
-            endpoint(a, len) == local)
-            return fd;
-    }
-    return -1;
-}
-
 // Whether the client of a non-streamed request left (it writes nothing until the end).
 // Its end of the stream alone does not say: a client that half-closed after its request
 // (nc -N) still reads the answer. So at the first end of stream an interim answer is sent
@@ -88,28 +47,28 @@ int requestSocket(const httplib::Request& req) {
 // the next look sees as an error.
 class ClientWatch {
 public:
-    ClientWatch(int fd, bool http11) : fd_(fd), http11_(http11) {}
+    ClientWatch(k3::net::Socket fd, bool http11) : fd_(fd), http11_(http11) {}
     bool left() {
-        pollfd p{fd_, POLLIN | POLLRDHUP, 0};
-        if (fd_ < 0 || poll(&p, 1, 0) <= 0) return false;
-        if (p.revents & (POLLERR | POLLHUP)) return true;
-        if (!(p.revents & POLLRDHUP) || probed_ || !http11_) return false;
+        namespace ready = k3::net::ready;
+        if (fd_ == k3::net::kNoSocket) return false;
+        const unsigned r = k3::net::waitSocket(fd_, ready::Read | ready::PeerClosed, 0);
+        if (r & ready::Failed) return true;
+        if (!(r & ready::PeerClosed) || probed_ || !http11_) return false;
         probed_ = true;
         static constexpr char kInterim[] = "HTTP/1.1 100 Continue\r\n\r\n";
-        return send(fd_, kInterim, sizeof kInterim - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
-               errno != EAGAIN;
+        return k3::net::sendSome(fd_, kInterim, sizeof kInterim - 1, true) == -1;
     }
 
 private:
-    int fd_;
+    k3::net::Socket fd_;
     bool http11_;
     bool probed_ = false;
 };
 
 bool isLoopback(const std::string& host) {
     if (host == "localhost" || host == "::1") return true;
-    in_addr a{};
-    return inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+    const auto a = k3::net::parseIpv4(host);
+    return a && (*a >> 24) == 127;
 }
 
 // Same time whatever the first differing byte, so the key cannot be guessed byte by byte.
@@ -473,7 +432,7 @@ void Server::answer(const httplib::Request& req, httplib::Response& res, Generat
     if (!g.stream) {
         if (!place->waitTurn()) return sendError(res, shuttingDown(), g.errorBody);
         // Nothing is written until the end, so each token looks whether the client left.
-        ClientWatch client(requestSocket(req), req.version == "HTTP/1.1");
+        ClientWatch client(LimitedHttpServer::requestSocket(), req.version == "HTTP/1.1");
         ReplyObserver observer(g.stops, cancel_,
                                [&client](const k3::TokenEvent*, const std::string&,
                                          const std::string&) { return !client.left(); });
@@ -679,27 +638,19 @@ int runServe(const ServeArgs& args) {
     const std::string key = args.apiKeyFile.empty() ? std::string() : readApiKey(args.apiKeyFile);
     HostPolicy policy(args.host, args.allowHosts, args.corsOrigins);
 
-    // SIGINT and SIGTERM go to one thread that stops the server; every other thread,
-    // the pool's included, inherits the blocked mask.
-    sigset_t stopSignals;
-    sigemptyset(&stopSignals);
-    sigaddset(&stopSignals, SIGINT);
-    sigaddset(&stopSignals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
-    signal(SIGPIPE, SIG_IGN); // a client that left is a failed write, not a dead server
+    // SIGINT and SIGTERM go to one thread that stops the server (constructed before any
+    // other thread, which all inherit the blocked signals); a client that left is a
+    // failed write, not a dead server (SIGPIPE ignored).
+    k3::process::StopRequests stops;
 
     std::string modelId = std::filesystem::path(args.model.modelDir).lexically_normal().filename();
     if (modelId.empty())
         modelId = std::filesystem::path(args.model.modelDir).parent_path().filename();
     serve::Server server(args, std::move(policy), modelId, key);
     server.bind();
-    std::thread signals([&] {
-        int sig = 0;
-        sigwait(&stopSignals, &sig);
-        if (sig == SIGINT || sig == SIGTERM) {
-            std::fprintf(stderr, "k3 serve: stopping (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-            server.stop();
-        }
+    stops.watch([&server](const std::string& signal) {
+        std::fprintf(stderr, "k3 serve: stopping (%s)\n", signal.c_str());
+        server.stop();
     });
     // GET /health answers while the model loads ("loading"); the "on http://..." line
     // comes once requests are served.
@@ -710,8 +661,7 @@ int runServe(const ServeArgs& args) {
     auto stopAll = [&] {
         server.stop();
         listener.join();
-        pthread_kill(signals.native_handle(), SIGTERM);
-        signals.join();
+        stops.unwatch();
     };
     std::optional<LoadedSession> loaded;
     try {
@@ -725,10 +675,9 @@ int runServe(const ServeArgs& args) {
                  server.address().c_str(), key.empty() ? "no API key" : "API key required",
                  args.queue, "Ctrl-C stops");
     std::fflush(stderr);
-    // Until a signal stops the server; then the signal thread is woken if needed.
+    // Until a signal stops the server; then the watcher is ended if it still waits.
     listener.join();
-    pthread_kill(signals.native_handle(), SIGTERM);
-    signals.join();
+    stops.unwatch();
     return kExitOk;
 }
 

@@ -1,6 +1,8 @@
 // The platform layer's calls, each checked for the value it must give, in a scratch
 // folder with a non-ASCII name (UTF-8 on POSIX, wide paths on Windows). Exit code 0
 // when every check passed; each failure is printed with what was expected.
+#include "k3/console.hpp"
+#include "k3/net.hpp"
 #include "k3/system.hpp"
 #include "platform/Platform.hpp"
 
@@ -168,6 +170,37 @@ void machineFacts(const fs::path& dir) {
     check(platform::utf8Path(platform::pathFromUtf8(name)) == name, "UTF-8 path round trip");
 }
 
+// The front ends' platform calls (k3/net.hpp, k3/console.hpp) that need no peer: address
+// literals, the wake-up a server's reader thread waits on, and stdout set aside.
+void frontEndCalls() {
+    namespace net = k3::net;
+    const auto loopback = net::parseIpv4("127.0.0.1");
+    check(loopback && *loopback == 0x7f000001u, "parseIpv4(127.0.0.1) is 0x7f000001 in host order");
+    check(!net::parseIpv4("256.0.0.1") && !net::parseIpv4("::1") && !net::parseIpv4("localhost"),
+          "parseIpv4 refuses 256.0.0.1, ::1 and localhost");
+    check(net::isIpv6Literal("::1") && net::isIpv6Literal("fe80::1"), "::1 and fe80::1 are IPv6");
+    check(!net::isIpv6Literal("127.0.0.1") && !net::isIpv6Literal("[::1]"),
+          "127.0.0.1 and [::1] (brackets) are not IPv6 literals");
+
+    net::Wakeup wakeup;
+    check(wakeup.valid(), "a Wakeup is made");
+    net::SocketWait wait{wakeup.waitable(), net::ready::Read, 0};
+    check(net::waitSockets(&wait, 1, 0) == 0 && wait.ready == 0, "an unwoken Wakeup is not ready");
+    wakeup.wake();
+    wakeup.wake(); // twice: one drain takes both
+    check(net::waitSockets(&wait, 1, 5000) == 1 && (wait.ready & net::ready::Read),
+          "a woken Wakeup is ready to read");
+    wakeup.drain();
+    check(net::waitSockets(&wait, 1, 0) == 0, "a drained Wakeup is not ready again");
+
+    const std::intptr_t report = k3::console::divertStdout();
+    check(report >= 0, "divertStdout gives a handle");
+    std::printf("(stdout diverted to stderr)\n");
+    check(k3::console::writeDiverted(report, "(written to the real stdout)\n"),
+          "writeDiverted writes to the real stdout");
+    k3::console::restoreStdout(report);
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -187,6 +220,7 @@ int main(int argc, char** argv) {
     locks(dir);
     stdioHandOver(dir);
     machineFacts(dir);
+    frontEndCalls();
     fs::remove_all(base, ec);
     std::printf("%d failure(s)\n", failures);
     return failures == 0 ? 0 : 1;

@@ -19,5 +19,8 @@ void dropCachedPages(int fd);
 void adviseWillRead(int fd, std::uint64_t offset, std::size_t length);
 std::int64_t modifiedNs(const struct stat& st);
 std::int64_t changedNs(const struct stat& st);
+// Shared by posix/ (PosixConsole.cpp): a pipe whose two ends are close-on-exec and
+// non-blocking (pipe2 is Linux-only).
+bool makeNonBlockingPipe(int fds[2]);
 
 } // namespace k3::platform::posix
