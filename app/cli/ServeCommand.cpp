@@ -643,9 +643,11 @@ int runServe(const ServeArgs& args) {
     // failed write, not a dead server (SIGPIPE ignored).
     k3::process::StopRequests stops;
 
-    std::string modelId = std::filesystem::path(args.model.modelDir).lexically_normal().filename();
+    // string(): on Windows a path is wide and does not convert by itself.
+    std::string modelId =
+        std::filesystem::path(args.model.modelDir).lexically_normal().filename().string();
     if (modelId.empty())
-        modelId = std::filesystem::path(args.model.modelDir).parent_path().filename();
+        modelId = std::filesystem::path(args.model.modelDir).parent_path().filename().string();
     serve::Server server(args, std::move(policy), modelId, key);
     server.bind();
     stops.watch([&server](const std::string& signal) {
