@@ -2,6 +2,7 @@
 // completions request it means (so the template, constraints and checks are the chat
 // route's), and the answer is written as a message: content blocks (thinking, text,
 // tool_use), stop_reason, usage; streamed as Anthropic's typed events.
+#include "ServeJson.hpp"
 #include "ServeServer.hpp"
 
 #include <k3/remote.hpp>
@@ -15,25 +16,7 @@ namespace k3cli::serve {
 
 namespace {
 
-using Json = nlohmann::ordered_json;
-
-std::string dump(const Json& v) {
-    return v.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
-k3::api::ApiError bad(const std::string& field, const std::string& what) {
-    return k3::api::ApiError(400, field + ": " + what, "invalid_request_error", field);
-}
-
-const Json& need(const Json& obj, const char* key, const std::string& field) {
-    if (!obj.contains(key) || obj[key].is_null()) throw bad(field + "." + key, "required");
-    return obj[key];
-}
-
-std::string text(const Json& v, const std::string& field) {
-    if (!v.is_string()) throw bad(field, "expected a string");
-    return v.get<std::string>();
-}
+using namespace json; // Json, dump, bad, need, text
 
 // Text blocks ([{"type":"text","text":...}]) or a string; cache_control is ignored (the
 // server reuses a shared prefix by itself).

@@ -2,6 +2,7 @@
 // /v1/models/{id}, POST /tokenize and /detokenize (vLLM's shapes), GET /metrics
 // (Prometheus text), and POST /v1/completions (ServeCompletions.cpp).
 #include "CliSupport.hpp"
+#include "ServeJson.hpp"
 #include "ServeServer.hpp"
 
 #include <nlohmann/json.hpp>
@@ -13,15 +14,7 @@ namespace k3cli::serve {
 
 namespace {
 
-using Json = nlohmann::ordered_json;
-
-std::string dump(const Json& v) {
-    return v.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
-k3::api::ApiError bad(const std::string& field, const std::string& what) {
-    return k3::api::ApiError(400, field + ": " + what, "invalid_request_error", field);
-}
+using namespace json; // Json, dump, bad, need, text
 
 // A request body that must be a JSON object (the chat parser's rules are not needed here).
 Json objectBody(const std::string& body) {

@@ -1,0 +1,37 @@
+#pragma once
+// The JSON helpers the routes that read a request body field by field share (the
+// Messages and Responses APIs, the routes' own bodies): one serialisation, one shape of
+// refusal naming the field.
+#include <k3/api.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace k3cli::serve::json {
+
+using Json = nlohmann::ordered_json;
+
+// Compact, invalid UTF-8 replaced (model text may hold a cut character).
+inline std::string dump(const Json& v) {
+    return v.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+// A 400 naming `field`: "field: what".
+inline k3::api::ApiError bad(const std::string& field, const std::string& what) {
+    return k3::api::ApiError(400, field + ": " + what, "invalid_request_error", field);
+}
+
+// obj[key], present and not null, else a 400 naming field.key.
+inline const Json& need(const Json& obj, const char* key, const std::string& field) {
+    if (!obj.contains(key) || obj[key].is_null()) throw bad(field + "." + key, "required");
+    return obj[key];
+}
+
+// A string, else a 400 naming `field`.
+inline std::string text(const Json& v, const std::string& field) {
+    if (!v.is_string()) throw bad(field, "expected a string");
+    return v.get<std::string>();
+}
+
+} // namespace k3cli::serve::json
