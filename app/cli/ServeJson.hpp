@@ -6,7 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <initializer_list>
 #include <string>
+#include <string_view>
 
 namespace k3cli::serve::json {
 
@@ -32,6 +34,30 @@ inline const Json& need(const Json& obj, const char* key, const std::string& fie
 inline std::string text(const Json& v, const std::string& field) {
     if (!v.is_string()) throw bad(field, "expected a string");
     return v.get<std::string>();
+}
+
+// A string, or an array of `parts` (named so in the refusal) whose "type" is one of
+// `types` (the refusal lists them), their "text" joined.
+inline std::string partsText(const Json& v, const std::string& field, const char* parts,
+                             std::initializer_list<std::string_view> types) {
+    if (v.is_string()) return v.get<std::string>();
+    if (!v.is_array()) throw bad(field, std::string("expected a string or an array of ") + parts);
+    std::string out;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::string at = field + "[" + std::to_string(i) + "]";
+        if (!v[i].is_object()) throw bad(at, "expected an object");
+        const std::string type = text(need(v[i], "type", at), at + ".type");
+        bool known = false;
+        std::string list;
+        for (std::string_view t : types) {
+            known = known || type == t;
+            list += (list.empty() ? "" : types.size() == 2 ? " and " : ", ") + std::string(t);
+        }
+        if (!known)
+            throw bad(at + ".type", "\"" + type + "\" is not supported (" + list + " only)");
+        out += text(need(v[i], "text", at), at + ".text");
+    }
+    return out;
 }
 
 } // namespace k3cli::serve::json

@@ -18,22 +18,6 @@ namespace {
 
 using namespace json; // Json, dump, bad, need, text
 
-// Text blocks ([{"type":"text","text":...}]) or a string; cache_control is ignored (the
-// server reuses a shared prefix by itself).
-std::string blocksText(const Json& v, const std::string& field) {
-    if (v.is_string()) return v.get<std::string>();
-    if (!v.is_array()) throw bad(field, "expected a string or an array of text blocks");
-    std::string out;
-    for (std::size_t i = 0; i < v.size(); ++i) {
-        const std::string at = field + "[" + std::to_string(i) + "]";
-        if (!v[i].is_object()) throw bad(at, "expected an object");
-        const std::string type = text(need(v[i], "type", at), at + ".type");
-        if (type != "text") throw bad(at + ".type", "\"" + type + "\" is not text");
-        out += text(need(v[i], "text", at), at + ".text");
-    }
-    return out;
-}
-
 // One Anthropic message: its chat messages (tool results become tool messages, before
 // the user's text, as the results come first in Anthropic's user turn).
 void readMessage(const Json& m, const std::string& field, Json& out) {
@@ -71,8 +55,9 @@ void readMessage(const Json& m, const std::string& field, Json& out) {
                                {"arguments", input.dump()}}}});
         } else if (type == "tool_result" && role == "user") {
             const std::string id = text(need(b, "tool_use_id", at), at + ".tool_use_id");
-            std::string result =
-                b.contains("content") ? blocksText(b["content"], at + ".content") : "";
+            std::string result = b.contains("content") ? partsText(b["content"], at + ".content",
+                                                                   "text blocks", {"text"})
+                                                       : "";
             if (b.contains("is_error") && b["is_error"] == true) result = "Error: " + result;
             hasResults = true;
             out.push_back({{"role", "tool"}, {"tool_call_id", id}, {"content", result}});
@@ -156,7 +141,9 @@ std::string Server::messagesToChat(const std::string& body, bool& stream) {
     chat["max_tokens"] = doc["max_tokens"];
     Json messages = Json::array();
     if (doc.contains("system"))
-        messages.push_back({{"role", "system"}, {"content", blocksText(doc["system"], "system")}});
+        messages.push_back(
+            {{"role", "system"},
+             {"content", partsText(doc["system"], "system", "text blocks", {"text"})}});
     const Json& in = need(doc, "messages", "body");
     if (!in.is_array() || in.empty()) throw bad("messages", "expected a non-empty array");
     for (std::size_t i = 0; i < in.size(); ++i)

@@ -18,23 +18,6 @@ namespace {
 
 using namespace json; // Json, dump, bad, need, text
 
-// A message item's content: a string, or input_text / output_text parts.
-std::string partsText(const Json& v, const std::string& field) {
-    if (v.is_string()) return v.get<std::string>();
-    if (!v.is_array()) throw bad(field, "expected a string or an array of content parts");
-    std::string out;
-    for (std::size_t i = 0; i < v.size(); ++i) {
-        const std::string at = field + "[" + std::to_string(i) + "]";
-        if (!v[i].is_object()) throw bad(at, "expected an object");
-        const std::string type = text(need(v[i], "type", at), at + ".type");
-        if (type != "input_text" && type != "output_text")
-            throw bad(at + ".type",
-                      "\"" + type + "\" is not supported (input_text and output_text only)");
-        out += text(need(v[i], "text", at), at + ".text");
-    }
-    return out;
-}
-
 // The input items as chat messages: function_call items join the assistant message
 // before them (or make one), a reasoning item gives the next assistant message its
 // reasoning, function_call_output items become tool messages.
@@ -66,7 +49,8 @@ Json readInput(const Json& input) {
             if (role != "user" && role != "system" && role != "developer" && role != "assistant")
                 throw bad(at + ".role",
                           "\"" + role + "\" is not user, system, developer or assistant");
-            const std::string content = partsText(need(item, "content", at), at + ".content");
+            const std::string content = partsText(need(item, "content", at), at + ".content",
+                                                  "content parts", {"input_text", "output_text"});
             if (role == "assistant") {
                 Json& a = assistant();
                 if (a.contains("tool_calls")) {
@@ -98,10 +82,12 @@ Json readInput(const Json& input) {
                    {"arguments", text(need(item, "arguments", at), at + ".arguments")}}}});
         } else if (type == "function_call_output") {
             const Json& output = need(item, "output", at);
-            out.push_back({{"role", "tool"},
-                           {"tool_call_id", text(need(item, "call_id", at), at + ".call_id")},
-                           {"content", output.is_string() ? output.get<std::string>()
-                                                          : partsText(output, at + ".output")}});
+            out.push_back(
+                {{"role", "tool"},
+                 {"tool_call_id", text(need(item, "call_id", at), at + ".call_id")},
+                 {"content", output.is_string() ? output.get<std::string>()
+                                                : partsText(output, at + ".output", "content parts",
+                                                            {"input_text", "output_text"})}});
         } else {
             throw bad(at + ".type", "\"" + type +
                                         "\" is not supported (message, reasoning, "

@@ -26,9 +26,13 @@ enum : Symbol { kOpen = 256, kClose, kSep, kEndOfMessage, kEos, kEnd, kSymbolCou
 inline constexpr std::size_t kMaxFrames = 96;
 // Whitespace between two JSON tokens, at most (a model looping on spaces cannot stall).
 inline constexpr int kMaxWhitespace = 20;
+// Every number the grammar admits is a finite double, so every client's parser reads it
+// (Qt's refuses an overflow, JavaScript's gives Infinity): at most 16 + 16 digits and a
+// two-digit exponent, |x| < 1e16 * 1e99. A three-digit one let a sampled answer end in
+// 856E816.
 inline constexpr int kMaxIntegerDigits = 16;
 inline constexpr int kMaxFractionDigits = 16;
-inline constexpr int kMaxExponentDigits = 3;
+inline constexpr int kMaxExponentDigits = 2;
 inline constexpr int kUnbounded = 1 << 28;
 
 struct Node {

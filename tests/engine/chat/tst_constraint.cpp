@@ -156,6 +156,11 @@ void TestConstraint::textsMatchTheSchema_data() {
         true);
     row("number forms", R"({"type":"number"})", "-0.5e+10", true);
     row("leading zero", R"({"type":"number"})", "01", false);
+    // Every admitted number is a finite double (tst_k3responses once sampled 856E816).
+    row("largest number", R"({"type":"number"})", "-9999999999999999.9999999999999999e+99", true);
+    row("smallest number", R"({"type":"number"})", "0.0000000000000001e-99", true);
+    row("exponent past a double", R"({"type":"number"})", "856E816", false);
+    row("three-digit exponent", R"({"type":"number"})", "1e100", false);
     row("any object", R"({"type":"object"})", R"({"a":[{"b":null}],"c":"é"})", true);
     row("not an object", R"({"type":"object"})", "[]", false);
     row("bad utf-8", R"({"type":"string"})", "\"\xC3\x28\"", false);
