@@ -804,7 +804,7 @@ int Session::positionsToRead(const std::vector<ChatMessage>& history,
     const Impl& s = *impl_;
     const std::vector<TokenId> prompt =
         chat::encodeResuming(tokenizer(), history, render, s.resume);
-    bool images = s.heldMedia;
+    bool images = s.fedHoldsImageRows();
     for (const ChatMessage& m : history) images = images || !m.images.empty();
     if (images) return int(prompt.size()); // read whole (its images' rows not counted)
     // As prefill decides: what memory holds (short of the last position, whose logits
@@ -839,7 +839,7 @@ GenerateResult Session::chat(const std::vector<ChatMessage>& history,
         base.pop_back();
         for (const chat::ResumePoint& p : s.resume)
             if (p.openIds == prompt) continued = p;
-        if (continued && s.fed == prompt && !s.heldMedia) s.logitsRestored = true;
+        if (continued && s.fed == prompt && !s.fedHoldsImageRows()) s.logitsRestored = true;
     }
     // The conversation without the generation prompt (a continued answer's: before it):
     // where the snapshot goes.

@@ -32,6 +32,10 @@ struct Session::Impl {
     // The image rows `fed` and the snapshot hold (entries past their length are stale).
     MediaKeys fedMedia;
     MediaKeys promptSnapshotMedia;
+    // `fed` holds image rows: its ids alone do not say which images they were.
+    bool fedHoldsImageRows() const {
+        return !fedMedia.empty() && std::size_t(fedMedia.front().first) < fed.size();
+    }
     // Stopped answers' places in later prompts (chat/ChatResume.hpp), the latest last:
     // Regenerate and edits go back to conversations before the latest one.
     std::vector<chat::ResumePoint> resume;
