@@ -17,6 +17,7 @@
 #include "chat/MessageComposer.h"
 #include "chat/SystemPromptBanner.h"
 #include "chat/SystemPromptDialog.h"
+#include "chat/TranscriptWriter.h"
 #include "panels/PanelDocks.h"
 #include "panels/TokenTimingPanel.h"
 #include "wizard/MemoryPage.h"
@@ -48,9 +49,10 @@ MainWindow::MainWindow(QWidget* parent)
       m_conversation(new ConversationView), m_composer(new MessageComposer), m_findBar(new FindBar),
       m_promptBanner(new SystemPromptBanner), m_engine(new EngineController(this)),
       m_store(std::make_unique<ConversationStore>(AppSettings::conversationsDirectory())),
-      m_timing(new TokenTimingPanel), m_loader(new ModelLoader(m_engine, this)),
+      m_writer(std::make_unique<TranscriptWriter>(m_store.get())), m_timing(new TokenTimingPanel),
+      m_loader(new ModelLoader(m_engine, this)),
       m_chat(new ChatController(m_engine, m_conversation->conversation(), m_composer, m_store.get(),
-                                this)) {
+                                m_writer.get(), this)) {
     setWindowTitle(tr("k3chat"));
     setWindowIcon(QIcon(QStringLiteral(":/k3chat/icons/k3chat.svg")));
     m_store->purgeLeftoverTrash(); // issue 35 item 14: no deleted text survives a crash
@@ -88,7 +90,9 @@ MainWindow::MainWindow(QWidget* parent)
     // Each conversation's saved state in the list (issue 28), measured on the engine
     // thread when the model, an answer or a deletion may have changed it.
     connect(worker, &EngineWorker::modelLoaded, this, &MainWindow::measureSavedStates);
-    connect(worker, &EngineWorker::generationFinished, this, &MainWindow::measureSavedStates);
+    // After an answer: once its transcript is written (the engine reads it).
+    connect(worker, &EngineWorker::generationFinished, this,
+            [this] { m_writer->whenWritten(this, [this] { measureSavedStates(); }); });
     connect(worker, &EngineWorker::statesForgotten, this, &MainWindow::measureSavedStates);
     connect(worker, &EngineWorker::savedStateMeasured, m_conversationPanel,
             [this](const QString& id, int, quint64 bytes) {
@@ -109,7 +113,7 @@ QWidget* MainWindow::buildSidebar() {
     auto* sideLayout = new QVBoxLayout(sidebar);
     auto* newChatButton = new QPushButton(tr("New chat"));
     newChatButton->setObjectName(QStringLiteral("newChatButton"));
-    m_conversationPanel = new ConversationListPanel(m_store.get());
+    m_conversationPanel = new ConversationListPanel(m_store.get(), m_writer.get());
     sideLayout->addWidget(newChatButton);
     sideLayout->addWidget(m_conversationPanel, 1);
     connect(newChatButton, &QPushButton::clicked, this, &MainWindow::newChat);
@@ -191,9 +195,13 @@ void MainWindow::connectChat() {
     connect(m_chat, &ChatController::saveFailed, this, [this](const QString& why) {
         statusBar()->showMessage(tr("Could not save the conversation: %1").arg(why));
     });
-    // Every save: a new conversation's entry, a new title, the date and the first place.
+    // Every save written: a new conversation's entry, a new title, the date and the first
+    // place; highlighted while it is still the one shown.
     connect(m_chat, &ChatController::conversationSaved, m_conversationPanel,
-            &ConversationListPanel::conversationSaved);
+            [this](const ConversationStore::Summary& summary) {
+                m_conversationPanel->conversationSaved(summary,
+                                                       summary.id == currentConversationId());
+            });
     connect(m_chat, &ChatController::answerFailed, this, &MainWindow::showAnswerFailed);
     connect(m_chat, &ChatController::systemPromptChanged, this, &MainWindow::updatePromptBanner);
     // A server's usage arrives with its last chunk: only then are batched deltas split.
@@ -241,7 +249,7 @@ void MainWindow::newChat() {
     m_conversation->conversation()->clear();
     m_engine->resetConversation();
     m_chat->setConversationId({});
-    m_store->release(); // the next save claims the new conversation
+    m_writer->release(); // after the old one's last save; the next save claims the new one
     m_conversationPanel->setCurrentConversation({});
     m_timing->clear();
     m_composer->clear();
@@ -270,6 +278,7 @@ void MainWindow::refreshConversationList() {
 void MainWindow::openConversation(const QString& id) {
     if (id == currentConversationId()) return;
     m_chat->stopAndKeep(); // saved where it was written, not in the conversation opened
+    m_writer->flush();     // written before this thread claims and reads another one
     try {
         // Claimed first: another window or `k3 --chat --history` writing it is told, and
         // this one does not open it to overwrite that session's turns.
@@ -319,6 +328,8 @@ bool MainWindow::importConversation(const QString& file) {
         const QVector<ChatTurn> turns = ConversationStore::toTurns(
             k3::readTranscript(file.toStdString()), QFileInfo(file).absolutePath());
         m_store->importImages({turns.begin(), turns.end()}); // copies, as attaching makes
+        m_chat->stopAndKeep(); // the open conversation's last save lands before this one's
+        m_writer->flush();
         openConversation(m_store->save({}, turns));
         refreshConversationList();
         return true;
@@ -356,6 +367,7 @@ void MainWindow::reopenLastConversation() {
     const QString id = AppSettings::loadWindow().conversationId;
     if (id.isEmpty() || !QFileInfo::exists(m_store->pathFor(id))) return; // deleted since
     // Quietly: one in use elsewhere or unreadable stays listed, and opening it says why.
+    m_writer->flush();
     try {
         m_store->claim(id);
         showConversation(id, m_store->load(id));

@@ -13,6 +13,7 @@ class ConversationStore;
 struct ChatTurn;
 class ConversationView;
 class TokenTimingPanel;
+class TranscriptWriter;
 class EngineController;
 struct ModelInfo;
 class MainMenus;
@@ -40,6 +41,8 @@ public:
     QListWidget* conversationList() const;
     EngineController* engine() const { return m_engine; }
     ConversationStore* store() const { return m_store.get(); }
+    // Writes the open conversation off the GUI thread (flush() before reading its files).
+    TranscriptWriter* transcriptWriter() const { return m_writer.get(); }
     TokenTimingPanel* timingPanel() const { return m_timing; }
     FindBar* findBar() const { return m_findBar; }
     ChatController* chat() const { return m_chat; }
@@ -140,6 +143,9 @@ private:
     SystemPromptBanner* m_promptBanner;
     EngineController* m_engine;
     std::unique_ptr<ConversationStore> m_store;
+    // After the store: gone first, writing what is still queued into it (quitting loses
+    // nothing).
+    std::unique_ptr<TranscriptWriter> m_writer;
     TokenTimingPanel* m_timing;
     ModelLoader* m_loader; // which model answers, its launch and status line
     ChatController* m_chat;

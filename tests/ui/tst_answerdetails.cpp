@@ -15,6 +15,7 @@
 #include "chat/ConversationStore.h"
 #include "chat/ConversationView.h"
 #include "chat/MessageComposer.h"
+#include "chat/TranscriptWriter.h"
 #include "panels/TokenTimingPanel.h"
 
 // Issue 37 points 8 and 10: what an answer says about how it ended, and what the window
@@ -134,6 +135,7 @@ void TestAnswerDetails::everyStoppedAnswerIsSavedWithItsModel() {
     QVERIFY(waitForTokens(window, 2));
     const QString id = window.currentConversationId();
     window.newChat();
+    window.transcriptWriter()->flush(); // the save newChat queued is written
     const QVector<ChatTurn> saved = window.store()->load(id);
     QCOMPARE(saved.size(), 6);
     for (int answer : {1, 3, 5}) {

@@ -20,6 +20,7 @@
 #include "chat/MessageComposer.h"
 #include "chat/MessageDelegate.h"
 #include "chat/SystemPromptDialog.h"
+#include "chat/TranscriptWriter.h"
 #include "worker/EngineController.h"
 
 #include <k3/chat.hpp>
@@ -194,6 +195,7 @@ void TestVersions::editAndResendKeepsTheOldBranch() {
     QCOMPARE(text(conversation->index(2)), QStringLiteral("Second question"));
     QCOMPARE(text(conversation->index(3)), QStringLiteral("Second answer"));
     QCOMPARE(MessageDelegate::versionText(conversation->index(2)), QStringLiteral("1/2"));
+    window.transcriptWriter()->flush(); // the save showVersion queued is written
     const QVector<ChatTurn> saved = window.store()->load(id);
     QCOMPARE(saved.size(), 4);
     QCOMPARE(saved[2].content, QStringLiteral("Second question"));
@@ -252,6 +254,7 @@ void TestVersions::systemPromptReachesTheRenderedPrompt() {
     QCOMPARE(dialog->editor()->toPlainText(), QStringLiteral("Be brief."));
     dialog->editor()->setPlainText(QStringLiteral("You are a pirate."));
     dialog->accept();
+    window.transcriptWriter()->flush(); // the save the new prompt queued is written
     QCOMPARE(window.store()->load(id).first().content, QStringLiteral("You are a pirate."));
     const GenerationSummary again = answer(window, [&] { window.regenerate(); });
     QCOMPARE(again.promptTokens, promptTokens({{k3::ChatRole::System, "You are a pirate.", {}, {}},

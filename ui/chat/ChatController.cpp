@@ -5,6 +5,7 @@
 #include "chat/ConversationStore.h"
 #include "chat/ImageAttacher.h"
 #include "chat/MessageComposer.h"
+#include "chat/TranscriptWriter.h"
 #include "worker/EngineController.h"
 
 #include <QRandomGenerator>
@@ -18,9 +19,18 @@ const QString kThinkingPerModel = QStringLiteral("thinking/perModel");
 } // namespace
 
 ChatController::ChatController(EngineController* engine, ConversationModel* conversation,
-                               MessageComposer* composer, ConversationStore* store, QObject* parent)
+                               MessageComposer* composer, ConversationStore* store,
+                               TranscriptWriter* writer, QObject* parent)
     : QObject(parent), m_engine(engine), m_conversation(conversation), m_composer(composer),
-      m_store(store), m_attacher(new ImageAttacher(store->directory(), this)) {
+      m_writer(writer), m_attacher(new ImageAttacher(store->directory(), this)) {
+    // What the writer reports arrives queued on the GUI thread: the list's entry, and a
+    // failed save said where every save failure is (the status bar).
+    connect(m_writer, &TranscriptWriter::written, this, &ChatController::conversationSaved,
+            Qt::QueuedConnection);
+    connect(
+        m_writer, &TranscriptWriter::failed, this,
+        [this](const QString&, const QString& message) { emit saveFailed(message); },
+        Qt::QueuedConnection);
     EngineWorker* worker = m_engine->worker();
     connect(worker, &EngineWorker::tokenGenerated, this, &ChatController::onToken);
     connect(worker, &EngineWorker::generationFinished, this, &ChatController::onFinished);
@@ -184,11 +194,7 @@ void ChatController::setSystemPrompt(const QString& prompt) {
 void ChatController::setConversationSettings(const ConversationSettings& settings) {
     showConversationSettings(settings);
     if (m_conversationId.isEmpty()) return; // written with the conversation's first save
-    try {
-        m_store->saveSettings(m_conversationId, m_settings);
-    } catch (const std::exception& e) {
-        emit saveFailed(QString::fromUtf8(e.what()));
-    }
+    m_writer->saveSettings(m_conversationId, m_settings); // a failure comes back as saveFailed
 }
 
 void ChatController::showConversationSettings(const ConversationSettings& settings) {
@@ -333,14 +339,12 @@ void ChatController::keepPartialAnswer(const QString& why) {
 void ChatController::save() {
     const QVector<ChatTurn> turns = m_conversation->turnsWithPartialAnswer(figuresSoFar());
     if (turns.isEmpty()) return;
-    try {
-        const bool first = m_conversationId.isEmpty();
-        m_conversationId = m_store->save(m_conversationId, turns);
-        if (first && !m_settings.isEmpty()) m_store->saveSettings(m_conversationId, m_settings);
-        emit conversationSaved(m_conversationId);
-    } catch (const std::exception& e) {
-        emit saveFailed(QString::fromUtf8(e.what()));
-    }
+    // Named here, without the disk; the writer claims and writes it (a failure comes back
+    // as saveFailed, a success as conversationSaved).
+    const bool first = m_conversationId.isEmpty();
+    if (first) m_conversationId = ConversationStore::newId();
+    m_writer->saveTranscript(m_conversationId, turns);
+    if (first && !m_settings.isEmpty()) m_writer->saveSettings(m_conversationId, m_settings);
 }
 
 void ChatController::onToken(int index, const QString& thinking, const QString& response,
@@ -420,7 +424,9 @@ void ChatController::onFinished(const GenerationSummary& s) {
                         .arg(s.tokenLimit));
     else
         emit status(tr("ready"));
-    emit answerFinished(s);
+    // Said once the answer is on disk (the writer's queue reaches this point), so whoever
+    // waits on it may read the transcript; the GUI thread does not wait for it.
+    m_writer->whenWritten(this, [this, s] { emit answerFinished(s); });
 }
 
 void ChatController::onFailed(const QString& message) {
@@ -428,5 +434,5 @@ void ChatController::onFailed(const QString& message) {
     if (!m_answering) return; // kept already by stopAndKeep()
     keepPartialAnswer(tr("stopped: the answer failed"));
     save();
-    emit answerFailed(message);
+    m_writer->whenWritten(this, [this, message] { emit answerFailed(message); });
 }

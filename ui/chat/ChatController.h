@@ -9,27 +9,34 @@
 #include <k3/chat.hpp>
 
 #include "chat/ConversationSettings.h"
+#include "chat/ConversationStore.h"
 #include "worker/EngineWorker.h"
 
 struct ChatTurn;
 class ConversationModel;
-class ConversationStore;
 class EngineController;
 class ImageAttacher;
 class MessageComposer;
+class TranscriptWriter;
 
 // The open conversation's answers: send, regenerate (or answer a question left without
 // one), edit-and-resend, stop, and saving. Nothing written is lost: the conversation is
 // saved after every question, when an answer ends however it ends (done, Stop, an error,
 // stopAndKeep() on quitting or switching), and every few seconds while one streams, the
-// partial answer marked stopped so a crash leaves it marked too.
+// partial answer marked stopped so a crash leaves it marked too. Saves are queued on the
+// TranscriptWriter's thread: the GUI thread never waits for the disk while an answer
+// streams.
 class ChatController : public QObject {
     Q_OBJECT
 public:
+    // `writer` (writing into `store`) must outlive the controller.
     ChatController(EngineController* engine, ConversationModel* conversation,
-                   MessageComposer* composer, ConversationStore* store, QObject* parent = nullptr);
+                   MessageComposer* composer, ConversationStore* store, TranscriptWriter* writer,
+                   QObject* parent = nullptr);
 
-    // The conversation shown; empty for a new one (its first save names it).
+    TranscriptWriter* writer() const { return m_writer; }
+    // The conversation shown; empty for a new one (its first save names it, before it is
+    // written: ConversationStore::newId()).
     const QString& conversationId() const { return m_conversationId; }
     void setConversationId(const QString& id) { m_conversationId = id; }
     // An answer is streaming into the open conversation.
@@ -107,18 +114,20 @@ public slots:
     void measureNextMessage();
 
 signals:
-    // The answer is in the conversation and saved; `summary` is the worker's, so the
-    // window can finish its panels before it says the answer is done.
+    // The answer is in the conversation and on disk (emitted once the writer wrote its
+    // save); `summary` is the worker's, so the window can finish its panels before it says
+    // the answer is done.
     void answerFinished(const GenerationSummary& summary);
-    // Any save (partial or whole answer, a new title): the list shows its date and place.
-    void conversationSaved(const QString& id);
+    // Any save written (partial or whole answer): the list shows its title, date and place
+    // (`summary` comes from the writer: the GUI thread reads nothing for it).
+    void conversationSaved(const ConversationStore::Summary& summary);
     // What the chat is doing ("generating 12 · 85.1 tok/s", "ready", why it stopped).
     void status(const QString& text);
     // The system prompt of the open conversation (or the default a new one starts with)
     // may read otherwise now.
     void systemPromptChanged();
     void saveFailed(const QString& message);
-    // The engine failed mid-answer; what had arrived is kept (marked stopped).
+    // The engine failed mid-answer; what had arrived is kept (marked stopped) and on disk.
     void answerFailed(const QString& message);
 
 private:
@@ -137,8 +146,8 @@ private:
     EngineController* m_engine;
     ConversationModel* m_conversation;
     MessageComposer* m_composer;
-    ConversationStore* m_store;
-    ImageAttacher* m_attacher; // attached images, read and copied beside the conversations
+    TranscriptWriter* m_writer; // every save of the open conversation, off the GUI thread
+    ImageAttacher* m_attacher;  // attached images, read and copied beside the conversations
     QString m_conversationId;
     ConversationSettings m_settings;
     QString m_modelKey;

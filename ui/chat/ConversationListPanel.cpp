@@ -5,6 +5,7 @@
 #include "chat/ConversationListDelegate.h"
 #include "chat/ConversationListWidget.h"
 #include "chat/RelativeTime.h"
+#include "chat/TranscriptWriter.h"
 
 #include <QAction>
 #include <QFutureWatcher>
@@ -26,10 +27,11 @@
 using Summary = ConversationStore::Summary;
 using Roles = ConversationListDelegate::Roles;
 
-ConversationListPanel::ConversationListPanel(ConversationStore* store, QWidget* parent)
-    : QWidget(parent), m_store(store), m_search(new QLineEdit), m_list(new ConversationListWidget),
-      m_delegate(new ConversationListDelegate(this)), m_noResults(new QLabel),
-      m_undoBar(new QWidget), m_undoLabel(new QLabel) {
+ConversationListPanel::ConversationListPanel(ConversationStore* store, TranscriptWriter* writer,
+                                             QWidget* parent)
+    : QWidget(parent), m_store(store), m_writer(writer), m_search(new QLineEdit),
+      m_list(new ConversationListWidget), m_delegate(new ConversationListDelegate(this)),
+      m_noResults(new QLabel), m_undoBar(new QWidget), m_undoLabel(new QLabel) {
     m_search->setObjectName(QStringLiteral("conversationSearch"));
     m_search->setPlaceholderText(tr("Search conversations"));
     m_search->setClearButtonEnabled(true);
@@ -248,7 +250,12 @@ void ConversationListPanel::setPinned(const QString& id, bool pin) {
     refresh();
 }
 
+void ConversationListPanel::waitForWriter() {
+    if (m_writer) m_writer->flush();
+}
+
 void ConversationListPanel::duplicateConversation(const QString& id) {
+    waitForWriter(); // the copy has the last save
     try {
         const QString copy = m_store->duplicate(id);
         refresh();
@@ -278,8 +285,12 @@ void ConversationListPanel::setCurrentConversation(const QString& id) {
     m_filling = false;
 }
 
-void ConversationListPanel::conversationSaved(const QString& id) {
-    m_currentId = id;
+void ConversationListPanel::conversationSaved(const Summary& summary, bool shown) {
+    const QString& id = summary.id;
+    // A save written just before the conversation went to the trash, reported after.
+    for (const Deletion& d : std::as_const(m_deletions))
+        if (d.id == id) return;
+    if (shown) m_currentId = id;
     if (!m_search->text().trimmed().isEmpty()) { // whether it matches may have changed
         startSearch();
         return;
@@ -300,8 +311,8 @@ void ConversationListPanel::conversationSaved(const QString& id) {
         item = m_list->item(top);
         m_filling = false;
     }
-    fillItem(item, m_store->summary(id), pinned);
-    setCurrentConversation(id);
+    fillItem(item, summary, pinned);
+    setCurrentConversation(m_currentId);
 }
 
 void ConversationListPanel::onSelectionChanged() {
@@ -336,6 +347,7 @@ void ConversationListPanel::storeTitle(const QString& id, const QString& title) 
 void ConversationListPanel::deleteConversation(const QString& id) {
     QListWidgetItem* item = itemFor(id);
     if (!item) return;
+    waitForWriter(); // a save queued before the move cannot land after it
     try {
         m_store->trash(id);
     } catch (const std::exception& e) {
@@ -360,6 +372,7 @@ void ConversationListPanel::undoDelete() {
     if (m_deletions.isEmpty()) return;
     const Deletion deletion = m_deletions.takeLast();
     updateUndoBar();
+    waitForWriter();
     try {
         m_store->restore(deletion.id);
     } catch (const std::exception& e) {

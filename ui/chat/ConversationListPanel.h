@@ -12,6 +12,7 @@ class QLabel;
 class QLineEdit;
 class QListWidget;
 class QListWidgetItem;
+class TranscriptWriter;
 
 // The sidebar's conversations: newest first, each with its title and how long ago it
 // changed. The highlighted entry is always the shown conversation: choosing one (click,
@@ -20,11 +21,16 @@ class QListWidgetItem;
 // the conversation to the store's trash and offers Undo (the button, or Ctrl+Z) for a
 // while; only then, or when the panel goes away, is it deleted for good. The search
 // field matches titles and message text on a worker thread and says when nothing does.
+// Saves of the open conversation are TranscriptWriter's: before the panel copies, moves
+// or brings back a conversation's files it waits for what is queued (flush()), so no
+// save lands after a move; what a save changes arrives as conversationSaved().
 class ConversationListPanel : public QWidget {
     Q_OBJECT
 public:
-    // `store` must outlive the panel, or finishDeletions() be called before it goes.
-    explicit ConversationListPanel(ConversationStore* store, QWidget* parent = nullptr);
+    // `store` must outlive the panel, or finishDeletions() be called before it goes;
+    // `writer` (may be null: nothing is written behind the panel's back) writes into it.
+    explicit ConversationListPanel(ConversationStore* store, TranscriptWriter* writer = nullptr,
+                                   QWidget* parent = nullptr);
     // Deletions still waiting for Undo become final.
     ~ConversationListPanel() override;
 
@@ -47,9 +53,10 @@ public slots:
     void refresh();
     // Highlights `id` (none when empty or not listed): the conversation now shown.
     void setCurrentConversation(const QString& id);
-    // The shown conversation `id` was just written: its entry gets the new title and
-    // date and moves to the top (a new one is added), and it is highlighted.
-    void conversationSaved(const QString& id);
+    // A conversation was just written (`summary`: its title and date, read by the writer):
+    // its entry gets them and moves to the top (a new one is added), and it is highlighted
+    // when `shown` (the conversation on screen; not one left before its save landed).
+    void conversationSaved(const ConversationStore::Summary& summary, bool shown = true);
     // Opens the inline editor on `id`'s title.
     void renameConversation(const QString& id);
     void deleteConversation(const QString& id);
@@ -106,7 +113,11 @@ private:
     QListWidgetItem* itemFor(const QString& id) const;
     QString selectedId() const;
 
+    // Everything queued for the disk is written (before the panel touches a conversation).
+    void waitForWriter();
+
     ConversationStore* m_store;
+    TranscriptWriter* m_writer;
     QLineEdit* m_search;
     QListWidget* m_list;
     ConversationListDelegate* m_delegate;

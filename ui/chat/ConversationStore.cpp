@@ -168,6 +168,7 @@ void ConversationStore::removeUnusedImages(const QStringList& candidates) const 
 ConversationStore::~ConversationStore() = default;
 
 void ConversationStore::claim(const QString& id) {
+    const std::lock_guard guard(m_claimMutex);
     if (id == m_claimedId && m_lock) return;
     makePrivateFolder(m_directory);
     auto lock = std::make_unique<k3::OutputLock>(pathFor(id).toStdString()); // may throw
@@ -176,8 +177,14 @@ void ConversationStore::claim(const QString& id) {
 }
 
 void ConversationStore::release() {
+    const std::lock_guard guard(m_claimMutex);
     m_lock.reset();
     m_claimedId.clear();
+}
+
+QString ConversationStore::claimedId() const {
+    const std::lock_guard guard(m_claimMutex);
+    return m_claimedId;
 }
 
 QString ConversationStore::pathFor(const QString& id) const {
@@ -272,6 +279,13 @@ ConversationStore::Summary ConversationStore::summary(const QString& id) const {
     return s;
 }
 
+ConversationStore::Summary ConversationStore::summary(const QString& id,
+                                                      const QVector<ChatTurn>& turns) const {
+    Summary s{id, storedTitle(id), QFileInfo(pathFor(id)).lastModified()};
+    if (s.title.isEmpty()) s.title = titleFor(turns);
+    return s;
+}
+
 QVector<ChatTurn> ConversationStore::toTurns(const std::vector<k3::ChatMessage>& messages,
                                              const QString& directory) {
     QVector<ChatTurn> turns;
@@ -308,16 +322,14 @@ QVector<ChatTurn> ConversationStore::load(const QString& id) const {
     return toTurns(k3::readTranscript(pathFor(id).toStdString()), m_directory);
 }
 
-namespace {
-QString newConversationId() {
+QString ConversationStore::newId() {
     return QDateTime::currentDateTimeUtc().toString(QStringLiteral("yyyyMMdd-HHmmss-")) +
            QUuid::createUuid().toString(QUuid::Id128).left(8);
 }
-} // namespace
 
 QString ConversationStore::save(const QString& id, const QVector<ChatTurn>& turns) {
     makePrivateFolder(m_directory);
-    const QString useId = id.isEmpty() ? newConversationId() : id;
+    const QString useId = id.isEmpty() ? newId() : id;
     claim(useId);
     k3::writeTranscript(pathFor(useId).toStdString(), toMessages(turns, QDir(m_directory)));
     return useId;
@@ -327,7 +339,7 @@ QString ConversationStore::duplicate(const QString& id) {
     // Read and written whole, as a save is: the copy is a valid transcript or nothing.
     const QVector<ChatTurn> turns = load(id);
     const QString title = storedTitle(id).isEmpty() ? titleFor(turns) : storedTitle(id);
-    const QString copy = newConversationId();
+    const QString copy = newId();
     makePrivateFolder(m_directory);
     k3::writeTranscript(pathFor(copy).toStdString(), toMessages(turns, QDir(m_directory)));
     setTitle(copy, QObject::tr("%1 (copy)").arg(title));
@@ -368,7 +380,7 @@ void ConversationStore::importImages(const std::vector<ChatTurn>& turns) const {
 }
 
 bool ConversationStore::remove(const QString& id) {
-    if (id == m_claimedId) release();
+    if (id == claimedId()) release();
     for (const QString& suffix : sidecarSuffixes())
         QFile::remove(m_directory + QLatin1Char('/') + id + suffix);
     QStringList images;
@@ -394,7 +406,7 @@ void ConversationStore::setTitle(const QString& id, const QString& title) {
 }
 
 void ConversationStore::trash(const QString& id) {
-    const bool wasClaimed = id == m_claimedId;
+    const bool wasClaimed = id == claimedId();
     if (wasClaimed) release(); // a second lock by this process would refuse itself
     try {
         // Held while moving: a session writing it now is told, not robbed of its file.

@@ -7,6 +7,7 @@
 #include <QVector>
 
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "chat/ConversationSettings.h"
@@ -20,7 +21,9 @@ class OutputLock;
 // Conversations on disk: one JSONL transcript per conversation ({role, content,
 // reasoning_content} per line, the public engine's format, with a tool's name and an
 // invalid answer's reason kept), written atomically so a crash leaves the last complete
-// state. Small enough to run on the GUI thread. The conversation being written is
+// state. The open conversation's saves run on TranscriptWriter's thread, everything
+// else on the GUI thread (after TranscriptWriter::flush()): the claim below is guarded by
+// a mutex, every other member is set once at construction. The conversation being written is
 // claimed (an advisory lock, k3::OutputLock): a second k3chat, or `k3 --chat --history`
 // on the same file, is refused with a message instead of silently overwriting it.
 // A title the user gave is kept beside the transcript (ID.title, plain UTF-8), so the
@@ -49,8 +52,14 @@ public:
     static QVector<Summary> listDirectory(const QString& directory, const QString& query = {});
     // One conversation's entry (its title and date after a save or a rename).
     Summary summary(const QString& id) const;
+    // The entry of `id` just saved with `turns`: its title from them unless one is stored,
+    // without reading the transcript again (what TranscriptWriter reports after a save).
+    Summary summary(const QString& id, const QVector<ChatTurn>& turns) const;
     // Throws std::runtime_error naming the file and line when a transcript is invalid.
     QVector<ChatTurn> load(const QString& id) const;
+    // A new conversation's id (its date and a random part), chosen without touching the
+    // disk: the GUI thread names a conversation before its first save is written.
+    static QString newId();
     // Writes the whole conversation; returns the id (a new one when `id` is empty).
     // Claims it first (claim()): throws std::runtime_error naming the file when another
     // session holds it, and then writes nothing.
@@ -95,7 +104,7 @@ public:
     // session's pid when another session holds it; the previous claim is then kept.
     void claim(const QString& id);
     void release();
-    const QString& claimedId() const { return m_claimedId; }
+    QString claimedId() const;
 
     // The first user message's text; a message with only images is "Image 640×480"
     // (its size, from the file's header) or "2 images".
@@ -139,7 +148,8 @@ private:
     // which an undo brings back) refers to: a deleted conversation's pictures do not stay.
     void removeUnusedImages(const QStringList& candidates) const;
 
-    QString m_directory;
+    const QString m_directory;
+    mutable std::mutex m_claimMutex; // guards the two below (writer and GUI threads)
     QString m_claimedId;
     std::unique_ptr<k3::OutputLock> m_lock;
 };
