@@ -36,6 +36,14 @@ inline std::string text(const Json& v, const std::string& field) {
     return v.get<std::string>();
 }
 
+// The request body as a JSON object, else a 400 saying what it is not.
+inline Json objectBody(const std::string& body) {
+    Json doc = Json::parse(body, nullptr, false);
+    if (doc.is_discarded()) throw k3::api::ApiError(400, "the request body is not valid JSON");
+    if (!doc.is_object()) throw k3::api::ApiError(400, "the request body must be a JSON object");
+    return doc;
+}
+
 // A string, or an array of `parts` (named so in the refusal) whose "type" is one of
 // `types` (the refusal lists them), their "text" joined.
 inline std::string partsText(const Json& v, const std::string& field, const char* parts,

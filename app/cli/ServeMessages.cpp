@@ -16,7 +16,7 @@ namespace k3cli::serve {
 
 namespace {
 
-using namespace json; // Json, dump, bad, need, text
+using namespace json; // Json, dump, bad, need, text, objectBody, partsText
 
 // One Anthropic message: its chat messages (tool results become tool messages, before
 // the user's text, as the results come first in Anthropic's user turn).
@@ -125,9 +125,7 @@ std::string anthropicField(const std::string& chatField) {
 
 // Over 80 lines: the one place the Messages fields are read, each named in its refusal.
 std::string Server::messagesToChat(const std::string& body, bool& stream) {
-    Json doc = Json::parse(body, nullptr, false);
-    if (doc.is_discarded()) throw k3::api::ApiError(400, "the request body is not valid JSON");
-    if (!doc.is_object()) throw k3::api::ApiError(400, "the request body must be a JSON object");
+    Json doc = objectBody(body);
     static const char* known[] = {"model",          "messages",    "system",   "max_tokens",
                                   "stop_sequences", "temperature", "top_p",    "top_k",
                                   "tools",          "tool_choice", "thinking", "stream",

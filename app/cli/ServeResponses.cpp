@@ -16,7 +16,7 @@ namespace k3cli::serve {
 
 namespace {
 
-using namespace json; // Json, dump, bad, need, text
+using namespace json; // Json, dump, bad, need, text, objectBody, partsText
 
 // The input items as chat messages: function_call items join the assistant message
 // before them (or make one), a reasoning item gives the next assistant message its
@@ -166,9 +166,7 @@ std::string responsesField(const std::string& chatField) {
 
 // Over 80 lines: the one place the Responses fields are read, each named in its refusal.
 std::string Server::responsesToChat(const std::string& body, bool& stream) {
-    Json doc = Json::parse(body, nullptr, false);
-    if (doc.is_discarded()) throw k3::api::ApiError(400, "the request body is not valid JSON");
-    if (!doc.is_object()) throw k3::api::ApiError(400, "the request body must be a JSON object");
+    Json doc = objectBody(body);
     // Accepted and not used: nothing is stored (store, metadata, user), and one call at a
     // time is what the template's tool channel holds anyway (parallel_tool_calls).
     static const char* known[] = {"model",

@@ -14,15 +14,7 @@ namespace k3cli::serve {
 
 namespace {
 
-using namespace json; // Json, dump, bad, need, text
-
-// A request body that must be a JSON object (the chat parser's rules are not needed here).
-Json objectBody(const std::string& body) {
-    Json doc = Json::parse(body, nullptr, false);
-    if (doc.is_discarded() || !doc.is_object())
-        throw k3::api::ApiError(400, "the request body must be a JSON object");
-    return doc;
-}
+using namespace json; // Json, dump, bad, need, text, objectBody, partsText
 
 // The routes metrics count by name; anything else is "other" (paths are the client's).
 std::string routeName(const std::string& path) {
