@@ -144,6 +144,56 @@ private slots:
         QCOMPARE(stateFiles(), 2);
         window.closeWithoutAsking();
     }
+
+    // The saved states' disk budget (Settings: launch/stateCacheBytes): over it, the least
+    // recently used state goes. Three conversations A, B, C and the preamble are kept;
+    // with a budget one byte under their total, C's follow-up evicts A (the oldest use),
+    // so B still comes back whole and A reads all but the preamble again.
+    void diskBudgetEvictsTheLeastRecentlyUsed() {
+        QDir(AppSettings::conversationsDirectory()).removeRecursively();
+        k3::clearStateCache(AppSettings::stateCacheDirectory().toStdString());
+        QSettings().remove(QStringLiteral("launch/stateCacheBytes")); // the default budget
+        QString idA, idB, idC;
+        GenerationSummary b;
+        std::uint64_t total = 0;
+        {
+            MainWindow window;
+            window.setAskBeforeQuittingMidAnswer(false);
+            QVERIFY(loadDemo(window));
+            QVERIFY(ask(window, QStringLiteral("Hello!")).endOfTurn);
+            idA = window.currentConversationId();
+            window.newChat();
+            b = ask(window, QStringLiteral("What is MXFP4?"));
+            QVERIFY(b.endOfTurn);
+            idB = window.currentConversationId();
+            window.newChat();
+            QVERIFY(ask(window, QStringLiteral("What is a trunk?")).endOfTurn);
+            idC = window.currentConversationId();
+            QCOMPARE(stateFiles(), 4);
+            total = k3::stateCacheUsage(AppSettings::stateCacheDirectory().toStdString()).bytes;
+            window.closeWithoutAsking();
+        }
+        QSettings().setValue(QStringLiteral("launch/stateCacheBytes"), qulonglong(total - 1));
+        MainWindow window;
+        window.setAskBeforeQuittingMidAnswer(false);
+        QVERIFY(loadDemo(window));
+        QCOMPARE(window.launchConfig().stateCacheBytes, total - 1);
+        window.openConversation(idC);
+        QVERIFY(ask(window, QStringLiteral("Thanks.")).endOfTurn);
+        QCOMPARE(stateFiles(), 3); // C's grown state replaced C's, and A's went
+        QVERIFY(k3::stateCacheUsage(AppSettings::stateCacheDirectory().toStdString()).bytes <
+                total);
+
+        window.openConversation(idB);
+        const GenerationSummary b2 = ask(window, QStringLiteral("And the cache?"));
+        QCOMPARE(b2.restoredPositions, b.promptTokens + b.generatedTokens - 1); // B whole
+        window.openConversation(idA);
+        const GenerationSummary a2 = ask(window, QStringLiteral("Again?"));
+        QCOMPARE(a2.restoredPositions, preamblePositions()); // A's own state was evicted
+        QCOMPARE(a2.prefillPositions, a2.promptTokens - preamblePositions());
+        window.closeWithoutAsking();
+        QSettings().remove(QStringLiteral("launch/stateCacheBytes"));
+    }
 };
 
 QTEST_MAIN(TestSavedStates)
