@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include <k3/pack.hpp>
@@ -27,12 +28,21 @@ std::vector<k3::TokenId> idsFrom(int first, int n) {
     return ids;
 }
 
-// Where a session's weights come from: all resident, or the trunk streamed through a
-// one-slot ring (`trunkDir` packed) with one expert cache slot.
+// Where a session's weights come from: all resident, or the packed trunk (`trunkDir`)
+// streamed within `trunkBytes` (0: the smallest ring; past the trunk's size: every layer
+// pinned) with `cacheSlots` expert cache slots (0: the plan's).
 struct Budget {
     const char* what;
     bool streamed = false;
+    std::uint64_t trunkBytes = 0;
+    int cacheSlots = 1;
 };
+
+// The rungs of the memory ladder a state is saved and loaded at (tst_chunk_forward
+// checks the forward itself at each).
+const Budget kResident{"resident"};
+const Budget kSmallestRing{"smallest ring, 1 expert slot", true};
+const Budget kAllPinned{"every layer pinned, the plan's expert cache", true, 1ull << 40, 0};
 
 struct Opened {
     std::string trunkDir;
@@ -47,8 +57,8 @@ struct Opened {
         d.layerLimit = layerLimit;
         if (b.streamed) {
             o.trunkDir = trunkDir;
-            o.budget.trunkBytes = 0; // the smallest ring
-            d.expertCacheSlots = 1;
+            o.budget.trunkBytes = b.trunkBytes;
+            if (b.cacheSlots > 0) d.expertCacheSlots = b.cacheSlots;
         }
         return k3::Session::open(o, d);
     }
@@ -155,7 +165,7 @@ void TestStateFile::initTestCase() {
     QVERIFY(tmp_.isValid());
     trunkA_.trunkDir = file("trunk_a");
     k3::packTrunk(model_, trunkA_.trunkDir);
-    k3::Session s = trunkA_.open(model_, {"resident"}, 64);
+    k3::Session s = trunkA_.open(model_, kResident, 64);
     std::vector<k3::TokenId> all = p_;
     all.insert(all.end(), q_.begin(), q_.end());
     reference_ = generate(s, all, 8);
@@ -172,25 +182,40 @@ std::string TestStateFile::savedAfterP(const Budget& b, int chunk, const char* n
 }
 
 void TestStateFile::continuesWithTheSameBits_data() {
-    QTest::addColumn<bool>("saveStreamed");
-    QTest::addColumn<bool>("loadStreamed");
+    QTest::addColumn<int>("saveAt"); // index into budgets()
+    QTest::addColumn<int>("loadAt");
     QTest::addColumn<int>("chunk");
     QTest::addColumn<int>("speculation");
-    QTest::newRow("resident -> resident, chunk 64") << false << false << 64 << 0;
-    QTest::newRow("resident -> streamed, chunk 1") << false << true << 1 << 0;
-    QTest::newRow("streamed -> resident, chunk 1") << true << false << 1 << 0;
-    QTest::newRow("streamed -> streamed, chunk 64, speculation") << true << true << 64 << 4;
-    QTest::newRow("resident -> resident, chunk 1, speculation") << false << false << 1 << -1;
+    QTest::newRow("resident -> resident, chunk 64") << 0 << 0 << 64 << 0;
+    QTest::newRow("resident -> smallest ring, chunk 1") << 0 << 1 << 1 << 0;
+    QTest::newRow("smallest ring -> resident, chunk 1") << 1 << 0 << 1 << 0;
+    QTest::newRow("smallest ring -> smallest ring, chunk 64, speculation") << 1 << 1 << 64 << 4;
+    QTest::newRow("resident -> resident, chunk 1, speculation") << 0 << 0 << 1 << -1;
+    QTest::newRow("half pinned -> all pinned, chunk 1") << 2 << 3 << 1 << 0;
+    QTest::newRow("all pinned -> half pinned, chunk 64, speculation") << 3 << 2 << 64 << 4;
+    QTest::newRow("all pinned -> smallest ring, chunk 64") << 3 << 1 << 64 << 0;
 }
 
 void TestStateFile::continuesWithTheSameBits() {
-    QFETCH(bool, saveStreamed);
-    QFETCH(bool, loadStreamed);
+    QFETCH(int, saveAt);
+    QFETCH(int, loadAt);
     QFETCH(int, chunk);
     QFETCH(int, speculation);
-    const std::string path = savedAfterP({"save", saveStreamed}, chunk, "continue.k3state");
+    // Half of trunk.bin: some layers pinned, the others through the ring.
+    const Budget halfPinned{"about half the trunk pinned, a ring, 8 expert slots", true,
+                            std::filesystem::file_size(trunkA_.trunkDir + "/trunk.bin") / 2, 8};
+    const Budget budgets[] = {kResident, kSmallestRing, halfPinned, kAllPinned};
+    const std::string path = savedAfterP(budgets[saveAt], chunk, "continue.k3state");
     QVERIFY(!path.empty());
-    k3::Session s = trunkA_.open(model_, {"load", loadStreamed}, chunk);
+    k3::Session s = trunkA_.open(model_, budgets[loadAt], chunk);
+    if (loadAt == 2) { // the rung is what it says
+        const k3::MemoryPlan& plan = s.memoryReport().plan;
+        QVERIFY2(
+            plan.pinnedLayers > 0 && plan.ringSlots > 0,
+            qPrintable(
+                QString("%1 pinned, %2 ring slots").arg(plan.pinnedLayers).arg(plan.ringSlots)));
+    }
+    if (loadAt == 3) QCOMPARE(s.memoryReport().plan.pinnedLayers, 14); // k3_tiny_a's all
     s.loadState(path);
     QCOMPARE(s.positions(), int(p_.size()));
     QVERIFY(std::equal(p_.begin(), p_.end(), s.heldIds().begin(), s.heldIds().end()));
@@ -205,10 +230,10 @@ void TestStateFile::continuesWithTheSameBits() {
 }
 
 void TestStateFile::continuesGeneratingWithNoNewTokens() {
-    k3::Session plain = trunkA_.open(model_, {"resident"}, 64);
+    k3::Session plain = trunkA_.open(model_, kResident, 64);
     const Run want = generate(plain, p_, 6);
-    const std::string path = savedAfterP({"streamed", true}, 64, "no_new.k3state");
-    k3::Session s = trunkA_.open(model_, {"resident"}, 64);
+    const std::string path = savedAfterP(kSmallestRing, 64, "no_new.k3state");
+    k3::Session s = trunkA_.open(model_, kResident, 64);
     s.loadState(path);
     const Run r = generate(s, p_, 6);
     QCOMPARE(r.prefillPositions, 0); // nothing read: the loaded logits start the decode
@@ -217,7 +242,7 @@ void TestStateFile::continuesGeneratingWithNoNewTokens() {
 }
 
 void TestStateFile::bindingMismatchesAreRefused() {
-    const std::string path = savedAfterP({"resident"}, 64, "binding.k3state");
+    const std::string path = savedAfterP(kResident, 64, "binding.k3state");
     const std::string bytes = readAll(path);
     struct Change {
         const char* field;
@@ -233,7 +258,7 @@ void TestStateFile::bindingMismatchesAreRefused() {
         {"positions", 36, "section 1 is"},
     };
     const std::string edited = file("edited.k3state");
-    k3::Session s = trunkA_.open(model_, {"resident"}, 64);
+    k3::Session s = trunkA_.open(model_, kResident, 64);
     const Run before = generate(s, p_, 3); // the session's own conversation
     for (const Change& c : changes) {
         StateParts parts = StateParts::of(bytes);
@@ -272,7 +297,7 @@ void TestStateFile::bindingMismatchesAreRefused() {
                  edited + ": the header's checksum fails: the file is damaged");
     }
     // Fewer layers than saved: a session opened with --layers 3.
-    k3::Session short3 = trunkA_.open(model_, {"resident"}, 64, 3);
+    k3::Session short3 = trunkA_.open(model_, kResident, 64, 3);
     try {
         short3.loadState(path);
         QFAIL("a 14-layer state was loaded into a 3-layer session");
@@ -281,20 +306,20 @@ void TestStateFile::bindingMismatchesAreRefused() {
     }
     // After every refusal the session still holds its own conversation.
     QCOMPARE(s.positions(), int(p_.size()) + 2);
-    k3::Session fresh = trunkA_.open(model_, {"resident"}, 64);
+    k3::Session fresh = trunkA_.open(model_, kResident, 64);
     std::vector<k3::TokenId> next = p_;
     next.insert(next.end(), before.ids.begin(), before.ids.end());
     QCOMPARE(generate(s, next, 4).ids, generate(fresh, next, 4).ids);
 }
 
 void TestStateFile::damagedSectionsAreRefused() {
-    const std::string path = savedAfterP({"resident"}, 64, "damaged.k3state");
+    const std::string path = savedAfterP(kResident, 64, "damaged.k3state");
     const std::string bytes = readAll(path);
     const StateParts parts = StateParts::of(bytes);
     const std::size_t bodyStart = bytes.size() - parts.body.size();
     std::size_t at = bodyStart;
     const std::string damaged = file("flipped.k3state");
-    k3::Session s = trunkA_.open(model_, {"resident"}, 64);
+    k3::Session s = trunkA_.open(model_, kResident, 64);
     int checked = 0;
     for (const auto& sec : parts.header.at("sections")) {
         const std::size_t n = sec.at("bytes").get<std::size_t>();
@@ -320,11 +345,11 @@ void TestStateFile::damagedSectionsAreRefused() {
 }
 
 void TestStateFile::truncatedAndForeignFilesAreRefused() {
-    const std::string path = savedAfterP({"resident"}, 64, "whole.k3state");
+    const std::string path = savedAfterP(kResident, 64, "whole.k3state");
     const std::string bytes = readAll(path);
     const std::string cut = file("cut.k3state");
     writeAll(cut, bytes.substr(0, bytes.size() - 5));
-    k3::Session s = trunkA_.open(model_, {"resident"}, 64);
+    k3::Session s = trunkA_.open(model_, kResident, 64);
     try {
         s.loadState(cut);
         QFAIL("a truncated state was loaded");
@@ -368,11 +393,11 @@ void TestStateFile::truncatedAndForeignFilesAreRefused() {
 }
 
 void TestStateFile::newFilesAreOwnerOnly() {
-    const std::string path = savedAfterP({"resident"}, 64, "private.k3state");
+    const std::string path = savedAfterP(kResident, 64, "private.k3state");
     const QFile::Permissions p = QFile::permissions(QString::fromStdString(path));
     QCOMPARE(p & (QFile::ReadGroup | QFile::WriteGroup | QFile::ReadOther | QFile::WriteOther),
              QFile::Permissions());
-    k3::Session empty = trunkA_.open(model_, {"resident"}, 64);
+    k3::Session empty = trunkA_.open(model_, kResident, 64);
     QVERIFY_THROWS_EXCEPTION(k3::StateError, empty.saveState(file("empty.k3state")));
 }
 
