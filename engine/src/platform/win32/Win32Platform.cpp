@@ -5,12 +5,7 @@
 #include "k3/system.hpp"
 #include "platform/Platform.hpp"
 
-#ifndef WIN32_LEAN_AND_MEAN
-#define WIN32_LEAN_AND_MEAN
-#endif
-#ifndef NOMINMAX
-#define NOMINMAX
-#endif
+#include "platform/win32/Win32Lean.hpp"
 #include <windows.h>
 
 #include <fcntl.h>

@@ -3,12 +3,7 @@
 // the wake-up, since WSAPoll waits on sockets only.
 #include "k3/net.hpp"
 
-#ifndef WIN32_LEAN_AND_MEAN
-#define WIN32_LEAN_AND_MEAN
-#endif
-#ifndef NOMINMAX
-#define NOMINMAX
-#endif
+#include "platform/win32/Win32Lean.hpp"
 #include <winsock2.h>
 #include <ws2tcpip.h>
 
