@@ -38,45 +38,34 @@ void moveFile(const QString& from, const QString& to) {
         fail(QObject::tr("%1: could not be moved to %2 (%3)").arg(from, to, file.errorString()));
 }
 
-const QString kImagePlaceholder =
-    QString::fromUtf8(k3::kImagePlaceholder.data(), qsizetype(k3::kImagePlaceholder.size()));
+// A message as a transcript in `directory` holds it: its images' files relative to the
+// transcript's folder, its other versions' likewise.
+void relativeImages(k3::ChatMessage& m, const QDir& directory) {
+    for (k3::ChatImage& image : m.images) {
+        const QString file = QString::fromStdString(image.file);
+        QString name = directory.relativeFilePath(file);
+        // Kept elsewhere (an imported transcript's image): named as the copy
+        // importImages() made in images/, never by a path out of the folder.
+        if (name.startsWith(QLatin1String("..")) || QDir::isAbsolutePath(name))
+            name = QStringLiteral("images/") + QFileInfo(file).fileName();
+        image.file = name.toStdString();
+    }
+    for (std::vector<k3::ChatMessage>& branch : m.otherVersions)
+        for (k3::ChatMessage& other : branch) relativeImages(other, directory);
+}
 
-// Turns as a transcript in `directory` holds them: a user message's images become the
-// template's placeholders before its text and files relative to the transcript's folder.
 template <typename Turns>
 std::vector<k3::ChatMessage> toMessages(const Turns& turns, const QDir& directory) {
     std::vector<k3::ChatMessage> out;
-    for (const ChatTurn& t : turns) {
-        k3::ChatMessage m;
-        m.role = k3::parseChatRole(t.role.toStdString()).value_or(k3::ChatRole::User);
-        m.content = t.content.toStdString();
-        if (m.role == k3::ChatRole::User && !t.images.isEmpty()) {
-            m.content = kImagePlaceholder.repeated(t.images.size()).toStdString() + m.content;
-            for (const QString& file : t.images) {
-                QString name = directory.relativeFilePath(file);
-                // Kept elsewhere (an imported transcript's image): named as the copy
-                // importImages() made in images/, never by a path out of the folder.
-                if (name.startsWith(QLatin1String("..")) || QDir::isAbsolutePath(name))
-                    name = QStringLiteral("images/") + QFileInfo(file).fileName();
-                m.images.push_back({nullptr, name.toStdString()});
-            }
-        }
-        m.reasoningContent = t.reasoning.toStdString();
-        m.name = t.name.toStdString();
-        m.invalid = t.invalid.toStdString();
-        if (m.role == k3::ChatRole::Assistant) {
-            m.model = t.model.toStdString();
-            m.stopped = t.stopped;
-            m.figures = t.figures;
-            m.toolCalls = t.toolCalls;
-        }
-        if (m.role == k3::ChatRole::Tool) m.toolCallId = t.toolCallId.toStdString();
-        for (const std::vector<ChatTurn>& branch : t.otherVersions)
-            m.otherVersions.push_back(toMessages(branch, directory));
-        m.versionIndex = t.versionIndex;
-        out.push_back(std::move(m));
-    }
+    for (const ChatTurn& t : turns) relativeImages(out.emplace_back(toChatMessage(t)), directory);
     return out;
+}
+
+// The turn's images as absolute paths, the transcript's folder being `directory`.
+void absoluteImages(ChatTurn& t, const QString& directory) {
+    for (QString& file : t.images) file = QDir::cleanPath(QDir(directory).absoluteFilePath(file));
+    for (std::vector<ChatTurn>& branch : t.otherVersions)
+        for (ChatTurn& other : branch) absoluteImages(other, directory);
 }
 
 } // namespace
@@ -289,32 +278,8 @@ ConversationStore::Summary ConversationStore::summary(const QString& id,
 QVector<ChatTurn> ConversationStore::toTurns(const std::vector<k3::ChatMessage>& messages,
                                              const QString& directory) {
     QVector<ChatTurn> turns;
-    for (const k3::ChatMessage& m : messages) {
-        ChatTurn t{QString::fromUtf8(k3::chatRoleName(m.role).data(),
-                                     qsizetype(k3::chatRoleName(m.role).size())),
-                   QString::fromStdString(m.content),
-                   QString::fromStdString(m.reasoningContent),
-                   QString::fromStdString(m.name),
-                   QString::fromStdString(m.invalid),
-                   QString::fromStdString(m.model),
-                   m.stopped,
-                   m.figures,
-                   m.toolCalls,
-                   QString::fromStdString(m.toolCallId)};
-        if (!m.images.empty()) {
-            // The placeholders are where the images go, not text the user typed.
-            t.content.remove(kImagePlaceholder);
-            for (const k3::ChatImage& image : m.images)
-                t.images << QDir::cleanPath(
-                    QDir(directory).absoluteFilePath(QString::fromStdString(image.file)));
-        }
-        for (const std::vector<k3::ChatMessage>& branch : m.otherVersions) {
-            const QVector<ChatTurn> other = toTurns(branch, directory);
-            t.otherVersions.emplace_back(other.begin(), other.end());
-        }
-        t.versionIndex = m.versionIndex;
-        turns.push_back(std::move(t));
-    }
+    for (const k3::ChatMessage& m : messages)
+        absoluteImages(turns.emplace_back(toChatTurn(m)), directory);
     return turns;
 }
 

@@ -22,10 +22,6 @@
 
 namespace {
 
-k3::ChatRole roleFromName(const QString& role) {
-    return k3::parseChatRole(role.toStdString()).value_or(k3::ChatRole::User);
-}
-
 // Forwards engine callbacks (on this worker thread) as queued signals.
 class SignalObserver : public k3::SessionObserver {
 public:
@@ -472,33 +468,20 @@ std::vector<k3::ChatMessage> EngineWorker::engineMessages(const QVector<ChatTurn
     // Only this conversation's images stay prepared (a 1080p image is about 30 MB).
     QHash<QString, std::shared_ptr<const k3::PreparedImage>> used;
     for (const ChatTurn& turn : history) {
-        messages.push_back({roleFromName(turn.role), turn.content.toStdString(),
-                            turn.reasoning.toStdString(), turn.name.toStdString(),
-                            turn.invalid.toStdString(), turn.model.toStdString()});
-        k3::ChatMessage& m = messages.back();
-        m.toolCalls = turn.toolCalls;
-        m.toolCallId = turn.toolCallId.toStdString();
-        if (turn.images.isEmpty() || m.role != k3::ChatRole::User) continue;
-        // The images come first, as `k3 --image` puts them: each placeholder is the
-        // next image's prompt (its markers from the template, never from the text).
-        std::string places;
-        for (const QString& file : turn.images) {
-            places += k3::kImagePlaceholder;
-            k3::ChatImage image{nullptr, file.toStdString()};
-            if (m_localConfig) { // a server reads the file itself (RemoteClient)
-                // Another cap is another expansion: prepared again.
-                const QString key = QString::number(imagePatchLimit) + QLatin1Char(':') + file;
-                std::shared_ptr<const k3::PreparedImage>& prepared = used[key];
-                if (!prepared) prepared = m_preparedImages.value(key);
-                if (!prepared)
-                    prepared = std::make_shared<const k3::PreparedImage>(
-                        k3::prepareImage(k3::readImageFile(image.file),
-                                         std::clamp(imagePatchLimit, 1, k3::kOfficialPatchLimit)));
-                image.image = prepared;
-            }
-            m.images.push_back(std::move(image));
+        k3::ChatMessage& m = messages.emplace_back(toChatMessage(turn, false));
+        if (!m_localConfig) continue; // a server reads the files itself (RemoteClient)
+        for (k3::ChatImage& image : m.images) {
+            // Another cap is another expansion: prepared again.
+            const QString key = QString::number(imagePatchLimit) + QLatin1Char(':') +
+                                QString::fromStdString(image.file);
+            std::shared_ptr<const k3::PreparedImage>& prepared = used[key];
+            if (!prepared) prepared = m_preparedImages.value(key);
+            if (!prepared)
+                prepared = std::make_shared<const k3::PreparedImage>(
+                    k3::prepareImage(k3::readImageFile(image.file),
+                                     std::clamp(imagePatchLimit, 1, k3::kOfficialPatchLimit)));
+            image.image = prepared;
         }
-        m.content = places + m.content;
     }
     m_preparedImages = std::move(used);
     return messages;
@@ -569,16 +552,9 @@ void EngineWorker::measureReading(const QVector<ChatTurn>& history,
     render.thinking = settings.thinking;
     render.thinkingEffort = settings.thinkingEffort.toStdString();
     std::vector<k3::ChatMessage> messages;
-    for (const ChatTurn& turn : history) { // an image counts as its placeholder only
-        QString content = turn.content;
-        for (qsizetype i = 0; i < turn.images.size(); ++i)
-            content.prepend(QString::fromUtf8(k3::kImagePlaceholder.data(),
-                                              qsizetype(k3::kImagePlaceholder.size())));
-        messages.push_back({roleFromName(turn.role), content.toStdString(),
-                            turn.reasoning.toStdString(), turn.name.toStdString(),
-                            turn.invalid.toStdString(), turn.model.toStdString()});
-        messages.back().toolCalls = turn.toolCalls;
-        messages.back().toolCallId = turn.toolCallId.toStdString();
+    for (const ChatTurn& turn : history) {
+        k3::ChatMessage& m = messages.emplace_back(toChatMessage(turn, false));
+        m.images.clear(); // an image counts as its placeholder only
     }
     std::optional<int> positions;
     try {
