@@ -329,7 +329,39 @@ struct Bf16GaussianTable {
     }
 };
 
+// The chosen expert set of the layer whose router bias `name` is, if any.
+const std::vector<int>* allowedSet(const SynthOptions& o, const std::string& name) {
+    const std::string suffix = ".block_sparse_moe.gate.e_score_correction_bias";
+    const std::string prefix = "language_model.model.layers.";
+    if (name.size() <= suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+        return nullptr;
+    const auto L = std::size_t(std::stoi(name.substr(prefix.size())));
+    if (L >= o.allowedExperts.size() || o.allowedExperts[L].empty()) return nullptr;
+    return &o.allowedExperts[L];
+}
+
 } // namespace
+
+std::vector<std::vector<int>> traceExpertUnions(const fs::path& trace, int layers,
+                                                int firstTraceLayer) {
+    std::ifstream in(trace, std::ios::binary);
+    if (!in) throw std::runtime_error(trace.string() + ": cannot open");
+    std::vector<std::vector<char>> used(std::size_t(std::max(layers, 1)));
+    std::int32_t rec[2];
+    while (in.read(reinterpret_cast<char*>(rec), sizeof rec)) {
+        const int L = rec[0] - firstTraceLayer + 1; // trace layer -> our MoE layer
+        if (L < 1 || L >= layers || rec[1] < 0) continue;
+        auto& u = used[std::size_t(L)];
+        if (u.size() <= std::size_t(rec[1])) u.resize(std::size_t(rec[1]) + 1, 0);
+        u[std::size_t(rec[1])] = 1;
+    }
+    std::vector<std::vector<int>> sets(std::size_t(std::max(layers, 1)));
+    for (std::size_t L = 0; L < used.size(); ++L)
+        for (std::size_t e = 0; e < used[L].size(); ++e)
+            if (used[L][e]) sets[L].push_back(int(e));
+    return sets;
+}
 
 void fillGaussianBf16(std::uint16_t* out, std::size_t n, std::uint64_t seed) {
     static const Bf16GaussianTable t(0.02);
@@ -397,6 +429,15 @@ SynthResult writeSynthCheckpoint(const fs::path& dir, const SynthOptions& o,
                     out.append(reinterpret_cast<const unsigned char*>(buf.data()), 2 * n);
                     left -= n;
                 }
+                res.bytes += t.bytes();
+                ++res.tensors;
+                continue;
+            }
+            if (const auto* set = allowedSet(o, t.name)) {
+                std::vector<float> bias(std::size_t(o.experts), -4.0f);
+                for (int e : *set)
+                    if (e >= 0 && e < o.experts) bias[std::size_t(e)] = 0.0f;
+                out.append(reinterpret_cast<const unsigned char*>(bias.data()), t.bytes());
                 res.bytes += t.bytes();
                 ++res.tensors;
                 continue;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <vector>
 
 namespace k3synth {
 
@@ -25,7 +26,19 @@ struct SynthOptions {
     // element its own draw, exact to 2^-48 in probability), so a compressed trunk's ratio
     // means something; otherwise they are cut from pools with 4 equally likely exponents.
     bool gaussianTrunk = false;
+    // Routing held to a chosen set per MoE layer (index: layer; empty: unrestricted): the
+    // router bias (e_score_correction_bias, which only selects, never weighs) is 0 on the
+    // set and -4 elsewhere, so every position picks its top-k inside the set (sigmoid
+    // scores are in (0, 1)). A prompt long enough then reads exactly the set's experts:
+    // how benchmarks give the synthetic model a real trace's expert union.
+    std::vector<std::vector<int>> allowedExperts;
 };
+
+// Per layer, the experts a recorded trace (k3 --dump-cache-trace's expert_trace.bin:
+// little-endian int32 (layer, expert) pairs) used at trace layer `firstTraceLayer` + L - 1
+// for each MoE layer L of a `layers`-layer checkpoint (layer 0 is dense: empty).
+std::vector<std::vector<int>> traceExpertUnions(const std::filesystem::path& trace, int layers,
+                                                int firstTraceLayer);
 
 // Fills n BF16 values with draws of round_to_bf16(N(0, 0.02)) from a stream seeded by seed.
 void fillGaussianBf16(std::uint16_t* out, std::size_t n, std::uint64_t seed);

@@ -3,6 +3,10 @@
 // 1.56 TB download.
 //
 //   synth_checkpoint OUT_DIR [--layers N=2] [--experts E=4] [--seed S=1] [--gaussian-trunk 1]
+//                    [--routing-trace expert_trace.bin [--trace-layer T=1]]
+//
+// --routing-trace: each MoE layer L routes only inside the experts the trace used at its
+// layer T + L - 1 (the router bias; see SynthOptions::allowedExperts).
 #include "SynthCheckpoint.hpp"
 
 #include <cstdio>
@@ -14,15 +18,21 @@ int main(int argc, char** argv) {
     if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
         std::fprintf(stderr,
                      "usage: synth_checkpoint OUT_DIR [--layers N] [--experts E] [--seed S] "
-                     "[--gaussian-trunk 1]\n");
+                     "[--gaussian-trunk 1] [--routing-trace FILE [--trace-layer T]]\n");
         return 2;
     }
     k3synth::SynthOptions o;
+    std::string trace;
+    int traceLayer = 1;
     for (int i = 2; i < argc; ++i) {
         const std::string a = argv[i];
         if (i + 1 >= argc) {
             std::fprintf(stderr, "synth_checkpoint: %s needs a value\n", a.c_str());
             return 2;
+        }
+        if (a == "--routing-trace") {
+            trace = argv[++i];
+            continue;
         }
         char* end = nullptr;
         const long long v = std::strtoll(argv[++i], &end, 10);
@@ -36,6 +46,8 @@ int main(int argc, char** argv) {
             o.experts = int(v);
         else if (a == "--seed")
             o.seed = std::uint64_t(v);
+        else if (a == "--trace-layer")
+            traceLayer = int(v);
         else if (a == "--gaussian-trunk") // the layers' BF16 as fresh N(0, 0.02) draws
             o.gaussianTrunk = v != 0;
         else {
@@ -44,6 +56,12 @@ int main(int argc, char** argv) {
         }
     }
     try {
+        if (!trace.empty()) {
+            o.allowedExperts = k3synth::traceExpertUnions(trace, o.layers, traceLayer);
+            for (int L = 1; L < o.layers; ++L)
+                std::printf("layer %d routes inside the %zu experts trace layer %d used\n", L,
+                            o.allowedExperts[std::size_t(L)].size(), traceLayer + L - 1);
+        }
         std::printf("writing %.2f GB (%d layers x %d experts, real widths) to %s\n",
                     double(k3synth::synthCheckpointBytes(o)) / 1e9, o.layers, o.experts, argv[1]);
         const auto r =
