@@ -27,10 +27,23 @@ run --model resources/demo --conversation resources/screenshots/multiline-and-lo
 # An answer with a table, a quote and maths (issue 37 point 6), drawn offscreen by its test.
 K3_SCREENSHOT_DIR=docs QT_QPA_PLATFORM=offscreen \
   "${1:-build/dev}/tests/ui/tst_answerrendering" screenshotOfATableWithMaths
-# The memory page of the wizard, a reopened conversation read again, and the timing chart
-# in the Light and Dark themes (issue 37), each a real X11 window made by its test.
+# A reopened conversation read again, and the timing chart in the Light and Dark themes
+# (issue 37), each a real X11 window made by its test.
 K3_SCREENSHOT_DIR=docs QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1400x900x24" \
-  "${1:-build/dev}/tests/ui/tst_docscreenshots"
+  "${1:-build/dev}/tests/ui/tst_docscreenshots" conversationReadAgain timingChartInBothThemes
+# The wizard's memory page for the real model (1.56 TB) at the laptop preset on this
+# machine's memory: the full-size checkpoint's config.json and 96 shard headers with the
+# tensor bytes as holes, and the trunk `k3 pack` would write for it, also a hole (a few MB
+# of disk, about 20 s; tests/bench/synth_checkpoint.cpp --sparse). The page reads no
+# tokenizer, so none is written (the real one is not at hand). The first plan checks the
+# trunk against the shards, reading ~109 GB of holes (no disk I/O).
+fullsize=$(mktemp -d /tmp/k3-fullsize.XXXXXX)
+trap 'rm -rf "$home" "$fullsize"' EXIT
+"${1:-build/dev}/tests/engine/memory/synth_checkpoint" "$fullsize" --layers 93 --experts 896 \
+  --vision 1 --sparse 1
+K3_FULLSIZE_MODEL=$fullsize K3_SCREENSHOT_DIR=docs QT_QPA_PLATFORM=xcb \
+  xvfb-run -a -s "-screen 0 1400x900x24" "${1:-build/dev}/tests/ui/tst_docscreenshots" memoryPage
+rm -rf "$fullsize"
 # The conversation list with dates: four saved chats, modified minutes, hours, a day
 # and ten days ago.
 conversations="$home/data/k3chat/k3chat/conversations"

@@ -135,7 +135,35 @@ void addMlp(std::vector<Tensor>& t, int L, int experts) {
     }
 }
 
-// Shard 1: embeddings; one shard per layer; the last: final norm, output AttnRes, lm_head.
+// The vision tower (27 blocks) and the projector as released (shared/reference/vision.md,
+// section 3): 168 BF16 tensors, no biases.
+Shard visionShard() {
+    constexpr std::uint64_t C = 1024, Q = 1536, M = 4096, Pos = 64, Patch = 14;
+    Shard s;
+    auto bf = [&s](const std::string& n, std::vector<std::uint64_t> shape, Fill f = Fill::Small) {
+        s.tensors.push_back({n, Dt::BF16, std::move(shape), f});
+    };
+    const std::string t = "vision_tower.";
+    bf(t + "patch_embed.proj.weight", {C, 3, Patch, Patch});
+    bf(t + "patch_embed.pos_emb.weight", {Pos, Pos, C});
+    for (int i = 0; i < 27; ++i) {
+        const std::string b = t + "encoder.blocks." + std::to_string(i) + ".";
+        bf(b + "norm0.weight", {C}, Fill::Gain);
+        bf(b + "wqkv.weight", {3 * Q, C});
+        bf(b + "wo.weight", {C, Q});
+        bf(b + "norm1.weight", {C}, Fill::Gain);
+        bf(b + "mlp.fc0.weight", {M, C});
+        bf(b + "mlp.fc1.weight", {C, M});
+    }
+    bf(t + "encoder.final_layernorm.weight", {C}, Fill::Gain);
+    bf("mm_projector.proj.0.weight", {M, M});
+    bf("mm_projector.proj.2.weight", {kHidden, M});
+    bf("mm_projector.post_norm.weight", {kHidden}, Fill::Gain);
+    return s;
+}
+
+// Shard 1: embeddings; one shard per layer; then final norm, output AttnRes, lm_head;
+// the vision tower last when asked for (96 shards at full size, as released).
 std::vector<Shard> layout(const SynthOptions& o) {
     std::vector<Shard> shards;
     const std::string mp = "language_model.model.";
@@ -151,6 +179,7 @@ std::vector<Shard> layout(const SynthOptions& o) {
           {mp + "output_attn_res_norm.weight", Dt::BF16, {kHidden}, Fill::Gain},
           {mp + "output_attn_res_proj.weight", Dt::BF16, {1, kHidden}, Fill::Small},
           {"language_model.lm_head.weight", Dt::BF16, {kVocab, kHidden}, Fill::Small}}});
+    if (o.vision) shards.push_back(visionShard());
     return shards;
 }
 
@@ -274,6 +303,26 @@ private:
     std::uint64_t written_ = 0;
 };
 
+// A shard's length prefix and header, then `dataBytes` of hole.
+void writeSparseShard(const fs::path& path, const std::string& header, std::uint64_t dataBytes) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        throw std::runtime_error(path.string() + ": cannot create: " + std::strerror(errno));
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = (unsigned char)(std::uint64_t(header.size()) >> (8 * i));
+    try {
+        writeAll(fd, len, 8, path);
+        writeAll(fd, reinterpret_cast<const unsigned char*>(header.data()), header.size(), path);
+    } catch (...) {
+        ::close(fd);
+        throw;
+    }
+    const bool ok = ::ftruncate(fd, off_t(8 + header.size() + dataBytes)) == 0;
+    const int err = errno;
+    if (::close(fd) != 0 || !ok)
+        throw std::runtime_error(path.string() + ": cannot size: " + std::strerror(err));
+}
+
 std::uint64_t splitmix64(std::uint64_t& x) {
     std::uint64_t z = (x += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -392,7 +441,9 @@ SynthResult writeSynthCheckpoint(const fs::path& dir, const SynthOptions& o,
     const std::uint64_t total = synthCheckpointBytes(o);
     const Pools pools(o.seed);
     SynthResult res;
-    ordered_json weightMap = ordered_json::object();
+    // Sorted by name, as the hub's index files are (an ordered_json looks each name up
+    // linearly: 500,000 names at full size took minutes).
+    nlohmann::json weightMap = nlohmann::json::object();
     char nameBuf[64];
     std::uint64_t cursor = o.seed * 7919; // where in the pools the next tensor starts
     for (std::size_t si = 0; si < shards.size(); ++si) {
@@ -411,6 +462,14 @@ SynthResult writeSynthCheckpoint(const fs::path& dir, const SynthOptions& o,
         }
         std::string h = header.dump();
         h.append((8 - h.size() % 8) % 8, ' '); // data starts 8-aligned
+        if (o.sparse) {
+            writeSparseShard(path, h, off);
+            res.bytes += off;
+            res.tensors += int(shards[si].tensors.size());
+            ++res.shards;
+            if (progress) progress(res.bytes, total);
+            continue;
+        }
         ShardWriter out(path);
         const std::uint64_t len = h.size();
         unsigned char lenBytes[8];
@@ -532,6 +591,34 @@ SynthResult writeSynthCheckpoint(const fs::path& dir, const SynthOptions& o,
     cfg["eos_token_id"] = 163586;
     cfg["pad_token_id"] = 163839;
     cfg["text_config"] = tc;
+    if (o.vision) { // as released (shared/reference/vision.md, section 2)
+        cfg["media_placeholder_token_id"] = 163605;
+        cfg["vision_config"] = {{"_attn_implementation", "flash_attention_2"},
+                                {"activation_func", "gelu_pytorch_tanh"},
+                                {"attn_bias", false},
+                                {"init_pos_emb_height", 64},
+                                {"init_pos_emb_width", 64},
+                                {"init_pos_emb_time", 4},
+                                {"linear_bias", false},
+                                {"merge_kernel_size", {2, 2}},
+                                {"merge_type", "sd2_tpool"},
+                                {"mlp_type", "mlp2"},
+                                {"mm_hidden_size", 1024},
+                                {"mm_projector_type", "patchmergerv2"},
+                                {"norm_type", "rmsnorm"},
+                                {"patch_embed_proj_bias", false},
+                                {"patch_size", 14},
+                                {"pos_emb_interpolation_mode", "bilinear"},
+                                {"pos_emb_type", "divided_fixed"},
+                                {"projector_hidden_act", "gelu"},
+                                {"projector_ln_eps", 1e-05},
+                                {"qkv_hidden_size", 1536},
+                                {"text_hidden_size", 7168},
+                                {"vt_hidden_size", 1024},
+                                {"vt_intermediate_size", 4096},
+                                {"vt_num_attention_heads", 12},
+                                {"vt_num_hidden_layers", 27}};
+    }
     std::ofstream(dir / "config.json") << cfg.dump(2) << "\n";
     res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return res;

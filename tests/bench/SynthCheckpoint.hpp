@@ -32,6 +32,14 @@ struct SynthOptions {
     // scores are in (0, 1)). A prompt long enough then reads exactly the set's experts:
     // how benchmarks give the synthetic model a real trace's expert union.
     std::vector<std::vector<int>> allowedExperts;
+    // Every shard's header as written, its tensor bytes a hole (ftruncate: ext4 stores no
+    // block), so the full-size model (93 layers x 896 experts, 1.56 TB) costs a few MB of
+    // disk: for the memory planner and the wizard, which read headers only. Its weights
+    // are all zero: it cannot answer.
+    bool sparse = false;
+    // The vision tower and projector as released (168 BF16 tensors, 0.89 GB, their own
+    // shard) and config.json's vision_config (shared/reference/vision.md).
+    bool vision = false;
 };
 
 // Per layer, the experts a recorded trace (k3 --dump-cache-trace's expert_trace.bin:
@@ -59,5 +67,13 @@ SynthResult writeSynthCheckpoint(const std::filesystem::path& dir, const SynthOp
 
 // The bytes writeSynthCheckpoint would write (tensor data only), to check free space.
 std::uint64_t synthCheckpointBytes(const SynthOptions& options);
+
+// The trunk `k3 pack` writes for a checkpoint whose tensor bytes are all zero (a sparse
+// one above), without reading or writing those zeros: trunk.json with the packer's records
+// (one per layer, then the model-level tensors, each 4096-aligned) and the XXH3-64 of
+// zeros, trunk.bin a hole of its size. Returns trunk.bin's size. Opening it with the model
+// still checks it as any trunk (its tensors hashed from the shards' holes, once).
+std::uint64_t writeZeroTrunk(const std::filesystem::path& modelDir,
+                             const std::filesystem::path& trunkDir);
 
 } // namespace k3synth

@@ -129,6 +129,7 @@ MemoryFigures MemoryFigures::fromPlan(const k3::MemoryPlan& p) {
     add(QObject::tr("KV cache"), p.kvBytes);
     add(QObject::tr("buffers"), p.bufferBytes);
     add(QObject::tr("draft model"), p.draftBytes);
+    add(QObject::tr("vision tower"), p.visionBytes); // 0.89 GB on the real model
     f.availableBytes = p.available;
     f.pinnedLayers = p.pinnedLayers;
     f.totalLayers = p.totalLayers;
