@@ -516,6 +516,13 @@ int runBatch(const RunArgs& args) {
                        {"bytes_read", mem.trunk.bytesRead},
                        {"read_seconds", mem.trunk.ioSeconds},
                        {"wait_seconds", mem.trunk.waitSeconds}};
+    if (mem.plan.visionBytes > 0) // the tower's rule (MemoryPlan::visionResident) and what it did
+        report["vision"] = {{"tower_bytes", mem.plan.visionBytes},
+                            {"rule", mem.plan.visionResident ? "resident" : "transient"},
+                            {"held_bytes", mem.vision.heldBytes},
+                            {"peak_bytes", mem.vision.peakBytes},
+                            {"loads", mem.vision.loads},
+                            {"releases", mem.vision.releases}};
     report["io_share"] = mem.ioShare();
     if (mem.expertsCached)
         report["cache"] = {{"requests", mem.cache.requests},

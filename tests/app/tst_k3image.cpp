@@ -60,6 +60,15 @@ void TestK3Image::idsWithAnImageGiveReferenceIdsAndLogits() {
     QCOMPARE(report.at("ids").get<std::vector<int>>(), c.at("greedy").get<std::vector<int>>());
     QCOMPARE(report.at("prompt").at("positions").get<int>(), c.at("expanded_length").get<int>());
     QCOMPARE(report.at("prompt").at("images")[0].at("positions").get<int>(), 9);
+    // The tower's rule in the run report: this machine holds the tiny tower (124,160 B,
+    // tst_vision::memoryPlanCountsTheTower) next to the chunk, so it was kept.
+    const nlohmann::json& vision = report.at("vision");
+    QCOMPARE(vision.at("tower_bytes").get<std::uint64_t>(), std::uint64_t(124160));
+    QCOMPARE(vision.at("rule").get<std::string>(), std::string("resident"));
+    QCOMPARE(vision.at("held_bytes").get<std::uint64_t>(), std::uint64_t(124160));
+    QCOMPARE(vision.at("peak_bytes").get<std::uint64_t>(), std::uint64_t(124160));
+    QCOMPARE(vision.at("loads").get<int>(), 1);
+    QCOMPARE(vision.at("releases").get<int>(), 0);
 
     // The first step's logits against the reference (tst_model_gates' tolerance).
     QFile got(logits), want(kModel + "/" + QString::fromStdString(c.at("files").at("last_logits")));

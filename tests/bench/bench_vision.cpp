@@ -11,7 +11,9 @@
 // written to a disk.
 //
 // Usage: bench_vision [--layers N (1..27, default 27)] [--sizes 224x224,640x480,1920x1080]
-//                     [--full] [--smoke]
+//                     [--full] [--smoke] [--dump FILE]
+// --dump FILE: the projector rows of every measured image, appended as raw float32 (a
+// before/after memcmp of a change to the tower).
 // Images of more than 4096 patches (1080p: 10,764) are timed on towers of 1 and 2 layers
 // and scaled to the depth (every layer costs the same): minutes instead of most of an
 // hour on 2 cores. --full times every size at the full depth. --smoke: 2 layers, 224x224
@@ -222,6 +224,8 @@ k3::VisionTower makeTower(int layers, double& seconds) {
     }
 }
 
+std::string dumpPath; // --dump
+
 struct Timing {
     double seconds = 0;
     std::uint64_t peak = 0; // resident peak during the image
@@ -231,6 +235,11 @@ Timing timeTower(const k3::VisionTower& tower, const k3::PreparedImage& image) {
     const auto t0 = Clock::now();
     const std::vector<float> rows = tower.encode(std::span(&image, 1));
     Timing t{secondsSince(t0), peakBytes()};
+    if (!dumpPath.empty()) {
+        std::ofstream out(dumpPath, std::ios::binary | std::ios::app);
+        out.write(reinterpret_cast<const char*>(rows.data()),
+                  std::streamsize(rows.size() * sizeof(float)));
+    }
     if (rows.size() != std::size_t(image.plan.tokens()) * tower.config().textHidden ||
         !std::all_of(rows.begin(), rows.end(), [](float v) { return std::isfinite(v); }))
         throw std::runtime_error("the tower's rows are not finite rows of the projector's width");
@@ -250,6 +259,8 @@ int main(int argc, char** argv) {
             sizes = {{224, 224}};
         } else if (a == "--full") {
             fullUpTo = 1 << 30;
+        } else if (a == "--dump" && i + 1 < argc) {
+            dumpPath = argv[++i];
         } else if (a == "--layers" && i + 1 < argc) {
             layers = std::atoi(argv[++i]);
         } else if (a == "--sizes" && i + 1 < argc) {
@@ -268,7 +279,8 @@ int main(int argc, char** argv) {
             }
         } else {
             std::fprintf(stderr,
-                         "usage: bench_vision [--layers N] [--sizes WxH,...] [--full] [--smoke]\n");
+                         "usage: bench_vision [--layers N] [--sizes WxH,...] [--full] [--smoke] "
+                         "[--dump FILE]\n");
             return 2;
         }
     }

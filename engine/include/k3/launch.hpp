@@ -81,6 +81,9 @@ struct LaunchDiagnostics {
     int expertCacheSlots = 0;           // > 0: exactly this many cache slots (replaces the bytes)
     bool recordCacheTrace = false;      // keep the expert request trace (Model::writeCacheTrace)
     bool enforceMemoryPlan = true;      // refuse a plan over 95% of MemAvailable, with the numbers
+    // > 0: plan against this many bytes available instead of the system's MemAvailable
+    // (tests of the plan's choices at a small machine's memory).
+    std::uint64_t availableBytes = 0;
     // lm_head's row blocks when the budget streams the model tables (two buffers).
     std::uint64_t tableBlockBytes = std::uint64_t{64} << 20;
 };

@@ -124,13 +124,27 @@ struct MemoryPlan {
     std::uint64_t cacheBytes() const { return std::uint64_t(cacheSlots) * expertSlotBytes; }
     std::uint64_t stateBytes = 0;
     std::uint64_t bufferBytes = 0; // the chunk's activations included
-    int chunkPositions = 1;        // positions a prefill chunk holds at this budget
-    int requestedChunk = 0;        // what was asked (0: the default)
-    int maxSpeculation = 0;        // proposals per verification the state copies are sized for
+    // Of bufferBytes: the chunk's per-position state, held only while a prefill runs.
+    std::uint64_t chunkBytes = 0;
+    int chunkPositions = 1; // positions a prefill chunk holds at this budget
+    int requestedChunk = 0; // what was asked (0: the default)
+    int maxSpeculation = 0; // proposals per verification the state copies are sized for
     std::uint64_t kvBytes = 0;
     int contextLength = 0;
     std::uint64_t draftBytes = 0;  // PlanInputs::draftBytes
     std::uint64_t visionBytes = 0; // PlanInputs::visionBytes
+    // The tower's rule (issue 33). Resident: loaded on the first image and kept, when the
+    // plan holds it next to the full prefill chunk (or the memory available is unknown).
+    // Otherwise transient: loaded for each prompt with images and released as soon as
+    // its rows are computed, before the prefill, whose chunk then uses that memory: the
+    // two take turns, so the plan counts the larger of the two, not their sum.
+    bool visionResident = true;
+    // What the tower adds to total(): visionBytes resident; transient, only what it
+    // holds beyond the chunk's state (chunkBytes) it takes turns with.
+    std::uint64_t visionPlanBytes() const {
+        if (visionResident) return visionBytes;
+        return visionBytes > chunkBytes ? visionBytes - chunkBytes : 0;
+    }
     std::uint64_t total() const;
     std::uint64_t available = 0;
     std::string availableBoundBy = "MemAvailable"; // or the cgroup limit that bound it

@@ -55,8 +55,18 @@ public:
 
 // The run report's memory figures: the plan (a forecast), what the trunk and the expert
 // cache did (the model's MemoryStats), and the measured peak RSS (the figure to quote).
+// The vision tower in memory (issue 33): what the plan's rule (MemoryPlan::visionResident)
+// did so far. Transient, heldBytes is 0 between prompts and peakBytes the plan's visionBytes.
+struct VisionMemory {
+    std::uint64_t heldBytes = 0; // its weights now (0: never loaded, or released)
+    std::uint64_t peakBytes = 0; // the most it held at once
+    int loads = 0;               // times read from the checkpoint
+    int releases = 0;            // times dropped once an image prompt's rows were computed
+};
+
 struct MemoryReport : MemoryStats {
     MemoryPlan plan;
+    VisionMemory vision;
     std::uint64_t peakRssBytes = 0;   // k3::peakResidentBytes (k3/process_memory.hpp)
     std::uint64_t draftBytes = 0;     // the draft's weights and state in memory (0: no draft)
     std::uint64_t draftFileBytes = 0; // its model.safetensors on disk

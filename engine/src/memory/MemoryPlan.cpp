@@ -117,7 +117,7 @@ std::string formatBytes(std::uint64_t bytes) {
 
 std::uint64_t MemoryPlan::total() const {
     return trunkBytes() + trunkDecodeBytes + modelBytes + residentExpertBytes + cacheBytes() +
-           stateBytes + bufferBytes + kvBytes + draftBytes + visionBytes;
+           stateBytes + bufferBytes + kvBytes + draftBytes + visionPlanBytes();
 }
 
 bool pinCompressedPays(std::uint64_t rawPinnedBytes, std::uint64_t storedSavedBytes,
@@ -207,8 +207,8 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
     plan.chunkPositions = in.requestedChunk > 0 ? in.requestedChunk : kDefaultPrefillChunk;
     // The requested chunk (else the default's) first, so an automatic budget leaves room
     // for it; an unasked chunk then grows into what the budgets leave.
-    plan.bufferBytes =
-        in.bufferBytes + in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
+    plan.chunkBytes = in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
+    plan.bufferBytes = in.bufferBytes + plan.chunkBytes;
     plan.contextLength = in.contextLength;
     plan.kvBytes = in.kvBytesPerPosition * std::uint64_t(std::max(0, in.contextLength));
     plan.expertSlotBytes = in.expertSlotBytes;
@@ -258,21 +258,28 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
             std::uint64_t(std::max(kDefaultPrefillChunk, in.contextLength));
         plan.chunkPositions = int(std::clamp<std::uint64_t>(
             plan.cacheBytes() / in.chunkBytesPerPosition, kDefaultPrefillChunk, longest));
-        plan.bufferBytes =
-            in.bufferBytes + in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
+        plan.chunkBytes = in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
+        plan.bufferBytes = in.bufferBytes + plan.chunkBytes;
     }
     // A bigger chunk never takes the plan past 95% of what is available: it shrinks to
-    // what fits next to the budgets asked for (one position at worst).
-    if (in.chunkBytesPerPosition > 0 && available > 0) {
+    // what fits next to the budgets asked for (one position at worst). The tower stays
+    // resident only when it costs the chunk nothing; else it takes turns with the chunk
+    // (MemoryPlan::visionResident): a reload per image prompt (its weights, usually from
+    // the page cache) costs less than a prefill of more, shorter chunks.
+    if (available > 0) {
         const auto limit = std::uint64_t(double(available) * kPlanMaxShareOfAvailable);
-        const std::uint64_t without =
-            plan.total() - in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
-        const std::uint64_t fits =
-            limit > without ? (limit - without) / in.chunkBytesPerPosition : 0;
-        plan.chunkPositions =
-            int(std::clamp<std::uint64_t>(fits, 1, std::uint64_t(plan.chunkPositions)));
-        plan.bufferBytes =
-            in.bufferBytes + in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
+        plan.visionResident = true;
+        const std::uint64_t others = plan.total() - plan.chunkBytes - plan.visionBytes;
+        if (plan.visionBytes > 0 && others + plan.chunkBytes + plan.visionBytes > limit)
+            plan.visionResident = false;
+        if (in.chunkBytesPerPosition > 0) {
+            const std::uint64_t held = others + (plan.visionResident ? plan.visionBytes : 0);
+            const std::uint64_t fits = limit > held ? (limit - held) / in.chunkBytesPerPosition : 0;
+            plan.chunkPositions =
+                int(std::clamp<std::uint64_t>(fits, 1, std::uint64_t(plan.chunkPositions)));
+            plan.chunkBytes = in.chunkBytesPerPosition * std::uint64_t(plan.chunkPositions);
+            plan.bufferBytes = in.bufferBytes + plan.chunkBytes;
+        }
     }
     return plan;
 }
@@ -307,7 +314,11 @@ std::string MemoryPlan::format() const {
     line(out, "KV cache", kvBytes, note);
     if (draftBytes) line(out, "draft (RESIDENT)", draftBytes, "speculation's draft model");
     if (visionBytes)
-        line(out, "vision tower", visionBytes, "tower + projector, loaded on the first image");
+        line(out, "vision tower", visionPlanBytes(),
+             visionResident ? "tower + projector, loaded on the first image and kept"
+                            : "TRANSIENT: " + formatBytes(visionBytes) +
+                                  " loaded per image prompt, released before the prefill "
+                                  "(takes turns with the chunk)");
     line(out, "TOTAL", total());
     line(out, "available", available, availableBoundBy);
     return out;

@@ -271,7 +271,12 @@ Model Model::loadResolved(const model::LoadOptions& options) {
     const std::filesystem::path& dir = options.launch.modelDir;
     auto impl = std::make_unique<Impl>();
     // Everything is added up before anything is allocated (planLoad, as k3::planLaunch).
-    const auto mem = readMemoryInfo();
+    auto mem = readMemoryInfo();
+    if (options.diagnostics.availableBytes > 0) {
+        if (!mem) mem.emplace();
+        mem->availableBytes = options.diagnostics.availableBytes;
+        mem->boundBy = "LaunchDiagnostics::availableBytes";
+    }
     model::LoadPlan lp = model::planLoad(dir, options, mem ? mem->availableBytes : 0);
     impl->config = std::move(lp.config);
     const ModelConfig& c = impl->config;

@@ -27,6 +27,8 @@ std::vector<TokenId> expandImages(Session::Impl& s, std::span<const TokenId> pro
             throw ImageError(s.modelDir.string() +
                              " is a text-only checkpoint (config.json has no vision_config): "
                              "it cannot read images");
+        ++s.visionMemory.loads;
+        s.visionMemory.peakBytes = std::max(s.visionMemory.peakBytes, s.vision->weightBytes());
     }
     const VisionConfig& config = s.vision->config();
     if (config.textHidden != s.model.config().hiddenSize)
@@ -54,7 +56,20 @@ std::vector<TokenId> expandImages(Session::Impl& s, std::span<const TokenId> pro
         }
         ++image;
     }
-    rows.rows = s.vision->encode(images);
+    // Transient (the plan cannot hold the tower next to the full chunk): the prefill
+    // gets its memory, even when the images failed; the next image prompt reads it again.
+    const auto release = [&s] {
+        if (s.model.memoryPlan().visionResident) return;
+        s.vision.reset();
+        ++s.visionMemory.releases;
+    };
+    try {
+        rows.rows = s.vision->encode(images);
+    } catch (...) {
+        release();
+        throw;
+    }
+    release();
     return expanded;
 }
 

@@ -57,8 +57,10 @@ struct Session::Impl {
     std::vector<float> draftLogits;
     std::uint64_t draftFileBytes = 0;
 
-    // Image input: the tower, loaded on the first image.
+    // Image input: the tower, loaded on the first image; kept or released after each
+    // image prompt's rows as the plan says (MemoryPlan::visionResident).
     std::optional<VisionTower> vision;
+    VisionMemory visionMemory; // MemoryReport::vision, but heldBytes
 
     // The prefix cache on disk (LaunchConfig::stateCacheDir), when one is used.
     std::optional<model::StateCache> stateCache;

@@ -26,6 +26,8 @@ MemoryReport Session::memoryReport() const {
         r.draftFileBytes = impl_->draftFileBytes;
     }
     r.wallSeconds = impl_->wallSeconds;
+    r.vision = impl_->visionMemory;
+    r.vision.heldBytes = impl_->vision ? impl_->vision->weightBytes() : 0;
     return r;
 }
 
@@ -104,6 +106,15 @@ std::string MemoryReport::format() const {
     if (draftBytes > 0) {
         std::snprintf(buf, sizeof buf, "draft\n  %s in memory (weights and state), %s on disk\n",
                       formatBytes(draftBytes).c_str(), formatBytes(draftFileBytes).c_str());
+        out += buf;
+    }
+    if (plan.visionBytes > 0) {
+        std::snprintf(buf, sizeof buf,
+                      "vision tower\n  %s: %s held now, peak %s; loaded %d times, released %d\n",
+                      plan.visionResident ? "RESIDENT (kept after its first image)"
+                                          : "TRANSIENT (released after each image prompt's rows)",
+                      formatBytes(vision.heldBytes).c_str(), formatBytes(vision.peakBytes).c_str(),
+                      vision.loads, vision.releases);
         out += buf;
     }
     std::snprintf(buf, sizeof buf, "PEAK RSS for the whole run: %s   <- quote this, not the plan\n",

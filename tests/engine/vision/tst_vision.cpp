@@ -92,6 +92,7 @@ private slots:
     void badImagesAreRefusedByName();
     void configIsCheckedAndTextOnlyIsSaid();
     void memoryPlanCountsTheTower();
+    void towerIsReleasedWhenThePlanCannotHoldIt();
     void heldStateIsReusedOnlyForTheSameImage();
 };
 
@@ -574,6 +575,91 @@ void TestVision::memoryPlanCountsTheTower() {
     const k3::Model textOnly = k3::Model::load(o);
     QCOMPARE(textOnly.memoryPlan().visionBytes, std::uint64_t(0));
     QVERIFY(textOnly.memoryPlan().format().find("vision tower") == std::string::npos);
+}
+
+// Issue 33's release rule (MemoryPlan::visionResident): at a memory that holds the tower
+// next to everything but the prefill chunk's state, the tower takes turns with the chunk:
+// loaded for each image prompt, released once its rows are computed. The chunk keeps its
+// size, the plan counts max(tower, chunk) instead of their sum, and the answers are the
+// bits of a session whose tower stayed resident.
+void TestVision::towerIsReleasedWhenThePlanCannotHoldIt() {
+    k3::LaunchConfig o;
+    o.modelDir = kVisionDir + "k3_tiny_vl";
+    o.prefillChunk = 16;
+    k3::Session resident = k3::Session::open(o);
+    const k3::MemoryPlan& kept = resident.model().memoryPlan();
+    QVERIFY(kept.visionResident); // this machine holds it all
+    QCOMPARE(kept.visionBytes, std::uint64_t(124160));
+    QCOMPARE(kept.chunkPositions, 16);
+    QVERIFY(kept.chunkBytes > 0 && kept.chunkBytes < kept.visionBytes);
+
+    // 95% of the memory available one byte short of the resident plan.
+    k3::LaunchDiagnostics d;
+    d.availableBytes = std::uint64_t(double(kept.total() - 1) / k3::kPlanMaxShareOfAvailable);
+    const auto limit = std::uint64_t(double(d.availableBytes) * k3::kPlanMaxShareOfAvailable);
+    QVERIFY(limit < kept.total());
+    k3::Session transient = k3::Session::open(o, d); // not refused: the plan fits
+    const k3::MemoryPlan& plan = transient.model().memoryPlan();
+    QVERIFY(!plan.visionResident);
+    QCOMPARE(plan.available, d.availableBytes);
+    QCOMPARE(plan.chunkPositions, 16); // the chunk kept its size: it uses the tower's turn
+    QCOMPARE(plan.chunkBytes, kept.chunkBytes);
+    QCOMPARE(plan.visionBytes, std::uint64_t(124160));
+    QCOMPARE(plan.visionPlanBytes(), plan.visionBytes - plan.chunkBytes);
+    QCOMPARE(plan.total(), kept.total() - plan.chunkBytes); // max(tower, chunk), not the sum
+    QVERIFY(plan.total() <= limit);
+    QVERIFY2(plan.format().find("TRANSIENT: 124.16 KB loaded per image prompt") !=
+                 std::string::npos,
+             plan.format().c_str());
+
+    // Nothing is loaded before the first image.
+    QCOMPARE(transient.memoryReport().vision.loads, 0);
+    QCOMPARE(transient.memoryReport().vision.heldBytes, std::uint64_t(0));
+
+    const auto run = [](k3::Session& session, const ImageCase& c, int maxTokens) {
+        k3::GenerateOptions g;
+        g.maxTokens = maxTokens;
+        g.images = c.images;
+        const k3::GenerateResult r =
+            session.generateIds(c.expected.at("prompt_ids").get<std::vector<k3::TokenId>>(), g);
+        return std::pair{
+            r.ids, std::vector<float>(session.lastLogits().begin(), session.lastLogits().end())};
+    };
+    const auto sameBits = [](const std::vector<float>& a, const std::vector<float>& b) {
+        return a.size() == b.size() && !a.empty() &&
+               std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    int image = 0;
+    for (const char* name : {"one", "two"}) { // the second prompt reloads the tower
+        const ImageCase c = imageCase(QString::fromLatin1(name));
+        image += 1;
+        // The prompt's last logits, then 8 greedy ids: bit for bit the resident run's.
+        const auto [idsKept, logitsKept] = run(resident, c, 0);
+        const auto [idsFreed, logitsFreed] = run(transient, c, 0);
+        QVERIFY(sameBits(logitsKept, logitsFreed));
+        const auto [genKept, lastKept] = run(resident, c, 8);
+        const auto [genFreed, lastFreed] = run(transient, c, 8);
+        QCOMPARE(genFreed, c.expected.at("greedy").get<std::vector<k3::TokenId>>());
+        QCOMPARE(genFreed, genKept);
+        QVERIFY(sameBits(lastKept, lastFreed));
+
+        const k3::MemoryReport freed = transient.memoryReport();
+        QCOMPARE(freed.vision.heldBytes, std::uint64_t(0)); // released after use
+        QCOMPARE(freed.vision.peakBytes, plan.visionBytes); // held whole while used
+        QCOMPARE(freed.vision.loads, 2 * image);            // two prompts per image case
+        QCOMPARE(freed.vision.releases, 2 * image);
+        const k3::MemoryReport held = resident.memoryReport();
+        QCOMPARE(held.vision.heldBytes, kept.visionBytes);
+        QCOMPARE(held.vision.peakBytes, kept.visionBytes);
+        QCOMPARE(held.vision.loads, 1);
+        QCOMPARE(held.vision.releases, 0);
+        QVERIFY2(freed.format().find("TRANSIENT (released after each image prompt's rows): 0 B "
+                                     "held now, peak 124.16 KB") != std::string::npos,
+                 freed.format().c_str());
+        QVERIFY2(held.format().find("RESIDENT (kept after its first image): 124.16 KB held now") !=
+                     std::string::npos,
+                 held.format().c_str());
+    }
 }
 
 void TestVision::configIsCheckedAndTextOnlyIsSaid() {
