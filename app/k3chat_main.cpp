@@ -1,5 +1,6 @@
 // k3chat: the desktop app.
 #include "MainWindow.h"
+#include "Settings.h"
 #include "chat/ConversationStore.h"
 
 #include <QApplication>
@@ -8,7 +9,6 @@
 #include <QFileInfo>
 #include <QPixmap>
 #include <QScreen>
-#include <QSettings>
 #include <QStandardPaths>
 #include <QTimer>
 
@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
     // The configuration (k3chat.conf: the remote URL, the model folder) and the data
     // (conversations) folders are the user's only, whatever the umask.
     try {
-        ConversationStore::makePrivateFolder(QFileInfo(QSettings().fileName()).absolutePath());
+        ConversationStore::makePrivateFolder(QFileInfo(Settings::fileName()).absolutePath());
         ConversationStore::makePrivateFolder(
             QStandardPaths::writableLocation(QStandardPaths::AppDataLocation));
     } catch (const std::exception& e) {

@@ -1,6 +1,8 @@
 #include "MainMenus.h"
 
 #include "MainWindow.h"
+#include "Settings.h"
+#include "SettingsTable.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationView.h"
 #include "chat/FindBar.h"
@@ -9,7 +11,6 @@
 #include <QDockWidget>
 #include <QMenu>
 #include <QMenuBar>
-#include <QSettings>
 
 MainMenus::MainMenus(MainWindow* window, const QList<QDockWidget*>& docks) : m_window(window) {
     createFileMenu();
@@ -103,8 +104,7 @@ void MainMenus::createViewMenu(const QList<QDockWidget*>& docks) {
     QAction* keepThinking = view->addAction(MainWindow::tr("&Keep thinking expanded"));
     keepThinking->setObjectName(QStringLiteral("keepThinkingExpandedAction"));
     keepThinking->setCheckable(true);
-    keepThinking->setChecked(
-        QSettings().value(QStringLiteral("chat/keepThinkingExpanded"), false).toBool());
+    keepThinking->setChecked(Settings::value(SettingsTable::keepThinkingExpanded));
     m_window->conversationView()->conversation()->setThinkingExpandedByDefault(
         keepThinking->isChecked());
     QObject::connect(keepThinking, &QAction::toggled, m_window,

@@ -5,7 +5,9 @@
 #include "MainMenus.h"
 #include "ModelLoader.h"
 #include "RemoteServerDialog.h"
+#include "Settings.h"
 #include "SettingsDialog.h"
+#include "SettingsTable.h"
 #include "WindowPlacement.h"
 #include "chat/ChatController.h"
 #include "chat/ConversationListPanel.h"
@@ -36,7 +38,6 @@
 #include <QListWidget>
 #include <QMessageBox>
 #include <QPushButton>
-#include <QSettings>
 #include <QShortcut>
 #include <QSplitter>
 #include <QStandardPaths>
@@ -376,10 +377,18 @@ void MainWindow::reopenLastConversation() {
     }
 }
 
+namespace {
+// Where the folder dialog opens: the model folder last used, else home.
+QString lastModelDirectory() {
+    const QString dir = Settings::value(SettingsTable::modelDirectory);
+    return dir.isEmpty() ? QDir::homePath() : dir;
+}
+} // namespace
+
 void MainWindow::openModelFolder() {
     const QString dir = QFileDialog::getExistingDirectory(
         this, tr("Choose a checkpoint folder (config.json, shards, tokenizer)"),
-        QSettings().value(QStringLiteral("model/directory"), QDir::homePath()).toString());
+        lastModelDirectory());
     if (!dir.isEmpty()) loadModelFolder(dir);
 }
 
@@ -466,7 +475,7 @@ void MainWindow::showFindBar() {
 }
 
 void MainWindow::setKeepThinkingExpanded(bool on) {
-    QSettings().setValue(QStringLiteral("chat/keepThinkingExpanded"), on);
+    Settings::setValue(SettingsTable::keepThinkingExpanded, on);
     m_conversation->conversation()->setThinkingExpandedByDefault(on);
 }
 
@@ -608,7 +617,7 @@ void MainWindow::restoreWindowSettings() {
 }
 
 void MainWindow::setAskBeforeQuittingMidAnswer(bool ask) {
-    QSettings().setValue(QStringLiteral("chat/askBeforeQuittingMidAnswer"), ask);
+    Settings::setValue(SettingsTable::askBeforeQuittingMidAnswer, ask);
 }
 
 void MainWindow::closeWithoutAsking() {
@@ -642,7 +651,7 @@ void MainWindow::askToQuitMidAnswer() {
 
 void MainWindow::closeEvent(QCloseEvent* event) {
     if (m_chat->isAnswering() && !m_quitConfirmed &&
-        QSettings().value(QStringLiteral("chat/askBeforeQuittingMidAnswer"), true).toBool()) {
+        Settings::value(SettingsTable::askBeforeQuittingMidAnswer)) {
         event->ignore();
         askToQuitMidAnswer();
         return;

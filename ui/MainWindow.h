@@ -71,7 +71,7 @@ public slots:
     void editLastMessage();
     void cancelEdit();
     void showFindBar();
-    // QSettings "chat/keepThinkingExpanded": thinking blocks start expanded.
+    // SettingsTable::keepThinkingExpanded: thinking blocks start expanded.
     void setKeepThinkingExpanded(bool on);
     void exportConversation();
     // File > Import conversation…: a file dialog (not blocking) whose choice goes to
