@@ -32,9 +32,11 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "ModelLoader.h"
 #include "Settings.h"
 #include "SettingsDialog.h"
 #include "SettingsTable.h"
+#include "chat/ChatController.h"
 #include "chat/ConversationStore.h"
 #include "chat/MessageComposer.h"
 #include "worker/EngineController.h"
@@ -330,10 +332,10 @@ void TestSettingsDialog::savedSettingsReachTheWorkerWithTheNextMessage() {
     };
     const auto ask = [&](const QString& text) {
         QVERIFY(applied.isEmpty());
-        window.sendMessage(text);
+        window.chat()->send(text);
         // Emitted on the engine thread, possibly before a wait() could start: poll.
         QTRY_VERIFY_WITH_TIMEOUT(!applied.isEmpty(), 30000);
-        window.stopGeneration(); // the settings are what matters here, not the answer
+        window.chat()->stop(); // the settings are what matters here, not the answer
         QVERIFY(finished.wait(30000));
     };
 
@@ -400,7 +402,7 @@ k3::LaunchConfig TestSettingsDialog::loadStreamed(MainWindow& window) {
     config.budget = k3::LaunchBudget::ofBytes(300'123, 50'001);
     window.show();
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModel(config);
+    window.loader()->loadModel(config);
     if (!ready.wait(30000)) qFatal("the streamed k3_tiny_a did not load");
     return config;
 }

@@ -21,7 +21,7 @@
 #include <k3/memory_plan.hpp>
 #include <k3/safetensors.hpp>
 
-#include "MainWindow.h"
+#include "ModelLoader.h"
 #include "wizard/CheckpointSize.h"
 #include "wizard/DownloadSpaceCheck.h"
 #include "wizard/HubDownloadBridge.h"
@@ -107,7 +107,7 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
     QPushButton* targetBrowse = buildDownloadBox();
     auto* demo = new QPushButton(tr("Use the bundled demo model"));
     demo->setObjectName(QStringLiteral("useDemoButton"));
-    demo->setEnabled(!MainWindow::demoModelDirectory().isEmpty());
+    demo->setEnabled(!ModelLoader::demoModelDirectory().isEmpty());
     auto* layout = new QVBoxLayout(this);
     layout->addWidget(m_resumeBox);
     layout->addWidget(m_haveIt);
@@ -263,7 +263,7 @@ void ModelSourcePage::connectControls(QPushButton* browse, QPushButton* targetBr
             &DownloadSpaceCheck::scheduleSizeRequest);
     connect(demo, &QPushButton::clicked, this, [this] {
         m_haveIt->setChecked(true);
-        chooseFolder(MainWindow::demoModelDirectory());
+        chooseFolder(ModelLoader::demoModelDirectory());
     });
     connect(m_start, &QPushButton::clicked, this, &ModelSourcePage::startDownload);
     connect(m_pause, &QPushButton::clicked, this, &ModelSourcePage::pauseDownload);
