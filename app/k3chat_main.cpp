@@ -1,5 +1,8 @@
 // k3chat: the desktop app.
 #include "MainWindow.h"
+#include "ModelLoader.h"
+#include "Settings.h"
+#include "chat/ChatController.h"
 #include "chat/ConversationStore.h"
 
 #include <QApplication>
@@ -8,7 +11,6 @@
 #include <QFileInfo>
 #include <QPixmap>
 #include <QScreen>
-#include <QSettings>
 #include <QStandardPaths>
 #include <QTimer>
 
@@ -43,7 +45,7 @@ int main(int argc, char** argv) {
     // The configuration (k3chat.conf: the remote URL, the model folder) and the data
     // (conversations) folders are the user's only, whatever the umask.
     try {
-        ConversationStore::makePrivateFolder(QFileInfo(QSettings().fileName()).absolutePath());
+        ConversationStore::makePrivateFolder(QFileInfo(Settings::fileName()).absolutePath());
         ConversationStore::makePrivateFolder(
             QStandardPaths::writableLocation(QStandardPaths::AppDataLocation));
     } catch (const std::exception& e) {
@@ -99,7 +101,7 @@ int main(int argc, char** argv) {
     });
     if (parser.isSet(conversation)) window.importConversation(parser.value(conversation));
     if (parser.isSet(model))
-        window.loadModelFolder(parser.value(model));
+        window.loader()->loadModelFolder(parser.value(model));
     else
         window.loadStartupModel();
 
@@ -109,7 +111,7 @@ int main(int argc, char** argv) {
     if (parser.isSet(ask)) {
         const QString question = parser.value(ask);
         QObject::connect(&window, &MainWindow::modelReady, &window,
-                         [&window, question] { window.sendMessage(question); });
+                         [&window, question] { window.chat()->send(question); });
         if (!shotPath.isEmpty())
             QObject::connect(&window, &MainWindow::answerFinished, &window, [&window, shotPath] {
                 QTimer::singleShot(300, &window, [&window, shotPath] {

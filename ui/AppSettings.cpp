@@ -1,8 +1,10 @@
 #include "AppSettings.h"
 
+#include "Settings.h"
+#include "SettingsTable.h"
+
 #include <QApplication>
 #include <QPalette>
-#include <QSettings>
 #include <QStandardPaths>
 #include <QStyle>
 #include <QStyleHints>
@@ -15,46 +17,7 @@
 #include <k3/state_cache.hpp>
 
 namespace {
-// Keys: every preference, and the whole launch configuration.
-const QString kGreedy = QStringLiteral("sampling/greedy");
-const QString kTemperature = QStringLiteral("sampling/temperature");
-const QString kTopP = QStringLiteral("sampling/topP");
-const QString kFixedSeed = QStringLiteral("sampling/fixedSeed");
-const QString kSeed = QStringLiteral("sampling/seed");
-const QString kThinking = QStringLiteral("thinking/enabled");
-const QString kEffort = QStringLiteral("thinking/effort");
-const QString kTheme = QStringLiteral("appearance/theme");
-const QString kModelDir = QStringLiteral("model/directory");
-const QString kTrunkDir = QStringLiteral("model/trunkDir");
-const QString kDraftDir = QStringLiteral("model/draftDir"); // absent: prompt lookup
-const QString kPinMode = QStringLiteral("launch/pinMode");
-const QString kThreads = QStringLiteral("engine/threads");
-const QString kPreset = QStringLiteral("launch/preset");
-const QString kTrunkBytes = QStringLiteral("launch/trunkBytes"); // absent: the preset's
-const QString kCacheBytes = QStringLiteral("launch/cacheBytes");
-const QString kPrefillChunk = QStringLiteral("launch/prefillChunk");
-const QString kContextLength = QStringLiteral("launch/contextLength");
-const QString kMaxSpeculation = QStringLiteral("launch/maxSpeculation");
-const QString kStateCache = QStringLiteral("launch/stateCache"); // absent: on
-const QString kStateCacheBytes = QStringLiteral("launch/stateCacheBytes");
-// Before the launch keys: the wizard's budgets, 0 meaning "the engine's default".
-const QString kLegacyTrunkBytes = QStringLiteral("model/trunkBytes");
-const QString kLegacyCacheBytes = QStringLiteral("model/cacheBytes");
-
-std::optional<std::uint64_t> bytesValue(const QSettings& s, const QString& key) {
-    bool ok = false;
-    const qulonglong v = s.value(key).toULongLong(&ok);
-    return s.contains(key) && ok ? std::optional<std::uint64_t>(v) : std::nullopt;
-}
-const QString kSpeculation = QStringLiteral("engine/speculation");
-const QString kMaxTokens = QStringLiteral("generation/maxTokens");
-const QString kImagePatchLimit = QStringLiteral("images/patchLimit");
-const QString kSystemPrompt = QStringLiteral("generation/systemPrompt");
-const QString kWindowGeometry = QStringLiteral("mainWindow/geometry");
-const QString kWindowSplitter = QStringLiteral("mainWindow/splitter");
-const QString kWindowDocks = QStringLiteral("mainWindow/docks");
-const QString kOpenConversation = QStringLiteral("mainWindow/conversation");
-const QString kPinnedConversations = QStringLiteral("conversations/pinned");
+namespace T = SettingsTable;
 
 QPalette darkPalette() {
     QPalette p;
@@ -81,86 +44,73 @@ QPalette darkPalette() {
 } // namespace
 
 QStringList AppSettings::themes() {
-    return {QStringLiteral("system"), QStringLiteral("light"), QStringLiteral("dark")};
+    return T::theme.choices;
 }
 
 QStringList AppSettings::efforts() {
-    // The same choices as the composer's Effort box.
-    return {QStringLiteral("max"), QStringLiteral("high"), QStringLiteral("medium"),
-            QStringLiteral("low")};
+    return T::thinkingEffort.choices;
 }
 
 AppSettings AppSettings::load() {
-    const QSettings s;
     AppSettings a;
-    a.greedy = s.value(kGreedy, a.greedy).toBool();
-    a.temperature = std::clamp(s.value(kTemperature, a.temperature).toDouble(), 0.01, 2.0);
-    a.topP = std::clamp(s.value(kTopP, a.topP).toDouble(), 0.01, 1.0);
-    a.fixedSeed = s.value(kFixedSeed, a.fixedSeed).toBool();
-    a.seed = std::max(0, s.value(kSeed, a.seed).toInt());
-    a.thinking = s.value(kThinking, a.thinking).toBool();
-    const QString effort = s.value(kEffort, a.thinkingEffort).toString();
-    if (efforts().contains(effort)) a.thinkingEffort = effort;
-    const QString theme = s.value(kTheme, a.theme).toString();
-    if (themes().contains(theme)) a.theme = theme;
+    a.greedy = Settings::value(T::greedy);
+    a.temperature = Settings::value(T::temperature);
+    a.topP = Settings::value(T::topP);
+    a.fixedSeed = Settings::value(T::fixedSeed);
+    a.seed = Settings::value(T::seed);
+    a.thinking = Settings::value(T::thinking);
+    a.thinkingEffort = Settings::value(T::thinkingEffort);
+    a.theme = Settings::value(T::theme);
     a.launch = loadLaunch();
-    a.speculation = s.value(kSpeculation, a.speculation).toBool();
-    a.maxTokens = std::clamp(s.value(kMaxTokens, a.maxTokens).toInt(), 1, 32768);
-    a.imagePatchLimit =
-        std::clamp(s.value(kImagePatchLimit, a.imagePatchLimit).toInt(), 4, kMaxImagePatchLimit);
-    a.systemPrompt = s.value(kSystemPrompt).toString();
+    a.speculation = Settings::value(T::speculation);
+    a.maxTokens = Settings::value(T::maxTokens);
+    a.imagePatchLimit = Settings::value(T::imagePatchLimit);
+    a.systemPrompt = Settings::value(T::systemPrompt);
     return a;
 }
 
 void AppSettings::save() const {
-    QSettings s;
-    s.setValue(kGreedy, greedy);
-    s.setValue(kTemperature, temperature);
-    s.setValue(kTopP, topP);
-    s.setValue(kFixedSeed, fixedSeed);
-    s.setValue(kSeed, seed);
-    s.setValue(kThinking, thinking);
-    s.setValue(kEffort, thinkingEffort);
-    s.setValue(kTheme, theme);
+    Settings::setValue(T::greedy, greedy);
+    Settings::setValue(T::temperature, temperature);
+    Settings::setValue(T::topP, topP);
+    Settings::setValue(T::fixedSeed, fixedSeed);
+    Settings::setValue(T::seed, seed);
+    Settings::setValue(T::thinking, thinking);
+    Settings::setValue(T::thinkingEffort, thinkingEffort);
+    Settings::setValue(T::theme, theme);
     saveLaunch(launch);
-    s.setValue(kSpeculation, speculation);
-    s.setValue(kMaxTokens, maxTokens);
-    s.setValue(kImagePatchLimit, imagePatchLimit);
-    s.setValue(kSystemPrompt, systemPrompt);
+    Settings::setValue(T::speculation, speculation);
+    Settings::setValue(T::maxTokens, maxTokens);
+    Settings::setValue(T::imagePatchLimit, imagePatchLimit);
+    Settings::setValue(T::systemPrompt, systemPrompt);
 }
 
 k3::LaunchConfig AppSettings::loadLaunch() {
-    const QSettings s;
     k3::LaunchConfig c;
-    c.modelDir = s.value(kModelDir).toString().toStdString();
-    c.trunkDir = s.value(kTrunkDir).toString().toStdString();
+    c.modelDir = Settings::value(T::modelDirectory).toStdString();
+    c.trunkDir = Settings::value(T::trunkDirectory).toStdString();
     // A name the preset table does not know (a hand edit) is dropped, not sent on.
-    const std::string preset = s.value(kPreset).toString().toStdString();
+    const std::string preset = Settings::value(T::preset).toStdString();
     if (k3::findPreset(preset)) c.budget.preset = preset;
-    if (s.contains(kPreset)) {
-        c.budget.trunkBytes = bytesValue(s, kTrunkBytes);
-        c.budget.cacheBytes = bytesValue(s, kCacheBytes);
+    if (Settings::contains(T::preset.key)) {
+        c.budget.trunkBytes = Settings::stored(T::trunkBytes);
+        c.budget.cacheBytes = Settings::stored(T::cacheBytes);
     } else { // written by an older k3chat
-        if (const auto t = bytesValue(s, kLegacyTrunkBytes); t && *t > 0) c.budget.trunkBytes = t;
-        if (const auto b = bytesValue(s, kLegacyCacheBytes); b && *b > 0) c.budget.cacheBytes = b;
+        if (const auto t = Settings::stored(T::legacyTrunkBytes); t && *t > 0)
+            c.budget.trunkBytes = t;
+        if (const auto b = Settings::stored(T::legacyCacheBytes); b && *b > 0)
+            c.budget.cacheBytes = b;
     }
-    for (std::optional<std::uint64_t>* bytes : {&c.budget.trunkBytes, &c.budget.cacheBytes})
-        if (*bytes) **bytes = std::min(**bytes, k3::kMaxBudgetBytes);
     // The engine's ranges (validate(LaunchConfig)): a hand-edited value is brought inside.
-    const auto number = [&s](const QString& key, int fallback, k3::LaunchRange r) {
-        return std::clamp(s.value(key, fallback).toInt(), r.min, r.max);
-    };
-    c.threads = number(kThreads, c.threads, k3::kThreadsRange);
-    c.prefillChunk = number(kPrefillChunk, c.prefillChunk, k3::kPrefillChunkRange);
-    c.contextLength = number(kContextLength, c.contextLength, k3::kContextRange);
-    c.maxSpeculation = number(kMaxSpeculation, c.maxSpeculation, k3::kSpeculationRange);
-    if (const auto mode = k3::pinModeNamed(s.value(kPinMode).toString().toStdString()))
+    c.threads = Settings::value(T::threads);
+    c.prefillChunk = Settings::value(T::prefillChunk);
+    c.contextLength = Settings::value(T::contextLength);
+    c.maxSpeculation = Settings::value(T::maxSpeculation);
+    if (const auto mode = k3::pinModeNamed(Settings::value(T::pinMode).toStdString()))
         c.pinMode = *mode;
-    c.draftDir = s.value(kDraftDir).toString().toStdString();
-    if (s.value(kStateCache, true).toBool()) c.stateCacheDir = stateCacheDirectory().toStdString();
-    // 0: the engine's default budget.
-    c.stateCacheBytes = std::min<std::uint64_t>(bytesValue(s, kStateCacheBytes).value_or(0),
-                                                std::uint64_t(1) << 50);
+    c.draftDir = Settings::value(T::draftDirectory).toStdString();
+    if (Settings::value(T::stateCache)) c.stateCacheDir = stateCacheDirectory().toStdString();
+    c.stateCacheBytes = Settings::stored(T::stateCacheBytes).value_or(0); // 0: the default
     return c;
 }
 
@@ -180,53 +130,51 @@ QString AppSettings::stateCacheDirectory() {
 }
 
 void AppSettings::saveLaunch(const k3::LaunchConfig& c) {
-    QSettings s;
-    s.setValue(kModelDir, QString::fromStdString(c.modelDir.string()));
-    s.setValue(kTrunkDir, QString::fromStdString(c.trunkDir.string()));
+    Settings::setValue(T::modelDirectory, QString::fromStdString(c.modelDir.string()));
+    Settings::setValue(T::trunkDirectory, QString::fromStdString(c.trunkDir.string()));
     if (c.draftDir.empty())
-        s.remove(kDraftDir);
+        Settings::remove(T::draftDirectory);
     else
-        s.setValue(kDraftDir, QString::fromStdString(c.draftDir.string()));
-    s.setValue(kPinMode, QString::fromLatin1(k3::pinModeName(c.pinMode)));
-    s.setValue(kPreset, QString::fromStdString(c.budget.preset));
-    const auto setBytes = [&s](const QString& key, const std::optional<std::uint64_t>& v) {
+        Settings::setValue(T::draftDirectory, QString::fromStdString(c.draftDir.string()));
+    Settings::setValue(T::pinMode, QString::fromLatin1(k3::pinModeName(c.pinMode)));
+    Settings::setValue(T::preset, QString::fromStdString(c.budget.preset));
+    const auto setBytes = [](const Setting<qulonglong>& setting,
+                             const std::optional<std::uint64_t>& v) {
         if (v)
-            s.setValue(key, qulonglong(*v));
+            Settings::setValue(setting, qulonglong(*v));
         else
-            s.remove(key);
+            Settings::remove(setting);
     };
-    setBytes(kTrunkBytes, c.budget.trunkBytes);
-    setBytes(kCacheBytes, c.budget.cacheBytes);
-    s.remove(kLegacyTrunkBytes);
-    s.remove(kLegacyCacheBytes);
-    s.setValue(kThreads, c.threads);
-    s.setValue(kPrefillChunk, c.prefillChunk);
-    s.setValue(kContextLength, c.contextLength);
-    s.setValue(kStateCache, !c.stateCacheDir.empty());
-    s.setValue(kStateCacheBytes, qulonglong(c.stateCacheBytes));
-    s.setValue(kMaxSpeculation, c.maxSpeculation);
+    setBytes(T::trunkBytes, c.budget.trunkBytes);
+    setBytes(T::cacheBytes, c.budget.cacheBytes);
+    Settings::remove(T::legacyTrunkBytes);
+    Settings::remove(T::legacyCacheBytes);
+    Settings::setValue(T::threads, c.threads);
+    Settings::setValue(T::prefillChunk, c.prefillChunk);
+    Settings::setValue(T::contextLength, c.contextLength);
+    Settings::setValue(T::stateCache, !c.stateCacheDir.empty());
+    Settings::setValue(T::stateCacheBytes, qulonglong(c.stateCacheBytes));
+    Settings::setValue(T::maxSpeculation, c.maxSpeculation);
 }
 
 AppSettings::Window AppSettings::loadWindow() {
-    const QSettings s;
-    return {s.value(kWindowGeometry).toByteArray(), s.value(kWindowSplitter).toByteArray(),
-            s.value(kWindowDocks).toByteArray(), s.value(kOpenConversation).toString()};
+    return {Settings::value(T::windowGeometry), Settings::value(T::windowSplitter),
+            Settings::value(T::windowDocks), Settings::value(T::openConversation)};
 }
 
 void AppSettings::saveWindow(const Window& window) {
-    QSettings s;
-    s.setValue(kWindowGeometry, window.geometry);
-    s.setValue(kWindowSplitter, window.splitter);
-    s.setValue(kWindowDocks, window.docks);
-    s.setValue(kOpenConversation, window.conversationId);
+    Settings::setValue(T::windowGeometry, window.geometry);
+    Settings::setValue(T::windowSplitter, window.splitter);
+    Settings::setValue(T::windowDocks, window.docks);
+    Settings::setValue(T::openConversation, window.conversationId);
 }
 
 QStringList AppSettings::pinnedConversations() {
-    return QSettings().value(kPinnedConversations).toStringList();
+    return Settings::value(T::pinnedConversations);
 }
 
 void AppSettings::setPinnedConversations(const QStringList& ids) {
-    QSettings().setValue(kPinnedConversations, ids);
+    Settings::setValue(T::pinnedConversations, ids);
 }
 
 GenerationSettings AppSettings::generationSettings(quint64 randomSeed) const {

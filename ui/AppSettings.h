@@ -4,29 +4,32 @@
 #include <QString>
 #include <QStringList>
 
+#include "SettingsTable.h"
 #include "worker/EngineWorker.h"
 
 #include <k3/launch.hpp>
 #include <k3/vision.hpp>
 
-// The preferences the Settings dialog edits, stored in QSettings. MainWindow reads them
-// again for every message, so a change applies to the next one. Values read back are
-// clamped to their valid ranges: a hand-edited settings file never breaks a message.
+// The preferences the Settings dialog edits, kept in the settings table (SettingsTable.h,
+// through Settings). MainWindow reads them again for every message, so a change applies
+// to the next one. Values read back are clamped to the table's ranges: a hand-edited
+// settings file never breaks a message.
 class AppSettings {
 public:
-    bool greedy = true;       // always the most likely token (temperature 0)
-    double temperature = 0.7; // when sampling
-    double topP = 0.95;
-    bool fixedSeed = false; // false: a new seed for every message
-    int seed = 42;
-    bool thinking = true; // the composer's Think box at start
-    QString thinkingEffort = QStringLiteral("max");
-    QString theme = QStringLiteral("system"); // system, light, dark
+    bool greedy = SettingsTable::greedy.fallback; // always the most likely token (temperature 0)
+    double temperature = SettingsTable::temperature.fallback; // when sampling
+    double topP = SettingsTable::topP.fallback;
+    bool fixedSeed = SettingsTable::fixedSeed.fallback; // false: a new seed for every message
+    int seed = SettingsTable::seed.fallback;
+    bool thinking = SettingsTable::thinking.fallback; // the composer's Think box at start
+    QString thinkingEffort = SettingsTable::thinkingEffort.fallback;
+    QString theme = SettingsTable::theme.fallback; // system, light, dark
     // The model and how it opens: folders, budget, threads (OpenMP; 0: every core),
     // prefill chunk, context. The wizard, Settings and the next start share it.
     k3::LaunchConfig launch = defaultLaunch();
-    bool speculation = true; // verify guesses of repeated text in one pass (same answers)
-    int maxTokens = 512;     // the longest answer, in tokens
+    bool speculation = SettingsTable::speculation
+                           .fallback; // verify guesses of repeated text in one pass (same answers)
+    int maxTokens = SettingsTable::maxTokens.fallback; // the longest answer, in tokens
     // Largest image in 14-px patches, a quarter of them prompt positions. 4,096 (1,024
     // positions, about 900x900 read as is) keeps a photo's reading to minutes on a laptop
     // streaming the trunk; the release's 65,536 (16,384 positions) is the most.
@@ -39,7 +42,7 @@ public:
 
     static AppSettings load();
     void save() const;
-    // Only the launch configuration (every key of it is in AppSettings.cpp).
+    // Only the launch configuration (its keys are in SettingsTable.h).
     static k3::LaunchConfig loadLaunch();
     // A launch with nothing set: the engine's defaults, conversation states kept on disk.
     static k3::LaunchConfig defaultLaunch();

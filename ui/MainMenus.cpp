@@ -1,6 +1,10 @@
 #include "MainMenus.h"
 
 #include "MainWindow.h"
+#include "ModelLoader.h"
+#include "Settings.h"
+#include "SettingsTable.h"
+#include "chat/ChatController.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationView.h"
 #include "chat/FindBar.h"
@@ -9,7 +13,6 @@
 #include <QDockWidget>
 #include <QMenu>
 #include <QMenuBar>
-#include <QSettings>
 
 MainMenus::MainMenus(MainWindow* window, const QList<QDockWidget*>& docks) : m_window(window) {
     createFileMenu();
@@ -40,20 +43,21 @@ void MainMenus::createFileMenu() {
 
 void MainMenus::createEditMenu() {
     QMenu* edit = m_window->menuBar()->addMenu(MainWindow::tr("&Edit"));
-    m_regenerate = edit->addAction(MainWindow::tr("&Regenerate the last answer"), m_window,
-                                   &MainWindow::regenerate);
+    ChatController* chat = m_window->chat();
+    m_regenerate = edit->addAction(MainWindow::tr("&Regenerate the last answer"), chat,
+                                   &ChatController::regenerate);
     m_regenerate->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
     m_regenerate->setObjectName(QStringLiteral("regenerateAction"));
     // An answer cut by Stop, quitting or a crash goes on from where it stopped.
-    m_continue = edit->addAction(MainWindow::tr("&Continue the cut answer"), m_window,
-                                 &MainWindow::continueAnswer);
+    m_continue = edit->addAction(MainWindow::tr("&Continue the cut answer"), chat,
+                                 &ChatController::continueAnswer);
     m_continue->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_R));
     m_continue->setObjectName(QStringLiteral("continueAnswerAction"));
     m_continue->setEnabled(false);
     // Up only works in the empty composer, so it is shown here but not bound globally.
     QAction* editLast = edit->addAction(MainWindow::tr("&Edit the last message") +
                                             QStringLiteral("\t") + MainWindow::tr("Up"),
-                                        m_window, &MainWindow::editLastMessage);
+                                        chat, &ChatController::editLastMessage);
     editLast->setObjectName(QStringLiteral("editLastAction"));
     // The system prompt and the conversation's own sampling and longest answer.
     QAction* conversation = edit->addAction(MainWindow::tr("S&ystem prompt and sampling…"),
@@ -74,13 +78,13 @@ void MainMenus::createEditMenu() {
 
 void MainMenus::createFindActions(QMenu* edit) {
     MainWindow* window = m_window;
-    QAction* find =
-        edit->addAction(MainWindow::tr("&Find in conversation…"), window, &MainWindow::showFindBar);
+    QAction* find = edit->addAction(MainWindow::tr("&Find in conversation…"), window->findBar(),
+                                    &FindBar::open);
     find->setObjectName(QStringLiteral("findAction"));
     find->setShortcut(QKeySequence::Find);
     QAction* findNext = edit->addAction(MainWindow::tr("Find &next"), window, [window] {
         if (window->findBar()->text().isEmpty())
-            window->showFindBar();
+            window->findBar()->open();
         else
             window->conversationView()->findNext();
     });
@@ -88,7 +92,7 @@ void MainMenus::createFindActions(QMenu* edit) {
     findNext->setShortcut(QKeySequence(Qt::Key_F3));
     QAction* findPrevious = edit->addAction(MainWindow::tr("Find &previous"), window, [window] {
         if (window->findBar()->text().isEmpty())
-            window->showFindBar();
+            window->findBar()->open();
         else
             window->conversationView()->findPrevious();
     });
@@ -103,12 +107,18 @@ void MainMenus::createViewMenu(const QList<QDockWidget*>& docks) {
     QAction* keepThinking = view->addAction(MainWindow::tr("&Keep thinking expanded"));
     keepThinking->setObjectName(QStringLiteral("keepThinkingExpandedAction"));
     keepThinking->setCheckable(true);
-    keepThinking->setChecked(
-        QSettings().value(QStringLiteral("chat/keepThinkingExpanded"), false).toBool());
-    m_window->conversationView()->conversation()->setThinkingExpandedByDefault(
-        keepThinking->isChecked());
-    QObject::connect(keepThinking, &QAction::toggled, m_window,
-                     &MainWindow::setKeepThinkingExpanded);
+    keepThinking->setChecked(Settings::value(SettingsTable::keepThinkingExpanded));
+    // The action writes the setting; the conversation follows the setting's change signal.
+    ConversationModel* conversation = m_window->conversationView()->conversation();
+    conversation->setThinkingExpandedByDefault(keepThinking->isChecked());
+    QObject::connect(keepThinking, &QAction::toggled, keepThinking,
+                     [](bool on) { Settings::setValue(SettingsTable::keepThinkingExpanded, on); });
+    QObject::connect(Settings::instance(), &Settings::changed, conversation,
+                     [conversation](const QString& key) {
+                         if (key == SettingsTable::keepThinkingExpanded.key)
+                             conversation->setThinkingExpandedByDefault(
+                                 Settings::value(SettingsTable::keepThinkingExpanded));
+                     });
 }
 
 void MainMenus::createModelMenu() {
@@ -116,8 +126,8 @@ void MainMenus::createModelMenu() {
     QAction* open = model->addAction(MainWindow::tr("&Open model folder…"), m_window,
                                      &MainWindow::openModelFolder);
     open->setShortcut(QKeySequence::Open);
-    QAction* demo = model->addAction(MainWindow::tr("Load the &demo model"), m_window,
-                                     &MainWindow::loadDemoModel);
+    QAction* demo = model->addAction(MainWindow::tr("Load the &demo model"), m_window->loader(),
+                                     &ModelLoader::loadDemoModel);
     demo->setObjectName(QStringLiteral("loadDemoAction"));
     QAction* server = model->addAction(MainWindow::tr("Use a &server…"), m_window,
                                        &MainWindow::showRemoteServerDialog);

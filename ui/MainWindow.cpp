@@ -5,7 +5,9 @@
 #include "MainMenus.h"
 #include "ModelLoader.h"
 #include "RemoteServerDialog.h"
+#include "Settings.h"
 #include "SettingsDialog.h"
+#include "SettingsTable.h"
 #include "WindowPlacement.h"
 #include "chat/ChatController.h"
 #include "chat/ConversationListPanel.h"
@@ -36,7 +38,6 @@
 #include <QListWidget>
 #include <QMessageBox>
 #include <QPushButton>
-#include <QSettings>
 #include <QShortcut>
 #include <QSplitter>
 #include <QStandardPaths>
@@ -156,7 +157,7 @@ QWidget* MainWindow::buildCenter() {
         m_composer->setFocus();
     });
     connect(m_conversation, &ConversationView::matchChanged, m_findBar, &FindBar::setResult);
-    connect(m_conversation, &ConversationView::findRequested, this, &MainWindow::showFindBar);
+    connect(m_conversation, &ConversationView::findRequested, m_findBar, &FindBar::open);
     connect(m_conversation, &ConversationView::editLastMessageRequested, m_chat,
             &ChatController::editLastMessage);
     connect(m_conversation, &ConversationView::editMessageRequested, m_chat,
@@ -227,10 +228,6 @@ const QString& MainWindow::currentConversationId() const {
     return m_chat->conversationId();
 }
 
-void MainWindow::sendMessage(const QString& text) {
-    m_chat->send(text);
-}
-
 // A conversation ending with a question offers to answer it instead.
 void MainWindow::updateRegenerateAction() {
     QAction* action = m_menus->regenerateAction();
@@ -260,10 +257,6 @@ void MainWindow::newChat() {
 void MainWindow::updatePromptBanner() {
     const ConversationModel* conversation = m_conversation->conversation();
     m_promptBanner->setPrompt(m_chat->systemPrompt(), !conversation->systemPromptChosen());
-}
-
-QString MainWindow::demoModelDirectory() {
-    return ModelLoader::demoModelDirectory();
 }
 
 QListWidget* MainWindow::conversationList() const {
@@ -376,27 +369,19 @@ void MainWindow::reopenLastConversation() {
     }
 }
 
+namespace {
+// Where the folder dialog opens: the model folder last used, else home.
+QString lastModelDirectory() {
+    const QString dir = Settings::value(SettingsTable::modelDirectory);
+    return dir.isEmpty() ? QDir::homePath() : dir;
+}
+} // namespace
+
 void MainWindow::openModelFolder() {
     const QString dir = QFileDialog::getExistingDirectory(
         this, tr("Choose a checkpoint folder (config.json, shards, tokenizer)"),
-        QSettings().value(QStringLiteral("model/directory"), QDir::homePath()).toString());
-    if (!dir.isEmpty()) loadModelFolder(dir);
-}
-
-void MainWindow::loadDemoModel() {
-    m_loader->loadDemoModel();
-}
-
-void MainWindow::loadModelFolder(const QString& directory) {
-    m_loader->loadModelFolder(directory);
-}
-
-void MainWindow::loadModel(const k3::LaunchConfig& config) {
-    m_loader->loadModel(config);
-}
-
-void MainWindow::connectRemote(const QString& url, const QString& model, const QString& apiKey) {
-    m_loader->connectRemote(url, model, apiKey);
+        lastModelDirectory());
+    if (!dir.isEmpty()) m_loader->loadModelFolder(dir);
 }
 
 const k3::LaunchConfig& MainWindow::launchConfig() const {
@@ -408,13 +393,9 @@ void MainWindow::showRemoteServerDialog() {
     dialog->setAttribute(Qt::WA_DeleteOnClose);
     connect(dialog, &QDialog::accepted, this, [this, dialog] {
         RemoteServerForm* form = dialog->form();
-        connectRemote(form->url(), form->model(), form->apiKey());
+        m_loader->connectRemote(form->url(), form->model(), form->apiKey());
     });
     dialog->open();
-}
-
-void MainWindow::stopGeneration() {
-    m_chat->stop();
 }
 
 void MainWindow::connectLoader() {
@@ -438,36 +419,11 @@ void MainWindow::connectLoader() {
     connect(m_loader, &ModelLoader::setupWizardRequested, this, &MainWindow::showSetupWizard);
 }
 
-void MainWindow::regenerate() {
-    m_chat->regenerate();
-}
-
 void MainWindow::measureSavedStates() {
     const QStringList ids = m_conversationPanel->listedIds();
     QStringList transcripts;
     for (const QString& id : ids) transcripts << m_store->pathFor(id);
     if (!ids.isEmpty()) m_engine->measureSavedStates(ids, transcripts);
-}
-
-void MainWindow::continueAnswer() {
-    m_chat->continueAnswer();
-}
-
-void MainWindow::editLastMessage() {
-    m_chat->editLastMessage();
-}
-
-void MainWindow::cancelEdit() {
-    m_chat->cancelEdit();
-}
-
-void MainWindow::showFindBar() {
-    m_findBar->open();
-}
-
-void MainWindow::setKeepThinkingExpanded(bool on) {
-    QSettings().setValue(QStringLiteral("chat/keepThinkingExpanded"), on);
-    m_conversation->conversation()->setThinkingExpandedByDefault(on);
 }
 
 QString MainWindow::conversationMarkdown(const QVector<ChatTurn>& turns) {
@@ -551,8 +507,8 @@ void MainWindow::showSetupWizard() {
     // The whole choice, budgets included, is saved by onModelLoaded once it has opened:
     // a choice that fails never replaces the setup that works.
     connect(wizard, &SetupWizard::setupFinished, this,
-            [this](const k3::LaunchConfig& config) { loadModel(config); });
-    connect(wizard, &SetupWizard::serverChosen, this, &MainWindow::connectRemote);
+            [this](const k3::LaunchConfig& config) { m_loader->loadModel(config); });
+    connect(wizard, &SetupWizard::serverChosen, m_loader, &ModelLoader::connectRemote);
     wizard->open();
 }
 
@@ -573,7 +529,8 @@ void MainWindow::showSettings() {
         m_loader->setThreads(after.launch.threads);
         k3::LaunchConfig changed = after.launch;
         changed.threads = before.launch.threads;
-        if (changed != before.launch && !after.launch.modelDir.empty()) loadModel(after.launch);
+        if (changed != before.launch && !after.launch.modelDir.empty())
+            m_loader->loadModel(after.launch);
     });
     dialog->open();
 }
@@ -607,10 +564,6 @@ void MainWindow::restoreWindowSettings() {
     if (!saved.splitter.isEmpty()) m_splitter->restoreState(saved.splitter);
 }
 
-void MainWindow::setAskBeforeQuittingMidAnswer(bool ask) {
-    QSettings().setValue(QStringLiteral("chat/askBeforeQuittingMidAnswer"), ask);
-}
-
 void MainWindow::closeWithoutAsking() {
     m_quitConfirmed = true;
     close();
@@ -633,7 +586,8 @@ void MainWindow::askToQuitMidAnswer() {
     box->setAttribute(Qt::WA_DeleteOnClose);
     connect(box, &QMessageBox::buttonClicked, this, [this, box](QAbstractButton* button) {
         if (box->buttonRole(button) != QMessageBox::AcceptRole) return;
-        if (box->checkBox()->isChecked()) setAskBeforeQuittingMidAnswer(false);
+        if (box->checkBox()->isChecked())
+            Settings::setValue(SettingsTable::askBeforeQuittingMidAnswer, false);
         m_quitConfirmed = true;
         QTimer::singleShot(0, this, &QWidget::close);
     });
@@ -642,7 +596,7 @@ void MainWindow::askToQuitMidAnswer() {
 
 void MainWindow::closeEvent(QCloseEvent* event) {
     if (m_chat->isAnswering() && !m_quitConfirmed &&
-        QSettings().value(QStringLiteral("chat/askBeforeQuittingMidAnswer"), true).toBool()) {
+        Settings::value(SettingsTable::askBeforeQuittingMidAnswer)) {
         event->ignore();
         askToQuitMidAnswer();
         return;

@@ -46,12 +46,12 @@ public:
     TokenTimingPanel* timingPanel() const { return m_timing; }
     FindBar* findBar() const { return m_findBar; }
     ChatController* chat() const { return m_chat; }
+    // Which model answers: loads a folder, a launch, the demo, or connects to a server.
+    ModelLoader* loader() const { return m_loader; }
     const QString& currentConversationId() const;
     // The configuration of the local model loaded last (or loading now).
     const k3::LaunchConfig& launchConfig() const;
 
-    // The bundled demo model: next to the installed binary, or in the source tree.
-    static QString demoModelDirectory();
     // The conversation as Markdown, for File > Export.
     static QString conversationMarkdown(const QVector<ChatTurn>& turns);
 
@@ -62,17 +62,6 @@ public:
 
 public slots:
     void newChat();
-    // Writes the last answer again; a conversation ending with a question gets its answer.
-    void regenerate();
-    // Continues the last answer where it was cut (Edit > Continue the cut answer).
-    void continueAnswer();
-    // Puts the last user message back in the composer; sending it then replaces that
-    // message and everything after it, and the answer is generated again.
-    void editLastMessage();
-    void cancelEdit();
-    void showFindBar();
-    // QSettings "chat/keepThinkingExpanded": thinking blocks start expanded.
-    void setKeepThinkingExpanded(bool on);
     void exportConversation();
     // File > Import conversation…: a file dialog (not blocking) whose choice goes to
     // importConversation (before: only `k3chat --conversation FILE`).
@@ -84,26 +73,15 @@ public slots:
     // Edit > System prompt…: the open conversation's system prompt, without blocking.
     void showSystemPrompt();
     void openModelFolder();
-    // Opens `config` (the memory plan enforced); once it loads it is what the next start
-    // opens.
-    void loadModel(const k3::LaunchConfig& config);
-    // A checkpoint folder with every weight resident; threads, chunk and context as saved.
-    void loadModelFolder(const QString& directory);
-    void loadDemoModel();
-    // Chats through an OpenAI-compatible server instead of a local model.
-    void connectRemote(const QString& url, const QString& model, const QString& apiKey);
     // Model > Use a server…: the server form in a dialog; Connect switches to it.
     void showRemoteServerDialog();
-    void stopGeneration();
     // Quitting while an answer is written asks first (a non-modal box,
-    // "quitDuringAnswerBox"); off, it quits at once. The answer so far is kept either way.
-    void setAskBeforeQuittingMidAnswer(bool ask);
+    // "quitDuringAnswerBox") unless SettingsTable::askBeforeQuittingMidAnswer is off. The
+    // answer so far is kept either way.
     // Closes without that question (--quit-after); the answer so far is still kept.
     void closeWithoutAsking();
     void openConversation(const QString& id);
     void refreshConversationList();
-    // Sends `text` as the user's next message (what Enter in the composer does).
-    void sendMessage(const QString& text);
     // At start: the last model used, else the bundled demo, else nothing.
     void loadStartupModel();
 

@@ -1,6 +1,8 @@
 #include "ModelLoader.h"
 
 #include "AppSettings.h"
+#include "Settings.h"
+#include "SettingsTable.h"
 #include "wizard/TokenStore.h"
 #include "worker/EngineController.h"
 
@@ -8,7 +10,6 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QMessageBox>
-#include <QSettings>
 #include <QTimer>
 #include <QWidget>
 
@@ -32,13 +33,12 @@ QString ModelLoader::demoModelDirectory() {
 }
 
 void ModelLoader::loadStartupModel() {
-    const QSettings remembered;
-    const QString remoteUrl = remembered.value(QStringLiteral("remote/url")).toString();
-    if (remembered.value(QStringLiteral("model/source")).toString() == QLatin1String("remote") &&
+    const QString remoteUrl = Settings::value(SettingsTable::remoteUrl);
+    if (Settings::value(SettingsTable::modelSource) == QLatin1String("remote") &&
         !remoteUrl.isEmpty()) {
         // The key comes from the keychain, which answers asynchronously.
         auto* keys = new TokenStore(this, TokenStore::serverKeyName());
-        const QString model = remembered.value(QStringLiteral("remote/model")).toString();
+        const QString model = Settings::value(SettingsTable::remoteModel);
         connect(keys, &TokenStore::loaded, this,
                 [this, keys, remoteUrl, model](const QString& key) {
                     keys->deleteLater();
@@ -61,9 +61,8 @@ void ModelLoader::loadStartupModel() {
         loadDemoModel();
     // First run: the wizard opens over the demo (which loads behind it), so a new user
     // can chat at once (its first page's demo button) or set up the real model.
-    QSettings settings;
-    if (!settings.value(QStringLiteral("setup/firstRunDone"), false).toBool()) {
-        settings.setValue(QStringLiteral("setup/firstRunDone"), true);
+    if (!Settings::value(SettingsTable::firstRunDone)) {
+        Settings::setValue(SettingsTable::firstRunDone, true);
         QTimer::singleShot(0, this, &ModelLoader::setupWizardRequested);
     }
 }
@@ -103,10 +102,10 @@ void ModelLoader::connectRemote(const QString& url, const QString& model, const 
 void ModelLoader::onModelLoaded(const ModelInfo& info) {
     m_connecting = false;
     if (info.remote) {
-        QSettings settings; // the URL and model only: the key stays in the keychain
-        settings.setValue(QStringLiteral("model/source"), QStringLiteral("remote"));
-        settings.setValue(QStringLiteral("remote/url"), info.directory);
-        settings.setValue(QStringLiteral("remote/model"), info.modelName);
+        // The URL and model only: the key stays in the keychain.
+        Settings::setValue(SettingsTable::modelSource, QStringLiteral("remote"));
+        Settings::setValue(SettingsTable::remoteUrl, info.directory);
+        Settings::setValue(SettingsTable::remoteModel, info.modelName);
         m_remoteUrl = info.directory;
         m_modelName = tr("%1 · remote: %2").arg(info.modelName, info.directory);
         m_readyStatus = tr("%1 · ready").arg(m_modelName);
@@ -117,7 +116,7 @@ void ModelLoader::onModelLoaded(const ModelInfo& info) {
     m_remoteUrl.clear();
     m_launch = info.launch;
     m_modelName = QFileInfo(info.directory).fileName();
-    QSettings().setValue(QStringLiteral("model/source"), QStringLiteral("local"));
+    Settings::setValue(SettingsTable::modelSource, QStringLiteral("local"));
     AppSettings::saveLaunch(info.launch); // what opened is what the next start opens
     // The budget in use, as asked for ("preset laptop", "trunk 3.00 GB / cache 1.50 GB").
     QString budget = QString::fromStdString(info.launch.budget.describe());

@@ -1,20 +1,20 @@
 #include "RemoteServerDialog.h"
 
+#include "Settings.h"
+#include "SettingsTable.h"
 #include "wizard/RemoteServerForm.h"
 
 #include <QDialogButtonBox>
 #include <QMessageBox>
 #include <QPushButton>
-#include <QSettings>
 #include <QVBoxLayout>
 
 RemoteServerDialog::RemoteServerDialog(QWidget* parent)
     : QDialog(parent), m_form(new RemoteServerForm) {
     setObjectName(QStringLiteral("remoteServerDialog"));
     setWindowTitle(tr("Use a server"));
-    const QSettings settings;
-    m_form->setUrl(settings.value(QStringLiteral("remote/url")).toString());
-    m_form->setModel(settings.value(QStringLiteral("remote/model")).toString());
+    m_form->setUrl(Settings::value(SettingsTable::remoteUrl));
+    m_form->setModel(Settings::value(SettingsTable::remoteModel));
     auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
     buttons->button(QDialogButtonBox::Ok)->setText(tr("Connect"));
     connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);

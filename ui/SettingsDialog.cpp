@@ -1,6 +1,7 @@
 #include "SettingsDialog.h"
 
 #include "GigabyteSpinBox.h"
+#include "SettingsTable.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -46,6 +47,12 @@ QWidget* folderRow(QLineEdit* edit, const QString& title, const QString& buttonN
         if (!dir.isEmpty()) edit->setText(dir);
     });
     return row;
+}
+
+// A spin box holds what the settings table allows for its entry (the engine's ranges for
+// the launch numbers), the range a value read back is clamped to.
+template <typename Spin, typename T> void setRangeOf(Spin* spin, const Setting<T>& setting) {
+    spin->setRange(*setting.min, *setting.max);
 }
 
 template <typename W> W* named(W* widget, const char* objectName, const QString& accessible) {
@@ -98,18 +105,18 @@ QGroupBox* SettingsDialog::createSamplingGroup() {
     m_sampling->addItem(tr("Greedy: always the most likely token"), true);
     m_sampling->addItem(tr("Sample with temperature and top-p"), false);
     m_temperature = named(new QDoubleSpinBox, "temperature", tr("Temperature"));
-    m_temperature->setRange(0.01, 2.0);
+    setRangeOf(m_temperature, SettingsTable::temperature);
     m_temperature->setSingleStep(0.05);
     m_temperature->setDecimals(2);
     m_topP = named(new QDoubleSpinBox, "topP", tr("Top-p"));
-    m_topP->setRange(0.01, 1.0);
+    setRangeOf(m_topP, SettingsTable::topP);
     m_topP->setSingleStep(0.05);
     m_topP->setDecimals(2);
     m_fixedSeed = named(new QCheckBox(tr("Fixed seed")), "fixedSeed", tr("Use a fixed seed"));
     m_fixedSeed->setToolTip(tr("The same seed and prompt give the same answer; without it "
                                "every message draws a new seed."));
     m_seed = named(new QSpinBox, "seed", tr("Seed"));
-    m_seed->setRange(0, std::numeric_limits<int>::max());
+    setRangeOf(m_seed, SettingsTable::seed);
     connect(m_sampling, &QComboBox::currentIndexChanged, this, &SettingsDialog::updateEnabled);
     connect(m_fixedSeed, &QCheckBox::toggled, this, &SettingsDialog::updateEnabled);
 
@@ -131,11 +138,11 @@ QGroupBox* SettingsDialog::createThinkingGroup() {
     m_effort = named(new QComboBox, "effortDefault", tr("Default thinking effort"));
     m_effort->addItems(AppSettings::efforts());
     m_maxTokens = named(new QSpinBox, "maxTokens", tr("Longest answer in tokens"));
-    m_maxTokens->setRange(1, 32768);
+    setRangeOf(m_maxTokens, SettingsTable::maxTokens);
     m_maxTokens->setSuffix(tr(" tokens"));
     m_imagePatchLimit =
         named(new QSpinBox, "imagePatchLimit", tr("Largest image in 14-pixel patches"));
-    m_imagePatchLimit->setRange(4, AppSettings::kMaxImagePatchLimit);
+    setRangeOf(m_imagePatchLimit, SettingsTable::imagePatchLimit);
     m_imagePatchLimit->setSingleStep(1024);
     m_imagePatchLimit->setSuffix(tr(" patches"));
     m_imagePatchLimit->setToolTip(
@@ -182,16 +189,16 @@ QGroupBox* SettingsDialog::createModelGroup() {
                               "tokens for speculative decoding: the same answers, often faster. "
                               "It stays in memory and counts in the memory plan."));
     m_threads = named(new QSpinBox, "threads", tr("Engine threads"));
-    m_threads->setRange(k3::kThreadsRange.min, k3::kThreadsRange.max);
+    setRangeOf(m_threads, SettingsTable::threads);
     m_threads->setSpecialValueText(tr("all cores (%1)").arg(QThread::idealThreadCount()));
     m_contextLength = named(new QSpinBox, "contextLength", tr("Context length in tokens"));
-    m_contextLength->setRange(k3::kContextRange.min, k3::kContextRange.max);
+    setRangeOf(m_contextLength, SettingsTable::contextLength);
     m_contextLength->setSingleStep(1024);
     m_contextLength->setSuffix(tr(" tokens"));
     m_contextLength->setToolTip(tr("The longest conversation the model holds (its KV cache). "
                                    "Applied when the model is loaded next: OK reloads it."));
     m_prefillChunk = named(new QSpinBox, "prefillChunk", tr("Prompt positions per chunk"));
-    m_prefillChunk->setRange(k3::kPrefillChunkRange.min, k3::kPrefillChunkRange.max);
+    setRangeOf(m_prefillChunk, SettingsTable::prefillChunk);
     // The plan's: at least kDefaultPrefillChunk, more with an expert cache (one pass reads
     // the trunk once for the whole chunk).
     m_prefillChunk->setSpecialValueText(tr("the plan's"));
@@ -203,7 +210,7 @@ QGroupBox* SettingsDialog::createModelGroup() {
            "in one pass over the weights. Greedy answers are exactly the same, sampled ones "
            "are drawn from exactly the same distribution; they only come faster."));
     m_maxSpeculation = named(new QSpinBox, "maxSpeculation", tr("Most tokens guessed at once"));
-    m_maxSpeculation->setRange(k3::kSpeculationRange.min, k3::kSpeculationRange.max);
+    setRangeOf(m_maxSpeculation, SettingsTable::maxSpeculation);
     m_maxSpeculation->setSuffix(tr(" tokens"));
     m_maxSpeculation->setToolTip(tr("The model holds a copy of its state for each: a wider "
                                     "guess costs memory. Applied when the model is loaded."));

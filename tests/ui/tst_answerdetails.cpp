@@ -10,6 +10,8 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "ModelLoader.h"
+#include "chat/ChatController.h"
 #include "chat/ConversationListPanel.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
@@ -43,7 +45,7 @@ QModelIndex lastMessage(const MainWindow& window) {
 
 bool loadTiny(MainWindow& window, const QString& dir) {
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModelFolder(dir);
+    window.loader()->loadModelFolder(dir);
     return ready.wait(30000);
 }
 
@@ -67,9 +69,9 @@ bool waitForTokens(const MainWindow& window, int atLeast) {
 // Sends `question`, lets a few tokens arrive and presses Stop.
 bool askAndStop(MainWindow& window, const QString& question) {
     QSignalSpy finished(&window, &MainWindow::answerFinished);
-    window.sendMessage(question);
+    window.chat()->send(question);
     if (!waitForTokens(window, 2)) return false;
-    window.stopGeneration();
+    window.chat()->stop();
     return finished.wait(30000);
 }
 
@@ -106,7 +108,7 @@ void TestAnswerDetails::answerCutAtTheTokenLimitSaysSo() {
     QVERIFY(loadTiny(window, m_tiny));
     window.composer()->setThinking(false);
     QSignalSpy finished(&window, &MainWindow::answerFinished);
-    window.sendMessage(QStringLiteral("Tell me about KDA."));
+    window.chat()->send(QStringLiteral("Tell me about KDA."));
     QVERIFY(finished.wait(60000));
     const QString stats = lastMessage(window).data(ConversationModel::StatsRole).toString();
     QVERIFY2(stats.startsWith(QStringLiteral("5 tokens · ")), qPrintable(stats));
@@ -131,7 +133,7 @@ void TestAnswerDetails::everyStoppedAnswerIsSavedWithItsModel() {
     QVERIFY(askAndStop(window, QStringLiteral("Tell me about KDA.")));
     QVERIFY(askAndStop(window, QStringLiteral("And about MLA?")));
     // A third, kept by switching to a new chat mid-answer.
-    window.sendMessage(QStringLiteral("And MXFP4?"));
+    window.chat()->send(QStringLiteral("And MXFP4?"));
     QVERIFY(waitForTokens(window, 2));
     const QString id = window.currentConversationId();
     window.newChat();
@@ -185,7 +187,7 @@ void TestAnswerDetails::switchingChatsClearsTheTimingChart() {
     QVERIFY(loadTiny(window, m_tiny));
     window.composer()->setThinking(false);
     QSignalSpy finished(&window, &MainWindow::answerFinished);
-    window.sendMessage(QStringLiteral("Tell me about KDA."));
+    window.chat()->send(QStringLiteral("Tell me about KDA."));
     QVERIFY(finished.wait(60000));
     TokenTimingPanel* timing = window.timingPanel();
     QCOMPARE(timing->barCount(), 6);

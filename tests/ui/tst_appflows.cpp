@@ -16,6 +16,8 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "ModelLoader.h"
+#include "chat/ChatController.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
 #include "chat/ConversationView.h"
@@ -78,7 +80,7 @@ void TestAppFlows::firstRunWizardDemoButtonToAFirstAnswer() {
     QTRY_VERIFY_WITH_TIMEOUT(window.composer()->isReady(), 30000);
     QVERIFY(!window.composer()->thinking()); // the demo answers without a think channel
     QSignalSpy finished(&window, &MainWindow::answerFinished);
-    window.sendMessage(QString::fromStdString(expected.at("question").get<std::string>()));
+    window.chat()->send(QString::fromStdString(expected.at("question").get<std::string>()));
     QVERIFY(finished.wait(60000));
     const QString answer = window.conversationView()
                                ->conversation()
@@ -95,7 +97,7 @@ void TestAppFlows::firstRunWizardDemoButtonToAFirstAnswer() {
 void TestAppFlows::answerStreamsTokenByTokenWithThinkingCollapsed() {
     MainWindow window;
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModelFolder(m_tiny);
+    window.loader()->loadModelFolder(m_tiny);
     QVERIFY(ready.wait(30000));
     window.composer()->setThinking(true);
     ConversationModel* model = window.conversationView()->conversation();
@@ -109,7 +111,7 @@ void TestAppFlows::answerStreamsTokenByTokenWithThinkingCollapsed() {
         everExpanded |= last.data(ConversationModel::ThinkingExpandedRole).toBool();
     });
     QSignalSpy finished(&window, &MainWindow::answerFinished);
-    window.sendMessage(QStringLiteral("What is KDA?"));
+    window.chat()->send(QStringLiteral("What is KDA?"));
     QVERIFY(finished.wait(60000));
     QVERIFY2(reasoningSeen.size() >= 5, qPrintable(QString::number(reasoningSeen.size())));
     QVERIFY(!everExpanded);
@@ -142,11 +144,11 @@ void TestAppFlows::panelsFillFromAStreamedRun() {
     launch.modelDir = m_tiny.toStdString();
     launch.trunkDir = trunk.toStdString();
     launch.budget = k3::LaunchBudget::ofBytes(300'000, 50'000); // 0.3 MB trunk, 50 kB of slots
-    window.loadModel(launch);
+    window.loader()->loadModel(launch);
     QVERIFY(ready.wait(30000));
     window.composer()->setThinking(false);
     QSignalSpy finished(&window, &MainWindow::answerFinished);
-    window.sendMessage(QStringLiteral("What is MXFP4?"));
+    window.chat()->send(QStringLiteral("What is MXFP4?"));
     QVERIFY(finished.wait(60000));
 
     auto* plan = window.findChild<MemoryPlanPanel*>();

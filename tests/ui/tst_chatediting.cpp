@@ -9,6 +9,7 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "ModelLoader.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
 #include "chat/ConversationView.h"
@@ -40,7 +41,8 @@ void TestChatEditing::editAndResendReplacesTheLastExchange() {
     window.show();
     QVERIFY(QTest::qWaitForWindowActive(&window));
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModelFolder(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
+    window.loader()->loadModelFolder(
+        QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
     QVERIFY(ready.wait(30000));
     window.composer()->setThinking(false);
     // A saved two-exchange conversation, opened as from the sidebar.
@@ -114,7 +116,8 @@ void TestChatEditing::editingAnEarlierQuestionStartsABranch() {
     window.show();
     QVERIFY(QTest::qWaitForWindowActive(&window));
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModelFolder(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
+    window.loader()->loadModelFolder(
+        QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
     QVERIFY(ready.wait(30000));
     window.composer()->setThinking(false);
     const QString id = window.store()->save(

@@ -15,6 +15,7 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "ModelLoader.h"
 #include "QueuedSpy.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
@@ -121,7 +122,7 @@ void TestDocScreenshots::conversationReadAgain() {
     QVERIFY(QTest::qWaitForWindowExposed(&window));
     QSignalSpy ready(&window, &MainWindow::modelReady);
     QueuedSpy cost(window.findChild<EngineController*>()->worker(), &EngineWorker::thinkingCost);
-    window.loadModelFolder(QStringLiteral(K3_SOURCE_DIR "/resources/demo"));
+    window.loader()->loadModelFolder(QStringLiteral(K3_SOURCE_DIR "/resources/demo"));
     QVERIFY(ready.wait(30000));
     QVERIFY(cost.count() > 0 || cost.wait(30000));
     const QString id = window.store()->save(

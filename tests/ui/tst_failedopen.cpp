@@ -16,6 +16,8 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "ModelLoader.h"
+#include "chat/ChatController.h"
 #include "chat/ConversationStore.h"
 #include "chat/MessageComposer.h"
 #include "wizard/SetupWizard.h"
@@ -66,7 +68,7 @@ void TestFailedOpen::init() {
 
 void TestFailedOpen::loadWorkingModel(MainWindow& window) {
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModelFolder(m_tiny);
+    window.loader()->loadModelFolder(m_tiny);
     QVERIFY(ready.wait(30000));
     m_status = window.statusBar()->currentMessage();
     QVERIFY2(m_status.startsWith(QStringLiteral("k3_tiny_a · everything resident · 14 layers")),
@@ -94,7 +96,7 @@ void TestFailedOpen::checkNothingChanged(MainWindow& window) {
 
 void TestFailedOpen::stillAnswers(MainWindow& window) {
     QSignalSpy finished(&window, &MainWindow::answerFinished);
-    window.sendMessage(QStringLiteral("What is KDA?"));
+    window.chat()->send(QStringLiteral("What is KDA?"));
     QVERIFY(finished.wait(60000));
     QCOMPARE(window.statusBar()->currentMessage().contains(QStringLiteral("failed")), false);
     window.store()->remove(window.currentConversationId());
@@ -110,7 +112,7 @@ void TestFailedOpen::brokenConfigKeepsTheWorkingModel() {
     config.close();
     MainWindow window;
     loadWorkingModel(window);
-    window.loadModelFolder(tmp.path());
+    window.loader()->loadModelFolder(tmp.path());
     QString text;
     failureText(window, text);
     QVERIFY2(text.contains(tmp.filePath(QStringLiteral("config.json"))), qPrintable(text));
@@ -128,7 +130,7 @@ void TestFailedOpen::anotherModelsTrunkKeepsTheWorkingModel() {
     k3::LaunchConfig wrong = m_saved;
     wrong.trunkDir = trunkB.toStdString();
     wrong.budget = k3::LaunchBudget::ofBytes(0, 0);
-    window.loadModel(wrong);
+    window.loader()->loadModel(wrong);
     QString text;
     failureText(window, text);
     QVERIFY2(text.contains(QStringLiteral("was packed from another checkpoint")), qPrintable(text));
@@ -145,7 +147,7 @@ void TestFailedOpen::failureAfterTheChecksReopensTheWorkingModel() {
     loadWorkingModel(window);
     k3::LaunchConfig wrong = m_saved;
     wrong.budget = k3::LaunchBudget::ofPreset("no-such-preset");
-    window.loadModel(wrong);
+    window.loader()->loadModel(wrong);
     QString text;
     failureText(window, text);
     QVERIFY2(text.contains(QStringLiteral("unknown preset \"no-such-preset\"")), qPrintable(text));
@@ -198,7 +200,7 @@ void TestFailedOpen::unusableServerKeepsTheWorkingModel() {
     MainWindow window;
     loadWorkingModel(window);
     for (const Case& c : cases) {
-        window.connectRemote(c.url, c.model, c.key);
+        window.loader()->connectRemote(c.url, c.model, c.key);
         QString text, details;
         failureText(window, text, &details);
         QVERIFY2(text.startsWith(QStringLiteral("The server did not accept the connection.")),

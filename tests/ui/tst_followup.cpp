@@ -11,6 +11,7 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "ModelLoader.h"
 #include "QueuedSpy.h"
 #include "chat/ChatController.h"
 #include "chat/ConversationModel.h"
@@ -47,7 +48,7 @@ namespace {
 
 bool loadInto(MainWindow& window, const k3::LaunchConfig& config) {
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModel(config);
+    window.loader()->loadModel(config);
     return ready.wait(30000);
 }
 
@@ -149,9 +150,9 @@ void TestFollowUp::followUpAfterStopReadsOnlyNewPositions() {
     QueuedSpy summaries(worker, &EngineWorker::generationFinished);
     QSignalSpy finished(&window, &MainWindow::answerFinished);
 
-    window.sendMessage(QStringLiteral("Tell me about KDA."));
+    window.chat()->send(QStringLiteral("Tell me about KDA."));
     QVERIFY(waitForText(window, 3));
-    window.stopGeneration();
+    window.chat()->stop();
     QVERIFY(finished.wait(10000));
     const GenerationSummary first = nthSummary(summaries, 1);
     QVERIFY(first.cancelled);
@@ -163,11 +164,11 @@ void TestFollowUp::followUpAfterStopReadsOnlyNewPositions() {
     // the ids it fed, then the closing tags (the answer's text need not encode back).
     QVERIFY(!thinking ||
             lastMessage(window).data(ConversationModel::ContentRole).toString().isEmpty());
-    window.sendMessage(QStringLiteral("And MLA?"));
+    window.chat()->send(QStringLiteral("And MLA?"));
     // New: the closing tags after the stopped answer, the question, the assistant header.
     const int fresh = tokensAroundStoppedAnswers(window, m_tiny, thinking) - first.promptTokens;
     QVERIFY(waitForText(window, 1));
-    window.stopGeneration();
+    window.chat()->stop();
     QVERIFY(finished.wait(10000));
     const GenerationSummary second = nthSummary(summaries, 2);
     // Every position of the first prompt and of the stopped answer is reused.
@@ -186,7 +187,7 @@ void TestFollowUp::followUpAfterStopReadsOnlyNewPositions() {
     // state before it: only the assistant header is computed.
     window.chat()->regenerate();
     QVERIFY(waitForText(window, 1));
-    window.stopGeneration();
+    window.chat()->stop();
     QVERIFY(finished.wait(10000));
     const GenerationSummary third = nthSummary(summaries, 3);
     QCOMPARE(third.promptTokens, second.promptTokens);
@@ -223,7 +224,7 @@ void TestFollowUp::prefillProgressReachesThePanels() {
     });
     QueuedSpy summaries(worker, &EngineWorker::generationFinished);
     QSignalSpy finished(&window, &MainWindow::answerFinished);
-    window.sendMessage(QStringLiteral("Tell me about KDA, MLA and the expert cache, please."));
+    window.chat()->send(QStringLiteral("Tell me about KDA, MLA and the expert cache, please."));
     QVERIFY(finished.wait(60000));
     const GenerationSummary s = nthSummary(summaries, 1);
     const int total = s.prefillPositions;

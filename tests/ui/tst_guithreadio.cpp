@@ -16,7 +16,10 @@
 #include "AppSettings.h"
 #include "IoHook.h"
 #include "MainWindow.h"
+#include "ModelLoader.h"
 #include "QueuedSpy.h"
+#include "Settings.h"
+#include "SettingsTable.h"
 #include "chat/ChatController.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationView.h"
@@ -107,12 +110,12 @@ void TestGuiThreadIo::initTestCase() {
 
 void TestGuiThreadIo::streamingAnswerTouchesNoDiskOnTheGuiThread() {
     MainWindow window;
-    window.setAskBeforeQuittingMidAnswer(false);
+    Settings::setValue(SettingsTable::askBeforeQuittingMidAnswer, false);
     // A save after every token: the most writes an answer can cause, at fixed points.
     window.chat()->setPartialSaveInterval(0);
     {
         QSignalSpy ready(&window, &MainWindow::modelReady);
-        window.loadModelFolder(kDemo);
+        window.loader()->loadModelFolder(kDemo);
         QVERIFY(ready.wait(30000));
     }
     EngineWorker* worker = window.findChild<EngineController*>()->worker();
@@ -120,7 +123,7 @@ void TestGuiThreadIo::streamingAnswerTouchesNoDiskOnTheGuiThread() {
     QSignalSpy finished(&window, &MainWindow::answerFinished);
 
     const int start = m_hook.count();
-    window.sendMessage(QStringLiteral("Hello! Tell me about streaming weights."));
+    window.chat()->send(QStringLiteral("Hello! Tell me about streaming weights."));
     QVERIFY(finished.wait(60000));
     // answerFinished comes once the answer's last save is written; anything queued behind
     // it (the saved states' measure) is waited for too, in the window measured. Waiting

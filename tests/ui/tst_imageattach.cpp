@@ -20,6 +20,7 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "ModelLoader.h"
 #include "QueuedSpy.h"
 #include "chat/ChatController.h"
 #include "chat/ConversationModel.h"
@@ -48,7 +49,7 @@ bool loadInto(MainWindow& window, const QString& dir) {
     QSignalSpy ready(&window, &MainWindow::modelReady);
     k3::LaunchConfig config;
     config.modelDir = dir.toStdString();
-    window.loadModel(config);
+    window.loader()->loadModel(config);
     return ready.wait(60000);
 }
 
@@ -124,7 +125,7 @@ private slots:
 
             QueuedSpy summaries(window.engine()->worker(), &EngineWorker::generationFinished);
             QSignalSpy finished(&window, &MainWindow::answerFinished);
-            window.sendMessage(kQuestion);
+            window.chat()->send(kQuestion);
             QVERIFY(composer->attachments().isEmpty());
             QVERIFY(finished.wait(60000));
             const GenerationSummary s = nthSummary(summaries, 1);
@@ -197,7 +198,7 @@ private slots:
         QueuedSpy applied(window.engine()->worker(), &EngineWorker::settingsApplied);
         QueuedSpy summaries(window.engine()->worker(), &EngineWorker::generationFinished);
         QSignalSpy finished(&window, &MainWindow::answerFinished);
-        window.sendMessage(kQuestion);
+        window.chat()->send(kQuestion);
         QVERIFY(finished.wait(60000));
         QTRY_COMPARE(applied.count(), 1);
         QCOMPARE(applied.at(0).at(0).value<GenerationSettings>().imagePatchLimit, 4);
@@ -290,8 +291,8 @@ private slots:
         FakeOpenAiServer server;
         MainWindow window;
         QSignalSpy ready(&window, &MainWindow::modelReady);
-        window.connectRemote(QString::fromStdString(server.url()), QStringLiteral("k3-think"),
-                             QString());
+        window.loader()->connectRemote(QString::fromStdString(server.url()),
+                                       QStringLiteral("k3-think"), QString());
         QVERIFY(ready.wait(10000));
         MessageComposer* composer = window.composer();
         QTRY_VERIFY(composer->isReady() && composer->imagesAvailable());
@@ -299,7 +300,7 @@ private slots:
         QTRY_COMPARE(composer->attachments().size(), 1);
         QCOMPARE(composer->imageCostShown(), QString()); // the server's cap, not ours
         QSignalSpy finished(&window, &MainWindow::answerFinished);
-        window.sendMessage(kQuestion);
+        window.chat()->send(kQuestion);
         QVERIFY(finished.wait(10000));
         const nlohmann::json body = nlohmann::json::parse(server.lastBody());
         QCOMPARE(body["messages"].size(), std::size_t(1));

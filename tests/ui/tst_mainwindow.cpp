@@ -23,6 +23,8 @@
 #include "AboutDialog.h"
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "ModelLoader.h"
+#include "chat/ChatController.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
 #include "chat/ConversationView.h"
@@ -148,13 +150,14 @@ void TestMainWindow::remembersGeometry() {
 void TestMainWindow::answerIsSavedAndListed() {
     MainWindow window;
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModelFolder(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
+    window.loader()->loadModelFolder(
+        QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
     QVERIFY(ready.wait(30000));
     QVERIFY(window.composer()->isReady());
     QCOMPARE(window.conversationList()->count(), 0);
     window.composer()->setThinking(false);
     QSignalSpy finished(&window, &MainWindow::answerFinished);
-    window.sendMessage(QStringLiteral("What is MXFP4?"));
+    window.chat()->send(QStringLiteral("What is MXFP4?"));
     QVERIFY(window.composer()->isGenerating());
     QVERIFY(finished.wait(60000));
     QVERIFY(!window.composer()->isGenerating());
@@ -181,7 +184,7 @@ void TestMainWindow::answerIsSavedAndListed() {
                               .data(ConversationModel::ContentRole)
                               .toString();
     QSignalSpy again(&window, &MainWindow::answerFinished);
-    window.regenerate();
+    window.chat()->regenerate();
     QVERIFY(again.wait(60000));
     QCOMPARE(window.conversationView()->messageCount(), 2);
     QCOMPARE(window.conversationView()
@@ -299,11 +302,12 @@ void TestMainWindow::escapeStopsTheAnswerMidway() {
     window.show();
     QVERIFY(QTest::qWaitForWindowExposed(&window));
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModelFolder(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
+    window.loader()->loadModelFolder(
+        QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
     QVERIFY(ready.wait(30000));
     window.composer()->setThinking(false);
     QSignalSpy finished(&window, &MainWindow::answerFinished);
-    window.sendMessage(QStringLiteral("Tell me about KDA."));
+    window.chat()->send(QStringLiteral("Tell me about KDA."));
     // The tiny model never ends its turn by itself: only the 512-token limit would.
     QTRY_VERIFY_WITH_TIMEOUT(
         window.statusBar()->currentMessage().contains(QStringLiteral("generating")), 30000);
@@ -524,7 +528,7 @@ void TestMainWindow::typingAfterUpGoesIntoTheComposer() {
     QTest::keyClicks(QApplication::focusWidget(), QStringLiteral(", again"));
     QCOMPARE(window.composer()->text(), QStringLiteral("First question, again"));
     // The same from the Edit menu while the conversation has the focus.
-    window.cancelEdit();
+    window.chat()->cancelEdit();
     window.conversationView()->setFocus();
     actionNamed(window, "editLastAction")->trigger();
     QTRY_COMPARE(QApplication::focusWidget(), editor);
@@ -610,11 +614,12 @@ void TestMainWindow::thinkIsDecidedByTheModelNotItsFolder() {
     MainWindow window;
     window.show();
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModelFolder(copy);
+    window.loader()->loadModelFolder(copy);
     QVERIFY(ready.wait(30000));
     QCOMPARE(window.composer()->isThinkingAvailable(), false);
     QCOMPARE(window.composer()->thinking(), false);
-    window.loadModelFolder(QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
+    window.loader()->loadModelFolder(
+        QStringLiteral(K3_SOURCE_DIR "/tests/fixtures/models/k3_tiny_a"));
     QVERIFY(ready.wait(30000));
     QCOMPARE(window.composer()->isThinkingAvailable(), true);
 }

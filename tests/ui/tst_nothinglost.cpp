@@ -12,6 +12,7 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "ModelLoader.h"
 #include "SettingsDialog.h"
 #include "chat/ChatController.h"
 #include "chat/ConversationModel.h"
@@ -60,7 +61,7 @@ bool loadInto(MainWindow& window, const QString& dir, const QString& trunk = {},
     config.modelDir = dir.toStdString();
     config.trunkDir = trunk.toStdString();
     if (!trunk.isEmpty()) config.budget = k3::LaunchBudget::ofBytes(trunkBytes, 0);
-    window.loadModel(config);
+    window.loader()->loadModel(config);
     return ready.wait(30000);
 }
 
@@ -108,7 +109,7 @@ void TestNothingLost::quitMidAnswerKeepsThePartialAnswer() {
         window.show();
         QVERIFY(loadInto(window, m_tiny));
         window.composer()->setThinking(false);
-        window.sendMessage(QStringLiteral("Tell me about KDA."));
+        window.chat()->send(QStringLiteral("Tell me about KDA."));
         QVERIFY(waitForTokens(window, 1));
         QVERIFY(!window.close()); // asks first
         auto* box = window.findChild<QMessageBox*>(QStringLiteral("quitDuringAnswerBox"));
@@ -151,9 +152,9 @@ void TestNothingLost::stopKeepsThePartialAnswerMarkedStopped() {
     QVERIFY(loadInto(window, m_tiny));
     window.composer()->setThinking(false);
     QSignalSpy finished(&window, &MainWindow::answerFinished);
-    window.sendMessage(QStringLiteral("Tell me about KDA."));
+    window.chat()->send(QStringLiteral("Tell me about KDA."));
     QVERIFY(waitForTokens(window, 1));
-    window.stopGeneration();
+    window.chat()->stop();
     QVERIFY(finished.wait(10000));
     const QModelIndex answer = lastMessage(window);
     QCOMPARE(answer.row(), 1);
@@ -177,7 +178,7 @@ void TestNothingLost::streamingAnswerIsSavedWhileItIsWritten() {
     window.composer()->setThinking(false);
     QCOMPARE(window.chat()->partialSaveInterval(), 3000);
     window.chat()->setPartialSaveInterval(0); // every token
-    window.sendMessage(QStringLiteral("Tell me about KDA."));
+    window.chat()->send(QStringLiteral("Tell me about KDA."));
     QVERIFY(waitForTokens(window, 5));
     QVERIFY(window.chat()->isAnswering());
     // Transcript writes run off the GUI thread: the file follows the view a moment later.
@@ -195,7 +196,7 @@ void TestNothingLost::streamingAnswerIsSavedWhileItIsWritten() {
                 .startsWith(onDisk[1].content));
     QVERIFY(onDisk[1].figures.tokens >= 1);
     QSignalSpy finished(&window, &MainWindow::answerFinished);
-    window.stopGeneration();
+    window.chat()->stop();
     QVERIFY(finished.wait(10000));
     QVERIFY(window.store()->remove(window.currentConversationId()));
 }
@@ -211,7 +212,7 @@ void TestNothingLost::failedTokenKeepsThePartialAnswer() {
     // Nothing pinned: every token reads its layers from trunk.bin.
     QVERIFY(loadInto(window, m_tiny, trunk, 2 * k3::alignUp(index.largestLayerBytes())));
     window.composer()->setThinking(false);
-    window.sendMessage(QStringLiteral("Tell me about KDA."));
+    window.chat()->send(QStringLiteral("Tell me about KDA."));
     QVERIFY(waitForTokens(window, 1));
     k3::FaultRule rule;
     rule.kind = k3::IoKind::Trunk;
@@ -274,7 +275,7 @@ void TestNothingLost::figuresAreSavedAndShownAfterReopening() {
     MainWindow window;
     QVERIFY(loadInto(window, m_demo));
     QSignalSpy finished(&window, &MainWindow::answerFinished);
-    window.sendMessage(QString::fromStdString(demoPrompt(1).at("question").get<std::string>()));
+    window.chat()->send(QString::fromStdString(demoPrompt(1).at("question").get<std::string>()));
     QVERIFY(finished.wait(60000));
     const QString id = window.currentConversationId();
     const QString liveStats = lastMessage(window).data(ConversationModel::StatsRole).toString();

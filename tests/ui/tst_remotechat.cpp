@@ -21,8 +21,10 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "ModelLoader.h"
 #include "QueuedSpy.h"
 #include "RemoteServerDialog.h"
+#include "chat/ChatController.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
 #include "chat/ConversationView.h"
@@ -110,7 +112,7 @@ struct K3Serve {
 
 void connectTo(MainWindow& window, const QString& url, const QString& model) {
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.connectRemote(url, model, QString());
+    window.loader()->connectRemote(url, model, QString());
     QVERIFY(ready.wait(10000));
     QTRY_VERIFY(window.composer()->isReady());
 }
@@ -203,7 +205,7 @@ private slots:
                                  .toString();
         });
         QSignalSpy finished(&window, &MainWindow::answerFinished);
-        window.sendMessage(QStringLiteral("Hi"));
+        window.chat()->send(QStringLiteral("Hi"));
         QVERIFY(finished.wait(10000));
         QCOMPARE(lastData(window, ConversationModel::ReasoningRole),
                  QStringLiteral("The user greets; answer briefly. Done."));
@@ -226,7 +228,7 @@ private slots:
         QCOMPARE(saved[1].model, server.thinkModel);
 
         // The next message sends the whole conversation, earlier thinking included.
-        window.sendMessage(QStringLiteral("Again"));
+        window.chat()->send(QStringLiteral("Again"));
         QVERIFY(finished.wait(10000));
         const auto body = nlohmann::ordered_json::parse(server.lastBody());
         QCOMPARE(body["messages"].dump(),
@@ -314,7 +316,7 @@ private slots:
                               Case{QStringLiteral("k3-batch"), 11,
                                    QStringLiteral("shared out evenly from the answer's usage")}}) {
             connectTo(window, server, c.model);
-            window.sendMessage(QStringLiteral("Count"));
+            window.chat()->send(QStringLiteral("Count"));
             QVERIFY(finished.wait(10000));
             QCOMPARE(window.timingPanel()->barCount(), c.tokens);
             const QString summary = window.timingPanel()->summaryText();
@@ -338,11 +340,11 @@ private slots:
         MainWindow window;
         connectTo(window, server, server.slowModel);
         QSignalSpy finished(&window, &MainWindow::answerFinished);
-        window.sendMessage(QStringLiteral("Count"));
+        window.chat()->send(QStringLiteral("Count"));
         QTRY_VERIFY_WITH_TIMEOUT(
             lastData(window, ConversationModel::ContentRole).startsWith(QStringLiteral("1 2 ")),
             5000);
-        window.stopGeneration();
+        window.chat()->stop();
         // The answer ends with what had arrived (not its 200 numbers) and the server saw
         // the client close the stream: that, not the time it took, is what Stop does. The
         // waits are hang guards only.
@@ -388,7 +390,7 @@ private slots:
             lastContent = c;
         });
         QSignalSpy finished(&window, &MainWindow::answerFinished);
-        window.sendMessage(QStringLiteral("Hello!"));
+        window.chat()->send(QStringLiteral("Hello!"));
         QVERIFY(finished.wait(30000));
         const QString reasoning = lastData(window, ConversationModel::ReasoningRole);
         const QString content = lastData(window, ConversationModel::ContentRole);
@@ -415,7 +417,7 @@ private slots:
                 }
         });
         closer.start(50);
-        window.sendMessage(QStringLiteral("Again"));
+        window.chat()->send(QStringLiteral("Again"));
         QTRY_VERIFY_WITH_TIMEOUT(!boxText.isEmpty(), 10000);
         closer.stop();
         QCOMPARE(boxText, QStringLiteral("The request to the server at %1 failed; the "
@@ -455,7 +457,7 @@ private slots:
                  last.data(ConversationModel::ReasoningRole).toString().isEmpty()))
                 return;
             stopped = true;
-            window.stopGeneration();
+            window.chat()->stop();
         });
         QSignalSpy finished(&window, &MainWindow::answerFinished);
         const QRegularExpression logged(
@@ -463,7 +465,7 @@ private slots:
         QByteArray log;
         for (const QString& message : {QStringLiteral("Hello!"), QStringLiteral("Hi")}) {
             stopped = false;
-            window.sendMessage(message);
+            window.chat()->send(message);
             QVERIFY(finished.wait(30000));
             QVERIFY(stopped); // at its first delta
             QVERIFY2(
@@ -493,7 +495,7 @@ private slots:
         MainWindow window;
         connectTo(window, server, server.slowModel);
         QSignalSpy finished(&window, &MainWindow::answerFinished);
-        window.sendMessage(QStringLiteral("Count"));
+        window.chat()->send(QStringLiteral("Count"));
         QTRY_VERIFY_WITH_TIMEOUT(
             lastData(window, ConversationModel::ContentRole).startsWith(QStringLiteral("1 2 3 ")),
             5000);

@@ -12,7 +12,10 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "ModelLoader.h"
 #include "QueuedSpy.h"
+#include "Settings.h"
+#include "SettingsTable.h"
 #include "chat/ChatController.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
@@ -31,7 +34,7 @@ const QString kSystemPrompt = QStringLiteral("You are a terse assistant.");
 
 bool loadDemo(MainWindow& window) {
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModelFolder(kDemo);
+    window.loader()->loadModelFolder(kDemo);
     return ready.wait(30000);
 }
 
@@ -40,7 +43,7 @@ GenerationSummary ask(MainWindow& window, const QString& text) {
     EngineWorker* worker = window.findChild<EngineController*>()->worker();
     QueuedSpy summaries(worker, &EngineWorker::generationFinished);
     QSignalSpy finished(&window, &MainWindow::answerFinished);
-    window.sendMessage(text);
+    window.chat()->send(text);
     if (!finished.wait(60000)) return {};
     // The worker's queued call can land just after the window's.
     if (!QTest::qWaitFor([&] { return !summaries.isEmpty(); }, 10000)) return {};
@@ -89,7 +92,7 @@ private slots:
         GenerationSummary a1, a2;
         {
             MainWindow window;
-            window.setAskBeforeQuittingMidAnswer(false);
+            Settings::setValue(SettingsTable::askBeforeQuittingMidAnswer, false);
             QVERIFY(loadDemo(window));
             QVERIFY(!window.launchConfig().stateCacheDir.empty());
             a1 = ask(window, QStringLiteral("Hello!"));
@@ -158,7 +161,7 @@ private slots:
         std::uint64_t total = 0;
         {
             MainWindow window;
-            window.setAskBeforeQuittingMidAnswer(false);
+            Settings::setValue(SettingsTable::askBeforeQuittingMidAnswer, false);
             QVERIFY(loadDemo(window));
             QVERIFY(ask(window, QStringLiteral("Hello!")).endOfTurn);
             idA = window.currentConversationId();
@@ -175,7 +178,7 @@ private slots:
         }
         QSettings().setValue(QStringLiteral("launch/stateCacheBytes"), qulonglong(total - 1));
         MainWindow window;
-        window.setAskBeforeQuittingMidAnswer(false);
+        Settings::setValue(SettingsTable::askBeforeQuittingMidAnswer, false);
         QVERIFY(loadDemo(window));
         QCOMPARE(window.launchConfig().stateCacheBytes, total - 1);
         window.openConversation(idC);

@@ -32,7 +32,11 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "ModelLoader.h"
+#include "Settings.h"
 #include "SettingsDialog.h"
+#include "SettingsTable.h"
+#include "chat/ChatController.h"
 #include "chat/ConversationStore.h"
 #include "chat/MessageComposer.h"
 #include "worker/EngineController.h"
@@ -60,6 +64,7 @@ private slots:
     void init() { QSettings().clear(); }
     void valuesRoundTripThroughQSettings();
     void badStoredValuesAreClamped();
+    void tableWritesSignalOnceAndReadsBounded();
     void everyControlHasAnAccessibleName();
     void savedSettingsReachTheWorkerWithTheNextMessage();
     void changedTrunkBudgetIsSavedAndReloads();
@@ -252,6 +257,40 @@ void TestSettingsDialog::badStoredValuesAreClamped() {
     QCOMPARE(a.launch.threads, 0);
 }
 
+// The settings table (SettingsTable.h through Settings): the key every earlier k3chat
+// wrote, the engine's ranges for launch numbers, one changed(key) per real change.
+void TestSettingsDialog::tableWritesSignalOnceAndReadsBounded() {
+    QSignalSpy changed(Settings::instance(), &Settings::changed);
+    Settings::setValue(SettingsTable::maxTokens, 100);
+    QCOMPARE(changed.count(), 1);
+    QCOMPARE(changed.at(0).at(0).toString(), QStringLiteral("generation/maxTokens"));
+    QCOMPARE(QSettings().value("generation/maxTokens").toInt(), 100);
+    Settings::setValue(SettingsTable::maxTokens, 100); // the same value: no signal
+    QCOMPARE(changed.count(), 1);
+    QSettings().setValue("generation/maxTokens", 0); // a hand edit below the range
+    QCOMPARE(Settings::value(SettingsTable::maxTokens), 1);
+    Settings::remove(SettingsTable::maxTokens);
+    QCOMPARE(changed.count(), 2);
+    QCOMPARE(Settings::value(SettingsTable::maxTokens), 512);
+    QCOMPARE(Settings::stored(SettingsTable::maxTokens), std::nullopt);
+    Settings::remove(SettingsTable::maxTokens); // already absent: no signal
+    QCOMPARE(changed.count(), 2);
+    QCOMPARE(*SettingsTable::contextLength.min, k3::kContextRange.min);
+    QCOMPARE(*SettingsTable::contextLength.max, k3::kContextRange.max);
+    QCOMPARE(*SettingsTable::prefillChunk.max, k3::kPrefillChunkRange.max);
+    QCOMPARE(*SettingsTable::maxSpeculation.max, k3::kSpeculationRange.max);
+    QCOMPARE(*SettingsTable::threads.max, k3::kThreadsRange.max);
+    // A whole launch saved: one signal per key whose value changed, none when saved again.
+    k3::LaunchConfig launch = AppSettings::defaultLaunch();
+    launch.contextLength = 2048;
+    AppSettings::saveLaunch(launch);
+    const qsizetype afterFirstSave = changed.count();
+    QVERIFY(afterFirstSave > 2);
+    AppSettings::saveLaunch(launch);
+    QCOMPARE(changed.count(), afterFirstSave);
+    QCOMPARE(AppSettings::loadLaunch().contextLength, 2048);
+}
+
 void TestSettingsDialog::everyControlHasAnAccessibleName() {
     SettingsDialog dialog;
     int controls = 0;
@@ -293,10 +332,10 @@ void TestSettingsDialog::savedSettingsReachTheWorkerWithTheNextMessage() {
     };
     const auto ask = [&](const QString& text) {
         QVERIFY(applied.isEmpty());
-        window.sendMessage(text);
+        window.chat()->send(text);
         // Emitted on the engine thread, possibly before a wait() could start: poll.
         QTRY_VERIFY_WITH_TIMEOUT(!applied.isEmpty(), 30000);
-        window.stopGeneration(); // the settings are what matters here, not the answer
+        window.chat()->stop(); // the settings are what matters here, not the answer
         QVERIFY(finished.wait(30000));
     };
 
@@ -363,7 +402,7 @@ k3::LaunchConfig TestSettingsDialog::loadStreamed(MainWindow& window) {
     config.budget = k3::LaunchBudget::ofBytes(300'123, 50'001);
     window.show();
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModel(config);
+    window.loader()->loadModel(config);
     if (!ready.wait(30000)) qFatal("the streamed k3_tiny_a did not load");
     return config;
 }

@@ -20,6 +20,7 @@
 #include "AppSettings.h"
 #include "FakeOpenAiServer.hpp"
 #include "MainWindow.h"
+#include "ModelLoader.h"
 #include "panels/MemoryPlanPanel.h"
 #include "wizard/MemoryPage.h"
 #include "wizard/ModelSourcePage.h"
@@ -658,7 +659,7 @@ void TestSetupWizard::wizardPassesTheChoicesAlongAndEmitsThemOnFinish() {
 }
 
 void TestSetupWizard::demoButtonOnFirstPageFinishesWithTheDemoModel() {
-    const QString demo = MainWindow::demoModelDirectory();
+    const QString demo = ModelLoader::demoModelDirectory();
     QVERIFY2(!demo.isEmpty(), "the source tree's demo model is found");
     SetupWizard wizard;
     QSignalSpy finished(&wizard, &SetupWizard::setupFinished);

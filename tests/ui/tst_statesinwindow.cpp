@@ -15,6 +15,10 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "ModelLoader.h"
+#include "Settings.h"
+#include "SettingsTable.h"
+#include "chat/ChatController.h"
 #include "chat/ConversationListDelegate.h"
 #include "chat/ConversationListPanel.h"
 #include "chat/ConversationModel.h"
@@ -35,7 +39,7 @@ const QString kSystemPrompt = QStringLiteral("You are a terse assistant.");
 
 bool loadDemo(MainWindow& window) {
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModelFolder(kDemo);
+    window.loader()->loadModelFolder(kDemo);
     return ready.wait(30000);
 }
 
@@ -46,7 +50,7 @@ EngineWorker* workerOf(const MainWindow& window) {
 GenerationSummary ask(MainWindow& window, const QString& text) {
     QSignalSpy summaries(workerOf(window), &EngineWorker::generationFinished);
     QSignalSpy finished(&window, &MainWindow::answerFinished);
-    window.sendMessage(text);
+    window.chat()->send(text);
     if (!finished.wait(60000) || summaries.isEmpty()) return {};
     return summaries.last().at(0).value<GenerationSummary>();
 }
@@ -114,7 +118,7 @@ private slots:
     void listShowsAndDeletesSavedStates() {
         startAfresh();
         MainWindow window;
-        window.setAskBeforeQuittingMidAnswer(false);
+        Settings::setValue(SettingsTable::askBeforeQuittingMidAnswer, false);
         QVERIFY(loadDemo(window));
         EngineWorker* worker = workerOf(window);
         QSignalSpy measured(worker, &EngineWorker::savedStateMeasured);
@@ -166,7 +170,7 @@ private slots:
     void deletedWhileAnsweringLeavesNothing() {
         startAfresh();
         MainWindow window;
-        window.setAskBeforeQuittingMidAnswer(false);
+        Settings::setValue(SettingsTable::askBeforeQuittingMidAnswer, false);
         QVERIFY(loadDemo(window));
         QVERIFY(ask(window, QStringLiteral("Hello!")).endOfTurn);
         const QString id = window.currentConversationId();
@@ -185,7 +189,7 @@ private slots:
             Qt::DirectConnection);
         QSignalSpy summaries(worker, &EngineWorker::generationFinished);
         QSignalSpy forgotten(worker, &EngineWorker::statesForgotten);
-        window.sendMessage(QStringLiteral("Tell me about the trunk."));
+        window.chat()->send(QStringLiteral("Tell me about the trunk."));
         QVERIFY(reached.tryAcquire(1, 30000)); // the engine waits at its second token
         auto* remove = window.findChild<QAction*>(QStringLiteral("deleteConversationAction"));
         QVERIFY(remove);
@@ -214,7 +218,7 @@ private slots:
     // holds: nothing is read again, and the text is the uninterrupted greedy answer.
     void continueCarriesOnACutAnswer() {
         MainWindow window;
-        window.setAskBeforeQuittingMidAnswer(false);
+        Settings::setValue(SettingsTable::askBeforeQuittingMidAnswer, false);
         QVERIFY(loadDemo(window));
         const QString question = QStringLiteral("Tell me about the trunk.");
         const GenerationSummary whole = ask(window, question);
@@ -269,7 +273,7 @@ private slots:
         GenerationSummary first;
         {
             MainWindow window;
-            window.setAskBeforeQuittingMidAnswer(false);
+            Settings::setValue(SettingsTable::askBeforeQuittingMidAnswer, false);
             QVERIFY(loadDemo(window));
             first = ask(window, QStringLiteral("Hello!"));
             QVERIFY(first.endOfTurn);
@@ -280,7 +284,7 @@ private slots:
         {
             // Restarted, the state on disk: only the new message is to be read.
             MainWindow window;
-            window.setAskBeforeQuittingMidAnswer(false);
+            Settings::setValue(SettingsTable::askBeforeQuittingMidAnswer, false);
             QVERIFY(loadDemo(window));
             window.openConversation(id);
             const int whole = wholePromptPositions(window, followUp);
@@ -301,7 +305,7 @@ private slots:
         // The states folder removed: the whole conversation is read again, and said so.
         QVERIFY(QDir(AppSettings::stateCacheDirectory()).removeRecursively());
         MainWindow window;
-        window.setAskBeforeQuittingMidAnswer(false);
+        Settings::setValue(SettingsTable::askBeforeQuittingMidAnswer, false);
         QVERIFY(loadDemo(window));
         window.openConversation(id);
         const QString again = QStringLiteral("Thanks.");

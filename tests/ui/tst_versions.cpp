@@ -11,6 +11,7 @@
 
 #include "AppSettings.h"
 #include "MainWindow.h"
+#include "ModelLoader.h"
 #include "QueuedSpy.h"
 #include "SettingsDialog.h"
 #include "chat/ChatController.h"
@@ -48,7 +49,7 @@ namespace {
 
 bool loadDemo(MainWindow& window, const QString& dir) {
     QSignalSpy ready(&window, &MainWindow::modelReady);
-    window.loadModelFolder(dir);
+    window.loader()->loadModelFolder(dir);
     return ready.wait(30000);
 }
 
@@ -108,8 +109,8 @@ void TestVersions::regenerateKeepsEveryAnswerAsAVersion() {
              {QStringLiteral("assistant"), QStringLiteral("First answer"), {}}});
     window.openConversation(id);
     ConversationModel* conversation = window.conversationView()->conversation();
-    QVERIFY(!answer(window, [&] { window.regenerate(); }).content.isNull());
-    QVERIFY(!answer(window, [&] { window.regenerate(); }).content.isNull());
+    QVERIFY(!answer(window, [&] { window.chat()->regenerate(); }).content.isNull());
+    QVERIFY(!answer(window, [&] { window.chat()->regenerate(); }).content.isNull());
     QCOMPARE(conversation->rowCount(), 2);
     const QModelIndex last = conversation->index(1);
     QCOMPARE(last.data(ConversationModel::VersionRole).toPoint(), QPoint(3, 3));
@@ -140,7 +141,7 @@ void TestVersions::regenerateKeepsEveryAnswerAsAVersion() {
     QCOMPARE(text(conversation->index(1)), QStringLiteral("First answer"));
 
     const GenerationSummary followUp =
-        answer(window, [&] { window.sendMessage(QStringLiteral("And then?")); });
+        answer(window, [&] { window.chat()->send(QStringLiteral("And then?")); });
     QCOMPARE(followUp.promptTokens, promptTokens({{k3::ChatRole::User, "Hello", {}, {}},
                                                   {k3::ChatRole::Assistant, "First answer", "", {}},
                                                   {k3::ChatRole::User, "And then?", {}, {}}}));
@@ -181,9 +182,9 @@ void TestVersions::editAndResendKeepsTheOldBranch() {
              {QStringLiteral("assistant"), QStringLiteral("Second answer"), {}}});
     window.openConversation(id);
     ConversationModel* conversation = window.conversationView()->conversation();
-    window.editLastMessage();
+    window.chat()->editLastMessage();
     QVERIFY(window.composer()->isEditing());
-    answer(window, [&] { window.sendMessage(QStringLiteral("Edited question")); });
+    answer(window, [&] { window.chat()->send(QStringLiteral("Edited question")); });
     QCOMPARE(conversation->rowCount(), 4);
     QCOMPARE(text(conversation->index(2)), QStringLiteral("Edited question"));
     QCOMPARE(MessageDelegate::versionText(conversation->index(2)), QStringLiteral("2/2"));
@@ -238,7 +239,7 @@ void TestVersions::systemPromptReachesTheRenderedPrompt() {
     window.show();
     QVERIFY(loadDemo(window, m_demo));
     const GenerationSummary first =
-        answer(window, [&] { window.sendMessage(QStringLiteral("Hello")); });
+        answer(window, [&] { window.chat()->send(QStringLiteral("Hello")); });
     QCOMPARE(first.promptTokens, promptTokens({{k3::ChatRole::System, "Be brief.", {}, {}},
                                                {k3::ChatRole::User, "Hello", {}, {}}}));
     QVERIFY(first.promptTokens > promptTokens({{k3::ChatRole::User, "Hello", {}, {}}}));
@@ -256,7 +257,7 @@ void TestVersions::systemPromptReachesTheRenderedPrompt() {
     dialog->accept();
     window.transcriptWriter()->flush(); // the save the new prompt queued is written
     QCOMPARE(window.store()->load(id).first().content, QStringLiteral("You are a pirate."));
-    const GenerationSummary again = answer(window, [&] { window.regenerate(); });
+    const GenerationSummary again = answer(window, [&] { window.chat()->regenerate(); });
     QCOMPARE(again.promptTokens, promptTokens({{k3::ChatRole::System, "You are a pirate.", {}, {}},
                                                {k3::ChatRole::User, "Hello", {}, {}}}));
     // The state after the first answer began with the old prompt: nothing of it is reused.
@@ -288,7 +289,7 @@ void TestVersions::contextLengthFromSettingsRefusesALongConversation() {
     const QString question =
         QStringLiteral("Please tell me everything you know about caches, memory, disks, "
                        "experts, layers and tokens, in great detail.");
-    window.sendMessage(question);
+    window.chat()->send(question);
     QTRY_VERIFY_WITH_TIMEOUT(window.findChild<QMessageBox*>(QStringLiteral("answerFailedBox")),
                              30000);
     auto* box = window.findChild<QMessageBox*>(QStringLiteral("answerFailedBox"));

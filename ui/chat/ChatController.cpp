@@ -1,6 +1,8 @@
 #include "chat/ChatController.h"
 
 #include "AppSettings.h"
+#include "Settings.h"
+#include "SettingsTable.h"
 #include "chat/ConversationModel.h"
 #include "chat/ConversationStore.h"
 #include "chat/ImageAttacher.h"
@@ -9,14 +11,8 @@
 #include "worker/EngineController.h"
 
 #include <QRandomGenerator>
-#include <QSettings>
 #include <QStringList>
 #include <QVariantMap>
-
-namespace {
-// A map from model key to the Think choice last made for it.
-const QString kThinkingPerModel = QStringLiteral("thinking/perModel");
-} // namespace
 
 ChatController::ChatController(EngineController* engine, ConversationModel* conversation,
                                MessageComposer* composer, ConversationStore* store,
@@ -124,7 +120,7 @@ void ChatController::setModel(const QString& key, bool hasThinkChannel) {
 }
 
 bool ChatController::rememberedThinking(const QString& modelKey, bool fallback) {
-    return QSettings().value(kThinkingPerModel).toMap().value(modelKey, fallback).toBool();
+    return Settings::value(SettingsTable::thinkingPerModel).value(modelKey, fallback).toBool();
 }
 
 void ChatController::applyThinkingPreference() {
@@ -136,10 +132,9 @@ void ChatController::applyThinkingPreference() {
 
 void ChatController::rememberThinking(bool on) {
     if (m_modelKey.isEmpty()) return;
-    QSettings settings;
-    QVariantMap chosen = settings.value(kThinkingPerModel).toMap();
+    QVariantMap chosen = Settings::value(SettingsTable::thinkingPerModel);
     chosen.insert(m_modelKey, on);
-    settings.setValue(kThinkingPerModel, chosen);
+    Settings::setValue(SettingsTable::thinkingPerModel, chosen);
 }
 
 void ChatController::send(const QString& text) {

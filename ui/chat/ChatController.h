@@ -50,7 +50,7 @@ public:
     // and model); without a think channel, Think is unticked and disabled for it.
     void setModel(const QString& key, bool hasThinkChannel);
     // Think as the open conversation used it, else as chosen last for this model, else the
-    // Settings default ("thinking/enabled").
+    // Settings default (SettingsTable::thinking).
     void applyThinkingPreference();
     static bool rememberedThinking(const QString& modelKey, bool fallback);
 

@@ -1,8 +1,5 @@
 #include "wizard/CheckpointSize.h"
 
-#include <QFutureWatcher>
-#include <QtConcurrent>
-
 #include <filesystem>
 #include <system_error>
 
@@ -11,19 +8,16 @@
 CheckpointSize::CheckpointSize(QObject* parent) : QObject(parent) {}
 
 void CheckpointSize::request(const k3::DownloadOptions& options) {
-    const int generation = ++m_generation;
     m_pending = true;
     m_answer = {};
     emit changed();
-    auto* watcher = new QFutureWatcher<Answer>(this);
-    connect(watcher, &QFutureWatcher<Answer>::finished, this, [this, watcher, generation] {
-        watcher->deleteLater();
-        if (generation != m_generation) return; // the fields changed since
-        m_answer = watcher->result();
-        m_pending = false;
-        emit changed();
-    });
-    watcher->setFuture(QtConcurrent::run([options] { return compute(options); }));
+    m_listing.start([options] { return compute(options); });
+}
+
+void CheckpointSize::answered(const Answer& answer) {
+    m_answer = answer;
+    m_pending = false;
+    emit changed();
 }
 
 CheckpointSize::Answer CheckpointSize::compute(const k3::DownloadOptions& options) {

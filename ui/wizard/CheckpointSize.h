@@ -3,6 +3,8 @@
 #include <QObject>
 #include <QString>
 
+#include "wizard/AsyncTask.h"
+
 #include <optional>
 
 #include <k3/hub.hpp>
@@ -45,7 +47,10 @@ private:
     };
     static Answer compute(const k3::DownloadOptions& options);
 
+    void answered(const Answer& answer);
+
     Answer m_answer;
     bool m_pending = false;
-    int m_generation = 0; // answers to older requests are dropped
+    // A newer request replaces the running one: answers to older requests are dropped.
+    AsyncTask<Answer> m_listing{this, [this](const Answer& a) { answered(a); }};
 };

@@ -10,7 +10,6 @@
 #include <QPushButton>
 #include <QStyle>
 #include <QVBoxLayout>
-#include <QtConcurrent>
 
 #include <cmath>
 
@@ -116,18 +115,17 @@ MemoryPage::MemoryPage(QWidget* parent)
             m_presets->button(customId())->setChecked(true);
             replan();
         });
-    // A newer request replaces the watcher's future, so only the latest plan arrives.
-    connect(&m_watcher, &QFutureWatcher<Planned>::finished, this, [this] {
-        const Planned p = m_watcher.result();
-        m_planned = true;
-        m_pending = false;
-        m_config = p.config;
-        m_plan = p.plan;
-        m_error = p.error;
-        m_minTrunkBytes = p.minTrunkBytes;
-        showPlan();
-        emit planReady();
-    });
+}
+
+void MemoryPage::showPlanned(const Planned& p) {
+    m_planned = true;
+    m_pending = false;
+    m_config = p.config;
+    m_plan = p.plan;
+    m_error = p.error;
+    m_minTrunkBytes = p.minTrunkBytes;
+    showPlan();
+    emit planReady();
 }
 
 void MemoryPage::initializePage() {
@@ -252,8 +250,9 @@ void MemoryPage::replan() {
     if (m_modelDir.isEmpty()) return;
     const bool automatic = m_presets->checkedId() == kAutoId;
     m_pending = true;
-    m_watcher.setFuture(
-        QtConcurrent::run(planOffThread, requestedConfig(), automatic, m_available));
+    m_planning.start([config = requestedConfig(), automatic, available = m_available] {
+        return planOffThread(config, automatic, available);
+    });
     emit completeChanged();
 }
 

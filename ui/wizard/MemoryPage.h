@@ -1,7 +1,8 @@
 #pragma once
 
-#include <QFutureWatcher>
 #include <QWizardPage>
+
+#include "wizard/AsyncTask.h"
 
 #include <k3/launch.hpp>
 #include <k3/memory_plan.hpp>
@@ -66,6 +67,7 @@ signals:
 private:
     void replan();
     void showPlan();
+    void showPlanned(const Planned& p); // a planning answered
     void presetClicked(int id);
     void markPresetsThatDoNotFit();
     k3::LaunchConfig requestedConfig() const;
@@ -87,5 +89,6 @@ private:
     k3::MemoryPlan m_plan;
     QString m_error;
     quint64 m_minTrunkBytes = 0;
-    QFutureWatcher<Planned> m_watcher;
+    // A newer request replaces the running one, so only the latest plan arrives.
+    AsyncTask<Planned> m_planning{this, [this](const Planned& p) { showPlanned(p); }};
 };

@@ -13,7 +13,6 @@
 #include <QTreeWidget>
 #include <QUrl>
 #include <QVBoxLayout>
-#include <QtConcurrent>
 
 #include <filesystem>
 
@@ -22,7 +21,7 @@
 #include <k3/memory_plan.hpp>
 #include <k3/safetensors.hpp>
 
-#include "MainWindow.h"
+#include "ModelLoader.h"
 #include "wizard/CheckpointSize.h"
 #include "wizard/DownloadSpaceCheck.h"
 #include "wizard/HubDownloadBridge.h"
@@ -99,7 +98,7 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
                                       [this] { return m_downloadMode->isChecked(); },
                                       [this] { return m_downloading; }},
                                      this)),
-      m_pending(PendingDownload::load()), m_cancel(std::make_shared<std::atomic<bool>>(false)) {
+      m_pending(PendingDownload::load()) {
     setTitle(tr("Get the model"));
     setSubTitle(tr("Point to a checkpoint folder you already have, or download it from the hub."));
     setUpFields();
@@ -108,7 +107,7 @@ ModelSourcePage::ModelSourcePage(QWidget* parent)
     QPushButton* targetBrowse = buildDownloadBox();
     auto* demo = new QPushButton(tr("Use the bundled demo model"));
     demo->setObjectName(QStringLiteral("useDemoButton"));
-    demo->setEnabled(!MainWindow::demoModelDirectory().isEmpty());
+    demo->setEnabled(!ModelLoader::demoModelDirectory().isEmpty());
     auto* layout = new QVBoxLayout(this);
     layout->addWidget(m_resumeBox);
     layout->addWidget(m_haveIt);
@@ -264,7 +263,7 @@ void ModelSourcePage::connectControls(QPushButton* browse, QPushButton* targetBr
             &DownloadSpaceCheck::scheduleSizeRequest);
     connect(demo, &QPushButton::clicked, this, [this] {
         m_haveIt->setChecked(true);
-        chooseFolder(MainWindow::demoModelDirectory());
+        chooseFolder(ModelLoader::demoModelDirectory());
     });
     connect(m_start, &QPushButton::clicked, this, &ModelSourcePage::startDownload);
     connect(m_pause, &QPushButton::clicked, this, &ModelSourcePage::pauseDownload);
@@ -275,15 +274,11 @@ void ModelSourcePage::connectControls(QPushButton* browse, QPushButton* targetBr
         if (m_token->text().isEmpty()) m_token->setText(token);
     });
     m_tokenStore->load();
-    connect(&m_validation, &QFutureWatcher<Verdict>::finished, this,
-            [this] { showVerdict(m_validation.result()); });
-    connect(&m_download, &QFutureWatcher<k3::DownloadResult>::finished, this,
-            [this] { downloadDone(m_download.result()); });
 }
 
 ModelSourcePage::~ModelSourcePage() {
     // The worker keeps its own references; it stops promptly and leaves .partial files.
-    m_cancel->store(true);
+    m_download.cancel();
 }
 
 bool ModelSourcePage::isComplete() const {
@@ -340,8 +335,7 @@ void ModelSourcePage::chooseFolder(const QString& dir) {
     m_validating = true;
     m_verdict->setText(tr("Checking %1…").arg(dir));
     emit completeChanged();
-    // Opening a 1.56 TB checkpoint reads every shard header: never on the GUI thread.
-    m_validation.setFuture(QtConcurrent::run([dir] { return checkFolder(dir); }));
+    m_validation.start([dir] { return checkFolder(dir); });
 }
 
 void ModelSourcePage::showVerdict(const Verdict& verdict) {
@@ -454,7 +448,6 @@ void ModelSourcePage::startDownload() {
     }
     m_downloading = true;
     m_downloadMode->setChecked(true);
-    m_cancel = std::make_shared<std::atomic<bool>>(false);
     k3::DownloadOptions options = downloadOptions();
     options.freeBytesForTests = m_space->freeBytesForTests();
     // Entered once: kept in the keychain (or this run's memory), never in QSettings.
@@ -471,14 +464,13 @@ void ModelSourcePage::startDownload() {
     m_downloadStatus->setText(tr("Asking the hub for the file list…"));
     emit completeChanged();
     auto bridge = std::make_shared<HubDownloadBridge>(this);
-    auto cancel = m_cancel;
-    m_download.setFuture(QtConcurrent::run([options, bridge, cancel] {
-        return k3::downloadCheckpoint(options, bridge.get(), cancel.get());
-    }));
+    m_download.start([options, bridge](const std::atomic<bool>* cancel) {
+        return k3::downloadCheckpoint(options, bridge.get(), cancel);
+    });
 }
 
 void ModelSourcePage::pauseDownload() {
-    m_cancel->store(true);
+    m_download.cancel();
     m_pause->setEnabled(false);
     m_downloadStatus->setText(tr("Pausing… (Start resumes from the partial files)"));
 }

@@ -1,6 +1,5 @@
 #pragma once
 
-#include <QFutureWatcher>
 #include <QHash>
 #include <QSet>
 #include <QWizardPage>
@@ -11,6 +10,7 @@
 
 #include <k3/hub.hpp>
 
+#include "wizard/AsyncTask.h"
 #include "wizard/PendingDownload.h"
 
 class QLabel;
@@ -155,8 +155,9 @@ private:
     QString m_validDir;
     bool m_validating = false;
     bool m_downloading = false; // until downloadDone: queued progress may still be in flight
-    QFutureWatcher<Verdict> m_validation;
-    QFutureWatcher<k3::DownloadResult> m_download;
-    // Shared with the worker so a page deleted mid-download leaves nothing dangling.
-    std::shared_ptr<std::atomic<bool>> m_cancel;
+    // Opening a 1.56 TB checkpoint reads every shard header: never on the GUI thread.
+    AsyncTask<Verdict> m_validation{this, [this](const Verdict& v) { showVerdict(v); }};
+    // Paused by cancel(); a page deleted mid-download stops it and leaves .partial files.
+    AsyncTask<k3::DownloadResult> m_download{
+        this, [this](const k3::DownloadResult& r) { downloadDone(r); }};
 };

@@ -10,7 +10,6 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QVBoxLayout>
-#include <QtConcurrent>
 
 #include <filesystem>
 #include <limits>
@@ -26,8 +25,7 @@ PackPage::PackPage(QWidget* parent)
       m_skip(new QCheckBox(tr("Skip (keep every weight in memory)"))),
       m_compress(new QCheckBox(tr("Compress losslessly (the same output, fewer bytes read per "
                                   "token)"))),
-      m_replace(new QCheckBox(tr("Replace the trunk in this folder"))),
-      m_cancel(std::make_shared<std::atomic<bool>>(false)) {
+      m_replace(new QCheckBox(tr("Replace the trunk in this folder"))) {
     setTitle(tr("Pack the trunk"));
     setSubTitle(tr("Every layer's attention, norms, router and shared experts are rewritten once "
                    "into one file, so each layer comes back in a single read."));
@@ -85,16 +83,11 @@ PackPage::PackPage(QWidget* parent)
         emit completeChanged();
     });
     connect(m_replace, &QCheckBox::toggled, this, &PackPage::updatePackButton);
-    // A newer check replaces the watcher's future: only the latest folder's state arrives.
-    connect(&m_folderWatcher, &QFutureWatcher<FolderState>::finished, this,
-            [this] { showFolderState(m_folderWatcher.result()); });
-    connect(&m_watcher, &QFutureWatcher<Outcome>::finished, this,
-            [this] { packDone(m_watcher.result()); });
     registerField(QStringLiteral("trunkDir"), this, "trunkDir");
 }
 
 PackPage::~PackPage() {
-    m_cancel->store(true);
+    m_packing.cancel(); // the worker keeps its own references and stops promptly
 }
 
 void PackPage::initializePage() {
@@ -178,8 +171,8 @@ void PackPage::refreshExisting() {
     m_checking = !m_modelDir.isEmpty() && !m_trunk->text().isEmpty();
     m_status->setText(m_checking ? tr("Looking at the trunk folder…") : QString());
     if (m_checking)
-        m_folderWatcher.setFuture(
-            QtConcurrent::run(&PackPage::inspectFolder, m_trunk->text(), m_modelDir));
+        m_folderCheck.start(
+            [trunk = m_trunk->text(), model = m_modelDir] { return inspectFolder(trunk, model); });
     updatePackButton();
     emit completeChanged();
 }
@@ -218,7 +211,6 @@ void PackPage::startPacking() {
     if (isPacking() || m_checking || (m_otherTrunk && !m_replace->isChecked())) return;
     m_packed = false;
     m_running = true;
-    m_cancel = std::make_shared<std::atomic<bool>>(false);
     m_pack->setEnabled(false);
     m_cancelButton->setEnabled(true);
     m_status->setStyleSheet(QString());
@@ -228,11 +220,10 @@ void PackPage::startPacking() {
     emit completeChanged();
     const std::string model = m_modelDir.toStdString();
     const std::string trunk = m_trunk->text().toStdString();
-    auto cancel = m_cancel;
     k3::PackOptions options;
     options.compress = m_compress->isChecked();
     QPointer<PackPage> self(this);
-    m_watcher.setFuture(QtConcurrent::run([model, trunk, cancel, self, options] {
+    m_packing.start([model, trunk, self, options](const std::atomic<bool>* cancel) {
         Outcome out;
         const auto observer = [self](const k3::PackProgress& p) {
             QMetaObject::invokeMethod(
@@ -249,7 +240,7 @@ void PackPage::startPacking() {
         const bool folderExisted = std::filesystem::exists(trunk, ec);
         try {
             if (model.empty()) throw k3::PackError("no checkpoint folder chosen (page 2)");
-            const k3::PackResult r = k3::packTrunk(model, trunk, observer, cancel.get(), options);
+            const k3::PackResult r = k3::packTrunk(model, trunk, observer, cancel, options);
             out.ok = true;
             out.message = tr("Packed %1 layers into %2 (%3) in %4 s.")
                               .arg(r.layers)
@@ -267,11 +258,11 @@ void PackPage::startPacking() {
                 std::filesystem::remove(trunk, ec);
         }
         return out;
-    }));
+    });
 }
 
 void PackPage::cancelPacking() {
-    m_cancel->store(true);
+    m_packing.cancel();
     m_cancelButton->setEnabled(false);
     m_status->setText(tr("Cancelling…"));
 }

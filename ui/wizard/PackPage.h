@@ -1,7 +1,8 @@
 #pragma once
 
-#include <QFutureWatcher>
 #include <QWizardPage>
+
+#include "wizard/AsyncTask.h"
 
 #include <atomic>
 #include <memory>
@@ -92,8 +93,10 @@ private:
     bool m_packed = false;
     bool m_checking = false;
     bool m_otherTrunk = false;
-    QFutureWatcher<FolderState> m_folderWatcher;
+    // A newer check replaces the running one: only the latest folder's state arrives.
+    AsyncTask<FolderState> m_folderCheck{
+        this, [this](const FolderState& state) { showFolderState(state); }};
     bool m_running = false; // until packDone: the future finishes before its queued updates arrive
-    QFutureWatcher<Outcome> m_watcher;
-    std::shared_ptr<std::atomic<bool>> m_cancel;
+    // Cancelled by the Cancel button and when the page goes away.
+    AsyncTask<Outcome> m_packing{this, [this](const Outcome& outcome) { packDone(outcome); }};
 };

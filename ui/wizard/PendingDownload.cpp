@@ -1,32 +1,29 @@
 #include "wizard/PendingDownload.h"
 
-#include <QSettings>
+#include "Settings.h"
+#include "SettingsTable.h"
 
-namespace {
-const QString kGroup = QStringLiteral("download/pending");
-}
+namespace Table = SettingsTable;
 
 std::optional<PendingDownload> PendingDownload::load() {
-    QSettings settings;
-    settings.beginGroup(kGroup);
     PendingDownload p;
-    p.endpoint = settings.value(QStringLiteral("endpoint")).toString();
-    p.repo = settings.value(QStringLiteral("repo")).toString();
-    p.revision = settings.value(QStringLiteral("revision")).toString();
-    p.destination = settings.value(QStringLiteral("destination")).toString();
+    p.endpoint = Settings::value(Table::pendingEndpoint);
+    p.repo = Settings::value(Table::pendingRepo);
+    p.revision = Settings::value(Table::pendingRevision);
+    p.destination = Settings::value(Table::pendingDestination);
     if (p.repo.isEmpty() || p.revision.isEmpty() || p.destination.isEmpty()) return std::nullopt;
     return p;
 }
 
 void PendingDownload::save() const {
-    QSettings settings;
-    settings.beginGroup(kGroup);
-    settings.setValue(QStringLiteral("endpoint"), endpoint);
-    settings.setValue(QStringLiteral("repo"), repo);
-    settings.setValue(QStringLiteral("revision"), revision);
-    settings.setValue(QStringLiteral("destination"), destination);
+    Settings::setValue(Table::pendingEndpoint, endpoint);
+    Settings::setValue(Table::pendingRepo, repo);
+    Settings::setValue(Table::pendingRevision, revision);
+    Settings::setValue(Table::pendingDestination, destination);
 }
 
 void PendingDownload::clear() {
-    QSettings().remove(kGroup);
+    for (const Setting<QString>* s : {&Table::pendingEndpoint, &Table::pendingRepo,
+                                      &Table::pendingRevision, &Table::pendingDestination})
+        Settings::remove(*s);
 }

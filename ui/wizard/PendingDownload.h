@@ -4,7 +4,7 @@
 
 #include <optional>
 
-// An unfinished checkpoint download, remembered in QSettings (group download/pending)
+// An unfinished checkpoint download, remembered in the settings (SettingsTable::pending*)
 // so the next start of the wizard offers to resume it: where and what, never the token.
 // The bytes themselves stay in the destination's NAME.partial files.
 struct PendingDownload {

@@ -7,7 +7,6 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
-#include <QtConcurrent>
 
 #include <k3/remote.hpp>
 
@@ -44,18 +43,11 @@ RemoteServerForm::RemoteServerForm(QWidget* parent)
     for (QLineEdit* edit : {m_url, m_model, m_key})
         connect(edit, &QLineEdit::textChanged, this, &RemoteServerForm::changed);
     connect(m_test, &QPushButton::clicked, this, &RemoteServerForm::test);
-    connect(&m_watcher, &QFutureWatcher<TestResult>::finished, this,
-            [this] { showResult(m_watcher.result()); });
     connect(m_keyStore, &TokenStore::statusChanged, m_keyNote, &QLabel::setText);
     connect(m_keyStore, &TokenStore::loaded, this, [this](const QString& key) {
         if (m_key->text().isEmpty()) m_key->setText(key);
     });
     m_keyStore->load();
-}
-
-RemoteServerForm::~RemoteServerForm() {
-    m_cancel->store(true);
-    m_watcher.disconnect(this);
 }
 
 QString RemoteServerForm::url() const {
@@ -96,17 +88,16 @@ void RemoteServerForm::test() {
     m_test->setEnabled(false);
     m_result->setText(tr("Asking %1 for its models…").arg(url()));
     // By value only: the form may close while the server is still silent.
-    const std::shared_ptr<std::atomic<bool>> cancel = m_cancel;
-    m_watcher.setFuture(QtConcurrent::run([options, cancel]() -> TestResult {
+    m_modelList.start([options](const std::atomic<bool>* cancel) -> TestResult {
         TestResult r;
         try {
-            for (const std::string& id : k3::RemoteClient(options).listModels(cancel.get()))
+            for (const std::string& id : k3::RemoteClient(options).listModels(cancel))
                 r.models << QString::fromStdString(id);
         } catch (const std::exception& e) {
             r.error = QString::fromUtf8(e.what());
         }
         return r;
-    }));
+    });
 }
 
 void RemoteServerForm::showResult(const TestResult& result) {

@@ -1,11 +1,9 @@
 #pragma once
 
-#include <QFutureWatcher>
 #include <QStringList>
 #include <QWidget>
 
-#include <atomic>
-#include <memory>
+#include "wizard/AsyncTask.h"
 
 class QLabel;
 class QLineEdit;
@@ -20,7 +18,6 @@ class RemoteServerForm : public QWidget {
     Q_OBJECT
 public:
     explicit RemoteServerForm(QWidget* parent = nullptr);
-    ~RemoteServerForm() override;
 
     QString url() const;
     QString model() const;
@@ -57,8 +54,8 @@ private:
     QLabel* m_keyNote;
     TokenStore* m_keyStore;
     QStringList m_models;
-    QFutureWatcher<TestResult> m_watcher;
+    // The server's model list; the form may close while the server is still silent: the
+    // list stops at once.
+    AsyncTask<TestResult> m_modelList{this, [this](const TestResult& r) { showResult(r); }};
     bool m_testing = false;
-    // Set when the form goes away: a test still waiting on a server stops at once.
-    std::shared_ptr<std::atomic<bool>> m_cancel = std::make_shared<std::atomic<bool>>(false);
 };

@@ -1,9 +1,10 @@
 #include "wizard/RemoteServerPage.h"
 
+#include "Settings.h"
+#include "SettingsTable.h"
 #include "wizard/RemoteServerForm.h"
 
 #include <QLabel>
-#include <QSettings>
 #include <QVBoxLayout>
 
 RemoteServerPage::RemoteServerPage(QWidget* parent)
@@ -12,9 +13,8 @@ RemoteServerPage::RemoteServerPage(QWidget* parent)
     setTitle(tr("Use a server"));
     setSubTitle(tr("Chat with Kimi K3 served by vLLM, SGLang or `k3 serve` on another "
                    "computer, through its OpenAI-compatible API."));
-    const QSettings settings;
-    m_form->setUrl(settings.value(QStringLiteral("remote/url")).toString());
-    m_form->setModel(settings.value(QStringLiteral("remote/model")).toString());
+    m_form->setUrl(Settings::value(SettingsTable::remoteUrl));
+    m_form->setModel(Settings::value(SettingsTable::remoteModel));
     auto* layout = new QVBoxLayout(this);
     layout->addWidget(m_form);
     layout->addStretch(1);

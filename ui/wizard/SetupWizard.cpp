@@ -1,6 +1,6 @@
 #include "wizard/SetupWizard.h"
 
-#include "MainWindow.h"
+#include "ModelLoader.h"
 #include "wizard/MemoryPage.h"
 #include "wizard/ModelSourcePage.h"
 #include "wizard/PackPage.h"
@@ -29,7 +29,7 @@ SetupWizard::SetupWizard(QWidget* parent)
     fixSize();
     // The demo needs no download, packing or plan: a new user chats within a minute.
     connect(m_systemCheck, &SystemCheckPage::demoRequested, this, [this] {
-        const QString demo = MainWindow::demoModelDirectory();
+        const QString demo = ModelLoader::demoModelDirectory();
         if (demo.isEmpty()) return;
         k3::LaunchConfig config = m_memory->baseConfig();
         config.modelDir = demo.toStdString();

@@ -8,7 +8,6 @@
 #include <QPushButton>
 #include <QStyle>
 #include <QVBoxLayout>
-#include <QtConcurrent>
 
 SystemCheckPage::SystemCheckPage(QWidget* parent)
     : QWizardPage(parent), m_modelDir(QDir::homePath() + QStringLiteral("/k3model")),
@@ -50,12 +49,10 @@ SystemCheckPage::SystemCheckPage(QWidget* parent)
     connect(m_rerun, &QPushButton::clicked, this, &SystemCheckPage::runChecks);
     connect(m_demo, &QPushButton::clicked, this, &SystemCheckPage::demoRequested);
     connect(m_server, &QPushButton::clicked, this, &SystemCheckPage::serverRequested);
-    connect(&m_watcher, &QFutureWatcher<k3::DoctorReport>::finished, this,
-            [this] { showReport(m_watcher.result()); });
 }
 
 void SystemCheckPage::initializePage() {
-    if (!m_report && !m_watcher.isRunning()) runChecks();
+    if (!m_report && !m_doctor.isRunning()) runChecks();
 }
 
 bool SystemCheckPage::isComplete() const {
@@ -63,7 +60,7 @@ bool SystemCheckPage::isComplete() const {
 }
 
 void SystemCheckPage::runChecks() {
-    if (m_watcher.isRunning()) return;
+    if (m_doctor.isRunning()) return;
     m_report.reset();
     m_checks->clear();
     m_recommendation->clear();
@@ -75,8 +72,7 @@ void SystemCheckPage::runChecks() {
     k3::DoctorOptions options;
     options.modelDir = m_modelDir.toStdString();
     options.disk.maxSecondsPerDepth = m_diskSeconds;
-    // The doctor blocks for seconds (disk measurement): never on the GUI thread.
-    m_watcher.setFuture(QtConcurrent::run([options] { return k3::runDoctor(options); }));
+    m_doctor.start([options] { return k3::runDoctor(options); });
 }
 
 void SystemCheckPage::showReport(const k3::DoctorReport& report) {

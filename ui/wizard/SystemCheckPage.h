@@ -1,7 +1,8 @@
 #pragma once
 
-#include <QFutureWatcher>
 #include <QWizardPage>
+
+#include "wizard/AsyncTask.h"
 
 #include <k3/doctor.hpp>
 
@@ -22,7 +23,7 @@ public:
 
     // Where the checkpoint will live; the doctor measures free space and speed there.
     void setModelDir(const QString& dir) { m_modelDir = dir; }
-    bool isRunning() const { return m_watcher.isRunning(); }
+    bool isRunning() const { return m_doctor.isRunning(); }
     const std::optional<k3::DoctorReport>& report() const { return m_report; }
     QListWidget* checkList() const { return m_checks; }
     // A busy bar while the checks run (the disk is measured for several seconds).
@@ -49,6 +50,8 @@ private:
     QPushButton* m_rerun;
     QPushButton* m_demo;
     QPushButton* m_server;
-    QFutureWatcher<k3::DoctorReport> m_watcher;
+    // The doctor blocks for seconds (disk measurement): never on the GUI thread.
+    AsyncTask<k3::DoctorReport> m_doctor{
+        this, [this](const k3::DoctorReport& report) { showReport(report); }};
     std::optional<k3::DoctorReport> m_report;
 };
