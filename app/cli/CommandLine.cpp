@@ -3,6 +3,7 @@
 #include "CommandLine.hpp"
 
 #include "CliSupport.hpp"
+#include "MemoryFlagAdvice.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -169,10 +170,12 @@ private:
                 flags.push_back({k3::MemoryFlag::Kind::CacheGB, {}, cache_gb_value_});
         }
         const auto mem = k3::readMemoryInfo();
+        const std::uint64_t available = mem ? mem->availableBytes : 0;
         try {
-            m.budget = k3::resolveMemoryFlags(flags, mem ? mem->availableBytes : 0);
+            m.budget = k3::resolveMemoryFlags(flags, available);
         } catch (const k3::MemoryRefusal& e) {
-            throw usageError(e.what());
+            // The engine names the setting; the flag that set it is ours to add.
+            throw usageError(e.what() + memoryFlagAdvice(flags, available));
         }
         m.resolvedPreset = m.budget.preset;
         const bool preset = !m.budget.preset.empty();
