@@ -7,8 +7,9 @@ same scope) has a parameter list and is not a control statement opens a function
 length runs from the header's first line to the matching `}`. Braces inside a function
 (blocks, lambdas, initialisers) count towards it.
 
-A function may be long for a reason: a comment `// long: why` on one of the three lines
-above its header (or on the header itself) marks it, and it is listed apart.
+A function may be long for a reason: `// long: why` (or the older "Long on purpose:" and
+"Over 80 lines:") in the comment block right above its header marks it; it is listed
+with its reason.
 
   .ci/long-functions.py                # the long ones, longest first, and a count
   .ci/long-functions.py --limit 60     # another limit
@@ -23,7 +24,9 @@ ROOTS = ("engine", "app", "ui")
 SUFFIXES = (".cpp", ".hpp", ".h", ".cc")
 CONTROL = re.compile(r"^\s*(?:}\s*)?(?:else\s+)?(if|for|while|switch|catch|do|else)\b")
 CONTAINER = re.compile(r"\b(namespace|class|struct|union|enum)\b[^()]*$|\bextern\s*$")
-REASON = re.compile(r"//\s*long:")
+# "// long: why" (or the older "Long on purpose: why" and "Over 80 lines: why") in the
+# comment block above the header.
+REASON = re.compile(r"\blong(?: on purpose)?:|over 80 lines:", re.IGNORECASE)
 
 
 def blank(text):
@@ -114,6 +117,20 @@ def function_name(header):
     return None
 
 
+def reason_above(lines, first):
+    """The `long:` reason in the comment block just above line `first` (1-based) or on it."""
+    block = []
+    k = first - 2
+    while k >= 0 and lines[k].strip().startswith("//"):
+        block.insert(0, lines[k].strip().lstrip("/").strip())
+        k -= 1
+    text = " ".join(block)
+    m = REASON.search(text) or REASON.search(lines[first - 1])
+    if not m:
+        return ""
+    return text[m.start():m.start() + 70] if REASON.search(text) else "(on the header line)"
+
+
 def functions(path):
     with open(path, encoding="utf-8", errors="replace") as f:
         raw = f.read()
@@ -147,8 +164,7 @@ def functions(path):
                 kind, first, name = stack.pop()
                 if kind == "function":
                     last = text.count("\n", 0, i) + 1
-                    above = lines[max(0, first - 4):first]
-                    reason = next((l.strip() for l in above if REASON.search(l)), "")
+                    reason = reason_above(lines, first)
                     found.append((last - first + 1, path, first, name, reason))
             header_start = i + 1
         i += 1
