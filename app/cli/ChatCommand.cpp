@@ -297,134 +297,170 @@ int runChat(const ChatArgs& args) {
     return chatLoop(args, *backend, history, options, seed, seen);
 }
 
+namespace {
+
+// What the chat loop keeps from one turn to the next.
+struct ChatLoopState {
+    int seen = 0;             // Ctrl-C presses dealt with (those that stopped an answer)
+    int promptInterrupts = 0; // consecutive Ctrl-C at the prompt
+    bool unsaved = false;     // the last save failed: the file lacks the latest turns
+    int exitCode = kExitOk;
+};
+
+enum class LineAction { Leave, Next, Send };
+
+// One line from the user: a message to send, or a command handled here.
+LineAction readUserLine(const ChatArgs& args, k3::ChatBackend& backend,
+                        std::vector<k3::ChatMessage>& history, ChatLoopState& state,
+                        std::string& line) {
+    if (stdinIsTty()) {
+        std::fputs("> ", stdout);
+        std::fflush(stdout);
+    }
+    const PromptInput input = readPromptLine(line, state.seen);
+    if (input == PromptInput::Interrupted) { // Ctrl-C at the prompt, or just before it showed
+        state.seen = interruptCount();
+        if (++state.promptInterrupts >= 2) {
+            std::fputs("\n", stderr);
+            return LineAction::Leave;
+        }
+        std::fputs("\n(Ctrl-C again or /exit to leave)\n", stderr);
+        return LineAction::Next;
+    }
+    if (input == PromptInput::End) return LineAction::Leave;
+    state.promptInterrupts = 0;
+    clearCancel();
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) return LineAction::Next;
+    if (line == "/exit" || line == "/quit") return LineAction::Leave;
+    if (line == "/help") {
+        std::fputs(kHelp, stdout);
+        std::fflush(stdout);
+        return LineAction::Next;
+    }
+    if (line == "/reset") {
+        backend.forgetSavedStates(history); // the old conversation leaves no state
+        history = initialHistory(args);
+        backend.reset();
+        state.unsaved = !saveHistory(args, history);
+        std::fprintf(stderr, "[conversation reset]\n");
+        return LineAction::Next;
+    }
+    if (line.front() == '/' && line.find(' ') == std::string::npos) {
+        printNote("unknown command " + line + "; /help lists the commands");
+        return LineAction::Next;
+    }
+    return LineAction::Send;
+}
+
+// The answer to the user message at the end of history, printed as it comes; nothing
+// when the message was dropped (said why; history is as before the message).
+std::optional<k3::GenerateResult> answer(const ChatArgs& args, k3::ChatBackend& backend,
+                                         std::vector<k3::ChatMessage>& history,
+                                         const k3::GenerateOptions& options, ChatLoopState& state) {
+    ChatPrinter printer(stdoutIsTty());
+    k3::GenerateResult r;
+    try {
+        r = backend.chat(history, options, &printer, &cancelFlag());
+    } catch (const k3::ChatError& error) {
+        history.pop_back();
+        printError(error.what());
+        return std::nullopt;
+    } catch (const k3::ContextFull& error) { // nothing computed: the message is dropped
+        history.pop_back();
+        printError(std::string(error.what()) + " (--context " + std::to_string(error.context()) +
+                   "; /reset starts a new conversation)");
+        return std::nullopt;
+    } catch (const k3::RemoteError& error) {
+        // A server can be busy or briefly away: say so and keep the conversation; the
+        // session still ends with a failure code.
+        history.pop_back();
+        printError(std::string("the server failed: ") + error.what());
+        if (state.exitCode == kExitOk) state.exitCode = kExitFailure;
+        return std::nullopt;
+    } catch (const std::exception& error) {
+        history.pop_back();
+        saveHistory(args, history);
+        throw CommandError{kExitFailure, std::string("the forward pass failed: ") + error.what()};
+    }
+    // The calls stay in the reply (history), so the next turn sends them back.
+    printer.finish(r.reply.toolCalls);
+    state.seen = interruptCount(); // a press during the answer stopped it, not a prompt press
+    if (r.cancelled && r.tokenCount() == 0) {
+        history.pop_back(); // stopped before any answer: as if never sent
+        std::fprintf(stderr, "[stopped before the answer began; message dropped]\n");
+        return std::nullopt;
+    }
+    return r;
+}
+
+// The answer joins the conversation (saved) and its summary line, problems and
+// validity are said.
+void recordAnswer(const ChatArgs& args, const k3::ChatBackend& backend,
+                  std::vector<k3::ChatMessage>& history, const k3::GenerateResult& r,
+                  ChatLoopState& state) {
+    k3::ChatMessage reply = r.reply;
+    if (!r.valid()) // saved marked, so a resumed conversation still says it
+        reply.invalid = r.nonFinite ? "a NaN or Inf reached the logits"
+                                    : std::to_string(r.droppedExperts) +
+                                          " routed expert(s) could not be loaded";
+    history.push_back(std::move(reply));
+    state.unsaved = !saveHistory(args, history);
+    const char* how = r.cancelled               ? "stopped"
+                      : !r.interruption.empty() ? "interrupted"
+                      : r.endOfTurn             ? "end of turn"
+                                                : "token limit";
+    if (backend.info().remote)
+        std::fprintf(stderr, "[%s: prompt %d tokens, %d tokens in %s, %s]\n",
+                     terminalSafe(r.model).c_str(), r.promptTokens, r.tokenCount(),
+                     formatDuration(r.prefillSeconds + r.decodeSeconds).c_str(), how);
+    else
+        std::fprintf(stderr, "[reused %d of %d positions, %d tokens in %s, %s]\n",
+                     r.reusedPositions, r.promptTokens, r.tokenCount(),
+                     formatDuration(r.prefillSeconds + r.decodeSeconds).c_str(), how);
+    // The partial answer stays in the conversation; the reason is said once, and the
+    // session does not end as a success: an answer arrived cut.
+    if (!r.interruption.empty()) {
+        printError(r.interruption);
+        if (state.exitCode == kExitOk) state.exitCode = kExitFailure;
+    }
+    // A few are enough to tell malformed output; a random model makes hundreds.
+    for (std::size_t i = 0; i < r.problems.size() && i < 3; ++i)
+        printNote("[model output: " + r.problems[i] + "]");
+    if (r.problems.size() > 3)
+        std::fprintf(stderr, "[model output: %zu more problems]\n", r.problems.size() - 3);
+    if (!r.valid()) {
+        printError("RUN INVALID: " + history.back().invalid + "; this answer is not the model's");
+        state.exitCode = kExitInvalid;
+    }
+}
+
+} // namespace
+
 int chatLoop(const ChatArgs& args, k3::ChatBackend& backend, std::vector<k3::ChatMessage>& history,
              k3::GenerateOptions options, std::uint64_t seed, int seen) {
-    const bool tty = stdoutIsTty();
-    int exitCode = kExitOk;
-    bool unsaved = false;     // the last save failed: the file lacks the latest turns
-    int promptInterrupts = 0; // consecutive Ctrl-C at the prompt
+    ChatLoopState state;
+    state.seen = seen;
     for (;;) {
         clearCancel();
         std::string line;
-        if (stdinIsTty()) {
-            std::fputs("> ", stdout);
-            std::fflush(stdout);
-        }
-        const PromptInput input = readPromptLine(line, seen);
-        if (input == PromptInput::Interrupted) { // Ctrl-C at the prompt, or just before it showed
-            seen = interruptCount();
-            if (++promptInterrupts >= 2) {
-                std::fputs("\n", stderr);
-                break;
-            }
-            std::fputs("\n(Ctrl-C again or /exit to leave)\n", stderr);
-            continue;
-        }
-        if (input == PromptInput::End) break;
-        promptInterrupts = 0;
-        clearCancel();
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.find_first_not_of(" \t") == std::string::npos) continue;
-        if (line == "/exit" || line == "/quit") break;
-        if (line == "/help") {
-            std::fputs(kHelp, stdout);
-            std::fflush(stdout);
-            continue;
-        }
-        if (line == "/reset") {
-            backend.forgetSavedStates(history); // the old conversation leaves no state
-            history = initialHistory(args);
-            backend.reset();
-            unsaved = !saveHistory(args, history);
-            std::fprintf(stderr, "[conversation reset]\n");
-            continue;
-        }
-        if (line.front() == '/' && line.find(' ') == std::string::npos) {
-            printNote("unknown command " + line + "; /help lists the commands");
-            continue;
-        }
-
+        const LineAction action = readUserLine(args, backend, history, state, line);
+        if (action == LineAction::Leave) break;
+        if (action == LineAction::Next) continue;
         history.push_back({k3::ChatRole::User, k3::sanitizeUtf8(line), {}, {}, {}});
         options.sampling.seed = turnSeed(seed, assistantTurns(history));
-        ChatPrinter printer(tty);
-        k3::GenerateResult r;
-        try {
-            r = backend.chat(history, options, &printer, &cancelFlag());
-        } catch (const k3::ChatError& error) {
-            history.pop_back();
-            printError(error.what());
-            continue;
-        } catch (const k3::ContextFull& error) { // nothing computed: the message is dropped
-            history.pop_back();
-            printError(std::string(error.what()) + " (--context " +
-                       std::to_string(error.context()) + "; /reset starts a new conversation)");
-            continue;
-        } catch (const k3::RemoteError& error) {
-            // A server can be busy or briefly away: say so and keep the conversation; the
-            // session still ends with a failure code.
-            history.pop_back();
-            printError(std::string("the server failed: ") + error.what());
-            if (exitCode == kExitOk) exitCode = kExitFailure;
-            continue;
-        } catch (const std::exception& error) {
-            history.pop_back();
-            saveHistory(args, history);
-            throw CommandError{kExitFailure,
-                               std::string("the forward pass failed: ") + error.what()};
-        }
-        // The calls stay in the reply (history), so the next turn sends them back.
-        printer.finish(r.reply.toolCalls);
-        seen = interruptCount(); // a press during the answer stopped it; it is not a prompt press
-        if (r.cancelled && r.tokenCount() == 0) {
-            history.pop_back(); // stopped before any answer: as if never sent
-            std::fprintf(stderr, "[stopped before the answer began; message dropped]\n");
-            continue;
-        }
-        k3::ChatMessage reply = r.reply;
-        if (!r.valid()) // saved marked, so a resumed conversation still says it
-            reply.invalid = r.nonFinite ? "a NaN or Inf reached the logits"
-                                        : std::to_string(r.droppedExperts) +
-                                              " routed expert(s) could not be loaded";
-        history.push_back(std::move(reply));
-        unsaved = !saveHistory(args, history);
-        const char* how = r.cancelled               ? "stopped"
-                          : !r.interruption.empty() ? "interrupted"
-                          : r.endOfTurn             ? "end of turn"
-                                                    : "token limit";
-        if (backend.info().remote)
-            std::fprintf(stderr, "[%s: prompt %d tokens, %d tokens in %s, %s]\n",
-                         terminalSafe(r.model).c_str(), r.promptTokens, r.tokenCount(),
-                         formatDuration(r.prefillSeconds + r.decodeSeconds).c_str(), how);
-        else
-            std::fprintf(stderr, "[reused %d of %d positions, %d tokens in %s, %s]\n",
-                         r.reusedPositions, r.promptTokens, r.tokenCount(),
-                         formatDuration(r.prefillSeconds + r.decodeSeconds).c_str(), how);
-        // The partial answer stays in the conversation; the reason is said once, and the
-        // session does not end as a success: an answer arrived cut.
-        if (!r.interruption.empty()) {
-            printError(r.interruption);
-            if (exitCode == kExitOk) exitCode = kExitFailure;
-        }
-        // A few are enough to tell malformed output; a random model makes hundreds.
-        for (std::size_t i = 0; i < r.problems.size() && i < 3; ++i)
-            printNote("[model output: " + r.problems[i] + "]");
-        if (r.problems.size() > 3)
-            std::fprintf(stderr, "[model output: %zu more problems]\n", r.problems.size() - 3);
-        if (!r.valid()) {
-            printError("RUN INVALID: " + history.back().invalid +
-                       "; this answer is not the model's");
-            exitCode = kExitInvalid;
-        }
+        if (const auto r = answer(args, backend, history, options, state))
+            recordAnswer(args, backend, history, *r, state);
     }
     // The session may go on after a failed save, but it does not end as a success: the
     // history file is not the conversation.
-    if (unsaved) {
+    if (state.unsaved) {
         printError("--history " + args.history +
                    ": the last save failed (see the warning above), so the file does not hold "
                    "the whole conversation");
-        if (exitCode == kExitOk) exitCode = kExitFailure;
+        if (state.exitCode == kExitOk) state.exitCode = kExitFailure;
     }
-    return exitCode;
+    return state.exitCode;
 }
 
 } // namespace k3cli

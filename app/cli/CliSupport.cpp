@@ -1,4 +1,5 @@
 #include "CliSupport.hpp"
+#include "MemoryFlagAdvice.hpp"
 
 #include "k3/console.hpp"
 #include "k3/launch.hpp"
@@ -87,6 +88,26 @@ std::string cliAdvice(const std::exception& error) {
                "memory.";
     case k3::MemoryRefusal::Reason::Setting:
         break;
+    }
+    return {};
+}
+
+std::string memoryFlagAdvice(std::span<const k3::MemoryFlag> flags, std::uint64_t availableBytes) {
+    // The flags apply in order, so the refused one ends the shortest refused prefix.
+    for (std::size_t n = 1; n <= flags.size(); ++n) {
+        try {
+            k3::resolveMemoryFlags(flags.first(n), availableBytes);
+        } catch (const k3::MemoryRefusal&) {
+            const k3::MemoryFlag& flag = flags[n - 1];
+            switch (flag.kind) {
+            case k3::MemoryFlag::Kind::Preset:
+                return " (--preset " + flag.preset + "; k3 --list-presets shows the presets)";
+            case k3::MemoryFlag::Kind::TrunkGB:
+                return " (--trunk-gb)";
+            case k3::MemoryFlag::Kind::CacheGB:
+                return " (--cache-gb)";
+            }
+        }
     }
     return {};
 }

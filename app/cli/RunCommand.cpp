@@ -2,6 +2,7 @@
 // Prints the plan, one line per token and a summary; writes the run report (--out).
 #include "CliSupport.hpp"
 #include "Commands.hpp"
+#include "RunReport.hpp"
 #include "SessionLoader.hpp"
 
 #include <k3/chat.hpp>
@@ -38,31 +39,6 @@ std::string readPromptFile(const std::string& path) {
     return text.str();
 }
 
-// `--out -`: the report is the only thing on stdout (so `k3 ... --out - | jq` works);
-// everything else printed to stdout goes to stderr while this lives.
-class ReportOnStdout {
-public:
-    explicit ReportOnStdout(bool active) {
-        if (!active) return;
-        report_ = k3::console::divertStdout();
-        if (report_ < 0)
-            throw CommandError{kExitFailure, std::string("--out -: cannot set up stdout: ") +
-                                                 std::strerror(errno)};
-    }
-    ~ReportOnStdout() { k3::console::restoreStdout(report_); }
-    ReportOnStdout(const ReportOnStdout&) = delete;
-    ReportOnStdout& operator=(const ReportOnStdout&) = delete;
-
-    // The whole report to the real stdout.
-    void write(const std::string& text) const {
-        if (!k3::console::writeDiverted(report_, text))
-            throw k3::ChatError(std::string("writing to stdout failed: ") + std::strerror(errno));
-    }
-
-private:
-    std::intptr_t report_ = -1;
-};
-
 // An output file is checked before the model loads: a run is not thrown away at the end
 // because --out names a folder, a device or a read-only file.
 void checkOutputFile(const char* option, const std::string& path) {
@@ -78,14 +54,6 @@ std::string jsonQuoted(const std::string& text) {
     return nlohmann::ordered_json(text).dump(-1, ' ', false,
                                              nlohmann::ordered_json::error_handler_t::replace);
 }
-
-struct TokenRecord {
-    k3::TokenId id = 0;
-    std::string piece;
-    double seconds = 0;
-    double cacheHitPercent = -1; // this step's expert requests served without a read; -1: none
-    double gbRead = 0;           // trunk + expert bytes read from disk so far
-};
 
 class BatchObserver : public k3::SessionObserver {
 public:
@@ -155,47 +123,6 @@ private:
     std::uint64_t seenRequests_ = 0, seenHits_ = 0;
 };
 
-// `memory`: the session's report after the run (read once by the caller).
-nlohmann::ordered_json planJson(const MemoryArgs& m, const k3::Session& session,
-                                const k3::MemoryReport& memory) {
-    nlohmann::ordered_json plan;
-    plan["streaming"] = !m.trunkDir.empty();            // the trunk streams from trunk.bin
-    plan["expert_cache"] = m.cacheGB && *m.cacheGB > 0; // routed experts through the cache
-    plan["resident_weight_bytes"] = session.model().weightBytes();
-    plan["preset"] = m.preset.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(m.preset);
-    plan["preset_resolved"] = m.resolvedPreset.empty() ? nlohmann::ordered_json()
-                                                       : nlohmann::ordered_json(m.resolvedPreset);
-    plan["trunk_gb"] = m.trunkGB ? nlohmann::ordered_json(*m.trunkGB) : nlohmann::ordered_json();
-    plan["cache_gb"] = m.cacheGB ? nlohmann::ordered_json(*m.cacheGB) : nlohmann::ordered_json();
-    plan["trunk_dir"] =
-        m.trunkDir.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(m.trunkDir);
-    plan["pin_mode"] = k3::pinModeName(m.pinMode);
-    plan["dump_cache_trace"] = m.cacheTraceDir.empty() ? nlohmann::ordered_json()
-                                                       : nlohmann::ordered_json(m.cacheTraceDir);
-    plan["memory"] = memory.format();
-    return plan;
-}
-
-void printPlan(const MemoryArgs& m, const k3::Session& session) {
-    // Everything added up before anything was allocated (the engine's plan).
-    std::printf("%s", session.memoryReport().plan.format().c_str());
-    std::printf("  weights (resident)  %s\n",
-                k3::formatBytes(session.model().weightBytes()).c_str());
-    if (!m.preset.empty() || m.trunkGB || m.cacheGB || !m.trunkDir.empty()) {
-        std::string asked = m.preset.empty() ? std::string() : "preset " + m.preset;
-        if (!m.resolvedPreset.empty() && m.resolvedPreset != m.preset)
-            asked += " (" + m.resolvedPreset + ")";
-        char numbers[96];
-        std::snprintf(numbers, sizeof numbers, "trunk %.2f GB / cache %.2f GB",
-                      m.trunkGB.value_or(0.0), m.cacheGB.value_or(0.0));
-        std::printf("  asked               %s%s%s\n", asked.c_str(), asked.empty() ? "" : ", ",
-                    numbers);
-        std::printf("                      %s\n",
-                    m.trunkDir.empty() ? "(trunk resident: give --trunk DIR to stream it)"
-                                       : "(trunk streams from the packed trunk)");
-    }
-}
-
 // --image files, decoded and preprocessed before any weight is read: a bad file is a
 // usage error naming it, as is a text-only checkpoint.
 std::vector<k3::PreparedImage> prepareImages(const RunArgs& args) {
@@ -215,6 +142,87 @@ std::vector<k3::PreparedImage> prepareImages(const RunArgs& args) {
         }
     }
     return images;
+}
+
+// The prompt as given: ids, or text to encode once the tokenizer is loaded.
+struct BatchPrompt {
+    int sources = 0; // --prompt, --prompt-file and --ids given
+    std::vector<k3::TokenId> ids;
+    std::string text;
+};
+
+// Exactly one prompt (or a --load-state to go on from), read and checked before loading.
+BatchPrompt readBatchPrompt(const RunArgs& args) {
+    BatchPrompt prompt;
+    prompt.sources =
+        int(args.prompt.has_value()) + int(args.promptFile.has_value()) + int(args.ids.has_value());
+    const bool continuing = !args.loadState.empty();
+    if (args.gen == 0 && args.saveState.empty() && args.model.stateCacheDir.empty())
+        throw usageError("--gen 0 generates nothing: it is for reading a prompt into "
+                         "--save-state FILE or --state-cache DIR");
+    if (prompt.sources > 1 || (prompt.sources == 0 && !continuing))
+        throw usageError(std::string(prompt.sources == 0 ? "no prompt given"
+                                                         : "more than one prompt "
+                                                           "given") +
+                         ": pass exactly one of --prompt TEXT, --prompt-file FILE or --ids "
+                         "1,2,3 (or --chat for a conversation)");
+    if (args.ids) prompt.ids = parseIdList(*args.ids);
+    if (args.prompt) prompt.text = *args.prompt;
+    if (args.promptFile) prompt.text = readPromptFile(*args.promptFile);
+    if (prompt.sources == 1 && !args.ids && prompt.text.empty())
+        throw usageError(std::string(args.prompt ? "--prompt" : "--prompt-file") +
+                         " is empty: give the text to continue");
+    return prompt;
+}
+
+// The files the run will write, and the trace's need of a cache, before loading.
+void checkBatchOutputs(const RunArgs& args) {
+    if (args.out != "-") checkOutputFile("--out", args.out);
+    if (!args.dumpLogits.empty()) checkOutputFile("--dump-logits", args.dumpLogits);
+    if (!args.saveState.empty()) checkOutputFile("--save-state", args.saveState);
+    const MemoryArgs& memory = args.model.memory;
+    if (!memory.cacheTraceDir.empty() && !(memory.cacheGB && *memory.cacheGB > 0))
+        throw usageError("--dump-cache-trace " + memory.cacheTraceDir +
+                         ": the trace records expert-cache requests, and this run has no "
+                         "expert cache; give --cache-gb X or a --preset with a cache");
+}
+
+void checkIdsInVocabulary(const std::vector<k3::TokenId>& ids, const k3::ModelConfig& config) {
+    for (std::size_t i = 0; i < ids.size(); ++i)
+        if (ids[i] >= config.vocabSize)
+            throw usageError("--ids: token id " + std::to_string(ids[i]) + " (item " +
+                             std::to_string(i + 1) + ") is outside 0.." +
+                             std::to_string(config.vocabSize - 1) + " (vocab_size)");
+}
+
+// The prompt's tokens once the model is loaded: the images' and the text's, after the
+// --load-state ids. Returns the positions the state restored.
+int completePrompt(k3::Session& session, const RunArgs& args,
+                   const std::vector<k3::PreparedImage>& images, BatchPrompt& prompt) {
+    if (prompt.sources == 1 && !args.ids) {
+        // Each image's prompt (special markers from us, never from the text), then the text.
+        for (const k3::PreparedImage& image : images) {
+            const auto marked = session.tokenizer().encodeWithSpecial(k3::imagePrompt(image.plan));
+            prompt.ids.insert(prompt.ids.end(), marked.begin(), marked.end());
+        }
+        const auto text = session.tokenizer().encode(prompt.text);
+        prompt.ids.insert(prompt.ids.end(), text.begin(), text.end());
+    }
+    if (prompt.sources == 1 && prompt.ids.empty())
+        throw usageError("the prompt encodes to no tokens");
+    int restored = 0;
+    if (!args.loadState.empty()) { // the state's ids, then the new ones: only those are read
+        session.loadState(args.loadState);
+        const std::span<const k3::TokenId> held = session.heldIds();
+        restored = int(held.size());
+        prompt.ids.insert(prompt.ids.begin(), held.begin(), held.end());
+    }
+    if (prompt.ids.size() > kMaxPromptTokens)
+        throw usageError("the prompt is " + std::to_string(prompt.ids.size()) +
+                         " tokens; the limit is " + std::to_string(kMaxPromptTokens));
+    if (args.ids && session.hasTokenizer())
+        prompt.text = k3::sanitizeUtf8(session.tokenizer().decode(prompt.ids));
+    return restored;
 }
 
 } // namespace
@@ -256,96 +264,24 @@ ResolvedSampling resolveSampling(const SamplingArgs& args) {
 }
 
 int runBatch(const RunArgs& args) {
-    const int sources =
-        int(args.prompt.has_value()) + int(args.promptFile.has_value()) + int(args.ids.has_value());
-    const bool continuing = !args.loadState.empty();
-    if (args.gen == 0 && args.saveState.empty() && args.model.stateCacheDir.empty())
-        throw usageError("--gen 0 generates nothing: it is for reading a prompt into "
-                         "--save-state FILE or --state-cache DIR");
-    if (sources > 1 || (sources == 0 && !continuing))
-        throw usageError(std::string(sources == 0 ? "no prompt given"
-                                                  : "more than one prompt "
-                                                    "given") +
-                         ": pass exactly one of --prompt TEXT, --prompt-file FILE or --ids "
-                         "1,2,3 (or --chat for a conversation)");
-    std::vector<k3::TokenId> promptIds;
-    std::string promptText;
-    if (args.ids) promptIds = parseIdList(*args.ids);
-    if (args.prompt) promptText = *args.prompt;
-    if (args.promptFile) promptText = readPromptFile(*args.promptFile);
-    if (sources == 1 && !args.ids && promptText.empty())
-        throw usageError(std::string(args.prompt ? "--prompt" : "--prompt-file") +
-                         " is empty: give the text to continue");
-
-    const bool reportToStdout = args.out == "-";
-    if (!reportToStdout) checkOutputFile("--out", args.out);
-    if (!args.dumpLogits.empty()) checkOutputFile("--dump-logits", args.dumpLogits);
-    if (!args.saveState.empty()) checkOutputFile("--save-state", args.saveState);
-
-    const MemoryArgs& memory = args.model.memory;
-    if (!memory.cacheTraceDir.empty() && !(memory.cacheGB && *memory.cacheGB > 0))
-        throw usageError("--dump-cache-trace " + memory.cacheTraceDir +
-                         ": the trace records expert-cache requests, and this run has no "
-                         "expert cache; give --cache-gb X or a --preset with a cache");
-
+    BatchPrompt prompt = readBatchPrompt(args);
+    checkBatchOutputs(args);
     // The ids and images are checked before any weight is read.
     const k3::ModelConfig config = readConfigOrThrow(args.model.modelDir);
     const std::vector<k3::PreparedImage> images = prepareImages(args);
-    for (std::size_t i = 0; i < promptIds.size(); ++i)
-        if (promptIds[i] >= config.vocabSize)
-            throw usageError("--ids: token id " + std::to_string(promptIds[i]) + " (item " +
-                             std::to_string(i + 1) + ") is outside 0.." +
-                             std::to_string(config.vocabSize - 1) + " (vocab_size)");
+    checkIdsInVocabulary(prompt.ids, config);
 
-    const ReportOnStdout stdoutReport(reportToStdout);
+    const ReportOnStdout stdoutReport(args.out == "-");
     LoadedSession loaded =
         openModel(args.model, args.ids ? TokenizerNeed::IfPresent : TokenizerNeed::Required);
     k3::Session& session = loaded.session;
-    if (sources == 1 && !args.ids) {
-        // Each image's prompt (special markers from us, never from the text), then the text.
-        for (const k3::PreparedImage& image : images) {
-            const auto marked = session.tokenizer().encodeWithSpecial(k3::imagePrompt(image.plan));
-            promptIds.insert(promptIds.end(), marked.begin(), marked.end());
-        }
-        const auto text = session.tokenizer().encode(promptText);
-        promptIds.insert(promptIds.end(), text.begin(), text.end());
-    }
-    if (sources == 1 && promptIds.empty()) throw usageError("the prompt encodes to no tokens");
-    int restored = 0;
-    if (continuing) { // the state's ids, then the new ones: only those are read
-        session.loadState(args.loadState);
-        const std::span<const k3::TokenId> held = session.heldIds();
-        restored = int(held.size());
-        promptIds.insert(promptIds.begin(), held.begin(), held.end());
-    }
-    if (promptIds.size() > kMaxPromptTokens)
-        throw usageError("the prompt is " + std::to_string(promptIds.size()) +
-                         " tokens; the limit is " + std::to_string(kMaxPromptTokens));
-    if (args.ids && session.hasTokenizer())
-        promptText = k3::sanitizeUtf8(session.tokenizer().decode(promptIds));
-
+    const int restored = completePrompt(session, args, images, prompt);
     const ResolvedSampling sampling = resolveSampling(args.model.sampling);
-    std::printf("Kimi K3, k3 %s, CPU\n", k3::kVersion);
-    std::printf("  model    : %s\n", terminalSafe(args.model.modelDir).c_str());
-    std::printf("  config   : %s\n", terminalSafe(session.config().summary()).c_str());
-    std::printf("  prompt   : %zu tokens, generating %d (%s)\n", promptIds.size(), args.gen,
-                sampling.sampling ? "sampling" : "greedy");
-    for (std::size_t i = 0; i < images.size(); ++i)
-        std::printf("  image    : %s, %dx%d read at %dx%d: %d prompt positions\n",
-                    terminalSafe(args.images[i]).c_str(), images[i].plan.width,
-                    images[i].plan.height, images[i].plan.resizedWidth,
-                    images[i].plan.resizedHeight, images[i].plan.tokens());
-    std::printf("  loaded   : %d layers in %s\n\n", session.model().layersBound(),
-                formatDuration(loaded.loadSeconds).c_str());
-    printPlan(args.model.memory, session);
-    std::printf("\n%-6s %-10s %-10s %-7s %-9s %-9s %s\n", "STEP", "TOKEN", "SECONDS", "TRUE %",
-                "GB READ", "TOK/S", "TEXT");
-    std::printf("--------------------------------------------------------------------\n");
-    std::fflush(stdout);
+    printRunHeader(args, loaded, prompt.ids, images, sampling);
 
     installInterruptHandler(true);
     BatchObserver observer(session, !args.dumpLogits.empty());
-    if (!args.dumpLogits.empty() && restored == int(promptIds.size())) {
+    if (!args.dumpLogits.empty() && restored == int(prompt.ids.size())) {
         // Nothing to read: the first step's logits are the loaded ones.
         const auto logits = session.lastLogits();
         observer.firstLogits.assign(logits.begin(), logits.end());
@@ -359,7 +295,7 @@ int runBatch(const RunArgs& args) {
     options.images = images;
     k3::GenerateResult result;
     try {
-        result = session.generateIds(promptIds, options, &observer, &cancelFlag());
+        result = session.generateIds(prompt.ids, options, &observer, &cancelFlag());
     } catch (const k3::ContextFull& error) {
         throw usageError(std::string(error.what()) + " (--context " +
                          std::to_string(error.context()) + "; raise it or shorten the prompt)");
@@ -368,274 +304,19 @@ int runBatch(const RunArgs& args) {
     }
     const std::string tail = observer.flushText();
     if (!tail.empty() && !observer.tokens.empty()) observer.tokens.back().piece += tail;
-    std::string text;
-    if (session.hasTokenizer()) text = k3::sanitizeUtf8(session.tokenizer().decode(result.ids));
 
-    const double total = result.prefillSeconds + result.decodeSeconds;
-    const std::uint64_t peak = peakRssBytes();
-    std::printf("--------------------------------------------------------------------\n");
-    if (session.hasTokenizer())
-        std::printf("\n--- generated text ---\n%s\n----------------------\n",
-                    (stdoutIsTty() ? terminalSafe(text) : text).c_str());
-    std::printf("%zu tokens in %.1f s, %.2f s/token average\n", result.ids.size(), total,
-                result.ids.empty() ? 0.0 : result.decodeSeconds / double(result.ids.size()));
-    const double positionsPerSecond =
-        result.prefillSeconds > 0 ? result.prefillPositions / result.prefillSeconds : 0.0;
-    if (args.model.speculation != 0)
-        std::printf("speculation (%s): %d proposals verified in %d of %d passes, %d accepted, %.2f "
-                    "tokens per trunk pass\n",
-                    args.model.draftDir.empty() ? "prompt lookup" : "draft trunk", result.proposed,
-                    result.verifyPasses, result.decodePasses, result.acceptedProposals,
-                    result.decodePasses > 0
-                        ? double(result.decodePasses + result.acceptedProposals) /
-                              double(result.decodePasses)
-                        : 0.0);
-    std::printf("prefill: %d positions in %d chunks of up to %d, trunk %.3f GB, experts %.3f GB "
-                "read, %.2f s, %.2f positions/s\n",
-                result.prefillPositions, result.prefillChunks, session.prefillChunk(),
-                double(result.prefillTrunkBytes) / 1e9, double(result.prefillExpertBytes) / 1e9,
-                result.prefillSeconds, positionsPerSecond);
-    // Cache and trunk summaries, the I/O share of wall clock and PEAK RSS. Read once: the
-    // printed summary and the report's figures are the same snapshot.
-    const k3::MemoryReport summary = session.memoryReport();
-    std::fputs(summary.format().c_str(), stdout);
-
-    std::vector<std::string> invalidReasons;
-    if (result.droppedExperts > 0)
-        invalidReasons.push_back(std::to_string(result.droppedExperts) +
-                                 " routed expert(s) could not be loaded");
-    if (result.nonFinite) invalidReasons.push_back("a NaN or Inf reached the logits");
-
-    nlohmann::ordered_json report;
-    report["k3_version"] = k3::kVersion;
-    const k3::ModelConfig& cfg = session.config();
-    report["model"] = {{"dir", args.model.modelDir},
-                       {"tokenizer_dir", loaded.tokenizerDir.empty()
-                                             ? nlohmann::ordered_json()
-                                             : nlohmann::ordered_json(loaded.tokenizerDir)},
-                       {"config_summary", cfg.summary()},
-                       {"layer_map", cfg.layerMapString()},
-                       {"num_hidden_layers", cfg.numHiddenLayers},
-                       {"layers_bound", session.model().layersBound()},
-                       {"hidden_size", cfg.hiddenSize},
-                       {"vocab_size", cfg.vocabSize},
-                       {"load_seconds", loaded.loadSeconds}};
-    report["options"] = {{"prompt_source", args.ids      ? "ids"
-                                           : args.prompt ? "prompt"
-                                                         : "prompt-file"},
-                         {"gen", args.gen},
-                         {"incremental", true},
-                         {"incremental_flag", args.incremental},
-                         {"layers", args.model.layers},
-                         {"out", args.out},
-                         {"dump_logits", args.dumpLogits.empty()
-                                             ? nlohmann::ordered_json()
-                                             : nlohmann::ordered_json(args.dumpLogits)},
-                         {"sampling",
-                          {{"greedy", !sampling.sampling},
-                           {"temperature", options.sampling.temperature},
-                           {"top_p", options.sampling.topP},
-                           {"seed", sampling.seedGiven ? nlohmann::ordered_json(sampling.seed)
-                                                       : nlohmann::ordered_json()}}}};
-    report["plan"] = planJson(args.model.memory, session, summary);
-    report["prompt"] = {{"tokens", promptIds.size()}, {"ids", promptIds}};
-    if (!images.empty()) {
-        // Each pad of the ids became the image's positions: what the prefill read.
-        report["prompt"]["positions"] = result.promptTokens;
-        nlohmann::ordered_json list = nlohmann::ordered_json::array();
-        for (std::size_t i = 0; i < images.size(); ++i)
-            list.push_back(
-                {{"file", args.images[i]},
-                 {"width", images[i].plan.width},
-                 {"height", images[i].plan.height},
-                 {"resized", {images[i].plan.resizedWidth, images[i].plan.resizedHeight}},
-                 {"positions", images[i].plan.tokens()}});
-        report["prompt"]["images"] = list;
-    }
-    if (session.hasTokenizer()) report["prompt"]["text"] = promptText;
-    nlohmann::ordered_json tokens = nlohmann::ordered_json::array();
-    for (std::size_t i = 0; i < observer.tokens.size(); ++i) {
-        const TokenRecord& t = observer.tokens[i];
-        nlohmann::ordered_json row = {{"step", i}, {"id", t.id}, {"seconds", t.seconds}};
-        row["cache_true_hit_percent"] = t.cacheHitPercent >= 0
-                                            ? nlohmann::ordered_json(t.cacheHitPercent)
-                                            : nlohmann::ordered_json();
-        row["gb_read"] = t.gbRead;
-        row["text"] =
-            session.hasTokenizer() ? nlohmann::ordered_json(t.piece) : nlohmann::ordered_json();
-        tokens.push_back(std::move(row));
-    }
-    report["tokens"] = std::move(tokens);
-    report["ids"] = result.ids;
-    report["text"] =
-        session.hasTokenizer() ? nlohmann::ordered_json(text) : nlohmann::ordered_json();
-    report["timing"] = {{"prefill_seconds", result.prefillSeconds},
-                        {"decode_seconds", result.decodeSeconds},
-                        {"total_seconds", total},
-                        {"reused_positions", result.reusedPositions}};
-    report["prefill"] = {{"positions", result.prefillPositions},
-                         {"chunks", result.prefillChunks},
-                         {"chunk_size", session.prefillChunk()},
-                         {"reused_positions", result.reusedPositions},
-                         {"trunk_bytes", result.prefillTrunkBytes},
-                         {"expert_bytes", result.prefillExpertBytes},
-                         {"seconds", result.prefillSeconds},
-                         {"positions_per_second", positionsPerSecond},
-                         {"restored_positions", restored + result.restoredPositions}};
-    const int committed = int(result.ids.size());
-    report["speculation"] = {
-        {"width", args.model.speculation < 0 ? nlohmann::ordered_json("auto")
-                                             : nlohmann::ordered_json(args.model.speculation)},
-        {"proposer", args.model.draftDir.empty() ? "prompt lookup" : "draft trunk"},
-        {"draft_trunk", args.model.draftDir.empty() ? nlohmann::ordered_json()
-                                                    : nlohmann::ordered_json(args.model.draftDir)},
-        {"draft_bytes", summary.draftBytes},
-        {"draft_file_bytes", summary.draftFileBytes},
-        {"proposals", result.proposed},
-        {"accepted", result.acceptedProposals},
-        {"decode_passes", result.decodePasses},
-        {"verify_passes", result.verifyPasses},
-        {"tokens_per_pass",
-         result.decodePasses > 0
-             ? double(result.decodePasses + result.acceptedProposals) / double(result.decodePasses)
-             : 0.0},
-        {"seconds_per_token", committed > 0 ? result.decodeSeconds / committed : 0.0}};
-    report["peak_rss_bytes"] = peak;
-    report["valid"] = invalidReasons.empty();
-    report["invalid_reasons"] = invalidReasons;
-    report["dropped_experts"] = result.droppedExperts;
-    report["non_finite"] = result.nonFinite;
-    report["cancelled"] = result.cancelled;
-    const k3::MemoryReport& mem = summary;
-    report["trunk"] = {{"streamed", mem.trunkStreamed},
-                       {"pinned_layers", mem.trunk.pinnedLayers},
-                       {"total_layers", mem.trunk.totalLayers},
-                       {"ring_slots", mem.trunk.ringSlots},
-                       {"ring_slot_bytes", mem.trunk.ringSlotBytes},
-                       {"reads", mem.trunk.reads},
-                       {"bytes_read", mem.trunk.bytesRead},
-                       {"read_seconds", mem.trunk.ioSeconds},
-                       {"wait_seconds", mem.trunk.waitSeconds}};
-    if (mem.plan.visionBytes > 0) // the tower's rule (MemoryPlan::visionResident) and what it did
-        report["vision"] = {{"tower_bytes", mem.plan.visionBytes},
-                            {"rule", mem.plan.visionResident ? "resident" : "transient"},
-                            {"held_bytes", mem.vision.heldBytes},
-                            {"peak_bytes", mem.vision.peakBytes},
-                            {"loads", mem.vision.loads},
-                            {"releases", mem.vision.releases}};
-    report["io_share"] = mem.ioShare();
-    if (mem.expertsCached)
-        report["cache"] = {{"requests", mem.cache.requests},
-                           {"true_hits", mem.cache.residentHits},
-                           {"resident_hits", mem.cache.residentHits},
-                           {"prefetch_hits", mem.cache.prefetchHits},
-                           {"misses", mem.cache.misses},
-                           {"failed_reads", mem.cache.failedReads},
-                           {"evictions", mem.cache.evictions},
-                           {"disk_reads", mem.cache.diskReads},
-                           {"bytes_read", mem.cache.bytesRead},
-                           {"slots", mem.cacheSlots},
-                           {"slot_bytes", mem.cacheSlotBytes},
-                           {"true_hit_rate", mem.cache.trueHitRate()},
-                           {"position_uses", mem.cache.positionUses},
-                           {"chunk_reuse", mem.cache.chunkReuse()},
-                           {"read_wait_seconds", mem.cache.readSeconds},
-                           {"io_busy_seconds", mem.cache.ioBusySeconds},
-                           {"max_in_flight", mem.cache.maxInFlight},
-                           {"expert_io",
-                            {{"mode", mem.expertIo.mode},
-                             {"depth", mem.expertIo.depth},
-                             {"note", mem.expertIo.note}}}};
-
-    int code = kExitOk;
-    report["state"] = {
-        {"loaded", continuing ? nlohmann::ordered_json(args.loadState) : nlohmann::ordered_json()},
-        {"restored_positions", restored},
-        {"saved", nullptr},
-        {"saved_positions", 0}};
-    // The prefix cache on disk (--state-cache): positions it gave, states it kept.
-    report["state_cache"] =
-        args.model.stateCacheDir.empty()
-            ? nlohmann::ordered_json()
-            : nlohmann::ordered_json{{"restored_positions", result.restoredPositions},
-                                     {"states_saved", result.statesSaved}};
-    if (!args.saveState.empty()) {
-        try {
-            session.saveState(args.saveState);
-            report["state"]["saved"] = args.saveState;
-            report["state"]["saved_positions"] = session.positions();
-            std::printf("state: %s (%d positions)\n", terminalSafe(args.saveState).c_str(),
-                        session.positions());
-        } catch (const std::exception& error) {
-            printError(std::string("--save-state: ") + error.what());
-            code = kExitFailure;
-        }
-    }
-    if (!memory.cacheTraceDir.empty()) {
-        try {
-            session.model().writeCacheTrace(memory.cacheTraceDir);
-            std::printf("cache trace: %s/expert_requests.tsv (%llu requests)\n",
-                        terminalSafe(memory.cacheTraceDir).c_str(),
-                        (unsigned long long)mem.cache.requests);
-            report["cache_trace"] = {{"dir", memory.cacheTraceDir},
-                                     {"requests_file", "expert_requests.tsv"},
-                                     {"records", mem.cache.requests}};
-        } catch (const std::exception& error) {
-            printError(std::string("--dump-cache-trace: ") + error.what());
-            code = kExitFailure;
-        }
-    }
-    try {
-        const std::string json =
-            report.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
-        if (reportToStdout) {
-            std::fflush(stdout);
-            stdoutReport.write(json);
-        } else {
-            k3::writeFileAtomically(args.out, json);
-            std::printf("run report: %s\n", terminalSafe(args.out).c_str());
-        }
-    } catch (const std::exception& error) {
-        printError(std::string("cannot write the run report: ") + error.what());
-        code = kExitFailure;
-    }
-    if (!args.dumpLogits.empty()) {
-        if (observer.firstLogits.empty()) {
-            printError("--dump-logits " + args.dumpLogits +
-                       ": the run stopped before the first step's logits existed");
-            code = kExitFailure;
-        } else {
-            std::string error;
-            try { // the same rule as the report: regular files only, replaced atomically
-                k3::writeFileAtomically(
-                    args.dumpLogits,
-                    std::string_view(reinterpret_cast<const char*>(observer.firstLogits.data()),
-                                     observer.firstLogits.size() * sizeof(float)));
-            } catch (const std::exception& e) {
-                error = e.what();
-            }
-            if (!error.empty()) {
-                printError("--dump-logits: " + error);
-                code = kExitFailure;
-            } else {
-                std::printf("first-step logits: %s (%zu float32)\n",
-                            terminalSafe(args.dumpLogits).c_str(), observer.firstLogits.size());
-            }
-        }
-    }
-    std::fflush(stdout);
-    if (!invalidReasons.empty()) {
-        std::string why;
-        for (const std::string& r : invalidReasons) why += (why.empty() ? "" : "; ") + r;
-        printError("RUN INVALID: " + why + ". The output above is not the model's.");
-        return kExitInvalid;
-    }
-    if (result.cancelled) {
-        printError("stopped with Ctrl-C after " + std::to_string(result.ids.size()) +
-                   " tokens; the report holds what was generated");
-        return kExitInterrupted;
-    }
-    return code;
+    BatchRun run{args,
+                 loaded,
+                 prompt.ids,
+                 prompt.text,
+                 images,
+                 sampling,
+                 options,
+                 result,
+                 std::move(observer.tokens),
+                 std::move(observer.firstLogits),
+                 restored};
+    return reportBatchRun(run, stdoutReport);
 }
 
 } // namespace k3cli

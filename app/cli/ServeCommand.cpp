@@ -102,6 +102,32 @@ struct RequestLog {
 };
 thread_local RequestLog tlLog;
 
+// The request's key, as Authorization: Bearer KEY or (Anthropic's clients) x-api-key.
+bool carriesKey(const httplib::Request& req, const std::string& key) {
+    if (req.has_header("x-api-key") && sameKey(req.get_header_value("x-api-key"), key)) return true;
+    const std::string auth = req.get_header_value("Authorization");
+    // RFC 9110: the scheme is case-insensitive ("bearer KEY" is as good as "Bearer KEY").
+    const std::string_view bearer = "bearer ";
+    const bool isBearer =
+        auth.size() > bearer.size() &&
+        std::equal(bearer.begin(), bearer.end(), auth.begin(),
+                   [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); });
+    return isBearer && sameKey(std::string_view(auth).substr(bearer.size()), key);
+}
+
+// The access log's line of this thread's request: method, path, status, tokens
+// (prompt+completion), seconds. Never headers: the key.
+std::string accessLogLine(const httplib::Request& req, const httplib::Response& res) {
+    const double seconds =
+        tlLog.started ? std::chrono::duration<double>(Clock::now() - tlLog.start).count() : 0;
+    std::string tokens = tlLog.promptTokens < 0 ? std::string("-")
+                                                : std::to_string(tlLog.promptTokens) + "+" +
+                                                      std::to_string(tlLog.completionTokens);
+    return terminalSafe(req.method + " " + req.path, false) + " " + std::to_string(res.status) +
+           " tokens=" + tokens + " " +
+           std::to_string(seconds).substr(0, std::to_string(seconds).find('.') + 4) + " s";
+}
+
 } // namespace
 
 namespace serve {
@@ -530,19 +556,7 @@ void Server::routes() {
         // Everything but /health needs the key (the token counts in /metrics are private).
         if (key_.empty() || req.path == "/health")
             return httplib::Server::HandlerResponse::Unhandled;
-        // Anthropic's clients send the key as x-api-key.
-        if (req.has_header("x-api-key") && sameKey(req.get_header_value("x-api-key"), key_))
-            return httplib::Server::HandlerResponse::Unhandled;
-        const std::string auth = req.get_header_value("Authorization");
-        // RFC 9110: the scheme is case-insensitive ("bearer KEY" is as good as "Bearer KEY").
-        const std::string_view bearer = "bearer ";
-        const bool isBearer =
-            auth.size() > bearer.size() &&
-            std::equal(bearer.begin(), bearer.end(), auth.begin(), [](char a, char b) {
-                return a == std::tolower(static_cast<unsigned char>(b));
-            });
-        if (isBearer && sameKey(std::string_view(auth).substr(bearer.size()), key_))
-            return httplib::Server::HandlerResponse::Unhandled;
+        if (carriesKey(req, key_)) return httplib::Server::HandlerResponse::Unhandled;
         sendError(res,
                   api::ApiError(401,
                                 "invalid or missing API key: send the key given to k3 serve "
@@ -589,18 +603,9 @@ void Server::routes() {
             sendError(res, api::ApiError(500, "internal server error (the server's log says why)",
                                          "server_error"));
         });
-    // method, path, status, tokens (prompt+completion), seconds. Never headers: the key.
+    // One access log line per request (accessLogLine).
     http_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-        const double seconds =
-            tlLog.started ? std::chrono::duration<double>(Clock::now() - tlLog.start).count() : 0;
-        std::string tokens = tlLog.promptTokens < 0 ? std::string("-")
-                                                    : std::to_string(tlLog.promptTokens) + "+" +
-                                                          std::to_string(tlLog.completionTokens);
-        const std::string line =
-            terminalSafe(req.method + " " + req.path, false) + " " + std::to_string(res.status) +
-            " tokens=" + tokens + " " +
-            std::to_string(seconds).substr(0, std::to_string(seconds).find('.') + 4) + " s";
-        std::fprintf(stderr, "k3 serve: %s\n", line.c_str());
+        std::fprintf(stderr, "k3 serve: %s\n", accessLogLine(req, res).c_str());
         tlLog = {};
         countRequest(req, res.status);
     });

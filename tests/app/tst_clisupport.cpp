@@ -3,6 +3,7 @@
 #include <QTest>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -13,9 +14,11 @@
 #include <sys/syscall.h>
 #include <thread>
 #include <unistd.h>
+#include <vector>
 
 #include "cli/CliSupport.hpp"
 #include "cli/Commands.hpp"
+#include "cli/MemoryFlagAdvice.hpp"
 
 #include <k3/launch.hpp>
 #include <k3/memory_plan.hpp>
@@ -29,6 +32,7 @@ private slots:
     void terminalSafeEscapesControls();
     void formatters();
     void pinModeParsesAndRefusesNamingTheValue();
+    void memoryRefusalNamesTheSettingAndTheCliTheFlag();
     void interruptHandledOnAnotherThreadEndsThePromptWait();
     void interruptBeforeTheWaitIsSeen();
     void promptReadsLinesThenTheEnd();
@@ -176,6 +180,49 @@ void TestCliSupport::formatters() {
     QCOMPARE(k3cli::formatDuration(192), std::string("3 min 12 s"));
     QCOMPARE(k3cli::formatDuration(3840), std::string("1 h 04 min"));
     QVERIFY(k3cli::peakRssBytes() > 100000);
+}
+
+void TestCliSupport::memoryRefusalNamesTheSettingAndTheCliTheFlag() {
+    // The engine words its refusal without the CLI's flags (the app shows it too); the CLI
+    // adds the flag that asked for it, found by applying the flags in order.
+    using Kind = k3::MemoryFlag::Kind;
+    struct Case {
+        std::vector<k3::MemoryFlag> flags;
+        std::uint64_t available;
+        std::string setting;
+        std::string advice;
+    };
+    const Case cases[] = {
+        {{{Kind::CacheGB, "", 2}, {Kind::Preset, "auto", 0}},
+         2'000'000'000ull,
+         "the automatic preset finds under 4 GB available on this machine; no preset fits",
+         " (--preset auto; k3 --list-presets shows the presets)"},
+        {{{Kind::Preset, "auto", 0}},
+         0,
+         "the automatic preset needs the available memory, which is unknown here (no "
+         "MemAvailable); pick a preset by name",
+         " (--preset auto; k3 --list-presets shows the presets)"},
+        {{{Kind::Preset, "laptop", 0}, {Kind::TrunkGB, "", -1}},
+         0,
+         "the trunk budget -1.000000 GB is not a size between 0 and 1e6 GB",
+         " (--trunk-gb)"},
+        {{{Kind::CacheGB, "", std::nan("")}},
+         0,
+         "the expert-cache budget nan GB is not a size between 0 and 1e6 GB",
+         " (--cache-gb)"},
+    };
+    for (const Case& c : cases) {
+        try {
+            k3::resolveMemoryFlags(c.flags, c.available);
+            QFAIL("the flags were accepted");
+        } catch (const k3::MemoryRefusal& e) {
+            QCOMPARE(std::string(e.what()), c.setting);
+            QVERIFY2(std::string(e.what()).find("--") == std::string::npos, e.what());
+        }
+        QCOMPARE(k3cli::memoryFlagAdvice(c.flags, c.available), c.advice);
+    }
+    const std::vector<k3::MemoryFlag> fine{{Kind::Preset, "laptop", 0}};
+    QCOMPARE(k3cli::memoryFlagAdvice(fine, 0), std::string());
 }
 
 void TestCliSupport::interruptHandledOnAnotherThreadEndsThePromptWait() {

@@ -20,6 +20,7 @@ struct Symbol {
     bool italic = false;
 };
 
+// long: a table, one row per TeX name, built once.
 const QHash<QString, Symbol>& symbols() {
     static const QHash<QString, Symbol> table = [] {
         QHash<QString, Symbol> t;

@@ -22,6 +22,7 @@
 
 #include <k3/vision.hpp>
 
+// long: the composer's widgets, named for the tests, then their layout and connections.
 MessageComposer::MessageComposer(QWidget* parent)
     : QWidget(parent), m_editor(new ComposerTextEdit(this)),
       m_sendButton(new QPushButton(tr("Send"), this)), m_think(new QCheckBox(tr("Think"), this)),

@@ -37,7 +37,7 @@ void refuseUnsupported(const Json& doc) {
 
 } // namespace
 
-// Over 80 lines: one line or two per field, in the order OpenAI documents them.
+// long: one line or two per field, in the order OpenAI documents them.
 CompletionRequest parseCompletionRequest(std::string_view body) {
     Json doc = parseBody(body);
     CompletionRequest r;

@@ -123,6 +123,28 @@ int Transfer::onXfer(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t)
     return t->downloader->stopping() ? 1 : 0;
 }
 
+namespace {
+
+// Why the opened partial file is not one to write (empty: it is a regular file, whose
+// facts are then in `st`).
+std::string notWritableBecause(const platform::File& file, platform::FileInfo& st) {
+    using platform::FileType;
+    if (!file.valid())
+        return errno == ELOOP ? "it is a symbolic link; k3 writes only regular files (remove it)"
+                              : std::strerror(errno);
+    if (!file.info(st)) return std::strerror(errno);
+    if (st.type != FileType::Regular)
+        return std::string("it is not a regular file (") +
+               (st.type == FileType::Fifo         ? "a FIFO"
+                : st.type == FileType::Directory  ? "a directory"
+                : st.type == FileType::CharDevice ? "a character device"
+                                                  : "a special file") +
+               "); k3 writes only regular files (remove it)";
+    return {};
+}
+
+} // namespace
+
 // The partial file opened for appending, the hash brought up to the bytes already on
 // disk. Null with `early` set when the attempt ends here (done, retry, cancelled, fatal).
 std::FILE* Downloader::openPartial(Job& job, const fs::path& partial, hub::Sha256& hash,
@@ -132,26 +154,13 @@ std::FILE* Downloader::openPartial(Job& job, const fs::path& partial, hub::Sha25
     // would be written from the resume offset), NoWaitOnOpen keeps a FIFO from blocking
     // the open, and the file's type refuses it and any other non-regular file before a
     // byte is written.
-    using platform::FileType;
     platform::File file =
         platform::File::open(partial,
                              platform::open::ReadWrite | platform::open::Create |
                                  platform::open::NoFollow | platform::open::NoWaitOnOpen,
                              0666);
     platform::FileInfo st;
-    std::string refusal;
-    if (!file.valid())
-        refusal = errno == ELOOP ? "it is a symbolic link; k3 writes only regular files (remove it)"
-                                 : std::strerror(errno);
-    else if (!file.info(st))
-        refusal = std::strerror(errno);
-    else if (st.type != FileType::Regular)
-        refusal = std::string("it is not a regular file (") +
-                  (st.type == FileType::Fifo         ? "a FIFO"
-                   : st.type == FileType::Directory  ? "a directory"
-                   : st.type == FileType::CharDevice ? "a character device"
-                                                     : "a special file") +
-                  "); k3 writes only regular files (remove it)";
+    const std::string refusal = notWritableBecause(file, st);
     if (!refusal.empty()) {
         file.close();
         fail(job, HubErrorKind::Io, "cannot write " + partial.string() + ": " + refusal, true);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 namespace k3 {
 namespace {
@@ -194,6 +195,40 @@ void planTrunk(MemoryPlan& plan, std::span<const std::uint64_t> layers, std::uin
                         MemoryRefusal::Reason::TrunkTooSmall, slot);
 }
 
+namespace {
+
+// An automatic budget's trunk and cache bytes: 90% of the available memory less what
+// the plan holds anyway, the trunk first, the cache the rest.
+std::pair<std::uint64_t, std::uint64_t>
+automaticBudgets(const PlanInputs& in, const MemoryPlan& plan, std::uint64_t available) {
+    const std::uint64_t fixed = plan.trunkDecodeBytes + plan.modelBytes + plan.residentExpertBytes +
+                                plan.stateBytes + plan.bufferBytes + plan.kvBytes +
+                                plan.draftBytes + plan.visionBytes;
+    const auto spendable = std::uint64_t(double(available) * 0.9);
+    const std::uint64_t rest = spendable > fixed ? spendable - fixed : 0;
+    std::uint64_t allLayers = 0, decodeSlot = 0;
+    for (std::size_t i = 0; i < in.layerBytes.size(); ++i) {
+        const bool coded = in.layerStoredBytes.size() == in.layerBytes.size() &&
+                           in.layerStoredBytes[i] != in.layerBytes[i];
+        allLayers += alignUp(coded ? in.layerStoredBytes[i] : in.layerBytes[i]);
+        if (coded) decodeSlot = std::max(decodeSlot, alignUp(in.layerBytes[i]));
+    }
+    allLayers += decodeSlot;
+    // Trunk first: a pinned layer saves a read on every token, an expert slot only
+    // on a repeat.
+    const std::uint64_t minCache = in.expertSlotBytes * std::uint64_t(std::max(1, in.topK));
+    const std::uint64_t trunkBudget = std::min(allLayers, rest > minCache ? rest - minCache : 0);
+    MemoryPlan probe;
+    try {
+        planTrunk(probe, in.layerBytes, trunkBudget, in.layerPieceBytes, in.layerStoredBytes);
+    } catch (const MemoryRefusal&) {
+        probe.ringSlotBytes = 0;
+    }
+    return {trunkBudget, rest > probe.trunkBytes() ? rest - probe.trunkBytes() : 0};
+}
+
+} // namespace
+
 MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uint64_t available) {
     MemoryPlan plan;
     plan.budget = budget;
@@ -216,32 +251,8 @@ MemoryPlan planMemory(const PlanInputs& in, const MemoryBudget& budget, std::uin
     plan.visionBytes = in.visionBytes;
 
     std::uint64_t trunkBudget = budget.trunkBytes, cacheBudget = budget.cacheBytes;
-    if (budget.automatic) {
-        const std::uint64_t fixed = plan.trunkDecodeBytes + plan.modelBytes +
-                                    plan.residentExpertBytes + plan.stateBytes + plan.bufferBytes +
-                                    plan.kvBytes + plan.draftBytes + plan.visionBytes;
-        const auto spendable = std::uint64_t(double(available) * 0.9);
-        const std::uint64_t rest = spendable > fixed ? spendable - fixed : 0;
-        std::uint64_t allLayers = 0, decodeSlot = 0;
-        for (std::size_t i = 0; i < in.layerBytes.size(); ++i) {
-            const bool coded = in.layerStoredBytes.size() == in.layerBytes.size() &&
-                               in.layerStoredBytes[i] != in.layerBytes[i];
-            allLayers += alignUp(coded ? in.layerStoredBytes[i] : in.layerBytes[i]);
-            if (coded) decodeSlot = std::max(decodeSlot, alignUp(in.layerBytes[i]));
-        }
-        allLayers += decodeSlot;
-        // Trunk first: a pinned layer saves a read on every token, an expert slot only
-        // on a repeat.
-        const std::uint64_t minCache = in.expertSlotBytes * std::uint64_t(std::max(1, in.topK));
-        trunkBudget = std::min(allLayers, rest > minCache ? rest - minCache : 0);
-        MemoryPlan probe;
-        try {
-            planTrunk(probe, in.layerBytes, trunkBudget, in.layerPieceBytes, in.layerStoredBytes);
-        } catch (const MemoryRefusal&) {
-            probe.ringSlotBytes = 0;
-        }
-        cacheBudget = rest > probe.trunkBytes() ? rest - probe.trunkBytes() : 0;
-    }
+    if (budget.automatic)
+        std::tie(trunkBudget, cacheBudget) = automaticBudgets(in, plan, available);
     if (!in.streamed) trunkBudget = ~std::uint64_t{0};
     planTrunk(plan, in.layerBytes, trunkBudget, in.layerPieceBytes, in.layerStoredBytes);
 

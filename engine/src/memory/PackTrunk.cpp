@@ -374,6 +374,55 @@ void replaceOrThrow(const fs::path& from, const fs::path& to) {
                         std::strerror(errno));
 }
 
+// What the records came to in trunk.bin.
+struct CopiedRecords {
+    json records = json::array();
+    std::uint64_t fileBytes = 0;        // padded: the file's size
+    std::uint64_t layerBytes = 0;       // the layers' payload
+    std::uint64_t layerStoredBytes = 0; // ... as stored (coded or raw)
+};
+
+// Every record into the staged trunk.bin, which is then padded, sized and synced; the
+// observer hears of each record.
+CopiedRecords copyRecords(const StagedTrunk& staged, const Checkpoint& ckpt,
+                          const std::vector<Run>& runs, const PackOptions& options,
+                          const std::atomic<bool>* cancel, const PackObserver& observer,
+                          PackProgress& progress, std::chrono::steady_clock::time_point t0) {
+    CopiedRecords copied;
+    platform::File file = createPartial(staged.bin);
+    try {
+        RecordCopier copier(file, staged.bin, ckpt, options, cancel);
+        std::uint64_t out = 0;
+        for (const Run& r : runs) {
+            CopiedRecord c = copier.copy(r, out, progress);
+            copied.records.push_back(std::move(c.record));
+            out += alignUp(c.stored);
+            if (r.layer >= 0) {
+                copied.layerBytes += r.hi - r.lo;
+                copied.layerStoredBytes += c.stored;
+            }
+            ++progress.recordsDone;
+            progress.seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            progress.mbPerSecond =
+                progress.seconds > 0 ? double(progress.bytesDone) / 1e6 / progress.seconds : 0;
+            progress.record = r.name;
+            if (observer) observer(progress);
+        }
+        copied.fileBytes = out;
+        // The tail of the last record is padded too, so aligned reads never overrun.
+        if (!file.truncate(out))
+            throw PackError(staged.bin.string() + ": cannot size to " + std::to_string(out) +
+                            " bytes");
+        if (!file.syncToDisk()) throw PackError(staged.bin.string() + ": fsync failed");
+    } catch (...) {
+        file.close();
+        throw;
+    }
+    file.close();
+    return copied;
+}
+
 } // namespace
 
 PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
@@ -387,7 +436,7 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
     // Plan every record (and refuse) before a byte is written.
     const std::vector<Run> runs = planRuns(config, ckpt, modelDir);
     checkBlockBytes(options);
-    std::uint64_t total = 0, payload = 0, largest = 0, layerBytes = 0, layerStored = 0;
+    std::uint64_t total = 0, payload = 0, largest = 0;
     for (const Run& r : runs) {
         total += alignUp(r.hi - r.lo);
         payload += r.hi - r.lo;
@@ -401,44 +450,15 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
     // Taken before the bytes are read: a shard changed during the pack is not remembered.
     const auto shardStats = runShardStats(ckpt, runs);
 
-    json records = json::array();
     PackProgress progress;
     progress.recordsTotal = int(runs.size());
     progress.bytesTotal = payload;
     std::uint64_t indexXxh3 = 0;
+    CopiedRecords copied;
     try {
-        platform::File file = createPartial(staged.bin);
-        try {
-            RecordCopier copier(file, staged.bin, ckpt, options, cancel);
-            std::uint64_t out = 0;
-            for (const Run& r : runs) {
-                CopiedRecord c = copier.copy(r, out, progress);
-                records.push_back(std::move(c.record));
-                out += alignUp(c.stored);
-                if (r.layer >= 0) {
-                    layerBytes += r.hi - r.lo;
-                    layerStored += c.stored;
-                }
-                ++progress.recordsDone;
-                progress.seconds =
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                progress.mbPerSecond =
-                    progress.seconds > 0 ? double(progress.bytesDone) / 1e6 / progress.seconds : 0;
-                progress.record = r.name;
-                if (observer) observer(progress);
-            }
-            total = out;
-            // The tail of the last record is padded too, so aligned reads never overrun.
-            if (!file.truncate(total))
-                throw PackError(staged.bin.string() + ": cannot size to " + std::to_string(total) +
-                                " bytes");
-            if (!file.syncToDisk()) throw PackError(staged.bin.string() + ": fsync failed");
-        } catch (...) {
-            file.close();
-            throw;
-        }
-        file.close();
-        indexXxh3 = stageTrunkJson(staged, total, identity, std::move(records), options);
+        copied = copyRecords(staged, ckpt, runs, options, cancel, observer, progress, t0);
+        indexXxh3 =
+            stageTrunkJson(staged, copied.fileBytes, identity, std::move(copied.records), options);
         // The last moment a stop keeps the old trunk: after it, two renames.
         if (cancel && cancel->load()) throw PackError("packing cancelled");
     } catch (...) {
@@ -455,10 +475,10 @@ PackResult packTrunk(const fs::path& modelDir, const fs::path& trunkDir,
     rememberCheckedShards(trunkDir, indexXxh3, unchanged);
 
     PackResult res;
-    res.fileBytes = total;
+    res.fileBytes = copied.fileBytes;
     res.payloadBytes = payload;
-    res.layerBytes = layerBytes;
-    res.layerStoredBytes = layerStored;
+    res.layerBytes = copied.layerBytes;
+    res.layerStoredBytes = copied.layerStoredBytes;
     res.largestLayerBytes = largest;
     res.layers = config.numHiddenLayers;
     res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

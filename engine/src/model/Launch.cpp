@@ -163,12 +163,13 @@ LaunchBudget resolveMemoryFlags(std::span<const MemoryFlag> flags, std::uint64_t
             std::string name = f.preset;
             if (name == "auto") {
                 if (availableBytes == 0)
-                    throw MemoryRefusal("--preset auto: the available memory is unknown (no "
-                                        "MemAvailable); pick a preset by name (k3 --list-presets)");
+                    throw MemoryRefusal("the automatic preset needs the available memory, "
+                                        "which is unknown here (no MemAvailable); pick a "
+                                        "preset by name");
                 const auto p = recommendPreset(availableBytes);
                 if (!p)
-                    throw MemoryRefusal("--preset auto: this machine has under 4 GB available; "
-                                        "no preset fits");
+                    throw MemoryRefusal("the automatic preset finds under 4 GB available on "
+                                        "this machine; no preset fits");
                 name = std::string(p->name);
             }
             presetNamed(name); // refused here, naming the valid ones
@@ -177,8 +178,9 @@ LaunchBudget resolveMemoryFlags(std::span<const MemoryFlag> flags, std::uint64_t
         }
         const bool trunk = f.kind == MemoryFlag::Kind::TrunkGB;
         if (!std::isfinite(f.gb) || f.gb < 0 || f.gb > double(kMaxBudgetBytes) / 1e9)
-            throw MemoryRefusal(std::string(trunk ? "--trunk-gb " : "--cache-gb ") +
-                                std::to_string(f.gb) + " is not a size in GB between 0 and 1e6");
+            throw MemoryRefusal(
+                std::string(trunk ? "the trunk budget " : "the expert-cache budget ") +
+                std::to_string(f.gb) + " GB is not a size between 0 and 1e6 GB");
         (trunk ? b.trunkBytes : b.cacheBytes) = gbToBytes(f.gb);
     }
     return b;

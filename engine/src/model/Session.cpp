@@ -235,52 +235,45 @@ InputRows chunkRows(const model::PromptRows* media, std::size_t first, std::size
             std::span<const float>(media->rows).subspan(skip * width, positions.size() * width)};
 }
 
-// Brings the state to hold exactly `prompt`, reusing what it can, the prefix cache on
-// disk included. Returns the reused count. `snapshotAt`: where the prompt snapshot is
-// taken (a chunk ends there). A chat puts it before the generation prompt (the assistant
-// header), which every follow-up shares whether the answer was kept, stopped or
-// re-rendered without its thinking. `preambleAt`: where the prompt's fixed preamble ends
-// (0: none); a chunk ends there too, and the state there goes to the prefix cache.
-// `media`: the prompt's image rows; such a prompt is read whole.
-int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* observer,
-            const std::atomic<bool>* cancel, GenerateResult& result, std::size_t snapshotAt,
-            std::size_t preambleAt = 0, const model::PromptRows* media = nullptr) {
-    // Refused before anything is computed: the KV cache the plan holds has this many places.
-    const int context = s.model.memoryPlan().contextLength;
-    if (context > 0 && int(prompt.size()) >= context)
-        throw ContextFull(int(prompt.size()), context);
-    // The logits of the last prompt position are needed, so at least one position is
-    // always recomputed (unless a loaded state brought them).
-    // The prompt's image rows by content: a held state with the same ids but another
-    // image (the same size, so the same pads) is not this prompt's.
-    MediaKeys promptMedia;
-    if (media) {
-        const std::size_t width =
-            media->positions.empty() ? 0 : media->rows.size() / media->positions.size();
-        for (std::size_t k = 0; k < media->positions.size(); ++k)
-            promptMedia.emplace_back(
-                media->positions[k],
-                XXH3_64bits(media->rows.data() + k * width, width * sizeof(float)));
+// The prompt's image rows by content: a held state with the same ids but another
+// image (the same size, so the same pads) is not this prompt's.
+MediaKeys mediaKeys(const model::PromptRows* media) {
+    MediaKeys keys;
+    if (!media) return keys;
+    const std::size_t width =
+        media->positions.empty() ? 0 : media->rows.size() / media->positions.size();
+    for (std::size_t k = 0; k < media->positions.size(); ++k)
+        keys.emplace_back(media->positions[k],
+                          XXH3_64bits(media->rows.data() + k * width, width * sizeof(float)));
+    return keys;
+}
+
+// The held keys before position n equal the prompt's.
+bool sameMediaBefore(const MediaKeys& held, const MediaKeys& prompt, std::size_t n) {
+    auto a = held.begin();
+    auto b = prompt.cbegin();
+    for (;; ++a, ++b) {
+        const bool aIn = a != held.end() && std::size_t(a->first) < n;
+        const bool bIn = b != prompt.end() && std::size_t(b->first) < n;
+        if (!aIn || !bIn) return aIn == bIn;
+        if (*a != *b) return false;
     }
+}
+
+// The state prefill starts from: the whole prompt held (a loaded state), the longest
+// held prefix (the prefix cache on disk, the live state or the prompt snapshot), or
+// nothing.
+void startFromHeldState(Session::Impl& s, std::span<const TokenId> prompt,
+                        const MediaKeys& promptMedia, GenerateResult& result) {
     const std::size_t rowsFrom =
         promptMedia.empty() ? prompt.size() : std::size_t(promptMedia.front().first);
-    // The held keys before position n equal the prompt's.
-    const auto sameMedia = [&](const MediaKeys& held, std::size_t n) {
-        auto a = held.begin();
-        auto b = promptMedia.cbegin();
-        for (;; ++a, ++b) {
-            const bool aIn = a != held.end() && std::size_t(a->first) < n;
-            const bool bIn = b != promptMedia.end() && std::size_t(b->first) < n;
-            if (!aIn || !bIn) return aIn == bIn;
-            if (*a != *b) return false;
-        }
-    };
     const auto reusable = [&](const std::vector<TokenId>& ids, const MediaKeys& keys) {
         return !ids.empty() && ids.size() < prompt.size() && isPrefix(ids, prompt) &&
-               sameMedia(keys, ids.size());
+               sameMediaBefore(keys, promptMedia, ids.size());
     };
     const bool wholePromptHeld = s.logitsRestored && s.fed.size() == prompt.size() &&
-                                 isPrefix(s.fed, prompt) && sameMedia(s.fedMedia, prompt.size());
+                                 isPrefix(s.fed, prompt) &&
+                                 sameMediaBefore(s.fedMedia, promptMedia, prompt.size());
     std::size_t inMemory = wholePromptHeld ? prompt.size() : 0;
     if (!wholePromptHeld && reusable(s.fed, s.fedMedia)) inMemory = s.fed.size();
     if (!wholePromptHeld && s.promptSnapshot &&
@@ -304,6 +297,53 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
         s.fed.clear();
         s.logitsRestored = false;
     }
+}
+
+// The prompt snapshot: the state, ids, image keys and logits where the prompt's
+// shared part ends (prefill's snapshotAt).
+void takePromptSnapshot(Session::Impl& s) {
+    s.promptSnapshot.reset(); // the old one goes before the new one is made
+    s.promptSnapshot = s.state.clone();
+    s.promptSnapshotIds = s.fed;
+    s.promptSnapshotMedia = s.fedMedia;
+    s.promptSnapshotLogits = s.logits;
+}
+
+// What the prefill read, as the result reports it.
+void recordPrefill(GenerateResult& result, const SessionProgress& progress) {
+    result.prefillPositions = int(progress.done);
+    result.prefillChunks = progress.chunks;
+    result.prefillTrunkBytes = progress.trunkBytes;
+    result.prefillExpertBytes = progress.expertBytes;
+}
+
+// The prefill's seconds since t0 and bytes read since `start`.
+void measureProgress(SessionProgress& progress, const Session::Impl& s, const MemoryStats& start,
+                     Clock::time_point t0) {
+    const MemoryStats now = s.model.memoryStats();
+    progress.seconds = secondsSince(t0);
+    progress.trunkBytes = now.trunk.bytesRead - start.trunk.bytesRead;
+    progress.expertBytes = now.cache.bytesRead - start.cache.bytesRead;
+}
+
+// Brings the state to hold exactly `prompt`, reusing what it can, the prefix cache on
+// disk included. Returns the reused count. `snapshotAt`: where the prompt snapshot is
+// taken (a chunk ends there). A chat puts it before the generation prompt (the assistant
+// header), which every follow-up shares whether the answer was kept, stopped or
+// re-rendered without its thinking. `preambleAt`: where the prompt's fixed preamble ends
+// (0: none); a chunk ends there too, and the state there goes to the prefix cache.
+// `media`: the prompt's image rows; such a prompt is read whole.
+int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* observer,
+            const std::atomic<bool>* cancel, GenerateResult& result, std::size_t snapshotAt,
+            std::size_t preambleAt = 0, const model::PromptRows* media = nullptr) {
+    // Refused before anything is computed: the KV cache the plan holds has this many places.
+    const int context = s.model.memoryPlan().contextLength;
+    if (context > 0 && int(prompt.size()) >= context)
+        throw ContextFull(int(prompt.size()), context);
+    // The logits of the last prompt position are needed, so at least one position is
+    // always recomputed (unless a loaded state brought them).
+    const MediaKeys promptMedia = mediaKeys(media);
+    startFromHeldState(s, prompt, promptMedia, result);
     // From here on the held keys are the prompt's up to what the state holds.
     std::erase_if(s.fedMedia,
                   [&](const auto& key) { return std::size_t(key.first) >= s.fed.size(); });
@@ -340,13 +380,10 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
             if (cancel && cancel->load(std::memory_order_relaxed)) return true;
             if (observer && layer > 0 && secondsSince(lastSaid) >= 0.25) {
                 lastSaid = Clock::now();
-                const MemoryStats now = s.model.memoryStats();
                 progress.chunkPositions = int(n);
                 progress.chunkLayersDone = layer;
                 progress.layers = s.model.layersBound();
-                progress.seconds = secondsSince(t0);
-                progress.trunkBytes = now.trunk.bytesRead - start.trunk.bytesRead;
-                progress.expertBytes = now.cache.bytesRead - start.cache.bytesRead;
+                measureProgress(progress, s, start, t0);
                 observer->onProgress(progress);
             }
             return false;
@@ -364,26 +401,14 @@ int prefill(Session::Impl& s, std::span<const TokenId> prompt, SessionObserver* 
         i += n;
         if (savePreamble && i == preambleAt)
             saveToCache(s, model::StateCache::Kind::Preamble, result);
-        if (i == snapshotAt) {
-            s.promptSnapshot.reset(); // the old one goes before the new one is made
-            s.promptSnapshot = s.state.clone();
-            s.promptSnapshotIds = s.fed;
-            s.promptSnapshotMedia = s.fedMedia;
-            s.promptSnapshotLogits = s.logits;
-        }
-        const MemoryStats now = s.model.memoryStats();
+        if (i == snapshotAt) takePromptSnapshot(s);
         progress.done += std::int64_t(n);
         ++progress.chunks;
-        progress.seconds = secondsSince(t0);
-        progress.trunkBytes = now.trunk.bytesRead - start.trunk.bytesRead;
-        progress.expertBytes = now.cache.bytesRead - start.cache.bytesRead;
+        measureProgress(progress, s, start, t0);
         lastSaid = Clock::now();
         if (observer) observer->onProgress(progress);
     }
-    result.prefillPositions = int(progress.done);
-    result.prefillChunks = progress.chunks;
-    result.prefillTrunkBytes = progress.trunkBytes;
-    result.prefillExpertBytes = progress.expertBytes;
+    recordPrefill(result, progress);
     return reused;
 }
 } // namespace
@@ -820,7 +845,7 @@ int Session::positionsToRead(const std::vector<ChatMessage>& history,
     return int(prompt.size() - held);
 }
 
-// Over 80 lines: render, prefill, the decode callbacks sharing one ReplyReader, and
+// long: render, prefill, the decode callbacks sharing one ReplyReader, and
 // the stopped answer's resume point read as one turn; split, they would share a struct.
 GenerateResult Session::chat(const std::vector<ChatMessage>& history,
                              const GenerateOptions& options, SessionObserver* observer,
