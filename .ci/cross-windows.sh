@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The Windows leg: the engine cross-compiled with Debian's MinGW-w64 (cmake/cross,
+# cmake/toolchains/mingw-w64.cmake) and its plain C++ tests run under wine. By default the
+# fast part: tst_platform and tst_kernels_paths (scalar and AVX2 against each other, bit
+# for bit), built from the platform and kernel sources alone. K3_CI_FULL=1 also builds the
+# whole engine and k3.exe and runs tst_model_exactness (the tiny checkpoints' reference
+# ids) and k3.exe on the demo checkpoint, whose ids must equal the Linux k3's.
+#
+# Debian has no MinGW builds of the engine's libraries. simdjson, PCRE2 and cpp-httplib
+# are built here from Debian's source packages (apt-get source, into the build folder,
+# cached there); xxHash is used header-only (XXH_INLINE_ALL). libcurl and OpenSSL (the hub
+# and the remote client) and libpng, libjpeg and libwebp (image input) are left out:
+# cmake/cross/unavailable/ stands in for them, so `k3 download`, `k3 chat --remote` and
+# images fail with "not in this build" (cmake/cross/CMakeLists.txt, K3_CROSS_NETWORK and
+# K3_CROSS_IMAGES).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+src=$(pwd)
+build=${K3_MINGW_BUILD:-build/mingw}
+full=${K3_CI_FULL:-0}
+toolchain=$src/cmake/toolchains/mingw-w64.cmake
+for tool in x86_64-w64-mingw32-g++-posix wine ninja cmake; do
+  command -v "$tool" >/dev/null || { echo "windows: $tool is missing (packaging/install-deps.sh)"; exit 1; }
+done
+# wine's own set-up and its "fixme" chatter stay out of the log; a private prefix in the
+# build folder, never the user's ~/.wine.
+export WINEPREFIX=${WINEPREFIX:-$(realpath -m "$build")/wineprefix} WINEDEBUG=${WINEDEBUG:--all}
+export WINEDLLOVERRIDES="mscoree,mshtml="
+
+# target_deps DIR: simdjson, PCRE2 (static, CMake layout) and cpp-httplib's header-only
+# httplib.h cross-built from Debian's source packages into DIR/prefix; kept there.
+target_deps() {
+  local dir=$1 apt_dir=$1/apt prefix=$1/prefix
+  local stamp=$prefix/.k3-deps-simdjson-pcre2-httplib
+  [ -e "$stamp" ] && return 0
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$dir/src"
+  echo "deb-src http://deb.debian.org/debian bookworm main" >"$apt_dir/sources.list"
+  local -a opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/nonexistent
+    -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache")
+  if ! ls "$dir"/src/simdjson_*.orig.tar.* "$dir"/src/pcre2_*.orig.tar.* \
+      "$dir"/src/cpp-httplib_*.orig.tar.* >/dev/null 2>&1; then
+    apt-get -q "${opts[@]}" update >&2 || return 1
+    (cd "$dir/src" && apt-get -q "${opts[@]}" source --download-only simdjson pcre2 cpp-httplib >&2) ||
+      return 1
+  fi
+  # The .orig tarballs are the upstream sources; Debian's packaging patches none of the
+  # library code (simdjson has no patches, pcre2's touch only pcre2-config.in).
+  local name tarball tree
+  for name in simdjson pcre2 cpp-httplib; do
+    tarball=$(ls "$dir"/src/${name}_*.orig.tar.* | head -1)
+    tree=$dir/src/$name
+    rm -rf "$tree" && mkdir -p "$tree" && tar -xf "$tarball" -C "$tree" --strip-components=1 || return 1
+  done
+  local -a cmake_common=(-G Ninja -DCMAKE_TOOLCHAIN_FILE="$toolchain" -DCMAKE_BUILD_TYPE=Release
+    -DCMAKE_INSTALL_PREFIX="$prefix" -DBUILD_SHARED_LIBS=OFF)
+  cmake -S "$dir/src/simdjson" -B "$dir/build/simdjson" "${cmake_common[@]}" \
+    -DSIMDJSON_DEVELOPER_MODE=OFF -DSIMDJSON_ENABLE_THREADS=ON >/dev/null &&
+    cmake --build "$dir/build/simdjson" -j"$(nproc)" --target install >/dev/null || return 1
+  cmake -S "$dir/src/pcre2" -B "$dir/build/pcre2" "${cmake_common[@]}" \
+    -DPCRE2_BUILD_PCRE2_8=ON -DPCRE2_BUILD_PCRE2_16=OFF -DPCRE2_BUILD_PCRE2_32=OFF \
+    -DPCRE2_SUPPORT_JIT=ON -DPCRE2_SUPPORT_UNICODE=ON -DPCRE2_BUILD_PCRE2GREP=OFF \
+    -DPCRE2_BUILD_TESTS=OFF >/dev/null &&
+    cmake --build "$dir/build/pcre2" -j"$(nproc)" --target install >/dev/null || return 1
+  mkdir -p "$prefix/include" && cp "$dir/src/cpp-httplib/httplib.h" "$prefix/include/" || return 1
+  touch "$stamp"
+}
