@@ -9,6 +9,7 @@
 #include <openssl/evp.h>
 
 #include <cstdarg>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
