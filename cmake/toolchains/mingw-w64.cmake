@@ -20,3 +20,10 @@ find_program(K3_WINE NAMES wine wine64 PATHS /usr/lib/wine NO_CMAKE_FIND_ROOT_PA
 if(K3_WINE)
     set(CMAKE_CROSSCOMPILING_EMULATOR ${K3_WINE})
 endif()
+# OpenMP linked in statically too (FindOpenMP would pick libgomp.dll.a, and so a
+# libgomp-1.dll beside every program).
+execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libgomp.a
+    OUTPUT_VARIABLE K3_STATIC_GOMP OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(EXISTS "${K3_STATIC_GOMP}")
+    set(OpenMP_gomp_LIBRARY ${K3_STATIC_GOMP} CACHE FILEPATH "libgomp, linked statically" FORCE)
+endif()
