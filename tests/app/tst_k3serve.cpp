@@ -13,6 +13,8 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <cstdio>
+
 #include <fstream>
 #include <memory>
 
@@ -180,9 +182,17 @@ void TestK3Serve::initTestCase() {
                              QString::fromUtf8(npm.readAllStandardError())));
     }
     // ESM resolves `openai` from the script's folder: the scripts run from the scratch.
+    // Copied beside and renamed over: tst_k3serveapi, tst_k3constrained and tst_k3responses
+    // run chat.mjs from the same folder at the same time (ctest -j2), and a remove-then-copy
+    // here made their node fail with MODULE_NOT_FOUND (seen with --repeat until-fail).
     for (const QString& name : {"chat.mjs", "raw.mjs"}) {
-        QFile::remove(kScratch + "/" + name);
-        QVERIFY(QFile::copy(kScripts + "/" + name, kScratch + "/" + name));
+        const QString temp =
+            kScratch + "/" + name + "." + QString::number(QCoreApplication::applicationPid());
+        QFile::remove(temp);
+        QVERIFY(QFile::copy(kScripts + "/" + name, temp));
+        QCOMPARE(std::rename(QFile::encodeName(temp).constData(),
+                             QFile::encodeName(kScratch + "/" + name).constData()),
+                 0); // replaces the old copy in one step (QFile::rename would refuse)
     }
 }
 

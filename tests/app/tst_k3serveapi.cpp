@@ -206,8 +206,10 @@ void TestK3ServeApi::logitBiasAndPenalties() {
                            {"thinking", kNoThinking}, {"logprobs", true},
                            {"top_logprobs", 2},       {"max_tokens", 1}};
     const QJsonObject plain = one(s, base);
-    const QJsonArray top =
-        plain["logprobs"]["content"].toArray()[0].toObject()["top_logprobs"].toArray();
+    const QJsonArray content = plain["logprobs"]["content"].toArray();
+    QCOMPARE(content.size(), 1); // indexing an empty array below would be a crash, not a failure
+    const QJsonArray top = content[0].toObject()["top_logprobs"].toArray();
+    QCOMPARE(top.size(), 2);
     const std::string firstToken = top[0].toObject()["token"].toString().toStdString();
     const auto firstIds = tok.encode(firstToken);
     QCOMPARE(firstIds.size(), std::size_t(1));

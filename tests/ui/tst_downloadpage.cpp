@@ -241,8 +241,11 @@ void TestDownloadPage::pauseThenResumeInANewPageContinuesFromTheBytesOnDisk() {
     QCOMPARE(result.bytesOnDisk, std::uint64_t(totalBytes_));
     // Only the missing bytes crossed the wire: nothing already on disk was fetched again.
     QCOMPARE(result.bytesTransferred, std::uint64_t(totalBytes_ - onDisk));
+    // Resumed: a partial file with bytes in it. One paused right after it was created
+    // holds none and starts at byte 0, which is not a resume (DownloadTransfer.cpp; seen
+    // with ctest --repeat until-fail).
     for (const k3::FileResult& f : result.files)
-        QCOMPARE(f.resumed, partial.contains(QString::fromStdString(f.name)));
+        QCOMPARE(f.resumed, partial.value(QString::fromStdString(f.name)) > 0);
     for (auto it = partial.begin(); it != partial.end(); ++it) {
         // The paused request's line (200, cut by the client) is written once nginx notices
         // the close, at its next paced write: waited for, then every line is counted.
